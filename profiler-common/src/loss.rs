@@ -1,0 +1,64 @@
+//! Loss counters: every event the kernel side could not record is counted in the
+//! per-CPU array `LOSSES` at one of these indices. User space sums the CPUs.
+
+pub const STACK_COLLISION: u32 = 0;
+pub const STACK_FAILED: u32 = 1;
+pub const LOCK_MAP_FULL: u32 = 2;
+pub const LOCK_UNMATCHED_END: u32 = 3;
+pub const LOCK_NEGATIVE_DELTA: u32 = 4;
+pub const LOCK_NESTED: u32 = 5;
+pub const LOCK_WAIT_MAP_FULL: u32 = 6;
+pub const TASK_MAP_FULL: u32 = 7;
+pub const TARGET_MAP_FULL: u32 = 8;
+
+/// Number of slots in `LOSSES` (room for the other probe families).
+pub const LOSS_SLOTS: u32 = 32;
+
+/// Names for the report, by index. `None` slots are unused.
+pub const LOSS_NAMES: [(u32, &str, &str); 9] = [
+    (
+        STACK_COLLISION,
+        "stack_collision",
+        "stack map hash collision (-EEXIST): stack not recorded",
+    ),
+    (
+        STACK_FAILED,
+        "stack_failed",
+        "stack could not be taken (map full or walk failed)",
+    ),
+    (
+        LOCK_MAP_FULL,
+        "lock_map_full",
+        "lock aggregation map full: contention dropped",
+    ),
+    (
+        LOCK_UNMATCHED_END,
+        "lock_unmatched_end",
+        "contention_end without a matching begin",
+    ),
+    (
+        LOCK_NEGATIVE_DELTA,
+        "lock_negative_delta",
+        "contention with end before begin",
+    ),
+    (
+        LOCK_NESTED,
+        "lock_nested",
+        "nested contention ignored (a begin while another is open)",
+    ),
+    (
+        LOCK_WAIT_MAP_FULL,
+        "lock_wait_map_full",
+        "in-flight sleeping-lock map full: contention dropped",
+    ),
+    (
+        TASK_MAP_FULL,
+        "task_map_full",
+        "thread-name map full: thread shown without a name",
+    ),
+    (
+        TARGET_MAP_FULL,
+        "target_map_full",
+        "target map full: a forked child was not followed",
+    ),
+];

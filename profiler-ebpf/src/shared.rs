@@ -1,0 +1,74 @@
+//! Maps and helpers shared by every probe family.
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid},
+    macros::map,
+    maps::{HashMap, PerCpuArray, StackTrace},
+};
+use profiler_common::{
+    loss::{LOSS_SLOTS, TASK_MAP_FULL},
+    target::TaskInfo,
+};
+
+/// Stack frames, stored once; every aggregation key holds ids into this map.
+/// Size is set by user space at load time (`--stack-entries`).
+#[map]
+pub static STACKS: StackTrace = StackTrace::with_max_entries(16384, 0);
+
+/// Loss counters, per CPU, indexed by `profiler_common::loss::*`.
+#[map]
+pub static LOSSES: PerCpuArray<u64> = PerCpuArray::with_max_entries(LOSS_SLOTS, 0);
+
+/// Thread names: tid -> (tgid, comm). Written the first time a thread creates a key,
+/// so processes that exit before the end of the run keep their names.
+#[map]
+pub static TASKS: HashMap<u32, TaskInfo> = HashMap::with_max_entries(16384, 0);
+
+/// `BPF_F_FAST_STACK_CMP`: compare stacks by hash only; a collision is -EEXIST and counted.
+pub const STACK_FLAGS_KERNEL: u64 = 1 << 9;
+
+#[inline(always)]
+pub fn count_loss(slot: u32) {
+    if let Some(counter) = LOSSES.get_ptr_mut(slot) {
+        // SAFETY: the pointer comes from a successful per-CPU array lookup; this CPU is
+        // the only writer of its slot and programs do not migrate while they run.
+        unsafe { *counter += 1 };
+    }
+}
+
+/// Turns a `bpf_get_stackid` result into a key field, counting failures.
+#[inline(always)]
+pub fn stack_id_or_loss(result: Result<i64, i32>) -> i32 {
+    match result {
+        Ok(id) => id as i32,
+        Err(errno) => {
+            // -EEXIST: hash collision with BPF_F_FAST_STACK_CMP.
+            if errno == -17 {
+                count_loss(profiler_common::loss::STACK_COLLISION);
+            } else {
+                count_loss(profiler_common::loss::STACK_FAILED);
+            }
+            errno
+        }
+    }
+}
+
+/// Remembers the current thread's name (once per thread).
+#[inline(always)]
+pub fn remember_current_task() {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tid = pid_tgid as u32;
+    // SAFETY: lookup in a map of plain data; the reference is not kept.
+    if unsafe { TASKS.get(&tid) }.is_some() {
+        return;
+    }
+    let comm = bpf_get_current_comm().unwrap_or([0u8; 16]);
+    let info = TaskInfo {
+        tgid: (pid_tgid >> 32) as u32,
+        _pad: 0,
+        comm,
+    };
+    if TASKS.insert(&tid, &info, 0).is_err() {
+        count_loss(TASK_MAP_FULL);
+    }
+}

@@ -1,0 +1,160 @@
+//! Command-line interface: `lockpath record | report | flamegraph | export`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "lockpath",
+    version,
+    about = "eBPF lock-contention and IO-path profiler",
+    long_about = "lockpath records where a Linux client's time goes (lock contention, and more \
+                  probe families as they land), aggregated in the kernel, into a profile file; \
+                  report, flamegraph and export work from that file anywhere."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Record a profile (needs root, or CAP_BPF + CAP_PERFMON).
+    Record(RecordArgs),
+    /// Print the per-lock table of a profile.
+    Report(ReportArgs),
+    /// Render a flamegraph (SVG) from a profile.
+    Flamegraph(FlamegraphArgs),
+    /// Convert a profile for other tools.
+    Export(ExportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// Record lock contention (spinlocks, rwlocks, mutexes, rwsems); the default.
+    #[arg(long)]
+    pub lock: bool,
+
+    /// Profile the whole system (the default when no target is given).
+    #[arg(short = 'a', long = "all", conflicts_with_all = ["pid", "cgroup"])]
+    pub all: bool,
+
+    /// Profile these running processes (all their threads and children); repeatable.
+    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    pub pid: Vec<u32>,
+
+    /// Profile the processes of this cgroup v2 directory (and its sub-cgroups).
+    #[arg(long, value_name = "PATH", conflicts_with = "pid")]
+    pub cgroup: Option<PathBuf>,
+
+    /// Stop after this many seconds (default: until Ctrl-C, or until CMD exits).
+    #[arg(short = 'd', long = "duration", value_name = "SECONDS", value_parser = parse_duration)]
+    pub duration: Option<f64>,
+
+    /// Where to write the profile (JSON), atomically.
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "FILE",
+        default_value = "lockpath.json"
+    )]
+    pub output: PathBuf,
+
+    /// Also write a flamegraph of the recording to this SVG file.
+    #[arg(long, value_name = "SVG")]
+    pub flamegraph: Option<PathBuf>,
+
+    /// Rows in the end-of-run table.
+    #[arg(long, default_value_t = 20)]
+    pub top: usize,
+
+    /// Entries of each aggregation map (more: fewer drops on huge runs, more kernel memory).
+    #[arg(long, value_name = "N", default_value_t = 16384, value_parser = clap::value_parser!(u32).range(1..))]
+    pub map_entries: u32,
+
+    /// Entries of the stack-trace map.
+    #[arg(long, value_name = "N", default_value_t = 16384, value_parser = clap::value_parser!(u32).range(1..))]
+    pub stack_entries: u32,
+
+    /// Command to start and profile, with its children; recording stops when it exits
+    /// and lockpath exits with its status.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+fn parse_duration(text: &str) -> Result<f64, String> {
+    let seconds: f64 = text
+        .trim_end_matches('s')
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    if !(seconds > 0.0 && seconds.is_finite()) {
+        return Err(format!(
+            "{text:?}: the duration must be a positive number of seconds"
+        ));
+    }
+    Ok(seconds)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GroupBy {
+    /// One row per lock (address or static symbol) and type.
+    Lock,
+    /// One row per calling function and lock type.
+    Caller,
+    /// One row per process and lock type.
+    Process,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReportFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Profile file written by `lockpath record`.
+    pub file: PathBuf,
+    #[arg(long, value_enum, default_value_t = GroupBy::Lock)]
+    pub by: GroupBy,
+    /// Rows to show (0: all).
+    #[arg(long, default_value_t = 20)]
+    pub top: usize,
+    #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+    pub format: ReportFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Kind {
+    /// Lock wait time by process, lock type and waiter stack.
+    Lock,
+}
+
+#[derive(Debug, Args)]
+pub struct FlamegraphArgs {
+    pub file: PathBuf,
+    #[arg(long, value_enum, default_value_t = Kind::Lock)]
+    pub kind: Kind,
+    /// Output SVG (default: FILE with .svg instead of .json, of the kind).
+    #[arg(short = 'o', long = "output", value_name = "SVG")]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExportFormat {
+    /// `frame;frame;frame value` lines, root first, for inferno and flamegraph.pl.
+    Folded,
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    pub file: PathBuf,
+    #[arg(long, value_enum)]
+    pub format: ExportFormat,
+    #[arg(long, value_enum, default_value_t = Kind::Lock)]
+    pub kind: Kind,
+    /// Output file (default: standard output).
+    #[arg(short = 'o', long = "output")]
+    pub output: Option<PathBuf>,
+}

@@ -1,0 +1,5 @@
+//! Exporters: everything here works from a saved `Profile`, never from the kernel.
+
+pub mod flamegraph;
+pub mod folded;
+pub mod report;

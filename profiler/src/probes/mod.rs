@@ -1,0 +1,6 @@
+//! One module per probe family: how it is attached, and how its kernel maps are
+//! drained into the profile. `shared` drains what every family uses (stacks, losses,
+//! thread names).
+
+pub mod lock;
+pub mod shared;

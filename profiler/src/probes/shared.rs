@@ -1,0 +1,190 @@
+//! What every probe family shares: the stack map, loss counters and thread names.
+
+use std::collections::{BTreeMap, HashMap as StdHashMap};
+
+use anyhow::{Context, Result};
+use aya::{
+    maps::{HashMap, Map, MapData, PerCpuArray, StackTraceMap},
+    Ebpf,
+};
+use profiler_common::{
+    loss::{LOSS_NAMES, LOSS_SLOTS},
+    target::TaskInfo,
+};
+
+use crate::{
+    profile::{Frame, Process, StackInterner, Thread},
+    symbolize::KernelSymbols,
+};
+
+/// The kernel maps, taken out of the loaded object so that dropping the object detaches
+/// every program and link while the maps stay readable for the drain.
+pub struct MapSet {
+    maps: StdHashMap<String, Map>,
+}
+
+impl MapSet {
+    pub fn take_all(ebpf: &mut Ebpf) -> MapSet {
+        let names: Vec<String> = ebpf.maps().map(|(name, _)| name.to_string()).collect();
+        let maps = names
+            .into_iter()
+            .filter_map(|name| ebpf.take_map(&name).map(|map| (name, map)))
+            .collect();
+        MapSet { maps }
+    }
+
+    pub fn get(&self, name: &str) -> Result<&Map> {
+        self.maps
+            .get(name)
+            .with_context(|| format!("map {name} missing from the eBPF object"))
+    }
+
+    pub fn take(&mut self, name: &str) -> Result<Map> {
+        self.maps
+            .remove(name)
+            .with_context(|| format!("map {name} missing from the eBPF object"))
+    }
+}
+
+/// Deepest stack the kernel walks (`PERF_MAX_STACK_DEPTH`); a stack this deep was cut.
+const MAX_STACK_DEPTH: usize = 127;
+
+/// Turns stack ids from the kernel into symbolized, interned profile stacks.
+pub struct StackResolver {
+    stack_map: StackTraceMap<MapData>,
+    kernel: KernelSymbols,
+    kernel_cache: StdHashMap<i32, Option<u32>>,
+    pub interner: StackInterner,
+}
+
+impl StackResolver {
+    pub fn new(maps: &mut MapSet, kernel: KernelSymbols) -> Result<Self> {
+        let map = maps.take("STACKS")?;
+        let stack_map = StackTraceMap::try_from(map).context("STACKS has an unexpected type")?;
+        Ok(StackResolver {
+            stack_map,
+            kernel,
+            kernel_cache: StdHashMap::new(),
+            interner: StackInterner::default(),
+        })
+    }
+
+    /// The profile stack for a kernel stack id; `None` when the id is an error (lost).
+    pub fn kernel_stack(&mut self, stack_id: i32) -> Option<u32> {
+        if stack_id < 0 {
+            return None;
+        }
+        if let Some(&cached) = self.kernel_cache.get(&stack_id) {
+            return cached;
+        }
+        let resolved = self.stack_map.get(&(stack_id as u32), 0).ok().map(|trace| {
+            let mut frames: Vec<Frame> = trace
+                .frames()
+                .iter()
+                .map(|frame| self.kernel.frame(frame.ip))
+                .collect();
+            strip_tracing_frames(&mut frames);
+            let truncated = frames.len() >= MAX_STACK_DEPTH;
+            self.interner.stack(frames, truncated)
+        });
+        self.kernel_cache.insert(stack_id, resolved);
+        resolved
+    }
+
+    /// Static locks by symbol, the rest by address.
+    pub fn lock_name(&self, lock_addr: u64) -> String {
+        self.kernel
+            .data_name(lock_addr)
+            .unwrap_or_else(|| format!("0x{lock_addr:x}"))
+    }
+}
+
+/// Removes the leaf frames of the tracing machinery (the BPF program, `bpf_trace_run2`,
+/// `__traceiter_*`) so a stack starts at the traced kernel function.
+pub fn strip_tracing_frames(frames: &mut Vec<Frame>) {
+    let is_tracing = |frame: &Frame| {
+        let name = frame.name.as_str();
+        name.starts_with("bpf_trace_run")
+            || name.starts_with("__bpf_trace_")
+            || name.starts_with("__traceiter_")
+            || name.starts_with("perf_trace_")
+            || name.starts_with("trace_call_bpf")
+            || name.starts_with("bpf_prog_")
+    };
+    if let Some(last) = frames.iter().take(8).rposition(is_tracing) {
+        frames.drain(..=last);
+    }
+}
+
+/// Sums the per-CPU loss counters, by name; zero counters are left out.
+pub fn drain_losses(maps: &MapSet) -> Result<BTreeMap<String, u64>> {
+    let map = maps.get("LOSSES")?;
+    let losses: PerCpuArray<_, u64> =
+        PerCpuArray::try_from(map).context("LOSSES has an unexpected type")?;
+    let mut out = BTreeMap::new();
+    for slot in 0..LOSS_SLOTS {
+        let values = losses
+            .get(&slot, 0)
+            .with_context(|| format!("cannot read LOSSES[{slot}]"))?;
+        let total: u64 = values.iter().sum();
+        if total == 0 {
+            continue;
+        }
+        let name = LOSS_NAMES
+            .iter()
+            .find(|(index, _, _)| *index == slot)
+            .map(|(_, name, _)| name.to_string())
+            .unwrap_or_else(|| format!("loss_{slot}"));
+        out.insert(name, total);
+    }
+    Ok(out)
+}
+
+/// Processes and their threads, from the kernel's thread-name map, completed from
+/// /proc for processes still alive. `pids` lists every process some row refers to.
+pub fn drain_processes(maps: &MapSet, pids: &[u32]) -> Result<Vec<Process>> {
+    let map = maps.get("TASKS")?;
+    let tasks: HashMap<_, u32, TaskInfo> =
+        HashMap::try_from(map).context("TASKS has an unexpected type")?;
+    let mut by_pid: BTreeMap<u32, Process> = BTreeMap::new();
+    for entry in tasks.iter() {
+        let (tid, info) = entry.context("cannot read TASKS")?;
+        let process = by_pid.entry(info.tgid).or_insert_with(|| Process {
+            pid: info.tgid,
+            ..Default::default()
+        });
+        let comm = comm_to_string(&info.comm);
+        if tid == info.tgid {
+            process.comm = comm.clone();
+        }
+        process.threads.push(Thread { tid, comm });
+    }
+    for &pid in pids {
+        by_pid.entry(pid).or_insert_with(|| Process {
+            pid,
+            ..Default::default()
+        });
+    }
+    for process in by_pid.values_mut() {
+        if process.comm.is_empty() {
+            process.comm = std::fs::read_to_string(format!("/proc/{}/comm", process.pid))
+                .map(|comm| comm.trim_end().to_string())
+                .ok()
+                .or_else(|| process.threads.first().map(|thread| thread.comm.clone()))
+                .unwrap_or_else(|| format!("pid {}", process.pid));
+        }
+        if process.pid == 0 {
+            process.comm = "swapper".into();
+        }
+        process.threads.sort_by_key(|thread| thread.tid);
+    }
+    Ok(by_pid.into_values().collect())
+}
+
+pub fn comm_to_string(comm: &[u8]) -> String {
+    let end = comm
+        .iter()
+        .position(|&byte| byte == 0)
+        .unwrap_or(comm.len());
+    String::from_utf8_lossy(&comm[..end]).into_owned()
+}

@@ -1,0 +1,371 @@
+//! The profile: one data model, saved as JSON. It is the contract between `record`
+//! (on the machine being profiled) and every exporter (anywhere). See docs/profile-format.md.
+
+use std::{collections::BTreeMap, fs, io::Write, path::Path};
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+/// Written into every profile; loading checks it.
+pub const FORMAT: &str = "lockpath/1";
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Profile {
+    pub format: String,
+    pub host: String,
+    pub kernel: String,
+    /// Start of the recording, seconds since the Unix epoch.
+    pub start_unix_s: u64,
+    pub duration_s: f64,
+    /// lockpath's own command line.
+    pub command_line: Vec<String>,
+    pub targets: Targets,
+    /// Probe families recorded and how each was attached.
+    pub probes: Vec<ProbeUse>,
+    /// Events the kernel side could not record, by cause (see `profiler_common::loss`).
+    pub losses: BTreeMap<String, u64>,
+    pub processes: Vec<Process>,
+    /// Symbolized frames, stored once; stacks refer to them by index.
+    pub frames: Vec<Frame>,
+    /// Stacks as frame indices, innermost (leaf) frame first.
+    pub stacks: Vec<Stack>,
+    #[serde(default)]
+    pub locks: Vec<LockRow>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Targets {
+    /// "system", "pids", "command" or "cgroup".
+    pub mode: String,
+    #[serde(default)]
+    pub pids: Vec<u32>,
+    #[serde(default)]
+    pub command: Vec<String>,
+    #[serde(default)]
+    pub cgroup: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ProbeUse {
+    /// "lock", "offcpu", "io", "cpu", ...
+    pub family: String,
+    /// How it was attached, e.g. "raw_tracepoint lock:contention_begin/end".
+    pub method: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Process {
+    pub pid: u32,
+    pub comm: String,
+    /// Host the process ran on, when profiles of several hosts are merged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    #[serde(default)]
+    pub threads: Vec<Thread>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Thread {
+    pub tid: u32,
+    pub comm: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Frame {
+    /// Function name (demangled), or `0x...` when it could not be symbolized.
+    pub name: String,
+    /// Kernel module (`ext4`) or user object (`/usr/lib/libc.so.6`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+    pub kernel: bool,
+}
+
+impl Frame {
+    /// How a frame is shown: `name [module]` for kernel modules, `name` otherwise.
+    pub fn display(&self) -> String {
+        match (&self.module, self.kernel) {
+            (Some(module), true) => format!("{} [{}]", self.name, module),
+            _ => self.name.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Stack {
+    /// Indices into `Profile::frames`, leaf first.
+    pub frames: Vec<u32>,
+    /// The walk stopped before the outermost frame (depth limit or missing frame pointers).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+}
+
+/// One aggregated lock-contention row: (process, lock, lock flags, waiter stack).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct LockRow {
+    pub pid: u32,
+    pub lock_addr: u64,
+    /// Static lock symbol (`rcu_state+0x40`), `mmap_lock`, or the address in hex.
+    pub lock_name: String,
+    /// `LCB_F_*` flags; the type name is derived (`lock_type_name`).
+    pub flags: u32,
+    /// Kernel stack of the waiter, `None` when it was lost (counted in losses).
+    pub stack: Option<u32>,
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+    pub min_ns: u64,
+}
+
+impl Profile {
+    pub fn new() -> Self {
+        Profile {
+            format: FORMAT.to_string(),
+            ..Default::default()
+        }
+    }
+
+    /// Frames of a stack, leaf first.
+    pub fn stack_frames(&self, stack: Option<u32>) -> Vec<&Frame> {
+        stack
+            .and_then(|id| self.stacks.get(id as usize))
+            .map(|stack| {
+                stack
+                    .frames
+                    .iter()
+                    .filter_map(|&frame| self.frames.get(frame as usize))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    pub fn process(&self, pid: u32) -> Option<&Process> {
+        self.processes.iter().find(|process| process.pid == pid)
+    }
+
+    /// The name a process is shown under: `comm` (host:comm when merged).
+    pub fn process_name(&self, pid: u32) -> String {
+        match self.process(pid) {
+            Some(process) => match &process.host {
+                Some(host) => format!("{host}:{}", process.comm),
+                None => process.comm.clone(),
+            },
+            None => format!("pid {pid}"),
+        }
+    }
+
+    /// Loads and validates a profile file.
+    pub fn load(path: &Path) -> Result<Profile> {
+        let bytes =
+            fs::read(path).with_context(|| format!("cannot read profile {}", path.display()))?;
+        Self::from_bytes(&bytes)
+            .with_context(|| format!("{} is not a usable profile", path.display()))
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> Result<Profile> {
+        let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|err| {
+            if err.is_eof() {
+                anyhow::anyhow!("the file is truncated ({err}); record it again")
+            } else {
+                anyhow::anyhow!("not JSON ({err})")
+            }
+        })?;
+        match value.get("format").and_then(|format| format.as_str()) {
+            Some(FORMAT) => {}
+            Some(other) => bail!(
+                "its format is {other:?}, this lockpath reads {FORMAT:?}; use the lockpath version that wrote it"
+            ),
+            None => bail!("no \"format\" field: not a lockpath profile"),
+        }
+        let profile: Profile =
+            serde_json::from_value(value).context("a lockpath/1 profile with invalid fields")?;
+        profile.validate()?;
+        Ok(profile)
+    }
+
+    /// Checks every index, so exporters can trust them.
+    fn validate(&self) -> Result<()> {
+        for (index, stack) in self.stacks.iter().enumerate() {
+            if let Some(bad) = stack
+                .frames
+                .iter()
+                .find(|&&f| f as usize >= self.frames.len())
+            {
+                bail!(
+                    "stack {index} refers to frame {bad}, but there are {} frames",
+                    self.frames.len()
+                );
+            }
+        }
+        for row in &self.locks {
+            if let Some(stack) = row.stack {
+                if stack as usize >= self.stacks.len() {
+                    bail!(
+                        "a lock row refers to stack {stack}, but there are {} stacks",
+                        self.stacks.len()
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the profile atomically: a complete file or none (temporary file, fsync, rename).
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let json = serde_json::to_vec(self).context("cannot serialize the profile")?;
+        write_atomically(path, &json)
+    }
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same directory and a rename,
+/// so a reader (or a crash) never sees a half-written file.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    let file_name = path
+        .file_name()
+        .with_context(|| format!("{} is not a file path", path.display()))?;
+    let tmp = dir.join(format!(
+        ".{}.tmp.{}",
+        file_name.to_string_lossy(),
+        std::process::id()
+    ));
+    let result = (|| -> Result<()> {
+        let mut file =
+            fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+        file.write_all(bytes)
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
+        file.sync_all()
+            .with_context(|| format!("cannot sync {}", tmp.display()))?;
+        fs::rename(&tmp, path)
+            .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Interns frames and stacks while a profile is built.
+#[derive(Default)]
+pub struct StackInterner {
+    frame_ids: std::collections::HashMap<Frame, u32>,
+    stack_ids: std::collections::HashMap<(Vec<u32>, bool), u32>,
+    pub frames: Vec<Frame>,
+    pub stacks: Vec<Stack>,
+}
+
+impl StackInterner {
+    pub fn frame(&mut self, frame: Frame) -> u32 {
+        if let Some(&id) = self.frame_ids.get(&frame) {
+            return id;
+        }
+        let id = self.frames.len() as u32;
+        self.frames.push(frame.clone());
+        self.frame_ids.insert(frame, id);
+        id
+    }
+
+    pub fn stack(&mut self, frames: Vec<Frame>, truncated: bool) -> u32 {
+        let ids: Vec<u32> = frames.into_iter().map(|frame| self.frame(frame)).collect();
+        let key = (ids, truncated);
+        if let Some(&id) = self.stack_ids.get(&key) {
+            return id;
+        }
+        let id = self.stacks.len() as u32;
+        self.stacks.push(Stack {
+            frames: key.0.clone(),
+            truncated,
+        });
+        self.stack_ids.insert(key, id);
+        id
+    }
+
+    pub fn finish(self, profile: &mut Profile) {
+        profile.frames = self.frames;
+        profile.stacks = self.stacks;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Profile {
+        let mut profile = Profile::new();
+        profile.host = "node1".into();
+        let mut interner = StackInterner::default();
+        let frame = |name: &str| Frame {
+            name: name.into(),
+            module: None,
+            kernel: true,
+        };
+        let stack = interner.stack(vec![frame("_raw_spin_lock"), frame("do_pipe2")], false);
+        let again = interner.stack(vec![frame("_raw_spin_lock"), frame("do_pipe2")], false);
+        assert_eq!(stack, again);
+        interner.finish(&mut profile);
+        profile.locks.push(LockRow {
+            pid: 7,
+            lock_addr: 0xffff_0000,
+            lock_name: "0xffff0000".into(),
+            flags: 1,
+            stack: Some(stack),
+            count: 3,
+            total_ns: 300,
+            max_ns: 200,
+            min_ns: 50,
+        });
+        profile
+    }
+
+    #[test]
+    fn json_round_trip_keeps_everything() {
+        let profile = sample();
+        let bytes = serde_json::to_vec(&profile).expect("serialize");
+        let loaded = Profile::from_bytes(&bytes).expect("load");
+        assert_eq!(loaded, profile);
+        assert_eq!(loaded.frames.len(), 2, "frames are interned once");
+    }
+
+    #[test]
+    fn truncated_file_says_truncated() {
+        let bytes = serde_json::to_vec(&sample()).expect("serialize");
+        let err = Profile::from_bytes(&bytes[..bytes.len() / 2]).expect_err("must fail");
+        assert!(format!("{err:#}").contains("truncated"), "{err:#}");
+    }
+
+    #[test]
+    fn foreign_format_is_named() {
+        let err = Profile::from_bytes(br#"{"format":"lockpath/0"}"#).expect_err("must fail");
+        assert!(format!("{err:#}").contains("lockpath/0"), "{err:#}");
+        let err = Profile::from_bytes(br#"{"a":1}"#).expect_err("must fail");
+        assert!(
+            format!("{err:#}").contains("not a lockpath profile"),
+            "{err:#}"
+        );
+    }
+
+    #[test]
+    fn bad_index_is_rejected() {
+        let mut profile = sample();
+        profile.locks[0].stack = Some(99);
+        let bytes = serde_json::to_vec(&profile).expect("serialize");
+        assert!(Profile::from_bytes(&bytes).is_err());
+    }
+
+    #[test]
+    fn atomic_write_leaves_no_temporary() {
+        let dir = std::env::temp_dir().join(format!("lockpath-test-{}", std::process::id()));
+        fs::create_dir_all(&dir).expect("mkdir");
+        let path = dir.join("p.json");
+        sample().save(&path).expect("save");
+        let names: Vec<_> = fs::read_dir(&dir)
+            .expect("readdir")
+            .map(|entry| entry.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("p.json")]);
+        assert_eq!(Profile::load(&path).expect("load"), sample());
+        fs::remove_dir_all(&dir).expect("cleanup");
+    }
+}

@@ -1,0 +1,300 @@
+//! `lockpath record`: load, attach, wait, detach, drain, write. Every program and link
+//! is owned by file descriptors of this process, so they go away with it, whatever
+//! the way it ends (return, error, signal, SIGKILL).
+
+use std::{
+    sync::atomic::{AtomicBool, AtomicI32, Ordering},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use anyhow::{bail, Context, Result};
+use aya::{programs::TracePoint, Ebpf, EbpfLoader};
+use profiler_common::target::FILTER_PIDS;
+
+use crate::{
+    cli::RecordArgs,
+    export,
+    probes::{
+        self,
+        shared::{MapSet, StackResolver},
+    },
+    profile::{ProbeUse, Profile},
+    symbolize::KernelSymbols,
+    target::{Child, Target},
+    tracefs,
+};
+
+/// The eBPF object built by `cargo xtask build` (empty when built without it).
+static EBPF_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler-ebpf.o"));
+
+static STOP: AtomicBool = AtomicBool::new(false);
+static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_stop_signal(signal: libc::c_int) {
+    STOP_SIGNAL.store(signal, Ordering::SeqCst);
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// What `record` asks for, resolved from the flags.
+struct Plan {
+    lock: bool,
+}
+
+pub fn run(args: RecordArgs) -> Result<i32> {
+    let target = if !args.command.is_empty() {
+        Target::Command(args.command.clone())
+    } else if !args.pid.is_empty() {
+        Target::Pids(args.pid.clone())
+    } else if let Some(cgroup) = &args.cgroup {
+        Target::Cgroup(cgroup.clone())
+    } else {
+        Target::System
+    };
+    // Only the lock family exists so far; `--lock` is accepted for scripts.
+    let _ = args.lock;
+    let plan = Plan { lock: true };
+
+    target.validate()?;
+    check_privileges()?;
+    check_output(&args.output)?;
+    if EBPF_OBJECT.is_empty() {
+        bail!(
+            "this lockpath was built without its eBPF programs: build it with `cargo xtask build`"
+        );
+    }
+    tracefs::ensure_mounted()?;
+    let kernel_symbols = KernelSymbols::load()?;
+
+    // Start the command before any thread exists; it waits until the probes are attached.
+    let mut child = match &target {
+        Target::Command(command) => Some(Child::spawn(command)?),
+        _ => None,
+    };
+    let started = match start(&args, &plan, &target, child.as_ref().map(|child| child.pid)) {
+        Ok(started) => started,
+        Err(err) => {
+            if let Some(child) = child.as_mut() {
+                child.kill();
+            }
+            return Err(err);
+        }
+    };
+    let (ebpf, probes) = started;
+    install_signal_handlers();
+    let start_wall = SystemTime::now();
+    let start = Instant::now();
+    if let (Some(child), Target::Command(command)) = (child.as_mut(), &target) {
+        child.release(&command[0])?;
+    }
+    eprintln!(
+        "lockpath: recording {} ({}); Ctrl-C to stop",
+        probes
+            .iter()
+            .map(|probe| probe.family.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        describe_target(&target)
+    );
+
+    let deadline = args.duration.map(Duration::from_secs_f64);
+    let mut exit_code = 0;
+    loop {
+        if STOP.load(Ordering::SeqCst) {
+            break;
+        }
+        if let Some(deadline) = deadline {
+            if start.elapsed() >= deadline {
+                break;
+            }
+        }
+        if let Some(child) = child.as_mut() {
+            if let Some(code) = child.try_wait() {
+                exit_code = code;
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let duration_s = start.elapsed().as_secs_f64();
+
+    // Detach first (numbers stop moving), then drain.
+    let mut ebpf = ebpf;
+    let mut maps = MapSet::take_all(&mut ebpf);
+    drop(ebpf);
+
+    let mut profile = Profile::new();
+    profile.host = hostname();
+    profile.kernel = kernel_release();
+    profile.start_unix_s = start_wall
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    profile.duration_s = duration_s;
+    profile.command_line = std::env::args().collect();
+    profile.targets = target.describe();
+    profile.probes = probes;
+
+    let mut stacks = StackResolver::new(&mut maps, kernel_symbols)?;
+    if plan.lock {
+        profile.locks = probes::lock::drain(&maps, &mut stacks)?;
+    }
+    stacks.interner.finish(&mut profile);
+    profile.losses = probes::shared::drain_losses(&maps)?;
+    let mut pids: Vec<u32> = profile.locks.iter().map(|row| row.pid).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    profile.processes = probes::shared::drain_processes(&maps, &pids)?;
+
+    profile
+        .save(&args.output)
+        .with_context(|| format!("cannot write the profile to {}", args.output.display()))?;
+    print!("{}", export::report::summary(&profile, args.top));
+    eprintln!("lockpath: profile written to {}", args.output.display());
+    if let Some(svg) = &args.flamegraph {
+        export::flamegraph::write_svg(&profile, crate::cli::Kind::Lock, svg)?;
+        eprintln!("lockpath: flamegraph written to {}", svg.display());
+    }
+    if child.is_none() {
+        let signal = STOP_SIGNAL.load(Ordering::SeqCst);
+        if signal == libc::SIGTERM {
+            exit_code = 0;
+        }
+    }
+    Ok(exit_code)
+}
+
+/// Loads the object, installs the target filter and attaches the requested families.
+fn start(
+    args: &RecordArgs,
+    plan: &Plan,
+    target: &Target,
+    child: Option<u32>,
+) -> Result<(Ebpf, Vec<ProbeUse>)> {
+    let filter_mode = target.filter_mode();
+    let fork_child_pid = tracefs::field_offset("sched", "sched_process_fork", "child_pid")?;
+    let exit_group_dead =
+        tracefs::field_offset("sched", "sched_process_exit", "group_dead").unwrap_or(0);
+    let mut ebpf = EbpfLoader::new()
+        .override_global("FILTER_MODE", &filter_mode, true)
+        .override_global("FORK_CHILD_PID_OFFSET", &fork_child_pid, true)
+        .override_global("EXIT_GROUP_DEAD_OFFSET", &exit_group_dead, true)
+        .map_max_entries("STACKS", args.stack_entries)
+        .map_max_entries("LOCK_STATS", args.map_entries)
+        .load(EBPF_OBJECT)
+        .map_err(|err| anyhow::anyhow!(explain_load_error(&err.to_string())))?;
+
+    if filter_mode == FILTER_PIDS {
+        for (name, event) in [
+            ("target_fork", "sched_process_fork"),
+            ("target_exit", "sched_process_exit"),
+        ] {
+            let program: &mut TracePoint = ebpf
+                .program_mut(name)
+                .with_context(|| format!("program {name} missing from the eBPF object"))?
+                .try_into()
+                .with_context(|| format!("program {name} is not a tracepoint"))?;
+            program
+                .load()
+                .with_context(|| format!("the kernel refused to load {name}"))?;
+            program
+                .attach("sched", event)
+                .with_context(|| format!("cannot attach to sched:{event}"))?;
+        }
+    }
+    target.install(&mut ebpf, child)?;
+
+    let mut probes = Vec::new();
+    if plan.lock {
+        probes.push(probes::lock::attach(&mut ebpf)?);
+    }
+    Ok((ebpf, probes))
+}
+
+fn explain_load_error(err: &str) -> String {
+    if err.contains("Operation not permitted") || err.contains("EPERM") {
+        format!("the kernel refused to load lockpath's eBPF programs ({err}): run as root, or with CAP_BPF and CAP_PERFMON")
+    } else {
+        format!("cannot load lockpath's eBPF programs: {err}")
+    }
+}
+
+/// Root, or CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN), checked before anything is loaded.
+fn check_privileges() -> Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return Ok(());
+    }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let effective = status
+        .lines()
+        .find_map(|line| line.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .unwrap_or(0);
+    const CAP_SYS_ADMIN: u64 = 1 << 21;
+    const CAP_PERFMON: u64 = 1 << 38;
+    const CAP_BPF: u64 = 1 << 39;
+    if effective & CAP_SYS_ADMIN != 0
+        || effective & (CAP_BPF | CAP_PERFMON) == CAP_BPF | CAP_PERFMON
+    {
+        return Ok(());
+    }
+    bail!(
+        "lockpath record needs root, or the capabilities CAP_BPF and CAP_PERFMON: run it with sudo"
+    )
+}
+
+/// Fails before recording when the profile could not be written at the end.
+fn check_output(path: &std::path::Path) -> Result<()> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => std::path::Path::new("."),
+    };
+    if !dir.is_dir() {
+        bail!(
+            "cannot write the profile to {}: directory {} does not exist",
+            path.display(),
+            dir.display()
+        );
+    }
+    if path.is_dir() {
+        bail!(
+            "cannot write the profile to {}: it is a directory",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+fn install_signal_handlers() {
+    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: installing a handler that only stores to atomics (async-signal-safe).
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_stop_signal as *const () as usize;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(signal, &action, std::ptr::null_mut());
+        }
+    }
+}
+
+fn describe_target(target: &Target) -> String {
+    match target {
+        Target::System => "whole system".into(),
+        Target::Pids(pids) => format!("pids {pids:?}"),
+        Target::Cgroup(path) => format!("cgroup {}", path.display()),
+        Target::Command(command) => format!("command {}", command.join(" ")),
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|release| release.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}

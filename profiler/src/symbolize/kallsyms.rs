@@ -1,0 +1,211 @@
+//! Kernel symbols from `/proc/kallsyms`: functions for stacks (with their module,
+//! `after_reply [ptlrpc]`), and data symbols for naming static locks.
+
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+
+use crate::profile::Frame;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Symbol {
+    pub addr: u64,
+    pub name: String,
+    pub module: Option<String>,
+    /// Type letter from kallsyms (`T`, `t`, `D`, `b`, ...).
+    pub kind: char,
+}
+
+/// Symbols that mark the end of a text region rather than a function.
+fn is_region_end(name: &str) -> bool {
+    matches!(
+        name,
+        "_etext"
+            | "_einittext"
+            | "__entry_text_end"
+            | "__irqentry_text_end"
+            | "__softirqentry_text_end"
+    ) || name.starts_with("__end_")
+}
+
+/// No kernel function is this large; a larger offset means the address is elsewhere.
+const MAX_FUNCTION_SIZE: u64 = 1 << 20;
+
+/// Sorted kernel symbols with address lookup.
+#[derive(Debug, Default)]
+pub struct KernelSymbols {
+    /// Text (function) symbols, sorted by address.
+    text: Vec<Symbol>,
+    /// Data and bss symbols of the kernel image, sorted by address.
+    data: Vec<Symbol>,
+    /// End of the last data/bss symbol range we can trust (`_end` or `__bss_stop`).
+    data_end: u64,
+}
+
+impl KernelSymbols {
+    pub fn load() -> Result<Self> {
+        Self::load_from(Path::new("/proc/kallsyms"))
+    }
+
+    pub fn load_from(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let symbols = Self::parse(&text);
+        if symbols.text.iter().all(|symbol| symbol.addr == 0) {
+            bail!(
+                "{} shows only zero addresses: run as root, or set kernel.kptr_restrict=0",
+                path.display()
+            );
+        }
+        Ok(symbols)
+    }
+
+    /// Parses kallsyms text: `ffffffff81000000 T _stext` or
+    /// `ffffffffc0a01000 t ldiskfs_bread\t[ldiskfs]`.
+    pub fn parse(text: &str) -> Self {
+        let mut symbols = KernelSymbols::default();
+        for line in text.lines() {
+            let mut parts = line.split_whitespace();
+            let (Some(addr), Some(kind), Some(name)) = (parts.next(), parts.next(), parts.next())
+            else {
+                continue;
+            };
+            let Ok(addr) = u64::from_str_radix(addr, 16) else {
+                continue;
+            };
+            let Some(kind) = kind.chars().next() else {
+                continue;
+            };
+            let module = parts
+                .next()
+                .map(|module| module.trim_matches(|c| c == '[' || c == ']').to_string());
+            let symbol = Symbol {
+                addr,
+                name: name.to_string(),
+                module,
+                kind,
+            };
+            match kind.to_ascii_lowercase() {
+                't' | 'w' => symbols.text.push(symbol),
+                'd' | 'b' | 'r' => {
+                    if matches!(symbol.name.as_str(), "_end" | "__bss_stop") {
+                        symbols.data_end = symbols.data_end.max(addr);
+                    }
+                    if symbol.module.is_none() {
+                        symbols.data.push(symbol);
+                    }
+                }
+                _ => {}
+            }
+        }
+        symbols.text.sort_by_key(|symbol| symbol.addr);
+        symbols.data.sort_by_key(|symbol| symbol.addr);
+        symbols
+    }
+
+    /// The function containing `addr` and the offset into it. Addresses past the end
+    /// of a text region (the JIT area of BPF programs, for one) have no function.
+    pub fn function(&self, addr: u64) -> Option<(&Symbol, u64)> {
+        let index = self.text.partition_point(|symbol| symbol.addr <= addr);
+        let symbol = self.text.get(index.checked_sub(1)?)?;
+        let offset = addr - symbol.addr;
+        if is_region_end(&symbol.name) || offset > MAX_FUNCTION_SIZE {
+            return None;
+        }
+        Some((symbol, offset))
+    }
+
+    /// A stack frame for a kernel address.
+    pub fn frame(&self, addr: u64) -> Frame {
+        match self.function(addr) {
+            Some((symbol, _)) => Frame {
+                name: symbol.name.clone(),
+                module: symbol.module.clone(),
+                kernel: true,
+            },
+            None => Frame {
+                name: format!("0x{addr:x}"),
+                module: None,
+                kernel: true,
+            },
+        }
+    }
+
+    /// Name of a static kernel object containing `addr` (`jiffies_lock`,
+    /// `rcu_state+0x40`), or `None` for heap addresses.
+    pub fn data_name(&self, addr: u64) -> Option<String> {
+        if self.data.is_empty() || (self.data_end != 0 && addr >= self.data_end) {
+            return None;
+        }
+        let index = self.data.partition_point(|symbol| symbol.addr <= addr);
+        let symbol = self.data.get(index.checked_sub(1)?)?;
+        let offset = addr - symbol.addr;
+        // Without sizes, accept an offset within the gap to the next symbol, and only
+        // up to a page: a heap address past the image is never named.
+        let next = self
+            .data
+            .get(index)
+            .map(|next| next.addr)
+            .unwrap_or(u64::MAX);
+        if addr >= next || offset >= 4096 {
+            return None;
+        }
+        Some(if offset == 0 {
+            symbol.name.clone()
+        } else {
+            format!("{}+0x{offset:x}", symbol.name)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = "\
+ffffffff81000000 T _stext
+ffffffff81001000 T do_pipe2
+ffffffff81001200 t queued_spin_lock_slowpath
+ffffffff81002000 T _etext
+ffffffff82000000 D jiffies_lock
+ffffffff82000040 D rcu_state
+ffffffff82001000 B __bss_stop
+ffffffff82001000 B _end
+ffffffffc0a01000 t after_reply\t[ptlrpc]
+ffffffffc0a02000 d ptlrpc_lock\t[ptlrpc]
+";
+
+    #[test]
+    fn functions_with_offsets_and_modules() {
+        let symbols = KernelSymbols::parse(SAMPLE);
+        let (symbol, offset) = symbols.function(0xffffffff81001010).expect("found");
+        assert_eq!((symbol.name.as_str(), offset), ("do_pipe2", 0x10));
+        let frame = symbols.frame(0xffffffffc0a01234);
+        assert_eq!(frame.display(), "after_reply [ptlrpc]");
+        assert_eq!(symbols.frame(0x1000).name, "0x1000");
+        assert_eq!(
+            symbols.frame(0xffffffff81002010).name,
+            "0xffffffff81002010",
+            "past _etext"
+        );
+    }
+
+    #[test]
+    fn static_locks_are_named_heap_is_not() {
+        let symbols = KernelSymbols::parse(SAMPLE);
+        assert_eq!(
+            symbols.data_name(0xffffffff82000000).as_deref(),
+            Some("jiffies_lock")
+        );
+        assert_eq!(
+            symbols.data_name(0xffffffff82000048).as_deref(),
+            Some("rcu_state+0x8")
+        );
+        assert_eq!(symbols.data_name(0xffff888012345678), None, "heap address");
+        assert_eq!(
+            symbols.data_name(0xffffffff82001008),
+            None,
+            "past the image"
+        );
+    }
+}
