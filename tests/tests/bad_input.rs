@@ -1,0 +1,61 @@
+//! Bad input: one clear line on stderr, a non-zero exit, no output file. These need no
+//! privileges, except where noted.
+
+mod common;
+
+use common::*;
+
+fn one_line_error(args: &[&str], expect: &str) {
+    let output = lockpath(args);
+    assert!(!output.status.success(), "lockpath {args:?} must fail");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(expect), "lockpath {args:?}: expected {expect:?} in:\n{stderr}");
+    assert!(!stderr.contains("panicked"), "no panic: {stderr}");
+}
+
+#[test]
+fn missing_pid_is_named() {
+    if !lockpath_bin().exists() {
+        eprintln!("SKIP missing_pid_is_named: lockpath not built");
+        return;
+    }
+    let dir = scratch("bad-pid");
+    let out = dir.join("p.json");
+    one_line_error(&["record", "-p", "999999999", "-o", out.to_str().expect("path")], "no process with pid 999999999");
+    assert!(!out.exists());
+}
+
+#[test]
+fn bad_flag_values_are_refused() {
+    if !lockpath_bin().exists() {
+        eprintln!("SKIP bad_flag_values_are_refused: lockpath not built");
+        return;
+    }
+    one_line_error(&["record", "-d", "abc"], "not a number of seconds");
+    one_line_error(&["record", "-d", "-3"], "");
+    one_line_error(&["report", "x.json", "--by", "nonsense"], "invalid value 'nonsense'");
+    one_line_error(&["record", "--map-entries", "0"], "0");
+}
+
+#[test]
+fn unreadable_and_truncated_profiles() {
+    if !lockpath_bin().exists() {
+        eprintln!("SKIP unreadable_and_truncated_profiles: lockpath not built");
+        return;
+    }
+    let dir = scratch("bad-profile");
+    one_line_error(&["report", dir.join("missing.json").to_str().expect("path")], "cannot read profile");
+    let truncated = dir.join("truncated.json");
+    std::fs::write(&truncated, br#"{"format":"lockpath/1","host":"a","ker"#).expect("write");
+    one_line_error(&["report", truncated.to_str().expect("path")], "truncated");
+    let foreign = dir.join("foreign.json");
+    std::fs::write(&foreign, br#"{"format":"other/9"}"#).expect("write");
+    one_line_error(&["report", foreign.to_str().expect("path")], "other/9");
+    let svg = dir.join("out.svg");
+    one_line_error(
+        &["flamegraph", truncated.to_str().expect("path"), "-o", svg.to_str().expect("path")],
+        "truncated",
+    );
+    assert!(!svg.exists(), "no SVG from a bad profile");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,188 @@
+//! Shared by the root integration tests: where the binaries are, the root/CI rule,
+//! running `lockpath record`, reading its profile, and checking nothing stays loaded.
+#![allow(dead_code)]
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output},
+};
+
+/// The `lockpath` binary under test: `$LOCKPATH_BIN` (set by `cargo xtask test`), else
+/// the release build of this workspace.
+pub fn lockpath_bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("LOCKPATH_BIN") {
+        return PathBuf::from(path);
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release/lockpath")
+}
+
+/// A workload binary of this crate (`src/bin/NAME.rs`).
+pub fn workload(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/<test> -> target/<profile>/<name>
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let path = dir.join(name);
+    assert!(path.exists(), "workload {} not built (cargo build --bins)", path.display());
+    path
+}
+
+/// True when the test may load eBPF programs. Under `CI=true` a test that cannot load
+/// them fails; elsewhere it is skipped with the reason printed.
+pub fn can_load_programs(test: &str) -> bool {
+    let ci = std::env::var("CI").map(|v| v == "true" || v == "1").unwrap_or(false);
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc_geteuid() } == 0;
+    let bin = lockpath_bin();
+    let reason = if !root {
+        Some("not running as root".to_string())
+    } else if !bin.exists() {
+        Some(format!("{} does not exist (run `cargo xtask build`)", bin.display()))
+    } else {
+        None
+    };
+    match reason {
+        None => true,
+        Some(reason) if ci => panic!("{test}: cannot load eBPF programs under CI=true: {reason}"),
+        Some(reason) => {
+            eprintln!("SKIP {test}: {reason}");
+            false
+        }
+    }
+}
+
+unsafe extern "C" {
+    #[link_name = "geteuid"]
+    fn libc_geteuid() -> u32;
+}
+
+/// A unique scratch directory for one test.
+pub fn scratch(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("lockpath-it-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}
+
+/// Runs lockpath with `args`; returns its output (stdout, stderr, status).
+pub fn lockpath(args: &[&str]) -> Output {
+    Command::new(lockpath_bin())
+        .args(args)
+        .output()
+        .expect("run lockpath")
+}
+
+/// Runs lockpath and panics with its output unless it succeeded.
+pub fn lockpath_ok(args: &[&str]) -> Output {
+    let output = lockpath(args);
+    assert!(
+        output.status.success(),
+        "lockpath {args:?} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+pub fn load_json(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|err| panic!("cannot read {}: {err}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|err| panic!("{} is not JSON: {err}", path.display()))
+}
+
+/// Names of the frames of stack `id` in a profile, leaf first.
+pub fn stack_names(profile: &serde_json::Value, id: u64) -> Vec<String> {
+    profile["stacks"][id as usize]["frames"]
+        .as_array()
+        .expect("stack frames")
+        .iter()
+        .map(|frame| {
+            profile["frames"][frame.as_u64().expect("frame index") as usize]["name"]
+                .as_str()
+                .expect("frame name")
+                .to_string()
+        })
+        .collect()
+}
+
+/// Ids of the BPF programs that process `pid` holds through its file descriptors
+/// (program and link fds both name their program in /proc/PID/fdinfo).
+pub fn programs_held_by(pid: u32) -> Vec<u64> {
+    let mut ids = Vec::new();
+    let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return ids;
+    };
+    for entry in entries.flatten() {
+        let Ok(info) = std::fs::read_to_string(entry.path()) else {
+            continue;
+        };
+        for line in info.lines() {
+            if let Some(id) = line.strip_prefix("prog_id:") {
+                if let Ok(id) = id.trim().parse::<u64>() {
+                    if !ids.contains(&id) {
+                        ids.push(id);
+                    }
+                }
+            }
+        }
+    }
+    ids.sort_unstable();
+    ids
+}
+
+/// Ids of every loaded BPF program.
+pub fn loaded_programs() -> Vec<u64> {
+    let output = Command::new("bpftool")
+        .args(["-j", "prog", "show"])
+        .output()
+        .expect("run bpftool (apt-get install bpftool)");
+    let programs: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("bpftool JSON");
+    programs
+        .as_array()
+        .expect("bpftool returns a list")
+        .iter()
+        .filter_map(|program| program["id"].as_u64())
+        .collect()
+}
+
+/// Starts `lockpath record ARGS` in the background, waits until its programs are
+/// loaded, and returns the child and the program ids it holds.
+pub fn spawn_recording(args: &[&str]) -> (std::process::Child, Vec<u64>) {
+    let child = Command::new(lockpath_bin())
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start lockpath");
+    let pid = child.id();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let held = programs_held_by(pid);
+        if !held.is_empty() {
+            // Let the remaining attaches finish.
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            return (child, programs_held_by(pid));
+        }
+        assert!(std::time::Instant::now() < deadline, "lockpath loaded no program within 20 s");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Panics if any of `ids` is still loaded. The kernel frees a program shortly after
+/// its last reference goes (deferred work), so this waits up to 5 s for that.
+pub fn assert_programs_gone(ids: &[u64]) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let loaded = loaded_programs();
+        let left: Vec<&u64> = ids.iter().filter(|id| loaded.contains(id)).collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "programs left loaded 5 s after lockpath ended: {left:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
