@@ -6,11 +6,15 @@
 #![allow(internal_features)]
 #![no_main]
 
+mod cpu;
 mod lock;
 mod shared;
 mod target;
 
-use aya_ebpf::{macros::raw_tracepoint, programs::RawTracePointContext};
+use aya_ebpf::{
+    macros::{perf_event, raw_tracepoint},
+    programs::{PerfEventContext, RawTracePointContext},
+};
 
 /// `lock:contention_begin(void *lock, unsigned int flags)`.
 ///
@@ -27,6 +31,13 @@ pub fn lock_contention_begin(ctx: RawTracePointContext) -> i32 {
 #[raw_tracepoint(tracepoint = "contention_end")]
 pub fn lock_contention_end(ctx: RawTracePointContext) -> i32 {
     lock::on_contention_end(&ctx);
+    0
+}
+
+/// On-CPU sample: a software CPU-clock perf event, one per online CPU.
+#[perf_event]
+pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
+    cpu::on_sample(&ctx);
     0
 }
 

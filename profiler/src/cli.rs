@@ -32,9 +32,19 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct RecordArgs {
-    /// Record lock contention (spinlocks, rwlocks, mutexes, rwsems); the default.
+    /// Record lock contention (spinlocks, rwlocks, mutexes, rwsems); the default when no
+    /// other family is asked for.
     #[arg(long)]
     pub lock: bool,
+
+    /// Sample what runs on the CPUs (kernel and user stacks) with a perf CPU clock.
+    #[arg(long)]
+    pub cpu: bool,
+
+    /// On-CPU sampling frequency in Hz, on every CPU (with --cpu).
+    #[arg(long, value_name = "HZ", default_value_t = 99, requires = "cpu",
+          value_parser = parse_freq)]
+    pub freq: u64,
 
     /// Profile the whole system (the default when no target is given).
     #[arg(short = 'a', long = "all", conflicts_with_all = ["pid", "cgroup"])]
@@ -83,6 +93,17 @@ pub struct RecordArgs {
     pub command: Vec<String>,
 }
 
+fn parse_freq(text: &str) -> Result<u64, String> {
+    let hz: u64 = text
+        .trim_end_matches("Hz")
+        .parse()
+        .map_err(|_| format!("{text:?} is not a frequency in Hz (a whole number)"))?;
+    if hz == 0 {
+        return Err("the sampling frequency must be at least 1 Hz (99 is the default)".into());
+    }
+    Ok(hz)
+}
+
 fn parse_duration(text: &str) -> Result<f64, String> {
     let seconds: f64 = text
         .trim_end_matches('s')
@@ -129,6 +150,8 @@ pub struct ReportArgs {
 pub enum Kind {
     /// Lock wait time by process, lock type and waiter stack.
     Lock,
+    /// On-CPU samples by process and stack (user frames, then kernel frames `_[k]`).
+    Cpu,
 }
 
 #[derive(Debug, Args)]

@@ -25,7 +25,13 @@ pub fn run(cli: Cli) -> Result<i32> {
             let text = match args.format {
                 cli::ReportFormat::Text => {
                     let mut text = export::report::summary_header(&profile);
-                    text.push_str(&export::report::lock_table(&profile, args.by, args.top));
+                    if !profile.locks.is_empty() || profile.cpu.is_empty() {
+                        text.push_str(&export::report::lock_table(&profile, args.by, args.top));
+                    }
+                    if !profile.cpu.is_empty() {
+                        text.push('\n');
+                        text.push_str(&export::report::cpu_tables(&profile, args.top));
+                    }
                     text.push_str(&export::report::losses(&profile));
                     text
                 }

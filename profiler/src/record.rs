@@ -16,7 +16,7 @@ use crate::{
     export,
     probes::{
         self,
-        shared::{MapSet, StackResolver},
+        shared::{MapSet, ProcessWatcher, StackResolver},
     },
     profile::{ProbeUse, Profile},
     symbolize::KernelSymbols,
@@ -39,6 +39,15 @@ extern "C" fn on_stop_signal(signal: libc::c_int) {
 /// What `record` asks for, resolved from the flags.
 struct Plan {
     lock: bool,
+    /// On-CPU sampling frequency in Hz, when asked for.
+    cpu: Option<u64>,
+}
+
+impl Plan {
+    /// Families that record user stacks need the process watcher (memory-map snapshots).
+    fn user_stacks(&self) -> bool {
+        self.cpu.is_some()
+    }
 }
 
 pub fn run(args: RecordArgs) -> Result<i32> {
@@ -51,11 +60,16 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     } else {
         Target::System
     };
-    // Only the lock family exists so far; `--lock` is accepted for scripts.
-    let _ = args.lock;
-    let plan = Plan { lock: true };
+    // The lock family is the default only when no family flag is given.
+    let plan = Plan {
+        lock: args.lock || !args.cpu,
+        cpu: args.cpu.then_some(args.freq),
+    };
 
     target.validate()?;
+    if let Some(freq) = plan.cpu {
+        probes::cpu::check_frequency(freq)?;
+    }
     check_privileges()?;
     check_output(&args.output)?;
     if EBPF_OBJECT.is_empty() {
@@ -80,7 +94,13 @@ pub fn run(args: RecordArgs) -> Result<i32> {
             return Err(err);
         }
     };
-    let (ebpf, probes) = started;
+    let (ebpf, probes, mut watcher) = started;
+    if let Err(err) = target.check_alive() {
+        if let Some(child) = child.as_mut() {
+            child.kill();
+        }
+        return Err(err);
+    }
     install_signal_handlers();
     let start_wall = SystemTime::now();
     let start = Instant::now();
@@ -114,7 +134,20 @@ pub fn run(args: RecordArgs) -> Result<i32> {
                 break;
             }
         }
-        std::thread::sleep(Duration::from_millis(50));
+        if let Target::Pids(pids) = &target {
+            if pids.iter().all(|&pid| !crate::target::is_alive(pid)) {
+                eprintln!("lockpath: every target process has exited; stopping");
+                break;
+            }
+        }
+        // Short sleeps while watching processes: a snapshot must beat a quick exit.
+        match watcher.as_mut() {
+            Some(watcher) => {
+                watcher.poll();
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            None => std::thread::sleep(Duration::from_millis(50)),
+        }
     }
     let duration_s = start.elapsed().as_secs_f64();
 
@@ -136,12 +169,20 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     profile.probes = probes;
 
     let mut stacks = StackResolver::new(&mut maps, kernel_symbols)?;
+    if let Some(watcher) = watcher {
+        stacks.user = watcher.finish();
+    }
     if plan.lock {
         profile.locks = probes::lock::drain(&maps, &mut stacks)?;
+    }
+    if let Some(freq) = plan.cpu {
+        profile.cpu_freq_hz = freq;
+        profile.cpu = probes::cpu::drain(&maps, &mut stacks)?;
     }
     stacks.interner.finish(&mut profile);
     profile.losses = probes::shared::drain_losses(&maps)?;
     let mut pids: Vec<u32> = profile.locks.iter().map(|row| row.pid).collect();
+    pids.extend(profile.cpu.iter().map(|row| row.pid));
     pids.sort_unstable();
     pids.dedup();
     profile.processes = probes::shared::drain_processes(&maps, &pids)?;
@@ -152,7 +193,12 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     print!("{}", export::report::summary(&profile, args.top));
     eprintln!("lockpath: profile written to {}", args.output.display());
     if let Some(svg) = &args.flamegraph {
-        export::flamegraph::write_svg(&profile, crate::cli::Kind::Lock, svg)?;
+        let kind = if plan.lock {
+            crate::cli::Kind::Lock
+        } else {
+            crate::cli::Kind::Cpu
+        };
+        export::flamegraph::write_svg(&profile, kind, svg)?;
         eprintln!("lockpath: flamegraph written to {}", svg.display());
     }
     if child.is_none() {
@@ -170,7 +216,7 @@ fn start(
     plan: &Plan,
     target: &Target,
     child: Option<u32>,
-) -> Result<(Ebpf, Vec<ProbeUse>)> {
+) -> Result<(Ebpf, Vec<ProbeUse>, Option<ProcessWatcher>)> {
     let filter_mode = target.filter_mode();
     let fork_child_pid = tracefs::field_offset("sched", "sched_process_fork", "child_pid")?;
     let exit_group_dead =
@@ -181,6 +227,7 @@ fn start(
         .override_global("EXIT_GROUP_DEAD_OFFSET", &exit_group_dead, true)
         .map_max_entries("STACKS", args.stack_entries)
         .map_max_entries("LOCK_STATS", args.map_entries)
+        .map_max_entries("CPU_SAMPLES", args.map_entries)
         .load(EBPF_OBJECT)
         .map_err(|err| anyhow::anyhow!(explain_load_error(&err.to_string())))?;
 
@@ -204,11 +251,20 @@ fn start(
     }
     target.install(&mut ebpf, child)?;
 
+    // The watcher first: a process must be noted before its first sample is counted.
+    let watcher = if plan.user_stacks() {
+        Some(ProcessWatcher::start(&mut ebpf)?)
+    } else {
+        None
+    };
     let mut probes = Vec::new();
     if plan.lock {
         probes.push(probes::lock::attach(&mut ebpf)?);
     }
-    Ok((ebpf, probes))
+    if let Some(freq) = plan.cpu {
+        probes.push(probes::cpu::attach(&mut ebpf, freq)?);
+    }
+    Ok((ebpf, probes, watcher))
 }
 
 fn explain_load_error(err: &str) -> String {

@@ -36,9 +36,12 @@ impl Target {
     pub fn validate(&self) -> Result<()> {
         match self {
             Target::Pids(pids) => {
-                for pid in pids {
-                    if *pid == 0 || !Path::new(&format!("/proc/{pid}")).exists() {
+                for &pid in pids {
+                    if pid == 0 || !Path::new(&format!("/proc/{pid}")).exists() {
                         bail!("no process with pid {pid}: check the pid with `ps -p {pid}`");
+                    }
+                    if !is_alive(pid) {
+                        bail!("process {pid} has already exited: give the pid of a running process");
                     }
                 }
             }
@@ -56,6 +59,17 @@ impl Target {
                 }
             }
             Target::System => {}
+        }
+        Ok(())
+    }
+
+    /// After the filter is installed: a `-p` process that exited meanwhile is an error
+    /// (nothing of it could be recorded).
+    pub fn check_alive(&self) -> Result<()> {
+        if let Target::Pids(pids) = self {
+            if let Some(pid) = pids.iter().find(|&&pid| !is_alive(pid)) {
+                bail!("process {pid} exited before recording began: give the pid of a running process");
+            }
         }
         Ok(())
     }
@@ -110,6 +124,18 @@ impl Target {
             }
         }
     }
+}
+
+/// True while `pid` runs: it exists and is neither a zombie nor dead.
+pub fn is_alive(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state follows the command name, which is in parentheses and may hold spaces.
+    let state = stat
+        .rfind(')')
+        .and_then(|end| stat[end + 1..].split_whitespace().next());
+    !matches!(state, Some("Z") | Some("X") | Some("x") | None)
 }
 
 fn insert_pids(ebpf: &mut Ebpf, pids: &[u32]) -> Result<()> {

@@ -10,6 +10,11 @@ use crate::{cli::Kind, export::folded, profile::write_atomically, profile::Profi
 fn labels(kind: Kind) -> (&'static str, &'static str, f64) {
     match kind {
         Kind::Lock => ("Lock wait time (width: time waiting, ms)", "ms", 0.001),
+        Kind::Cpu => (
+            "On-CPU samples (width: CPU time; kernel frames _[k], orange)",
+            "samples",
+            1.0,
+        ),
     }
 }
 
@@ -24,6 +29,19 @@ pub fn render_svg(profile: &Profile, kind: Kind) -> Result<Vec<u8>> {
     options.count_name = count_name.to_string();
     options.factor = factor;
     options.name_type = "Function:".to_string();
+    if kind == Kind::Cpu {
+        // Kernel frames (`_[k]`) orange, Rust/C++ (`::`) yellow, C red.
+        options.colors = inferno::flamegraph::color::Palette::Multi(
+            inferno::flamegraph::color::MultiPalette::Perl,
+        );
+        if profile.cpu_freq_hz > 0 {
+            options.subtitle = Some(format!(
+                "{} Hz per CPU: one sample is about {:.1} ms of CPU",
+                profile.cpu_freq_hz,
+                1000.0 / profile.cpu_freq_hz as f64
+            ));
+        }
+    }
     let mut svg = Vec::new();
     if lines.is_empty() {
         // inferno refuses empty input; an empty profile still gets a readable file.

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use crate::{
     cli::Kind,
     probes::lock::{is_lock_internal, lock_type_name},
-    profile::Profile,
+    profile::{CpuRow, Profile},
 };
 
 /// Folded frames may not contain `;` (separator) or line breaks; the count follows the
@@ -46,8 +46,40 @@ pub fn lines(profile: &Profile, kind: Kind) -> Vec<(String, u64)> {
                 }
             }
         }
+        Kind::Cpu => {
+            for row in &profile.cpu {
+                *folded.entry(cpu_stack(profile, row)).or_default() += row.samples;
+            }
+        }
     }
     folded.into_iter().collect()
+}
+
+/// Suffix of kernel frames in CPU stacks, as perf and inferno write it (inferno's
+/// palettes color such frames apart).
+pub const KERNEL_SUFFIX: &str = "_[k]";
+
+/// On-CPU sample: process; user frames from the outermost; kernel frames (`_[k]`) from
+/// the system call or interrupt entry to the leaf. A user stack that stops short of the
+/// program's entry point starts with `[truncated]`, so it does not pose as complete.
+pub fn cpu_stack(profile: &Profile, row: &CpuRow) -> String {
+    let mut parts = vec![clean(&profile.process_name(row.pid))];
+    let user = profile.stack_frames(row.user_stack);
+    if row.user_stack.is_some() && profile.stack_truncated(row.user_stack) {
+        parts.push("[truncated]".into());
+    }
+    parts.extend(user.iter().rev().map(|frame| clean(&frame.display())));
+    let kernel = profile.stack_frames(row.kernel_stack);
+    parts.extend(
+        kernel
+            .iter()
+            .rev()
+            .map(|frame| format!("{}{KERNEL_SUFFIX}", clean(&frame.display()))),
+    );
+    if user.is_empty() && kernel.is_empty() {
+        parts.push("[stack lost]".into());
+    }
+    parts.join(";")
 }
 
 pub fn render(profile: &Profile, kind: Kind) -> String {

@@ -4,7 +4,8 @@ use std::collections::{BTreeMap, HashMap as StdHashMap};
 
 use anyhow::{Context, Result};
 use aya::{
-    maps::{HashMap, Map, MapData, PerCpuArray, StackTraceMap},
+    maps::{HashMap, Map, MapData, PerCpuArray, RingBuf, StackTraceMap},
+    programs::TracePoint,
     Ebpf,
 };
 use profiler_common::{
@@ -14,7 +15,7 @@ use profiler_common::{
 
 use crate::{
     profile::{Frame, Process, StackInterner, Thread},
-    symbolize::KernelSymbols,
+    symbolize::{user::reaches_root, KernelSymbols, UserSymbols},
 };
 
 /// The kernel maps, taken out of the loaded object so that dropping the object detaches
@@ -54,6 +55,10 @@ pub struct StackResolver {
     stack_map: StackTraceMap<MapData>,
     kernel: KernelSymbols,
     kernel_cache: StdHashMap<i32, Option<u32>>,
+    /// User symbols; `record` hands over the one that snapshotted processes during the run.
+    pub user: UserSymbols,
+    /// Stack ids are shared by processes with identical frames: cache per process.
+    user_cache: StdHashMap<(u32, i32), Option<u32>>,
     pub interner: StackInterner,
 }
 
@@ -65,6 +70,8 @@ impl StackResolver {
             stack_map,
             kernel,
             kernel_cache: StdHashMap::new(),
+            user: UserSymbols::new(),
+            user_cache: StdHashMap::new(),
             interner: StackInterner::default(),
         })
     }
@@ -88,6 +95,31 @@ impl StackResolver {
             self.interner.stack(frames, truncated)
         });
         self.kernel_cache.insert(stack_id, resolved);
+        resolved
+    }
+
+    /// The profile stack for a user stack id of process `tgid` (frames `kernel: false`,
+    /// module = object path); `None` when the id is an error (lost, or a kernel thread).
+    /// A stack that does not reach the program's or thread's entry point is marked
+    /// truncated (a function without frame pointers, or the depth limit).
+    pub fn user_stack(&mut self, tgid: u32, stack_id: i32) -> Option<u32> {
+        if stack_id < 0 {
+            return None;
+        }
+        if let Some(&cached) = self.user_cache.get(&(tgid, stack_id)) {
+            return cached;
+        }
+        let resolved = self
+            .stack_map
+            .get(&(stack_id as u32), 0)
+            .ok()
+            .map(|trace| {
+                let addrs: Vec<u64> = trace.frames().iter().map(|frame| frame.ip).collect();
+                let frames = self.user.frames(tgid, &addrs);
+                let truncated = addrs.len() >= MAX_STACK_DEPTH || !reaches_root(&frames);
+                self.interner.stack(frames, truncated)
+            });
+        self.user_cache.insert((tgid, stack_id), resolved);
         resolved
     }
 
@@ -187,4 +219,62 @@ pub fn comm_to_string(comm: &[u8]) -> String {
         .position(|&byte| byte == 0)
         .unwrap_or(comm.len());
     String::from_utf8_lossy(&comm[..end]).into_owned()
+}
+
+/// Watches for processes whose user stacks are being recorded (the kernel notes each
+/// one in `NEW_PROCESSES` the first time, and again after an exec) and snapshots their
+/// memory maps at once, so they are symbolized even if they exit before the end.
+pub struct ProcessWatcher {
+    notes: RingBuf<MapData>,
+    pub symbols: UserSymbols,
+    last_refresh: std::time::Instant,
+}
+
+impl ProcessWatcher {
+    /// Attaches the exec hook and takes the notice ring out of the object.
+    pub fn start(ebpf: &mut Ebpf) -> Result<ProcessWatcher> {
+        let program: &mut TracePoint = ebpf
+            .program_mut("processes_exec")
+            .context("program processes_exec missing from the eBPF object")?
+            .try_into()
+            .context("program processes_exec is not a tracepoint")?;
+        program
+            .load()
+            .context("the kernel refused to load processes_exec")?;
+        program
+            .attach("sched", "sched_process_exec")
+            .context("cannot attach to sched:sched_process_exec")?;
+        let map = ebpf
+            .take_map("NEW_PROCESSES")
+            .context("map NEW_PROCESSES missing from the eBPF object")?;
+        let notes = RingBuf::try_from(map).context("NEW_PROCESSES has an unexpected type")?;
+        Ok(ProcessWatcher {
+            notes,
+            symbols: UserSymbols::new(),
+            last_refresh: std::time::Instant::now(),
+        })
+    }
+
+    /// Snapshots every newly noted process; now and then, the known ones again (a
+    /// library loaded later). Call often while recording.
+    pub fn poll(&mut self) {
+        while let Some(item) = self.notes.next() {
+            if let Ok(bytes) = <[u8; 4]>::try_from(&item[..4.min(item.len())]) {
+                let pid = u32::from_ne_bytes(bytes);
+                drop(item);
+                self.symbols.remember(pid);
+            }
+        }
+        if self.last_refresh.elapsed() >= std::time::Duration::from_secs(1) {
+            self.symbols.refresh();
+            self.last_refresh = std::time::Instant::now();
+        }
+    }
+
+    /// The last snapshots, for the symbolization at the end of the run.
+    pub fn finish(mut self) -> UserSymbols {
+        self.poll();
+        self.symbols.refresh();
+        self.symbols
+    }
 }

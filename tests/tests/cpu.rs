@@ -1,0 +1,273 @@
+//! Root integration tests of on-CPU sampling, user-space symbols and the targets
+//! (`-- CMD` with forks, `-p`, `--cgroup`), against workloads that measure themselves.
+
+mod common;
+
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use common::*;
+
+/// The `seventy_ns=.. thirty_ns=.. rounds=.. pid=..` line of a cpu-burn run.
+fn burn_report(text: &str) -> HashMap<String, u64> {
+    let line = text
+        .lines()
+        .find(|line| line.starts_with("seventy_ns="))
+        .unwrap_or_else(|| panic!("no cpu-burn report in:\n{text}"));
+    line.split_whitespace()
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(key, value)| (key.to_string(), value.parse().expect("number")))
+        .collect()
+}
+
+/// Frame names of stack `id` (leaf first), or none.
+fn frames(profile: &serde_json::Value, id: &serde_json::Value) -> Vec<String> {
+    id.as_u64().map(|id| stack_names(profile, id)).unwrap_or_default()
+}
+
+/// CPU rows of the profile.
+fn cpu_rows(profile: &serde_json::Value) -> Vec<serde_json::Value> {
+    profile["cpu"].as_array().expect("cpu rows").clone()
+}
+
+/// Samples of `pid` whose user stack holds a frame containing `function`.
+fn samples_in(profile: &serde_json::Value, pid: u64, function: &str) -> u64 {
+    cpu_rows(profile)
+        .iter()
+        .filter(|row| row["pid"].as_u64() == Some(pid))
+        .filter(|row| frames(profile, &row["user_stack"]).iter().any(|name| name.contains(function)))
+        .map(|row| row["samples"].as_u64().expect("samples"))
+        .sum()
+}
+
+fn pids_sampled(profile: &serde_json::Value) -> Vec<u64> {
+    let mut pids: Vec<u64> = cpu_rows(profile).iter().filter_map(|row| row["pid"].as_u64()).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
+fn path_str(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+#[test]
+fn hot_functions_get_their_share_by_name() {
+    if !can_load_programs("hot_functions_get_their_share_by_name") {
+        return;
+    }
+    let dir = scratch("cpu-share");
+    let profile_path = dir.join("cpu.json");
+    let svg_path = dir.join("cpu.svg");
+    let burn = workload("cpu-burn");
+    let args = [
+        "record", "--cpu", "--freq", "999", "-o", path_str(&profile_path),
+        "--flamegraph", path_str(&svg_path), "--", path_str(&burn), "--seconds", "3",
+    ];
+    let (child, programs) = spawn_recording(&args);
+    assert!(!programs.is_empty(), "the sampling program is loaded");
+    let output = child.wait_with_output().expect("wait for lockpath");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "lockpath failed: {}\n{stdout}", String::from_utf8_lossy(&output.stderr));
+    assert_programs_gone(&programs);
+
+    let truth = burn_report(&stdout);
+    let pid = truth["pid"];
+    let expected = truth["seventy_ns"] as f64 / (truth["seventy_ns"] + truth["thirty_ns"]) as f64;
+    let profile = load_json(&profile_path);
+    let seventy = samples_in(&profile, pid, "burn_seventy");
+    let thirty = samples_in(&profile, pid, "burn_thirty");
+    assert!(seventy + thirty > 1000, "enough samples: {seventy} + {thirty}");
+    let measured = seventy as f64 / (seventy + thirty) as f64;
+    eprintln!("burn_seventy share: profile {:.3}, workload's own clock {expected:.3}", measured);
+    assert!((measured - expected).abs() < 0.04, "share {measured:.3} vs {expected:.3}");
+    // The names are the real, demangled symbols of the workload.
+    let names: Vec<String> = cpu_rows(&profile)
+        .iter()
+        .flat_map(|row| frames(&profile, &row["user_stack"]))
+        .collect();
+    assert!(names.iter().any(|name| name == "cpu_burn::burn_seventy"), "demangled Rust name: {names:?}");
+    assert!(names.iter().any(|name| name == "cpu_burn::main"), "the caller too: {names:?}");
+    // The summary names them, the SVG is well-formed and marks kernel frames.
+    assert!(stdout.contains("cpu_burn::burn_seventy"), "summary:\n{stdout}");
+    let svg = std::fs::read_to_string(&svg_path).expect("svg written");
+    let options = roxmltree::ParsingOptions { allow_dtd: true, ..Default::default() };
+    roxmltree::Document::parse_with_options(&svg, options).expect("well-formed SVG");
+    assert!(svg.contains("burn_seventy") && svg.contains("cpu-burn"), "frames in the SVG");
+    let folded = lockpath_ok(&["export", path_str(&profile_path), "--format", "folded", "--kind", "cpu"]);
+    let folded = String::from_utf8_lossy(&folded.stdout);
+    let total: u64 = folded.lines().filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok()).sum();
+    let rows: u64 = cpu_rows(&profile).iter().map(|row| row["samples"].as_u64().expect("samples")).sum();
+    assert_eq!(total, rows, "the folded export carries every sample");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn forked_child_is_followed() {
+    if !can_load_programs("forked_child_is_followed") {
+        return;
+    }
+    let dir = scratch("cpu-fork");
+    let profile_path = dir.join("p.json");
+    let burn = workload("cpu-burn");
+    let output = lockpath_ok(&[
+        "record", "--cpu", "--freq", "499", "-o", path_str(&profile_path), "--",
+        path_str(&burn), "--fork", "--seconds", "2",
+    ]);
+    let truth = burn_report(&String::from_utf8_lossy(&output.stdout));
+    let child = truth["pid"];
+    let profile = load_json(&profile_path);
+    let samples = samples_in(&profile, child, "burn_seventy");
+    assert!(samples > 200, "the forked child {child} is sampled: {samples} samples, pids {:?}", pids_sampled(&profile));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Starts cpu-burn in the background (its stdout piped).
+fn start_burn(seconds: &str) -> std::process::Child {
+    Command::new(workload("cpu-burn"))
+        .args(["--seconds", seconds])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start cpu-burn")
+}
+
+#[test]
+fn pid_target_is_sampled_and_late_strangers_are_not() {
+    if !can_load_programs("pid_target_is_sampled_and_late_strangers_are_not") {
+        return;
+    }
+    let dir = scratch("cpu-pid");
+    let profile_path = dir.join("p.json");
+    let mut target = start_burn("5");
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = target.id().to_string();
+    let (recording, programs) =
+        spawn_recording(&["record", "--cpu", "--freq", "499", "-p", &pid, "-d", "2", "-o", path_str(&profile_path)]);
+    // A process that starts after recording began and is not a target.
+    let mut stranger = start_burn("1.5");
+    let output = recording.wait_with_output().expect("wait for lockpath");
+    assert!(output.status.success(), "lockpath failed: {}", String::from_utf8_lossy(&output.stderr));
+    assert_programs_gone(&programs);
+    let _ = stranger.wait();
+    let _ = target.wait();
+    let profile = load_json(&profile_path);
+    let pids = pids_sampled(&profile);
+    assert_eq!(pids, vec![target.id() as u64], "only the target is sampled");
+    assert!(samples_in(&profile, target.id() as u64, "burn_seventy") > 100, "the running target's functions");
+    let _ = stranger.id();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A cgroup made for one test, removed (after its processes) when dropped.
+struct ScratchCgroup(PathBuf);
+
+impl ScratchCgroup {
+    fn new(test: &str) -> Option<ScratchCgroup> {
+        let root = Path::new("/sys/fs/cgroup");
+        if !root.join("cgroup.controllers").exists() {
+            return None;
+        }
+        let path = root.join(format!("lockpath-it-{}-{test}", std::process::id()));
+        std::fs::create_dir(&path).expect("create a cgroup");
+        Some(ScratchCgroup(path))
+    }
+
+    fn adopt(&self, pid: u32) {
+        std::fs::write(self.0.join("cgroup.procs"), pid.to_string()).expect("move into the cgroup");
+    }
+}
+
+impl Drop for ScratchCgroup {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.0).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+#[test]
+fn cgroup_target_includes_only_its_processes() {
+    if !can_load_programs("cgroup_target_includes_only_its_processes") {
+        return;
+    }
+    let Some(cgroup) = ScratchCgroup::new("cpu") else {
+        panic!("no cgroup v2 hierarchy at /sys/fs/cgroup");
+    };
+    let dir = scratch("cpu-cgroup");
+    let profile_path = dir.join("p.json");
+    let mut inside = start_burn("4");
+    cgroup.adopt(inside.id());
+    let mut outside = start_burn("4");
+    let output = lockpath_ok(&[
+        "record", "--cpu", "--freq", "499", "--cgroup", path_str(&cgroup.0), "-d", "2",
+        "-o", path_str(&profile_path),
+    ]);
+    let _ = inside.wait();
+    let _ = outside.wait();
+    let profile = load_json(&profile_path);
+    let pids = pids_sampled(&profile);
+    assert_eq!(pids, vec![inside.id() as u64], "only the cgroup's process: {}", String::from_utf8_lossy(&output.stdout));
+    assert!(samples_in(&profile, inside.id() as u64, "burn_thirty") > 50);
+    drop(cgroup);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn exited_process_keeps_its_symbols() {
+    if !can_load_programs("exited_process_keeps_its_symbols") {
+        return;
+    }
+    let dir = scratch("cpu-exited");
+    let profile_path = dir.join("p.json");
+    // A copy of the workload, deleted once it exited: the symbols must come from what
+    // was kept while it lived.
+    let copy = dir.join("burn-copy");
+    std::fs::copy(workload("cpu-burn"), &copy).expect("copy the workload");
+    let script = format!("'{0}' --seconds 1; rm -f '{0}'; sleep 1.5", path_str(&copy));
+    let output = lockpath_ok(&["record", "--cpu", "--freq", "499", "-o", path_str(&profile_path), "--", "sh", "-c", &script]);
+    assert!(!copy.exists());
+    let truth = burn_report(&String::from_utf8_lossy(&output.stdout));
+    let profile = load_json(&profile_path);
+    let samples = samples_in(&profile, truth["pid"], "burn_seventy");
+    assert!(samples > 100, "the exited, deleted process is symbolized: {samples} samples");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn one_line_error(args: &[&str], expect: &str) {
+    let output = lockpath(args);
+    assert!(!output.status.success(), "lockpath {args:?} must fail");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(expect), "lockpath {args:?}: expected {expect:?} in:\n{stderr}");
+    assert!(!stderr.contains("panicked"), "no panic: {stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+}
+
+#[test]
+fn bad_targets_and_frequencies_are_refused() {
+    if !can_load_programs("bad_targets_and_frequencies_are_refused") {
+        return;
+    }
+    let dir = scratch("cpu-bad");
+    let out = dir.join("p.json");
+    let out = path_str(&out);
+    one_line_error(&["record", "--cpu", "--freq", "0", "-o", out], "at least 1 Hz");
+    one_line_error(&["record", "--cpu", "--freq", "10000000", "-o", out], "perf_event_max_sample_rate");
+    one_line_error(&["record", "--cpu", "-p", "999999999", "-o", out], "no process with pid 999999999");
+    // A process that has exited (a zombie not yet reaped) is not a target.
+    let mut quick = Command::new("true").spawn().expect("start true");
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = quick.id().to_string();
+    one_line_error(&["record", "--cpu", "-p", &pid, "-o", out], "exited");
+    let _ = quick.wait();
+    one_line_error(&["record", "--cpu", "--cgroup", path_str(&dir), "-o", out], "not a cgroup");
+    one_line_error(&["record", "--cpu", "--cgroup", "/nonexistent/cg", "-o", out], "not a cgroup");
+    assert!(!dir.join("p.json").exists(), "no profile from bad input");
+    let _ = std::fs::remove_dir_all(&dir);
+}
