@@ -66,7 +66,7 @@ fn hot_functions_get_their_share_by_name() {
     let burn = workload("cpu-burn");
     let args = [
         "record", "--cpu", "--freq", "999", "-o", path_str(&profile_path),
-        "--flamegraph", path_str(&svg_path), "--", path_str(&burn), "--seconds", "3",
+        "--flamegraph", path_str(&svg_path), "--", path_str(&burn), "--cpu-seconds", "2",
     ];
     let (child, programs) = spawn_recording(&args);
     assert!(!programs.is_empty(), "the sampling program is loaded");
@@ -81,10 +81,16 @@ fn hot_functions_get_their_share_by_name() {
     let profile = load_json(&profile_path);
     let seventy = samples_in(&profile, pid, "burn_seventy");
     let thirty = samples_in(&profile, pid, "burn_thirty");
-    assert!(seventy + thirty > 1000, "enough samples: {seventy} + {thirty}");
-    let measured = seventy as f64 / (seventy + thirty) as f64;
-    eprintln!("burn_seventy share: profile {:.3}, workload's own clock {expected:.3}", measured);
-    assert!((measured - expected).abs() < 0.04, "share {measured:.3} vs {expected:.3}");
+    let samples = seventy + thirty;
+    assert!(samples > 1000, "2 s of CPU at 999 Hz: {seventy} + {thirty} samples");
+    let measured = seventy as f64 / samples as f64;
+    // Sampling error: 3 standard deviations of a binomial share (about 3 points at 2000
+    // samples), and one point for the workload's own clock reads.
+    let tolerance = 0.01 + 3.0 * (expected * (1.0 - expected) / samples as f64).sqrt();
+    eprintln!(
+        "burn_seventy share: profile {measured:.3} of {samples} samples, workload's own clock {expected:.3} (tolerance {tolerance:.3})"
+    );
+    assert!((measured - expected).abs() < tolerance, "share {measured:.3} vs {expected:.3}");
     // The names are the real, demangled symbols of the workload.
     let names: Vec<String> = cpu_rows(&profile)
         .iter()
@@ -116,20 +122,25 @@ fn forked_child_is_followed() {
     let burn = workload("cpu-burn");
     let output = lockpath_ok(&[
         "record", "--cpu", "--freq", "499", "-o", path_str(&profile_path), "--",
-        path_str(&burn), "--fork", "--seconds", "2",
+        path_str(&burn), "--fork", "--cpu-seconds", "1",
     ]);
     let truth = burn_report(&String::from_utf8_lossy(&output.stdout));
     let child = truth["pid"];
     let profile = load_json(&profile_path);
-    let samples = samples_in(&profile, child, "burn_seventy");
-    assert!(samples > 200, "the forked child {child} is sampled: {samples} samples, pids {:?}", pids_sampled(&profile));
+    let samples = samples_in(&profile, child, "burn_");
+    let expected = (truth["seventy_ns"] + truth["thirty_ns"]) as f64 * 499.0 / 1e9;
+    assert!(
+        samples as f64 > expected * 0.8,
+        "the forked child {child} is sampled: {samples} samples, {expected:.0} expected, pids {:?}",
+        pids_sampled(&profile)
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Starts cpu-burn in the background (its stdout piped).
 fn start_burn(seconds: &str) -> std::process::Child {
     Command::new(workload("cpu-burn"))
-        .args(["--seconds", seconds])
+        .args(["--seconds", seconds, "--seventy", "1", "--thirty", "1"])
         .stdout(Stdio::piped())
         .spawn()
         .expect("start cpu-burn")
@@ -157,9 +168,19 @@ fn pid_target_is_sampled_and_late_strangers_are_not() {
     let profile = load_json(&profile_path);
     let pids = pids_sampled(&profile);
     assert_eq!(pids, vec![target.id() as u64], "only the target is sampled");
-    assert!(samples_in(&profile, target.id() as u64, "burn_seventy") > 100, "the running target's functions");
+    let samples = samples_in(&profile, target.id() as u64, "burn_");
+    assert!(samples > 50, "the running target's functions: {samples} samples");
     let _ = stranger.id();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Where cgroup v2 is mounted (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` on hybrid systems).
+fn cgroup2_mount() -> Option<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
+    mounts.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        (fields.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(fields[1]))
+    })
 }
 
 /// A cgroup made for one test, removed (after its processes) when dropped.
@@ -167,10 +188,7 @@ struct ScratchCgroup(PathBuf);
 
 impl ScratchCgroup {
     fn new(test: &str) -> Option<ScratchCgroup> {
-        let root = Path::new("/sys/fs/cgroup");
-        if !root.join("cgroup.controllers").exists() {
-            return None;
-        }
+        let root = cgroup2_mount()?;
         let path = root.join(format!("lockpath-it-{}-{test}", std::process::id()));
         std::fs::create_dir(&path).expect("create a cgroup");
         Some(ScratchCgroup(path))
@@ -198,7 +216,7 @@ fn cgroup_target_includes_only_its_processes() {
         return;
     }
     let Some(cgroup) = ScratchCgroup::new("cpu") else {
-        panic!("no cgroup v2 hierarchy at /sys/fs/cgroup");
+        panic!("no cgroup v2 hierarchy mounted (see /proc/mounts)");
     };
     let dir = scratch("cpu-cgroup");
     let profile_path = dir.join("p.json");
@@ -214,7 +232,7 @@ fn cgroup_target_includes_only_its_processes() {
     let profile = load_json(&profile_path);
     let pids = pids_sampled(&profile);
     assert_eq!(pids, vec![inside.id() as u64], "only the cgroup's process: {}", String::from_utf8_lossy(&output.stdout));
-    assert!(samples_in(&profile, inside.id() as u64, "burn_thirty") > 50);
+    assert!(samples_in(&profile, inside.id() as u64, "burn_thirty") > 20, "the cgroup's process is sampled");
     drop(cgroup);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -230,13 +248,17 @@ fn exited_process_keeps_its_symbols() {
     // was kept while it lived.
     let copy = dir.join("burn-copy");
     std::fs::copy(workload("cpu-burn"), &copy).expect("copy the workload");
-    let script = format!("'{0}' --seconds 1; rm -f '{0}'; sleep 1.5", path_str(&copy));
+    let script = format!("'{0}' --cpu-seconds 0.5; rm -f '{0}'; sleep 1.5", path_str(&copy));
     let output = lockpath_ok(&["record", "--cpu", "--freq", "499", "-o", path_str(&profile_path), "--", "sh", "-c", &script]);
     assert!(!copy.exists());
     let truth = burn_report(&String::from_utf8_lossy(&output.stdout));
     let profile = load_json(&profile_path);
     let samples = samples_in(&profile, truth["pid"], "burn_seventy");
-    assert!(samples > 100, "the exited, deleted process is symbolized: {samples} samples");
+    let expected = truth["seventy_ns"] as f64 * 499.0 / 1e9;
+    assert!(
+        samples as f64 > expected * 0.8,
+        "the exited, deleted process is symbolized: {samples} samples of burn_seventy, {expected:.0} expected"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -246,7 +268,12 @@ fn one_line_error(args: &[&str], expect: &str) {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains(expect), "lockpath {args:?}: expected {expect:?} in:\n{stderr}");
     assert!(!stderr.contains("panicked"), "no panic: {stderr}");
-    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    // clap adds a "For more information, try '--help'." line after its one-line error.
+    let lines: Vec<&str> = stderr.trim().lines().filter(|line| !line.trim().is_empty()).collect();
+    assert!(
+        lines.len() == 1 || (lines.len() == 2 && lines[1].contains("--help")),
+        "one line: {stderr}"
+    );
 }
 
 #[test]
@@ -267,6 +294,10 @@ fn bad_targets_and_frequencies_are_refused() {
     one_line_error(&["record", "--cpu", "-p", &pid, "-o", out], "exited");
     let _ = quick.wait();
     one_line_error(&["record", "--cpu", "--cgroup", path_str(&dir), "-o", out], "not a cgroup");
+    // A cgroup v1 directory has a cgroup.procs too, but its id is not what eBPF sees.
+    if let Some(v1) = ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup/pids"].iter().find(|p| Path::new(p).join("cgroup.procs").exists()) {
+        one_line_error(&["record", "--cpu", "--cgroup", v1, "-o", out], "not a cgroup v2");
+    }
     one_line_error(&["record", "--cpu", "--cgroup", "/nonexistent/cg", "-o", out], "not a cgroup");
     assert!(!dir.join("p.json").exists(), "no profile from bad input");
     let _ = std::fs::remove_dir_all(&dir);

@@ -1,5 +1,7 @@
 //! Workload: two hot functions with known shares of the CPU.
-//! `cpu-burn [--seconds S] [--seventy N] [--thirty M] [--fork]`
+//! `cpu-burn [--seconds S | --cpu-seconds C] [--seventy N] [--thirty M] [--fork]`
+//! (`--cpu-seconds`: run until the two functions used C seconds of CPU, however busy the
+//! machine is.)
 //! Each round calls `burn_seventy` for N units of work and `burn_thirty` for M units
 //! (default 7 and 3: about 70% and 30%). It measures the thread CPU time of each
 //! function itself and prints `seventy_ns=A thirty_ns=B rounds=R pid=P` when done.
@@ -39,10 +41,14 @@ fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-fn work(seconds: f64, seventy: u64, thirty: u64) {
+fn work(seconds: f64, cpu_seconds: Option<f64>, seventy: u64, thirty: u64) {
     let start = Instant::now();
     let (mut seventy_ns, mut thirty_ns, mut rounds) = (0u64, 0u64, 0u64);
-    while start.elapsed() < Duration::from_secs_f64(seconds) {
+    let done = |seventy_ns: u64, thirty_ns: u64| match cpu_seconds {
+        Some(cpu) => (seventy_ns + thirty_ns) as f64 >= cpu * 1e9,
+        None => start.elapsed() >= Duration::from_secs_f64(seconds),
+    };
+    while !done(seventy_ns, thirty_ns) {
         let t0 = thread_cpu_ns();
         burn_seventy(seventy);
         let t1 = thread_cpu_ns();
@@ -63,6 +69,7 @@ fn main() {
     let mut seventy = 7u64;
     let mut thirty = 3u64;
     let mut fork = false;
+    let mut cpu_seconds = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().unwrap_or_default();
@@ -70,19 +77,22 @@ fn main() {
             "--seconds" => seconds = value().parse().expect("--seconds takes a number"),
             "--seventy" => seventy = value().parse().expect("--seventy takes a number"),
             "--thirty" => thirty = value().parse().expect("--thirty takes a number"),
+            "--cpu-seconds" => {
+                cpu_seconds = Some(value().parse().expect("--cpu-seconds takes a number"))
+            }
             "--fork" => fork = true,
             other => panic!("unknown argument {other}"),
         }
     }
     if !fork {
-        work(seconds, seventy, thirty);
+        work(seconds, cpu_seconds, seventy, thirty);
         return;
     }
     // SAFETY: single-threaded process; the child only runs Rust code of this program.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork failed");
     if pid == 0 {
-        work(seconds, seventy, thirty);
+        work(seconds, cpu_seconds, seventy, thirty);
         std::process::exit(0);
     }
     let mut status = 0;
