@@ -302,3 +302,83 @@ fn bad_targets_and_frequencies_are_refused() {
     assert!(!dir.join("p.json").exists(), "no profile from bad input");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Spin-lock code at the leaf of a CPU stack (the part the lock table also times).
+fn is_spin_code(name: &str) -> bool {
+    name.starts_with("_raw_spin_lock")
+        || name.starts_with("_raw_read_lock")
+        || name.starts_with("_raw_write_lock")
+        || name.contains("queued_spin_lock_slowpath")
+        || name.starts_with("queued_read_lock_slowpath")
+        || name.starts_with("queued_write_lock_slowpath")
+        || name.starts_with("do_raw_spin_lock")
+}
+
+#[test]
+fn cpu_flamegraph_and_lock_table_agree() {
+    if !can_load_programs("cpu_flamegraph_and_lock_table_agree") {
+        return;
+    }
+    let dir = scratch("cpu-lock");
+    let profile_path = dir.join("both.json");
+    let storm = workload("lock-storm");
+    let output = lockpath_ok(&[
+        "record", "--cpu", "--lock", "--freq", "999", "-o", path_str(&profile_path), "--",
+        path_str(&storm), "--seconds", "3", "--mode", "pipe",
+    ]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("contended") && stdout.contains("on-CPU samples"), "both tables:\n{stdout}");
+    let profile = load_json(&profile_path);
+
+    // CPU samples spinning in lock code, by the function that took the lock.
+    let mut spin_callers: HashMap<String, u64> = HashMap::new();
+    let mut user_named = 0u64;
+    let mut spinning = 0u64;
+    for row in cpu_rows(&profile) {
+        let kernel = frames(&profile, &row["kernel_stack"]);
+        let Some(first) = kernel.iter().position(|name| is_spin_code(name)) else {
+            continue;
+        };
+        let samples = row["samples"].as_u64().expect("samples");
+        spinning += samples;
+        if let Some(caller) = kernel[first..].iter().find(|name| !is_spin_code(name)) {
+            *spin_callers.entry(caller.clone()).or_default() += samples;
+        }
+        let user = frames(&profile, &row["user_stack"]);
+        if user.iter().any(|name| name == "pipe" || name == "__close")
+            && user.iter().any(|name| name.contains("rust_begin_short_backtrace") || name.contains("lock_storm"))
+        {
+            user_named += samples;
+        }
+    }
+    assert!(spinning > 20, "the storm spins on CPU: {spinning} samples in spin-lock code");
+    assert!(user_named * 2 > spinning, "user frames named (libc pipe/close under the Rust thread): {user_named} of {spinning}");
+
+    // The lock table's spinlock callers are where the CPU spins.
+    let report = lockpath_ok(&["report", path_str(&profile_path), "--format", "json", "--by", "caller", "--top", "0"]);
+    let report: serde_json::Value = serde_json::from_slice(&report.stdout).expect("report JSON");
+    let spin_rows: Vec<&serde_json::Value> =
+        report["locks"].as_array().expect("locks").iter().filter(|lock| lock["type"] == "spinlock").collect();
+    let spin_wait: u64 = spin_rows.iter().map(|lock| lock["total_wait_ns"].as_u64().expect("wait")).sum();
+    // Every caller with a tenth of the spinlock wait spins on CPU under the same function.
+    for lock in &spin_rows {
+        let caller = lock["caller"].as_str().expect("caller");
+        if lock["total_wait_ns"].as_u64().expect("wait") * 10 >= spin_wait {
+            assert!(
+                spin_callers.get(caller).copied().unwrap_or(0) > 0,
+                "lock-table caller {caller} spins on CPU too: {spin_callers:?}"
+            );
+        }
+    }
+    // And the top one is among the top three on CPU (the others spin on uncontended locks).
+    let top_lock_caller = spin_rows.first().expect("a spinlock row")["caller"].as_str().expect("caller");
+    let mut by_samples: Vec<(&String, &u64)> = spin_callers.iter().collect();
+    by_samples.sort_by(|a, b| b.1.cmp(a.1));
+    let top_three: Vec<&str> = by_samples.iter().take(3).map(|(name, _)| name.as_str()).collect();
+    assert!(top_three.contains(&top_lock_caller), "{top_lock_caller} among {by_samples:?}");
+    assert!(
+        report["cpu"]["samples"].as_u64().unwrap_or(0) > 0,
+        "report --format json has the cpu section"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
