@@ -50,8 +50,9 @@ pub struct RecordArgs {
     #[arg(short = 'a', long = "all", conflicts_with_all = ["pid", "cgroup"])]
     pub all: bool,
 
-    /// Profile these running processes (all their threads and children); repeatable.
-    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    /// Profile these running processes (all their threads and children); repeatable,
+    /// or comma-separated.
+    #[arg(short = 'p', long = "pid", value_name = "PID", value_delimiter = ',')]
     pub pid: Vec<u32>,
 
     /// Profile the processes of this cgroup v2 directory (and its sub-cgroups).

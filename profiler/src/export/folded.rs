@@ -107,6 +107,52 @@ mod tests {
     }
 
     #[test]
+    fn cpu_lines_put_user_under_kernel_and_mark_truncation() {
+        use crate::profile::{CpuRow, Frame, Process, StackInterner};
+        let mut profile = Profile::new();
+        let mut interner = StackInterner::default();
+        let user = |name: &str| Frame {
+            name: name.into(),
+            module: Some("/bin/app".into()),
+            kernel: false,
+        };
+        let kernel = |name: &str| Frame {
+            name: name.into(),
+            module: None,
+            kernel: true,
+        };
+        let complete = interner.stack(vec![user("app::hot"), user("main"), user("_start")], false);
+        let cut = interner.stack(vec![user("app::cold"), user("0x1234")], true);
+        let syscall = interner.stack(vec![kernel("_raw_spin_lock"), kernel("do_pipe2")], false);
+        interner.finish(&mut profile);
+        profile.processes = vec![Process {
+            pid: 5,
+            comm: "app".into(),
+            ..Default::default()
+        }];
+        let row = |user_stack, kernel_stack, samples| CpuRow {
+            pid: 5,
+            tid: 5,
+            kernel_stack,
+            user_stack,
+            samples,
+        };
+        profile.cpu = vec![
+            row(Some(complete), Some(syscall), 7),
+            row(Some(cut), None, 3),
+            row(None, Some(syscall), 2),
+        ];
+        let text = render(&profile, Kind::Cpu);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines.contains(&"app;_start;main;app::hot;do_pipe2_[k];_raw_spin_lock_[k] 7"),
+            "{text}"
+        );
+        assert!(lines.contains(&"app;[truncated];0x1234;app::cold 3"), "{text}");
+        assert!(lines.contains(&"app;do_pipe2_[k];_raw_spin_lock_[k] 2"), "{text}");
+    }
+
+    #[test]
     fn separators_in_names_are_replaced() {
         assert_eq!(clean("a;b\nc"), "a_b_c");
     }

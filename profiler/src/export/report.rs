@@ -483,6 +483,60 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn cpu_functions_count_self_and_total() {
+        use crate::profile::{CpuRow, Frame, ProbeUse};
+        let mut profile = Profile::new();
+        let mut interner = StackInterner::default();
+        let user = |name: &str| Frame {
+            name: name.into(),
+            module: None,
+            kernel: false,
+        };
+        // A recursive caller is counted once per sample in total.
+        let hot = interner.stack(vec![user("hot"), user("walk"), user("walk"), user("main")], false);
+        let cold = interner.stack(vec![user("cold"), user("main")], false);
+        interner.finish(&mut profile);
+        profile.probes.push(ProbeUse {
+            family: "cpu".into(),
+            method: "test".into(),
+        });
+        profile.cpu_freq_hz = 99;
+        profile.cpu = vec![
+            CpuRow {
+                pid: 1,
+                tid: 1,
+                kernel_stack: None,
+                user_stack: Some(hot),
+                samples: 7,
+            },
+            CpuRow {
+                pid: 2,
+                tid: 2,
+                kernel_stack: None,
+                user_stack: Some(cold),
+                samples: 3,
+            },
+        ];
+        let functions = cpu_functions(&profile);
+        let get = |name: &str| functions.iter().find(|f| f.function == name).expect(name);
+        assert_eq!((get("hot").self_samples, get("hot").total_samples), (7, 7));
+        assert_eq!((get("walk").self_samples, get("walk").total_samples), (0, 7));
+        assert_eq!((get("main").self_samples, get("main").total_samples), (0, 10));
+        assert_eq!(functions[0].function, "hot");
+        let processes = cpu_processes(&profile);
+        assert_eq!((processes[0].pid, processes[0].samples), (1, 7));
+        let table = cpu_tables(&profile, 20);
+        assert!(table.contains("70.0%"), "{table}");
+        for line in table.lines() {
+            assert!(line.chars().count() <= 100, "too wide: {line}");
+        }
+        let json: serde_json::Value =
+            serde_json::from_str(&json(&profile, GroupBy::Lock, 0).expect("json")).expect("parse");
+        assert_eq!(json["cpu"]["samples"], 10);
+        assert_eq!(json["cpu"]["functions"][0]["function"], "hot");
+    }
+
+    #[test]
     fn json_has_documented_fields() {
         let text = json(&profile_with_two_locks(), GroupBy::Lock, 0).expect("json");
         let value: serde_json::Value = serde_json::from_str(&text).expect("parse");
