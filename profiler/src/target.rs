@@ -41,7 +41,9 @@ impl Target {
                         bail!("no process with pid {pid}: check the pid with `ps -p {pid}`");
                     }
                     if !is_alive(pid) {
-                        bail!("process {pid} has already exited: give the pid of a running process");
+                        bail!(
+                            "process {pid} has already exited: give the pid of a running process"
+                        );
                     }
                 }
             }

@@ -26,7 +26,9 @@ fn burn_report(text: &str) -> HashMap<String, u64> {
 
 /// Frame names of stack `id` (leaf first), or none.
 fn frames(profile: &serde_json::Value, id: &serde_json::Value) -> Vec<String> {
-    id.as_u64().map(|id| stack_names(profile, id)).unwrap_or_default()
+    id.as_u64()
+        .map(|id| stack_names(profile, id))
+        .unwrap_or_default()
 }
 
 /// CPU rows of the profile.
@@ -39,13 +41,20 @@ fn samples_in(profile: &serde_json::Value, pid: u64, function: &str) -> u64 {
     cpu_rows(profile)
         .iter()
         .filter(|row| row["pid"].as_u64() == Some(pid))
-        .filter(|row| frames(profile, &row["user_stack"]).iter().any(|name| name.contains(function)))
+        .filter(|row| {
+            frames(profile, &row["user_stack"])
+                .iter()
+                .any(|name| name.contains(function))
+        })
         .map(|row| row["samples"].as_u64().expect("samples"))
         .sum()
 }
 
 fn pids_sampled(profile: &serde_json::Value) -> Vec<u64> {
-    let mut pids: Vec<u64> = cpu_rows(profile).iter().filter_map(|row| row["pid"].as_u64()).collect();
+    let mut pids: Vec<u64> = cpu_rows(profile)
+        .iter()
+        .filter_map(|row| row["pid"].as_u64())
+        .collect();
     pids.sort_unstable();
     pids.dedup();
     pids
@@ -65,14 +74,28 @@ fn hot_functions_get_their_share_by_name() {
     let svg_path = dir.join("cpu.svg");
     let burn = workload("cpu-burn");
     let args = [
-        "record", "--cpu", "--freq", "999", "-o", path_str(&profile_path),
-        "--flamegraph", path_str(&svg_path), "--", path_str(&burn), "--cpu-seconds", "2",
+        "record",
+        "--cpu",
+        "--freq",
+        "999",
+        "-o",
+        path_str(&profile_path),
+        "--flamegraph",
+        path_str(&svg_path),
+        "--",
+        path_str(&burn),
+        "--cpu-seconds",
+        "2",
     ];
     let (child, programs) = spawn_recording(&args);
     assert!(!programs.is_empty(), "the sampling program is loaded");
     let output = child.wait_with_output().expect("wait for lockpath");
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "lockpath failed: {}\n{stdout}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "lockpath failed: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert_programs_gone(&programs);
 
     let truth = burn_report(&stdout);
@@ -82,7 +105,10 @@ fn hot_functions_get_their_share_by_name() {
     let seventy = samples_in(&profile, pid, "burn_seventy");
     let thirty = samples_in(&profile, pid, "burn_thirty");
     let samples = seventy + thirty;
-    assert!(samples > 1000, "2 s of CPU at 999 Hz: {seventy} + {thirty} samples");
+    assert!(
+        samples > 1000,
+        "2 s of CPU at 999 Hz: {seventy} + {thirty} samples"
+    );
     let measured = seventy as f64 / samples as f64;
     // Sampling error: 3 standard deviations of a binomial share (about 3 points at 2000
     // samples), and one point for the workload's own clock reads.
@@ -90,24 +116,55 @@ fn hot_functions_get_their_share_by_name() {
     eprintln!(
         "burn_seventy share: profile {measured:.3} of {samples} samples, workload's own clock {expected:.3} (tolerance {tolerance:.3})"
     );
-    assert!((measured - expected).abs() < tolerance, "share {measured:.3} vs {expected:.3}");
+    assert!(
+        (measured - expected).abs() < tolerance,
+        "share {measured:.3} vs {expected:.3}"
+    );
     // The names are the real, demangled symbols of the workload.
     let names: Vec<String> = cpu_rows(&profile)
         .iter()
         .flat_map(|row| frames(&profile, &row["user_stack"]))
         .collect();
-    assert!(names.iter().any(|name| name == "cpu_burn::burn_seventy"), "demangled Rust name: {names:?}");
-    assert!(names.iter().any(|name| name == "cpu_burn::main"), "the caller too: {names:?}");
+    assert!(
+        names.iter().any(|name| name == "cpu_burn::burn_seventy"),
+        "demangled Rust name: {names:?}"
+    );
+    assert!(
+        names.iter().any(|name| name == "cpu_burn::main"),
+        "the caller too: {names:?}"
+    );
     // The summary names them, the SVG is well-formed and marks kernel frames.
-    assert!(stdout.contains("cpu_burn::burn_seventy"), "summary:\n{stdout}");
+    assert!(
+        stdout.contains("cpu_burn::burn_seventy"),
+        "summary:\n{stdout}"
+    );
     let svg = std::fs::read_to_string(&svg_path).expect("svg written");
-    let options = roxmltree::ParsingOptions { allow_dtd: true, ..Default::default() };
+    let options = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..Default::default()
+    };
     roxmltree::Document::parse_with_options(&svg, options).expect("well-formed SVG");
-    assert!(svg.contains("burn_seventy") && svg.contains("cpu-burn"), "frames in the SVG");
-    let folded = lockpath_ok(&["export", path_str(&profile_path), "--format", "folded", "--kind", "cpu"]);
+    assert!(
+        svg.contains("burn_seventy") && svg.contains("cpu-burn"),
+        "frames in the SVG"
+    );
+    let folded = lockpath_ok(&[
+        "export",
+        path_str(&profile_path),
+        "--format",
+        "folded",
+        "--kind",
+        "cpu",
+    ]);
     let folded = String::from_utf8_lossy(&folded.stdout);
-    let total: u64 = folded.lines().filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok()).sum();
-    let rows: u64 = cpu_rows(&profile).iter().map(|row| row["samples"].as_u64().expect("samples")).sum();
+    let total: u64 = folded
+        .lines()
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    let rows: u64 = cpu_rows(&profile)
+        .iter()
+        .map(|row| row["samples"].as_u64().expect("samples"))
+        .sum();
     assert_eq!(total, rows, "the folded export carries every sample");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -121,8 +178,17 @@ fn forked_child_is_followed() {
     let profile_path = dir.join("p.json");
     let burn = workload("cpu-burn");
     let output = lockpath_ok(&[
-        "record", "--cpu", "--freq", "499", "-o", path_str(&profile_path), "--",
-        path_str(&burn), "--fork", "--cpu-seconds", "1",
+        "record",
+        "--cpu",
+        "--freq",
+        "499",
+        "-o",
+        path_str(&profile_path),
+        "--",
+        path_str(&burn),
+        "--fork",
+        "--cpu-seconds",
+        "1",
     ]);
     let truth = burn_report(&String::from_utf8_lossy(&output.stdout));
     let child = truth["pid"];
@@ -156,12 +222,26 @@ fn pid_target_is_sampled_and_late_strangers_are_not() {
     let mut target = start_burn("5");
     std::thread::sleep(Duration::from_millis(300));
     let pid = target.id().to_string();
-    let (recording, programs) =
-        spawn_recording(&["record", "--cpu", "--freq", "499", "-p", &pid, "-d", "2", "-o", path_str(&profile_path)]);
+    let (recording, programs) = spawn_recording(&[
+        "record",
+        "--cpu",
+        "--freq",
+        "499",
+        "-p",
+        &pid,
+        "-d",
+        "2",
+        "-o",
+        path_str(&profile_path),
+    ]);
     // A process that starts after recording began and is not a target.
     let mut stranger = start_burn("1.5");
     let output = recording.wait_with_output().expect("wait for lockpath");
-    assert!(output.status.success(), "lockpath failed: {}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "lockpath failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert_programs_gone(&programs);
     let _ = stranger.wait();
     let _ = target.wait();
@@ -169,7 +249,10 @@ fn pid_target_is_sampled_and_late_strangers_are_not() {
     let pids = pids_sampled(&profile);
     assert_eq!(pids, vec![target.id() as u64], "only the target is sampled");
     let samples = samples_in(&profile, target.id() as u64, "burn_");
-    assert!(samples > 50, "the running target's functions: {samples} samples");
+    assert!(
+        samples > 50,
+        "the running target's functions: {samples} samples"
+    );
     let _ = stranger.id();
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -224,15 +307,31 @@ fn cgroup_target_includes_only_its_processes() {
     cgroup.adopt(inside.id());
     let mut outside = start_burn("4");
     let output = lockpath_ok(&[
-        "record", "--cpu", "--freq", "499", "--cgroup", path_str(&cgroup.0), "-d", "2",
-        "-o", path_str(&profile_path),
+        "record",
+        "--cpu",
+        "--freq",
+        "499",
+        "--cgroup",
+        path_str(&cgroup.0),
+        "-d",
+        "2",
+        "-o",
+        path_str(&profile_path),
     ]);
     let _ = inside.wait();
     let _ = outside.wait();
     let profile = load_json(&profile_path);
     let pids = pids_sampled(&profile);
-    assert_eq!(pids, vec![inside.id() as u64], "only the cgroup's process: {}", String::from_utf8_lossy(&output.stdout));
-    assert!(samples_in(&profile, inside.id() as u64, "burn_thirty") > 20, "the cgroup's process is sampled");
+    assert_eq!(
+        pids,
+        vec![inside.id() as u64],
+        "only the cgroup's process: {}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    assert!(
+        samples_in(&profile, inside.id() as u64, "burn_thirty") > 20,
+        "the cgroup's process is sampled"
+    );
     drop(cgroup);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -248,8 +347,22 @@ fn exited_process_keeps_its_symbols() {
     // was kept while it lived.
     let copy = dir.join("burn-copy");
     std::fs::copy(workload("cpu-burn"), &copy).expect("copy the workload");
-    let script = format!("'{0}' --cpu-seconds 0.5; rm -f '{0}'; sleep 1.5", path_str(&copy));
-    let output = lockpath_ok(&["record", "--cpu", "--freq", "499", "-o", path_str(&profile_path), "--", "sh", "-c", &script]);
+    let script = format!(
+        "'{0}' --cpu-seconds 0.5; rm -f '{0}'; sleep 1.5",
+        path_str(&copy)
+    );
+    let output = lockpath_ok(&[
+        "record",
+        "--cpu",
+        "--freq",
+        "499",
+        "-o",
+        path_str(&profile_path),
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
     assert!(!copy.exists());
     let truth = burn_report(&String::from_utf8_lossy(&output.stdout));
     let profile = load_json(&profile_path);
@@ -266,10 +379,17 @@ fn one_line_error(args: &[&str], expect: &str) {
     let output = lockpath(args);
     assert!(!output.status.success(), "lockpath {args:?} must fail");
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains(expect), "lockpath {args:?}: expected {expect:?} in:\n{stderr}");
+    assert!(
+        stderr.contains(expect),
+        "lockpath {args:?}: expected {expect:?} in:\n{stderr}"
+    );
     assert!(!stderr.contains("panicked"), "no panic: {stderr}");
     // clap adds a "For more information, try '--help'." line after its one-line error.
-    let lines: Vec<&str> = stderr.trim().lines().filter(|line| !line.trim().is_empty()).collect();
+    let lines: Vec<&str> = stderr
+        .trim()
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .collect();
     assert!(
         lines.len() == 1 || (lines.len() == 2 && lines[1].contains("--help")),
         "one line: {stderr}"
@@ -284,21 +404,42 @@ fn bad_targets_and_frequencies_are_refused() {
     let dir = scratch("cpu-bad");
     let out = dir.join("p.json");
     let out = path_str(&out);
-    one_line_error(&["record", "--cpu", "--freq", "0", "-o", out], "at least 1 Hz");
-    one_line_error(&["record", "--cpu", "--freq", "10000000", "-o", out], "perf_event_max_sample_rate");
-    one_line_error(&["record", "--cpu", "-p", "999999999", "-o", out], "no process with pid 999999999");
+    one_line_error(
+        &["record", "--cpu", "--freq", "0", "-o", out],
+        "at least 1 Hz",
+    );
+    one_line_error(
+        &["record", "--cpu", "--freq", "10000000", "-o", out],
+        "perf_event_max_sample_rate",
+    );
+    one_line_error(
+        &["record", "--cpu", "-p", "999999999", "-o", out],
+        "no process with pid 999999999",
+    );
     // A process that has exited (a zombie not yet reaped) is not a target.
     let mut quick = Command::new("true").spawn().expect("start true");
     std::thread::sleep(Duration::from_millis(300));
     let pid = quick.id().to_string();
     one_line_error(&["record", "--cpu", "-p", &pid, "-o", out], "exited");
     let _ = quick.wait();
-    one_line_error(&["record", "--cpu", "--cgroup", path_str(&dir), "-o", out], "not a cgroup");
+    one_line_error(
+        &["record", "--cpu", "--cgroup", path_str(&dir), "-o", out],
+        "not a cgroup",
+    );
     // A cgroup v1 directory has a cgroup.procs too, but its id is not what eBPF sees.
-    if let Some(v1) = ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup/pids"].iter().find(|p| Path::new(p).join("cgroup.procs").exists()) {
-        one_line_error(&["record", "--cpu", "--cgroup", v1, "-o", out], "not a cgroup v2");
+    if let Some(v1) = ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup/pids"]
+        .iter()
+        .find(|p| Path::new(p).join("cgroup.procs").exists())
+    {
+        one_line_error(
+            &["record", "--cpu", "--cgroup", v1, "-o", out],
+            "not a cgroup v2",
+        );
     }
-    one_line_error(&["record", "--cpu", "--cgroup", "/nonexistent/cg", "-o", out], "not a cgroup");
+    one_line_error(
+        &["record", "--cpu", "--cgroup", "/nonexistent/cg", "-o", out],
+        "not a cgroup",
+    );
     assert!(!dir.join("p.json").exists(), "no profile from bad input");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -323,11 +464,25 @@ fn cpu_flamegraph_and_lock_table_agree() {
     let profile_path = dir.join("both.json");
     let storm = workload("lock-storm");
     let output = lockpath_ok(&[
-        "record", "--cpu", "--lock", "--freq", "999", "-o", path_str(&profile_path), "--",
-        path_str(&storm), "--seconds", "3", "--mode", "pipe",
+        "record",
+        "--cpu",
+        "--lock",
+        "--freq",
+        "999",
+        "-o",
+        path_str(&profile_path),
+        "--",
+        path_str(&storm),
+        "--seconds",
+        "3",
+        "--mode",
+        "pipe",
     ]);
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(stdout.contains("contended") && stdout.contains("on-CPU samples"), "both tables:\n{stdout}");
+    assert!(
+        stdout.contains("contended") && stdout.contains("on-CPU samples"),
+        "both tables:\n{stdout}"
+    );
     let profile = load_json(&profile_path);
 
     // CPU samples spinning in lock code, by the function that took the lock.
@@ -346,20 +501,44 @@ fn cpu_flamegraph_and_lock_table_agree() {
         }
         let user = frames(&profile, &row["user_stack"]);
         if user.iter().any(|name| name == "pipe" || name == "__close")
-            && user.iter().any(|name| name.contains("rust_begin_short_backtrace") || name.contains("lock_storm"))
+            && user.iter().any(|name| {
+                name.contains("rust_begin_short_backtrace") || name.contains("lock_storm")
+            })
         {
             user_named += samples;
         }
     }
-    assert!(spinning > 20, "the storm spins on CPU: {spinning} samples in spin-lock code");
-    assert!(user_named * 2 > spinning, "user frames named (libc pipe/close under the Rust thread): {user_named} of {spinning}");
+    assert!(
+        spinning > 20,
+        "the storm spins on CPU: {spinning} samples in spin-lock code"
+    );
+    assert!(
+        user_named * 2 > spinning,
+        "user frames named (libc pipe/close under the Rust thread): {user_named} of {spinning}"
+    );
 
     // The lock table's spinlock callers are where the CPU spins.
-    let report = lockpath_ok(&["report", path_str(&profile_path), "--format", "json", "--by", "caller", "--top", "0"]);
+    let report = lockpath_ok(&[
+        "report",
+        path_str(&profile_path),
+        "--format",
+        "json",
+        "--by",
+        "caller",
+        "--top",
+        "0",
+    ]);
     let report: serde_json::Value = serde_json::from_slice(&report.stdout).expect("report JSON");
-    let spin_rows: Vec<&serde_json::Value> =
-        report["locks"].as_array().expect("locks").iter().filter(|lock| lock["type"] == "spinlock").collect();
-    let spin_wait: u64 = spin_rows.iter().map(|lock| lock["total_wait_ns"].as_u64().expect("wait")).sum();
+    let spin_rows: Vec<&serde_json::Value> = report["locks"]
+        .as_array()
+        .expect("locks")
+        .iter()
+        .filter(|lock| lock["type"] == "spinlock")
+        .collect();
+    let spin_wait: u64 = spin_rows
+        .iter()
+        .map(|lock| lock["total_wait_ns"].as_u64().expect("wait"))
+        .sum();
     // Every caller with a tenth of the spinlock wait spins on CPU under the same function.
     for lock in &spin_rows {
         let caller = lock["caller"].as_str().expect("caller");
@@ -371,11 +550,20 @@ fn cpu_flamegraph_and_lock_table_agree() {
         }
     }
     // And the top one is among the top three on CPU (the others spin on uncontended locks).
-    let top_lock_caller = spin_rows.first().expect("a spinlock row")["caller"].as_str().expect("caller");
+    let top_lock_caller = spin_rows.first().expect("a spinlock row")["caller"]
+        .as_str()
+        .expect("caller");
     let mut by_samples: Vec<(&String, &u64)> = spin_callers.iter().collect();
     by_samples.sort_by(|a, b| b.1.cmp(a.1));
-    let top_three: Vec<&str> = by_samples.iter().take(3).map(|(name, _)| name.as_str()).collect();
-    assert!(top_three.contains(&top_lock_caller), "{top_lock_caller} among {by_samples:?}");
+    let top_three: Vec<&str> = by_samples
+        .iter()
+        .take(3)
+        .map(|(name, _)| name.as_str())
+        .collect();
+    assert!(
+        top_three.contains(&top_lock_caller),
+        "{top_lock_caller} among {by_samples:?}"
+    );
     assert!(
         report["cpu"]["samples"].as_u64().unwrap_or(0) > 0,
         "report --format json has the cpu section"

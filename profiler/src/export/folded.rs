@@ -148,8 +148,14 @@ mod tests {
             lines.contains(&"app;_start;main;app::hot;do_pipe2_[k];_raw_spin_lock_[k] 7"),
             "{text}"
         );
-        assert!(lines.contains(&"app;[truncated];0x1234;app::cold 3"), "{text}");
-        assert!(lines.contains(&"app;do_pipe2_[k];_raw_spin_lock_[k] 2"), "{text}");
+        assert!(
+            lines.contains(&"app;[truncated];0x1234;app::cold 3"),
+            "{text}"
+        );
+        assert!(
+            lines.contains(&"app;do_pipe2_[k];_raw_spin_lock_[k] 2"),
+            "{text}"
+        );
     }
 
     #[test]

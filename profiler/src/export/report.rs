@@ -262,12 +262,14 @@ pub fn cpu_functions(profile: &Profile) -> Vec<CpuFunction> {
     }
     let mut out: Vec<CpuFunction> = by_name
         .into_iter()
-        .map(|((function, kernel), (self_samples, total_samples))| CpuFunction {
-            function,
-            kernel,
-            self_samples,
-            total_samples,
-        })
+        .map(
+            |((function, kernel), (self_samples, total_samples))| CpuFunction {
+                function,
+                kernel,
+                self_samples,
+                total_samples,
+            },
+        )
         .collect();
     out.sort_by(|a, b| {
         b.self_samples
@@ -493,7 +495,10 @@ pub(crate) mod tests {
             kernel: false,
         };
         // A recursive caller is counted once per sample in total.
-        let hot = interner.stack(vec![user("hot"), user("walk"), user("walk"), user("main")], false);
+        let hot = interner.stack(
+            vec![user("hot"), user("walk"), user("walk"), user("main")],
+            false,
+        );
         let cold = interner.stack(vec![user("cold"), user("main")], false);
         interner.finish(&mut profile);
         profile.probes.push(ProbeUse {
@@ -520,8 +525,14 @@ pub(crate) mod tests {
         let functions = cpu_functions(&profile);
         let get = |name: &str| functions.iter().find(|f| f.function == name).expect(name);
         assert_eq!((get("hot").self_samples, get("hot").total_samples), (7, 7));
-        assert_eq!((get("walk").self_samples, get("walk").total_samples), (0, 7));
-        assert_eq!((get("main").self_samples, get("main").total_samples), (0, 10));
+        assert_eq!(
+            (get("walk").self_samples, get("walk").total_samples),
+            (0, 7)
+        );
+        assert_eq!(
+            (get("main").self_samples, get("main").total_samples),
+            (0, 10)
+        );
         assert_eq!(functions[0].function, "hot");
         let processes = cpu_processes(&profile);
         assert_eq!((processes[0].pid, processes[0].samples), (1, 7));

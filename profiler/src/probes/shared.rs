@@ -109,16 +109,12 @@ impl StackResolver {
         if let Some(&cached) = self.user_cache.get(&(tgid, stack_id)) {
             return cached;
         }
-        let resolved = self
-            .stack_map
-            .get(&(stack_id as u32), 0)
-            .ok()
-            .map(|trace| {
-                let addrs: Vec<u64> = trace.frames().iter().map(|frame| frame.ip).collect();
-                let frames = self.user.frames(tgid, &addrs);
-                let truncated = addrs.len() >= MAX_STACK_DEPTH || !reaches_root(&frames);
-                self.interner.stack(frames, truncated)
-            });
+        let resolved = self.stack_map.get(&(stack_id as u32), 0).ok().map(|trace| {
+            let addrs: Vec<u64> = trace.frames().iter().map(|frame| frame.ip).collect();
+            let frames = self.user.frames(tgid, &addrs);
+            let truncated = addrs.len() >= MAX_STACK_DEPTH || !reaches_root(&frames);
+            self.interner.stack(frames, truncated)
+        });
         self.user_cache.insert((tgid, stack_id), resolved);
         resolved
     }

@@ -232,10 +232,7 @@ impl UserSymbols {
         };
         let id = self.objects.len();
         self.objects.push(Object {
-            name: line
-                .name
-                .trim_end_matches(" (deleted)")
-                .to_string(),
+            name: line.name.trim_end_matches(" (deleted)").to_string(),
             read_path,
             _file: file,
         });
@@ -262,7 +259,11 @@ impl UserSymbols {
             .iter()
             .enumerate()
             .map(|(index, &addr)| {
-                let lookup = if index == 0 { addr } else { addr.saturating_sub(1) };
+                let lookup = if index == 0 {
+                    addr
+                } else {
+                    addr.saturating_sub(1)
+                };
                 self.frame(pid, addr, lookup)
             })
             .collect()
@@ -327,7 +328,9 @@ impl UserSymbols {
 
     /// Path (for display) of the object a frame came from.
     pub fn object_name(&self, index: usize) -> Option<&Path> {
-        self.objects.get(index).map(|object| Path::new(&object.name))
+        self.objects
+            .get(index)
+            .map(|object| Path::new(&object.name))
     }
 }
 
@@ -388,12 +391,28 @@ mod tests {
             module: Some("/usr/lib/x86_64-linux-gnu/libc.so.6".into()),
             kernel: false,
         };
-        assert!(reaches_root(&[frame("work"), frame("main"), frame("_start")]));
+        assert!(reaches_root(&[
+            frame("work"),
+            frame("main"),
+            frame("_start")
+        ]));
         assert!(reaches_root(&[frame("work"), frame("main"), libc.clone()]));
         assert!(reaches_root(&[frame("work"), libc]));
-        assert!(reaches_root(&[frame("f"), frame("main"), frame("0x1040000000")]));
+        assert!(reaches_root(&[
+            frame("f"),
+            frame("main"),
+            frame("0x1040000000")
+        ]));
         assert!(!reaches_root(&[frame("work"), frame("0x1234")]));
-        assert!(!reaches_root(&[frame("a"), frame("b"), frame("c"), frame("main"), frame("x"), frame("y"), frame("z")]));
+        assert!(!reaches_root(&[
+            frame("a"),
+            frame("b"),
+            frame("c"),
+            frame("main"),
+            frame("x"),
+            frame("y"),
+            frame("z")
+        ]));
         assert!(!reaches_root(&[]));
     }
 }

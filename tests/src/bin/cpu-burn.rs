@@ -98,5 +98,9 @@ fn main() {
     let mut status = 0;
     // SAFETY: waiting for our own child with a valid status pointer.
     unsafe { libc::waitpid(pid, &mut status, 0) };
-    std::process::exit(if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { 1 });
+    std::process::exit(if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        1
+    });
 }
