@@ -266,29 +266,53 @@ fn cgroup2_mount() -> Option<PathBuf> {
     })
 }
 
-/// A cgroup made for one test, removed (after its processes) when dropped.
-struct ScratchCgroup(PathBuf);
+/// A cgroup made for one test, removed (after its processes) when dropped. Where no
+/// cgroup v2 hierarchy is mounted, one is mounted for the test (and unmounted after).
+struct ScratchCgroup {
+    path: PathBuf,
+    own_mount: Option<PathBuf>,
+}
 
 impl ScratchCgroup {
-    fn new(test: &str) -> Option<ScratchCgroup> {
-        let root = cgroup2_mount()?;
+    fn new(test: &str) -> ScratchCgroup {
+        let (root, own_mount) = match cgroup2_mount() {
+            Some(root) => (root, None),
+            None => {
+                let mount_point = scratch(&format!("{test}-cgroup2"));
+                let status = Command::new("mount")
+                    .args(["-t", "cgroup2", "none", path_str(&mount_point)])
+                    .status()
+                    .expect("run mount");
+                assert!(
+                    status.success(),
+                    "cannot mount cgroup2 at {}",
+                    mount_point.display()
+                );
+                (mount_point.clone(), Some(mount_point))
+            }
+        };
         let path = root.join(format!("lockpath-it-{}-{test}", std::process::id()));
         std::fs::create_dir(&path).expect("create a cgroup");
-        Some(ScratchCgroup(path))
+        ScratchCgroup { path, own_mount }
     }
 
     fn adopt(&self, pid: u32) {
-        std::fs::write(self.0.join("cgroup.procs"), pid.to_string()).expect("move into the cgroup");
+        std::fs::write(self.path.join("cgroup.procs"), pid.to_string())
+            .expect("move into the cgroup");
     }
 }
 
 impl Drop for ScratchCgroup {
     fn drop(&mut self) {
         for _ in 0..50 {
-            if std::fs::remove_dir(&self.0).is_ok() {
-                return;
+            if std::fs::remove_dir(&self.path).is_ok() {
+                break;
             }
             std::thread::sleep(Duration::from_millis(100));
+        }
+        if let Some(mount_point) = &self.own_mount {
+            let _ = Command::new("umount").arg(mount_point).status();
+            let _ = std::fs::remove_dir(mount_point);
         }
     }
 }
@@ -298,9 +322,7 @@ fn cgroup_target_includes_only_its_processes() {
     if !can_load_programs("cgroup_target_includes_only_its_processes") {
         return;
     }
-    let Some(cgroup) = ScratchCgroup::new("cpu") else {
-        panic!("no cgroup v2 hierarchy mounted (see /proc/mounts)");
-    };
+    let cgroup = ScratchCgroup::new("cpu");
     let dir = scratch("cpu-cgroup");
     let profile_path = dir.join("p.json");
     let mut inside = start_burn("4");
@@ -312,7 +334,7 @@ fn cgroup_target_includes_only_its_processes() {
         "--freq",
         "499",
         "--cgroup",
-        path_str(&cgroup.0),
+        path_str(&cgroup.path),
         "-d",
         "2",
         "-o",

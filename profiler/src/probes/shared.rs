@@ -217,6 +217,20 @@ pub fn comm_to_string(comm: &[u8]) -> String {
     String::from_utf8_lossy(&comm[..end]).into_owned()
 }
 
+/// Every mapped object of every profiled process is kept open until the end: allow as
+/// many descriptors as the hard limit does (a failure only means falling back to paths).
+fn raise_open_file_limit() {
+    // SAFETY: getrlimit/setrlimit with a struct we own.
+    unsafe {
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}
+
 /// Watches for processes whose user stacks are being recorded (the kernel notes each
 /// one in `NEW_PROCESSES` the first time, and again after an exec) and snapshots their
 /// memory maps at once, so they are symbolized even if they exit before the end.
@@ -229,6 +243,7 @@ pub struct ProcessWatcher {
 impl ProcessWatcher {
     /// Attaches the exec hook and takes the notice ring out of the object.
     pub fn start(ebpf: &mut Ebpf) -> Result<ProcessWatcher> {
+        raise_open_file_limit();
         let program: &mut TracePoint = ebpf
             .program_mut("processes_exec")
             .context("program processes_exec missing from the eBPF object")?
