@@ -266,6 +266,56 @@ fn cgroup2_mount() -> Option<PathBuf> {
     })
 }
 
+#[test]
+fn pid_target_follows_threads_created_later() {
+    if !can_load_programs("pid_target_follows_threads_created_later") {
+        return;
+    }
+    let dir = scratch("cpu-late-thread");
+    let profile_path = dir.join("p.json");
+    let mut target = Command::new(workload("cpu-burn"))
+        .args(["--late-thread", "700", "--seconds", "1.5"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start cpu-burn");
+    let pid = target.id().to_string();
+    lockpath_ok(&[
+        "record",
+        "--cpu",
+        "--freq",
+        "499",
+        "-p",
+        &pid,
+        "-d",
+        "2",
+        "-o",
+        path_str(&profile_path),
+    ]);
+    let output = target.wait_with_output().expect("wait for cpu-burn");
+    let text = String::from_utf8_lossy(&output.stdout);
+    let tid: u64 = text
+        .lines()
+        .find_map(|line| line.strip_prefix("tid="))
+        .and_then(|tid| tid.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no tid in {text}"));
+    let profile = load_json(&profile_path);
+    let samples: u64 = cpu_rows(&profile)
+        .iter()
+        .filter(|row| row["tid"].as_u64() == Some(tid))
+        .filter(|row| {
+            frames(&profile, &row["user_stack"])
+                .iter()
+                .any(|name| name.contains("burn_"))
+        })
+        .map(|row| row["samples"].as_u64().expect("samples"))
+        .sum();
+    assert!(
+        samples > 20,
+        "the thread {tid} started after recording began is sampled: {samples}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A cgroup made for one test, removed (after its processes) when dropped. Where no
 /// cgroup v2 hierarchy is mounted, one is mounted for the test (and unmounted after).
 struct ScratchCgroup {

@@ -380,6 +380,17 @@ mod tests {
     }
 
     #[test]
+    fn stripped_library_is_named_from_dynsym() {
+        // The C library ships stripped: only its .dynsym names its functions.
+        let addr = libc::getpid as *const () as u64;
+        let mut symbols = UserSymbols::new();
+        let frames = symbols.frames(std::process::id(), &[addr]);
+        assert!(frames[0].name.contains("getpid"), "{frames:?}");
+        let module = frames[0].module.as_deref().unwrap_or("");
+        assert!(module.contains("libc"), "{frames:?}");
+    }
+
+    #[test]
     fn roots_mark_complete_stacks() {
         let frame = |name: &str| Frame {
             name: name.into(),

@@ -6,6 +6,8 @@
 //! (default 7 and 3: about 70% and 30%). It measures the thread CPU time of each
 //! function itself and prints `seventy_ns=A thirty_ns=B rounds=R pid=P` when done.
 //! `--fork`: a child process does the work; the parent waits and passes on its status.
+//! `--late-thread MS`: sleep MS milliseconds, then do the work in a new thread (prints
+//! `tid=T` too).
 
 use std::time::{Duration, Instant};
 
@@ -70,6 +72,7 @@ fn main() {
     let mut thirty = 3u64;
     let mut fork = false;
     let mut cpu_seconds = None;
+    let mut late_thread_ms = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().unwrap_or_default();
@@ -81,8 +84,21 @@ fn main() {
                 cpu_seconds = Some(value().parse().expect("--cpu-seconds takes a number"))
             }
             "--fork" => fork = true,
+            "--late-thread" => {
+                late_thread_ms = Some(value().parse::<u64>().expect("--late-thread takes ms"))
+            }
             other => panic!("unknown argument {other}"),
         }
+    }
+    if let Some(ms) = late_thread_ms {
+        std::thread::sleep(Duration::from_millis(ms));
+        let worker = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            println!("tid={}", unsafe { libc::gettid() });
+            work(seconds, cpu_seconds, seventy, thirty);
+        });
+        worker.join().expect("worker panicked");
+        return;
     }
     if !fork {
         work(seconds, cpu_seconds, seventy, thirty);
