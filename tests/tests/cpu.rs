@@ -273,7 +273,7 @@ fn pid_target_follows_threads_created_later() {
     }
     let dir = scratch("cpu-late-thread");
     let profile_path = dir.join("p.json");
-    let mut target = Command::new(workload("cpu-burn"))
+    let target = Command::new(workload("cpu-burn"))
         .args(["--late-thread", "700", "--seconds", "1.5"])
         .stdout(Stdio::piped())
         .spawn()
