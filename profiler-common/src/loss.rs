@@ -66,6 +66,6 @@ pub const LOSS_NAMES: [(u32, &str, &str); 10] = [
     (
         LOCK_KPROBE_RETURN_LOST,
         "lock_kprobe_return_lost",
-        "kprobe fallback: a slow path's return was not seen (kretprobe instances exhausted); wait dropped",
+        "kprobe fallback: a slow path's return was missed (kretprobe instances exhausted); wait dropped",
     ),
 ];

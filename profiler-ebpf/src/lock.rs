@@ -141,8 +141,10 @@ pub fn on_spin_slowpath_entry(ctx: &ProbeContext) {
     if !is_target() {
         return;
     }
-    let (Some(depth), Some(slot)) = (LOCK_SPIN_DEPTH.get_ptr_mut(0), LOCK_SPIN_WAIT.get_ptr_mut(0))
-    else {
+    let (Some(depth), Some(slot)) = (
+        LOCK_SPIN_DEPTH.get_ptr_mut(0),
+        LOCK_SPIN_WAIT.get_ptr_mut(0),
+    ) else {
         return;
     };
     // SAFETY: per-CPU slots from successful lookups; only this CPU writes them, and the
@@ -165,8 +167,10 @@ pub fn on_spin_slowpath_entry(ctx: &ProbeContext) {
 /// Return of the spin slow path: the lock is held.
 pub fn on_spin_slowpath_return(_ctx: &RetProbeContext) {
     let end_ns = now_ns();
-    let (Some(depth), Some(slot)) = (LOCK_SPIN_DEPTH.get_ptr_mut(0), LOCK_SPIN_WAIT.get_ptr_mut(0))
-    else {
+    let (Some(depth), Some(slot)) = (
+        LOCK_SPIN_DEPTH.get_ptr_mut(0),
+        LOCK_SPIN_WAIT.get_ptr_mut(0),
+    ) else {
         return;
     };
     // SAFETY: as in on_spin_slowpath_entry.

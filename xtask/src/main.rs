@@ -64,7 +64,9 @@ fn try_main() -> Result<()> {
             let only = match rest.iter().map(|arg| arg.to_str()).collect::<Vec<_>>()[..] {
                 [] => None,
                 [Some(name)] => Some(name.to_string()),
-                _ => bail!("vm-test: unexpected arguments {rest:?}; usage: cargo xtask vm-test [6.1|5.10]"),
+                _ => bail!(
+                    "vm-test: unexpected arguments {rest:?}; usage: cargo xtask vm-test [6.1|5.10]"
+                ),
             };
             test::vm_test(only.as_deref())
         }

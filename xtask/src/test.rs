@@ -60,7 +60,11 @@ fn build_workloads() -> Result<Vec<PathBuf>> {
     const STEP: &str = "building the test workloads";
     let mut cmd = util::host_cargo();
     cmd.args(["build", "--release", "-p", "lockpath-tests", "--bins"]);
-    util::run(&mut cmd, STEP, "fix the compile errors above in tests/src/bin/")?;
+    util::run(
+        &mut cmd,
+        STEP,
+        "fix the compile errors above in tests/src/bin/",
+    )?;
     let sources = util::workspace_root().join("tests/src/bin");
     let release = util::target_dir()?.join("release");
     let mut binaries = Vec::new();

@@ -91,7 +91,11 @@ pub fn vm_test(binaries: &GuestBinaries, only: Option<&str>) -> Result<()> {
         if !KERNELS.iter().any(|kernel| kernel.name == name) {
             bail!(
                 "vm-test: no lab kernel named {name}; known: {}",
-                KERNELS.iter().map(|k| k.name).collect::<Vec<_>>().join(", ")
+                KERNELS
+                    .iter()
+                    .map(|k| k.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             );
         }
     }
@@ -158,7 +162,11 @@ fn apt(args: &[&str], step: &str) -> Result<()> {
     cmd.args(["-o", "DPkg::Lock::Timeout=300"])
         .args(args)
         .env("DEBIAN_FRONTEND", "noninteractive");
-    util::run(&mut cmd, step, "check network access to deb.debian.org and rerun")
+    util::run(
+        &mut cmd,
+        step,
+        "check network access to deb.debian.org and rerun",
+    )
 }
 
 /// `target/vm/kernels/<package>/boot/vmlinuz-*`, downloading and unpacking once.
@@ -168,7 +176,9 @@ fn kernel_image(vm_dir: &Path, kernel: &LabKernel) -> Result<PathBuf> {
         return Ok(vmlinuz);
     }
     let deb = download_deb(&vm_dir.join("debs"), kernel)?;
-    let partial = vm_dir.join("kernels").join(format!("{}.partial", kernel.package));
+    let partial = vm_dir
+        .join("kernels")
+        .join(format!("{}.partial", kernel.package));
     if partial.exists() {
         fs::remove_dir_all(&partial)
             .with_context(|| format!("cannot remove {}", partial.display()))?;
@@ -180,8 +190,13 @@ fn kernel_image(vm_dir: &Path, kernel: &LabKernel) -> Result<PathBuf> {
         "vm-test (unpacking the kernel)",
         "remove target/vm/debs and rerun to download it again",
     )?;
-    fs::rename(&partial, &unpacked)
-        .with_context(|| format!("cannot rename {} to {}", partial.display(), unpacked.display()))?;
+    fs::rename(&partial, &unpacked).with_context(|| {
+        format!(
+            "cannot rename {} to {}",
+            partial.display(),
+            unpacked.display()
+        )
+    })?;
     find_vmlinuz(&unpacked).ok_or_else(|| {
         anyhow!(
             "vm-test: {} has no boot/vmlinuz-*; remove it and rerun",
@@ -233,7 +248,8 @@ fn download_deb(debs: &Path, kernel: &LabKernel) -> Result<PathBuf> {
     };
     util::say(format!("downloading {}", kernel.package));
     let mut cmd = Command::new("apt-get");
-    cmd.args(["download", "-q", kernel.package]).current_dir(debs);
+    cmd.args(["download", "-q", kernel.package])
+        .current_dir(debs);
     util::run(
         &mut cmd,
         "vm-test (downloading the kernel)",
@@ -265,7 +281,10 @@ impl TemporarySuite {
         .with_context(|| format!("cannot write {}", list.display()))?;
         let added = TemporarySuite { list };
         // On failure `added` is dropped here, which removes the list again.
-        apt(&["update", "-q"], "apt-get update (with the temporary suite)")?;
+        apt(
+            &["update", "-q"],
+            "apt-get update (with the temporary suite)",
+        )?;
         Ok(added)
     }
 }
@@ -278,7 +297,10 @@ impl Drop for TemporarySuite {
                 self.list.display()
             ));
         }
-        if let Err(err) = apt(&["update", "-q"], "apt-get update (temporary suite removed)") {
+        if let Err(err) = apt(
+            &["update", "-q"],
+            "apt-get update (temporary suite removed)",
+        ) {
             util::say(format!("warning: {err:#}"));
         }
     }
@@ -299,8 +321,7 @@ fn build_initramfs(vm_dir: &Path, binaries: &GuestBinaries) -> Result<PathBuf> {
     for applet in busybox_applets()? {
         let link = bin.join(&applet);
         if !link.exists() {
-            symlink("busybox", &link)
-                .with_context(|| format!("cannot link {}", link.display()))?;
+            symlink("busybox", &link).with_context(|| format!("cannot link {}", link.display()))?;
         }
     }
     let mut elf = vec![binaries.lockpath.clone()];
@@ -318,9 +339,8 @@ fn build_initramfs(vm_dir: &Path, binaries: &GuestBinaries) -> Result<PathBuf> {
                 .with_context(|| format!("cannot create {}", parent.display()))?;
         }
         // fs::copy follows symlinks: the guest gets the library under the name ldd gave.
-        fs::copy(&library, &inside).with_context(|| {
-            format!("cannot copy {} into the initramfs", library.display())
-        })?;
+        fs::copy(&library, &inside)
+            .with_context(|| format!("cannot copy {} into the initramfs", library.display()))?;
     }
     let vm_sources = util::workspace_root().join("tests/vm");
     copy_executable(&vm_sources.join("init"), &root.join("init"))?;
@@ -457,10 +477,7 @@ fn boot(vm_dir: &Path, kernel: &LabKernel, vmlinuz: &Path, initrd: &Path) -> Res
             );
             bail!("{why} (after {elapsed:.0} s)")
         }
-        None => Ok(format!(
-            "{} in {elapsed:.0} s",
-            verdict.unwrap_or_default()
-        )),
+        None => Ok(format!("{} in {elapsed:.0} s", verdict.unwrap_or_default())),
     }
 }
 
@@ -492,9 +509,10 @@ fn parse_serial(serial: &str, kernel: &LabKernel) -> std::result::Result<String,
     for name in kernel.required {
         match results.get(*name) {
             Some((verdict, _)) if verdict == "PASS" => {}
-            Some((verdict, why)) if verdict != "FAIL" => {
-                problems.push(format!("{name} must pass on {} but was {verdict}: {why}", kernel.name))
-            }
+            Some((verdict, why)) if verdict != "FAIL" => problems.push(format!(
+                "{name} must pass on {} but was {verdict}: {why}",
+                kernel.name
+            )),
             Some(_) => {}
             None => problems.push(format!("{name} did not run")),
         }

@@ -15,18 +15,14 @@ use profiler_common::lock::{
 use crate::{
     cli::LockMethod,
     probes::shared::{MapSet, StackResolver},
-    symbolize::KernelSymbols,
     profile::{Frame, LockRow, ProbeUse},
+    symbolize::KernelSymbols,
     tracefs,
 };
 
 /// Attaches lock-contention probes with `method` (auto: tracepoints when the kernel has
 /// them, else kprobes on the slow paths) and says which were used.
-pub fn attach(
-    ebpf: &mut Ebpf,
-    method: LockMethod,
-    symbols: &KernelSymbols,
-) -> Result<ProbeUse> {
+pub fn attach(ebpf: &mut Ebpf, method: LockMethod, symbols: &KernelSymbols) -> Result<ProbeUse> {
     let method_used = match method {
         LockMethod::Tracepoint => attach_tracepoints(ebpf)?,
         LockMethod::Kprobe => attach_kprobes(ebpf, symbols)?,
@@ -148,7 +144,10 @@ fn attach_kprobes(ebpf: &mut Ebpf, symbols: &KernelSymbols) -> Result<String> {
             } else {
                 format!("{} is on the kprobe blacklist", present.join(", "))
             };
-            eprintln!("lockpath: warning: {} contention not recorded: {why}", slow_path_type(entry));
+            eprintln!(
+                "lockpath: warning: {} contention not recorded: {why}",
+                slow_path_type(entry)
+            );
             continue;
         }
         for name in [*entry, *ret] {
@@ -217,7 +216,7 @@ pub fn drain(maps: &MapSet, stacks: &mut StackResolver) -> Result<Vec<LockRow>> 
             min_ns: stat.min_ns,
         });
     }
-    rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns));
+    rows.sort_by_key(|row| std::cmp::Reverse(row.total_ns));
     Ok(rows)
 }
 

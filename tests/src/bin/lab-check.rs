@@ -20,7 +20,8 @@ fn fail(why: String) -> ! {
 }
 
 fn read_json(path: &str) -> Value {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|err| fail(format!("cannot read {path}: {err}")));
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|err| fail(format!("cannot read {path}: {err}")));
     serde_json::from_str(&text).unwrap_or_else(|err| fail(format!("{path} is not JSON: {err}")))
 }
 
@@ -47,11 +48,20 @@ fn check_lock(args: &[String]) {
             "--method" => method = value,
             "--types" => types = value.split(',').map(String::from).collect(),
             "--truth" => {
-                let (name, count) = value.split_once('=').unwrap_or_else(|| fail(format!("--truth {value}: expected TYPE=N")));
-                let count = count.trim().parse().unwrap_or_else(|_| fail(format!("--truth {value}: N is not a number")));
+                let (name, count) = value
+                    .split_once('=')
+                    .unwrap_or_else(|| fail(format!("--truth {value}: expected TYPE=N")));
+                let count = count
+                    .trim()
+                    .parse()
+                    .unwrap_or_else(|_| fail(format!("--truth {value}: N is not a number")));
                 truths.push((name.to_string(), count));
             }
-            "--tolerance" => tolerance = value.parse().unwrap_or_else(|_| fail(format!("--tolerance {value}: not a number"))),
+            "--tolerance" => {
+                tolerance = value
+                    .parse()
+                    .unwrap_or_else(|_| fail(format!("--tolerance {value}: not a number")))
+            }
             other => fail(format!("lab-check lock: unknown flag {other}")),
         }
     }
@@ -66,7 +76,9 @@ fn check_lock(args: &[String]) {
         .collect();
     println!("lock method: {methods:?}");
     if !methods.iter().any(|used| used.contains(&method)) {
-        fail(format!("lock family used {methods:?}, expected a method with `{method}`"));
+        fail(format!(
+            "lock family used {methods:?}, expected a method with `{method}`"
+        ));
     }
 
     let report = read_json(report_path);
@@ -84,7 +96,9 @@ fn check_lock(args: &[String]) {
             .map(|(_, count)| count)
             .sum();
         if total == 0 {
-            fail(format!("no {wanted} contention in the report (types seen: {counts:?})"));
+            fail(format!(
+                "no {wanted} contention in the report (types seen: {counts:?})"
+            ));
         }
     }
     for (name, expected) in truths {
@@ -107,5 +121,19 @@ fn check_lock(args: &[String]) {
             ));
         }
     }
-    println!("WHY: {}", types.iter().map(|t| format!("{t}={}", counts.iter().filter(|(n, _)| n.starts_with(t.as_str())).map(|(_, c)| c).sum::<u64>())).collect::<Vec<_>>().join(" "));
+    println!(
+        "WHY: {}",
+        types
+            .iter()
+            .map(|t| format!(
+                "{t}={}",
+                counts
+                    .iter()
+                    .filter(|(n, _)| n.starts_with(t.as_str()))
+                    .map(|(_, c)| c)
+                    .sum::<u64>()
+            ))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
 }
