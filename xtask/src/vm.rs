@@ -70,6 +70,7 @@ pub struct GuestBinaries {
 
 pub fn vm_test(binaries: &GuestBinaries, only: Option<&str>) -> Result<()> {
     let started = Instant::now();
+    TemporarySuite::remove_leftovers();
     ensure_host_tools()?;
     let vm_dir = util::target_dir()?.join("vm");
     let initrd = build_initramfs(&vm_dir, binaries)?;
@@ -271,9 +272,12 @@ struct TemporarySuite {
     list: PathBuf,
 }
 
+const LIST_DIR: &str = "/etc/apt/sources.list.d";
+const LIST_PREFIX: &str = "lockpath-vm-";
+
 impl TemporarySuite {
     fn add(suite: &str) -> Result<Self> {
-        let list = PathBuf::from(format!("/etc/apt/sources.list.d/lockpath-vm-{suite}.list"));
+        let list = Path::new(LIST_DIR).join(format!("{LIST_PREFIX}{suite}.list"));
         fs::write(
             &list,
             format!("deb http://deb.debian.org/debian {suite} main\n"),
@@ -286,6 +290,36 @@ impl TemporarySuite {
             "apt-get update (with the temporary suite)",
         )?;
         Ok(added)
+    }
+}
+
+impl TemporarySuite {
+    /// A run killed while downloading (SIGKILL, Ctrl-C) cannot run `drop`: its list file
+    /// is removed here, at the start of the next run, and the lists refreshed.
+    fn remove_leftovers() {
+        let Ok(entries) = fs::read_dir(LIST_DIR) else {
+            return;
+        };
+        let leftovers: Vec<PathBuf> = entries
+            .filter_map(|entry| entry.ok())
+            .filter(|entry| entry.file_name().to_string_lossy().starts_with(LIST_PREFIX))
+            .map(|entry| entry.path())
+            .collect();
+        if leftovers.is_empty() {
+            return;
+        }
+        for list in &leftovers {
+            util::say(format!(
+                "removing {} left by an interrupted run",
+                list.display()
+            ));
+            if let Err(err) = fs::remove_file(list) {
+                util::say(format!("warning: cannot remove {} ({err})", list.display()));
+            }
+        }
+        if let Err(err) = apt(&["update", "-q"], "apt-get update (leftover suite removed)") {
+            util::say(format!("warning: {err:#}"));
+        }
     }
 }
 
