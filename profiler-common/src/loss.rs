@@ -15,12 +15,14 @@ pub const CPU_MAP_FULL: u32 = 16;
 pub const USER_STACK_FAILED: u32 = 17;
 pub const PROCESS_NOTE_LOST: u32 = 18;
 pub const PROCESS_SEEN_MAP_FULL: u32 = 19;
+/// vm/kprobe fallback range: 26..=27.
+pub const LOCK_KPROBE_RETURN_LOST: u32 = 26;
 
 /// Number of slots in `LOSSES` (room for the other probe families).
 pub const LOSS_SLOTS: u32 = 32;
 
 /// Names for the report, by index. `None` slots are unused.
-pub const LOSS_NAMES: [(u32, &str, &str); 13] = [
+pub const LOSS_NAMES: [(u32, &str, &str); 14] = [
     (
         STACK_COLLISION,
         "stack_collision",
@@ -85,5 +87,10 @@ pub const LOSS_NAMES: [(u32, &str, &str); 13] = [
         PROCESS_SEEN_MAP_FULL,
         "process_seen_map_full",
         "seen-process map full: a process's memory map may be missing",
+    ),
+    (
+        LOCK_KPROBE_RETURN_LOST,
+        "lock_kprobe_return_lost",
+        "kprobe fallback: a slow path's return was missed (kretprobe instances exhausted); wait dropped",
     ),
 ];
