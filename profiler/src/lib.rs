@@ -2,6 +2,7 @@
 //! profile (profile.rs) -> exporters (export/).
 
 pub mod cli;
+pub mod metrics;
 pub mod export;
 pub mod probes;
 pub mod profile;

@@ -294,6 +294,12 @@ impl StackInterner {
         id
     }
 
+    /// Copies the frames and stacks so far into `profile` (live snapshots while recording).
+    pub fn copy_into(&self, profile: &mut Profile) {
+        profile.frames = self.frames.clone();
+        profile.stacks = self.stacks.clone();
+    }
+
     pub fn finish(self, profile: &mut Profile) {
         profile.frames = self.frames;
         profile.stacks = self.stacks;
