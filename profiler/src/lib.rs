@@ -3,8 +3,8 @@
 
 pub mod btf;
 pub mod cli;
-pub mod metrics;
 pub mod export;
+pub mod metrics;
 pub mod probes;
 pub mod profile;
 pub mod record;
@@ -71,7 +71,9 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Export(args) => {
             let profile = Profile::load(&args.file)?;
             let bytes = match args.format {
-                cli::ExportFormat::Folded => export::folded::render(&profile, args.kind).into_bytes(),
+                cli::ExportFormat::Folded => {
+                    export::folded::render(&profile, args.kind).into_bytes()
+                }
                 cli::ExportFormat::Json => export::json::render(&profile, args.kind)
                     .context("cannot render the JSON export")?
                     .into_bytes(),
@@ -106,7 +108,10 @@ pub fn run(cli: Cli) -> Result<i32> {
             }
             print_stdout(&text)?;
             if let Some(output) = &args.output {
-                eprintln!("lockpath: differential flamegraph written to {}", output.display());
+                eprintln!(
+                    "lockpath: differential flamegraph written to {}",
+                    output.display()
+                );
             }
             Ok(0)
         }
@@ -117,9 +122,12 @@ pub fn run(cli: Cli) -> Result<i32> {
                 .map(|path| Profile::load(path))
                 .collect::<Result<Vec<_>>>()?;
             let merged = export::merge::merge(inputs, std::env::args().collect())?;
-            merged
-                .save(&args.output)
-                .with_context(|| format!("cannot write the merged profile to {}", args.output.display()))?;
+            merged.save(&args.output).with_context(|| {
+                format!(
+                    "cannot write the merged profile to {}",
+                    args.output.display()
+                )
+            })?;
             eprintln!(
                 "lockpath: {} profiles of {} merged into {}",
                 args.inputs.len(),
@@ -147,10 +155,7 @@ fn print_stdout(text: &str) -> Result<()> {
 fn print_stdout_bytes(bytes: &[u8]) -> Result<()> {
     use std::io::Write;
     let mut stdout = std::io::stdout().lock();
-    match stdout
-        .write_all(bytes)
-        .and_then(|()| stdout.flush())
-    {
+    match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
         Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => other.context("cannot write to standard output"),
     }

@@ -25,7 +25,9 @@ pub struct MetricsServer {
 impl MetricsServer {
     pub fn start(addr: SocketAddr, initial: String) -> Result<Self> {
         let listener = TcpListener::bind(addr).with_context(|| {
-            format!("cannot serve metrics on {addr}: choose a free port with --metrics 127.0.0.1:PORT")
+            format!(
+                "cannot serve metrics on {addr}: choose a free port with --metrics 127.0.0.1:PORT"
+            )
         })?;
         let addr = listener.local_addr().unwrap_or(addr);
         listener
@@ -103,9 +105,21 @@ fn answer(mut stream: TcpStream, metrics: &str) -> std::io::Result<()> {
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = path.split('?').next().unwrap_or("");
     let (status, content_type, body) = match (method, path) {
-        ("GET", "/metrics") => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", metrics),
-        ("GET", "/") => ("200 OK", "text/plain; charset=utf-8", "lockpath: metrics at /metrics\n"),
-        _ => ("404 Not Found", "text/plain; charset=utf-8", "not found: try /metrics\n"),
+        ("GET", "/metrics") => (
+            "200 OK",
+            "text/plain; version=0.0.4; charset=utf-8",
+            metrics,
+        ),
+        ("GET", "/") => (
+            "200 OK",
+            "text/plain; charset=utf-8",
+            "lockpath: metrics at /metrics\n",
+        ),
+        _ => (
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            "not found: try /metrics\n",
+        ),
     };
     let response = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
@@ -132,8 +146,8 @@ mod tests {
 
     #[test]
     fn serves_the_latest_text() {
-        let server =
-            MetricsServer::start("127.0.0.1:0".parse().expect("addr"), "a 1\n".into()).expect("start");
+        let server = MetricsServer::start("127.0.0.1:0".parse().expect("addr"), "a 1\n".into())
+            .expect("start");
         assert!(get(server.addr, "/metrics").ends_with("\r\n\r\na 1\n"));
         server.update("a 2\n".into());
         let reply = get(server.addr, "/metrics");

@@ -81,14 +81,15 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         Target::Command(command) => Some(Child::spawn(command)?),
         _ => None,
     };
-    let started = start(&args, &plan, &target, child.as_ref().map(|child| child.pid))
-        .and_then(|(mut ebpf, probes)| {
+    let started = start(&args, &plan, &target, child.as_ref().map(|child| child.pid)).and_then(
+        |(mut ebpf, probes)| {
             // The maps leave the object (the programs stay attached until it is dropped),
             // so they can be read live and after the detach alike.
             let mut maps = MapSet::take_all(&mut ebpf);
             let stacks = StackResolver::new(&mut maps, kernel_symbols)?;
             Ok((ebpf, probes, maps, stacks))
-        });
+        },
+    );
     let (ebpf, probes, maps, mut stacks) = match started {
         Ok(started) => started,
         Err(err) => {

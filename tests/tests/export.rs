@@ -52,10 +52,22 @@ fn diff_pprof_merge_and_html_from_two_runs() {
     let new = dir.join("new.json");
     // BASE: one thread, nothing to contend with. NEW: eight threads fight over their
     // process's mmap_lock (rwsem), the injected contention.
-    record_storm(&base, &["--seconds", "2", "--threads", "1", "--mode", "mmap"]);
+    record_storm(
+        &base,
+        &["--seconds", "2", "--threads", "1", "--mode", "mmap"],
+    );
     record_storm(
         &new,
-        &["--seconds", "3", "--threads", "8", "--mode", "mmap", "--name", HOSTILE_COMM],
+        &[
+            "--seconds",
+            "3",
+            "--threads",
+            "8",
+            "--mode",
+            "mmap",
+            "--name",
+            HOSTILE_COMM,
+        ],
     );
     let new_profile = load_json(&new);
     let storm_pid = new_profile["processes"]
@@ -87,17 +99,30 @@ fn diff_pprof_merge_and_html_from_two_runs() {
 }
 
 fn check_diff(dir: &Path, base: &Path, new: &Path, injected: &str) {
-    let output = lockpath_ok(&["diff", path_str(base), path_str(new), "--format", "json", "--top", "0"]);
+    let output = lockpath_ok(&[
+        "diff",
+        path_str(base),
+        path_str(new),
+        "--format",
+        "json",
+        "--top",
+        "0",
+    ]);
     let diff: Value = serde_json::from_slice(&output.stdout).expect("diff JSON");
     let tables = diff["tables"].as_array().expect("tables");
-    let by_lock = tables.iter().find(|table| table["by"] == "lock").expect("lock table");
+    let by_lock = tables
+        .iter()
+        .find(|table| table["by"] == "lock")
+        .expect("lock table");
     let first = &by_lock["rows"][0];
     let key = first["key"].as_str().expect("key");
     assert!(
         key.starts_with("rwsem:") && key.ends_with(injected),
         "diff must name the injected lock {injected} first, got {key}:\n{diff}"
     );
-    assert!(first["new_per_s"].as_f64().expect("new") > first["base_per_s"].as_f64().expect("base"));
+    assert!(
+        first["new_per_s"].as_f64().expect("new") > first["base_per_s"].as_f64().expect("base")
+    );
     // Rows are sorted by growth.
     let changes: Vec<f64> = by_lock["rows"]
         .as_array()
@@ -105,13 +130,28 @@ fn check_diff(dir: &Path, base: &Path, new: &Path, injected: &str) {
         .iter()
         .map(|row| row["change_per_s"].as_f64().expect("change"))
         .collect();
-    assert!(changes.windows(2).all(|pair| pair[0] >= pair[1]), "{changes:?}");
-    let callers = tables.iter().find(|table| table["by"] == "caller").expect("caller table");
-    assert!(callers["rows"][0]["key"].as_str().expect("key").starts_with("rwsem:"));
+    assert!(
+        changes.windows(2).all(|pair| pair[0] >= pair[1]),
+        "{changes:?}"
+    );
+    let callers = tables
+        .iter()
+        .find(|table| table["by"] == "caller")
+        .expect("caller table");
+    assert!(callers["rows"][0]["key"]
+        .as_str()
+        .expect("key")
+        .starts_with("rwsem:"));
 
     // The text table says the same, within 100 columns, and -o writes the differential SVG.
     let svg_path = dir.join("diff.svg");
-    let output = lockpath_ok(&["diff", path_str(base), path_str(new), "-o", path_str(&svg_path)]);
+    let output = lockpath_ok(&[
+        "diff",
+        path_str(base),
+        path_str(new),
+        "-o",
+        path_str(&svg_path),
+    ]);
     let text = String::from_utf8_lossy(&output.stdout);
     for line in text.lines() {
         assert!(line.chars().count() <= 100, "diff line too wide: {line}");
@@ -121,16 +161,29 @@ fn check_diff(dir: &Path, base: &Path, new: &Path, injected: &str) {
         .skip_while(|line| !line.starts_with("lock by lock"))
         .nth(2)
         .expect("first row of the lock table");
-    assert!(first_row.contains(injected), "text diff names {injected} first:\n{text}");
+    assert!(
+        first_row.contains(injected),
+        "text diff names {injected} first:\n{text}"
+    );
     let svg = std::fs::read_to_string(&svg_path).expect("diff svg");
-    let options = roxmltree::ParsingOptions { allow_dtd: true, ..Default::default() };
+    let options = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..Default::default()
+    };
     let document = roxmltree::Document::parse_with_options(&svg, options).expect("well-formed SVG");
     assert!(
-        document.descendants().any(|node| node.text() == Some(HOSTILE_COMM)
-            || node.text().is_some_and(|text| text.starts_with(HOSTILE_COMM))),
+        document
+            .descendants()
+            .any(|node| node.text() == Some(HOSTILE_COMM)
+                || node
+                    .text()
+                    .is_some_and(|text| text.starts_with(HOSTILE_COMM))),
         "the process frame is in the SVG as text"
     );
-    assert!(!svg.contains(HOSTILE_COMM), "the raw name must be escaped in the SVG");
+    assert!(
+        !svg.contains(HOSTILE_COMM),
+        "the raw name must be escaped in the SVG"
+    );
 }
 
 fn check_pprof(dir: &Path, new: &Path, profile: &Value) {
@@ -138,7 +191,14 @@ fn check_pprof(dir: &Path, new: &Path, profile: &Value) {
         return;
     }
     let pprof = dir.join("new.pb.gz");
-    lockpath_ok(&["export", path_str(new), "--format", "pprof", "-o", path_str(&pprof)]);
+    lockpath_ok(&[
+        "export",
+        path_str(new),
+        "--format",
+        "pprof",
+        "-o",
+        path_str(&pprof),
+    ]);
     let total = |index: &str, unit: &[&str]| -> u64 {
         let output = Command::new("go")
             .args(["tool", "pprof", "-top", "-sample_index", index])
@@ -159,14 +219,25 @@ fn check_pprof(dir: &Path, new: &Path, profile: &Value) {
             .and_then(|number| number.parse().ok())
             .unwrap_or_else(|| panic!("no total in pprof output:\n{text}"))
     };
-    assert_eq!(total("delay", &["-unit", "ns"]), sum(profile, "total_ns"), "pprof delay total");
-    assert_eq!(total("contentions", &[]), sum(profile, "count"), "pprof contentions total");
+    assert_eq!(
+        total("delay", &["-unit", "ns"]),
+        sum(profile, "total_ns"),
+        "pprof delay total"
+    );
+    assert_eq!(
+        total("contentions", &[]),
+        sum(profile, "count"),
+        "pprof contentions total"
+    );
 }
 
 fn check_folded_and_json(new: &Path, profile: &Value) {
     let output = lockpath_ok(&["export", path_str(new), "--format", "json"]);
     let tree: Value = serde_json::from_slice(&output.stdout).expect("JSON export");
-    assert_eq!(tree["root"]["value"].as_u64(), Some(sum(profile, "total_ns")));
+    assert_eq!(
+        tree["root"]["value"].as_u64(),
+        Some(sum(profile, "total_ns"))
+    );
     let names: Vec<&str> = tree["root"]["children"]
         .as_array()
         .expect("children")
@@ -183,7 +254,13 @@ fn check_merge(dir: &Path, base: &Path, new: &Path) {
     let other_path = dir.join("node-b.json");
     std::fs::write(&other_path, serde_json::to_vec(&other).expect("json")).expect("write");
     let all = dir.join("all.json");
-    lockpath_ok(&["merge", path_str(base), path_str(&other_path), "-o", path_str(&all)]);
+    lockpath_ok(&[
+        "merge",
+        path_str(base),
+        path_str(&other_path),
+        "-o",
+        path_str(&all),
+    ]);
     let merged = load_json(&all);
     let base_profile = load_json(base);
     assert_eq!(
@@ -200,7 +277,10 @@ fn check_merge(dir: &Path, base: &Path, new: &Path) {
     assert!(hosts.contains(&"node-b"), "{hosts:?}");
     let report = lockpath_ok(&["report", path_str(&all)]);
     let text = String::from_utf8_lossy(&report.stdout);
-    assert!(text.contains("by host") && text.contains("node-b"), "per-host split:\n{text}");
+    assert!(
+        text.contains("by host") && text.contains("node-b"),
+        "per-host split:\n{text}"
+    );
     let output = lockpath_ok(&["diff", path_str(base), path_str(&all), "--format", "json"]);
     let diff: Value = serde_json::from_slice(&output.stdout).expect("diff JSON");
     let host_table = diff["tables"]
@@ -231,7 +311,11 @@ impl Browser {
         let driver = KillOnDrop(driver);
         let addr = format!("127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(20);
-        while http(&addr, "GET", "/status", None).ok().map(|(status, _)| status) != Some(200) {
+        while http(&addr, "GET", "/status", None)
+            .ok()
+            .map(|(status, _)| status)
+            != Some(200)
+        {
             assert!(Instant::now() < deadline, "chromedriver did not start");
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -249,20 +333,32 @@ impl Browser {
             http(&addr, "POST", "/session", Some(&capabilities.to_string())).expect("new session");
         assert_eq!(status, 200, "new session: {body}");
         let reply: Value = serde_json::from_str(&body).expect("session JSON");
-        let session = reply["value"]["sessionId"].as_str().expect("session id").to_string();
-        Browser { addr, session, _driver: driver }
+        let session = reply["value"]["sessionId"]
+            .as_str()
+            .expect("session id")
+            .to_string();
+        Browser {
+            addr,
+            session,
+            _driver: driver,
+        }
     }
 
     fn call(&self, method: &str, path: &str, body: Value) -> Value {
         let path = format!("/session/{}{path}", self.session);
         let body = (method == "POST").then(|| body.to_string());
-        let (status, text) = http(&self.addr, method, &path, body.as_deref()).expect("webdriver call");
+        let (status, text) =
+            http(&self.addr, method, &path, body.as_deref()).expect("webdriver call");
         assert_eq!(status, 200, "{method} {path}: {text}");
         serde_json::from_str::<Value>(&text).expect("webdriver JSON")["value"].clone()
     }
 
     fn run(&self, script: &str) -> Value {
-        self.call("POST", "/execute/sync", json!({"script": script, "args": []}))
+        self.call(
+            "POST",
+            "/execute/sync",
+            json!({"script": script, "args": []}),
+        )
     }
 
     fn severe_logs(&self) -> Vec<Value> {
@@ -278,7 +374,12 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        let _ = http(&self.addr, "DELETE", &format!("/session/{}", self.session), None);
+        let _ = http(
+            &self.addr,
+            "DELETE",
+            &format!("/session/{}", self.session),
+            None,
+        );
     }
 }
 
@@ -302,9 +403,15 @@ fn check_html_in_chromium(dir: &Path, new: &Path) {
         .iter()
         .copied()
         .find(|&frame| {
-            let name = profile["frames"][frame as usize]["name"].as_str().unwrap_or("");
-            !(name.starts_with("rwsem") || name.starts_with("down_") || name.starts_with("_raw")
-                || name.contains("lock_slowpath") || name.starts_with("osq_") || name == "down")
+            let name = profile["frames"][frame as usize]["name"]
+                .as_str()
+                .unwrap_or("");
+            !(name.starts_with("rwsem")
+                || name.starts_with("down_")
+                || name.starts_with("_raw")
+                || name.contains("lock_slowpath")
+                || name.starts_with("osq_")
+                || name == "down")
         })
         .expect("a caller frame");
     profile["frames"][caller as usize]["name"] = json!(HOSTILE_SYMBOL);
@@ -312,24 +419,54 @@ fn check_html_in_chromium(dir: &Path, new: &Path) {
     let hostile = dir.join("hostile.json");
     std::fs::write(&hostile, serde_json::to_vec(&profile).expect("json")).expect("write");
     let page = dir.join("report.html");
-    lockpath_ok(&["report", path_str(&hostile), "--format", "html", "-o", path_str(&page)]);
+    lockpath_ok(&[
+        "report",
+        path_str(&hostile),
+        "--format",
+        "html",
+        "-o",
+        path_str(&page),
+    ]);
     let html = std::fs::read_to_string(&page).expect("report written");
-    assert!(!html.contains(HOSTILE_COMM) && !html.contains("<img"), "raw names in the page");
+    assert!(
+        !html.contains(HOSTILE_COMM) && !html.contains("<img"),
+        "raw names in the page"
+    );
 
     let browser = Browser::start(&dir.join("chromium-profile"));
-    browser.call("POST", "/url", json!({"url": format!("file://{}", page.display())}));
+    browser.call(
+        "POST",
+        "/url",
+        json!({"url": format!("file://{}", page.display())}),
+    );
     let main = browser.run(
         "return {title: document.title, tables: document.querySelectorAll('table').length,
                  frames: document.querySelectorAll('iframe.flamegraph').length,
                  text: document.body.textContent,
                  injected: document.querySelectorAll('img, [onerror], [onload]').length}",
     );
-    assert!(main["title"].as_str().expect("title").starts_with("lockpath report"), "{main}");
-    assert!(main["tables"].as_u64().expect("tables") >= 3, "per-lock, per-caller, per-process");
+    assert!(
+        main["title"]
+            .as_str()
+            .expect("title")
+            .starts_with("lockpath report"),
+        "{main}"
+    );
+    assert!(
+        main["tables"].as_u64().expect("tables") >= 3,
+        "per-lock, per-caller, per-process"
+    );
     assert_eq!(main["frames"].as_u64(), Some(1), "the lock flamegraph");
-    assert_eq!(main["injected"].as_u64(), Some(0), "no element came from a name");
+    assert_eq!(
+        main["injected"].as_u64(),
+        Some(0),
+        "no element came from a name"
+    );
     let text = main["text"].as_str().expect("text");
-    assert!(text.contains(HOSTILE_COMM) && text.contains(HOSTILE_SYMBOL), "names shown as text");
+    assert!(
+        text.contains(HOSTILE_COMM) && text.contains(HOSTILE_SYMBOL),
+        "names shown as text"
+    );
 
     // Inside the flamegraph: it rendered, search highlights, a click zooms.
     browser.call("POST", "/frame", json!({"id": 0}));
@@ -338,13 +475,18 @@ fn check_html_in_chromium(dir: &Path, new: &Path) {
                  injected: document.querySelectorAll('img, [onerror]').length,
                  titles: Array.from(document.querySelectorAll('#frames title')).map(t => t.textContent)}",
     );
-    assert!(rendered["frames"].as_u64().expect("frames") > 3, "{rendered}");
+    assert!(
+        rendered["frames"].as_u64().expect("frames") > 3,
+        "{rendered}"
+    );
     assert_eq!(rendered["injected"].as_u64(), Some(0));
     let titles = rendered["titles"].to_string();
-    assert!(titles.contains("<svg onload=x>"), "the process frame is text: {titles}");
-    let matched = browser.run(
-        "search('^ns::f<'); return document.getElementById('matched').textContent",
+    assert!(
+        titles.contains("<svg onload=x>"),
+        "the process frame is text: {titles}"
     );
+    let matched =
+        browser.run("search('^ns::f<'); return document.getElementById('matched').textContent");
     let matched = matched.as_str().expect("matched text");
     let percent: f64 = matched
         .trim_start_matches("Matched: ")
@@ -387,10 +529,20 @@ fn check_html_in_chromium(dir: &Path, new: &Path) {
         "return {unzoom_hidden: document.getElementById('unzoom').classList.contains('hide'),
                  parents: document.querySelectorAll('#frames > g.parent').length}",
     );
-    assert_eq!(zoomed["unzoom_hidden"], json!(false), "zoom shows 'Reset Zoom': {zoomed}");
-    assert!(zoomed["parents"].as_u64().expect("parents") >= 1, "ancestors marked: {zoomed}");
+    assert_eq!(
+        zoomed["unzoom_hidden"],
+        json!(false),
+        "zoom shows 'Reset Zoom': {zoomed}"
+    );
+    assert!(
+        zoomed["parents"].as_u64().expect("parents") >= 1,
+        "ancestors marked: {zoomed}"
+    );
     let after = width_of(&browser);
-    assert!(before < 99.0 && after > 99.9, "the clicked frame fills the graph: {before}% -> {after}%");
+    assert!(
+        before < 99.0 && after > 99.9,
+        "the clicked frame fills the graph: {before}% -> {after}%"
+    );
     browser.call("POST", "/frame", json!({"id": null}));
     let errors = browser.severe_logs();
     assert!(errors.is_empty(), "script errors in the report: {errors:?}");
@@ -433,17 +585,29 @@ fn prometheus_scrapes_live_metrics() {
     .expect("write config");
     let prometheus = Command::new("prometheus")
         .arg(format!("--config.file={}", config.display()))
-        .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
         .arg(format!("--web.listen-address=127.0.0.1:{web_port}"))
         .stdout(Stdio::null())
-        .stderr(Stdio::from(std::fs::File::create(dir.join("prometheus.log")).expect("log")))
+        .stderr(Stdio::from(
+            std::fs::File::create(dir.join("prometheus.log")).expect("log"),
+        ))
         .spawn()
         .expect("start prometheus");
     let prometheus = KillOnDrop(prometheus);
     let web = format!("127.0.0.1:{web_port}");
 
     let query = |expr: &str| -> Vec<Value> {
-        let path = format!("/api/v1/query?query={}", expr.replace('{', "%7B").replace('}', "%7D").replace('"', "%22").replace('=', "%3D").replace(' ', "%20"));
+        let path = format!(
+            "/api/v1/query?query={}",
+            expr.replace('{', "%7B")
+                .replace('}', "%7D")
+                .replace('"', "%22")
+                .replace('=', "%3D")
+                .replace(' ', "%20")
+        );
         match http(&web, "GET", &path, None) {
             Ok((200, body)) => serde_json::from_str::<Value>(&body)
                 .ok()
@@ -457,7 +621,10 @@ fn prometheus_scrapes_live_metrics() {
         let contentions = query("lockpath_lock_contentions_total");
         let wait = query("lockpath_lock_wait_seconds_total{type=\"rwsem:W\"}");
         let up = query("up{job=\"lockpath\"}");
-        let is_up = up.first().map(|series| series["value"][1] == "1").unwrap_or(false);
+        let is_up = up
+            .first()
+            .map(|series| series["value"][1] == "1")
+            .unwrap_or(false);
         if is_up && !contentions.is_empty() && !wait.is_empty() {
             break (contentions, wait);
         }
@@ -470,15 +637,27 @@ fn prometheus_scrapes_live_metrics() {
     };
     drop(prometheus);
     for series in &contentions {
-        assert!(series["metric"]["type"].is_string() && series["metric"]["caller"].is_string(), "{series}");
+        assert!(
+            series["metric"]["type"].is_string() && series["metric"]["caller"].is_string(),
+            "{series}"
+        );
     }
     let scraped_wait: f64 = wait
         .iter()
-        .map(|series| series["value"][1].as_str().expect("value").parse::<f64>().expect("number"))
+        .map(|series| {
+            series["value"][1]
+                .as_str()
+                .expect("value")
+                .parse::<f64>()
+                .expect("number")
+        })
         .sum();
     assert!(scraped_wait > 0.0, "mmap_lock wait was scraped: {wait:?}");
 
-    let status = lockpath_child.0.wait().expect("lockpath ends with the workload");
+    let status = lockpath_child
+        .0
+        .wait()
+        .expect("lockpath ends with the workload");
     assert!(status.success(), "lockpath failed");
     assert_programs_gone(&programs);
     // The live values were lower bounds of the final profile's.
@@ -490,7 +669,10 @@ fn prometheus_scrapes_live_metrics() {
         .filter(|row| row["flags"] == 4)
         .map(|row| row["total_ns"].as_u64().expect("total"))
         .sum();
-    assert!(scraped_wait * 1e9 <= final_wait as f64 * 1.0001, "{scraped_wait} s vs {final_wait} ns");
+    assert!(
+        scraped_wait * 1e9 <= final_wait as f64 * 1.0001,
+        "{scraped_wait} s vs {final_wait} ns"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -516,7 +698,10 @@ fn progress_on_a_terminal_only() {
         .expect("run script");
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{text}");
-    assert!(text.contains("lockpath: 1 s, ") && text.contains("lock contentions"), "progress on a terminal:\n{text}");
+    assert!(
+        text.contains("lockpath: 1 s, ") && text.contains("lock contentions"),
+        "progress on a terminal:\n{text}"
+    );
 
     let output = lockpath_ok(&[
         "record",
@@ -528,6 +713,9 @@ fn progress_on_a_terminal_only() {
         "2.5",
     ]);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!stderr.contains('\r') && !stderr.contains("lock contentions"), "silent on a pipe:\n{stderr}");
+    assert!(
+        !stderr.contains('\r') && !stderr.contains("lock contentions"),
+        "silent on a pipe:\n{stderr}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -235,7 +235,11 @@ pub fn text(base: &Profile, new: &Profile, kind: Kind, top: usize) -> String {
             format!("n {events_name}"),
             table.by
         ));
-        let shown = if top == 0 { table.rows.len() } else { top.min(table.rows.len()) };
+        let shown = if top == 0 {
+            table.rows.len()
+        } else {
+            top.min(table.rows.len())
+        };
         for row in &table.rows[..shown] {
             let sign = if row.change_per_s < 0.0 { "-" } else { "+" };
             out.push_str(&format!(
@@ -250,7 +254,10 @@ pub fn text(base: &Profile, new: &Profile, kind: Kind, top: usize) -> String {
             ));
         }
         if shown < table.rows.len() {
-            out.push_str(&format!("({} more rows: --top 0 shows all)\n", table.rows.len() - shown));
+            out.push_str(&format!(
+                "({} more rows: --top 0 shows all)\n",
+                table.rows.len() - shown
+            ));
         }
     }
     out
@@ -271,8 +278,14 @@ struct JsonRun<'a> {
 
 pub fn json(base: &Profile, new: &Profile, kind: Kind) -> serde_json::Result<String> {
     serde_json::to_string_pretty(&JsonDiff {
-        base: JsonRun { host: &base.host, duration_s: base.duration_s },
-        new: JsonRun { host: &new.host, duration_s: new.duration_s },
+        base: JsonRun {
+            host: &base.host,
+            duration_s: base.duration_s,
+        },
+        new: JsonRun {
+            host: &new.host,
+            duration_s: new.duration_s,
+        },
         tables: diff(base, new, kind),
     })
 }
@@ -300,8 +313,15 @@ mod tests {
         assert!((by_lock.rows[0].base_per_s - 600_000.0).abs() < 1.0);
         assert!((by_lock.rows[0].new_per_s - 12_000_000.0).abs() < 1.0);
         assert!((by_lock.rows[0].ratio.expect("ratio") - 20.0).abs() < 1e-9);
-        assert!(by_lock.rows[1].change_per_s.abs() < 1.0, "{:?}", by_lock.rows[1]);
-        let callers = tables.iter().find(|table| table.by == "caller").expect("callers");
+        assert!(
+            by_lock.rows[1].change_per_s.abs() < 1.0,
+            "{:?}",
+            by_lock.rows[1]
+        );
+        let callers = tables
+            .iter()
+            .find(|table| table.by == "caller")
+            .expect("callers");
         assert_eq!(callers.rows[0].key, "rwsem:W vm_mmap_pgoff");
     }
 
@@ -313,7 +333,11 @@ mod tests {
         new.locks[0].lock_name = "a_very_long_static_lock_symbol_name+0x1234567".into();
         let text = text(&base, &new, Kind::Lock, 0);
         for line in text.lines() {
-            assert!(line.chars().count() <= 100, "too wide ({}): {line}", line.chars().count());
+            assert!(
+                line.chars().count() <= 100,
+                "too wide ({}): {line}",
+                line.chars().count()
+            );
         }
         assert!(text.contains("new"), "{text}");
         assert!(text.contains("gone"), "{text}");
@@ -325,7 +349,10 @@ mod tests {
         new.processes[0].host = Some("node-a".into());
         new.processes[1].host = Some("node-b".into());
         let tables = diff(&profile_with_two_locks(), &new, Kind::Lock);
-        let hosts = tables.iter().find(|table| table.by == "host").expect("host table");
+        let hosts = tables
+            .iter()
+            .find(|table| table.by == "host")
+            .expect("host table");
         assert_eq!(hosts.rows.len(), 2);
         assert_eq!(hosts.rows[0].key, "node-a");
     }

@@ -30,12 +30,7 @@ fn diff_labels(kind: Kind) -> (&'static str, &'static str, f64) {
     }
 }
 
-fn render_lines(
-    lines: &[String],
-    title: String,
-    count_name: &str,
-    factor: f64,
-) -> Result<Vec<u8>> {
+fn render_lines(lines: &[String], title: String, count_name: &str, factor: f64) -> Result<Vec<u8>> {
     let mut options = inferno::flamegraph::Options::default();
     options.title = title;
     options.count_name = count_name.to_string();
@@ -100,7 +95,12 @@ pub fn diff_lines(base: &Profile, new: &Profile, kind: Kind) -> Vec<String> {
 
 pub fn render_diff_svg(base: &Profile, new: &Profile, kind: Kind) -> Result<Vec<u8>> {
     let (title, count_name, factor) = diff_labels(kind);
-    render_lines(&diff_lines(base, new, kind), title.to_string(), count_name, factor)
+    render_lines(
+        &diff_lines(base, new, kind),
+        title.to_string(),
+        count_name,
+        factor,
+    )
 }
 
 #[cfg(test)]
@@ -126,9 +126,16 @@ mod tests {
         new.duration_s = 1.0;
         new.locks[2].total_ns *= 4;
         let lines = diff_lines(&base, &new, Kind::Lock);
-        assert!(lines.contains(&"ior;spinlock;do_pipe2 3500000 7000000".to_string()), "{lines:?}");
-        assert!(lines.contains(&"ior;rwsem:W;vm_mmap_pgoff 3000000 24000000".to_string()), "{lines:?}");
-        let svg = String::from_utf8(render_diff_svg(&base, &new, Kind::Lock).expect("svg")).expect("utf8");
+        assert!(
+            lines.contains(&"ior;spinlock;do_pipe2 3500000 7000000".to_string()),
+            "{lines:?}"
+        );
+        assert!(
+            lines.contains(&"ior;rwsem:W;vm_mmap_pgoff 3000000 24000000".to_string()),
+            "{lines:?}"
+        );
+        let svg = String::from_utf8(render_diff_svg(&base, &new, Kind::Lock).expect("svg"))
+            .expect("utf8");
         assert!(svg.contains("vm_mmap_pgoff"));
     }
 }

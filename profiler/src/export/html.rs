@@ -88,8 +88,19 @@ fn lock_rows(profile: &Profile, by: GroupBy, top: usize) -> Vec<Vec<String>> {
                 format_ns(group.avg_wait_ns),
                 group.lock_type,
                 third,
-                group.callers.iter().take(3).cloned().collect::<Vec<_>>().join(", "),
-                group.pids.iter().map(u32::to_string).collect::<Vec<_>>().join(" "),
+                group
+                    .callers
+                    .iter()
+                    .take(3)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                group
+                    .pids
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" "),
             ]
         })
         .collect()
@@ -105,7 +116,11 @@ fn kind_section(profile: &Profile, kind: Kind) -> Result<String> {
             let mut ways = vec![
                 ("By lock", GroupBy::Lock, "lock"),
                 ("By caller", GroupBy::Caller, "lock"),
-                ("Per process (wait by process and lock type)", GroupBy::Process, "process"),
+                (
+                    "Per process (wait by process and lock type)",
+                    GroupBy::Process,
+                    "process",
+                ),
             ];
             if profile.is_merged() {
                 ways.push(("Per host", GroupBy::Host, "host"));
@@ -118,7 +133,16 @@ fn kind_section(profile: &Profile, kind: Kind) -> Result<String> {
                     break;
                 }
                 out.push_str(&table(
-                    &["contended", "total wait", "max wait", "avg wait", "type", third, "callers", "pids"],
+                    &[
+                        "contended",
+                        "total wait",
+                        "max wait",
+                        "avg wait",
+                        "type",
+                        third,
+                        "callers",
+                        "pids",
+                    ],
                     &numeric,
                     &rows,
                 ));
@@ -186,7 +210,10 @@ fn losses(profile: &Profile) -> String {
 }
 
 pub fn render(profile: &Profile) -> Result<String> {
-    let title = format!("lockpath report — {} — {:.1} s", profile.host, profile.duration_s);
+    let title = format!(
+        "lockpath report — {} — {:.1} s",
+        profile.host, profile.duration_s
+    );
     let mut out = format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n\
          <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; \
@@ -226,7 +253,10 @@ mod tests {
         let page = render(&profile_with_two_locks()).expect("html");
         assert!(page.starts_with("<!DOCTYPE html>"));
         assert!(page.contains("default-src 'none'"), "no network");
-        assert!(!page.contains("http://") || !page.contains("src=\"http"), "no remote resources");
+        assert!(
+            !page.contains("http://") || !page.contains("src=\"http"),
+            "no remote resources"
+        );
         assert!(page.contains("<iframe class=\"flamegraph\""));
         assert!(page.contains("<td>do_pipe2</td>") || page.contains("do_pipe2"));
         assert!(page.contains("<td class=\"n\">7.00 ms</td>"), "{page}");
@@ -240,10 +270,16 @@ mod tests {
         assert!(!page.contains("<b>host"), "raw host name in page");
         assert!(page.contains("&lt;svg onload=x&gt;"));
         // Inside the srcdoc attribute the SVG's own escaping is escaped once more.
-        assert!(page.contains("&amp;lt;svg onload=x&amp;gt;"), "escaped in the flamegraph");
+        assert!(
+            page.contains("&amp;lt;svg onload=x&amp;gt;"),
+            "escaped in the flamegraph"
+        );
         // No attribute value is broken out of: every quote inside srcdoc is an entity.
         let srcdoc = page.split("srcdoc=\"").nth(1).expect("srcdoc");
         let value = srcdoc.split('"').next().expect("value");
-        assert!(value.ends_with("</html>") || value.contains("&lt;/html&gt;"), "srcdoc ends where it should");
+        assert!(
+            value.ends_with("</html>") || value.contains("&lt;/html&gt;"),
+            "srcdoc ends where it should"
+        );
     }
 }

@@ -38,13 +38,22 @@ pub fn merge(inputs: Vec<Profile>, command_line: Vec<String>) -> Result<Profile>
     let mut interner = StackInterner::default();
     let mut probes: Vec<ProbeUse> = Vec::new();
     let mut losses: BTreeMap<String, u64> = BTreeMap::new();
-    merged.start_unix_s = inputs.iter().map(|p| p.start_unix_s).filter(|&s| s > 0).min().unwrap_or(0);
+    merged.start_unix_s = inputs
+        .iter()
+        .map(|p| p.start_unix_s)
+        .filter(|&s| s > 0)
+        .min()
+        .unwrap_or(0);
     // The runs overlap in time on different hosts: the merged run lasts as long as the longest.
     merged.duration_s = inputs.iter().map(|p| p.duration_s).fold(0.0, f64::max);
 
     for (index, mut input) in inputs.into_iter().enumerate() {
         if input.format != FORMAT {
-            bail!("input {} has format {:?}, not {FORMAT:?}", index + 1, input.format);
+            bail!(
+                "input {} has format {:?}, not {FORMAT:?}",
+                index + 1,
+                input.format
+            );
         }
         for host in std::iter::once(input.host.clone())
             .chain(input.processes.iter().filter_map(|p| p.host.clone()))
@@ -137,9 +146,15 @@ mod tests {
         assert_eq!(merged.processes.len(), 4);
         let folded = folded::render(&merged, Kind::Lock);
         for line in expected_b.lines() {
-            assert!(folded.contains(&format!("node-b:{line}")), "{line} in\n{folded}");
+            assert!(
+                folded.contains(&format!("node-b:{line}")),
+                "{line} in\n{folded}"
+            );
         }
-        assert!(folded.contains("node-a:ior;spinlock;do_pipe2 7000"), "{folded}");
+        assert!(
+            folded.contains("node-a:ior;spinlock;do_pipe2 7000"),
+            "{folded}"
+        );
         // Pid 10 of node-b clashed with node-a's and was moved.
         let moved = merged
             .processes

@@ -151,7 +151,10 @@ pub fn encode(profile: &Profile, kind: Kind) -> Vec<u8> {
         function.uint(FUNCTION_SYSTEM_NAME, name_id);
         out.message(PROFILE_FUNCTION, function);
     }
-    out.uint(PROFILE_TIME_NANOS, profile.start_unix_s.saturating_mul(1_000_000_000));
+    out.uint(
+        PROFILE_TIME_NANOS,
+        profile.start_unix_s.saturating_mul(1_000_000_000),
+    );
     out.uint(PROFILE_DURATION_NANOS, (profile.duration_s * 1e9) as u64);
     let (flame_index, _) = folded::flame_value(kind);
     if let Some((name, unit)) = types.get(flame_index) {
@@ -177,7 +180,9 @@ pub fn render(profile: &Profile, kind: Kind) -> Result<Vec<u8>> {
     encoder
         .write_all(&encode(profile, kind))
         .context("cannot compress the pprof profile")?;
-    encoder.finish().context("cannot compress the pprof profile")
+    encoder
+        .finish()
+        .context("cannot compress the pprof profile")
 }
 
 #[cfg(test)]
@@ -227,8 +232,18 @@ mod tests {
             .map(|(_, _, bytes)| String::from_utf8(bytes.clone()).expect("utf8"))
             .collect();
         assert_eq!(strings[0], "");
-        for expected in ["contentions", "count", "delay", "nanoseconds", "do_pipe2", "ior"] {
-            assert!(strings.iter().any(|s| s == expected), "{expected} in {strings:?}");
+        for expected in [
+            "contentions",
+            "count",
+            "delay",
+            "nanoseconds",
+            "do_pipe2",
+            "ior",
+        ] {
+            assert!(
+                strings.iter().any(|s| s == expected),
+                "{expected} in {strings:?}"
+            );
         }
         let samples: Vec<&Vec<u8>> = top
             .iter()
@@ -259,7 +274,10 @@ mod tests {
                 }
                 decoded.push(value);
             }
-            assert!(decoded == vec![150, 7_000_000] || decoded == vec![10, 6_000_000], "{decoded:?}");
+            assert!(
+                decoded == vec![150, 7_000_000] || decoded == vec![10, 6_000_000],
+                "{decoded:?}"
+            );
         }
         let gz = render(&profile_with_two_locks(), Kind::Lock).expect("gzip");
         assert_eq!(&gz[..2], &[0x1f, 0x8b], "gzip magic");

@@ -95,12 +95,18 @@ mod tests {
         profile.losses.insert("stack_lost".into(), 3);
         profile.duration_s = 1.5;
         let text = render(&profile);
-        assert!(text.contains(
-            "lockpath_lock_wait_seconds_total{type=\"spinlock\",caller=\"do_pipe2\"} 0.007\n"
-        ), "{text}");
-        assert!(text.contains(
-            "lockpath_lock_contentions_total{type=\"rwsem:W\",caller=\"vm_mmap_pgoff\"} 10\n"
-        ), "{text}");
+        assert!(
+            text.contains(
+                "lockpath_lock_wait_seconds_total{type=\"spinlock\",caller=\"do_pipe2\"} 0.007\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "lockpath_lock_contentions_total{type=\"rwsem:W\",caller=\"vm_mmap_pgoff\"} 10\n"
+            ),
+            "{text}"
+        );
         assert!(text.contains("lockpath_lost_events_total{cause=\"stack_lost\"} 3\n"));
         assert!(text.contains("# TYPE lockpath_lock_wait_seconds_total counter\n"));
         assert!(text.contains("lockpath_recording_seconds 1.5\n"));
@@ -113,7 +119,10 @@ mod tests {
         let text = render(&profile);
         assert!(text.contains("caller=\"f<\\\"x\\\">\\\\\\n\""), "{text}");
         for line in text.lines() {
-            assert!(line.starts_with('#') || line.starts_with("lockpath_"), "broken line: {line}");
+            assert!(
+                line.starts_with('#') || line.starts_with("lockpath_"),
+                "broken line: {line}"
+            );
         }
     }
 }

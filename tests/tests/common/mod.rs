@@ -22,21 +22,30 @@ pub fn workload(name: &str) -> PathBuf {
     // target/<profile>/deps/<test> -> target/<profile>/<name>
     let dir = exe.parent().and_then(Path::parent).expect("target dir");
     let path = dir.join(name);
-    assert!(path.exists(), "workload {} not built (cargo build --bins)", path.display());
+    assert!(
+        path.exists(),
+        "workload {} not built (cargo build --bins)",
+        path.display()
+    );
     path
 }
 
 /// True when the test may load eBPF programs. Under `CI=true` a test that cannot load
 /// them fails; elsewhere it is skipped with the reason printed.
 pub fn can_load_programs(test: &str) -> bool {
-    let ci = std::env::var("CI").map(|v| v == "true" || v == "1").unwrap_or(false);
+    let ci = std::env::var("CI")
+        .map(|v| v == "true" || v == "1")
+        .unwrap_or(false);
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc_geteuid() } == 0;
     let bin = lockpath_bin();
     let reason = if !root {
         Some("not running as root".to_string())
     } else if !bin.exists() {
-        Some(format!("{} does not exist (run `cargo xtask build`)", bin.display()))
+        Some(format!(
+            "{} does not exist (run `cargo xtask build`)",
+            bin.display()
+        ))
     } else {
         None
     };
@@ -87,7 +96,8 @@ pub fn lockpath_ok(args: &[&str]) -> Output {
 pub fn load_json(path: &Path) -> serde_json::Value {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|err| panic!("cannot read {}: {err}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|err| panic!("{} is not JSON: {err}", path.display()))
+    serde_json::from_str(&text)
+        .unwrap_or_else(|err| panic!("{} is not JSON: {err}", path.display()))
 }
 
 /// Names of the frames of stack `id` in a profile, leaf first.
@@ -136,8 +146,7 @@ pub fn loaded_programs() -> Vec<u64> {
         .args(["-j", "prog", "show"])
         .output()
         .expect("run bpftool (apt-get install bpftool)");
-    let programs: serde_json::Value =
-        serde_json::from_slice(&output.stdout).expect("bpftool JSON");
+    let programs: serde_json::Value = serde_json::from_slice(&output.stdout).expect("bpftool JSON");
     programs
         .as_array()
         .expect("bpftool returns a list")
@@ -148,8 +157,10 @@ pub fn loaded_programs() -> Vec<u64> {
 
 /// Starts `lockpath record ARGS` in the background, waits until its programs are
 /// loaded, and returns the child and the program ids it holds.
+// The caller owns the returned child and waits for it.
+#[allow(clippy::zombie_processes)]
 pub fn spawn_recording(args: &[&str]) -> (std::process::Child, Vec<u64>) {
-    let child = Command::new(lockpath_bin())
+    let mut child = Command::new(lockpath_bin())
         .args(args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -164,7 +175,14 @@ pub fn spawn_recording(args: &[&str]) -> (std::process::Child, Vec<u64>) {
             std::thread::sleep(std::time::Duration::from_millis(300));
             return (child, programs_held_by(pid));
         }
-        assert!(std::time::Instant::now() < deadline, "lockpath loaded no program within 20 s");
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let output = child.wait_with_output().expect("reap lockpath");
+            panic!(
+                "lockpath loaded no program within 20 s: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
@@ -196,7 +214,9 @@ pub fn require_tool(test: &str, command: &str) -> bool {
     if found {
         return true;
     }
-    let ci = std::env::var("CI").map(|v| v == "true" || v == "1").unwrap_or(false);
+    let ci = std::env::var("CI")
+        .map(|v| v == "true" || v == "1")
+        .unwrap_or(false);
     if ci {
         panic!("{test}: {command} is not installed under CI=true (cargo xtask test installs it)");
     }
@@ -213,7 +233,12 @@ pub fn free_port() -> u16 {
 }
 
 /// One HTTP/1.1 request with `Connection: close`; returns status and body.
-pub fn http(addr: &str, method: &str, path: &str, body: Option<&str>) -> std::io::Result<(u16, String)> {
+pub fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> std::io::Result<(u16, String)> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr)?;
     stream.set_read_timeout(Some(std::time::Duration::from_secs(60)))?;
@@ -254,7 +279,11 @@ pub fn http(addr: &str, method: &str, path: &str, body: Option<&str>) -> std::io
         .to_ascii_lowercase()
         .lines()
         .any(|line| line.starts_with("transfer-encoding:") && line.contains("chunked"));
-    let body = if chunked { dechunk(body) } else { body.to_string() };
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
     let status = head
         .split_whitespace()
         .nth(1)
@@ -267,7 +296,8 @@ pub fn http(addr: &str, method: &str, path: &str, body: Option<&str>) -> std::io
 fn dechunk(mut body: &str) -> String {
     let mut out = String::new();
     while let Some((size, rest)) = body.split_once("\r\n") {
-        let size = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16).unwrap_or(0);
+        let size =
+            usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16).unwrap_or(0);
         if size == 0 || rest.len() < size {
             break;
         }
