@@ -81,15 +81,20 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         Target::Command(command) => Some(Child::spawn(command)?),
         _ => None,
     };
-    let started = start(&args, &plan, &target, child.as_ref().map(|child| child.pid)).and_then(
-        |(mut ebpf, probes)| {
-            // The maps leave the object (the programs stay attached until it is dropped),
-            // so they can be read live and after the detach alike.
-            let mut maps = MapSet::take_all(&mut ebpf);
-            let stacks = StackResolver::new(&mut maps, kernel_symbols)?;
-            Ok((ebpf, probes, maps, stacks))
-        },
-    );
+    let started = start(
+        &args,
+        &plan,
+        &target,
+        child.as_ref().map(|child| child.pid),
+        &kernel_symbols,
+    )
+    .and_then(|(mut ebpf, probes)| {
+        // The maps leave the object (the programs stay attached until it is dropped),
+        // so they can be read live and after the detach alike.
+        let mut maps = MapSet::take_all(&mut ebpf);
+        let stacks = StackResolver::new(&mut maps, kernel_symbols)?;
+        Ok((ebpf, probes, maps, stacks))
+    });
     let (ebpf, probes, maps, mut stacks) = match started {
         Ok(started) => started,
         Err(err) => {
@@ -256,6 +261,7 @@ fn start(
     plan: &Plan,
     target: &Target,
     child: Option<u32>,
+    kernel_symbols: &KernelSymbols,
 ) -> Result<(Ebpf, Vec<ProbeUse>)> {
     let filter_mode = target.filter_mode();
     let fork_child_pid = tracefs::field_offset("sched", "sched_process_fork", "child_pid")?;
@@ -292,7 +298,11 @@ fn start(
 
     let mut probes = Vec::new();
     if plan.lock {
-        probes.push(probes::lock::attach(&mut ebpf)?);
+        probes.push(probes::lock::attach(
+            &mut ebpf,
+            args.lock_method,
+            kernel_symbols,
+        )?);
     }
     Ok((ebpf, probes))
 }

@@ -96,16 +96,45 @@ fn exporters_refuse_bad_input_without_writing() {
     std::fs::write(&old, br#"{"format":"lockpath/0"}"#).expect("write");
     let svg = dir.join("d.svg");
     let path = |p: &std::path::Path| p.to_str().expect("path").to_string();
-    one_line_error(&["diff", &path(&cut), &path(&old), "-o", &path(&svg)], "truncated");
+    one_line_error(
+        &["diff", &path(&cut), &path(&old), "-o", &path(&svg)],
+        "truncated",
+    );
     one_line_error(&["diff", &path(&old), &path(&old)], "lockpath/0");
     assert!(!svg.exists(), "no diff SVG from bad input");
     let merged = dir.join("all.json");
-    one_line_error(&["merge", &path(&old), &path(&cut), "-o", &path(&merged)], "lockpath/0");
+    one_line_error(
+        &["merge", &path(&old), &path(&cut), "-o", &path(&merged)],
+        "lockpath/0",
+    );
     one_line_error(&["merge", &path(&cut), "-o", &path(&merged)], "2");
     assert!(!merged.exists(), "no merged profile from bad input");
     let page = dir.join("r.html");
-    one_line_error(&["report", &path(&cut), "--format", "html", "-o", &path(&page)], "truncated");
+    one_line_error(
+        &[
+            "report",
+            &path(&cut),
+            "--format",
+            "html",
+            "-o",
+            &path(&page),
+        ],
+        "truncated",
+    );
     assert!(!page.exists());
-    one_line_error(&["export", &path(&old), "--format", "pprof", "-o", &path(&page)], "lockpath/0");
-    one_line_error(&["record", "--metrics", "nowhere", "-d", "1"], "not PORT or ADDRESS:PORT");
+    one_line_error(
+        &[
+            "export",
+            &path(&old),
+            "--format",
+            "pprof",
+            "-o",
+            &path(&page),
+        ],
+        "lockpath/0",
+    );
+    one_line_error(
+        &["record", "--metrics", "nowhere", "-d", "1"],
+        "not PORT or ADDRESS:PORT",
+    );
 }
