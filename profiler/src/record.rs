@@ -3,6 +3,7 @@
 //! the way it ends (return, error, signal, SIGKILL).
 
 use std::{
+    io::IsTerminal,
     sync::atomic::{AtomicBool, AtomicI32, Ordering},
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
@@ -14,6 +15,7 @@ use profiler_common::target::FILTER_PIDS;
 use crate::{
     cli::RecordArgs,
     export,
+    metrics::MetricsServer,
     probes::{
         self,
         shared::{MapSet, ProcessWatcher, StackResolver},
@@ -79,19 +81,40 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     }
     tracefs::ensure_mounted()?;
     let kernel_symbols = KernelSymbols::load()?;
+    // Bound before anything is loaded, so a busy port fails fast.
+    let metrics = match args.metrics {
+        Some(addr) => Some(MetricsServer::start(
+            addr,
+            export::prometheus::render(&Profile::new()),
+        )?),
+        None => None,
+    };
 
     // Start the command before any thread exists; it waits until the probes are attached.
     let mut child = match &target {
         Target::Command(command) => Some(Child::spawn(command)?),
         _ => None,
     };
-    let started = match start(
+    let started = start(
         &args,
         &plan,
         &target,
         child.as_ref().map(|child| child.pid),
         &kernel_symbols,
-    ) {
+    )
+    .and_then(|(mut ebpf, probes, watcher)| {
+        // The maps leave the object (the programs stay attached until it is dropped),
+        // so they can be read live and after the detach alike.
+        let mut maps = MapSet::take_all(&mut ebpf);
+        let stacks = StackResolver::new(&mut maps, kernel_symbols)?;
+        Ok((ebpf, probes, maps, stacks, watcher))
+    })
+    .and_then(|started| {
+        // A `-p` process that exited meanwhile: nothing of it could be recorded.
+        target.check_alive()?;
+        Ok(started)
+    });
+    let (ebpf, probes, maps, mut stacks, mut watcher) = match started {
         Ok(started) => started,
         Err(err) => {
             if let Some(child) = child.as_mut() {
@@ -100,13 +123,6 @@ pub fn run(args: RecordArgs) -> Result<i32> {
             return Err(err);
         }
     };
-    let (ebpf, probes, mut watcher) = started;
-    if let Err(err) = target.check_alive() {
-        if let Some(child) = child.as_mut() {
-            child.kill();
-        }
-        return Err(err);
-    }
     install_signal_handlers();
     let start_wall = SystemTime::now();
     let start = Instant::now();
@@ -122,7 +138,17 @@ pub fn run(args: RecordArgs) -> Result<i32> {
             .join(", "),
         describe_target(&target)
     );
+    if let Some(metrics) = &metrics {
+        eprintln!(
+            "lockpath: Prometheus metrics at http://{}/metrics",
+            metrics.addr
+        );
+    }
 
+    // Progress goes to a terminal only; scripts and logs stay clean.
+    let progress = std::io::stderr().is_terminal();
+    let mut progress_shown = false;
+    let mut next_refresh = Instant::now() + Duration::from_secs(1);
     let deadline = args.duration.map(Duration::from_secs_f64);
     let mut exit_code = 0;
     loop {
@@ -140,6 +166,22 @@ pub fn run(args: RecordArgs) -> Result<i32> {
                 break;
             }
         }
+        if (progress || metrics.is_some()) && Instant::now() >= next_refresh {
+            next_refresh = Instant::now() + Duration::from_secs(1);
+            let elapsed = start.elapsed().as_secs_f64();
+            match snapshot(&plan, &maps, &mut stacks, elapsed) {
+                Ok(live) => {
+                    if let Some(metrics) = &metrics {
+                        metrics.update(export::prometheus::render(&live));
+                    }
+                    if progress {
+                        eprint!("\r\x1b[K{}", progress_line(&live));
+                        progress_shown = true;
+                    }
+                }
+                Err(err) => log::warn!("cannot read the kernel maps while recording: {err:#}"),
+            }
+        }
         if let Target::Pids(pids) = &target {
             if pids.iter().all(|&pid| !crate::target::is_alive(pid)) {
                 eprintln!("lockpath: every target process has exited; stopping");
@@ -149,18 +191,20 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         // Short sleeps while watching processes: a snapshot must beat a quick exit.
         match watcher.as_mut() {
             Some(watcher) => {
-                watcher.poll();
+                watcher.poll(&mut stacks.user);
                 std::thread::sleep(Duration::from_millis(10));
             }
             None => std::thread::sleep(Duration::from_millis(50)),
         }
     }
+    if progress_shown {
+        eprint!("\r\x1b[K");
+    }
     let duration_s = start.elapsed().as_secs_f64();
 
     // Detach first (numbers stop moving), then drain.
-    let mut ebpf = ebpf;
-    let mut maps = MapSet::take_all(&mut ebpf);
     drop(ebpf);
+    drop(metrics);
 
     let mut profile = Profile::new();
     profile.host = hostname();
@@ -174,17 +218,10 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     profile.targets = target.describe();
     profile.probes = probes;
 
-    let mut stacks = StackResolver::new(&mut maps, kernel_symbols)?;
     if let Some(watcher) = watcher {
-        stacks.user = watcher.finish();
+        watcher.finish(&mut stacks.user);
     }
-    if plan.lock {
-        profile.locks = probes::lock::drain(&maps, &mut stacks)?;
-    }
-    if let Some(freq) = plan.cpu {
-        profile.cpu_freq_hz = freq;
-        profile.cpu = probes::cpu::drain(&maps, &mut stacks)?;
-    }
+    drain_families(&plan, &maps, &mut stacks, &mut profile)?;
     stacks.interner.finish(&mut profile);
     profile.losses = probes::shared::drain_losses(&maps)?;
     let mut pids: Vec<u32> = profile.locks.iter().map(|row| row.pid).collect();
@@ -214,6 +251,57 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         }
     }
     Ok(exit_code)
+}
+
+/// Reads every recorded family's aggregate out of the kernel maps into `profile`.
+/// A family adds its line.
+fn drain_families(
+    plan: &Plan,
+    maps: &MapSet,
+    stacks: &mut StackResolver,
+    profile: &mut Profile,
+) -> Result<()> {
+    if plan.lock {
+        profile.locks = probes::lock::drain(maps, stacks)?;
+    }
+    if let Some(freq) = plan.cpu {
+        profile.cpu_freq_hz = freq;
+        profile.cpu = probes::cpu::drain(maps, stacks)?;
+    }
+    Ok(())
+}
+
+/// The numbers so far, while the programs run (for metrics and progress).
+fn snapshot(
+    plan: &Plan,
+    maps: &MapSet,
+    stacks: &mut StackResolver,
+    elapsed_s: f64,
+) -> Result<Profile> {
+    let mut profile = Profile::new();
+    profile.duration_s = elapsed_s;
+    drain_families(plan, maps, stacks, &mut profile)?;
+    stacks.interner.copy_into(&mut profile);
+    profile.losses = probes::shared::drain_losses(maps)?;
+    Ok(profile)
+}
+
+/// `lockpath: 12 s, 3456 lock contentions`. A family adds its count.
+fn progress_line(live: &Profile) -> String {
+    let mut parts = vec![format!("lockpath: {:.0} s", live.duration_s)];
+    if !live.locks.is_empty() {
+        let contentions: u64 = live.locks.iter().map(|row| row.count).sum();
+        parts.push(format!("{contentions} lock contentions"));
+    }
+    if !live.cpu.is_empty() {
+        let samples: u64 = live.cpu.iter().map(|row| row.samples).sum();
+        parts.push(format!("{samples} CPU samples"));
+    }
+    let lost: u64 = live.losses.values().sum();
+    if lost > 0 {
+        parts.push(format!("{lost} lost"));
+    }
+    parts.join(", ")
 }
 
 /// Loads the object, installs the target filter and attaches the requested families.

@@ -236,7 +236,6 @@ fn raise_open_file_limit() {
 /// memory maps at once, so they are symbolized even if they exit before the end.
 pub struct ProcessWatcher {
     notes: RingBuf<MapData>,
-    pub symbols: UserSymbols,
     last_refresh: std::time::Instant,
 }
 
@@ -261,31 +260,29 @@ impl ProcessWatcher {
         let notes = RingBuf::try_from(map).context("NEW_PROCESSES has an unexpected type")?;
         Ok(ProcessWatcher {
             notes,
-            symbols: UserSymbols::new(),
             last_refresh: std::time::Instant::now(),
         })
     }
 
-    /// Snapshots every newly noted process; now and then, the known ones again (a
-    /// library loaded later). Call often while recording.
-    pub fn poll(&mut self) {
+    /// Snapshots every newly noted process into `symbols`; now and then, the known ones
+    /// again (a library loaded later). Call often while recording.
+    pub fn poll(&mut self, symbols: &mut UserSymbols) {
         while let Some(item) = self.notes.next() {
             if let Ok(bytes) = <[u8; 4]>::try_from(&item[..4.min(item.len())]) {
                 let pid = u32::from_ne_bytes(bytes);
                 drop(item);
-                self.symbols.remember(pid);
+                symbols.remember(pid);
             }
         }
         if self.last_refresh.elapsed() >= std::time::Duration::from_secs(1) {
-            self.symbols.refresh();
+            symbols.refresh();
             self.last_refresh = std::time::Instant::now();
         }
     }
 
     /// The last snapshots, for the symbolization at the end of the run.
-    pub fn finish(mut self) -> UserSymbols {
-        self.poll();
-        self.symbols.refresh();
-        self.symbols
+    pub fn finish(mut self, symbols: &mut UserSymbols) {
+        self.poll(symbols);
+        symbols.refresh();
     }
 }
