@@ -109,6 +109,28 @@ mod tests {
     use crate::export::report::tests::profile_with_two_locks;
 
     #[test]
+    fn cpu_series_per_process() {
+        let mut profile = Profile::new();
+        profile.processes = vec![crate::profile::Process {
+            pid: 9,
+            comm: "app".into(),
+            ..Default::default()
+        }];
+        profile.cpu = vec![crate::profile::CpuRow {
+            pid: 9,
+            tid: 9,
+            kernel_stack: None,
+            user_stack: None,
+            samples: 42,
+        }];
+        let text = render(&profile);
+        assert!(
+            text.contains("lockpath_cpu_samples_total{process=\"app\",pid=\"9\"} 42\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn lock_series_per_type_and_caller() {
         let mut profile = profile_with_two_locks();
         profile.losses.insert("stack_lost".into(), 3);
