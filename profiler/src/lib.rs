@@ -29,6 +29,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                     let mut text = export::report::summary_header(&profile);
                     if !profile.locks.is_empty() || profile.cpu.is_empty() {
                         text.push_str(&export::report::lock_table(&profile, args.by, args.top));
+                        text.push_str(&export::report::holders_table(&profile, 10));
                         if profile.is_merged() && args.by != cli::GroupBy::Host {
                             text.push_str("\nby host:\n");
                             text.push_str(&export::report::lock_table(

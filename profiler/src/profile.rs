@@ -120,6 +120,10 @@ pub struct LockRow {
     pub total_ns: u64,
     pub max_ns: u64,
     pub min_ns: u64,
+    /// Process holding the sleeping lock (mutex, writer-held rwsem) when the wait
+    /// began, read from the lock's owner field; absent when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_pid: Option<u32>,
 }
 
 /// On-CPU samples of one (process, thread, kernel stack, user stack).
@@ -369,6 +373,7 @@ mod tests {
             total_ns: 300,
             max_ns: 200,
             min_ns: 50,
+            owner_pid: Some(9),
         });
         profile
     }

@@ -316,10 +316,12 @@ fn start(
     let fork_child_pid = tracefs::field_offset("sched", "sched_process_fork", "child_pid")?;
     let exit_group_dead =
         tracefs::field_offset("sched", "sched_process_exit", "group_dead").unwrap_or(0);
+    let lock_layout = probes::lock::layout();
     let mut ebpf = EbpfLoader::new()
         .override_global("FILTER_MODE", &filter_mode, true)
         .override_global("FORK_CHILD_PID_OFFSET", &fork_child_pid, true)
         .override_global("EXIT_GROUP_DEAD_OFFSET", &exit_group_dead, true)
+        .override_global("LOCK_LAYOUT", &lock_layout, true)
         .map_max_entries("STACKS", args.stack_entries)
         .map_max_entries("LOCK_STATS", args.map_entries)
         .map_max_entries("CPU_SAMPLES", args.map_entries)

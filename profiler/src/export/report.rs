@@ -31,6 +31,17 @@ pub struct LockGroup {
     pub processes: Vec<String>,
     /// Host of the first process (profiles merged from several hosts differ here).
     pub host: String,
+    /// Who held the lock while these waits began (sleeping locks with a known owner),
+    /// most wait first: "waiters wait on X, held by Y".
+    pub holders: Vec<Holder>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Holder {
+    pub pid: u32,
+    pub process: String,
+    /// Wait of this group's waiters that began while this process held the lock.
+    pub wait_ns: u64,
 }
 
 /// Groups lock rows and sorts them by total wait, largest first.
@@ -44,6 +55,7 @@ pub fn lock_groups(profile: &Profile, by: GroupBy) -> Vec<LockGroup> {
         min: u64,
         callers: BTreeMap<String, u64>,
         pids: BTreeSet<u32>,
+        holders: BTreeMap<u32, u64>,
     }
     let mut groups: BTreeMap<(String, String), Acc> = BTreeMap::new();
     for row in &profile.locks {
@@ -69,6 +81,7 @@ pub fn lock_groups(profile: &Profile, by: GroupBy) -> Vec<LockGroup> {
             min: u64::MAX,
             callers: BTreeMap::new(),
             pids: BTreeSet::new(),
+            holders: BTreeMap::new(),
         });
         if acc.lock != row.lock_name && !acc.lock.starts_with('(') {
             acc.lock = "(several)".into();
@@ -79,6 +92,9 @@ pub fn lock_groups(profile: &Profile, by: GroupBy) -> Vec<LockGroup> {
         acc.min = acc.min.min(row.min_ns);
         *acc.callers.entry(caller_name).or_default() += row.total_ns;
         acc.pids.insert(row.pid);
+        if let Some(owner) = row.owner_pid {
+            *acc.holders.entry(owner).or_default() += row.total_ns;
+        }
     }
     let mut out: Vec<LockGroup> = groups
         .into_values()
@@ -86,7 +102,18 @@ pub fn lock_groups(profile: &Profile, by: GroupBy) -> Vec<LockGroup> {
             let mut callers: Vec<(String, u64)> = acc.callers.into_iter().collect();
             callers.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
             let pids: Vec<u32> = acc.pids.into_iter().collect();
+            let mut holders: Vec<Holder> = acc
+                .holders
+                .into_iter()
+                .map(|(pid, wait_ns)| Holder {
+                    pid,
+                    process: profile.process_name(pid),
+                    wait_ns,
+                })
+                .collect();
+            holders.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then_with(|| a.pid.cmp(&b.pid)));
             LockGroup {
+                holders,
                 lock_type: acc.lock_type,
                 lock: acc.lock,
                 caller: callers.first().map(|c| c.0.clone()).unwrap_or_default(),
@@ -197,12 +224,53 @@ pub fn summary_header(profile: &Profile) -> String {
     )
 }
 
+/// "Waiters wait on X, held by Y": the holders of the top sleeping locks, when the
+/// kernel side could read the owner. Empty when no owner is known.
+pub fn holders_table(profile: &Profile, top: usize) -> String {
+    let groups: Vec<LockGroup> = lock_groups(profile, GroupBy::Lock)
+        .into_iter()
+        .filter(|group| !group.holders.is_empty())
+        .take(top.max(1))
+        .collect();
+    if groups.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("\nheld by (owner of the sleeping lock when the waits began):\n");
+    for group in groups {
+        let holders: Vec<String> = group
+            .holders
+            .iter()
+            .take(3)
+            .map(|holder| {
+                format!(
+                    "{}[{}] {}",
+                    holder.process,
+                    holder.pid,
+                    format_ns(holder.wait_ns)
+                )
+            })
+            .collect();
+        out.push_str(&fit(
+            &format!(
+                "  {:<9} {:<20} {}",
+                group.lock_type,
+                fit(&group.lock, 20),
+                holders.join(", ")
+            ),
+            100,
+        ));
+        out.push('\n');
+    }
+    out
+}
+
 /// What `record` prints at the end.
 pub fn summary(profile: &Profile, top: usize) -> String {
     let mut out = summary_header(profile);
     if profile.probes.iter().any(|probe| probe.family == "lock") {
         out.push_str("lock contention, by lock (total wait):\n");
         out.push_str(&lock_table(profile, GroupBy::Lock, top));
+        out.push_str(&holders_table(profile, top.min(10)));
     }
     if profile.probes.iter().any(|probe| probe.family == "cpu") {
         if profile.probes.len() > 1 {
@@ -439,6 +507,7 @@ pub(crate) mod tests {
             total_ns: total,
             max_ns: total / count,
             min_ns: 1,
+            owner_pid: None,
         };
         profile.locks = vec![
             row(10, "0xffff1", 1, spin, 100, 5_000_000),
@@ -473,6 +542,36 @@ pub(crate) mod tests {
         assert_eq!(groups[1].lock_type, "rwsem:W");
         assert_eq!(groups[1].caller, "vm_mmap_pgoff");
         assert_eq!(groups[1].avg_wait_ns, 600_000);
+    }
+
+    #[test]
+    fn holders_name_who_held_the_lock() {
+        let mut profile = profile_with_two_locks();
+        profile.locks[2].owner_pid = Some(11);
+        let groups = lock_groups(&profile, GroupBy::Lock);
+        let mmap = groups
+            .iter()
+            .find(|g| g.lock == "mmap_lock")
+            .expect("mmap_lock group");
+        assert_eq!(mmap.holders.len(), 1);
+        assert_eq!(mmap.holders[0].pid, 11);
+        assert_eq!(mmap.holders[0].wait_ns, 6_000_000);
+        let text = holders_table(&profile, 10);
+        assert!(
+            text.contains("mmap_lock") && text.contains("ior[11] 6.00 ms"),
+            "{text}"
+        );
+        let spin = groups
+            .iter()
+            .find(|g| g.lock_type == "spinlock")
+            .expect("spin");
+        assert!(spin.holders.is_empty());
+        profile.locks[2].owner_pid = None;
+        assert_eq!(
+            holders_table(&profile, 10),
+            "",
+            "nothing when no owner is known"
+        );
     }
 
     #[test]
