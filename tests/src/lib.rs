@@ -31,3 +31,4 @@ pub fn mmap_cycle() {
         }
     }
 }
+pub mod fuse;
