@@ -5,8 +5,11 @@
 #![no_std]
 
 pub mod config;
+pub mod func;
+pub mod latency;
 pub mod lock;
 pub mod loss;
+pub mod rpc;
 pub mod target;
 
 /// Implements `aya::Pod` for the listed types on the user side.

@@ -10,12 +10,19 @@ pub const LOCK_NESTED: u32 = 5;
 pub const LOCK_WAIT_MAP_FULL: u32 = 6;
 pub const TASK_MAP_FULL: u32 = 7;
 pub const TARGET_MAP_FULL: u32 = 8;
+// rpc + func: 20..=25.
+pub const RPC_INFLIGHT_FULL: u32 = 20;
+pub const RPC_MAP_FULL: u32 = 21;
+pub const RPC_KEY_REUSED: u32 = 22;
+pub const FUNC_ENTRY_FULL: u32 = 23;
+pub const FUNC_MAP_FULL: u32 = 24;
+pub const FUNC_NEGATIVE_DELTA: u32 = 25;
 
 /// Number of slots in `LOSSES` (room for the other probe families).
 pub const LOSS_SLOTS: u32 = 32;
 
 /// Names for the report, by index. `None` slots are unused.
-pub const LOSS_NAMES: [(u32, &str, &str); 9] = [
+pub const LOSS_NAMES: [(u32, &str, &str); 15] = [
     (
         STACK_COLLISION,
         "stack_collision",
@@ -60,5 +67,35 @@ pub const LOSS_NAMES: [(u32, &str, &str); 9] = [
         TARGET_MAP_FULL,
         "target_map_full",
         "target map full: a forked child was not followed",
+    ),
+    (
+        RPC_INFLIGHT_FULL,
+        "rpc_inflight_full",
+        "in-flight request map full: request not timed",
+    ),
+    (
+        RPC_MAP_FULL,
+        "rpc_map_full",
+        "request aggregation map full: completed request dropped",
+    ),
+    (
+        RPC_KEY_REUSED,
+        "rpc_key_reused",
+        "a request started under a key still in flight: the older start was replaced",
+    ),
+    (
+        FUNC_ENTRY_FULL,
+        "func_entry_full",
+        "in-flight call map full: function call not timed",
+    ),
+    (
+        FUNC_MAP_FULL,
+        "func_map_full",
+        "function aggregation map full: call dropped",
+    ),
+    (
+        FUNC_NEGATIVE_DELTA,
+        "func_negative_delta",
+        "function return before its entry: call dropped",
     ),
 ];

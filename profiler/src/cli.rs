@@ -36,6 +36,25 @@ pub struct RecordArgs {
     #[arg(long)]
     pub lock: bool,
 
+    /// Record request/reply latency of a provider (repeatable): fuse (tracepoints),
+    /// sunrpc (tracepoints), lustre (kprobes on ptl_send_rpc / after_reply).
+    #[arg(long = "rpc", value_enum, value_name = "PROVIDER")]
+    pub rpc: Vec<RpcProvider>,
+
+    /// Record a user-defined request span BEGIN,END; each side is tp:GROUP:EVENT:FIELD
+    /// or kprobe:SYMBOL[:ARG], the field or argument being the request key.
+    #[arg(long, value_name = "BEGIN,END", value_parser = parse_span)]
+    pub span: Option<crate::probes::rpc::SpanSpec>,
+
+    /// Record the latency of a kernel function, entry to return (repeatable; up to 8).
+    /// fentry/fexit where the kernel allows, else kprobe/kretprobe.
+    #[arg(long = "func", value_name = "[MODULE:]SYMBOL")]
+    pub func: Vec<String>,
+
+    /// Record the latency of a user-space function with uprobes (repeatable; up to 8).
+    #[arg(long = "ufunc", value_name = "BINARY:SYMBOL")]
+    pub ufunc: Vec<String>,
+
     /// Profile the whole system (the default when no target is given).
     #[arg(short = 'a', long = "all", conflicts_with_all = ["pid", "cgroup"])]
     pub all: bool,
@@ -81,6 +100,20 @@ pub struct RecordArgs {
     /// and lockpath exits with its status.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RpcProvider {
+    /// FUSE requests: fuse:fuse_request_send -> fuse:fuse_request_end, per opcode.
+    Fuse,
+    /// NFS / SUNRPC tasks: sunrpc:rpc_task_begin -> sunrpc:rpc_task_end.
+    Sunrpc,
+    /// Lustre RPCs: kprobes ptl_send_rpc -> after_reply (request pointer as key).
+    Lustre,
+}
+
+fn parse_span(text: &str) -> Result<crate::probes::rpc::SpanSpec, String> {
+    crate::probes::rpc::SpanSpec::parse(text)
 }
 
 fn parse_duration(text: &str) -> Result<f64, String> {
@@ -129,6 +162,10 @@ pub struct ReportArgs {
 pub enum Kind {
     /// Lock wait time by process, lock type and waiter stack.
     Lock,
+    /// Request latency by process, provider, operation and completion stack.
+    Rpc,
+    /// Function latency by process, function and stack at entry.
+    Func,
 }
 
 #[derive(Debug, Args)]

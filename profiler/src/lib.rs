@@ -25,7 +25,12 @@ pub fn run(cli: Cli) -> Result<i32> {
             let text = match args.format {
                 cli::ReportFormat::Text => {
                     let mut text = export::report::summary_header(&profile);
-                    text.push_str(&export::report::lock_table(&profile, args.by, args.top));
+                    if profile.probes.iter().any(|probe| probe.family == "lock")
+                        || !profile.locks.is_empty()
+                    {
+                        text.push_str(&export::report::lock_table(&profile, args.by, args.top));
+                    }
+                    text.push_str(&export::report::latency_sections(&profile, args.top));
                     text.push_str(&export::report::losses(&profile));
                     text
                 }

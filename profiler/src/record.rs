@@ -39,6 +39,9 @@ extern "C" fn on_stop_signal(signal: libc::c_int) {
 /// What `record` asks for, resolved from the flags.
 struct Plan {
     lock: bool,
+    rpc: probes::rpc::RpcSetup,
+    funcs: Vec<String>,
+    ufuncs: Vec<probes::func::UserFunction>,
 }
 
 pub fn run(args: RecordArgs) -> Result<i32> {
@@ -51,9 +54,8 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     } else {
         Target::System
     };
-    // Only the lock family exists so far; `--lock` is accepted for scripts.
-    let _ = args.lock;
-    let plan = Plan { lock: true };
+    let rpc_plan = probes::rpc::RpcPlan::new(&args.rpc, args.span.clone())?;
+    let other_family = rpc_plan.any() || !args.func.is_empty() || !args.ufunc.is_empty();
 
     target.validate()?;
     check_privileges()?;
@@ -65,13 +67,30 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     }
     tracefs::ensure_mounted()?;
     let kernel_symbols = KernelSymbols::load()?;
+    let ufuncs = probes::func::validate(&args.func, &args.ufunc, &kernel_symbols)?;
+    // Hooks this kernel lacks: one line each, and the run goes on without them.
+    let mut unavailable = Vec::new();
+    let rpc_setup = probes::rpc::resolve(&rpc_plan, &kernel_symbols, &mut unavailable)?;
+    let plan = Plan {
+        // The lock family is the default when no other family is asked for.
+        lock: args.lock || !other_family,
+        rpc: rpc_setup,
+        funcs: args.func.clone(),
+        ufuncs,
+    };
 
     // Start the command before any thread exists; it waits until the probes are attached.
     let mut child = match &target {
         Target::Command(command) => Some(Child::spawn(command)?),
         _ => None,
     };
-    let started = match start(&args, &plan, &target, child.as_ref().map(|child| child.pid)) {
+    let started = match start(
+        &args,
+        &plan,
+        &target,
+        child.as_ref().map(|child| child.pid),
+        &mut unavailable,
+    ) {
         Ok(started) => started,
         Err(err) => {
             if let Some(child) = child.as_mut() {
@@ -80,7 +99,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
             return Err(err);
         }
     };
-    let (ebpf, probes) = started;
+    let (ebpf, probes, func_targets) = started;
     install_signal_handlers();
     let start_wall = SystemTime::now();
     let start = Instant::now();
@@ -134,14 +153,23 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     profile.command_line = std::env::args().collect();
     profile.targets = target.describe();
     profile.probes = probes;
+    profile.unavailable = unavailable;
 
     let mut stacks = StackResolver::new(&mut maps, kernel_symbols)?;
     if plan.lock {
         profile.locks = probes::lock::drain(&maps, &mut stacks)?;
     }
+    profile.rpcs = probes::rpc::drain(&maps, &mut stacks, &plan.rpc)?;
+    profile.funcs = probes::func::drain(&maps, &mut stacks, &func_targets)?;
     stacks.interner.finish(&mut profile);
     profile.losses = probes::shared::drain_losses(&maps)?;
-    let mut pids: Vec<u32> = profile.locks.iter().map(|row| row.pid).collect();
+    let mut pids: Vec<u32> = profile
+        .locks
+        .iter()
+        .map(|row| row.pid)
+        .chain(profile.rpcs.iter().map(|row| row.pid))
+        .chain(profile.funcs.iter().map(|row| row.pid))
+        .collect();
     pids.sort_unstable();
     pids.dedup();
     profile.processes = probes::shared::drain_processes(&maps, &pids)?;
@@ -170,17 +198,25 @@ fn start(
     plan: &Plan,
     target: &Target,
     child: Option<u32>,
-) -> Result<(Ebpf, Vec<ProbeUse>)> {
+    unavailable: &mut Vec<crate::profile::Unavailable>,
+) -> Result<(Ebpf, Vec<ProbeUse>, Vec<probes::func::FuncTarget>)> {
     let filter_mode = target.filter_mode();
     let fork_child_pid = tracefs::field_offset("sched", "sched_process_fork", "child_pid")?;
     let exit_group_dead =
         tracefs::field_offset("sched", "sched_process_exit", "group_dead").unwrap_or(0);
-    let mut ebpf = EbpfLoader::new()
+    let mut loader = EbpfLoader::new();
+    loader
         .override_global("FILTER_MODE", &filter_mode, true)
         .override_global("FORK_CHILD_PID_OFFSET", &fork_child_pid, true)
         .override_global("EXIT_GROUP_DEAD_OFFSET", &exit_group_dead, true)
         .map_max_entries("STACKS", args.stack_entries)
         .map_max_entries("LOCK_STATS", args.map_entries)
+        .map_max_entries("RPC_STATS", args.map_entries)
+        .map_max_entries("FUNC_STATS", args.map_entries);
+    for (name, value) in &plan.rpc.globals {
+        loader.override_global(name, value, true);
+    }
+    let mut ebpf = loader
         .load(EBPF_OBJECT)
         .map_err(|err| anyhow::anyhow!(explain_load_error(&err.to_string())))?;
 
@@ -208,7 +244,11 @@ fn start(
     if plan.lock {
         probes.push(probes::lock::attach(&mut ebpf)?);
     }
-    Ok((ebpf, probes))
+    probes.extend(probes::rpc::attach(&mut ebpf, &plan.rpc)?);
+    let (func_probes, func_targets) =
+        probes::func::attach(&mut ebpf, &plan.funcs, &plan.ufuncs, unavailable)?;
+    probes.extend(func_probes);
+    Ok((ebpf, probes, func_targets))
 }
 
 fn explain_load_error(err: &str) -> String {

@@ -10,6 +10,16 @@ use crate::{cli::Kind, export::folded, profile::write_atomically, profile::Profi
 fn labels(kind: Kind) -> (&'static str, &'static str, f64) {
     match kind {
         Kind::Lock => ("Lock wait time (width: time waiting, ms)", "ms", 0.001),
+        Kind::Rpc => (
+            "Request latency by completion stack (width: request time, ms)",
+            "ms",
+            0.001,
+        ),
+        Kind::Func => (
+            "Function latency by stack at entry (width: time in the function, ms)",
+            "ms",
+            0.001,
+        ),
     }
 }
 

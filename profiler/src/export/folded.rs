@@ -46,8 +46,50 @@ pub fn lines(profile: &Profile, kind: Kind) -> Vec<(String, u64)> {
                 }
             }
         }
+        Kind::Rpc => {
+            // Who runs the completion path, weighted by the latency of the requests.
+            for row in &profile.rpcs {
+                let mut parts = vec![
+                    clean(&profile.process_name(row.pid)),
+                    clean(&format!("{} {}", row.provider, row.op_name)),
+                ];
+                push_stack(&mut parts, profile, row.end_stack);
+                let micros = row.latency.total_ns / 1_000;
+                if micros > 0 {
+                    *folded.entry(parts.join(";")).or_default() += micros;
+                }
+            }
+        }
+        Kind::Func => {
+            for row in &profile.funcs {
+                let mut parts = vec![
+                    clean(&profile.process_name(row.pid)),
+                    clean(&row.function),
+                ];
+                push_stack(&mut parts, profile, row.stack);
+                let micros = row.latency.total_ns / 1_000;
+                if micros > 0 {
+                    *folded.entry(parts.join(";")).or_default() += micros;
+                }
+            }
+        }
     }
     folded.into_iter().collect()
+}
+
+/// Appends a stack, outermost frame first (`[stack lost]` when it was lost).
+fn push_stack(parts: &mut Vec<String>, profile: &Profile, stack: Option<u32>) {
+    if stack.is_none() {
+        parts.push("[stack lost]".into());
+        return;
+    }
+    parts.extend(
+        profile
+            .stack_frames(stack)
+            .iter()
+            .rev()
+            .map(|frame| clean(&frame.display())),
+    );
 }
 
 pub fn render(profile: &Profile, kind: Kind) -> String {

@@ -164,6 +164,157 @@ pub fn lock_table(profile: &Profile, by: GroupBy, top: usize) -> String {
     out
 }
 
+/// One row of a latency table: profile rows grouped by (what, process).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LatencyGroup {
+    /// `fuse CREATE`, `sunrpc rpc_task`, `vfs_read`, `/usr/bin/x:work`.
+    pub name: String,
+    pub pid: u32,
+    pub process: String,
+    pub count: u64,
+    pub total_ns: u64,
+    pub mean_ns: u64,
+    pub max_ns: u64,
+    pub min_ns: u64,
+    /// log2 histogram: `hist[i]` counts latencies in [2^i, 2^(i+1)) ns.
+    pub hist: Vec<u64>,
+    /// rpc: the function that ran the completion most (leaf of its stack).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completed_in: Option<String>,
+}
+
+fn group_latency<'a>(
+    profile: &Profile,
+    rows: impl Iterator<Item = (String, u32, &'a crate::profile::Latency, Option<u32>)>,
+) -> Vec<LatencyGroup> {
+    let mut groups: BTreeMap<(String, u32), (crate::profile::Latency, BTreeMap<String, u64>)> =
+        BTreeMap::new();
+    for (name, pid, latency, stack) in rows {
+        let entry = groups.entry((name, pid)).or_default();
+        entry.0.merge(latency);
+        if let Some(stack) = stack {
+            if let Some(frame) = profile.stack_frames(Some(stack)).first() {
+                *entry.1.entry(frame.display()).or_default() += latency.total_ns;
+            }
+        }
+    }
+    let mut out: Vec<LatencyGroup> = groups
+        .into_iter()
+        .map(|((name, pid), (latency, leaves))| LatencyGroup {
+            process: profile.process_name(pid),
+            name,
+            pid,
+            count: latency.count,
+            total_ns: latency.total_ns,
+            mean_ns: latency.mean_ns(),
+            max_ns: latency.max_ns,
+            min_ns: latency.min_ns,
+            hist: latency.hist.clone(),
+            completed_in: leaves
+                .into_iter()
+                .max_by_key(|(_, total)| *total)
+                .map(|(leaf, _)| leaf),
+        })
+        .collect();
+    out.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.name.cmp(&b.name)));
+    out
+}
+
+/// Request latency grouped by provider, operation and process.
+pub fn rpc_groups(profile: &Profile) -> Vec<LatencyGroup> {
+    group_latency(
+        profile,
+        profile.rpcs.iter().map(|row| {
+            (
+                format!("{} {}", row.provider, row.op_name),
+                row.pid,
+                &row.latency,
+                row.end_stack,
+            )
+        }),
+    )
+}
+
+/// Function latency grouped by function and process.
+pub fn func_groups(profile: &Profile) -> Vec<LatencyGroup> {
+    let mut groups = group_latency(
+        profile,
+        profile
+            .funcs
+            .iter()
+            .map(|row| (row.function.clone(), row.pid, &row.latency, None)),
+    );
+    for group in &mut groups {
+        group.completed_in = None;
+    }
+    groups
+}
+
+/// A latency table as text, within 100 columns.
+pub fn latency_table(groups: &[LatencyGroup], what: &str, top: usize) -> String {
+    let mut out = String::new();
+    if groups.is_empty() {
+        out.push_str(&format!("no {what} recorded\n"));
+        return out;
+    }
+    out.push_str(&format!(
+        "{:>8} {:>10} {:>10} {:>10}  {:<24} {:<16} {}\n",
+        "count", "total", "mean", "max", what, "process", "completed in"
+    ));
+    let shown = if top == 0 { groups.len() } else { top.min(groups.len()) };
+    for group in &groups[..shown] {
+        out.push_str(&format!(
+            "{:>8} {:>10} {:>10} {:>10}  {:<24} {:<16} {}\n",
+            group.count,
+            format_ns(group.total_ns),
+            format_ns(group.mean_ns),
+            format_ns(group.max_ns),
+            fit(&group.name, 24),
+            fit(&group.process, 16),
+            fit(group.completed_in.as_deref().unwrap_or(""), 24),
+        ));
+    }
+    if shown < groups.len() {
+        out.push_str(&format!(
+            "({} more rows: --top 0 shows all)\n",
+            groups.len() - shown
+        ));
+    }
+    out
+}
+
+/// Probes asked for but not available on this kernel, one line each.
+pub fn unavailable(profile: &Profile) -> String {
+    let mut out = String::new();
+    if profile.unavailable.is_empty() {
+        return out;
+    }
+    out.push_str("\nnot recorded (this kernel lacks the hooks):\n");
+    for missing in &profile.unavailable {
+        out.push_str(&format!(
+            "  {} {}: {}\n",
+            missing.family, missing.what, missing.reason
+        ));
+    }
+    out
+}
+
+/// Every table the profile has data or probes for (summary and `report`).
+pub fn latency_sections(profile: &Profile, top: usize) -> String {
+    let mut out = String::new();
+    let has = |family: &str| profile.probes.iter().any(|probe| probe.family == family);
+    if has("rpc") || !profile.rpcs.is_empty() {
+        out.push_str("\nrequest latency, by operation and process (total time):\n");
+        out.push_str(&latency_table(&rpc_groups(profile), "request", top));
+    }
+    if has("func") || has("ufunc") || !profile.funcs.is_empty() {
+        out.push_str("\nfunction latency, by function and process (total time):\n");
+        out.push_str(&latency_table(&func_groups(profile), "function", top));
+    }
+    out.push_str(&unavailable(profile));
+    out
+}
+
 /// Losses, explained; empty when nothing was lost.
 pub fn losses(profile: &Profile) -> String {
     if profile.losses.is_empty() {
@@ -195,6 +346,7 @@ pub fn summary(profile: &Profile, top: usize) -> String {
         out.push_str("lock contention, by lock (total wait):\n");
         out.push_str(&lock_table(profile, GroupBy::Lock, top));
     }
+    out.push_str(&latency_sections(profile, top));
     out.push_str(&losses(profile));
     out
 }
@@ -205,6 +357,9 @@ struct JsonReport<'a> {
     host: &'a str,
     duration_s: f64,
     locks: Vec<LockGroup>,
+    rpcs: Vec<LatencyGroup>,
+    funcs: Vec<LatencyGroup>,
+    unavailable: &'a [crate::profile::Unavailable],
     lost: &'a BTreeMap<String, u64>,
 }
 
@@ -218,6 +373,9 @@ pub fn json(profile: &Profile, by: GroupBy, top: usize) -> serde_json::Result<St
         host: &profile.host,
         duration_s: profile.duration_s,
         locks,
+        rpcs: rpc_groups(profile),
+        funcs: func_groups(profile),
+        unavailable: &profile.unavailable,
         lost: &profile.losses,
     })
 }

@@ -91,6 +91,26 @@ impl StackResolver {
         resolved
     }
 
+    /// The profile stack for a user stack id. Frames are raw addresses (`0x...`) until
+    /// the user-space symbolizer resolves them.
+    pub fn user_stack(&mut self, stack_id: i32) -> Option<u32> {
+        if stack_id < 0 {
+            return None;
+        }
+        let trace = self.stack_map.get(&(stack_id as u32), 0).ok()?;
+        let frames: Vec<Frame> = trace
+            .frames()
+            .iter()
+            .map(|frame| Frame {
+                name: format!("0x{:x}", frame.ip),
+                module: None,
+                kernel: false,
+            })
+            .collect();
+        let truncated = frames.len() >= MAX_STACK_DEPTH;
+        Some(self.interner.stack(frames, truncated))
+    }
+
     /// Static locks by symbol, the rest by address.
     pub fn lock_name(&self, lock_addr: u64) -> String {
         self.kernel
@@ -187,4 +207,37 @@ pub fn comm_to_string(comm: &[u8]) -> String {
         .position(|&byte| byte == 0)
         .unwrap_or(comm.len());
     String::from_utf8_lossy(&comm[..end]).into_owned()
+}
+
+/// The profile's form of an in-kernel latency aggregate (trailing empty buckets cut).
+pub fn latency_from(stat: &profiler_common::latency::LatencyStat) -> crate::profile::Latency {
+    let used = stat
+        .hist
+        .iter()
+        .rposition(|&count| count != 0)
+        .map_or(0, |last| last + 1);
+    crate::profile::Latency {
+        count: stat.count,
+        total_ns: stat.total_ns,
+        max_ns: stat.max_ns,
+        min_ns: if stat.count == 0 { 0 } else { stat.min_ns },
+        hist: stat.hist[..used].to_vec(),
+    }
+}
+
+/// Why kprobes cannot be used on this kernel, or `None` when they can.
+pub fn kprobes_unavailable() -> Option<String> {
+    let pmu = std::path::Path::new("/sys/bus/event_source/devices/kprobe/type").exists();
+    let legacy = ["/sys/kernel/tracing/kprobe_events", "/sys/kernel/debug/tracing/kprobe_events"]
+        .iter()
+        .any(|path| std::path::Path::new(path).exists());
+    if pmu || legacy {
+        None
+    } else {
+        Some(
+            "this kernel has no kprobe support (built without CONFIG_KPROBES: no kprobe PMU \
+             in /sys/bus/event_source/devices and no kprobe_events in tracefs)"
+                .into(),
+        )
+    }
 }
