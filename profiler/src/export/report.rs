@@ -242,12 +242,26 @@ pub fn func_groups(profile: &Profile) -> Vec<LatencyGroup> {
         profile
             .funcs
             .iter()
-            .map(|row| (row.function.clone(), row.pid, &row.latency, None)),
+            .map(|row| (short_function_name(row), row.pid, &row.latency, None)),
     );
     for group in &mut groups {
         group.completed_in = None;
     }
     groups
+}
+
+/// `vfs_read`, or `binary:symbol` without the binary's directory for user functions.
+fn short_function_name(row: &crate::profile::FuncRow) -> String {
+    if !row.user {
+        return row.function.clone();
+    }
+    match row.function.rsplit_once(':') {
+        Some((binary, symbol)) => {
+            let file = binary.rsplit('/').next().unwrap_or(binary);
+            format!("{file}:{symbol}")
+        }
+        None => row.function.clone(),
+    }
 }
 
 /// A latency table as text, within 100 columns.
@@ -258,20 +272,20 @@ pub fn latency_table(groups: &[LatencyGroup], what: &str, top: usize) -> String 
         return out;
     }
     out.push_str(&format!(
-        "{:>8} {:>10} {:>10} {:>10}  {:<24} {:<16} {}\n",
+        "{:>7} {:>9} {:>9} {:>9}  {:<28} {:<14} {}\n",
         "count", "total", "mean", "max", what, "process", "completed in"
     ));
     let shown = if top == 0 { groups.len() } else { top.min(groups.len()) };
     for group in &groups[..shown] {
         out.push_str(&format!(
-            "{:>8} {:>10} {:>10} {:>10}  {:<24} {:<16} {}\n",
+            "{:>7} {:>9} {:>9} {:>9}  {:<28} {:<14} {}\n",
             group.count,
             format_ns(group.total_ns),
             format_ns(group.mean_ns),
             format_ns(group.max_ns),
-            fit(&group.name, 24),
-            fit(&group.process, 16),
-            fit(group.completed_in.as_deref().unwrap_or(""), 24),
+            fit(&group.name, 28),
+            fit(&group.process, 14),
+            fit(group.completed_in.as_deref().unwrap_or(""), 17),
         ));
     }
     if shown < groups.len() {
@@ -472,6 +486,59 @@ pub(crate) mod tests {
             assert!(line.chars().count() <= 100, "too wide: {line}");
         }
         assert!(table.contains("7.00 ms"), "{table}");
+    }
+
+    #[test]
+    fn latency_tables_group_and_fit() {
+        use crate::profile::{FuncRow, Latency, RpcRow};
+        let mut profile = profile_with_two_locks();
+        let latency = |count, total| Latency {
+            count,
+            total_ns: total,
+            max_ns: total / count,
+            min_ns: 1,
+            hist: vec![0, count],
+        };
+        profile.rpcs = vec![
+            RpcRow {
+                provider: "fuse".into(),
+                op: 35,
+                op_name: "CREATE".into(),
+                pid: 10,
+                start_stack: Some(0),
+                end_stack: Some(1),
+                latency: latency(2, 200_000_000),
+            },
+            RpcRow {
+                provider: "fuse".into(),
+                op: 35,
+                op_name: "CREATE".into(),
+                pid: 10,
+                start_stack: Some(1),
+                end_stack: Some(1),
+                latency: latency(1, 100_000_000),
+            },
+        ];
+        profile.funcs = vec![FuncRow {
+            function: "/very/long/directory/name/of/a/binary:a_rather_long_function_name".into(),
+            user: true,
+            pid: 11,
+            stack: None,
+            latency: latency(4, 4_000),
+        }];
+        let rpcs = rpc_groups(&profile);
+        assert_eq!(rpcs.len(), 1);
+        assert_eq!(rpcs[0].count, 3);
+        assert_eq!(rpcs[0].mean_ns, 100_000_000);
+        assert_eq!(rpcs[0].hist, vec![0, 3]);
+        // The leaf of the completion stack that carried the most latency.
+        assert_eq!(rpcs[0].completed_in.as_deref(), Some("rwsem_down_write_slowpath"));
+        let text = latency_sections(&profile, 20);
+        assert!(text.contains("fuse CREATE"), "{text}");
+        assert!(text.contains("binary:a_rather_long"), "{text}");
+        for line in text.lines() {
+            assert!(line.chars().count() <= 100, "too wide: {line}");
+        }
     }
 
     #[test]

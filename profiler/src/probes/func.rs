@@ -63,10 +63,37 @@ fn parse_ufunc(spec: &str) -> Result<UserFunction> {
     };
     let binary = resolve_binary(binary)
         .with_context(|| format!("--ufunc {spec}: no binary {binary} (give a path, or a name on PATH)"))?;
+    check_user_symbol(&binary, symbol).with_context(|| format!("--ufunc {spec}"))?;
     Ok(UserFunction {
         binary,
         symbol: symbol.to_string(),
     })
+}
+
+/// A clear error when `symbol` is not a function of `binary`, with close names.
+fn check_user_symbol(binary: &Path, symbol: &str) -> Result<()> {
+    use object::{Object, ObjectSymbol};
+    let data = std::fs::read(binary).with_context(|| format!("cannot read {}", binary.display()))?;
+    let file = object::File::parse(&*data)
+        .map_err(|err| anyhow::anyhow!("{} is not an ELF object ({err})", binary.display()))?;
+    let names: Vec<&str> = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|candidate| candidate.kind() == object::SymbolKind::Text && candidate.is_definition())
+        .filter_map(|candidate| candidate.name().ok())
+        .collect();
+    if names.contains(&symbol) {
+        return Ok(());
+    }
+    let close = crate::symbolize::kallsyms::close_names(symbol, names.iter().copied(), 8);
+    if close.is_empty() {
+        bail!("no function {symbol} in {} (and nothing close; stripped binary?)", binary.display());
+    }
+    bail!(
+        "no function {symbol} in {}; close matches: {}",
+        binary.display(),
+        close.join(", ")
+    )
 }
 
 fn resolve_binary(name: &str) -> Option<PathBuf> {
@@ -112,8 +139,18 @@ fn try_fentry(ebpf: &mut Ebpf, slot: u32, name: &str, btf: &Result<Btf, String>)
         if let Ok(fexit) = program::<FExit>(ebpf, &exit) {
             let _ = fexit.unload();
         }
-        format!("{err:#}")
+        explain(&format!("{err:#}"))
     })
+}
+
+/// Shortens the loader's error chains to what a user needs to read.
+fn explain(err: &str) -> String {
+    if err.contains("Operation not permitted") {
+        let step = err.split(':').next().unwrap_or("load");
+        format!("{step} refused by the kernel with EPERM: BPF tracing programs are not allowed here")
+    } else {
+        err.replace(". Verifier output: ", ": ")
+    }
 }
 
 fn try_kprobe(ebpf: &mut Ebpf, slot: u32, name: &str) -> Result<(), String> {
@@ -138,7 +175,7 @@ fn try_kprobe(ebpf: &mut Ebpf, slot: u32, name: &str) -> Result<(), String> {
                 let _ = kprobe.unload();
             }
         }
-        format!("{err:#}")
+        explain(&format!("{err:#}"))
     })
 }
 
@@ -173,7 +210,7 @@ pub fn attach(
             Err(fentry_why) => match try_kprobe(ebpf, slot, name) {
                 Ok(()) => Some(format!("kprobe/kretprobe (fentry unavailable: {fentry_why})")),
                 Err(kprobe_why) => {
-                    let reason = format!("fentry/fexit failed ({fentry_why}) and kprobes failed ({kprobe_why})");
+                    let reason = format!("fentry/fexit: {fentry_why}; kprobe/kretprobe: {kprobe_why}");
                     eprintln!("lockpath: --func {spec}: not recorded: {reason}; the rest of the run goes on");
                     unavailable.push(Unavailable {
                         family: "func".into(),
@@ -262,10 +299,13 @@ mod tests {
 
     #[test]
     fn ufunc_specs() {
-        let function = parse_ufunc("/bin/sh:main").expect("parse");
+        let exe = std::env::current_exe().expect("test executable");
+        let function = parse_ufunc(&format!("{}:main", exe.display())).expect("parse");
         assert_eq!(function.symbol, "main");
         assert!(function.binary.is_absolute());
-        assert!(parse_ufunc("sh:main").is_ok(), "found on PATH");
+        let err = parse_ufunc(&format!("{}:mian", exe.display())).expect_err("no such symbol");
+        assert!(format!("{err:#}").contains("close matches: main"), "{err:#}");
+        assert!(resolve_binary("sh").is_some(), "found on PATH");
         assert!(parse_ufunc("main").is_err());
         assert!(parse_ufunc("/no/such/binary:main").is_err());
         assert!(parse_ufunc("/bin/sh:").is_err());

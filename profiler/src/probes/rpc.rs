@@ -319,6 +319,16 @@ pub fn check_kernel_function(symbols: &KernelSymbols, spec: &str) -> Result<()> 
     if symbols.find_function(name, module).is_some() {
         return Ok(());
     }
+    if let (Some(module), Some(found)) = (module, symbols.find_function(name, None)) {
+        let actual = match &found.module {
+            Some(actual) => format!("in module {actual}"),
+            None => "built into the kernel image".to_string(),
+        };
+        bail!("{name} is {actual}, not in module {module}: name it {}", match &found.module {
+            Some(actual) => format!("{actual}:{name}"),
+            None => name.to_string(),
+        });
+    }
     let close = symbols.close_functions(name, 8);
     let where_ = module.map(|module| format!(" in module {module}")).unwrap_or_default();
     if close.is_empty() {

@@ -235,8 +235,7 @@ pub fn kprobes_unavailable() -> Option<String> {
         None
     } else {
         Some(
-            "this kernel has no kprobe support (built without CONFIG_KPROBES: no kprobe PMU \
-             in /sys/bus/event_source/devices and no kprobe_events in tracefs)"
+            "this kernel has no kprobe support (built without CONFIG_KPROBES)"
                 .into(),
         )
     }

@@ -123,31 +123,17 @@ impl KernelSymbols {
         })
     }
 
-    /// Up to `limit` function names close to `name` (same letters in another order,
-    /// a typo, or containing it), closest first: for "no such function" errors.
+    /// Up to `limit` function names close to `name`, closest first (`__pfx_` padding
+    /// symbols left out): for "no such function" errors.
     pub fn close_functions(&self, name: &str, limit: usize) -> Vec<String> {
-        let mut scored: Vec<(usize, &str)> = Vec::new();
-        let budget = (name.len() / 3).max(2);
-        for symbol in &self.text {
-            let candidate = symbol.name.as_str();
-            let score = if candidate.contains(name) || name.contains(candidate) {
-                Some(candidate.len().abs_diff(name.len()).min(budget))
-            } else if candidate.len().abs_diff(name.len()) <= budget {
-                Some(edit_distance(name, candidate)).filter(|&distance| distance <= budget)
-            } else {
-                None
-            };
-            if let Some(score) = score {
-                scored.push((score, candidate));
-            }
-        }
-        scored.sort();
-        scored.dedup_by(|a, b| a.1 == b.1);
-        scored
-            .into_iter()
-            .take(limit)
-            .map(|(_, name)| name.to_string())
-            .collect()
+        close_names(
+            name,
+            self.text
+                .iter()
+                .map(|symbol| symbol.name.as_str())
+                .filter(|candidate| !candidate.starts_with("__pfx_")),
+            limit,
+        )
     }
 
     /// A stack frame for a kernel address.
@@ -191,6 +177,36 @@ impl KernelSymbols {
             format!("{}+0x{offset:x}", symbol.name)
         })
     }
+}
+
+/// Up to `limit` of `candidates` close to `name` (containing it, contained in it, or a
+/// few edits away), closest first.
+pub fn close_names<'a>(
+    name: &str,
+    candidates: impl Iterator<Item = &'a str>,
+    limit: usize,
+) -> Vec<String> {
+    let mut scored: Vec<(usize, &str)> = Vec::new();
+    let budget = (name.len() / 3).max(2);
+    for candidate in candidates {
+        let score = if candidate.contains(name) || name.contains(candidate) {
+            Some(candidate.len().abs_diff(name.len()).min(budget))
+        } else if candidate.len().abs_diff(name.len()) <= budget {
+            Some(edit_distance(name, candidate)).filter(|&distance| distance <= budget)
+        } else {
+            None
+        };
+        if let Some(score) = score {
+            scored.push((score, candidate));
+        }
+    }
+    scored.sort();
+    scored.dedup_by(|a, b| a.1 == b.1);
+    scored
+        .into_iter()
+        .take(limit)
+        .map(|(_, name)| name.to_string())
+        .collect()
 }
 
 /// Levenshtein distance between two names.
