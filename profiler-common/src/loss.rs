@@ -17,12 +17,14 @@ pub const RPC_KEY_REUSED: u32 = 22;
 pub const FUNC_ENTRY_FULL: u32 = 23;
 pub const FUNC_MAP_FULL: u32 = 24;
 pub const FUNC_NEGATIVE_DELTA: u32 = 25;
+/// vm/kprobe fallback range: 26..=27.
+pub const LOCK_KPROBE_RETURN_LOST: u32 = 26;
 
 /// Number of slots in `LOSSES` (room for the other probe families).
 pub const LOSS_SLOTS: u32 = 32;
 
 /// Names for the report, by index. `None` slots are unused.
-pub const LOSS_NAMES: [(u32, &str, &str); 15] = [
+pub const LOSS_NAMES: [(u32, &str, &str); 16] = [
     (
         STACK_COLLISION,
         "stack_collision",
@@ -97,5 +99,10 @@ pub const LOSS_NAMES: [(u32, &str, &str); 15] = [
         FUNC_NEGATIVE_DELTA,
         "func_negative_delta",
         "function return before its entry: call dropped",
+    ),
+    (
+        LOCK_KPROBE_RETURN_LOST,
+        "lock_kprobe_return_lost",
+        "kprobe fallback: a slow path's return was missed (kretprobe instances exhausted); wait dropped",
     ),
 ];

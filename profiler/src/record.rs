@@ -89,6 +89,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         &plan,
         &target,
         child.as_ref().map(|child| child.pid),
+        &kernel_symbols,
         &mut unavailable,
     ) {
         Ok(started) => started,
@@ -198,6 +199,7 @@ fn start(
     plan: &Plan,
     target: &Target,
     child: Option<u32>,
+    kernel_symbols: &KernelSymbols,
     unavailable: &mut Vec<crate::profile::Unavailable>,
 ) -> Result<(Ebpf, Vec<ProbeUse>, Vec<probes::func::FuncTarget>)> {
     let filter_mode = target.filter_mode();
@@ -242,7 +244,11 @@ fn start(
 
     let mut probes = Vec::new();
     if plan.lock {
-        probes.push(probes::lock::attach(&mut ebpf)?);
+        probes.push(probes::lock::attach(
+            &mut ebpf,
+            args.lock_method,
+            kernel_symbols,
+        )?);
     }
     probes.extend(probes::rpc::attach(&mut ebpf, &plan.rpc)?);
     let (func_probes, func_targets) =

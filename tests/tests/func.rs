@@ -67,11 +67,21 @@ fn ufunc_count_and_mean_match_the_workload() {
         .filter(|row| row["pid"].as_u64() == Some(pid))
         .collect();
     assert!(rows.iter().all(|row| row["user"] == true));
-    let count: u64 = rows.iter().map(|row| row["count"].as_u64().expect("count")).sum();
-    let total: u64 = rows.iter().map(|row| row["total_ns"].as_u64().expect("total")).sum();
+    let count: u64 = rows
+        .iter()
+        .map(|row| row["count"].as_u64().expect("count"))
+        .sum();
+    let total: u64 = rows
+        .iter()
+        .map(|row| row["total_ns"].as_u64().expect("total"))
+        .sum();
     assert_eq!(count, CALLS, "one row count per call");
     let mean = total as f64 / count as f64;
-    eprintln!("ufunc: lockpath mean {:.3} ms, workload's own {:.3} ms", mean / 1e6, own_mean / 1e6);
+    eprintln!(
+        "ufunc: lockpath mean {:.3} ms, workload's own {:.3} ms",
+        mean / 1e6,
+        own_mean / 1e6
+    );
     assert!(
         (mean - own_mean).abs() <= own_mean * 0.05,
         "mean {mean} ns vs the workload's own {own_mean} ns (5%)"
@@ -122,10 +132,20 @@ fn func_records_or_says_why_not() {
     let unavailable = profile["unavailable"].as_array().expect("unavailable");
     if let Some(missing) = unavailable.iter().find(|entry| entry["what"] == "vfs_read") {
         let reason = missing["reason"].as_str().expect("reason");
-        assert!(reason.contains("fentry") && reason.contains("kprobe"), "{reason}");
-        let lines: Vec<&str> = stderr.lines().filter(|line| line.contains("--func vfs_read")).collect();
+        assert!(
+            reason.contains("fentry") && reason.contains("kprobe"),
+            "{reason}"
+        );
+        let lines: Vec<&str> = stderr
+            .lines()
+            .filter(|line| line.contains("--func vfs_read"))
+            .collect();
         assert_eq!(lines.len(), 1, "one line:\n{stderr}");
-        assert!(lines[0].contains("the rest of the run goes on"), "{}", lines[0]);
+        assert!(
+            lines[0].contains("the rest of the run goes on"),
+            "{}",
+            lines[0]
+        );
         assert!(profile["funcs"].as_array().expect("funcs").is_empty());
     } else {
         let method = profile["probes"]
@@ -135,7 +155,10 @@ fn func_records_or_says_why_not() {
             .filter_map(|probe| probe["method"].as_str())
             .find(|method| method.starts_with("vfs_read:"))
             .expect("the method used for vfs_read");
-        assert!(method.contains("fentry") || method.contains("kprobe"), "{method}");
+        assert!(
+            method.contains("fentry") || method.contains("kprobe"),
+            "{method}"
+        );
         let count: u64 = profile["funcs"]
             .as_array()
             .expect("funcs")
@@ -143,7 +166,10 @@ fn func_records_or_says_why_not() {
             .filter(|row| row["function"] == "vfs_read" && row["pid"].as_u64() == Some(pid))
             .map(|row| row["count"].as_u64().expect("count"))
             .sum();
-        assert!(count >= READS, "vfs_read calls {count} < the workload's {READS} reads");
+        assert!(
+            count >= READS,
+            "vfs_read calls {count} < the workload's {READS} reads"
+        );
     }
 }
 
@@ -154,13 +180,32 @@ fn unknown_kernel_function_lists_close_matches() {
     }
     let dir = scratch("func-unknown");
     let out = dir.join("p.json");
-    let output = lockpath(&["record", "--func", "vfs_reed", "-o", out.to_str().expect("path"), "--", "true"]);
+    let output = lockpath(&[
+        "record",
+        "--func",
+        "vfs_reed",
+        "-o",
+        out.to_str().expect("path"),
+        "--",
+        "true",
+    ]);
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
-    assert!(stderr.contains("close matches") && stderr.contains("vfs_read"), "{stderr}");
+    assert!(
+        stderr.contains("close matches") && stderr.contains("vfs_read"),
+        "{stderr}"
+    );
     assert!(!out.exists(), "no profile written");
-    let output = lockpath(&["record", "--ufunc", "/no/such/binary:main", "-o", out.to_str().expect("path"), "--", "true"]);
+    let output = lockpath(&[
+        "record",
+        "--ufunc",
+        "/no/such/binary:main",
+        "-o",
+        out.to_str().expect("path"),
+        "--",
+        "true",
+    ]);
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("no binary"));
 }

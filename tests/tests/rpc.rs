@@ -36,7 +36,10 @@ fn record(args: &[&str]) -> (String, String) {
     let output = child.wait_with_output().expect("wait for lockpath");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(output.status.success(), "lockpath failed:\n{stdout}\n{stderr}");
+    assert!(
+        output.status.success(),
+        "lockpath failed:\n{stdout}\n{stderr}"
+    );
     assert_programs_gone(&programs);
     (stdout, stderr)
 }
@@ -78,7 +81,10 @@ fn fuse_latency_per_opcode_matches_injected_delay() {
     let pid = result(&measured, "pid");
     let profile = load_json(&profile_path);
     assert!(
-        profile["probes"][0]["method"].as_str().unwrap_or("").contains("fuse:fuse_request_send"),
+        profile["probes"][0]["method"]
+            .as_str()
+            .unwrap_or("")
+            .contains("fuse:fuse_request_send"),
         "{}",
         profile["probes"]
     );
@@ -88,12 +94,17 @@ fn fuse_latency_per_opcode_matches_injected_delay() {
         if row["pid"].as_u64() != Some(pid) {
             continue;
         }
-        let entry = by_op.entry(row["op_name"].as_str().expect("op_name").to_string()).or_default();
+        let entry = by_op
+            .entry(row["op_name"].as_str().expect("op_name").to_string())
+            .or_default();
         entry.0 += row["count"].as_u64().expect("count");
         entry.1 += row["total_ns"].as_u64().expect("total");
     }
     for (op, delay_ms) in [("CREATE", CREATE_MS), ("WRITE", WRITE_MS)] {
-        let (count, total) = by_op.get(op).copied().unwrap_or_else(|| panic!("no {op} row: {by_op:?}"));
+        let (count, total) = by_op
+            .get(op)
+            .copied()
+            .unwrap_or_else(|| panic!("no {op} row: {by_op:?}"));
         assert_eq!(count, FILES, "{op}: one request per file");
         let mean_ms = total as f64 / count as f64 / 1e6;
         eprintln!("fuse {op}: lockpath mean {mean_ms:.3} ms, injected {delay_ms} ms");
@@ -109,16 +120,33 @@ fn fuse_latency_per_opcode_matches_injected_delay() {
         .iter()
         .find(|row| row["op_name"] == "CREATE")
         .expect("CREATE row");
-    let start = stack_names(&profile, create["start_stack"].as_u64().expect("start stack"));
-    assert!(start.iter().any(|frame| frame == "fuse_create_open"), "{start:?}");
+    let start = stack_names(
+        &profile,
+        create["start_stack"].as_u64().expect("start stack"),
+    );
+    assert!(
+        start.iter().any(|frame| frame == "fuse_create_open"),
+        "{start:?}"
+    );
     let end = stack_names(&profile, create["end_stack"].as_u64().expect("end stack"));
-    assert!(end.iter().any(|frame| frame == "fuse_dev_do_write"), "{end:?}");
-    assert!(stdout.contains("fuse CREATE"), "summary has the latency table:\n{stdout}");
+    assert!(
+        end.iter().any(|frame| frame == "fuse_dev_do_write"),
+        "{end:?}"
+    );
+    assert!(
+        stdout.contains("fuse CREATE"),
+        "summary has the latency table:\n{stdout}"
+    );
 
     // Report and flamegraph of the completion stacks.
     let report = lockpath_ok(&["report", profile_path.to_str().expect("path")]);
     assert!(String::from_utf8_lossy(&report.stdout).contains("fuse WRITE"));
-    let json = lockpath_ok(&["report", "--format", "json", profile_path.to_str().expect("path")]);
+    let json = lockpath_ok(&[
+        "report",
+        "--format",
+        "json",
+        profile_path.to_str().expect("path"),
+    ]);
     let json: serde_json::Value = serde_json::from_slice(&json.stdout).expect("report JSON");
     assert!(json["rpcs"].as_array().is_some_and(|rows| !rows.is_empty()));
     lockpath_ok(&[
@@ -179,7 +207,9 @@ fn fuse_create_lock_wait_matches_ground_truth() {
         if row["pid"].as_u64() != Some(pid) || row["flags"].as_u64() != Some(LCB_F_WRITE) {
             continue;
         }
-        let Some(stack) = row["stack"].as_u64() else { continue };
+        let Some(stack) = row["stack"].as_u64() else {
+            continue;
+        };
         let frames = stack_names(&profile, stack);
         let down_write = frames.iter().position(|frame| frame == "down_write");
         let caller = frames
@@ -209,7 +239,10 @@ fn fuse_create_lock_wait_matches_ground_truth() {
         .iter()
         .filter(|row| row["op_name"] == "CREATE" && row["pid"].as_u64() == Some(pid))
         .collect();
-    let count: u64 = creates.iter().map(|row| row["count"].as_u64().expect("count")).sum();
+    let count: u64 = creates
+        .iter()
+        .map(|row| row["count"].as_u64().expect("count"))
+        .sum();
     assert_eq!(count, 2, "A's and B's CREATE");
 }
 

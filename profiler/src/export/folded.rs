@@ -62,10 +62,7 @@ pub fn lines(profile: &Profile, kind: Kind) -> Vec<(String, u64)> {
         }
         Kind::Func => {
             for row in &profile.funcs {
-                let mut parts = vec![
-                    clean(&profile.process_name(row.pid)),
-                    clean(&row.function),
-                ];
+                let mut parts = vec![clean(&profile.process_name(row.pid)), clean(&row.function)];
                 push_stack(&mut parts, profile, row.stack);
                 let micros = row.latency.total_ns / 1_000;
                 if micros > 0 {

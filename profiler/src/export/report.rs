@@ -216,7 +216,11 @@ fn group_latency<'a>(
                 .map(|(leaf, _)| leaf),
         })
         .collect();
-    out.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.name.cmp(&b.name)));
+    out.sort_by(|a, b| {
+        b.total_ns
+            .cmp(&a.total_ns)
+            .then_with(|| a.name.cmp(&b.name))
+    });
     out
 }
 
@@ -275,7 +279,11 @@ pub fn latency_table(groups: &[LatencyGroup], what: &str, top: usize) -> String 
         "{:>7} {:>9} {:>9} {:>9}  {:<28} {:<14} {}\n",
         "count", "total", "mean", "max", what, "process", "completed in"
     ));
-    let shown = if top == 0 { groups.len() } else { top.min(groups.len()) };
+    let shown = if top == 0 {
+        groups.len()
+    } else {
+        top.min(groups.len())
+    };
     for group in &groups[..shown] {
         out.push_str(&format!(
             "{:>7} {:>9} {:>9} {:>9}  {:<28} {:<14} {}\n",
@@ -532,7 +540,10 @@ pub(crate) mod tests {
         assert_eq!(rpcs[0].mean_ns, 100_000_000);
         assert_eq!(rpcs[0].hist, vec![0, 3]);
         // The leaf of the completion stack that carried the most latency.
-        assert_eq!(rpcs[0].completed_in.as_deref(), Some("rwsem_down_write_slowpath"));
+        assert_eq!(
+            rpcs[0].completed_in.as_deref(),
+            Some("rwsem_down_write_slowpath")
+        );
         let text = latency_sections(&profile, 20);
         assert!(text.contains("fuse CREATE"), "{text}");
         assert!(text.contains("binary:a_rather_long"), "{text}");

@@ -57,12 +57,15 @@ pub fn validate(
 }
 
 fn parse_ufunc(spec: &str) -> Result<UserFunction> {
-    let Some((binary, symbol)) = spec.rsplit_once(':').filter(|(b, s)| !b.is_empty() && !s.is_empty())
+    let Some((binary, symbol)) = spec
+        .rsplit_once(':')
+        .filter(|(b, s)| !b.is_empty() && !s.is_empty())
     else {
         bail!("--ufunc {spec:?}: expected BINARY:SYMBOL (e.g. /usr/bin/ior:aiori_posix_xfer)");
     };
-    let binary = resolve_binary(binary)
-        .with_context(|| format!("--ufunc {spec}: no binary {binary} (give a path, or a name on PATH)"))?;
+    let binary = resolve_binary(binary).with_context(|| {
+        format!("--ufunc {spec}: no binary {binary} (give a path, or a name on PATH)")
+    })?;
     check_user_symbol(&binary, symbol).with_context(|| format!("--ufunc {spec}"))?;
     Ok(UserFunction {
         binary,
@@ -73,13 +76,16 @@ fn parse_ufunc(spec: &str) -> Result<UserFunction> {
 /// A clear error when `symbol` is not a function of `binary`, with close names.
 fn check_user_symbol(binary: &Path, symbol: &str) -> Result<()> {
     use object::{Object, ObjectSymbol};
-    let data = std::fs::read(binary).with_context(|| format!("cannot read {}", binary.display()))?;
+    let data =
+        std::fs::read(binary).with_context(|| format!("cannot read {}", binary.display()))?;
     let file = object::File::parse(&*data)
         .map_err(|err| anyhow::anyhow!("{} is not an ELF object ({err})", binary.display()))?;
     let names: Vec<&str> = file
         .symbols()
         .chain(file.dynamic_symbols())
-        .filter(|candidate| candidate.kind() == object::SymbolKind::Text && candidate.is_definition())
+        .filter(|candidate| {
+            candidate.kind() == object::SymbolKind::Text && candidate.is_definition()
+        })
         .filter_map(|candidate| candidate.name().ok())
         .collect();
     if names.contains(&symbol) {
@@ -87,7 +93,10 @@ fn check_user_symbol(binary: &Path, symbol: &str) -> Result<()> {
     }
     let close = crate::symbolize::kallsyms::close_names(symbol, names.iter().copied(), 8);
     if close.is_empty() {
-        bail!("no function {symbol} in {} (and nothing close; stripped binary?)", binary.display());
+        bail!(
+            "no function {symbol} in {} (and nothing close; stripped binary?)",
+            binary.display()
+        );
     }
     bail!(
         "no function {symbol} in {}; close matches: {}",
@@ -99,7 +108,9 @@ fn check_user_symbol(binary: &Path, symbol: &str) -> Result<()> {
 fn resolve_binary(name: &str) -> Option<PathBuf> {
     if name.contains('/') {
         let path = Path::new(name);
-        return path.is_file().then(|| path.canonicalize().unwrap_or(path.to_path_buf()));
+        return path
+            .is_file()
+            .then(|| path.canonicalize().unwrap_or(path.to_path_buf()));
     }
     std::env::var_os("PATH")
         .iter()
@@ -119,7 +130,12 @@ where
 }
 
 /// fentry + fexit on `name`; on failure nothing stays attached and the reason is returned.
-fn try_fentry(ebpf: &mut Ebpf, slot: u32, name: &str, btf: &Result<Btf, String>) -> Result<(), String> {
+fn try_fentry(
+    ebpf: &mut Ebpf,
+    slot: u32,
+    name: &str,
+    btf: &Result<Btf, String>,
+) -> Result<(), String> {
     let btf = btf.as_ref().map_err(|why| why.clone())?;
     let entry = format!("func_fentry_{slot}");
     let exit = format!("func_fexit_{slot}");
@@ -128,8 +144,12 @@ fn try_fentry(ebpf: &mut Ebpf, slot: u32, name: &str, btf: &Result<Btf, String>)
         fentry.load(name, btf).context("fentry load")?;
         let fexit: &mut FExit = program(ebpf, &exit)?;
         fexit.load(name, btf).context("fexit load")?;
-        program::<FEntry>(ebpf, &entry)?.attach().context("fentry attach")?;
-        program::<FExit>(ebpf, &exit)?.attach().context("fexit attach")?;
+        program::<FEntry>(ebpf, &entry)?
+            .attach()
+            .context("fentry attach")?;
+        program::<FExit>(ebpf, &exit)?
+            .attach()
+            .context("fexit attach")?;
         Ok(())
     })();
     result.map_err(|err| {
@@ -147,7 +167,9 @@ fn try_fentry(ebpf: &mut Ebpf, slot: u32, name: &str, btf: &Result<Btf, String>)
 fn explain(err: &str) -> String {
     if err.contains("Operation not permitted") {
         let step = err.split(':').next().unwrap_or("load");
-        format!("{step} refused by the kernel with EPERM: BPF tracing programs are not allowed here")
+        format!(
+            "{step} refused by the kernel with EPERM: BPF tracing programs are not allowed here"
+        )
     } else {
         err.replace(". Verifier output: ", ": ")
     }
@@ -202,15 +224,20 @@ pub fn attach(
         };
         // Module functions: kprobes (out-of-tree modules such as Lustre's ship no BTF).
         let fentry = match module {
-            Some(module) => Err(format!("{module} is a module (fentry is used for vmlinux functions)")),
+            Some(module) => Err(format!(
+                "{module} is a module (fentry is used for vmlinux functions)"
+            )),
             None => try_fentry(ebpf, slot, name, &btf),
         };
         let method = match fentry {
             Ok(()) => Some("fentry/fexit".to_string()),
             Err(fentry_why) => match try_kprobe(ebpf, slot, name) {
-                Ok(()) => Some(format!("kprobe/kretprobe (fentry unavailable: {fentry_why})")),
+                Ok(()) => Some(format!(
+                    "kprobe/kretprobe (fentry unavailable: {fentry_why})"
+                )),
                 Err(kprobe_why) => {
-                    let reason = format!("fentry/fexit: {fentry_why}; kprobe/kretprobe: {kprobe_why}");
+                    let reason =
+                        format!("fentry/fexit: {fentry_why}; kprobe/kretprobe: {kprobe_why}");
                     eprintln!("lockpath: --func {spec}: not recorded: {reason}; the rest of the run goes on");
                     unavailable.push(Unavailable {
                         family: "func".into(),
@@ -245,8 +272,14 @@ pub fn attach(
                 .load()
                 .with_context(|| format!("the kernel refused to load {program_name}"))?;
             uprobe
-                .attach(function.symbol.as_str(), &function.binary, UProbeScope::AllProcesses)
-                .map_err(|err| anyhow::anyhow!("--ufunc {name}: cannot attach a {what}: {err:#}"))?;
+                .attach(
+                    function.symbol.as_str(),
+                    &function.binary,
+                    UProbeScope::AllProcesses,
+                )
+                .map_err(|err| {
+                    anyhow::anyhow!("--ufunc {name}: cannot attach a {what}: {err:#}")
+                })?;
         }
         used.push(ProbeUse {
             family: "ufunc".into(),
@@ -304,7 +337,10 @@ mod tests {
         assert_eq!(function.symbol, "main");
         assert!(function.binary.is_absolute());
         let err = parse_ufunc(&format!("{}:mian", exe.display())).expect_err("no such symbol");
-        assert!(format!("{err:#}").contains("close matches: main"), "{err:#}");
+        assert!(
+            format!("{err:#}").contains("close matches: main"),
+            "{err:#}"
+        );
         assert!(resolve_binary("sh").is_some(), "found on PATH");
         assert!(parse_ufunc("main").is_err());
         assert!(parse_ufunc("/no/such/binary:main").is_err());

@@ -15,7 +15,7 @@ use profiler_common::{
 
 use crate::{
     cli::RpcProvider,
-    probes::shared::{latency_from, kprobes_unavailable, MapSet, StackResolver},
+    probes::shared::{kprobes_unavailable, latency_from, MapSet, StackResolver},
     profile::{ProbeUse, RpcRow, Unavailable},
     symbolize::KernelSymbols,
     tracefs,
@@ -63,7 +63,9 @@ impl SpanSpec {
 fn parse_point(text: &str) -> Result<SpanPoint, String> {
     let parts: Vec<&str> = text.split(':').collect();
     match parts.as_slice() {
-        ["tp" | "tracepoint", group, event, field] if !group.is_empty() && !event.is_empty() && !field.is_empty() => {
+        ["tp" | "tracepoint", group, event, field]
+            if !group.is_empty() && !event.is_empty() && !field.is_empty() =>
+        {
             Ok(SpanPoint::Tracepoint {
                 group: group.to_string(),
                 event: event.to_string(),
@@ -205,7 +207,8 @@ pub fn resolve(
         }
     }
     if plan.sunrpc {
-        if tracefs::event_exists("sunrpc", SUNRPC_BEGIN) && tracefs::event_exists("sunrpc", SUNRPC_END)
+        if tracefs::event_exists("sunrpc", SUNRPC_BEGIN)
+            && tracefs::event_exists("sunrpc", SUNRPC_END)
         {
             set_tp_pair(
                 &mut setup,
@@ -269,7 +272,10 @@ pub fn resolve(
             ) => {
                 for (group, event) in [(begin_group, begin_event), (end_group, end_event)] {
                     if !tracefs::event_exists(group, event) {
-                        bail!("--span: this kernel has no tracepoint {group}:{event} (see {}/events)", "/sys/kernel/tracing");
+                        bail!(
+                            "--span: this kernel has no tracepoint {group}:{event} (see {}/events)",
+                            "/sys/kernel/tracing"
+                        );
                     }
                 }
                 set_tp_pair(
@@ -301,10 +307,14 @@ pub fn resolve(
                         ("SPAN_KP_BEGIN_ARG", *begin_arg),
                         ("SPAN_KP_END_ARG", *end_arg),
                     ]);
-                    setup.kp_pair = Some((PROVIDER_SPAN, span.text.clone(), begin.clone(), end.clone()));
+                    setup.kp_pair =
+                        Some((PROVIDER_SPAN, span.text.clone(), begin.clone(), end.clone()));
                 }
             }
-            _ => bail!("--span {}: BEGIN and END must be of the same kind", span.text),
+            _ => bail!(
+                "--span {}: BEGIN and END must be of the same kind",
+                span.text
+            ),
         }
     }
     Ok(setup)
@@ -324,13 +334,18 @@ pub fn check_kernel_function(symbols: &KernelSymbols, spec: &str) -> Result<()> 
             Some(actual) => format!("in module {actual}"),
             None => "built into the kernel image".to_string(),
         };
-        bail!("{name} is {actual}, not in module {module}: name it {}", match &found.module {
-            Some(actual) => format!("{actual}:{name}"),
-            None => name.to_string(),
-        });
+        bail!(
+            "{name} is {actual}, not in module {module}: name it {}",
+            match &found.module {
+                Some(actual) => format!("{actual}:{name}"),
+                None => name.to_string(),
+            }
+        );
     }
     let close = symbols.close_functions(name, 8);
-    let where_ = module.map(|module| format!(" in module {module}")).unwrap_or_default();
+    let where_ = module
+        .map(|module| format!(" in module {module}"))
+        .unwrap_or_default();
     if close.is_empty() {
         bail!("no kernel function {name}{where_} in /proc/kallsyms (and nothing close)");
     }
@@ -422,7 +437,9 @@ pub fn attach(ebpf: &mut Ebpf, setup: &RpcSetup) -> Result<Vec<ProbeUse>> {
         attach_tracepoint(ebpf, "rpc_fuse_end", "fuse", "fuse_request_end")?;
         used.push(ProbeUse {
             family: "rpc".into(),
-            method: "fuse: tracepoint fuse:fuse_request_send/fuse_request_end, key (connection, unique)".into(),
+            method:
+                "fuse: tracepoint fuse:fuse_request_send/fuse_request_end, key (connection, unique)"
+                    .into(),
         });
     }
     if let Some((_, name, begin, end)) = &setup.tp_pair {
@@ -453,13 +470,15 @@ pub fn drain(maps: &MapSet, stacks: &mut StackResolver, setup: &RpcSetup) -> Res
     let stats: HashMap<_, RpcKey, LatencyStat> =
         HashMap::try_from(map).context("RPC_STATS has an unexpected type")?;
     let span_name = |provider: u32| -> String {
-        [&setup.tp_pair.as_ref().map(|pair| (pair.0, pair.1.clone())),
-         &setup.kp_pair.as_ref().map(|pair| (pair.0, pair.1.clone()))]
-            .into_iter()
-            .flatten()
-            .find(|(id, _)| *id == provider)
-            .map(|(_, name)| name.clone())
-            .unwrap_or_else(|| "span".into())
+        [
+            &setup.tp_pair.as_ref().map(|pair| (pair.0, pair.1.clone())),
+            &setup.kp_pair.as_ref().map(|pair| (pair.0, pair.1.clone())),
+        ]
+        .into_iter()
+        .flatten()
+        .find(|(id, _)| *id == provider)
+        .map(|(_, name)| name.clone())
+        .unwrap_or_else(|| "span".into())
     };
     let mut rows = Vec::new();
     for entry in stats.iter() {
@@ -561,12 +580,16 @@ mod tests {
                 arg: 0
             }
         );
-        let spec = SpanSpec::parse("tp:fuse:fuse_request_send:unique,tp:fuse:fuse_request_end:unique")
-            .expect("parse");
+        let spec =
+            SpanSpec::parse("tp:fuse:fuse_request_send:unique,tp:fuse:fuse_request_end:unique")
+                .expect("parse");
         assert!(matches!(spec.end, SpanPoint::Tracepoint { ref field, .. } if field == "unique"));
         assert!(SpanSpec::parse("kprobe:a").is_err(), "no END");
         assert!(SpanSpec::parse("kprobe:a,tp:b:c:d").is_err(), "mixed kinds");
-        assert!(SpanSpec::parse("kprobe:a:9,kprobe:b").is_err(), "argument index");
+        assert!(
+            SpanSpec::parse("kprobe:a:9,kprobe:b").is_err(),
+            "argument index"
+        );
         assert!(SpanSpec::parse("uprobe:a,uprobe:b").is_err());
     }
 

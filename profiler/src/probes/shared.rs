@@ -228,15 +228,15 @@ pub fn latency_from(stat: &profiler_common::latency::LatencyStat) -> crate::prof
 /// Why kprobes cannot be used on this kernel, or `None` when they can.
 pub fn kprobes_unavailable() -> Option<String> {
     let pmu = std::path::Path::new("/sys/bus/event_source/devices/kprobe/type").exists();
-    let legacy = ["/sys/kernel/tracing/kprobe_events", "/sys/kernel/debug/tracing/kprobe_events"]
-        .iter()
-        .any(|path| std::path::Path::new(path).exists());
+    let legacy = [
+        "/sys/kernel/tracing/kprobe_events",
+        "/sys/kernel/debug/tracing/kprobe_events",
+    ]
+    .iter()
+    .any(|path| std::path::Path::new(path).exists());
     if pmu || legacy {
         None
     } else {
-        Some(
-            "this kernel has no kprobe support (built without CONFIG_KPROBES)"
-                .into(),
-        )
+        Some("this kernel has no kprobe support (built without CONFIG_KPROBES)".into())
     }
 }

@@ -60,6 +60,13 @@ impl KernelSymbols {
         Ok(symbols)
     }
 
+    /// True when the kernel image (not a module) has a function of this name.
+    pub fn has_function(&self, name: &str) -> bool {
+        self.text
+            .iter()
+            .any(|symbol| symbol.module.is_none() && symbol.name == name)
+    }
+
     /// Parses kallsyms text: `ffffffff81000000 T _stext` or
     /// `ffffffffc0a01000 t ldiskfs_bread\t[ldiskfs]`.
     pub fn parse(text: &str) -> Self {
@@ -280,11 +287,19 @@ ffffffffc0a02000 d ptlrpc_lock\t[ptlrpc]
     fn finds_functions_and_close_matches() {
         let symbols = KernelSymbols::parse(SAMPLE);
         assert!(symbols.find_function("do_pipe2", None).is_some());
-        assert!(symbols.find_function("after_reply", Some("ptlrpc")).is_some());
+        assert!(symbols
+            .find_function("after_reply", Some("ptlrpc"))
+            .is_some());
         assert!(symbols.find_function("after_reply", Some("ext4")).is_none());
-        assert!(symbols.find_function("jiffies_lock", None).is_none(), "data, not text");
+        assert!(
+            symbols.find_function("jiffies_lock", None).is_none(),
+            "data, not text"
+        );
         assert_eq!(symbols.close_functions("do_pipe", 3), vec!["do_pipe2"]);
-        assert_eq!(symbols.close_functions("after_replay", 3), vec!["after_reply"]);
+        assert_eq!(
+            symbols.close_functions("after_replay", 3),
+            vec!["after_reply"]
+        );
         assert!(symbols.close_functions("zzzzzzzz", 3).is_empty());
         assert_eq!(edit_distance("kitten", "sitting"), 3);
     }

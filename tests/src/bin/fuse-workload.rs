@@ -26,7 +26,8 @@ fn usage() -> ! {
 }
 
 fn number(text: Option<&String>) -> u64 {
-    text.and_then(|text| text.parse().ok()).unwrap_or_else(|| usage())
+    text.and_then(|text| text.parse().ok())
+        .unwrap_or_else(|| usage())
 }
 
 fn create(path: &Path) -> std::fs::File {
