@@ -21,7 +21,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Record a profile (needs root, or CAP_BPF + CAP_PERFMON).
-    Record(RecordArgs),
+    Record(Box<RecordArgs>),
     /// Print the per-lock table of a profile.
     Report(ReportArgs),
     /// Render a flamegraph (SVG) from a profile.
@@ -50,6 +50,11 @@ pub struct RecordArgs {
     /// fentry/fexit where the kernel allows, else kprobe/kretprobe.
     #[arg(long = "func", value_name = "[MODULE:]SYMBOL")]
     pub func: Vec<String>,
+
+    /// How `--func` hooks kernel functions: `auto` tries fentry/fexit, then
+    /// kprobe/kretprobe; the other values force one method (for tests of each).
+    #[arg(long, value_enum, value_name = "METHOD", default_value_t = FuncMethod::Auto)]
+    pub func_method: FuncMethod,
 
     /// Record the latency of a user-space function with uprobes (repeatable; up to 8).
     #[arg(long = "ufunc", value_name = "BINARY:SYMBOL")]
@@ -106,6 +111,13 @@ pub struct RecordArgs {
     /// and lockpath exits with its status.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FuncMethod {
+    Auto,
+    Fentry,
+    Kprobe,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

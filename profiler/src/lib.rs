@@ -20,7 +20,7 @@ use profile::Profile;
 /// Runs one command; returns the process exit code.
 pub fn run(cli: Cli) -> Result<i32> {
     match cli.command {
-        Command::Record(args) => record::run(args),
+        Command::Record(args) => record::run(*args),
         Command::Report(args) => {
             let profile = Profile::load(&args.file)?;
             let text = match args.format {

@@ -41,6 +41,7 @@ struct Plan {
     lock: bool,
     rpc: probes::rpc::RpcSetup,
     funcs: Vec<String>,
+    func_method: crate::cli::FuncMethod,
     ufuncs: Vec<probes::func::UserFunction>,
 }
 
@@ -76,6 +77,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         lock: args.lock || !other_family,
         rpc: rpc_setup,
         funcs: args.func.clone(),
+        func_method: args.func_method,
         ufuncs,
     };
 
@@ -251,8 +253,13 @@ fn start(
         )?);
     }
     probes.extend(probes::rpc::attach(&mut ebpf, &plan.rpc)?);
-    let (func_probes, func_targets) =
-        probes::func::attach(&mut ebpf, &plan.funcs, &plan.ufuncs, unavailable)?;
+    let (func_probes, func_targets) = probes::func::attach(
+        &mut ebpf,
+        &plan.funcs,
+        plan.func_method,
+        &plan.ufuncs,
+        unavailable,
+    )?;
     probes.extend(func_probes);
     Ok((ebpf, probes, func_targets))
 }

@@ -16,6 +16,7 @@ use profiler_common::{
 };
 
 use crate::{
+    cli::FuncMethod,
     probes::{
         rpc::check_kernel_function,
         shared::{kprobes_unavailable, latency_from, MapSet, StackResolver},
@@ -206,6 +207,7 @@ fn try_kprobe(ebpf: &mut Ebpf, slot: u32, name: &str) -> Result<(), String> {
 pub fn attach(
     ebpf: &mut Ebpf,
     funcs: &[String],
+    method: FuncMethod,
     ufuncs: &[UserFunction],
     unavailable: &mut Vec<Unavailable>,
 ) -> Result<(Vec<ProbeUse>, Vec<FuncTarget>)> {
@@ -223,14 +225,27 @@ pub fn attach(
             None => (None, spec.as_str()),
         };
         // Module functions: kprobes (out-of-tree modules such as Lustre's ship no BTF).
-        let fentry = match module {
-            Some(module) => Err(format!(
+        let fentry = match (module, method) {
+            (_, FuncMethod::Kprobe) => Err("not tried (--func-method kprobe)".to_string()),
+            (Some(module), _) => Err(format!(
                 "{module} is a module (fentry is used for vmlinux functions)"
             )),
-            None => try_fentry(ebpf, slot, name, &btf),
+            (None, _) => try_fentry(ebpf, slot, name, &btf),
         };
-        let method = match fentry {
+        let used_method = match fentry {
             Ok(()) => Some("fentry/fexit".to_string()),
+            Err(fentry_why) if method == FuncMethod::Fentry => {
+                let reason = format!("fentry/fexit: {fentry_why} (--func-method fentry)");
+                eprintln!(
+                    "lockpath: --func {spec}: not recorded: {reason}; the rest of the run goes on"
+                );
+                unavailable.push(Unavailable {
+                    family: "func".into(),
+                    what: spec.clone(),
+                    reason,
+                });
+                None
+            }
             Err(fentry_why) => match try_kprobe(ebpf, slot, name) {
                 Ok(()) => Some(format!(
                     "kprobe/kretprobe (fentry unavailable: {fentry_why})"
@@ -248,7 +263,7 @@ pub fn attach(
                 }
             },
         };
-        if let Some(method) = method {
+        if let Some(method) = used_method {
             used.push(ProbeUse {
                 family: "func".into(),
                 method: format!("{spec}: {method}"),
@@ -322,7 +337,7 @@ pub fn drain(
             latency: latency_from(&stat),
         });
     }
-    rows.sort_by(|a, b| b.latency.total_ns.cmp(&a.latency.total_ns));
+    rows.sort_by_key(|row| std::cmp::Reverse(row.latency.total_ns));
     Ok(rows)
 }
 

@@ -138,13 +138,16 @@ const SUNRPC_END: &str = "rpc_task_end";
 const LUSTRE_SEND: &str = "ptl_send_rpc";
 const LUSTRE_REPLY: &str = "after_reply";
 
+/// The generic tracepoint pair: provider, span name, (group, event) of begin and end.
+type TpPair = (u32, String, (String, String), (String, String));
+
 /// The kernel side of a resolved plan: load-time globals, and which pairs to attach.
 #[derive(Debug, Default)]
 pub struct RpcSetup {
     pub globals: Vec<(&'static str, u32)>,
     fuse: bool,
     /// (provider, name, begin group:event, end group:event) for the tracepoint pair.
-    tp_pair: Option<(u32, String, (String, String), (String, String))>,
+    tp_pair: Option<TpPair>,
     /// (provider, name, begin symbol, end symbol) for the kprobe pair.
     kp_pair: Option<(u32, String, String, String)>,
 }
@@ -499,7 +502,7 @@ pub fn drain(maps: &MapSet, stacks: &mut StackResolver, setup: &RpcSetup) -> Res
             latency: latency_from(&stat),
         });
     }
-    rows.sort_by(|a, b| b.latency.total_ns.cmp(&a.latency.total_ns));
+    rows.sort_by_key(|row| std::cmp::Reverse(row.latency.total_ns));
     Ok(rows)
 }
 
