@@ -3,6 +3,7 @@
 //! the way it ends (return, error, signal, SIGKILL).
 
 use std::{
+    io::IsTerminal,
     sync::atomic::{AtomicBool, AtomicI32, Ordering},
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
@@ -14,6 +15,7 @@ use profiler_common::target::FILTER_PIDS;
 use crate::{
     cli::RecordArgs,
     export,
+    metrics::MetricsServer,
     probes::{
         self,
         shared::{MapSet, StackResolver},
@@ -80,20 +82,36 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         func_method: args.func_method,
         ufuncs,
     };
+    // Bound before anything is loaded, so a busy port fails fast.
+    let metrics = match args.metrics {
+        Some(addr) => Some(MetricsServer::start(
+            addr,
+            export::prometheus::render(&Profile::new()),
+        )?),
+        None => None,
+    };
 
     // Start the command before any thread exists; it waits until the probes are attached.
     let mut child = match &target {
         Target::Command(command) => Some(Child::spawn(command)?),
         _ => None,
     };
-    let started = match start(
+    let started = start(
         &args,
         &plan,
         &target,
         child.as_ref().map(|child| child.pid),
         &kernel_symbols,
         &mut unavailable,
-    ) {
+    )
+    .and_then(|(mut ebpf, probes, func_targets)| {
+        // The maps leave the object (the programs stay attached until it is dropped),
+        // so they can be read live and after the detach alike.
+        let mut maps = MapSet::take_all(&mut ebpf);
+        let stacks = StackResolver::new(&mut maps, kernel_symbols)?;
+        Ok((ebpf, probes, func_targets, maps, stacks))
+    });
+    let (ebpf, probes, func_targets, maps, mut stacks) = match started {
         Ok(started) => started,
         Err(err) => {
             if let Some(child) = child.as_mut() {
@@ -102,7 +120,6 @@ pub fn run(args: RecordArgs) -> Result<i32> {
             return Err(err);
         }
     };
-    let (ebpf, probes, func_targets) = started;
     install_signal_handlers();
     let start_wall = SystemTime::now();
     let start = Instant::now();
@@ -118,7 +135,17 @@ pub fn run(args: RecordArgs) -> Result<i32> {
             .join(", "),
         describe_target(&target)
     );
+    if let Some(metrics) = &metrics {
+        eprintln!(
+            "lockpath: Prometheus metrics at http://{}/metrics",
+            metrics.addr
+        );
+    }
 
+    // Progress goes to a terminal only; scripts and logs stay clean.
+    let progress = std::io::stderr().is_terminal();
+    let mut progress_shown = false;
+    let mut next_refresh = Instant::now() + Duration::from_secs(1);
     let deadline = args.duration.map(Duration::from_secs_f64);
     let mut exit_code = 0;
     loop {
@@ -136,14 +163,32 @@ pub fn run(args: RecordArgs) -> Result<i32> {
                 break;
             }
         }
+        if (progress || metrics.is_some()) && Instant::now() >= next_refresh {
+            next_refresh = Instant::now() + Duration::from_secs(1);
+            let elapsed = start.elapsed().as_secs_f64();
+            match snapshot(&plan, &func_targets, &maps, &mut stacks, elapsed) {
+                Ok(live) => {
+                    if let Some(metrics) = &metrics {
+                        metrics.update(export::prometheus::render(&live));
+                    }
+                    if progress {
+                        eprint!("\r\x1b[K{}", progress_line(&live));
+                        progress_shown = true;
+                    }
+                }
+                Err(err) => log::warn!("cannot read the kernel maps while recording: {err:#}"),
+            }
+        }
         std::thread::sleep(Duration::from_millis(50));
+    }
+    if progress_shown {
+        eprint!("\r\x1b[K");
     }
     let duration_s = start.elapsed().as_secs_f64();
 
     // Detach first (numbers stop moving), then drain.
-    let mut ebpf = ebpf;
-    let mut maps = MapSet::take_all(&mut ebpf);
     drop(ebpf);
+    drop(metrics);
 
     let mut profile = Profile::new();
     profile.host = hostname();
@@ -158,12 +203,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     profile.probes = probes;
     profile.unavailable = unavailable;
 
-    let mut stacks = StackResolver::new(&mut maps, kernel_symbols)?;
-    if plan.lock {
-        profile.locks = probes::lock::drain(&maps, &mut stacks)?;
-    }
-    profile.rpcs = probes::rpc::drain(&maps, &mut stacks, &plan.rpc)?;
-    profile.funcs = probes::func::drain(&maps, &mut stacks, &func_targets)?;
+    drain_families(&plan, &func_targets, &maps, &mut stacks, &mut profile)?;
     stacks.interner.finish(&mut profile);
     profile.losses = probes::shared::drain_losses(&maps)?;
     let mut pids: Vec<u32> = profile
@@ -193,6 +233,53 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         }
     }
     Ok(exit_code)
+}
+
+/// Reads every recorded family's aggregate out of the kernel maps into `profile`.
+/// A family adds its line.
+fn drain_families(
+    plan: &Plan,
+    func_targets: &[probes::func::FuncTarget],
+    maps: &MapSet,
+    stacks: &mut StackResolver,
+    profile: &mut Profile,
+) -> Result<()> {
+    if plan.lock {
+        profile.locks = probes::lock::drain(maps, stacks)?;
+    }
+    profile.rpcs = probes::rpc::drain(maps, stacks, &plan.rpc)?;
+    profile.funcs = probes::func::drain(maps, stacks, func_targets)?;
+    Ok(())
+}
+
+/// The numbers so far, while the programs run (for metrics and progress).
+fn snapshot(
+    plan: &Plan,
+    func_targets: &[probes::func::FuncTarget],
+    maps: &MapSet,
+    stacks: &mut StackResolver,
+    elapsed_s: f64,
+) -> Result<Profile> {
+    let mut profile = Profile::new();
+    profile.duration_s = elapsed_s;
+    drain_families(plan, func_targets, maps, stacks, &mut profile)?;
+    stacks.interner.copy_into(&mut profile);
+    profile.losses = probes::shared::drain_losses(maps)?;
+    Ok(profile)
+}
+
+/// `lockpath: 12 s, 3456 lock contentions`. A family adds its count.
+fn progress_line(live: &Profile) -> String {
+    let mut parts = vec![format!("lockpath: {:.0} s", live.duration_s)];
+    if !live.locks.is_empty() {
+        let contentions: u64 = live.locks.iter().map(|row| row.count).sum();
+        parts.push(format!("{contentions} lock contentions"));
+    }
+    let lost: u64 = live.losses.values().sum();
+    if lost > 0 {
+        parts.push(format!("{lost} lost"));
+    }
+    parts.join(", ")
 }
 
 /// Loads the object, installs the target filter and attaches the requested families.
