@@ -19,7 +19,10 @@ use profiler_common::{
 
 use crate::{
     latency::{add_latency, now_ns},
-    shared::{STACK_FLAGS_KERNEL, STACKS, count_loss, stack_id_or_loss},
+    shared::{
+        STACK_FLAGS_KERNEL, STACK_FLAGS_USER, STACKS, count_loss, note_user_process,
+        stack_id_or_loss,
+    },
     target::is_target,
 };
 
@@ -28,9 +31,6 @@ pub static FUNC_STATS: HashMap<FuncKey, LatencyStat> = HashMap::with_max_entries
 
 #[map]
 static FUNC_CALLS: HashMap<FuncCall, FuncEntry> = HashMap::with_max_entries(65536, 0);
-
-/// `BPF_F_USER_STACK`: the user-space stack of the current task.
-const STACK_FLAGS_USER: u64 = STACK_FLAGS_KERNEL | (1 << 8);
 
 #[inline(always)]
 pub fn on_entry<C: StackIdContext>(ctx: &C, slot: u32, user: bool) {
@@ -51,9 +51,14 @@ pub fn on_entry<C: StackIdContext>(ctx: &C, slot: u32, user: bool) {
     } else {
         STACK_FLAGS_KERNEL
     };
+    let stack_id = stack_id_or_loss(ctx.get_stackid(&STACKS, flags));
+    if user && stack_id >= 0 {
+        // User space snapshots this process's memory map to name the user frames.
+        note_user_process((bpf_get_current_pid_tgid() >> 32) as u32);
+    }
     let entry = FuncEntry {
         start_ns: now_ns(),
-        stack_id: stack_id_or_loss(ctx.get_stackid(&STACKS, flags)),
+        stack_id,
         depth: 0,
     };
     if FUNC_CALLS.insert(&call, &entry, 0).is_err() {

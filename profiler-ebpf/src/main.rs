@@ -7,6 +7,7 @@
 #![allow(internal_features)]
 #![no_main]
 
+mod cpu;
 mod func;
 mod latency;
 mod lock;
@@ -15,8 +16,11 @@ mod shared;
 mod target;
 
 use aya_ebpf::{
-    macros::{fentry, fexit, kprobe, kretprobe, raw_tracepoint, uprobe, uretprobe},
-    programs::{FEntryContext, FExitContext, ProbeContext, RawTracePointContext, RetProbeContext},
+    macros::{fentry, fexit, kprobe, kretprobe, perf_event, raw_tracepoint, uprobe, uretprobe},
+    programs::{
+        FEntryContext, FExitContext, PerfEventContext, ProbeContext, RawTracePointContext,
+        RetProbeContext,
+    },
 };
 use profiler_common::lock::{LCB_F_MUTEX, LCB_F_READ, LCB_F_WRITE};
 
@@ -35,6 +39,13 @@ pub fn lock_contention_begin(ctx: RawTracePointContext) -> i32 {
 #[raw_tracepoint(tracepoint = "contention_end")]
 pub fn lock_contention_end(ctx: RawTracePointContext) -> i32 {
     lock::on_contention_end(&ctx);
+    0
+}
+
+/// On-CPU sample: a software CPU-clock perf event, one per online CPU.
+#[perf_event]
+pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
+    cpu::on_sample(&ctx);
     0
 }
 

@@ -18,7 +18,7 @@ use crate::{
     metrics::MetricsServer,
     probes::{
         self,
-        shared::{MapSet, StackResolver},
+        shared::{MapSet, ProcessWatcher, StackResolver},
     },
     profile::{ProbeUse, Profile},
     symbolize::KernelSymbols,
@@ -45,6 +45,15 @@ struct Plan {
     funcs: Vec<String>,
     func_method: crate::cli::FuncMethod,
     ufuncs: Vec<probes::func::UserFunction>,
+    /// On-CPU sampling frequency in Hz, when asked for.
+    cpu: Option<u64>,
+}
+
+impl Plan {
+    /// Families that record user stacks need the process watcher (memory-map snapshots).
+    fn user_stacks(&self) -> bool {
+        self.cpu.is_some() || !self.ufuncs.is_empty()
+    }
 }
 
 pub fn run(args: RecordArgs) -> Result<i32> {
@@ -58,9 +67,14 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         Target::System
     };
     let rpc_plan = probes::rpc::RpcPlan::new(&args.rpc, args.span.clone())?;
-    let other_family = rpc_plan.any() || !args.func.is_empty() || !args.ufunc.is_empty();
+    let other_family =
+        rpc_plan.any() || !args.func.is_empty() || !args.ufunc.is_empty() || args.cpu;
+    let cpu = args.cpu.then_some(args.freq);
 
     target.validate()?;
+    if let Some(freq) = cpu {
+        probes::cpu::check_frequency(freq)?;
+    }
     check_privileges()?;
     check_output(&args.output)?;
     if EBPF_OBJECT.is_empty() {
@@ -81,6 +95,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         funcs: args.func.clone(),
         func_method: args.func_method,
         ufuncs,
+        cpu,
     };
     // Bound before anything is loaded, so a busy port fails fast.
     let metrics = match args.metrics {
@@ -104,14 +119,19 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         &kernel_symbols,
         &mut unavailable,
     )
-    .and_then(|(mut ebpf, probes, func_targets)| {
+    .and_then(|(mut ebpf, probes, func_targets, watcher)| {
         // The maps leave the object (the programs stay attached until it is dropped),
         // so they can be read live and after the detach alike.
         let mut maps = MapSet::take_all(&mut ebpf);
         let stacks = StackResolver::new(&mut maps, kernel_symbols)?;
-        Ok((ebpf, probes, func_targets, maps, stacks))
+        Ok((ebpf, probes, func_targets, maps, stacks, watcher))
+    })
+    .and_then(|started| {
+        // A `-p` process that exited meanwhile: nothing of it could be recorded.
+        target.check_alive()?;
+        Ok(started)
     });
-    let (ebpf, probes, func_targets, maps, mut stacks) = match started {
+    let (ebpf, probes, func_targets, maps, mut stacks, mut watcher) = match started {
         Ok(started) => started,
         Err(err) => {
             if let Some(child) = child.as_mut() {
@@ -179,7 +199,20 @@ pub fn run(args: RecordArgs) -> Result<i32> {
                 Err(err) => log::warn!("cannot read the kernel maps while recording: {err:#}"),
             }
         }
-        std::thread::sleep(Duration::from_millis(50));
+        if let Target::Pids(pids) = &target {
+            if pids.iter().all(|&pid| !crate::target::is_alive(pid)) {
+                eprintln!("lockpath: every target process has exited; stopping");
+                break;
+            }
+        }
+        // Short sleeps while watching processes: a snapshot must beat a quick exit.
+        match watcher.as_mut() {
+            Some(watcher) => {
+                watcher.poll(&mut stacks.user);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            None => std::thread::sleep(Duration::from_millis(50)),
+        }
     }
     if progress_shown {
         eprint!("\r\x1b[K");
@@ -203,6 +236,9 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     profile.probes = probes;
     profile.unavailable = unavailable;
 
+    if let Some(watcher) = watcher {
+        watcher.finish(&mut stacks.user);
+    }
     drain_families(&plan, &func_targets, &maps, &mut stacks, &mut profile)?;
     stacks.interner.finish(&mut profile);
     profile.losses = probes::shared::drain_losses(&maps)?;
@@ -212,6 +248,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         .map(|row| row.pid)
         .chain(profile.rpcs.iter().map(|row| row.pid))
         .chain(profile.funcs.iter().map(|row| row.pid))
+        .chain(profile.cpu.iter().map(|row| row.pid))
         .collect();
     pids.sort_unstable();
     pids.dedup();
@@ -223,7 +260,12 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     print!("{}", export::report::summary(&profile, args.top));
     eprintln!("lockpath: profile written to {}", args.output.display());
     if let Some(svg) = &args.flamegraph {
-        export::flamegraph::write_svg(&profile, crate::cli::Kind::Lock, svg)?;
+        let kind = if plan.lock {
+            crate::cli::Kind::Lock
+        } else {
+            crate::cli::Kind::Cpu
+        };
+        export::flamegraph::write_svg(&profile, kind, svg)?;
         eprintln!("lockpath: flamegraph written to {}", svg.display());
     }
     if child.is_none() {
@@ -249,6 +291,10 @@ fn drain_families(
     }
     profile.rpcs = probes::rpc::drain(maps, stacks, &plan.rpc)?;
     profile.funcs = probes::func::drain(maps, stacks, func_targets)?;
+    if let Some(freq) = plan.cpu {
+        profile.cpu_freq_hz = freq;
+        profile.cpu = probes::cpu::drain(maps, stacks)?;
+    }
     Ok(())
 }
 
@@ -275,12 +321,33 @@ fn progress_line(live: &Profile) -> String {
         let contentions: u64 = live.locks.iter().map(|row| row.count).sum();
         parts.push(format!("{contentions} lock contentions"));
     }
+    if !live.cpu.is_empty() {
+        let samples: u64 = live.cpu.iter().map(|row| row.samples).sum();
+        parts.push(format!("{samples} CPU samples"));
+    }
+    if !live.rpcs.is_empty() {
+        let requests: u64 = live.rpcs.iter().map(|row| row.latency.count).sum();
+        parts.push(format!("{requests} requests"));
+    }
+    if !live.funcs.is_empty() {
+        let calls: u64 = live.funcs.iter().map(|row| row.latency.count).sum();
+        parts.push(format!("{calls} calls"));
+    }
     let lost: u64 = live.losses.values().sum();
     if lost > 0 {
         parts.push(format!("{lost} lost"));
     }
     parts.join(", ")
 }
+
+/// What `start` hands back: the loaded object, the probes in use, the function slots
+/// (`--func`/`--ufunc`) and the process watcher when user stacks are recorded.
+type Started = (
+    Ebpf,
+    Vec<ProbeUse>,
+    Vec<probes::func::FuncTarget>,
+    Option<ProcessWatcher>,
+);
 
 /// Loads the object, installs the target filter and attaches the requested families.
 fn start(
@@ -290,20 +357,23 @@ fn start(
     child: Option<u32>,
     kernel_symbols: &KernelSymbols,
     unavailable: &mut Vec<crate::profile::Unavailable>,
-) -> Result<(Ebpf, Vec<ProbeUse>, Vec<probes::func::FuncTarget>)> {
+) -> Result<Started> {
     let filter_mode = target.filter_mode();
     let fork_child_pid = tracefs::field_offset("sched", "sched_process_fork", "child_pid")?;
     let exit_group_dead =
         tracefs::field_offset("sched", "sched_process_exit", "group_dead").unwrap_or(0);
+    let lock_layout = probes::lock::layout();
     let mut loader = EbpfLoader::new();
     loader
         .override_global("FILTER_MODE", &filter_mode, true)
         .override_global("FORK_CHILD_PID_OFFSET", &fork_child_pid, true)
         .override_global("EXIT_GROUP_DEAD_OFFSET", &exit_group_dead, true)
+        .override_global("LOCK_LAYOUT", &lock_layout, true)
         .map_max_entries("STACKS", args.stack_entries)
         .map_max_entries("LOCK_STATS", args.map_entries)
         .map_max_entries("RPC_STATS", args.map_entries)
-        .map_max_entries("FUNC_STATS", args.map_entries);
+        .map_max_entries("FUNC_STATS", args.map_entries)
+        .map_max_entries("CPU_SAMPLES", args.map_entries);
     for (name, value) in &plan.rpc.globals {
         loader.override_global(name, value, true);
     }
@@ -331,6 +401,12 @@ fn start(
     }
     target.install(&mut ebpf, child)?;
 
+    // The watcher first: a process must be noted before its first sample is counted.
+    let watcher = if plan.user_stacks() {
+        Some(ProcessWatcher::start(&mut ebpf)?)
+    } else {
+        None
+    };
     let mut probes = Vec::new();
     if plan.lock {
         probes.push(probes::lock::attach(
@@ -348,7 +424,10 @@ fn start(
         unavailable,
     )?;
     probes.extend(func_probes);
-    Ok((ebpf, probes, func_targets))
+    if let Some(freq) = plan.cpu {
+        probes.push(probes::cpu::attach(&mut ebpf, freq)?);
+    }
+    Ok((ebpf, probes, func_targets, watcher))
 }
 
 fn explain_load_error(err: &str) -> String {

@@ -92,6 +92,34 @@ fn ufunc_count_and_mean_match_the_workload() {
         .map(|bucket| bucket.as_u64().expect("bucket"))
         .sum();
     assert_eq!(hist_total, CALLS, "the histogram counts every call");
+    // The user stack at entry is symbolized (the cpu family's blazesym symbolizer): the
+    // traced function is the leaf and the workload's main is one of its callers.
+    let frame_names = |row: &serde_json::Value| -> Vec<String> {
+        let Some(stack) = row["stack"].as_u64() else {
+            return Vec::new();
+        };
+        profile["stacks"][stack as usize]["frames"]
+            .as_array()
+            .expect("frames")
+            .iter()
+            .map(|frame| {
+                let index = frame.as_u64().expect("frame index") as usize;
+                profile["frames"][index]["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .collect()
+    };
+    assert!(
+        rows.iter().any(|row| {
+            let names = frame_names(row);
+            names.first().map(String::as_str) == Some("lockpath_timed_work")
+                && names.iter().any(|name| name == "timed_calls::main")
+        }),
+        "no user stack named lockpath_timed_work <- timed_calls::main: {:?}",
+        rows.iter().map(|row| frame_names(row)).collect::<Vec<_>>()
+    );
     assert!(profile["probes"]
         .as_array()
         .expect("probes")

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::{
     cli::{GroupBy, Kind},
-    export::report::{fit, lock_groups},
+    export::report::{cpu_functions, cpu_processes, fit, lock_groups},
     profile::Profile,
     units::format_ns,
 };
@@ -91,6 +91,28 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
                 entries: by_process,
             });
         }
+        Kind::Cpu => {
+            let mut processes: BTreeMap<String, Measure> = BTreeMap::new();
+            for process in cpu_processes(profile) {
+                let entry = processes.entry(process.process).or_default();
+                entry.value += process.samples;
+                entry.events += process.samples;
+            }
+            out.push(Breakdown {
+                by: "process",
+                entries: processes,
+            });
+            let mut functions: BTreeMap<String, Measure> = BTreeMap::new();
+            for function in cpu_functions(profile) {
+                let entry = functions.entry(function.function).or_default();
+                entry.value += function.self_samples;
+                entry.events += function.total_samples;
+            }
+            out.push(Breakdown {
+                by: "function (self, total)",
+                entries: functions,
+            });
+        }
     }
     out
 }
@@ -101,12 +123,14 @@ fn value_names(kind: Kind) -> (&'static str, &'static str) {
         Kind::Lock => ("wait/s", "cont/s"),
         Kind::Rpc => ("latency/s", "req/s"),
         Kind::Func => ("time/s", "calls/s"),
+        Kind::Cpu => ("samples/s", "total/s"),
     }
 }
 
 fn format_value(kind: Kind, per_second: f64) -> String {
     match kind {
         Kind::Lock | Kind::Rpc | Kind::Func => format_ns(per_second.abs().round() as u64),
+        Kind::Cpu => format!("{:.1}", per_second.abs()),
     }
 }
 
@@ -135,6 +159,7 @@ pub struct DiffTable {
 fn unit(kind: Kind) -> &'static str {
     match kind {
         Kind::Lock | Kind::Rpc | Kind::Func => "ns/s",
+        Kind::Cpu => "samples/s",
     }
 }
 

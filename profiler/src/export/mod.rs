@@ -20,6 +20,7 @@ pub fn has_kind(profile: &Profile, kind: Kind) -> bool {
         Kind::Lock => recorded("lock") || !profile.locks.is_empty(),
         Kind::Rpc => recorded("rpc") || !profile.rpcs.is_empty(),
         Kind::Func => recorded("func") || recorded("ufunc") || !profile.funcs.is_empty(),
+        Kind::Cpu => recorded("cpu") || !profile.cpu.is_empty(),
     }
 }
 

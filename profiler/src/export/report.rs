@@ -31,6 +31,17 @@ pub struct LockGroup {
     pub processes: Vec<String>,
     /// Host of the first process (profiles merged from several hosts differ here).
     pub host: String,
+    /// Who held the lock while these waits began (sleeping locks with a known owner),
+    /// most wait first: "waiters wait on X, held by Y".
+    pub holders: Vec<Holder>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Holder {
+    pub pid: u32,
+    pub process: String,
+    /// Wait of this group's waiters that began while this process held the lock.
+    pub wait_ns: u64,
 }
 
 /// Groups lock rows and sorts them by total wait, largest first.
@@ -44,6 +55,7 @@ pub fn lock_groups(profile: &Profile, by: GroupBy) -> Vec<LockGroup> {
         min: u64,
         callers: BTreeMap<String, u64>,
         pids: BTreeSet<u32>,
+        holders: BTreeMap<u32, u64>,
     }
     let mut groups: BTreeMap<(String, String), Acc> = BTreeMap::new();
     for row in &profile.locks {
@@ -69,6 +81,7 @@ pub fn lock_groups(profile: &Profile, by: GroupBy) -> Vec<LockGroup> {
             min: u64::MAX,
             callers: BTreeMap::new(),
             pids: BTreeSet::new(),
+            holders: BTreeMap::new(),
         });
         if acc.lock != row.lock_name && !acc.lock.starts_with('(') {
             acc.lock = "(several)".into();
@@ -79,6 +92,9 @@ pub fn lock_groups(profile: &Profile, by: GroupBy) -> Vec<LockGroup> {
         acc.min = acc.min.min(row.min_ns);
         *acc.callers.entry(caller_name).or_default() += row.total_ns;
         acc.pids.insert(row.pid);
+        if let Some(owner) = row.owner_pid {
+            *acc.holders.entry(owner).or_default() += row.total_ns;
+        }
     }
     let mut out: Vec<LockGroup> = groups
         .into_values()
@@ -86,7 +102,18 @@ pub fn lock_groups(profile: &Profile, by: GroupBy) -> Vec<LockGroup> {
             let mut callers: Vec<(String, u64)> = acc.callers.into_iter().collect();
             callers.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
             let pids: Vec<u32> = acc.pids.into_iter().collect();
+            let mut holders: Vec<Holder> = acc
+                .holders
+                .into_iter()
+                .map(|(pid, wait_ns)| Holder {
+                    pid,
+                    process: profile.process_name(pid),
+                    wait_ns,
+                })
+                .collect();
+            holders.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then_with(|| a.pid.cmp(&b.pid)));
             LockGroup {
+                holders,
                 lock_type: acc.lock_type,
                 lock: acc.lock,
                 caller: callers.first().map(|c| c.0.clone()).unwrap_or_default(),
@@ -370,15 +397,207 @@ pub fn summary_header(profile: &Profile) -> String {
     )
 }
 
+/// "Waiters wait on X, held by Y": the holders of the top sleeping locks, when the
+/// kernel side could read the owner. Empty when no owner is known.
+pub fn holders_table(profile: &Profile, top: usize) -> String {
+    let groups: Vec<LockGroup> = lock_groups(profile, GroupBy::Lock)
+        .into_iter()
+        .filter(|group| !group.holders.is_empty())
+        .take(top.max(1))
+        .collect();
+    if groups.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("\nheld by (owner of the sleeping lock when the waits began):\n");
+    for group in groups {
+        let holders: Vec<String> = group
+            .holders
+            .iter()
+            .take(3)
+            .map(|holder| {
+                format!(
+                    "{}[{}] {}",
+                    holder.process,
+                    holder.pid,
+                    format_ns(holder.wait_ns)
+                )
+            })
+            .collect();
+        out.push_str(&fit(
+            &format!(
+                "  {:<9} {:<20} {}",
+                group.lock_type,
+                fit(&group.lock, 20),
+                holders.join(", ")
+            ),
+            100,
+        ));
+        out.push('\n');
+    }
+    out
+}
+
+/// Whether the lock family is part of this profile (a profile that names no family and
+/// has no rows of another family is read as a lock profile).
+pub fn lock_family_recorded(profile: &Profile) -> bool {
+    !profile.locks.is_empty()
+        || profile.probes.iter().any(|probe| probe.family == "lock")
+        || (profile.probes.is_empty()
+            && profile.cpu.is_empty()
+            && profile.rpcs.is_empty()
+            && profile.funcs.is_empty())
+}
+
 /// What `record` prints at the end.
 pub fn summary(profile: &Profile, top: usize) -> String {
     let mut out = summary_header(profile);
     if profile.probes.iter().any(|probe| probe.family == "lock") {
         out.push_str("lock contention, by lock (total wait):\n");
         out.push_str(&lock_table(profile, GroupBy::Lock, top));
+        out.push_str(&holders_table(profile, top.min(10)));
+    }
+    if profile.probes.iter().any(|probe| probe.family == "cpu") {
+        if profile.probes.len() > 1 {
+            out.push('\n');
+        }
+        out.push_str(&cpu_tables(profile, top));
     }
     out.push_str(&latency_sections(profile, top));
     out.push_str(&losses(profile));
+    out
+}
+
+/// On-CPU samples of one process.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CpuProcess {
+    pub pid: u32,
+    pub process: String,
+    pub samples: u64,
+}
+
+/// A function's on-CPU samples: `self` where it was the leaf, `total` where it was on the
+/// stack at all (counted once per sample even when recursive).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CpuFunction {
+    pub function: String,
+    pub kernel: bool,
+    pub self_samples: u64,
+    pub total_samples: u64,
+}
+
+/// Processes by on-CPU samples, most first.
+pub fn cpu_processes(profile: &Profile) -> Vec<CpuProcess> {
+    let mut by_pid: BTreeMap<u32, u64> = BTreeMap::new();
+    for row in &profile.cpu {
+        *by_pid.entry(row.pid).or_default() += row.samples;
+    }
+    let mut out: Vec<CpuProcess> = by_pid
+        .into_iter()
+        .map(|(pid, samples)| CpuProcess {
+            pid,
+            process: profile.process_name(pid),
+            samples,
+        })
+        .collect();
+    out.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.pid.cmp(&b.pid)));
+    out
+}
+
+/// Functions by on-CPU samples (self first, then total), most first.
+pub fn cpu_functions(profile: &Profile) -> Vec<CpuFunction> {
+    let mut by_name: BTreeMap<(String, bool), (u64, u64)> = BTreeMap::new();
+    for row in &profile.cpu {
+        // Leaf first: the kernel part (if any) is innermost.
+        let mut frames = profile.stack_frames(row.kernel_stack);
+        frames.extend(profile.stack_frames(row.user_stack));
+        let mut seen = BTreeSet::new();
+        for (index, frame) in frames.iter().enumerate() {
+            let key = (frame.display(), frame.kernel);
+            let counts = by_name.entry(key.clone()).or_default();
+            if index == 0 {
+                counts.0 += row.samples;
+            }
+            if seen.insert(key) {
+                counts.1 += row.samples;
+            }
+        }
+    }
+    let mut out: Vec<CpuFunction> = by_name
+        .into_iter()
+        .map(
+            |((function, kernel), (self_samples, total_samples))| CpuFunction {
+                function,
+                kernel,
+                self_samples,
+                total_samples,
+            },
+        )
+        .collect();
+    out.sort_by(|a, b| {
+        b.self_samples
+            .cmp(&a.self_samples)
+            .then(b.total_samples.cmp(&a.total_samples))
+            .then_with(|| a.function.cmp(&b.function))
+    });
+    out
+}
+
+fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / whole as f64
+    }
+}
+
+/// Per-process samples and the top functions (self and total), within 100 columns.
+pub fn cpu_tables(profile: &Profile, top: usize) -> String {
+    let processes = cpu_processes(profile);
+    let total: u64 = processes.iter().map(|process| process.samples).sum();
+    let mut out = String::new();
+    if total == 0 {
+        out.push_str("no on-CPU samples recorded (idle is not counted)\n");
+        return out;
+    }
+    let limit = |len: usize| if top == 0 { len } else { top.min(len) };
+    out.push_str(&format!(
+        "on-CPU samples, by process ({} samples at {} Hz per CPU, idle not counted):\n",
+        total, profile.cpu_freq_hz
+    ));
+    out.push_str(&format!(
+        "{:>10} {:>7} {:>8}  {}\n",
+        "samples", "share", "pid", "process"
+    ));
+    for process in &processes[..limit(processes.len())] {
+        out.push_str(&format!(
+            "{:>10} {:>6.1}% {:>8}  {}\n",
+            process.samples,
+            percent(process.samples, total),
+            process.pid,
+            fit(&process.process, 60)
+        ));
+    }
+    let functions = cpu_functions(profile);
+    out.push_str("\ntop functions on CPU (self: the function itself; total: with its callees):\n");
+    out.push_str(&format!(
+        "{:>10} {:>7} {:>10} {:>7}  {}\n",
+        "self", "self%", "total", "total%", "function"
+    ));
+    for function in &functions[..limit(functions.len())] {
+        let name = if function.kernel {
+            format!("{} [k]", function.function)
+        } else {
+            function.function.clone()
+        };
+        out.push_str(&format!(
+            "{:>10} {:>6.1}% {:>10} {:>6.1}%  {}\n",
+            function.self_samples,
+            percent(function.self_samples, total),
+            function.total_samples,
+            percent(function.total_samples, total),
+            fit(&name, 60)
+        ));
+    }
     out
 }
 
@@ -391,7 +610,17 @@ struct JsonReport<'a> {
     rpcs: Vec<LatencyGroup>,
     funcs: Vec<LatencyGroup>,
     unavailable: &'a [crate::profile::Unavailable],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpu: Option<JsonCpu>,
     lost: &'a BTreeMap<String, u64>,
+}
+
+#[derive(Serialize)]
+struct JsonCpu {
+    freq_hz: u64,
+    samples: u64,
+    processes: Vec<CpuProcess>,
+    functions: Vec<CpuFunction>,
 }
 
 pub fn json(profile: &Profile, by: GroupBy, top: usize) -> serde_json::Result<String> {
@@ -407,7 +636,25 @@ pub fn json(profile: &Profile, by: GroupBy, top: usize) -> serde_json::Result<St
         rpcs: rpc_groups(profile),
         funcs: func_groups(profile),
         unavailable: &profile.unavailable,
+        cpu: json_cpu(profile, top),
         lost: &profile.losses,
+    })
+}
+
+fn json_cpu(profile: &Profile, top: usize) -> Option<JsonCpu> {
+    if !profile.probes.iter().any(|probe| probe.family == "cpu") && profile.cpu.is_empty() {
+        return None;
+    }
+    let processes = cpu_processes(profile);
+    let mut functions = cpu_functions(profile);
+    if top != 0 {
+        functions.truncate(top);
+    }
+    Some(JsonCpu {
+        freq_hz: profile.cpu_freq_hz,
+        samples: processes.iter().map(|process| process.samples).sum(),
+        processes,
+        functions,
     })
 }
 
@@ -451,6 +698,7 @@ pub(crate) mod tests {
             total_ns: total,
             max_ns: total / count,
             min_ns: 1,
+            owner_pid: None,
         };
         profile.locks = vec![
             row(10, "0xffff1", 1, spin, 100, 5_000_000),
@@ -485,6 +733,36 @@ pub(crate) mod tests {
         assert_eq!(groups[1].lock_type, "rwsem:W");
         assert_eq!(groups[1].caller, "vm_mmap_pgoff");
         assert_eq!(groups[1].avg_wait_ns, 600_000);
+    }
+
+    #[test]
+    fn holders_name_who_held_the_lock() {
+        let mut profile = profile_with_two_locks();
+        profile.locks[2].owner_pid = Some(11);
+        let groups = lock_groups(&profile, GroupBy::Lock);
+        let mmap = groups
+            .iter()
+            .find(|g| g.lock == "mmap_lock")
+            .expect("mmap_lock group");
+        assert_eq!(mmap.holders.len(), 1);
+        assert_eq!(mmap.holders[0].pid, 11);
+        assert_eq!(mmap.holders[0].wait_ns, 6_000_000);
+        let text = holders_table(&profile, 10);
+        assert!(
+            text.contains("mmap_lock") && text.contains("ior[11] 6.00 ms"),
+            "{text}"
+        );
+        let spin = groups
+            .iter()
+            .find(|g| g.lock_type == "spinlock")
+            .expect("spin");
+        assert!(spin.holders.is_empty());
+        profile.locks[2].owner_pid = None;
+        assert_eq!(
+            holders_table(&profile, 10),
+            "",
+            "nothing when no owner is known"
+        );
     }
 
     #[test]
@@ -559,6 +837,69 @@ pub(crate) mod tests {
         for line in text.lines() {
             assert!(line.chars().count() <= 100, "too wide: {line}");
         }
+    }
+
+    #[test]
+    fn cpu_functions_count_self_and_total() {
+        use crate::profile::{CpuRow, Frame, ProbeUse};
+        let mut profile = Profile::new();
+        let mut interner = StackInterner::default();
+        let user = |name: &str| Frame {
+            name: name.into(),
+            module: None,
+            kernel: false,
+        };
+        // A recursive caller is counted once per sample in total.
+        let hot = interner.stack(
+            vec![user("hot"), user("walk"), user("walk"), user("main")],
+            false,
+        );
+        let cold = interner.stack(vec![user("cold"), user("main")], false);
+        interner.finish(&mut profile);
+        profile.probes.push(ProbeUse {
+            family: "cpu".into(),
+            method: "test".into(),
+        });
+        profile.cpu_freq_hz = 99;
+        profile.cpu = vec![
+            CpuRow {
+                pid: 1,
+                tid: 1,
+                kernel_stack: None,
+                user_stack: Some(hot),
+                samples: 7,
+            },
+            CpuRow {
+                pid: 2,
+                tid: 2,
+                kernel_stack: None,
+                user_stack: Some(cold),
+                samples: 3,
+            },
+        ];
+        let functions = cpu_functions(&profile);
+        let get = |name: &str| functions.iter().find(|f| f.function == name).expect(name);
+        assert_eq!((get("hot").self_samples, get("hot").total_samples), (7, 7));
+        assert_eq!(
+            (get("walk").self_samples, get("walk").total_samples),
+            (0, 7)
+        );
+        assert_eq!(
+            (get("main").self_samples, get("main").total_samples),
+            (0, 10)
+        );
+        assert_eq!(functions[0].function, "hot");
+        let processes = cpu_processes(&profile);
+        assert_eq!((processes[0].pid, processes[0].samples), (1, 7));
+        let table = cpu_tables(&profile, 20);
+        assert!(table.contains("70.0%"), "{table}");
+        for line in table.lines() {
+            assert!(line.chars().count() <= 100, "too wide: {line}");
+        }
+        let json: serde_json::Value =
+            serde_json::from_str(&json(&profile, GroupBy::Lock, 0).expect("json")).expect("parse");
+        assert_eq!(json["cpu"]["samples"], 10);
+        assert_eq!(json["cpu"]["functions"][0]["function"], "hot");
     }
 
     #[test]

@@ -325,7 +325,7 @@ pub fn drain(
             continue;
         };
         let stack = if target.user {
-            stacks.user_stack(key.stack_id)
+            stacks.user_stack(key.tgid, key.stack_id)
         } else {
             stacks.kernel_stack(key.stack_id)
         };

@@ -2,6 +2,7 @@
 //! drained into the profile. `shared` drains what every family uses (stacks, losses,
 //! thread names).
 
+pub mod cpu;
 pub mod func;
 pub mod lock;
 pub mod rpc;
