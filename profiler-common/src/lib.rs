@@ -5,8 +5,10 @@
 #![no_std]
 
 pub mod config;
+pub mod io;
 pub mod lock;
 pub mod loss;
+pub mod offcpu;
 pub mod target;
 
 /// Implements `aya::Pod` for the listed types on the user side.

@@ -10,12 +10,18 @@ pub const LOCK_NESTED: u32 = 5;
 pub const LOCK_WAIT_MAP_FULL: u32 = 6;
 pub const TASK_MAP_FULL: u32 = 7;
 pub const TARGET_MAP_FULL: u32 = 8;
+pub const OFFCPU_MAP_FULL: u32 = 10;
+pub const OFFCPU_START_MAP_FULL: u32 = 11;
+pub const OFFCPU_NEGATIVE_DELTA: u32 = 12;
+pub const IO_MAP_FULL: u32 = 13;
+pub const IO_INFLIGHT_MAP_FULL: u32 = 14;
+pub const IO_UNMATCHED_COMPLETE: u32 = 15;
 
 /// Number of slots in `LOSSES` (room for the other probe families).
 pub const LOSS_SLOTS: u32 = 32;
 
 /// Names for the report, by index. `None` slots are unused.
-pub const LOSS_NAMES: [(u32, &str, &str); 9] = [
+pub const LOSS_NAMES: [(u32, &str, &str); 15] = [
     (
         STACK_COLLISION,
         "stack_collision",
@@ -60,5 +66,35 @@ pub const LOSS_NAMES: [(u32, &str, &str); 9] = [
         TARGET_MAP_FULL,
         "target_map_full",
         "target map full: a forked child was not followed",
+    ),
+    (
+        OFFCPU_MAP_FULL,
+        "offcpu_map_full",
+        "off-CPU aggregation map full: a wait dropped",
+    ),
+    (
+        OFFCPU_START_MAP_FULL,
+        "offcpu_start_map_full",
+        "map of threads off the CPU full: a wait dropped",
+    ),
+    (
+        OFFCPU_NEGATIVE_DELTA,
+        "offcpu_negative_delta",
+        "switch-in before switch-out: a wait dropped",
+    ),
+    (
+        IO_MAP_FULL,
+        "io_map_full",
+        "block-IO aggregation map full: a request dropped",
+    ),
+    (
+        IO_INFLIGHT_MAP_FULL,
+        "io_inflight_map_full",
+        "map of requests in flight full: a request dropped",
+    ),
+    (
+        IO_UNMATCHED_COMPLETE,
+        "io_unmatched_complete",
+        "request completed without a seen issue (in flight at start, or partial completion)",
     ),
 ];

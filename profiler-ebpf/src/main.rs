@@ -6,11 +6,18 @@
 #![allow(internal_features)]
 #![no_main]
 
+mod io;
 mod lock;
+mod offcpu;
 mod shared;
 mod target;
 
-use aya_ebpf::{macros::raw_tracepoint, programs::RawTracePointContext};
+use core::ffi::c_void;
+
+use aya_ebpf::{
+    macros::raw_tracepoint,
+    programs::{RawTracePointContext, TracePointContext},
+};
 
 /// `lock:contention_begin(void *lock, unsigned int flags)`.
 ///
@@ -28,6 +35,39 @@ pub fn lock_contention_begin(ctx: RawTracePointContext) -> i32 {
 pub fn lock_contention_end(ctx: RawTracePointContext) -> i32 {
     lock::on_contention_end(&ctx);
     0
+}
+
+/// `sched:sched_switch`, a classic tracepoint (fields from the format file). Returns 1
+/// so perf and other tracers keep seeing the event.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "tracepoint/sched/sched_switch")]
+pub extern "C" fn offcpu_sched_switch(ctx: *mut c_void) -> u32 {
+    offcpu::on_sched_switch(&TracePointContext::new(ctx));
+    1
+}
+
+/// `block:block_rq_insert` (queue time; absent on queues without a scheduler).
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "tracepoint/block/block_rq_insert")]
+pub extern "C" fn io_rq_insert(ctx: *mut c_void) -> u32 {
+    io::on_rq_insert(&TracePointContext::new(ctx));
+    1
+}
+
+/// `block:block_rq_issue`.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "tracepoint/block/block_rq_issue")]
+pub extern "C" fn io_rq_issue(ctx: *mut c_void) -> u32 {
+    io::on_rq_issue(&TracePointContext::new(ctx));
+    1
+}
+
+/// `block:block_rq_complete` (interrupt context).
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "tracepoint/block/block_rq_complete")]
+pub extern "C" fn io_rq_complete(ctx: *mut c_void) -> u32 {
+    io::on_rq_complete(&TracePointContext::new(ctx));
+    1
 }
 
 #[cfg(not(test))]

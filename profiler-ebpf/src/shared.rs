@@ -72,3 +72,26 @@ pub fn remember_current_task() {
         count_loss(TASK_MAP_FULL);
     }
 }
+
+/// `BPF_F_USER_STACK` with `BPF_F_FAST_STACK_CMP`: the user-space stack of the current task.
+pub const STACK_FLAGS_USER: u64 = (1 << 8) | (1 << 9);
+
+/// Reads a load-time global (set by user space with `EbpfLoader::override_global`).
+#[inline(always)]
+pub fn load_u32(global: &u32) -> u32 {
+    // SAFETY: reading a load-time global; volatile so the compiler does not fold the
+    // default value into the program (user space rewrites it before load).
+    unsafe { core::ptr::read_volatile(global) }
+}
+
+#[inline(always)]
+pub fn load_u64(global: &u64) -> u64 {
+    // SAFETY: as in `load_u32`.
+    unsafe { core::ptr::read_volatile(global) }
+}
+
+#[inline(always)]
+pub fn now_ns() -> u64 {
+    // SAFETY: helper without arguments.
+    unsafe { aya_ebpf::helpers::generated::bpf_ktime_get_ns() }
+}

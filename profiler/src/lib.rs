@@ -10,6 +10,7 @@ pub mod symbolize;
 pub mod target;
 pub mod tracefs;
 pub mod units;
+pub mod waitclass;
 
 use anyhow::{Context, Result};
 
@@ -25,7 +26,12 @@ pub fn run(cli: Cli) -> Result<i32> {
             let text = match args.format {
                 cli::ReportFormat::Text => {
                     let mut text = export::report::summary_header(&profile);
-                    text.push_str(&export::report::lock_table(&profile, args.by, args.top));
+                    if !profile.locks.is_empty()
+                        || profile.probes.iter().any(|probe| probe.family == "lock")
+                    {
+                        text.push_str(&export::report::lock_table(&profile, args.by, args.top));
+                    }
+                    text.push_str(&export::report::family_sections(&profile, args.top));
                     text.push_str(&export::report::losses(&profile));
                     text
                 }

@@ -18,10 +18,15 @@ use crate::{
         self,
         shared::{MapSet, StackResolver},
     },
+    probes::{
+        io::{DeviceNames, IoGlobals},
+        offcpu::{OffcpuGlobals, OffcpuOptions},
+    },
     profile::{ProbeUse, Profile},
     symbolize::KernelSymbols,
     target::{Child, Target},
     tracefs,
+    waitclass::{self, Classifier},
 };
 
 /// The eBPF object built by `cargo xtask build` (empty when built without it).
@@ -39,10 +44,37 @@ extern "C" fn on_stop_signal(signal: libc::c_int) {
 /// What `record` asks for, resolved from the flags.
 struct Plan {
     lock: bool,
+    offcpu: Option<OffcpuOptions>,
+    io: bool,
+    classifier: Classifier,
+}
+
+impl Plan {
+    /// The lock family is the default only when no family flag is given.
+    fn from_args(args: &RecordArgs) -> Result<Plan> {
+        waitclass::validate(&args.wait_class)?;
+        let offcpu = (args.offcpu || args.offcpu_all).then(|| OffcpuOptions {
+            all_states: args.offcpu_all,
+            min_wait_ns: args.min_wait.unwrap_or(0),
+        });
+        if offcpu.is_none() && (args.min_wait.is_some() || !args.wait_class.is_empty()) {
+            bail!("--min-wait and --wait-class apply to off-CPU recording: add --offcpu or --offcpu-all");
+        }
+        let any_family = offcpu.is_some() || args.io;
+        Ok(Plan {
+            lock: args.lock || !any_family,
+            offcpu,
+            io: args.io,
+            classifier: Classifier::new(args.wait_class.clone()),
+        })
+    }
 }
 
 pub fn run(args: RecordArgs) -> Result<i32> {
-    let target = if !args.command.is_empty() {
+    // `-a -- CMD`: the whole system, for as long as CMD runs (like `perf stat -a -- CMD`).
+    let target = if args.all && !args.command.is_empty() {
+        Target::System
+    } else if !args.command.is_empty() {
         Target::Command(args.command.clone())
     } else if !args.pid.is_empty() {
         Target::Pids(args.pid.clone())
@@ -51,9 +83,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     } else {
         Target::System
     };
-    // Only the lock family exists so far; `--lock` is accepted for scripts.
-    let _ = args.lock;
-    let plan = Plan { lock: true };
+    let plan = Plan::from_args(&args)?;
 
     target.validate()?;
     check_privileges()?;
@@ -67,10 +97,12 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     let kernel_symbols = KernelSymbols::load()?;
 
     // Start the command before any thread exists; it waits until the probes are attached.
-    let mut child = match &target {
-        Target::Command(command) => Some(Child::spawn(command)?),
-        _ => None,
+    let command = (!args.command.is_empty()).then_some(&args.command);
+    let mut child = match command {
+        Some(command) => Some(Child::spawn(command)?),
+        None => None,
     };
+    let devices_at_start = plan.io.then(DeviceNames::scan);
     let started = match start(&args, &plan, &target, child.as_ref().map(|child| child.pid)) {
         Ok(started) => started,
         Err(err) => {
@@ -84,7 +116,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     install_signal_handlers();
     let start_wall = SystemTime::now();
     let start = Instant::now();
-    if let (Some(child), Target::Command(command)) = (child.as_mut(), &target) {
+    if let (Some(child), Some(command)) = (child.as_mut(), command) {
         child.release(&command[0])?;
     }
     eprintln!(
@@ -139,9 +171,18 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     if plan.lock {
         profile.locks = probes::lock::drain(&maps, &mut stacks)?;
     }
+    if plan.offcpu.is_some() {
+        profile.offcpu = probes::offcpu::drain(&maps, &mut stacks, &plan.classifier)?;
+    }
+    if let Some(mut devices) = devices_at_start {
+        devices.merge(DeviceNames::scan());
+        profile.io = probes::io::drain(&maps, &devices)?;
+    }
     stacks.interner.finish(&mut profile);
     profile.losses = probes::shared::drain_losses(&maps)?;
     let mut pids: Vec<u32> = profile.locks.iter().map(|row| row.pid).collect();
+    pids.extend(profile.offcpu.iter().map(|row| row.pid));
+    pids.extend(profile.io.iter().map(|row| row.pid));
     pids.sort_unstable();
     pids.dedup();
     profile.processes = probes::shared::drain_processes(&maps, &pids)?;
@@ -152,7 +193,14 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     print!("{}", export::report::summary(&profile, args.top));
     eprintln!("lockpath: profile written to {}", args.output.display());
     if let Some(svg) = &args.flamegraph {
-        export::flamegraph::write_svg(&profile, crate::cli::Kind::Lock, svg)?;
+        let kind = if plan.lock {
+            crate::cli::Kind::Lock
+        } else if plan.offcpu.is_some() {
+            crate::cli::Kind::Offcpu
+        } else {
+            crate::cli::Kind::Io
+        };
+        export::flamegraph::write_svg(&profile, kind, svg)?;
         eprintln!("lockpath: flamegraph written to {}", svg.display());
     }
     if child.is_none() {
@@ -175,12 +223,32 @@ fn start(
     let fork_child_pid = tracefs::field_offset("sched", "sched_process_fork", "child_pid")?;
     let exit_group_dead =
         tracefs::field_offset("sched", "sched_process_exit", "group_dead").unwrap_or(0);
-    let mut ebpf = EbpfLoader::new()
+    let offcpu_globals = plan
+        .offcpu
+        .as_ref()
+        .map(OffcpuGlobals::read)
+        .transpose()?;
+    let io_globals = if plan.io {
+        Some(IoGlobals::read()?)
+    } else {
+        None
+    };
+    let mut loader = EbpfLoader::new();
+    loader
         .override_global("FILTER_MODE", &filter_mode, true)
         .override_global("FORK_CHILD_PID_OFFSET", &fork_child_pid, true)
         .override_global("EXIT_GROUP_DEAD_OFFSET", &exit_group_dead, true)
         .map_max_entries("STACKS", args.stack_entries)
         .map_max_entries("LOCK_STATS", args.map_entries)
+        .map_max_entries("OFFCPU_STATS", args.map_entries)
+        .map_max_entries("IO_STATS", args.map_entries);
+    if let Some(globals) = &offcpu_globals {
+        globals.apply(&mut loader);
+    }
+    if let Some(globals) = &io_globals {
+        globals.apply(&mut loader);
+    }
+    let mut ebpf = loader
         .load(EBPF_OBJECT)
         .map_err(|err| anyhow::anyhow!(explain_load_error(&err.to_string())))?;
 
@@ -207,6 +275,12 @@ fn start(
     let mut probes = Vec::new();
     if plan.lock {
         probes.push(probes::lock::attach(&mut ebpf)?);
+    }
+    if let Some(options) = &plan.offcpu {
+        probes.push(probes::offcpu::attach(&mut ebpf, options)?);
+    }
+    if let Some(globals) = &io_globals {
+        probes.push(probes::io::attach(&mut ebpf, globals)?);
     }
     Ok((ebpf, probes))
 }

@@ -10,6 +10,16 @@ use crate::{cli::Kind, export::folded, profile::write_atomically, profile::Profi
 fn labels(kind: Kind) -> (&'static str, &'static str, f64) {
     match kind {
         Kind::Lock => ("Lock wait time (width: time waiting, ms)", "ms", 0.001),
+        Kind::Offcpu => (
+            "Off-CPU time by process and wait class (width: time off CPU, ms)",
+            "ms",
+            0.001,
+        ),
+        Kind::Io => (
+            "IO wait time: buffer, page, block-io, journal (width: time off CPU, ms)",
+            "ms",
+            0.001,
+        ),
     }
 }
 

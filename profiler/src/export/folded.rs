@@ -7,6 +7,7 @@ use crate::{
     cli::Kind,
     probes::lock::{is_lock_internal, lock_type_name},
     profile::Profile,
+    waitclass::IO_CLASSES,
 };
 
 /// Folded frames may not contain `;` (separator) or line breaks; the count follows the
@@ -46,6 +47,40 @@ pub fn lines(profile: &Profile, kind: Kind) -> Vec<(String, u64)> {
                 }
             }
         }
+        Kind::Offcpu | Kind::Io => {
+            for row in &profile.offcpu {
+                if kind == Kind::Io && !IO_CLASSES.contains(&row.class.as_str()) {
+                    continue;
+                }
+                let mut parts = vec![
+                    clean(&profile.process_name(row.pid)),
+                    clean(&row.class),
+                ];
+                // Root first: user frames from main inward, then the kernel from the
+                // system call down to the scheduler.
+                parts.extend(
+                    profile
+                        .stack_frames(row.ustack)
+                        .iter()
+                        .rev()
+                        .map(|frame| clean(&frame.display())),
+                );
+                if row.stack.is_none() {
+                    parts.push("[stack lost]".into());
+                }
+                parts.extend(
+                    profile
+                        .stack_frames(row.stack)
+                        .iter()
+                        .rev()
+                        .map(|frame| clean(&frame.display())),
+                );
+                let micros = row.total_ns / 1_000;
+                if micros > 0 {
+                    *folded.entry(parts.join(";")).or_default() += micros;
+                }
+            }
+        }
     }
     folded.into_iter().collect()
 }
@@ -72,6 +107,21 @@ mod tests {
             !text.contains("_raw_spin_lock"),
             "lock internals are left out: {text}"
         );
+    }
+
+    #[test]
+    fn offcpu_lines_have_process_class_and_stack_root_first() {
+        let profile = crate::export::offcpu::tests::profile_with_waits();
+        let text = render(&profile, Kind::Offcpu);
+        assert!(
+            text.contains(
+                "mdtest;buffer;ext4_bread;ext4_read_bh;__wait_on_buffer;io_schedule;__schedule 60000"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("mdtest;sleep;do_nanosleep;schedule 40000"), "{text}");
+        let io = render(&profile, Kind::Io);
+        assert!(io.contains("buffer") && !io.contains("sleep"), "{io}");
     }
 
     #[test]

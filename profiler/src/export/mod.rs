@@ -2,4 +2,6 @@
 
 pub mod flamegraph;
 pub mod folded;
+pub mod io;
+pub mod offcpu;
 pub mod report;

@@ -195,7 +195,23 @@ pub fn summary(profile: &Profile, top: usize) -> String {
         out.push_str("lock contention, by lock (total wait):\n");
         out.push_str(&lock_table(profile, GroupBy::Lock, top));
     }
+    out.push_str(&family_sections(profile, top));
     out.push_str(&losses(profile));
+    out
+}
+
+/// The off-CPU and block-IO sections, for the families the profile recorded.
+pub fn family_sections(profile: &Profile, top: usize) -> String {
+    let mut out = String::new();
+    let recorded = |family: &str| profile.probes.iter().any(|probe| probe.family == family);
+    if recorded("offcpu") || !profile.offcpu.is_empty() {
+        out.push_str("\noff-CPU time by process and wait class:\n");
+        out.push_str(&super::offcpu::table(profile, top));
+    }
+    if recorded("io") || !profile.io.is_empty() {
+        out.push_str("\nblock IO by device and operation (issue to completion):\n");
+        out.push_str(&super::io::table(profile, top));
+    }
     out
 }
 
@@ -205,6 +221,8 @@ struct JsonReport<'a> {
     host: &'a str,
     duration_s: f64,
     locks: Vec<LockGroup>,
+    offcpu: Vec<super::offcpu::OffcpuProcess>,
+    io: Vec<super::io::IoGroup>,
     lost: &'a BTreeMap<String, u64>,
 }
 
@@ -218,6 +236,8 @@ pub fn json(profile: &Profile, by: GroupBy, top: usize) -> serde_json::Result<St
         host: &profile.host,
         duration_s: profile.duration_s,
         locks,
+        offcpu: super::offcpu::processes(profile),
+        io: super::io::groups(profile),
         lost: &profile.losses,
     })
 }

@@ -2,5 +2,7 @@
 //! drained into the profile. `shared` drains what every family uses (stacks, losses,
 //! thread names).
 
+pub mod io;
 pub mod lock;
+pub mod offcpu;
 pub mod shared;

@@ -91,6 +91,13 @@ impl StackResolver {
         resolved
     }
 
+    /// The profile stack for a user stack id of process `pid`. User-space symbolization
+    /// belongs to symbolize/ (the cpu/user-stacks work); until it lands user stacks are
+    /// not resolved and this returns `None`.
+    pub fn user_stack(&mut self, _pid: u32, _stack_id: i32) -> Option<u32> {
+        None
+    }
+
     /// Static locks by symbol, the rest by address.
     pub fn lock_name(&self, lock_addr: u64) -> String {
         self.kernel
