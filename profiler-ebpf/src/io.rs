@@ -102,7 +102,8 @@ fn op_of(rwbs: &[u8; RWBS_LEN]) -> u32 {
     let mut flush = false;
     let mut index = 0;
     while index < RWBS_LEN {
-        match rwbs[index] {
+        // SAFETY: index < RWBS_LEN; unchecked so no panic path reaches the verifier.
+        match unsafe { *rwbs.get_unchecked(index) } {
             b'R' => return OP_READ,
             b'W' => return OP_WRITE,
             b'D' => return OP_DISCARD,
@@ -266,7 +267,9 @@ fn add_request(key: &IoKey, bytes: u64, latency_ns: u64, queue_ns: Option<u64>) 
                 queue_ns,
             );
         }
-        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).hist[slot], 1);
+        // Masked index: no bounds check (and no panic path) the verifier would refuse.
+        let bucket = (&raw mut (*stat).hist as *mut u64).add(slot & (IO_HIST_SLOTS - 1));
+        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(bucket, 1);
     }
 }
 

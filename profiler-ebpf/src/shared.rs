@@ -53,16 +53,24 @@ pub fn stack_id_or_loss(result: Result<i64, i32>) -> i32 {
     }
 }
 
-/// Remembers the current thread's name (once per thread).
+/// Remembers the current thread's name. Kept current: a thread that runs `exec` gets a
+/// new name (a command lockpath starts is first seen under lockpath's own name).
 #[inline(always)]
 pub fn remember_current_task() {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
-    // SAFETY: lookup in a map of plain data; the reference is not kept.
-    if unsafe { TASKS.get(&tid) }.is_some() {
+    let comm = bpf_get_current_comm().unwrap_or([0u8; 16]);
+    if let Some(known) = TASKS.get_ptr_mut(&tid) {
+        // SAFETY: element of a hash map from a successful lookup; only this thread
+        // writes its own entry.
+        unsafe {
+            if (*known).comm != comm {
+                (*known).comm = comm;
+                (*known).tgid = (pid_tgid >> 32) as u32;
+            }
+        }
         return;
     }
-    let comm = bpf_get_current_comm().unwrap_or([0u8; 16]);
     let info = TaskInfo {
         tgid: (pid_tgid >> 32) as u32,
         _pad: 0,

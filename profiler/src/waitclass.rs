@@ -58,12 +58,18 @@ pub const BUILTIN_RULES: &[(&str, &str)] = &[
     (JOURNAL, "jbd2_*"),
     (JOURNAL, "wait_transaction_*"),
     (JOURNAL, "start_this_handle"),
+    // Bit waits with the buffer wrapper tail-called away (`__wait_on_buffer` and
+    // `__lock_buffer` jump to these, so they are not on the stack): buffer-head locks.
+    (BUFFER, "out_of_line_wait_on_bit"),
+    (BUFFER, "out_of_line_wait_on_bit_lock"),
     // Block IO the task waits for directly.
     (BLOCK_IO, "submit_bio_wait"),
     (BLOCK_IO, "blk_*"),
     (BLOCK_IO, "__blkdev_*"),
     (BLOCK_IO, "blkdev_*"),
     (BLOCK_IO, "bio_*"),
+    (BLOCK_IO, "wait_for_completion_io*"),
+    (BLOCK_IO, "wb_wait_for_completion"),
     (BLOCK_IO, "io_schedule*"),
     // Sleeping locks, in the kernel and (futex) in user space.
     (LOCK, "__mutex_lock*"),
@@ -235,6 +241,16 @@ mod tests {
             "__ext4_find_entry",
         ];
         assert_eq!(class_of(&c, &buffer), BUFFER);
+        // `__wait_on_buffer` tail-calls the bit wait: only the caller names the buffer.
+        let tail_called = [
+            "schedule",
+            "io_schedule",
+            "bit_wait_io",
+            "__wait_on_bit",
+            "out_of_line_wait_on_bit",
+            "__ext4_get_inode_loc",
+        ];
+        assert_eq!(class_of(&c, &tail_called), BUFFER);
         let page = [
             "schedule",
             "io_schedule",

@@ -197,7 +197,7 @@ pub fn table(profile: &Profile, top: usize) -> String {
                 class.count
             ));
             if let Some(stack) = class.stacks.first() {
-                out.push_str(&format!("{:>24}top: {}\n", "", short_stack(&stack.kernel, 70)));
+                out.push_str(&format!("{:>24}top: {}\n", "", short_stack(&stack.kernel, 64)));
             }
         }
     }

@@ -195,7 +195,13 @@ pub fn summary(profile: &Profile, top: usize) -> String {
         out.push_str("lock contention, by lock (total wait):\n");
         out.push_str(&lock_table(profile, GroupBy::Lock, top));
     }
-    out.push_str(&family_sections(profile, top));
+    let sections = family_sections(profile, top);
+    // The header ends with a blank line already.
+    out.push_str(if profile.locks.is_empty() && !out.contains("lock contention") {
+        sections.trim_start_matches('\n')
+    } else {
+        &sections
+    });
     out.push_str(&losses(profile));
     out
 }
