@@ -253,10 +253,7 @@ fn add_request(key: &IoKey, bytes: u64, latency_ns: u64, queue_ns: Option<u64>) 
     unsafe {
         atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).count, 1);
         atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).bytes, bytes);
-        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
-            &raw mut (*stat).total_ns,
-            latency_ns,
-        );
+        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).total_ns, latency_ns);
         if latency_ns > (*stat).max_ns {
             (*stat).max_ns = latency_ns;
         }

@@ -223,11 +223,7 @@ fn start(
     let fork_child_pid = tracefs::field_offset("sched", "sched_process_fork", "child_pid")?;
     let exit_group_dead =
         tracefs::field_offset("sched", "sched_process_exit", "group_dead").unwrap_or(0);
-    let offcpu_globals = plan
-        .offcpu
-        .as_ref()
-        .map(OffcpuGlobals::read)
-        .transpose()?;
+    let offcpu_globals = plan.offcpu.as_ref().map(OffcpuGlobals::read).transpose()?;
     let io_globals = if plan.io {
         Some(IoGlobals::read()?)
     } else {

@@ -126,7 +126,11 @@ impl Classifier {
     pub fn classify(&self, frames: &[&Frame]) -> String {
         self.rules
             .iter()
-            .find(|rule| frames.iter().any(|frame| glob_match(&rule.pattern, &frame.name)))
+            .find(|rule| {
+                frames
+                    .iter()
+                    .any(|frame| glob_match(&rule.pattern, &frame.name))
+            })
             .map(|rule| rule.class.clone())
             .unwrap_or_else(|| OTHER.to_string())
     }
@@ -223,7 +227,10 @@ mod tests {
         assert!(!glob_match("a*b*c", "axxcyyb"));
         assert!(glob_match("exact", "exact"));
         assert!(!glob_match("exact", "exactly"));
-        assert!(!glob_match("ab*ba", "aba"), "prefix and suffix may not overlap");
+        assert!(
+            !glob_match("ab*ba", "aba"),
+            "prefix and suffix may not overlap"
+        );
     }
 
     #[test]
@@ -260,16 +267,55 @@ mod tests {
         assert_eq!(class_of(&c, &page), PAGE);
         let journal = ["schedule", "jbd2_log_wait_commit", "ext4_sync_file"];
         assert_eq!(class_of(&c, &journal), JOURNAL);
-        let bio = ["schedule", "io_schedule", "submit_bio_wait", "blkdev_issue_flush"];
+        let bio = [
+            "schedule",
+            "io_schedule",
+            "submit_bio_wait",
+            "blkdev_issue_flush",
+        ];
         assert_eq!(class_of(&c, &bio), BLOCK_IO);
-        let mutex = ["schedule", "schedule_preempt_disabled", "__mutex_lock.constprop.0"];
+        let mutex = [
+            "schedule",
+            "schedule_preempt_disabled",
+            "__mutex_lock.constprop.0",
+        ];
         assert_eq!(class_of(&c, &mutex), LOCK);
         let fuse = ["schedule", "request_wait_answer", "fuse_simple_request"];
         assert_eq!(class_of(&c, &fuse), RPC);
-        let sleep = ["schedule", "do_nanosleep", "hrtimer_nanosleep", "__x64_sys_clock_nanosleep"];
+        let sleep = [
+            "schedule",
+            "do_nanosleep",
+            "hrtimer_nanosleep",
+            "__x64_sys_clock_nanosleep",
+        ];
         assert_eq!(class_of(&c, &sleep), SLEEP);
         assert_eq!(class_of(&c, &["schedule", "pipe_read"]), OTHER);
         assert_eq!(class_of(&c, &[]), OTHER);
+    }
+
+    #[test]
+    fn documented_rules_match_the_table() {
+        let doc = include_str!("../../docs/wait-classes.md");
+        let rows: Vec<(String, String)> = doc
+            .lines()
+            .filter_map(|line| {
+                let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+                let number_cell = cells.get(1)?;
+                number_cell.parse::<usize>().ok()?;
+                Some((
+                    cells[2].trim_matches('`').into(),
+                    cells[3].trim_matches('`').into(),
+                ))
+            })
+            .collect();
+        let table: Vec<(String, String)> = BUILTIN_RULES
+            .iter()
+            .map(|(class, pattern)| (class.to_string(), pattern.to_string()))
+            .collect();
+        assert_eq!(
+            rows, table,
+            "docs/wait-classes.md and BUILTIN_RULES disagree"
+        );
     }
 
     #[test]
@@ -278,7 +324,9 @@ mod tests {
         let c = Classifier::new(vec![rule]);
         let stack = ["io_schedule", "__wait_on_buffer", "ldiskfs_bread"];
         assert_eq!(class_of(&c, &stack), "ldiskfs");
-        assert!(parse_rule("nopattern").unwrap_err().contains("NAME=FRAME_PATTERN"));
+        assert!(parse_rule("nopattern")
+            .unwrap_err()
+            .contains("NAME=FRAME_PATTERN"));
         assert!(parse_rule("=x").is_err());
         assert!(parse_rule("x=").is_err());
         assert!(validate(&[parse_rule("all=**").expect("parses")]).is_err());

@@ -46,14 +46,39 @@ impl Ext4Loop {
         let image = dir.join("ext4.img");
         let mount = dir.join("mnt");
         std::fs::create_dir_all(&mount).expect("mount point");
-        let mut fs = Ext4Loop { dir, mount, device: None, mounted: false };
+        let mut fs = Ext4Loop {
+            dir,
+            mount,
+            device: None,
+            mounted: false,
+        };
         std::fs::File::create(&image)
             .and_then(|file| file.set_len(size_mb << 20))
             .expect("image file");
         // No lazy initialisation: no background IO on the device after mount.
-        run("mkfs.ext4", &["-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", image.to_str().expect("path")]);
-        fs.device = Some(run("losetup", &["--show", "-f", image.to_str().expect("path")]));
-        run("mount", &["-o", "noatime", fs.device(), fs.mount.to_str().expect("path")]);
+        run(
+            "mkfs.ext4",
+            &[
+                "-q",
+                "-F",
+                "-E",
+                "lazy_itable_init=0,lazy_journal_init=0",
+                image.to_str().expect("path"),
+            ],
+        );
+        fs.device = Some(run(
+            "losetup",
+            &["--show", "-f", image.to_str().expect("path")],
+        ));
+        run(
+            "mount",
+            &[
+                "-o",
+                "noatime",
+                fs.device(),
+                fs.mount.to_str().expect("path"),
+            ],
+        );
         fs.mounted = true;
         fs
     }
@@ -75,7 +100,9 @@ impl Ext4Loop {
     /// (major, minor) of the loop device.
     fn dev(&self) -> (u32, u32) {
         let text = run("stat", &["-c", "%t %T", self.device()]);
-        let mut parts = text.split_whitespace().map(|hex| u32::from_str_radix(hex, 16).expect("hex"));
+        let mut parts = text
+            .split_whitespace()
+            .map(|hex| u32::from_str_radix(hex, 16).expect("hex"));
         (parts.next().expect("major"), parts.next().expect("minor"))
     }
 }
@@ -84,7 +111,11 @@ impl Drop for Ext4Loop {
     fn drop(&mut self) {
         if self.mounted {
             let mount = self.mount.to_str().unwrap_or_default().to_string();
-            let ok = Command::new("umount").arg(&mount).status().map(|s| s.success()).unwrap_or(false);
+            let ok = Command::new("umount")
+                .arg(&mount)
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false);
             if !ok {
                 let _ = Command::new("umount").args(["-l", &mount]).status();
             }
@@ -112,7 +143,10 @@ fn perf_count(path: &Path, event: &str) -> u64 {
 }
 
 fn frames_of(profile: &serde_json::Value, row: &serde_json::Value) -> Vec<String> {
-    row["stack"].as_u64().map(|id| stack_names(profile, id)).unwrap_or_default()
+    row["stack"]
+        .as_u64()
+        .map(|id| stack_names(profile, id))
+        .unwrap_or_default()
 }
 
 #[test]
@@ -120,7 +154,9 @@ fn ext4_directory_waits_and_block_requests() {
     if !can_load_programs("ext4_directory_waits_and_block_requests") {
         return;
     }
-    let ci = std::env::var("CI").map(|v| v == "true" || v == "1").unwrap_or(false);
+    let ci = std::env::var("CI")
+        .map(|v| v == "true" || v == "1")
+        .unwrap_or(false);
     for tool in ["mkfs.ext4", "losetup", "mount", "perf"] {
         if !have(tool) {
             assert!(!ci, "{tool} is needed under CI=true");
@@ -133,7 +169,10 @@ fn ext4_directory_waits_and_block_requests() {
     let (major, minor) = fs.dev();
     let dir = fs.mount.join("big");
     let tool = workload("ext4-dir");
-    run(tool.to_str().expect("path"), &["populate", dir.to_str().expect("path"), "10000"]);
+    run(
+        tool.to_str().expect("path"),
+        &["populate", dir.to_str().expect("path"), "10000"],
+    );
     fs.remount();
     drop_caches();
 
@@ -148,7 +187,17 @@ fn ext4_directory_waits_and_block_requests() {
     let filter = format!("dev == {kernel_dev}");
     let lockpath = lockpath_bin();
     let output = Command::new("perf")
-        .args(["stat", "-e", "block:block_rq_complete", "--filter", &filter, "-a", "-x", ",", "-o"])
+        .args([
+            "stat",
+            "-e",
+            "block:block_rq_complete",
+            "--filter",
+            &filter,
+            "-a",
+            "-x",
+            ",",
+            "-o",
+        ])
         .arg(&perf_path)
         .arg("--")
         .arg(&lockpath)
@@ -162,8 +211,15 @@ fn ext4_directory_waits_and_block_requests() {
         .output()
         .expect("run perf stat -- lockpath record");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(output.status.success(), "lockpath failed: {}\n{stdout}", String::from_utf8_lossy(&output.stderr));
-    assert!(stdout.contains("listed=12000"), "the workload ran: {stdout}");
+    assert!(
+        output.status.success(),
+        "lockpath failed: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("listed=12000"),
+        "the workload ran: {stdout}"
+    );
 
     if let Some(keep) = &keep {
         let _ = std::fs::copy(&profile_path, keep);
@@ -184,8 +240,28 @@ fn ext4_directory_waits_and_block_requests() {
     // filemap_read, so the stack goes vfs_read -> filemap_read; those frames are the
     // evidence that it is the page-cache read of the workload's ext4 files.
     for (class, read_frames) in [
-        ("buffer", &["ext4_read_bh", "ext4_bread", "__ext4_read_dirblock", "ext4_find_entry", "__ext4_find_entry", "__ext4_get_inode_loc", "ext4_readdir", "ext4_lookup"][..]),
-        ("page", &["filemap_read", "filemap_get_pages", "ext4_file_read_iter", "ext4_mpage_readpages"][..]),
+        (
+            "buffer",
+            &[
+                "ext4_read_bh",
+                "ext4_bread",
+                "__ext4_read_dirblock",
+                "ext4_find_entry",
+                "__ext4_find_entry",
+                "__ext4_get_inode_loc",
+                "ext4_readdir",
+                "ext4_lookup",
+            ][..],
+        ),
+        (
+            "page",
+            &[
+                "filemap_read",
+                "filemap_get_pages",
+                "ext4_file_read_iter",
+                "ext4_mpage_readpages",
+            ][..],
+        ),
     ] {
         let rows: Vec<&serde_json::Value> = profile["offcpu"]
             .as_array()
@@ -193,11 +269,19 @@ fn ext4_directory_waits_and_block_requests() {
             .iter()
             .filter(|row| row["pid"].as_u64() == Some(workload_pid) && row["class"] == class)
             .collect();
-        let total: u64 = rows.iter().map(|row| row["total_ns"].as_u64().expect("total")).sum();
-        eprintln!("ext4-dir: {class} waits {total} ns in {} stacks", rows.len());
+        let total: u64 = rows
+            .iter()
+            .map(|row| row["total_ns"].as_u64().expect("total"))
+            .sum();
+        eprintln!(
+            "ext4-dir: {class} waits {total} ns in {} stacks",
+            rows.len()
+        );
         assert!(total > 0, "no {class} wait for the workload");
         assert!(
-            rows.iter().any(|row| frames_of(&profile, row).iter().any(|name| read_frames.contains(&name.as_str()))),
+            rows.iter().any(|row| frames_of(&profile, row)
+                .iter()
+                .any(|name| read_frames.contains(&name.as_str()))),
             "no {class} stack with a read frame {read_frames:?}"
         );
         for row in rows {
@@ -209,7 +293,11 @@ fn ext4_directory_waits_and_block_requests() {
         .expect("offcpu rows")
         .iter()
         .filter(|row| row["pid"].as_u64() == Some(workload_pid) && row["class"] == "buffer")
-        .any(|row| frames_of(&profile, row).iter().any(|name| name.starts_with("ext4_") || name.starts_with("__ext4_")));
+        .any(|row| {
+            frames_of(&profile, row)
+                .iter()
+                .any(|name| name.starts_with("ext4_") || name.starts_with("__ext4_"))
+        });
     assert!(ext4_buffer_frames, "buffer waits go through ext4 code");
 
     // Block requests on the loop device agree with perf's count of the same tracepoint.
@@ -217,30 +305,78 @@ fn ext4_directory_waits_and_block_requests() {
         .as_array()
         .expect("io rows")
         .iter()
-        .filter(|row| row["major"].as_u64() == Some(major as u64) && row["minor"].as_u64() == Some(minor as u64))
+        .filter(|row| {
+            row["major"].as_u64() == Some(major as u64)
+                && row["minor"].as_u64() == Some(minor as u64)
+        })
         .collect();
-    let ours: u64 = io_rows.iter().map(|row| row["count"].as_u64().expect("count")).sum();
+    let ours: u64 = io_rows
+        .iter()
+        .map(|row| row["count"].as_u64().expect("count"))
+        .sum();
     let theirs = perf_count(&perf_path, "block:block_rq_complete");
-    assert!(theirs > 100, "the cold directory must cause block IO: perf saw {theirs}");
+    assert!(
+        theirs > 100,
+        "the cold directory must cause block IO: perf saw {theirs}"
+    );
     let error = (ours as f64 - theirs as f64).abs() / theirs as f64;
-    eprintln!("loop device {major}:{minor}: lockpath {ours} requests, perf {theirs} ({:.2}% apart)", error * 100.0);
-    assert!(error < 0.03, "lockpath {ours} vs perf {theirs}: {:.1}% apart", error * 100.0);
-    let name = Path::new(fs.device()).file_name().expect("name").to_string_lossy().into_owned();
+    eprintln!(
+        "loop device {major}:{minor}: lockpath {ours} requests, perf {theirs} ({:.2}% apart)",
+        error * 100.0
+    );
+    assert!(
+        error < 0.03,
+        "lockpath {ours} vs perf {theirs}: {:.1}% apart",
+        error * 100.0
+    );
+    let name = Path::new(fs.device())
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
     for row in &io_rows {
-        assert_eq!(row["device"].as_str(), Some(name.as_str()), "device named from /sys");
+        assert_eq!(
+            row["device"].as_str(),
+            Some(name.as_str()),
+            "device named from /sys"
+        );
         let count = row["count"].as_u64().expect("count");
         let total = row["total_ns"].as_u64().expect("total");
         let max = row["max_ns"].as_u64().expect("max") as f64;
-        assert!(total > 0 && max > 0.0 && max < duration_ns, "latency out of range: {row}");
-        let hist_sum: u64 = row["hist"].as_array().expect("hist").iter().map(|v| v.as_u64().expect("n")).sum();
+        assert!(
+            total > 0 && max > 0.0 && max < duration_ns,
+            "latency out of range: {row}"
+        );
+        let hist_sum: u64 = row["hist"]
+            .as_array()
+            .expect("hist")
+            .iter()
+            .map(|v| v.as_u64().expect("n"))
+            .sum();
         assert_eq!(hist_sum, count, "the histogram holds every request: {row}");
     }
-    assert!(io_rows.iter().any(|row| row["op"] == "read"), "reads on the loop device");
+    assert!(
+        io_rows.iter().any(|row| row["op"] == "read"),
+        "reads on the loop device"
+    );
 
     // Summary, JSON report, flamegraph kinds.
-    assert!(stdout.contains("usecs") && stdout.contains("distribution"), "biolatency-style histogram:\n{stdout}");
-    assert!(stdout.contains(&format!("{name} ({major}:{minor})")), "device in the summary:\n{stdout}");
-    let report = lockpath_ok(&["report", profile_path.to_str().expect("path"), "--format", "json", "--top", "0"]);
+    assert!(
+        stdout.contains("usecs") && stdout.contains("distribution"),
+        "biolatency-style histogram:\n{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("{name} ({major}:{minor})")),
+        "device in the summary:\n{stdout}"
+    );
+    let report = lockpath_ok(&[
+        "report",
+        profile_path.to_str().expect("path"),
+        "--format",
+        "json",
+        "--top",
+        "0",
+    ]);
     let report: serde_json::Value = serde_json::from_slice(&report.stdout).expect("report JSON");
     let group = report["io"]
         .as_array()
@@ -250,18 +386,47 @@ fn ext4_directory_waits_and_block_requests() {
         .unwrap_or_else(|| panic!("loop reads in the JSON report: {}", report["io"]));
     let p50 = group["p50_ns"].as_u64().expect("p50");
     let p99 = group["p99_ns"].as_u64().expect("p99");
-    assert!(p50 > 0 && p50 <= p99 && p99 <= group["max_ns"].as_u64().expect("max"), "{group}");
+    assert!(
+        p50 > 0 && p50 <= p99 && p99 <= group["max_ns"].as_u64().expect("max"),
+        "{group}"
+    );
     let io_svg = out.join("io-only.svg");
-    lockpath_ok(&["flamegraph", profile_path.to_str().expect("path"), "--kind", "io", "-o", io_svg.to_str().expect("path")]);
+    lockpath_ok(&[
+        "flamegraph",
+        profile_path.to_str().expect("path"),
+        "--kind",
+        "io",
+        "-o",
+        io_svg.to_str().expect("path"),
+    ]);
     let svg = std::fs::read_to_string(&io_svg).expect("io svg");
-    let options = roxmltree::ParsingOptions { allow_dtd: true, ..Default::default() };
+    let options = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..Default::default()
+    };
     roxmltree::Document::parse_with_options(&svg, options).expect("the SVG is well-formed XML");
-    assert!(svg.contains("buffer") && svg.contains("ext4-dir"), "IO flamegraph has the classes and process");
-    assert!(!svg.contains(";sleep;"), "IO flamegraph has IO classes only");
-    let folded = lockpath_ok(&["export", profile_path.to_str().expect("path"), "--format", "folded", "--kind", "io"]);
+    assert!(
+        svg.contains("buffer") && svg.contains("ext4-dir"),
+        "IO flamegraph has the classes and process"
+    );
+    assert!(
+        !svg.contains(";sleep;"),
+        "IO flamegraph has IO classes only"
+    );
+    let folded = lockpath_ok(&[
+        "export",
+        profile_path.to_str().expect("path"),
+        "--format",
+        "folded",
+        "--kind",
+        "io",
+    ]);
     for line in String::from_utf8_lossy(&folded.stdout).lines() {
         let class = line.split(';').nth(1).expect("class frame");
-        assert!(["buffer", "page", "block-io", "journal"].contains(&class), "{line}");
+        assert!(
+            ["buffer", "page", "block-io", "journal"].contains(&class),
+            "{line}"
+        );
     }
 }
 
@@ -278,28 +443,58 @@ fn io_survives_a_device_that_vanishes_mid_run() {
     }
     let fs = Ext4Loop::new("io-vanish", 32);
     let (major, minor) = fs.dev();
-    let name = Path::new(fs.device()).file_name().expect("name").to_string_lossy().into_owned();
+    let name = Path::new(fs.device())
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
     let out = scratch("io-vanish-out");
     let profile_path = out.join("p.json");
-    let (child, programs) = spawn_recording(&["record", "--io", "-a", "-d", "3", "-o", profile_path.to_str().expect("path")]);
+    let (child, programs) = spawn_recording(&[
+        "record",
+        "--io",
+        "-a",
+        "-d",
+        "3",
+        "-o",
+        profile_path.to_str().expect("path"),
+    ]);
     // IO on the device, then the device goes away while lockpath still records.
     let tool = workload("ext4-dir");
-    run(tool.to_str().expect("path"), &["populate", fs.mount.join("d").to_str().expect("path"), "200"]);
+    run(
+        tool.to_str().expect("path"),
+        &[
+            "populate",
+            fs.mount.join("d").to_str().expect("path"),
+            "200",
+        ],
+    );
     run("sync", &[]);
     drop(fs);
     let output = child.wait_with_output().expect("wait for lockpath");
-    assert!(output.status.success(), "lockpath failed: {}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "lockpath failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert_programs_gone(&programs);
     let profile = load_json(&profile_path);
     let rows: Vec<&serde_json::Value> = profile["io"]
         .as_array()
         .expect("io rows")
         .iter()
-        .filter(|row| row["major"].as_u64() == Some(major as u64) && row["minor"].as_u64() == Some(minor as u64))
+        .filter(|row| {
+            row["major"].as_u64() == Some(major as u64)
+                && row["minor"].as_u64() == Some(minor as u64)
+        })
         .collect();
     assert!(!rows.is_empty(), "the vanished device's requests are kept");
     for row in rows {
-        assert_eq!(row["device"].as_str(), Some(name.as_str()), "named from the scan at start");
+        assert_eq!(
+            row["device"].as_str(),
+            Some(name.as_str()),
+            "named from the scan at start"
+        );
     }
     let _ = std::fs::remove_dir_all(&out);
 }

@@ -52,10 +52,7 @@ pub fn lines(profile: &Profile, kind: Kind) -> Vec<(String, u64)> {
                 if kind == Kind::Io && !IO_CLASSES.contains(&row.class.as_str()) {
                     continue;
                 }
-                let mut parts = vec![
-                    clean(&profile.process_name(row.pid)),
-                    clean(&row.class),
-                ];
+                let mut parts = vec![clean(&profile.process_name(row.pid)), clean(&row.class)];
                 // Root first: user frames from main inward, then the kernel from the
                 // system call down to the scheduler.
                 parts.extend(
@@ -119,7 +116,10 @@ mod tests {
             ),
             "{text}"
         );
-        assert!(text.contains("mdtest;sleep;do_nanosleep;schedule 40000"), "{text}");
+        assert!(
+            text.contains("mdtest;sleep;do_nanosleep;schedule 40000"),
+            "{text}"
+        );
         let io = render(&profile, Kind::Io);
         assert!(io.contains("buffer") && !io.contains("sleep"), "{io}");
     }

@@ -102,10 +102,16 @@ pub fn groups(profile: &Profile) -> Vec<IoGroup> {
                 .enumerate()
                 .map(|(slot, &count)| {
                     let (low_us, high_us) = bucket_us(slot);
-                    IoBucket { low_us, high_us, count }
+                    IoBucket {
+                        low_us,
+                        high_us,
+                        count,
+                    }
                 })
                 .collect();
-            group.processes.sort_by(|a, b| b.count.cmp(&a.count).then(a.pid.cmp(&b.pid)));
+            group
+                .processes
+                .sort_by(|a, b| b.count.cmp(&a.count).then(a.pid.cmp(&b.pid)));
             group
         })
         .collect();
@@ -134,7 +140,11 @@ pub fn table(profile: &Profile, top: usize) -> String {
     if groups.is_empty() {
         return "no block IO recorded\n".into();
     }
-    let shown = if top == 0 { groups.len() } else { top.min(groups.len()) };
+    let shown = if top == 0 {
+        groups.len()
+    } else {
+        top.min(groups.len())
+    };
     let mut out = format!(
         "{:<16} {:<8} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10}\n",
         "device", "op", "requests", "bytes", "avg", "p50", "p99", "max"
@@ -170,7 +180,10 @@ pub fn table(profile: &Profile, top: usize) -> String {
         out.push_str(&histogram(&group.histogram));
     }
     if shown < groups.len() {
-        out.push_str(&format!("({} more: --top 0 shows all)\n", groups.len() - shown));
+        out.push_str(&format!(
+            "({} more: --top 0 shows all)\n",
+            groups.len() - shown
+        ));
     }
     out
 }
@@ -234,8 +247,16 @@ mod tests {
         assert_eq!(group.count, 100);
         assert_eq!(group.bytes, 409_600);
         assert_eq!(group.avg_ns, 100_000);
-        assert!((64_000..128_000).contains(&group.p50_ns), "{}", group.p50_ns);
-        assert!((2_048_000..=3_000_000).contains(&group.p99_ns), "{}", group.p99_ns);
+        assert!(
+            (64_000..128_000).contains(&group.p50_ns),
+            "{}",
+            group.p50_ns
+        );
+        assert!(
+            (2_048_000..=3_000_000).contains(&group.p99_ns),
+            "{}",
+            group.p99_ns
+        );
         assert_eq!(group.histogram[6].count, 90);
         assert_eq!(group.histogram[11].count, 10);
         assert_eq!(group.processes[0].pid, 10);
@@ -246,7 +267,10 @@ mod tests {
         let text = table(&profile_with_io(), 20);
         assert!(text.contains("loop0 (7:0)"), "{text}");
         assert!(text.contains("64 -> 127"), "{text}");
-        assert!(text.contains("|****************************************|"), "{text}");
+        assert!(
+            text.contains("|****************************************|"),
+            "{text}"
+        );
         for line in text.lines() {
             assert!(line.chars().count() <= 100, "too wide: {line}");
         }

@@ -64,8 +64,10 @@ fn is_scheduler_frame(name: &str) -> bool {
 
 pub fn processes(profile: &Profile) -> Vec<OffcpuProcess> {
     // pid -> class -> (kernel stack, user stack) -> stack
-    let mut tree: BTreeMap<u32, BTreeMap<String, BTreeMap<(Option<u32>, Option<u32>), OffcpuStack>>> =
-        BTreeMap::new();
+    let mut tree: BTreeMap<
+        u32,
+        BTreeMap<String, BTreeMap<(Option<u32>, Option<u32>), OffcpuStack>>,
+    > = BTreeMap::new();
     for row in &profile.offcpu {
         let stack = tree
             .entry(row.pid)
@@ -174,7 +176,11 @@ pub fn table(profile: &Profile, top: usize) -> String {
         "{:<20} {:>8} {:>10}  {:<10} {:>12} {:>6}  {}\n",
         "process", "pid", "off-CPU", "class", "ms", "%", "waits"
     );
-    let shown = if top == 0 { processes.len() } else { top.min(processes.len()) };
+    let shown = if top == 0 {
+        processes.len()
+    } else {
+        top.min(processes.len())
+    };
     for process in &processes[..shown] {
         for (index, class) in process.classes.iter().enumerate() {
             let (name, pid, total) = if index == 0 {
@@ -197,7 +203,11 @@ pub fn table(profile: &Profile, top: usize) -> String {
                 class.count
             ));
             if let Some(stack) = class.stacks.first() {
-                out.push_str(&format!("{:>24}top: {}\n", "", short_stack(&stack.kernel, 64)));
+                out.push_str(&format!(
+                    "{:>24}top: {}\n",
+                    "",
+                    short_stack(&stack.kernel, 64)
+                ));
             }
         }
     }
@@ -278,7 +288,11 @@ pub(crate) mod tests {
         assert_eq!(process.classes[0].class, "buffer");
         assert_eq!(process.classes[0].total_ns, 60_000_000);
         assert!((process.classes[0].percent - 60.0).abs() < 1e-9);
-        assert_eq!(process.classes[0].stacks.len(), 1, "same stack of two threads merged");
+        assert_eq!(
+            process.classes[0].stacks.len(),
+            1,
+            "same stack of two threads merged"
+        );
         assert_eq!(process.classes[0].stacks[0].threads, vec![10, 11]);
         assert_eq!(process.classes[1].class, "sleep");
     }
@@ -288,7 +302,10 @@ pub(crate) mod tests {
         let text = table(&profile_with_waits(), 20);
         assert!(text.contains("mdtest"), "{text}");
         assert!(text.contains("60.0"), "{text}");
-        assert!(text.contains("top: __wait_on_buffer < ext4_read_bh < ext4_bread"), "{text}");
+        assert!(
+            text.contains("top: __wait_on_buffer < ext4_read_bh < ext4_bread"),
+            "{text}"
+        );
         for line in text.lines() {
             assert!(line.chars().count() <= 100, "too wide: {line}");
         }

@@ -197,11 +197,13 @@ pub fn summary(profile: &Profile, top: usize) -> String {
     }
     let sections = family_sections(profile, top);
     // The header ends with a blank line already.
-    out.push_str(if profile.locks.is_empty() && !out.contains("lock contention") {
-        sections.trim_start_matches('\n')
-    } else {
-        &sections
-    });
+    out.push_str(
+        if profile.locks.is_empty() && !out.contains("lock contention") {
+            sections.trim_start_matches('\n')
+        } else {
+            &sections
+        },
+    );
     out.push_str(&losses(profile));
     out
 }

@@ -3,9 +3,7 @@
 
 use anyhow::{Context, Result};
 use aya::{maps::HashMap, programs::TracePoint, Ebpf, EbpfLoader};
-use profiler_common::offcpu::{
-    OffcpuKey, OffcpuStat, STATE_INTERRUPTIBLE, STATE_UNINTERRUPTIBLE,
-};
+use profiler_common::offcpu::{OffcpuKey, OffcpuStat, STATE_INTERRUPTIBLE, STATE_UNINTERRUPTIBLE};
 
 use crate::{
     probes::shared::{MapSet, StackResolver},
@@ -127,9 +125,9 @@ pub fn parse_min_wait(text: &str) -> Result<u64, String> {
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration: give a number and a unit, e.g. 500us or 2ms"))?;
+    let value: f64 = number.parse().map_err(|_| {
+        format!("{text:?} is not a duration: give a number and a unit, e.g. 500us or 2ms")
+    })?;
     let scale = match unit.trim() {
         "ns" => 1.0,
         "us" => 1e3,
@@ -160,7 +158,9 @@ mod tests {
         assert_eq!(parse_min_wait("1.5s"), Ok(1_500_000_000));
         assert_eq!(parse_min_wait("10ns"), Ok(10));
         assert_eq!(parse_min_wait("0"), Ok(0));
-        assert!(parse_min_wait("garbage").unwrap_err().contains("not a duration"));
+        assert!(parse_min_wait("garbage")
+            .unwrap_err()
+            .contains("not a duration"));
         assert!(parse_min_wait("10").unwrap_err().contains("unknown unit"));
         assert!(parse_min_wait("5 parsecs").is_err());
         assert!(parse_min_wait("-3ms").is_err());
