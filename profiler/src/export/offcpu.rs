@@ -62,12 +62,12 @@ fn is_scheduler_frame(name: &str) -> bool {
     ) || name.starts_with("preempt_schedule")
 }
 
+/// class -> (kernel stack, user stack) -> merged stack, for one process.
+type ClassTree = BTreeMap<String, BTreeMap<(Option<u32>, Option<u32>), OffcpuStack>>;
+
 pub fn processes(profile: &Profile) -> Vec<OffcpuProcess> {
     // pid -> class -> (kernel stack, user stack) -> stack
-    let mut tree: BTreeMap<
-        u32,
-        BTreeMap<String, BTreeMap<(Option<u32>, Option<u32>), OffcpuStack>>,
-    > = BTreeMap::new();
+    let mut tree: BTreeMap<u32, ClassTree> = BTreeMap::new();
     for row in &profile.offcpu {
         let stack = tree
             .entry(row.pid)
@@ -109,7 +109,7 @@ pub fn processes(profile: &Profile) -> Vec<OffcpuProcess> {
                 .into_iter()
                 .map(|(class, stacks)| {
                     let mut stacks: Vec<OffcpuStack> = stacks.into_values().collect();
-                    stacks.sort_by(|a, b| b.total_ns.cmp(&a.total_ns));
+                    stacks.sort_by_key(|stack| std::cmp::Reverse(stack.total_ns));
                     for stack in &mut stacks {
                         stack.threads.sort_unstable();
                     }

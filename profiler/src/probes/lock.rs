@@ -62,7 +62,7 @@ pub fn drain(maps: &MapSet, stacks: &mut StackResolver) -> Result<Vec<LockRow>> 
             min_ns: stat.min_ns,
         });
     }
-    rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns));
+    rows.sort_by_key(|row| std::cmp::Reverse(row.total_ns));
     Ok(rows)
 }
 

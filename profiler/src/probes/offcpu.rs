@@ -106,7 +106,7 @@ pub fn drain(
             max_ns: stat.max_ns,
         });
     }
-    rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns));
+    rows.sort_by_key(|row| std::cmp::Reverse(row.total_ns));
     Ok(rows)
 }
 

@@ -157,6 +157,8 @@ pub fn loaded_programs() -> Vec<u64> {
 
 /// Starts `lockpath record ARGS` in the background, waits until its programs are
 /// loaded, and returns the child and the program ids it holds.
+// The caller waits for the child (wait_with_output).
+#[allow(clippy::zombie_processes)]
 pub fn spawn_recording(args: &[&str]) -> (std::process::Child, Vec<u64>) {
     let child = Command::new(lockpath_bin())
         .args(args)
