@@ -16,12 +16,14 @@ pub const OFFCPU_NEGATIVE_DELTA: u32 = 12;
 pub const IO_MAP_FULL: u32 = 13;
 pub const IO_INFLIGHT_MAP_FULL: u32 = 14;
 pub const IO_UNMATCHED_COMPLETE: u32 = 15;
+/// vm/kprobe fallback range: 26..=27.
+pub const LOCK_KPROBE_RETURN_LOST: u32 = 26;
 
 /// Number of slots in `LOSSES` (room for the other probe families).
 pub const LOSS_SLOTS: u32 = 32;
 
 /// Names for the report, by index. `None` slots are unused.
-pub const LOSS_NAMES: [(u32, &str, &str); 15] = [
+pub const LOSS_NAMES: [(u32, &str, &str); 16] = [
     (
         STACK_COLLISION,
         "stack_collision",
@@ -96,5 +98,10 @@ pub const LOSS_NAMES: [(u32, &str, &str); 15] = [
         IO_UNMATCHED_COMPLETE,
         "io_unmatched_complete",
         "request completed without a seen issue (in flight at start, or partial completion)",
+    ),
+    (
+        LOCK_KPROBE_RETURN_LOST,
+        "lock_kprobe_return_lost",
+        "kprobe fallback: a slow path's return was missed (kretprobe instances exhausted); wait dropped",
     ),
 ];

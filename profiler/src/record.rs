@@ -103,7 +103,13 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         None => None,
     };
     let devices_at_start = plan.io.then(DeviceNames::scan);
-    let started = match start(&args, &plan, &target, child.as_ref().map(|child| child.pid)) {
+    let started = match start(
+        &args,
+        &plan,
+        &target,
+        child.as_ref().map(|child| child.pid),
+        &kernel_symbols,
+    ) {
         Ok(started) => started,
         Err(err) => {
             if let Some(child) = child.as_mut() {
@@ -218,6 +224,7 @@ fn start(
     plan: &Plan,
     target: &Target,
     child: Option<u32>,
+    kernel_symbols: &KernelSymbols,
 ) -> Result<(Ebpf, Vec<ProbeUse>)> {
     let filter_mode = target.filter_mode();
     let fork_child_pid = tracefs::field_offset("sched", "sched_process_fork", "child_pid")?;
@@ -270,7 +277,11 @@ fn start(
 
     let mut probes = Vec::new();
     if plan.lock {
-        probes.push(probes::lock::attach(&mut ebpf)?);
+        probes.push(probes::lock::attach(
+            &mut ebpf,
+            args.lock_method,
+            kernel_symbols,
+        )?);
     }
     if let Some(options) = &plan.offcpu {
         probes.push(probes::offcpu::attach(&mut ebpf, options)?);

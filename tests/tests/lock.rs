@@ -44,7 +44,9 @@ fn lock_contention_matches_perf_and_renders() {
         "--",
         storm.to_str().expect("path"),
         "--seconds",
-        "3",
+        "4",
+        "--threads",
+        "8",
     ];
     let (child, programs) = spawn_recording(&args);
     assert!(
@@ -94,7 +96,8 @@ fn lock_contention_matches_perf_and_renders() {
         .map(|row| row["count"].as_u64().expect("count"))
         .sum();
     let theirs = perf_count(&perf_path, "lock:contention_begin");
-    assert!(theirs > 200, "the workload must contend: perf saw {theirs}");
+    // On a loaded 2-core machine contention can be scarce; the comparison needs some.
+    assert!(theirs >= 50, "the workload must contend: perf saw {theirs}");
     let error = (ours as f64 - theirs as f64).abs() / theirs as f64;
     eprintln!(
         "lockpath counted {ours} contentions, perf {theirs} (error {:.2}%)",
@@ -274,4 +277,52 @@ fn command_exit_status_is_passed_on() {
         "no profile for a command that never started"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The kprobe fallback forced on a kernel without kprobes (this machine's): one clear
+/// line, a non-zero exit, no profile, the command not run. On a
+/// kernel with kprobes the fallback must instead record the workload's contention
+/// (the same check the VM lab runs on 5.10 and 6.1, see tests/vm/checks/lock-kprobe.sh).
+#[test]
+fn forced_kprobe_method_without_kprobes_fails_clearly() {
+    if !can_load_programs("forced_kprobe_method_without_kprobes_fails_clearly") {
+        return;
+    }
+    let dir = scratch("forced-kprobe");
+    let out = dir.join("p.json");
+    let marker = dir.join("ran");
+    let kprobes = std::path::Path::new("/sys/bus/event_source/devices/kprobe").exists()
+        || std::path::Path::new("/sys/kernel/tracing/kprobe_events").exists();
+    let shell = format!("touch {}", marker.display());
+    let output = lockpath(&[
+        "record",
+        "--lock-method",
+        "kprobe",
+        "-o",
+        out.to_str().expect("path"),
+        "--",
+        "sh",
+        "-c",
+        &shell,
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if kprobes {
+        assert!(output.status.success(), "kprobe fallback failed: {stderr}");
+        let profile = load_json(&out);
+        let method = profile["probes"][0]["method"].as_str().unwrap_or("");
+        assert!(method.starts_with("kprobe"), "method {method:?}");
+        return;
+    }
+    assert!(!output.status.success(), "must fail without kprobes");
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.contains("no kprobes"), "says why: {stderr}");
+    assert!(
+        stderr.contains("--lock-method tracepoint"),
+        "says what to do: {stderr}"
+    );
+    assert!(!out.exists(), "no profile written");
+    assert!(
+        !marker.exists(),
+        "the command must not run when attaching fails"
+    );
 }

@@ -157,7 +157,7 @@ pub fn loaded_programs() -> Vec<u64> {
 
 /// Starts `lockpath record ARGS` in the background, waits until its programs are
 /// loaded, and returns the child and the program ids it holds.
-// The caller waits for the child (wait_with_output).
+// The caller owns the child and waits for it.
 #[allow(clippy::zombie_processes)]
 pub fn spawn_recording(args: &[&str]) -> (std::process::Child, Vec<u64>) {
     let child = Command::new(lockpath_bin())
