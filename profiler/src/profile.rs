@@ -204,6 +204,18 @@ impl Profile {
         }
     }
 
+    /// The host a process ran on: its own (merged profiles) or the profile's.
+    pub fn host_of(&self, pid: u32) -> String {
+        self.process(pid)
+            .and_then(|process| process.host.clone())
+            .unwrap_or_else(|| self.host.clone())
+    }
+
+    /// Profiles combined by `lockpath merge` name the host of each process.
+    pub fn is_merged(&self) -> bool {
+        self.processes.iter().any(|process| process.host.is_some())
+    }
+
     /// Loads and validates a profile file.
     pub fn load(path: &Path) -> Result<Profile> {
         let bytes =
@@ -355,6 +367,12 @@ impl StackInterner {
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// Copies the frames and stacks so far into `profile` (live snapshots while recording).
+    pub fn copy_into(&self, profile: &mut Profile) {
+        profile.frames = self.frames.clone();
+        profile.stacks = self.stacks.clone();
     }
 
     pub fn finish(self, profile: &mut Profile) {

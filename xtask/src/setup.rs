@@ -226,6 +226,12 @@ const TEST_TOOLS: &[(&str, &str)] = &[
     // The IO-path test: ext4 on a loop device.
     ("mkfs.ext4", "e2fsprogs"),
     ("losetup", "mount"),
+    // The exporters' tests: HTML report in a real browser, pprof reader, metrics scraper.
+    ("chromium", "chromium"),
+    ("chromedriver", "chromium-driver"),
+    ("go", "golang-go"),
+    ("prometheus", "prometheus"),
+    ("script", "bsdutils"),
 ];
 
 /// Installs missing test tools with apt-get when root. Never fails: the tests

@@ -1,5 +1,6 @@
-//! Folded stacks (`root;...;leaf value`), the input of inferno and flamegraph.pl, built
-//! once here for every kind; the flamegraph and `export --format folded` both use it.
+//! Stacks of every kind, built once here: `samples()` turns a profile into root-first
+//! frame paths with one value per sample type; the flamegraph, the differential
+//! flamegraph, pprof and the folded / JSON exports all start from it.
 
 use std::collections::BTreeMap;
 
@@ -10,52 +11,83 @@ use crate::{
     waitclass::IO_CLASSES,
 };
 
+/// One kind's sample: frames from the root (process) to the leaf, one value per
+/// entry of `sample_types(kind)`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    pub frames: Vec<String>,
+    pub values: Vec<u64>,
+}
+
+/// What the values of a kind's samples are, pprof style: (type, unit).
+pub fn sample_types(kind: Kind) -> &'static [(&'static str, &'static str)] {
+    match kind {
+        Kind::Lock => &[("contentions", "count"), ("delay", "nanoseconds")],
+        Kind::Offcpu => &[("waits", "count"), ("off_cpu", "nanoseconds")],
+        Kind::Io => &[("waits", "count"), ("io_wait", "nanoseconds")],
+    }
+}
+
+/// Which sample value the flamegraph width is, and the divisor that turns it into the
+/// folded unit (delay or time off CPU in nanoseconds, folded in microseconds).
+pub fn flame_value(kind: Kind) -> (usize, u64) {
+    match kind {
+        Kind::Lock | Kind::Offcpu | Kind::Io => (1, 1_000),
+    }
+}
+
 /// Folded frames may not contain `;` (separator) or line breaks; the count follows the
 /// last space, so frames keep their spaces.
-fn clean(frame: &str) -> String {
+pub fn clean(frame: &str) -> String {
     frame.replace([';', '\n', '\r'], "_")
 }
 
-/// Lock wait: process; lock type; stack from the outermost frame to the caller (the
-/// locking code itself is left out, so the caller is on top). Values in microseconds.
-pub fn lines(profile: &Profile, kind: Kind) -> Vec<(String, u64)> {
-    let mut folded: BTreeMap<String, u64> = BTreeMap::new();
+/// The samples of `kind`, merged by frame path (sorted by it).
+pub fn samples(profile: &Profile, kind: Kind) -> Vec<Sample> {
+    let mut merged: BTreeMap<Vec<String>, Vec<u64>> = BTreeMap::new();
+    let mut add = |frames: Vec<String>, values: &[u64]| {
+        let slot = merged
+            .entry(frames)
+            .or_insert_with(|| vec![0; values.len()]);
+        for (total, value) in slot.iter_mut().zip(values) {
+            *total += value;
+        }
+    };
     match kind {
+        // Process; lock type; stack from the outermost frame to the caller (the locking
+        // code itself is left out, so the caller is on top).
         Kind::Lock => {
             for row in &profile.locks {
-                let mut parts = vec![
+                let mut frames = vec![
                     clean(&profile.process_name(row.pid)),
                     clean(lock_type_name(row.flags)),
                 ];
-                let frames = profile.stack_frames(row.stack);
+                let stack = profile.stack_frames(row.stack);
                 if row.stack.is_none() {
-                    parts.push("[stack lost]".into());
+                    frames.push("[stack lost]".into());
                 }
-                let outside_lock = frames
+                let outside_lock = stack
                     .iter()
                     .position(|frame| !is_lock_internal(&frame.name))
-                    .unwrap_or(frames.len());
-                parts.extend(
-                    frames[outside_lock..]
+                    .unwrap_or(stack.len());
+                frames.extend(
+                    stack[outside_lock..]
                         .iter()
                         .rev()
                         .map(|frame| clean(&frame.display())),
                 );
-                let micros = row.total_ns / 1_000;
-                if micros > 0 {
-                    *folded.entry(parts.join(";")).or_default() += micros;
-                }
+                add(frames, &[row.count, row.total_ns]);
             }
         }
+        // Process; wait class; user stack from main inward; kernel stack from the
+        // system call down to the scheduler. `io`: the IO wait classes only.
         Kind::Offcpu | Kind::Io => {
             for row in &profile.offcpu {
                 if kind == Kind::Io && !IO_CLASSES.contains(&row.class.as_str()) {
                     continue;
                 }
-                let mut parts = vec![clean(&profile.process_name(row.pid)), clean(&row.class)];
-                // Root first: user frames from main inward, then the kernel from the
-                // system call down to the scheduler.
-                parts.extend(
+                let mut frames = vec![clean(&profile.process_name(row.pid)), clean(&row.class)];
+                frames.extend(
                     profile
                         .stack_frames(row.ustack)
                         .iter()
@@ -63,23 +95,35 @@ pub fn lines(profile: &Profile, kind: Kind) -> Vec<(String, u64)> {
                         .map(|frame| clean(&frame.display())),
                 );
                 if row.stack.is_none() {
-                    parts.push("[stack lost]".into());
+                    frames.push("[stack lost]".into());
                 }
-                parts.extend(
+                frames.extend(
                     profile
                         .stack_frames(row.stack)
                         .iter()
                         .rev()
                         .map(|frame| clean(&frame.display())),
                 );
-                let micros = row.total_ns / 1_000;
-                if micros > 0 {
-                    *folded.entry(parts.join(";")).or_default() += micros;
-                }
+                add(frames, &[row.count, row.total_ns]);
             }
         }
     }
-    folded.into_iter().collect()
+    merged
+        .into_iter()
+        .map(|(frames, values)| Sample { frames, values })
+        .collect()
+}
+
+/// Folded lines (`root;...;leaf`, value in the kind's folded unit), zero lines left out.
+pub fn lines(profile: &Profile, kind: Kind) -> Vec<(String, u64)> {
+    let (index, divisor) = flame_value(kind);
+    samples(profile, kind)
+        .into_iter()
+        .filter_map(|sample| {
+            let value = sample.values.get(index).copied().unwrap_or(0) / divisor;
+            (value > 0).then(|| (sample.frames.join(";"), value))
+        })
+        .collect()
 }
 
 pub fn render(profile: &Profile, kind: Kind) -> String {
@@ -107,6 +151,17 @@ mod tests {
     }
 
     #[test]
+    fn samples_carry_every_value() {
+        let samples = samples(&profile_with_two_locks(), Kind::Lock);
+        let spin = samples
+            .iter()
+            .find(|sample| sample.frames.last().map(String::as_str) == Some("do_pipe2"))
+            .expect("spin sample");
+        assert_eq!(spin.values, vec![150, 7_000_000]);
+        assert_eq!(spin.values.len(), sample_types(Kind::Lock).len());
+    }
+
+    #[test]
     fn offcpu_lines_have_process_class_and_stack_root_first() {
         let profile = crate::export::offcpu::tests::profile_with_waits();
         let text = render(&profile, Kind::Offcpu);
@@ -122,6 +177,23 @@ mod tests {
         );
         let io = render(&profile, Kind::Io);
         assert!(io.contains("buffer") && !io.contains("sleep"), "{io}");
+    }
+
+    #[test]
+    fn offcpu_lines_sum_nanoseconds_and_round_once() {
+        let mut profile = crate::export::offcpu::tests::profile_with_waits();
+        // Two threads on the same path, 1.5 us each: one line of 3 us, not 2.
+        for row in &mut profile.offcpu {
+            if row.class == "buffer" {
+                row.total_ns = 1_500;
+            }
+        }
+        let text = render(&profile, Kind::Offcpu);
+        assert!(text.contains("__schedule 3\n"), "{text}");
+        let samples = samples(&profile, Kind::Io);
+        assert_eq!(samples.len(), 1, "IO classes only");
+        assert_eq!(samples[0].values, vec![8, 3_000]);
+        assert_eq!(samples[0].values.len(), sample_types(Kind::Io).len());
     }
 
     #[test]

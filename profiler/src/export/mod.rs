@@ -1,7 +1,44 @@
 //! Exporters: everything here works from a saved `Profile`, never from the kernel.
 
+pub mod diff;
+pub mod escape;
 pub mod flamegraph;
 pub mod folded;
+pub mod html;
 pub mod io;
+pub mod json;
+pub mod merge;
 pub mod offcpu;
+pub mod pprof;
+pub mod prometheus;
 pub mod report;
+
+use crate::{cli::Kind, profile::Profile, waitclass::IO_CLASSES};
+
+/// Whether a profile has data of `kind` (recorded, or rows present). A kind adds its arm.
+pub fn has_kind(profile: &Profile, kind: Kind) -> bool {
+    let recorded = |family: &str| profile.probes.iter().any(|probe| probe.family == family);
+    match kind {
+        Kind::Lock => recorded("lock") || !profile.locks.is_empty(),
+        Kind::Offcpu => recorded("offcpu") || !profile.offcpu.is_empty(),
+        // Block-IO rows, or off-CPU waits in an IO class (the IO flamegraph).
+        Kind::Io => {
+            recorded("io")
+                || !profile.io.is_empty()
+                || profile
+                    .offcpu
+                    .iter()
+                    .any(|row| IO_CLASSES.contains(&row.class.as_str()))
+        }
+    }
+}
+
+/// Every kind the profile has, in the order of `Kind`.
+pub fn kinds_present(profile: &Profile) -> Vec<Kind> {
+    use clap::ValueEnum;
+    Kind::value_variants()
+        .iter()
+        .copied()
+        .filter(|&kind| has_kind(profile, kind))
+        .collect()
+}

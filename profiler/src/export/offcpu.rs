@@ -42,7 +42,7 @@ pub struct OffcpuStack {
 }
 
 /// Frames that only say "the task slept": left out of the short top-stack line.
-fn is_scheduler_frame(name: &str) -> bool {
+pub(crate) fn is_scheduler_frame(name: &str) -> bool {
     matches!(
         name,
         "__schedule"
@@ -146,7 +146,7 @@ pub fn processes(profile: &Profile) -> Vec<OffcpuProcess> {
 }
 
 /// `a < b < c`: the frames below the scheduler, leaf first, cut to `width` columns.
-fn short_stack(frames: &[String], width: usize) -> String {
+pub(crate) fn short_stack(frames: &[String], width: usize) -> String {
     let mut out = String::new();
     for frame in frames.iter().filter(|name| {
         let bare = name.split(' ').next().unwrap_or(name);
@@ -276,6 +276,32 @@ pub(crate) mod tests {
             comm: "mdtest".into(),
             ..Default::default()
         }];
+        profile
+    }
+
+    /// `profile_with_waits` plus 100 reads of loop0 by the same process, 90 of them in
+    /// [64, 128) us and 10 in [2048, 4096) us.
+    pub(crate) fn profile_with_waits_and_io() -> Profile {
+        let mut profile = profile_with_waits();
+        let row = |count, hist: Vec<u64>| crate::profile::IoRow {
+            major: 7,
+            minor: 0,
+            device: "loop0".into(),
+            op: "read".into(),
+            pid: 10,
+            count,
+            bytes: count * 4096,
+            total_ns: count * 100_000,
+            max_ns: 3_000_000,
+            queued: 0,
+            queue_ns: 0,
+            hist,
+        };
+        profile.io = vec![
+            row(90, vec![0, 0, 0, 0, 0, 0, 90]),
+            row(10, vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10]),
+        ];
+        profile.duration_s = 2.0;
         profile
     }
 

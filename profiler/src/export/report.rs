@@ -29,6 +29,8 @@ pub struct LockGroup {
     pub pids: Vec<u32>,
     /// Process names, in the order of `pids`.
     pub processes: Vec<String>,
+    /// Host of the first process (profiles merged from several hosts differ here).
+    pub host: String,
 }
 
 /// Groups lock rows and sorts them by total wait, largest first.
@@ -56,6 +58,7 @@ pub fn lock_groups(profile: &Profile, by: GroupBy) -> Vec<LockGroup> {
             GroupBy::Lock => (row.lock_name.clone(), lock_type.clone()),
             GroupBy::Caller => (caller_name.clone(), lock_type.clone()),
             GroupBy::Process => (format!("{}", row.pid), lock_type.clone()),
+            GroupBy::Host => (profile.host_of(row.pid), String::new()),
         };
         let acc = groups.entry(key).or_insert_with(|| Acc {
             lock_type: lock_type.clone(),
@@ -94,6 +97,10 @@ pub fn lock_groups(profile: &Profile, by: GroupBy) -> Vec<LockGroup> {
                 avg_wait_ns: acc.total.checked_div(acc.count).unwrap_or(0),
                 callers: callers.into_iter().map(|c| c.0).collect(),
                 processes: pids.iter().map(|&pid| profile.process_name(pid)).collect(),
+                host: pids
+                    .first()
+                    .map(|&pid| profile.host_of(pid))
+                    .unwrap_or_default(),
                 pids,
             }
         })
@@ -108,7 +115,7 @@ pub fn lock_groups(profile: &Profile, by: GroupBy) -> Vec<LockGroup> {
 }
 
 /// Cuts `text` to `width` characters, marking the cut with `…`.
-fn fit(text: &str, width: usize) -> String {
+pub fn fit(text: &str, width: usize) -> String {
     if text.chars().count() <= width {
         text.to_string()
     } else {
@@ -128,6 +135,7 @@ pub fn lock_table(profile: &Profile, by: GroupBy, top: usize) -> String {
     }
     let third = match by {
         GroupBy::Process => "process",
+        GroupBy::Host => "host",
         _ => "lock",
     };
     out.push_str(&format!(
@@ -142,6 +150,7 @@ pub fn lock_table(profile: &Profile, by: GroupBy, top: usize) -> String {
     for group in &groups[..shown] {
         let third_value = match by {
             GroupBy::Process => group.processes.first().cloned().unwrap_or_default(),
+            GroupBy::Host => group.host.clone(),
             _ => group.lock.clone(),
         };
         out.push_str(&format!(
