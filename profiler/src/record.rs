@@ -225,12 +225,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     drain_families(&plan, &maps, &mut stacks, devices.as_ref(), &mut profile)?;
     stacks.interner.finish(&mut profile);
     profile.losses = probes::shared::drain_losses(&maps)?;
-    let mut pids: Vec<u32> = profile.locks.iter().map(|row| row.pid).collect();
-    pids.extend(profile.offcpu.iter().map(|row| row.pid));
-    pids.extend(profile.io.iter().map(|row| row.pid));
-    pids.sort_unstable();
-    pids.dedup();
-    profile.processes = probes::shared::drain_processes(&maps, &pids)?;
+    profile.processes = probes::shared::drain_processes(&maps, &row_pids(&profile))?;
 
     profile
         .save(&args.output)
@@ -278,6 +273,16 @@ fn drain_families(
     Ok(())
 }
 
+/// Every process some row refers to, once.
+fn row_pids(profile: &Profile) -> Vec<u32> {
+    let mut pids: Vec<u32> = profile.locks.iter().map(|row| row.pid).collect();
+    pids.extend(profile.offcpu.iter().map(|row| row.pid));
+    pids.extend(profile.io.iter().map(|row| row.pid));
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
 /// The numbers so far, while the programs run (for metrics and progress).
 fn snapshot(
     plan: &Plan,
@@ -290,6 +295,10 @@ fn snapshot(
     profile.duration_s = elapsed_s;
     drain_families(plan, maps, stacks, devices, &mut profile)?;
     stacks.interner.copy_into(&mut profile);
+    // Off-CPU and IO series are labelled by process name.
+    if !profile.offcpu.is_empty() || !profile.io.is_empty() {
+        profile.processes = probes::shared::drain_processes(maps, &row_pids(&profile))?;
+    }
     profile.losses = probes::shared::drain_losses(maps)?;
     Ok(profile)
 }
@@ -365,7 +374,7 @@ fn start(
                 .with_context(|| format!("program {name} is not a tracepoint"))?;
             program
                 .load()
-                .with_context(|| format!("the kernel refused to load {name}"))?;
+                .map_err(|err| crate::probes::shared::load_error(name, err))?;
             program
                 .attach("sched", event)
                 .with_context(|| format!("cannot attach to sched:{event}"))?;
@@ -391,6 +400,18 @@ fn start(
 }
 
 fn explain_load_error(err: &str) -> String {
+    // A BTF or verifier log can follow the message: first line only, the rest to a file.
+    let (first, rest) = err.split_once('\n').unwrap_or((err, ""));
+    let err = if rest.trim().is_empty() {
+        first.to_string()
+    } else {
+        log::debug!("eBPF object load error in full:\n{err}");
+        let path = std::env::temp_dir().join(format!("lockpath-load-{}.log", std::process::id()));
+        match std::fs::write(&path, err) {
+            Ok(()) => format!("{} (full log in {})", first.trim(), path.display()),
+            Err(_) => format!("{} (RUST_LOG=debug prints the full log)", first.trim()),
+        }
+    };
     if err.contains("Operation not permitted") || err.contains("EPERM") {
         format!("the kernel refused to load lockpath's eBPF programs ({err}): run as root, or with CAP_BPF and CAP_PERFMON")
     } else {

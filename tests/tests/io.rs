@@ -428,6 +428,92 @@ fn ext4_directory_waits_and_block_requests() {
             "{line}"
         );
     }
+    check_io_exporters(&out, &profile_path, &io_rows, &name);
+}
+
+/// The exporters on the ext4 recording: diff per device and op (per second), pprof of
+/// the IO waits read by go, the HTML section with the device's histogram.
+fn check_io_exporters(dir: &Path, path: &Path, loop_rows: &[&serde_json::Value], device: &str) {
+    let path_str = path.to_str().expect("path");
+    let profile = load_json(path);
+    let duration_s = profile["duration_s"].as_f64().expect("duration");
+    let diff = lockpath_ok(&[
+        "diff", path_str, path_str, "--kind", "io", "--format", "json",
+    ]);
+    let diff: serde_json::Value = serde_json::from_slice(&diff.stdout).expect("diff JSON");
+    let reads: u64 = loop_rows
+        .iter()
+        .filter(|row| row["op"] == "read")
+        .map(|row| row["count"].as_u64().expect("count"))
+        .sum();
+    let key = format!("{device} read");
+    let row = diff_rows(&diff, "device")
+        .iter()
+        .find(|row| row["key"] == key.as_str())
+        .unwrap_or_else(|| panic!("{key} in {diff}"));
+    let per_s = reads as f64 / duration_s;
+    let events = row["new_events_per_s"].as_f64().expect("events");
+    assert!(
+        (events - per_s).abs() <= per_s * 1e-9,
+        "{row} vs {per_s} req/s"
+    );
+    assert_eq!(row["ratio"].as_f64(), Some(1.0));
+
+    let waits: Vec<&serde_json::Value> = profile["offcpu"]
+        .as_array()
+        .expect("offcpu rows")
+        .iter()
+        .filter(|row| {
+            ["buffer", "page", "block-io", "journal"].contains(&row["class"].as_str().unwrap_or(""))
+        })
+        .collect();
+    if require_tool("ext4_directory_waits_and_block_requests", "go") {
+        let pprof = dir.join("io.pb.gz");
+        lockpath_ok(&[
+            "export",
+            path_str,
+            "--format",
+            "pprof",
+            "--kind",
+            "io",
+            "-o",
+            pprof.to_str().expect("path"),
+        ]);
+        let total: u64 = waits
+            .iter()
+            .map(|row| row["total_ns"].as_u64().expect("total"))
+            .sum();
+        assert_eq!(
+            pprof_total(dir, &pprof, "io_wait", &["-unit", "ns"]),
+            total,
+            "pprof io_wait total is the IO classes' off-CPU time"
+        );
+    }
+
+    let html = dir.join("io.html");
+    lockpath_ok(&[
+        "report",
+        path_str,
+        "--format",
+        "html",
+        "-o",
+        html.to_str().expect("path"),
+    ]);
+    let page = std::fs::read_to_string(&html).expect("html written");
+    assert!(page.contains("<section id=\"io\">"), "io section");
+    assert!(
+        page.contains(&format!("Latency histogram: {device} (")),
+        "the loop device's histogram"
+    );
+    assert!(page.contains("<pre class=\"histogram\">"), "histogram");
+    assert!(
+        page.contains("title=\"IO wait flamegraph\""),
+        "IO flamegraph inline"
+    );
+    assert!(
+        page.contains("<section id=\"offcpu\">"),
+        "offcpu section too"
+    );
 }
 
 #[test]

@@ -143,7 +143,130 @@ fn known_sleep_is_reported_as_sleep_with_its_time() {
         svg.contains("do_nanosleep") && svg.contains("sleeper"),
         "stack and process in the SVG"
     );
+    check_offcpu_exporters(&dir, &profile_path, &profile, ours);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The exporters on the sleep recording: diff per second, pprof read by go, HTML
+/// section, merge of two copies. `sleeper_ns`: the sleeper thread's sleep time.
+fn check_offcpu_exporters(
+    dir: &std::path::Path,
+    path: &std::path::Path,
+    profile: &serde_json::Value,
+    sleeper_ns: u64,
+) {
+    let path_str = path.to_str().expect("path");
+    let duration_s = profile["duration_s"].as_f64().expect("duration");
+    let rows = profile["offcpu"].as_array().expect("offcpu rows");
+    let sum = |field: &str, class: Option<&str>| -> u64 {
+        rows.iter()
+            .filter(|row| class.is_none_or(|class| row["class"] == class))
+            .map(|row| row[field].as_u64().expect("number"))
+            .sum()
+    };
+
+    // diff against itself: per second of run, no change, sleep per class and process.
+    let diff = lockpath_ok(&[
+        "diff", path_str, path_str, "--kind", "offcpu", "--format", "json",
+    ]);
+    let diff: serde_json::Value = serde_json::from_slice(&diff.stdout).expect("diff JSON");
+    let sleep = diff_rows(&diff, "class")
+        .iter()
+        .find(|row| row["key"] == "sleep")
+        .unwrap_or_else(|| panic!("sleep class in {diff}"));
+    let per_s = sum("total_ns", Some("sleep")) as f64 / duration_s;
+    let new_per_s = sleep["new_per_s"].as_f64().expect("new_per_s");
+    assert!(
+        (new_per_s - per_s).abs() <= per_s * 1e-9,
+        "{sleep} vs {per_s}"
+    );
+    assert_eq!(sleep["change_per_s"].as_f64(), Some(0.0));
+    let sleeper = diff_rows(&diff, "process")
+        .iter()
+        .find(|row| row["key"] == "sleeper")
+        .unwrap_or_else(|| panic!("sleeper process in {diff}"));
+    assert!(
+        sleeper["new_per_s"].as_f64().expect("value") * duration_s >= sleeper_ns as f64 * 0.999
+    );
+    assert!(
+        diff_rows(&diff, "function").iter().any(|row| row["key"]
+            .as_str()
+            .is_some_and(|key| key.starts_with("sleep ") && key.contains("nanosleep"))),
+        "the nanosleep wait site in the function table: {diff}"
+    );
+    let text = lockpath_ok(&["diff", path_str, path_str, "--kind", "offcpu"]);
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    assert!(text.contains("offcpu by class:"), "{text}");
+    assert!(
+        text.lines().all(|line| line.chars().count() <= 100),
+        "{text}"
+    );
+
+    // pprof: go reads it and its totals are the profile's.
+    if require_tool("known_sleep_is_reported_as_sleep_with_its_time", "go") {
+        let pprof = dir.join("sleep.pb.gz");
+        let pprof_str = pprof.to_str().expect("path");
+        lockpath_ok(&[
+            "export", path_str, "--format", "pprof", "--kind", "offcpu", "-o", pprof_str,
+        ]);
+        assert_eq!(
+            pprof_total(dir, &pprof, "off_cpu", &["-unit", "ns"]),
+            sum("total_ns", None),
+            "pprof off_cpu total"
+        );
+        assert_eq!(pprof_total(dir, &pprof, "waits", &[]), sum("count", None));
+    }
+
+    // HTML: the per-process wait breakdown and the off-CPU flamegraph.
+    let html = dir.join("sleep.html");
+    lockpath_ok(&[
+        "report",
+        path_str,
+        "--format",
+        "html",
+        "-o",
+        html.to_str().expect("path"),
+    ]);
+    let page = std::fs::read_to_string(&html).expect("html written");
+    assert!(page.contains("<section id=\"offcpu\">"), "offcpu section");
+    assert!(
+        page.contains("<td>sleeper</td>"),
+        "sleeper in the breakdown"
+    );
+    assert!(
+        page.contains("title=\"off-CPU flamegraph\""),
+        "flamegraph inline"
+    );
+
+    // merge of two copies: every row twice, the second host's pids moved.
+    let merged = dir.join("merged.json");
+    lockpath_ok(&[
+        "merge",
+        path_str,
+        path_str,
+        "-o",
+        merged.to_str().expect("path"),
+    ]);
+    let merged = load_json(&merged);
+    let merged_rows = merged["offcpu"].as_array().expect("merged rows");
+    assert_eq!(merged_rows.len(), rows.len() * 2);
+    let merged_total: u64 = merged_rows
+        .iter()
+        .map(|row| row["total_ns"].as_u64().expect("total"))
+        .sum();
+    assert_eq!(merged_total, 2 * sum("total_ns", None));
+    let pids: std::collections::HashSet<u64> = merged["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .map(|process| process["pid"].as_u64().expect("pid"))
+        .collect();
+    assert!(
+        merged_rows
+            .iter()
+            .all(|row| pids.contains(&row["pid"].as_u64().expect("pid"))),
+        "every merged row refers to a merged process"
+    );
 }
 
 #[test]

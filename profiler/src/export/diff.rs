@@ -28,6 +28,9 @@ pub struct Breakdown {
     pub entries: BTreeMap<String, Measure>,
 }
 
+/// How a breakdown names a row (its table key).
+type RowKey<'a, R> = Box<dyn Fn(&R) -> String + 'a>;
+
 /// Keys stay comparable across runs: names, never pids (lock addresses of dynamic
 /// locks differ between runs; static locks keep their symbol).
 pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
@@ -63,7 +66,7 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
             }
         }
         Kind::Offcpu => {
-            let mut ways: Vec<(&'static str, Box<dyn Fn(&OffcpuRow) -> String>)> = vec![
+            let mut ways: Vec<(&'static str, RowKey<OffcpuRow>)> = vec![
                 ("class", Box::new(|row: &OffcpuRow| row.class.clone())),
                 (
                     "process",
@@ -90,7 +93,7 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
             }
         }
         Kind::Io => {
-            let mut ways: Vec<(&'static str, Box<dyn Fn(&IoRow) -> String>)> = vec![
+            let mut ways: Vec<(&'static str, RowKey<IoRow>)> = vec![
                 (
                     "device",
                     Box::new(|row: &IoRow| format!("{} {}", row.device, row.op)),

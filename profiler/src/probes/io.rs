@@ -66,7 +66,7 @@ pub fn attach(ebpf: &mut Ebpf, globals: &IoGlobals) -> Result<ProbeUse> {
             .with_context(|| format!("program {name} is not a tracepoint"))?;
         program
             .load()
-            .with_context(|| format!("the kernel refused to load {name}"))?;
+            .map_err(|err| crate::probes::shared::load_error(name, err))?;
         program
             .attach("block", event)
             .with_context(|| format!("cannot attach to block:{event}"))?;

@@ -66,7 +66,7 @@ pub fn attach(ebpf: &mut Ebpf, options: &OffcpuOptions) -> Result<ProbeUse> {
         .with_context(|| format!("program {name} is not a tracepoint"))?;
     program
         .load()
-        .with_context(|| format!("the kernel refused to load {name}"))?;
+        .map_err(|err| crate::probes::shared::load_error(name, err))?;
     program
         .attach("sched", "sched_switch")
         .context("cannot attach to sched:sched_switch")?;
