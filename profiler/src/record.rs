@@ -182,7 +182,14 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         if (progress || metrics.is_some()) && Instant::now() >= next_refresh {
             next_refresh = Instant::now() + Duration::from_secs(1);
             let elapsed = start.elapsed().as_secs_f64();
-            match snapshot(&plan, &maps, &mut stacks, devices.as_ref(), elapsed) {
+            match snapshot(
+                &plan,
+                &maps,
+                &mut stacks,
+                devices.as_ref(),
+                &probes,
+                elapsed,
+            ) {
                 Ok(live) => {
                     if let Some(metrics) = &metrics {
                         metrics.update(export::prometheus::render(&live));
@@ -289,10 +296,13 @@ fn snapshot(
     maps: &MapSet,
     stacks: &mut StackResolver,
     devices: Option<&DeviceNames>,
+    probes: &[ProbeUse],
     elapsed_s: f64,
 ) -> Result<Profile> {
     let mut profile = Profile::new();
     profile.duration_s = elapsed_s;
+    // Recorded families get their series from the first scrape on, even before events.
+    profile.probes = probes.to_vec();
     drain_families(plan, maps, stacks, devices, &mut profile)?;
     stacks.interner.copy_into(&mut profile);
     // Off-CPU and IO series are labelled by process name.

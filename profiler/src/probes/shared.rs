@@ -113,6 +113,7 @@ fn is_tracing_machinery(name: &str) -> bool {
         || name.starts_with("__bpf_trace_")
         || name.starts_with("__traceiter_")
         || name.starts_with("bpf_prog_")
+        || name.starts_with("__bpf_prog_run")
         || name == "trace_call_bpf"
         || name == "perf_trace_run_bpf_submit"
 }
