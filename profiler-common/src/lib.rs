@@ -5,10 +5,14 @@
 #![no_std]
 
 pub mod config;
+pub mod cpu;
+pub mod func;
 pub mod io;
+pub mod latency;
 pub mod lock;
 pub mod loss;
 pub mod offcpu;
+pub mod rpc;
 pub mod target;
 
 /// Implements `aya::Pod` for the listed types on the user side.

@@ -20,8 +20,8 @@ use profiler_common::{
 
 use crate::{
     shared::{
-        STACK_FLAGS_KERNEL, STACK_FLAGS_USER, STACKS, count_loss, load_u32, load_u64, now_ns,
-        remember_current_task, stack_id_or_loss,
+        STACK_FLAGS_KERNEL, STACK_FLAGS_USER, STACKS, count_loss, load_u32, load_u64,
+        note_user_process, now_ns, remember_current_task, stack_id_or_loss,
     },
     target::is_target,
 };
@@ -85,9 +85,15 @@ fn switch_out(ctx: &TracePointContext, prev_pid: u32, prev_state: u32, now: u64)
         Err(errno) if errno == -EEXIST => stack_id_or_loss(Err(errno)),
         Err(errno) => errno,
     };
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    // User space snapshots the process's memory map, to name the user frames even if
+    // the process exits before the end of the run.
+    if ustack_id >= 0 {
+        note_user_process(tgid);
+    }
     let start = OffcpuStart {
         start_ns: now,
-        tgid: (bpf_get_current_pid_tgid() >> 32) as u32,
+        tgid,
         kstack_id,
         ustack_id,
         state: if state & STATE_UNINTERRUPTIBLE != 0 {

@@ -37,6 +37,100 @@ pub struct Profile {
     /// Block-IO requests (`record --io`).
     #[serde(default)]
     pub io: Vec<IoRow>,
+    /// On-CPU sampling frequency in Hz (0: not sampled).
+    #[serde(default)]
+    pub cpu_freq_hz: u64,
+    /// On-CPU samples by (process, thread, kernel stack, user stack).
+    #[serde(default)]
+    pub cpu: Vec<CpuRow>,
+    /// Request / reply spans (`--rpc`, `--span`).
+    #[serde(default)]
+    pub rpcs: Vec<RpcRow>,
+    /// Function latencies (`--func`, `--ufunc`).
+    #[serde(default)]
+    pub funcs: Vec<FuncRow>,
+    /// Probes that were asked for but could not be used on this kernel, and why.
+    #[serde(default)]
+    pub unavailable: Vec<Unavailable>,
+}
+
+/// A requested probe that this kernel could not offer (the run went on without it).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Unavailable {
+    /// "rpc", "func", "ufunc".
+    pub family: String,
+    /// What was asked for: `sunrpc`, `vfs_read`, ...
+    pub what: String,
+    pub reason: String,
+}
+
+/// Latency aggregate of one row: count, total, extremes and a log2 histogram.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Latency {
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+    pub min_ns: u64,
+    /// `hist[i]` counts latencies in [2^i, 2^(i+1)) ns; trailing empty buckets left out.
+    #[serde(default)]
+    pub hist: Vec<u64>,
+}
+
+impl Latency {
+    pub fn mean_ns(&self) -> u64 {
+        self.total_ns.checked_div(self.count).unwrap_or(0)
+    }
+
+    /// Adds another aggregate (rows grouped for a table).
+    pub fn merge(&mut self, other: &Latency) {
+        self.min_ns = if self.count == 0 {
+            other.min_ns
+        } else {
+            self.min_ns.min(other.min_ns)
+        };
+        self.count += other.count;
+        self.total_ns += other.total_ns;
+        self.max_ns = self.max_ns.max(other.max_ns);
+        if self.hist.len() < other.hist.len() {
+            self.hist.resize(other.hist.len(), 0);
+        }
+        for (mine, theirs) in self.hist.iter_mut().zip(&other.hist) {
+            *mine += theirs;
+        }
+    }
+}
+
+/// One aggregated request/reply row: (provider, operation, issuing process, stacks).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct RpcRow {
+    /// "fuse", "sunrpc", "lustre" or "span".
+    pub provider: String,
+    /// Operation number (FUSE opcode, ...), 0 when the provider has none.
+    pub op: u32,
+    /// Operation name: `CREATE`, `WRITE`, ... (the number when unknown).
+    pub op_name: String,
+    /// Process that issued the request.
+    pub pid: u32,
+    /// Kernel stack of the issuer at the start.
+    pub start_stack: Option<u32>,
+    /// Kernel stack of whoever ran the completion.
+    pub end_stack: Option<u32>,
+    #[serde(flatten)]
+    pub latency: Latency,
+}
+
+/// One aggregated function-latency row: (function, process, stack at entry).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct FuncRow {
+    /// `vfs_read`, `ptlrpc:after_reply`, or `BINARY:SYMBOL` for user functions.
+    pub function: String,
+    /// A user-space function (`--ufunc`).
+    pub user: bool,
+    pub pid: u32,
+    /// Stack at entry (kernel stack, or user stack for user functions).
+    pub stack: Option<u32>,
+    #[serde(flatten)]
+    pub latency: Latency,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -120,6 +214,22 @@ pub struct LockRow {
     pub total_ns: u64,
     pub max_ns: u64,
     pub min_ns: u64,
+    /// Process holding the sleeping lock (mutex, writer-held rwsem) when the wait
+    /// began, read from the lock's owner field; absent when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_pid: Option<u32>,
+}
+
+/// On-CPU samples of one (process, thread, kernel stack, user stack).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct CpuRow {
+    pub pid: u32,
+    pub tid: u32,
+    /// Kernel part of the stack, `None` when the sample was taken in user mode (or lost).
+    pub kernel_stack: Option<u32>,
+    /// User part of the stack, `None` for kernel threads (or when lost).
+    pub user_stack: Option<u32>,
+    pub samples: u64,
 }
 
 /// One aggregated off-CPU row: (thread, state, kernel stack, user stack).
@@ -279,7 +389,40 @@ impl Profile {
                 }
             }
         }
+        let rpc_stacks = self
+            .rpcs
+            .iter()
+            .flat_map(|row| [("an rpc", row.start_stack), ("an rpc", row.end_stack)]);
+        let func_stacks = self.funcs.iter().map(|row| ("a func", row.stack));
+        for (what, stack) in rpc_stacks.chain(func_stacks) {
+            if let Some(stack) = stack {
+                if stack as usize >= self.stacks.len() {
+                    bail!(
+                        "{what} row refers to stack {stack}, but there are {} stacks",
+                        self.stacks.len()
+                    );
+                }
+            }
+        }
+        for row in &self.cpu {
+            for stack in [row.kernel_stack, row.user_stack].into_iter().flatten() {
+                if stack as usize >= self.stacks.len() {
+                    bail!(
+                        "a cpu row refers to stack {stack}, but there are {} stacks",
+                        self.stacks.len()
+                    );
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// Whether a stack was cut short (depth limit or a frame without frame pointers).
+    pub fn stack_truncated(&self, stack: Option<u32>) -> bool {
+        stack
+            .and_then(|id| self.stacks.get(id as usize))
+            .map(|stack| stack.truncated)
+            .unwrap_or(false)
     }
 
     /// Writes the profile atomically: a complete file or none (temporary file, fsync, rename).
@@ -408,6 +551,7 @@ mod tests {
             total_ns: 300,
             max_ns: 200,
             min_ns: 50,
+            owner_pid: Some(9),
         });
         profile
     }

@@ -18,7 +18,7 @@ use crate::{
     metrics::MetricsServer,
     probes::{
         self,
-        shared::{MapSet, StackResolver},
+        shared::{MapSet, ProcessWatcher, StackResolver},
     },
     probes::{
         io::{DeviceNames, IoGlobals},
@@ -49,27 +49,34 @@ struct Plan {
     offcpu: Option<OffcpuOptions>,
     io: bool,
     classifier: Classifier,
+    rpc: probes::rpc::RpcSetup,
+    funcs: Vec<String>,
+    func_method: crate::cli::FuncMethod,
+    ufuncs: Vec<probes::func::UserFunction>,
+    /// On-CPU sampling frequency in Hz, when asked for.
+    cpu: Option<u64>,
 }
 
 impl Plan {
-    /// The lock family is the default only when no family flag is given.
-    fn from_args(args: &RecordArgs) -> Result<Plan> {
-        waitclass::validate(&args.wait_class)?;
-        let offcpu = (args.offcpu || args.offcpu_all).then(|| OffcpuOptions {
-            all_states: args.offcpu_all,
-            min_wait_ns: args.min_wait.unwrap_or(0),
-        });
-        if offcpu.is_none() && (args.min_wait.is_some() || !args.wait_class.is_empty()) {
-            bail!("--min-wait and --wait-class apply to off-CPU recording: add --offcpu or --offcpu-all");
-        }
-        let any_family = offcpu.is_some() || args.io;
-        Ok(Plan {
-            lock: args.lock || !any_family,
-            offcpu,
-            io: args.io,
-            classifier: Classifier::new(args.wait_class.clone()),
-        })
+    /// Families that record user stacks need the process watcher (memory-map snapshots).
+    fn user_stacks(&self) -> bool {
+        self.cpu.is_some() || !self.ufuncs.is_empty() || self.offcpu.is_some()
     }
+}
+
+/// The off-CPU options from the flags, checked before anything is loaded.
+fn offcpu_options(args: &RecordArgs) -> Result<Option<OffcpuOptions>> {
+    waitclass::validate(&args.wait_class)?;
+    let offcpu = (args.offcpu || args.offcpu_all).then(|| OffcpuOptions {
+        all_states: args.offcpu_all,
+        min_wait_ns: args.min_wait.unwrap_or(0),
+    });
+    if offcpu.is_none() && (args.min_wait.is_some() || !args.wait_class.is_empty()) {
+        bail!(
+            "--min-wait and --wait-class apply to off-CPU recording: add --offcpu or --offcpu-all"
+        );
+    }
+    Ok(offcpu)
 }
 
 pub fn run(args: RecordArgs) -> Result<i32> {
@@ -85,9 +92,20 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     } else {
         Target::System
     };
-    let plan = Plan::from_args(&args)?;
+    let offcpu = offcpu_options(&args)?;
+    let rpc_plan = probes::rpc::RpcPlan::new(&args.rpc, args.span.clone())?;
+    let other_family = offcpu.is_some()
+        || args.io
+        || rpc_plan.any()
+        || !args.func.is_empty()
+        || !args.ufunc.is_empty()
+        || args.cpu;
+    let cpu = args.cpu.then_some(args.freq);
 
     target.validate()?;
+    if let Some(freq) = cpu {
+        probes::cpu::check_frequency(freq)?;
+    }
     check_privileges()?;
     check_output(&args.output)?;
     if EBPF_OBJECT.is_empty() {
@@ -97,6 +115,22 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     }
     tracefs::ensure_mounted()?;
     let kernel_symbols = KernelSymbols::load()?;
+    let ufuncs = probes::func::validate(&args.func, &args.ufunc, &kernel_symbols)?;
+    // Hooks this kernel lacks: one line each, and the run goes on without them.
+    let mut unavailable = Vec::new();
+    let rpc_setup = probes::rpc::resolve(&rpc_plan, &kernel_symbols, &mut unavailable)?;
+    let plan = Plan {
+        // The lock family is the default when no other family is asked for.
+        lock: args.lock || !other_family,
+        offcpu,
+        io: args.io,
+        classifier: Classifier::new(args.wait_class.clone()),
+        rpc: rpc_setup,
+        funcs: args.func.clone(),
+        func_method: args.func_method,
+        ufuncs,
+        cpu,
+    };
     // Bound before anything is loaded, so a busy port fails fast.
     let metrics = match args.metrics {
         Some(addr) => Some(MetricsServer::start(
@@ -119,15 +153,21 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         &target,
         child.as_ref().map(|child| child.pid),
         &kernel_symbols,
+        &mut unavailable,
     )
-    .and_then(|(mut ebpf, probes)| {
+    .and_then(|(mut ebpf, probes, func_targets, watcher)| {
         // The maps leave the object (the programs stay attached until it is dropped),
         // so they can be read live and after the detach alike.
         let mut maps = MapSet::take_all(&mut ebpf);
         let stacks = StackResolver::new(&mut maps, kernel_symbols)?;
-        Ok((ebpf, probes, maps, stacks))
+        Ok((ebpf, probes, func_targets, maps, stacks, watcher))
+    })
+    .and_then(|started| {
+        // A `-p` process that exited meanwhile: nothing of it could be recorded.
+        target.check_alive()?;
+        Ok(started)
     });
-    let (ebpf, probes, maps, mut stacks) = match started {
+    let (ebpf, probes, func_targets, maps, mut stacks, mut watcher) = match started {
         Ok(started) => started,
         Err(err) => {
             if let Some(child) = child.as_mut() {
@@ -184,6 +224,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
             let elapsed = start.elapsed().as_secs_f64();
             match snapshot(
                 &plan,
+                &func_targets,
                 &maps,
                 &mut stacks,
                 devices.as_ref(),
@@ -202,7 +243,20 @@ pub fn run(args: RecordArgs) -> Result<i32> {
                 Err(err) => log::warn!("cannot read the kernel maps while recording: {err:#}"),
             }
         }
-        std::thread::sleep(Duration::from_millis(50));
+        if let Target::Pids(pids) = &target {
+            if pids.iter().all(|&pid| !crate::target::is_alive(pid)) {
+                eprintln!("lockpath: every target process has exited; stopping");
+                break;
+            }
+        }
+        // Short sleeps while watching processes: a snapshot must beat a quick exit.
+        match watcher.as_mut() {
+            Some(watcher) => {
+                watcher.poll(&mut stacks.user);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            None => std::thread::sleep(Duration::from_millis(50)),
+        }
     }
     if progress_shown {
         eprint!("\r\x1b[K");
@@ -224,12 +278,23 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     profile.command_line = std::env::args().collect();
     profile.targets = target.describe();
     profile.probes = probes;
+    profile.unavailable = unavailable;
 
     // Devices that appeared during the run get their names too.
     if let Some(devices) = devices.as_mut() {
         devices.merge(DeviceNames::scan());
     }
-    drain_families(&plan, &maps, &mut stacks, devices.as_ref(), &mut profile)?;
+    if let Some(watcher) = watcher {
+        watcher.finish(&mut stacks.user);
+    }
+    drain_families(
+        &plan,
+        &func_targets,
+        &maps,
+        &mut stacks,
+        devices.as_ref(),
+        &mut profile,
+    )?;
     stacks.interner.finish(&mut profile);
     profile.losses = probes::shared::drain_losses(&maps)?;
     profile.processes = probes::shared::drain_processes(&maps, &row_pids(&profile))?;
@@ -242,10 +307,14 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     if let Some(svg) = &args.flamegraph {
         let kind = if plan.lock {
             crate::cli::Kind::Lock
+        } else if plan.cpu.is_some() {
+            crate::cli::Kind::Cpu
         } else if plan.offcpu.is_some() {
             crate::cli::Kind::Offcpu
-        } else {
+        } else if plan.io {
             crate::cli::Kind::Io
+        } else {
+            crate::cli::Kind::Cpu
         };
         export::flamegraph::write_svg(&profile, kind, svg)?;
         eprintln!("lockpath: flamegraph written to {}", svg.display());
@@ -263,6 +332,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
 /// A family adds its line.
 fn drain_families(
     plan: &Plan,
+    func_targets: &[probes::func::FuncTarget],
     maps: &MapSet,
     stacks: &mut StackResolver,
     devices: Option<&DeviceNames>,
@@ -277,6 +347,12 @@ fn drain_families(
     if let Some(devices) = devices {
         profile.io = probes::io::drain(maps, devices)?;
     }
+    profile.rpcs = probes::rpc::drain(maps, stacks, &plan.rpc)?;
+    profile.funcs = probes::func::drain(maps, stacks, func_targets)?;
+    if let Some(freq) = plan.cpu {
+        profile.cpu_freq_hz = freq;
+        profile.cpu = probes::cpu::drain(maps, stacks)?;
+    }
     Ok(())
 }
 
@@ -285,6 +361,9 @@ fn row_pids(profile: &Profile) -> Vec<u32> {
     let mut pids: Vec<u32> = profile.locks.iter().map(|row| row.pid).collect();
     pids.extend(profile.offcpu.iter().map(|row| row.pid));
     pids.extend(profile.io.iter().map(|row| row.pid));
+    pids.extend(profile.rpcs.iter().map(|row| row.pid));
+    pids.extend(profile.funcs.iter().map(|row| row.pid));
+    pids.extend(profile.cpu.iter().map(|row| row.pid));
     pids.sort_unstable();
     pids.dedup();
     pids
@@ -293,6 +372,7 @@ fn row_pids(profile: &Profile) -> Vec<u32> {
 /// The numbers so far, while the programs run (for metrics and progress).
 fn snapshot(
     plan: &Plan,
+    func_targets: &[probes::func::FuncTarget],
     maps: &MapSet,
     stacks: &mut StackResolver,
     devices: Option<&DeviceNames>,
@@ -303,7 +383,7 @@ fn snapshot(
     profile.duration_s = elapsed_s;
     // Recorded families get their series from the first scrape on, even before events.
     profile.probes = probes.to_vec();
-    drain_families(plan, maps, stacks, devices, &mut profile)?;
+    drain_families(plan, func_targets, maps, stacks, devices, &mut profile)?;
     stacks.interner.copy_into(&mut profile);
     // Off-CPU and IO series are labelled by process name.
     if !profile.offcpu.is_empty() || !profile.io.is_empty() {
@@ -328,12 +408,33 @@ fn progress_line(live: &Profile) -> String {
         let requests: u64 = live.io.iter().map(|row| row.count).sum();
         parts.push(format!("{requests} IO requests"));
     }
+    if !live.cpu.is_empty() {
+        let samples: u64 = live.cpu.iter().map(|row| row.samples).sum();
+        parts.push(format!("{samples} CPU samples"));
+    }
+    if !live.rpcs.is_empty() {
+        let requests: u64 = live.rpcs.iter().map(|row| row.latency.count).sum();
+        parts.push(format!("{requests} requests"));
+    }
+    if !live.funcs.is_empty() {
+        let calls: u64 = live.funcs.iter().map(|row| row.latency.count).sum();
+        parts.push(format!("{calls} calls"));
+    }
     let lost: u64 = live.losses.values().sum();
     if lost > 0 {
         parts.push(format!("{lost} lost"));
     }
     parts.join(", ")
 }
+
+/// What `start` hands back: the loaded object, the probes in use, the function slots
+/// (`--func`/`--ufunc`) and the process watcher when user stacks are recorded.
+type Started = (
+    Ebpf,
+    Vec<ProbeUse>,
+    Vec<probes::func::FuncTarget>,
+    Option<ProcessWatcher>,
+);
 
 /// Loads the object, installs the target filter and attaches the requested families.
 fn start(
@@ -342,7 +443,8 @@ fn start(
     target: &Target,
     child: Option<u32>,
     kernel_symbols: &KernelSymbols,
-) -> Result<(Ebpf, Vec<ProbeUse>)> {
+    unavailable: &mut Vec<crate::profile::Unavailable>,
+) -> Result<Started> {
     let filter_mode = target.filter_mode();
     let fork_child_pid = tracefs::field_offset("sched", "sched_process_fork", "child_pid")?;
     let exit_group_dead =
@@ -353,20 +455,28 @@ fn start(
     } else {
         None
     };
+    let lock_layout = probes::lock::layout();
     let mut loader = EbpfLoader::new();
     loader
         .override_global("FILTER_MODE", &filter_mode, true)
         .override_global("FORK_CHILD_PID_OFFSET", &fork_child_pid, true)
         .override_global("EXIT_GROUP_DEAD_OFFSET", &exit_group_dead, true)
+        .override_global("LOCK_LAYOUT", &lock_layout, true)
         .map_max_entries("STACKS", args.stack_entries)
         .map_max_entries("LOCK_STATS", args.map_entries)
         .map_max_entries("OFFCPU_STATS", args.map_entries)
-        .map_max_entries("IO_STATS", args.map_entries);
+        .map_max_entries("IO_STATS", args.map_entries)
+        .map_max_entries("RPC_STATS", args.map_entries)
+        .map_max_entries("FUNC_STATS", args.map_entries)
+        .map_max_entries("CPU_SAMPLES", args.map_entries);
     if let Some(globals) = &offcpu_globals {
         globals.apply(&mut loader);
     }
     if let Some(globals) = &io_globals {
         globals.apply(&mut loader);
+    }
+    for (name, value) in &plan.rpc.globals {
+        loader.override_global(name, value, true);
     }
     let mut ebpf = loader
         .load(EBPF_OBJECT)
@@ -392,6 +502,12 @@ fn start(
     }
     target.install(&mut ebpf, child)?;
 
+    // The watcher first: a process must be noted before its first sample is counted.
+    let watcher = if plan.user_stacks() {
+        Some(ProcessWatcher::start(&mut ebpf)?)
+    } else {
+        None
+    };
     let mut probes = Vec::new();
     if plan.lock {
         probes.push(probes::lock::attach(
@@ -406,7 +522,19 @@ fn start(
     if let Some(globals) = &io_globals {
         probes.push(probes::io::attach(&mut ebpf, globals)?);
     }
-    Ok((ebpf, probes))
+    probes.extend(probes::rpc::attach(&mut ebpf, &plan.rpc)?);
+    let (func_probes, func_targets) = probes::func::attach(
+        &mut ebpf,
+        &plan.funcs,
+        plan.func_method,
+        &plan.ufuncs,
+        unavailable,
+    )?;
+    probes.extend(func_probes);
+    if let Some(freq) = plan.cpu {
+        probes.push(probes::cpu::attach(&mut ebpf, freq)?);
+    }
+    Ok((ebpf, probes, func_targets, watcher))
 }
 
 fn explain_load_error(err: &str) -> String {

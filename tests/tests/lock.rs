@@ -89,6 +89,20 @@ fn lock_contention_matches_perf_and_renders() {
         flags_seen.iter().any(|&flags| flags == 2 || flags == 4),
         "an rwsem row (mmap_lock, flags READ or WRITE): {flags_seen:?}"
     );
+    // The rwsem the mmap threads fight over is their own mm's mmap_lock: lockpath names
+    // it so, and when it read an owner, the owner is lock-storm itself (nobody else can
+    // hold that process's mmap_lock).
+    for row in rows
+        .iter()
+        .filter(|row| matches!(row["flags"].as_u64(), Some(2 | 4)))
+    {
+        if row["count"].as_u64().unwrap_or(0) >= 5 {
+            assert_eq!(row["lock_name"], "mmap_lock", "rwsem row {row}");
+        }
+        if let Some(owner) = row["owner_pid"].as_u64() {
+            assert_eq!(owner, storm_pid, "owner of lock-storm's mmap_lock: {row}");
+        }
+    }
 
     // The count agrees with perf's independent count of the same tracepoint.
     let ours: u64 = rows

@@ -4,6 +4,22 @@ mod common;
 
 use common::*;
 
+/// (name, module) of the frames of stack `id`, leaf first.
+fn user_frames(profile: &serde_json::Value, id: u64) -> Vec<(String, String)> {
+    profile["stacks"][id as usize]["frames"]
+        .as_array()
+        .expect("stack frames")
+        .iter()
+        .map(|frame| {
+            let frame = &profile["frames"][frame.as_u64().expect("frame index") as usize];
+            (
+                frame["name"].as_str().unwrap_or("").to_string(),
+                frame["module"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
 /// `sleeper tid=N slept_ns=T` from the workload's output.
 fn parse_sleeper(stdout: &str) -> (u64, u64) {
     let line = stdout
@@ -102,6 +118,25 @@ fn known_sleep_is_reported_as_sleep_with_its_time() {
             frames.iter().any(|name| name.contains("nanosleep")),
             "the nanosleep path is in the stack: {frames:?}"
         );
+        // The user side of the same wait, named by the user symbolizer (the process was
+        // noted while it lived): libc's nanosleep at the leaf, and the sleeper's own
+        // code (std::thread::sleep is inlined into it in release builds) by name.
+        let ustack = row["ustack"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("a user stack for the sleep: {row}"));
+        let user = user_frames(&profile, ustack);
+        assert!(
+            user.first()
+                .is_some_and(|(name, _)| name.contains("nanosleep")),
+            "libc's nanosleep is the user leaf: {user:?}"
+        );
+        assert!(
+            user.iter()
+                .any(|(name, module)| module.ends_with("/sleeper")
+                    && !name.contains("+0x")
+                    && !name.starts_with("0x")),
+            "a named frame of the sleeper binary in the user stack: {user:?}"
+        );
     }
 
     // The summary, the JSON report and the flamegraph carry it too.
@@ -142,6 +177,33 @@ fn known_sleep_is_reported_as_sleep_with_its_time() {
     assert!(
         svg.contains("do_nanosleep") && svg.contains("sleeper"),
         "stack and process in the SVG"
+    );
+    // Folded order: process; class; user frames from the root; kernel frames.
+    let folded = lockpath_ok(&[
+        "export",
+        profile_path.to_str().expect("path"),
+        "--format",
+        "folded",
+        "--kind",
+        "offcpu",
+    ]);
+    let folded = String::from_utf8_lossy(&folded.stdout).into_owned();
+    let line = folded
+        .lines()
+        .find(|line| line.starts_with("sleeper;sleep;") && line.contains("do_nanosleep"))
+        .unwrap_or_else(|| panic!("a sleeper sleep line:\n{folded}"));
+    let frames: Vec<&str> = line.split(' ').next().unwrap_or("").split(';').collect();
+    let user_leaf = frames
+        .iter()
+        .position(|frame| *frame == "clock_nanosleep" || *frame == "__nanosleep")
+        .unwrap_or_else(|| panic!("libc's nanosleep in the folded line: {line}"));
+    let kernel_at = frames
+        .iter()
+        .position(|frame| *frame == "do_nanosleep")
+        .expect("kernel frame");
+    assert!(
+        user_leaf > 2 && user_leaf < kernel_at,
+        "process; class; user frames; then kernel frames: {line}"
     );
     check_offcpu_exporters(&dir, &profile_path, &profile, ours);
     let _ = std::fs::remove_dir_all(&dir);

@@ -9,7 +9,7 @@ use crate::{
     cli::{GroupBy, Kind},
     export::{
         offcpu::is_scheduler_frame,
-        report::{fit, lock_groups},
+        report::{cpu_functions, cpu_processes, fit, lock_groups},
     },
     profile::{IoRow, OffcpuRow, Profile},
     units::format_ns,
@@ -118,6 +118,60 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
                 out.push(Breakdown { by, entries });
             }
         }
+        Kind::Rpc | Kind::Func => {
+            let groups = if kind == Kind::Rpc {
+                crate::export::report::rpc_groups(profile)
+            } else {
+                crate::export::report::func_groups(profile)
+            };
+            let what = if kind == Kind::Rpc {
+                "operation"
+            } else {
+                "function"
+            };
+            let mut by_name: BTreeMap<String, Measure> = BTreeMap::new();
+            let mut by_process: BTreeMap<String, Measure> = BTreeMap::new();
+            for group in groups {
+                for (entries, key) in [
+                    (&mut by_name, group.name.clone()),
+                    (&mut by_process, format!("{} {}", group.name, group.process)),
+                ] {
+                    let entry = entries.entry(key).or_default();
+                    entry.value += group.total_ns;
+                    entry.events += group.count;
+                }
+            }
+            out.push(Breakdown {
+                by: what,
+                entries: by_name,
+            });
+            out.push(Breakdown {
+                by: "process",
+                entries: by_process,
+            });
+        }
+        Kind::Cpu => {
+            let mut processes: BTreeMap<String, Measure> = BTreeMap::new();
+            for process in cpu_processes(profile) {
+                let entry = processes.entry(process.process).or_default();
+                entry.value += process.samples;
+                entry.events += process.samples;
+            }
+            out.push(Breakdown {
+                by: "process",
+                entries: processes,
+            });
+            let mut functions: BTreeMap<String, Measure> = BTreeMap::new();
+            for function in cpu_functions(profile) {
+                let entry = functions.entry(function.function).or_default();
+                entry.value += function.self_samples;
+                entry.events += function.total_samples;
+            }
+            out.push(Breakdown {
+                by: "function (self, total)",
+                entries: functions,
+            });
+        }
     }
     out
 }
@@ -148,12 +202,18 @@ fn value_names(kind: Kind) -> (&'static str, &'static str) {
         Kind::Lock => ("wait/s", "cont/s"),
         Kind::Offcpu => ("off/s", "waits/s"),
         Kind::Io => ("lat/s", "req/s"),
+        Kind::Rpc => ("latency/s", "req/s"),
+        Kind::Func => ("time/s", "calls/s"),
+        Kind::Cpu => ("samples/s", "total/s"),
     }
 }
 
 fn format_value(kind: Kind, per_second: f64) -> String {
     match kind {
-        Kind::Lock | Kind::Offcpu | Kind::Io => format_ns(per_second.abs().round() as u64),
+        Kind::Lock | Kind::Offcpu | Kind::Io | Kind::Rpc | Kind::Func => {
+            format_ns(per_second.abs().round() as u64)
+        }
+        Kind::Cpu => format!("{:.1}", per_second.abs()),
     }
 }
 
@@ -182,7 +242,8 @@ pub struct DiffTable {
 
 fn unit(kind: Kind) -> &'static str {
     match kind {
-        Kind::Lock | Kind::Offcpu | Kind::Io => "ns/s",
+        Kind::Lock | Kind::Offcpu | Kind::Io | Kind::Rpc | Kind::Func => "ns/s",
+        Kind::Cpu => "samples/s",
     }
 }
 

@@ -25,6 +25,21 @@ fn labels(kind: Kind) -> (&'static str, &'static str, f64) {
             "ms",
             0.001,
         ),
+        Kind::Rpc => (
+            "Request latency by completion stack (width: request time, ms)",
+            "ms",
+            0.001,
+        ),
+        Kind::Func => (
+            "Function latency by stack at entry (width: time in the function, ms)",
+            "ms",
+            0.001,
+        ),
+        Kind::Cpu => (
+            "On-CPU samples (width: CPU time; kernel frames _[k], orange)",
+            "samples",
+            1.0,
+        ),
     }
 }
 
@@ -47,15 +62,44 @@ fn diff_labels(kind: Kind) -> (&'static str, &'static str, f64) {
             "ms/s",
             1e-6,
         ),
+        Kind::Rpc => (
+            "Request latency, NEW against BASE (width: NEW latency in ms per second of run; red grew, blue shrank)",
+            "ms/s",
+            1e-6,
+        ),
+        Kind::Func => (
+            "Function latency, NEW against BASE (width: NEW time in ms per second of run; red grew, blue shrank)",
+            "ms/s",
+            1e-6,
+        ),
+        Kind::Cpu => (
+            "On-CPU samples, NEW against BASE (width: NEW samples per second of run; red grew, blue shrank)",
+            "samples/s",
+            1.0,
+        ),
     }
 }
 
-fn render_lines(lines: &[String], title: String, count_name: &str, factor: f64) -> Result<Vec<u8>> {
+fn render_lines(
+    lines: &[String],
+    kind: Kind,
+    title: String,
+    subtitle: Option<String>,
+    count_name: &str,
+    factor: f64,
+) -> Result<Vec<u8>> {
     let mut options = inferno::flamegraph::Options::default();
     options.title = title;
     options.count_name = count_name.to_string();
     options.factor = factor;
     options.name_type = "Function:".to_string();
+    if kind == Kind::Cpu {
+        // Kernel frames (`_[k]`) orange, Rust/C++ (`::`) yellow, C red.
+        options.colors = inferno::flamegraph::color::Palette::Multi(
+            inferno::flamegraph::color::MultiPalette::Perl,
+        );
+    }
+    options.subtitle = subtitle;
     let mut svg = Vec::new();
     if lines.is_empty() {
         // inferno refuses empty input; an empty profile still gets a readable file.
@@ -80,7 +124,14 @@ pub fn render_svg(profile: &Profile, kind: Kind) -> Result<Vec<u8>> {
         .collect();
     let (title, count_name, factor) = labels(kind);
     let title = format!("{title} — {} — {:.1} s", profile.host, profile.duration_s);
-    render_lines(&lines, title, count_name, factor)
+    let subtitle = (kind == Kind::Cpu && profile.cpu_freq_hz > 0).then(|| {
+        format!(
+            "{} Hz per CPU: one sample is about {:.1} ms of CPU",
+            profile.cpu_freq_hz,
+            1000.0 / profile.cpu_freq_hz as f64
+        )
+    });
+    render_lines(&lines, kind, title, subtitle, count_name, factor)
 }
 
 pub fn write_svg(profile: &Profile, kind: Kind, path: &Path) -> Result<()> {
@@ -117,7 +168,9 @@ pub fn render_diff_svg(base: &Profile, new: &Profile, kind: Kind) -> Result<Vec<
     let (title, count_name, factor) = diff_labels(kind);
     render_lines(
         &diff_lines(base, new, kind),
+        kind,
         title.to_string(),
+        None,
         count_name,
         factor,
     )

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use crate::{
     cli::Kind,
     probes::lock::{is_lock_internal, lock_type_name},
-    profile::Profile,
+    profile::{CpuRow, Profile},
     waitclass::IO_CLASSES,
 };
 
@@ -23,6 +23,9 @@ pub struct Sample {
 pub fn sample_types(kind: Kind) -> &'static [(&'static str, &'static str)] {
     match kind {
         Kind::Lock => &[("contentions", "count"), ("delay", "nanoseconds")],
+        Kind::Rpc => &[("requests", "count"), ("latency", "nanoseconds")],
+        Kind::Func => &[("calls", "count"), ("latency", "nanoseconds")],
+        Kind::Cpu => &[("samples", "count")],
         Kind::Offcpu => &[("waits", "count"), ("off_cpu", "nanoseconds")],
         Kind::Io => &[("waits", "count"), ("io_wait", "nanoseconds")],
     }
@@ -32,7 +35,8 @@ pub fn sample_types(kind: Kind) -> &'static [(&'static str, &'static str)] {
 /// folded unit (delay or time off CPU in nanoseconds, folded in microseconds).
 pub fn flame_value(kind: Kind) -> (usize, u64) {
     match kind {
-        Kind::Lock | Kind::Offcpu | Kind::Io => (1, 1_000),
+        Kind::Lock | Kind::Offcpu | Kind::Io | Kind::Rpc | Kind::Func => (1, 1_000),
+        Kind::Cpu => (0, 1),
     }
 }
 
@@ -87,6 +91,9 @@ pub fn samples(profile: &Profile, kind: Kind) -> Vec<Sample> {
                     continue;
                 }
                 let mut frames = vec![clean(&profile.process_name(row.pid)), clean(&row.class)];
+                if row.ustack.is_some() && profile.stack_truncated(row.ustack) {
+                    frames.push("[truncated]".into());
+                }
                 frames.extend(
                     profile
                         .stack_frames(row.ustack)
@@ -107,11 +114,61 @@ pub fn samples(profile: &Profile, kind: Kind) -> Vec<Sample> {
                 add(frames, &[row.count, row.total_ns]);
             }
         }
+        Kind::Rpc => {
+            // Who runs the completion path, weighted by the latency of the requests.
+            for row in &profile.rpcs {
+                let mut parts = vec![
+                    clean(&profile.process_name(row.pid)),
+                    clean(&format!("{} {}", row.provider, row.op_name)),
+                ];
+                push_stack(&mut parts, profile, row.end_stack);
+                add(parts, &[row.latency.count, row.latency.total_ns]);
+            }
+        }
+        Kind::Func => {
+            for row in &profile.funcs {
+                let mut parts = vec![clean(&profile.process_name(row.pid)), clean(&row.function)];
+                push_stack(&mut parts, profile, row.stack);
+                add(parts, &[row.latency.count, row.latency.total_ns]);
+            }
+        }
+        Kind::Cpu => {
+            for row in &profile.cpu {
+                add(cpu_frames(profile, row), &[row.samples]);
+            }
+        }
     }
     merged
         .into_iter()
         .map(|(frames, values)| Sample { frames, values })
         .collect()
+}
+
+/// Suffix of kernel frames in CPU stacks, as perf and inferno write it (inferno's
+/// palettes color such frames apart).
+pub const KERNEL_SUFFIX: &str = "_[k]";
+
+/// On-CPU sample: process; user frames from the outermost; kernel frames (`_[k]`) from
+/// the system call or interrupt entry to the leaf. A user stack that stops short of the
+/// program's entry point starts with `[truncated]`, so it does not pose as complete.
+pub fn cpu_frames(profile: &Profile, row: &CpuRow) -> Vec<String> {
+    let mut frames = vec![clean(&profile.process_name(row.pid))];
+    let user = profile.stack_frames(row.user_stack);
+    if row.user_stack.is_some() && profile.stack_truncated(row.user_stack) {
+        frames.push("[truncated]".into());
+    }
+    frames.extend(user.iter().rev().map(|frame| clean(&frame.display())));
+    let kernel = profile.stack_frames(row.kernel_stack);
+    frames.extend(
+        kernel
+            .iter()
+            .rev()
+            .map(|frame| format!("{}{KERNEL_SUFFIX}", clean(&frame.display()))),
+    );
+    if user.is_empty() && kernel.is_empty() {
+        frames.push("[stack lost]".into());
+    }
+    frames
 }
 
 /// Folded lines (`root;...;leaf`, value in the kind's folded unit), zero lines left out.
@@ -124,6 +181,21 @@ pub fn lines(profile: &Profile, kind: Kind) -> Vec<(String, u64)> {
             (value > 0).then(|| (sample.frames.join(";"), value))
         })
         .collect()
+}
+
+/// Appends a stack, outermost frame first (`[stack lost]` when it was lost).
+fn push_stack(parts: &mut Vec<String>, profile: &Profile, stack: Option<u32>) {
+    if stack.is_none() {
+        parts.push("[stack lost]".into());
+        return;
+    }
+    parts.extend(
+        profile
+            .stack_frames(stack)
+            .iter()
+            .rev()
+            .map(|frame| clean(&frame.display())),
+    );
 }
 
 pub fn render(profile: &Profile, kind: Kind) -> String {
@@ -194,6 +266,58 @@ mod tests {
         assert_eq!(samples.len(), 1, "IO classes only");
         assert_eq!(samples[0].values, vec![8, 3_000]);
         assert_eq!(samples[0].values.len(), sample_types(Kind::Io).len());
+    }
+
+    #[test]
+    fn cpu_lines_put_user_under_kernel_and_mark_truncation() {
+        use crate::profile::{CpuRow, Frame, Process, StackInterner};
+        let mut profile = Profile::new();
+        let mut interner = StackInterner::default();
+        let user = |name: &str| Frame {
+            name: name.into(),
+            module: Some("/bin/app".into()),
+            kernel: false,
+        };
+        let kernel = |name: &str| Frame {
+            name: name.into(),
+            module: None,
+            kernel: true,
+        };
+        let complete = interner.stack(vec![user("app::hot"), user("main"), user("_start")], false);
+        let cut = interner.stack(vec![user("app::cold"), user("0x1234")], true);
+        let syscall = interner.stack(vec![kernel("_raw_spin_lock"), kernel("do_pipe2")], false);
+        interner.finish(&mut profile);
+        profile.processes = vec![Process {
+            pid: 5,
+            comm: "app".into(),
+            ..Default::default()
+        }];
+        let row = |user_stack, kernel_stack, samples| CpuRow {
+            pid: 5,
+            tid: 5,
+            kernel_stack,
+            user_stack,
+            samples,
+        };
+        profile.cpu = vec![
+            row(Some(complete), Some(syscall), 7),
+            row(Some(cut), None, 3),
+            row(None, Some(syscall), 2),
+        ];
+        let text = render(&profile, Kind::Cpu);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines.contains(&"app;_start;main;app::hot;do_pipe2_[k];_raw_spin_lock_[k] 7"),
+            "{text}"
+        );
+        assert!(
+            lines.contains(&"app;[truncated];0x1234;app::cold 3"),
+            "{text}"
+        );
+        assert!(
+            lines.contains(&"app;do_pipe2_[k];_raw_spin_lock_[k] 2"),
+            "{text}"
+        );
     }
 
     #[test]

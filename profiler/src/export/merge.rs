@@ -27,6 +27,20 @@ fn remap_rows(profile: &mut Profile, pid: &dyn Fn(u32) -> u32, stack: &dyn Fn(u3
     for row in &mut profile.io {
         row.pid = pid(row.pid);
     }
+    for row in &mut profile.cpu {
+        row.pid = pid(row.pid);
+        row.kernel_stack = row.kernel_stack.map(stack);
+        row.user_stack = row.user_stack.map(stack);
+    }
+    for row in &mut profile.rpcs {
+        row.pid = pid(row.pid);
+        row.start_stack = row.start_stack.map(stack);
+        row.end_stack = row.end_stack.map(stack);
+    }
+    for row in &mut profile.funcs {
+        row.pid = pid(row.pid);
+        row.stack = row.stack.map(stack);
+    }
 }
 
 /// Appends `input`'s rows of every family to `merged`. A family adds its line.
@@ -34,6 +48,12 @@ fn append_rows(merged: &mut Profile, input: Profile) {
     merged.locks.extend(input.locks);
     merged.offcpu.extend(input.offcpu);
     merged.io.extend(input.io);
+    // Hosts sampled at different rates: the highest is kept (samples stay counts).
+    merged.cpu_freq_hz = merged.cpu_freq_hz.max(input.cpu_freq_hz);
+    merged.cpu.extend(input.cpu);
+    merged.rpcs.extend(input.rpcs);
+    merged.funcs.extend(input.funcs);
+    merged.unavailable.extend(input.unavailable);
 }
 
 pub fn merge(inputs: Vec<Profile>, command_line: Vec<String>) -> Result<Profile> {

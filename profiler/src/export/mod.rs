@@ -20,6 +20,9 @@ pub fn has_kind(profile: &Profile, kind: Kind) -> bool {
     let recorded = |family: &str| profile.probes.iter().any(|probe| probe.family == family);
     match kind {
         Kind::Lock => recorded("lock") || !profile.locks.is_empty(),
+        Kind::Rpc => recorded("rpc") || !profile.rpcs.is_empty(),
+        Kind::Func => recorded("func") || recorded("ufunc") || !profile.funcs.is_empty(),
+        Kind::Cpu => recorded("cpu") || !profile.cpu.is_empty(),
         Kind::Offcpu => recorded("offcpu") || !profile.offcpu.is_empty(),
         // Block-IO rows, or off-CPU waits in an IO class (the IO flamegraph).
         Kind::Io => {

@@ -17,6 +17,24 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
 }
 
 /// Lock wait seconds and contentions per lock type and caller.
+fn cpu_series(profile: &Profile, out: &mut String) {
+    header(
+        out,
+        "lockpath_cpu_samples_total",
+        "counter",
+        "On-CPU samples (perf cpu-clock, idle not counted), by process.",
+    );
+    for process in crate::export::report::cpu_processes(profile) {
+        let _ = writeln!(
+            out,
+            "lockpath_cpu_samples_total{{process=\"{}\",pid=\"{}\"}} {}",
+            label(&process.process),
+            process.pid,
+            process.samples
+        );
+    }
+}
+
 fn lock_series(profile: &Profile, out: &mut String) {
     let groups = lock_groups(profile, GroupBy::Caller);
     header(
@@ -179,6 +197,47 @@ fn common_series(profile: &Profile, out: &mut String) {
     }
 }
 
+/// Latency totals and counts of the rpc or func tables, by name and process.
+fn latency_series(
+    out: &mut String,
+    family: &str,
+    what: &str,
+    groups: &[crate::export::report::LatencyGroup],
+) {
+    let seconds = format!("lockpath_{family}_latency_seconds_total");
+    header(
+        out,
+        &seconds,
+        "counter",
+        &format!("Time spent in each {what}, by {what} and process."),
+    );
+    for group in groups {
+        let _ = writeln!(
+            out,
+            "{seconds}{{{what}=\"{}\",process=\"{}\"}} {}",
+            label(&group.name),
+            label(&group.process),
+            group.total_ns as f64 / 1e9
+        );
+    }
+    let count = format!("lockpath_{family}_total");
+    header(
+        out,
+        &count,
+        "counter",
+        &format!("Completed {what}s, by {what} and process."),
+    );
+    for group in groups {
+        let _ = writeln!(
+            out,
+            "{count}{{{what}=\"{}\",process=\"{}\"}} {}",
+            label(&group.name),
+            label(&group.process),
+            group.count
+        );
+    }
+}
+
 pub fn render(profile: &Profile) -> String {
     let mut out = String::new();
     common_series(profile, &mut out);
@@ -187,6 +246,19 @@ pub fn render(profile: &Profile) -> String {
             crate::cli::Kind::Lock => lock_series(profile, &mut out),
             crate::cli::Kind::Offcpu => offcpu_series(profile, &mut out),
             crate::cli::Kind::Io => io_series(profile, &mut out),
+            crate::cli::Kind::Rpc => latency_series(
+                &mut out,
+                "rpc",
+                "request",
+                &crate::export::report::rpc_groups(profile),
+            ),
+            crate::cli::Kind::Func => latency_series(
+                &mut out,
+                "func",
+                "function",
+                &crate::export::report::func_groups(profile),
+            ),
+            crate::cli::Kind::Cpu => cpu_series(profile, &mut out),
         }
     }
     out
@@ -196,6 +268,28 @@ pub fn render(profile: &Profile) -> String {
 mod tests {
     use super::*;
     use crate::export::report::tests::profile_with_two_locks;
+
+    #[test]
+    fn cpu_series_per_process() {
+        let mut profile = Profile::new();
+        profile.processes = vec![crate::profile::Process {
+            pid: 9,
+            comm: "app".into(),
+            ..Default::default()
+        }];
+        profile.cpu = vec![crate::profile::CpuRow {
+            pid: 9,
+            tid: 9,
+            kernel_stack: None,
+            user_stack: None,
+            samples: 42,
+        }];
+        let text = render(&profile);
+        assert!(
+            text.contains("lockpath_cpu_samples_total{process=\"app\",pid=\"9\"} 42\n"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn lock_series_per_type_and_caller() {

@@ -31,6 +31,17 @@ pub struct LockGroup {
     pub processes: Vec<String>,
     /// Host of the first process (profiles merged from several hosts differ here).
     pub host: String,
+    /// Who held the lock while these waits began (sleeping locks with a known owner),
+    /// most wait first: "waiters wait on X, held by Y".
+    pub holders: Vec<Holder>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Holder {
+    pub pid: u32,
+    pub process: String,
+    /// Wait of this group's waiters that began while this process held the lock.
+    pub wait_ns: u64,
 }
 
 /// Groups lock rows and sorts them by total wait, largest first.
@@ -44,6 +55,7 @@ pub fn lock_groups(profile: &Profile, by: GroupBy) -> Vec<LockGroup> {
         min: u64,
         callers: BTreeMap<String, u64>,
         pids: BTreeSet<u32>,
+        holders: BTreeMap<u32, u64>,
     }
     let mut groups: BTreeMap<(String, String), Acc> = BTreeMap::new();
     for row in &profile.locks {
@@ -69,6 +81,7 @@ pub fn lock_groups(profile: &Profile, by: GroupBy) -> Vec<LockGroup> {
             min: u64::MAX,
             callers: BTreeMap::new(),
             pids: BTreeSet::new(),
+            holders: BTreeMap::new(),
         });
         if acc.lock != row.lock_name && !acc.lock.starts_with('(') {
             acc.lock = "(several)".into();
@@ -79,6 +92,9 @@ pub fn lock_groups(profile: &Profile, by: GroupBy) -> Vec<LockGroup> {
         acc.min = acc.min.min(row.min_ns);
         *acc.callers.entry(caller_name).or_default() += row.total_ns;
         acc.pids.insert(row.pid);
+        if let Some(owner) = row.owner_pid {
+            *acc.holders.entry(owner).or_default() += row.total_ns;
+        }
     }
     let mut out: Vec<LockGroup> = groups
         .into_values()
@@ -86,7 +102,18 @@ pub fn lock_groups(profile: &Profile, by: GroupBy) -> Vec<LockGroup> {
             let mut callers: Vec<(String, u64)> = acc.callers.into_iter().collect();
             callers.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
             let pids: Vec<u32> = acc.pids.into_iter().collect();
+            let mut holders: Vec<Holder> = acc
+                .holders
+                .into_iter()
+                .map(|(pid, wait_ns)| Holder {
+                    pid,
+                    process: profile.process_name(pid),
+                    wait_ns,
+                })
+                .collect();
+            holders.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then_with(|| a.pid.cmp(&b.pid)));
             LockGroup {
+                holders,
                 lock_type: acc.lock_type,
                 lock: acc.lock,
                 caller: callers.first().map(|c| c.0.clone()).unwrap_or_default(),
@@ -173,6 +200,179 @@ pub fn lock_table(profile: &Profile, by: GroupBy, top: usize) -> String {
     out
 }
 
+/// One row of a latency table: profile rows grouped by (what, process).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LatencyGroup {
+    /// `fuse CREATE`, `sunrpc rpc_task`, `vfs_read`, `/usr/bin/x:work`.
+    pub name: String,
+    pub pid: u32,
+    pub process: String,
+    pub count: u64,
+    pub total_ns: u64,
+    pub mean_ns: u64,
+    pub max_ns: u64,
+    pub min_ns: u64,
+    /// log2 histogram: `hist[i]` counts latencies in [2^i, 2^(i+1)) ns.
+    pub hist: Vec<u64>,
+    /// rpc: the function that ran the completion most (leaf of its stack).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completed_in: Option<String>,
+}
+
+fn group_latency<'a>(
+    profile: &Profile,
+    rows: impl Iterator<Item = (String, u32, &'a crate::profile::Latency, Option<u32>)>,
+) -> Vec<LatencyGroup> {
+    let mut groups: BTreeMap<(String, u32), (crate::profile::Latency, BTreeMap<String, u64>)> =
+        BTreeMap::new();
+    for (name, pid, latency, stack) in rows {
+        let entry = groups.entry((name, pid)).or_default();
+        entry.0.merge(latency);
+        if let Some(stack) = stack {
+            if let Some(frame) = profile.stack_frames(Some(stack)).first() {
+                *entry.1.entry(frame.display()).or_default() += latency.total_ns;
+            }
+        }
+    }
+    let mut out: Vec<LatencyGroup> = groups
+        .into_iter()
+        .map(|((name, pid), (latency, leaves))| LatencyGroup {
+            process: profile.process_name(pid),
+            name,
+            pid,
+            count: latency.count,
+            total_ns: latency.total_ns,
+            mean_ns: latency.mean_ns(),
+            max_ns: latency.max_ns,
+            min_ns: latency.min_ns,
+            hist: latency.hist.clone(),
+            completed_in: leaves
+                .into_iter()
+                .max_by_key(|(_, total)| *total)
+                .map(|(leaf, _)| leaf),
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        b.total_ns
+            .cmp(&a.total_ns)
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    out
+}
+
+/// Request latency grouped by provider, operation and process.
+pub fn rpc_groups(profile: &Profile) -> Vec<LatencyGroup> {
+    group_latency(
+        profile,
+        profile.rpcs.iter().map(|row| {
+            (
+                format!("{} {}", row.provider, row.op_name),
+                row.pid,
+                &row.latency,
+                row.end_stack,
+            )
+        }),
+    )
+}
+
+/// Function latency grouped by function and process.
+pub fn func_groups(profile: &Profile) -> Vec<LatencyGroup> {
+    let mut groups = group_latency(
+        profile,
+        profile
+            .funcs
+            .iter()
+            .map(|row| (short_function_name(row), row.pid, &row.latency, None)),
+    );
+    for group in &mut groups {
+        group.completed_in = None;
+    }
+    groups
+}
+
+/// `vfs_read`, or `binary:symbol` without the binary's directory for user functions.
+fn short_function_name(row: &crate::profile::FuncRow) -> String {
+    if !row.user {
+        return row.function.clone();
+    }
+    match row.function.rsplit_once(':') {
+        Some((binary, symbol)) => {
+            let file = binary.rsplit('/').next().unwrap_or(binary);
+            format!("{file}:{symbol}")
+        }
+        None => row.function.clone(),
+    }
+}
+
+/// A latency table as text, within 100 columns.
+pub fn latency_table(groups: &[LatencyGroup], what: &str, top: usize) -> String {
+    let mut out = String::new();
+    if groups.is_empty() {
+        out.push_str(&format!("no {what} recorded\n"));
+        return out;
+    }
+    out.push_str(&format!(
+        "{:>7} {:>9} {:>9} {:>9}  {:<28} {:<14} {}\n",
+        "count", "total", "mean", "max", what, "process", "completed in"
+    ));
+    let shown = if top == 0 {
+        groups.len()
+    } else {
+        top.min(groups.len())
+    };
+    for group in &groups[..shown] {
+        out.push_str(&format!(
+            "{:>7} {:>9} {:>9} {:>9}  {:<28} {:<14} {}\n",
+            group.count,
+            format_ns(group.total_ns),
+            format_ns(group.mean_ns),
+            format_ns(group.max_ns),
+            fit(&group.name, 28),
+            fit(&group.process, 14),
+            fit(group.completed_in.as_deref().unwrap_or(""), 17),
+        ));
+    }
+    if shown < groups.len() {
+        out.push_str(&format!(
+            "({} more rows: --top 0 shows all)\n",
+            groups.len() - shown
+        ));
+    }
+    out
+}
+
+/// Probes asked for but not available on this kernel, one line each.
+pub fn unavailable(profile: &Profile) -> String {
+    let mut out = String::new();
+    if profile.unavailable.is_empty() {
+        return out;
+    }
+    out.push_str("\nnot recorded (this kernel lacks the hooks):\n");
+    for missing in &profile.unavailable {
+        out.push_str(&format!(
+            "  {} {}: {}\n",
+            missing.family, missing.what, missing.reason
+        ));
+    }
+    out
+}
+
+/// Every table the profile has data or probes for (summary and `report`).
+pub fn latency_sections(profile: &Profile, top: usize) -> String {
+    let mut out = String::new();
+    let has = |family: &str| profile.probes.iter().any(|probe| probe.family == family);
+    if has("rpc") || !profile.rpcs.is_empty() {
+        out.push_str("\nrequest latency, by operation and process (total time):\n");
+        out.push_str(&latency_table(&rpc_groups(profile), "request", top));
+    }
+    if has("func") || has("ufunc") || !profile.funcs.is_empty() {
+        out.push_str("\nfunction latency, by function and process (total time):\n");
+        out.push_str(&latency_table(&func_groups(profile), "function", top));
+    }
+    out.push_str(&unavailable(profile));
+    out
+}
+
 /// Losses, explained; empty when nothing was lost.
 pub fn losses(profile: &Profile) -> String {
     if profile.losses.is_empty() {
@@ -197,14 +397,74 @@ pub fn summary_header(profile: &Profile) -> String {
     )
 }
 
+/// "Waiters wait on X, held by Y": the holders of the top sleeping locks, when the
+/// kernel side could read the owner. Empty when no owner is known.
+pub fn holders_table(profile: &Profile, top: usize) -> String {
+    let groups: Vec<LockGroup> = lock_groups(profile, GroupBy::Lock)
+        .into_iter()
+        .filter(|group| !group.holders.is_empty())
+        .take(top.max(1))
+        .collect();
+    if groups.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("\nheld by (owner of the sleeping lock when the waits began):\n");
+    for group in groups {
+        let holders: Vec<String> = group
+            .holders
+            .iter()
+            .take(3)
+            .map(|holder| {
+                format!(
+                    "{}[{}] {}",
+                    holder.process,
+                    holder.pid,
+                    format_ns(holder.wait_ns)
+                )
+            })
+            .collect();
+        out.push_str(&fit(
+            &format!(
+                "  {:<9} {:<20} {}",
+                group.lock_type,
+                fit(&group.lock, 20),
+                holders.join(", ")
+            ),
+            100,
+        ));
+        out.push('\n');
+    }
+    out
+}
+
+/// Whether the lock family is part of this profile (a profile that names no family and
+/// has no rows of another family is read as a lock profile).
+pub fn lock_family_recorded(profile: &Profile) -> bool {
+    !profile.locks.is_empty()
+        || profile.probes.iter().any(|probe| probe.family == "lock")
+        || (profile.probes.is_empty()
+            && profile.cpu.is_empty()
+            && profile.offcpu.is_empty()
+            && profile.io.is_empty()
+            && profile.rpcs.is_empty()
+            && profile.funcs.is_empty())
+}
+
 /// What `record` prints at the end.
 pub fn summary(profile: &Profile, top: usize) -> String {
     let mut out = summary_header(profile);
     if profile.probes.iter().any(|probe| probe.family == "lock") {
         out.push_str("lock contention, by lock (total wait):\n");
         out.push_str(&lock_table(profile, GroupBy::Lock, top));
+        out.push_str(&holders_table(profile, top.min(10)));
     }
-    let sections = family_sections(profile, top);
+    let mut sections = String::new();
+    if profile.probes.iter().any(|probe| probe.family == "cpu") {
+        sections.push('\n');
+        sections.push_str(&cpu_tables(profile, top));
+    }
+    sections.push_str(&family_sections(profile, top));
+    sections.push_str(&latency_sections(profile, top));
     // The header ends with a blank line already.
     out.push_str(
         if profile.locks.is_empty() && !out.contains("lock contention") {
@@ -232,6 +492,140 @@ pub fn family_sections(profile: &Profile, top: usize) -> String {
     out
 }
 
+/// On-CPU samples of one process.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CpuProcess {
+    pub pid: u32,
+    pub process: String,
+    pub samples: u64,
+}
+
+/// A function's on-CPU samples: `self` where it was the leaf, `total` where it was on the
+/// stack at all (counted once per sample even when recursive).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CpuFunction {
+    pub function: String,
+    pub kernel: bool,
+    pub self_samples: u64,
+    pub total_samples: u64,
+}
+
+/// Processes by on-CPU samples, most first.
+pub fn cpu_processes(profile: &Profile) -> Vec<CpuProcess> {
+    let mut by_pid: BTreeMap<u32, u64> = BTreeMap::new();
+    for row in &profile.cpu {
+        *by_pid.entry(row.pid).or_default() += row.samples;
+    }
+    let mut out: Vec<CpuProcess> = by_pid
+        .into_iter()
+        .map(|(pid, samples)| CpuProcess {
+            pid,
+            process: profile.process_name(pid),
+            samples,
+        })
+        .collect();
+    out.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.pid.cmp(&b.pid)));
+    out
+}
+
+/// Functions by on-CPU samples (self first, then total), most first.
+pub fn cpu_functions(profile: &Profile) -> Vec<CpuFunction> {
+    let mut by_name: BTreeMap<(String, bool), (u64, u64)> = BTreeMap::new();
+    for row in &profile.cpu {
+        // Leaf first: the kernel part (if any) is innermost.
+        let mut frames = profile.stack_frames(row.kernel_stack);
+        frames.extend(profile.stack_frames(row.user_stack));
+        let mut seen = BTreeSet::new();
+        for (index, frame) in frames.iter().enumerate() {
+            let key = (frame.display(), frame.kernel);
+            let counts = by_name.entry(key.clone()).or_default();
+            if index == 0 {
+                counts.0 += row.samples;
+            }
+            if seen.insert(key) {
+                counts.1 += row.samples;
+            }
+        }
+    }
+    let mut out: Vec<CpuFunction> = by_name
+        .into_iter()
+        .map(
+            |((function, kernel), (self_samples, total_samples))| CpuFunction {
+                function,
+                kernel,
+                self_samples,
+                total_samples,
+            },
+        )
+        .collect();
+    out.sort_by(|a, b| {
+        b.self_samples
+            .cmp(&a.self_samples)
+            .then(b.total_samples.cmp(&a.total_samples))
+            .then_with(|| a.function.cmp(&b.function))
+    });
+    out
+}
+
+fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / whole as f64
+    }
+}
+
+/// Per-process samples and the top functions (self and total), within 100 columns.
+pub fn cpu_tables(profile: &Profile, top: usize) -> String {
+    let processes = cpu_processes(profile);
+    let total: u64 = processes.iter().map(|process| process.samples).sum();
+    let mut out = String::new();
+    if total == 0 {
+        out.push_str("no on-CPU samples recorded (idle is not counted)\n");
+        return out;
+    }
+    let limit = |len: usize| if top == 0 { len } else { top.min(len) };
+    out.push_str(&format!(
+        "on-CPU samples, by process ({} samples at {} Hz per CPU, idle not counted):\n",
+        total, profile.cpu_freq_hz
+    ));
+    out.push_str(&format!(
+        "{:>10} {:>7} {:>8}  {}\n",
+        "samples", "share", "pid", "process"
+    ));
+    for process in &processes[..limit(processes.len())] {
+        out.push_str(&format!(
+            "{:>10} {:>6.1}% {:>8}  {}\n",
+            process.samples,
+            percent(process.samples, total),
+            process.pid,
+            fit(&process.process, 60)
+        ));
+    }
+    let functions = cpu_functions(profile);
+    out.push_str("\ntop functions on CPU (self: the function itself; total: with its callees):\n");
+    out.push_str(&format!(
+        "{:>10} {:>7} {:>10} {:>7}  {}\n",
+        "self", "self%", "total", "total%", "function"
+    ));
+    for function in &functions[..limit(functions.len())] {
+        let name = if function.kernel {
+            format!("{} [k]", function.function)
+        } else {
+            function.function.clone()
+        };
+        out.push_str(&format!(
+            "{:>10} {:>6.1}% {:>10} {:>6.1}%  {}\n",
+            function.self_samples,
+            percent(function.self_samples, total),
+            function.total_samples,
+            percent(function.total_samples, total),
+            fit(&name, 60)
+        ));
+    }
+    out
+}
+
 #[derive(Serialize)]
 struct JsonReport<'a> {
     format: &'a str,
@@ -240,7 +634,20 @@ struct JsonReport<'a> {
     locks: Vec<LockGroup>,
     offcpu: Vec<super::offcpu::OffcpuProcess>,
     io: Vec<super::io::IoGroup>,
+    rpcs: Vec<LatencyGroup>,
+    funcs: Vec<LatencyGroup>,
+    unavailable: &'a [crate::profile::Unavailable],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpu: Option<JsonCpu>,
     lost: &'a BTreeMap<String, u64>,
+}
+
+#[derive(Serialize)]
+struct JsonCpu {
+    freq_hz: u64,
+    samples: u64,
+    processes: Vec<CpuProcess>,
+    functions: Vec<CpuFunction>,
 }
 
 pub fn json(profile: &Profile, by: GroupBy, top: usize) -> serde_json::Result<String> {
@@ -255,7 +662,28 @@ pub fn json(profile: &Profile, by: GroupBy, top: usize) -> serde_json::Result<St
         locks,
         offcpu: super::offcpu::processes(profile),
         io: super::io::groups(profile),
+        rpcs: rpc_groups(profile),
+        funcs: func_groups(profile),
+        unavailable: &profile.unavailable,
+        cpu: json_cpu(profile, top),
         lost: &profile.losses,
+    })
+}
+
+fn json_cpu(profile: &Profile, top: usize) -> Option<JsonCpu> {
+    if !profile.probes.iter().any(|probe| probe.family == "cpu") && profile.cpu.is_empty() {
+        return None;
+    }
+    let processes = cpu_processes(profile);
+    let mut functions = cpu_functions(profile);
+    if top != 0 {
+        functions.truncate(top);
+    }
+    Some(JsonCpu {
+        freq_hz: profile.cpu_freq_hz,
+        samples: processes.iter().map(|process| process.samples).sum(),
+        processes,
+        functions,
     })
 }
 
@@ -299,6 +727,7 @@ pub(crate) mod tests {
             total_ns: total,
             max_ns: total / count,
             min_ns: 1,
+            owner_pid: None,
         };
         profile.locks = vec![
             row(10, "0xffff1", 1, spin, 100, 5_000_000),
@@ -336,6 +765,36 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn holders_name_who_held_the_lock() {
+        let mut profile = profile_with_two_locks();
+        profile.locks[2].owner_pid = Some(11);
+        let groups = lock_groups(&profile, GroupBy::Lock);
+        let mmap = groups
+            .iter()
+            .find(|g| g.lock == "mmap_lock")
+            .expect("mmap_lock group");
+        assert_eq!(mmap.holders.len(), 1);
+        assert_eq!(mmap.holders[0].pid, 11);
+        assert_eq!(mmap.holders[0].wait_ns, 6_000_000);
+        let text = holders_table(&profile, 10);
+        assert!(
+            text.contains("mmap_lock") && text.contains("ior[11] 6.00 ms"),
+            "{text}"
+        );
+        let spin = groups
+            .iter()
+            .find(|g| g.lock_type == "spinlock")
+            .expect("spin");
+        assert!(spin.holders.is_empty());
+        profile.locks[2].owner_pid = None;
+        assert_eq!(
+            holders_table(&profile, 10),
+            "",
+            "nothing when no owner is known"
+        );
+    }
+
+    #[test]
     fn groups_by_process() {
         let groups = lock_groups(&profile_with_two_locks(), GroupBy::Process);
         assert_eq!(groups.len(), 3);
@@ -351,6 +810,125 @@ pub(crate) mod tests {
             assert!(line.chars().count() <= 100, "too wide: {line}");
         }
         assert!(table.contains("7.00 ms"), "{table}");
+    }
+
+    #[test]
+    fn latency_tables_group_and_fit() {
+        use crate::profile::{FuncRow, Latency, RpcRow};
+        let mut profile = profile_with_two_locks();
+        let latency = |count, total| Latency {
+            count,
+            total_ns: total,
+            max_ns: total / count,
+            min_ns: 1,
+            hist: vec![0, count],
+        };
+        profile.rpcs = vec![
+            RpcRow {
+                provider: "fuse".into(),
+                op: 35,
+                op_name: "CREATE".into(),
+                pid: 10,
+                start_stack: Some(0),
+                end_stack: Some(1),
+                latency: latency(2, 200_000_000),
+            },
+            RpcRow {
+                provider: "fuse".into(),
+                op: 35,
+                op_name: "CREATE".into(),
+                pid: 10,
+                start_stack: Some(1),
+                end_stack: Some(1),
+                latency: latency(1, 100_000_000),
+            },
+        ];
+        profile.funcs = vec![FuncRow {
+            function: "/very/long/directory/name/of/a/binary:a_rather_long_function_name".into(),
+            user: true,
+            pid: 11,
+            stack: None,
+            latency: latency(4, 4_000),
+        }];
+        let rpcs = rpc_groups(&profile);
+        assert_eq!(rpcs.len(), 1);
+        assert_eq!(rpcs[0].count, 3);
+        assert_eq!(rpcs[0].mean_ns, 100_000_000);
+        assert_eq!(rpcs[0].hist, vec![0, 3]);
+        // The leaf of the completion stack that carried the most latency.
+        assert_eq!(
+            rpcs[0].completed_in.as_deref(),
+            Some("rwsem_down_write_slowpath")
+        );
+        let text = latency_sections(&profile, 20);
+        assert!(text.contains("fuse CREATE"), "{text}");
+        assert!(text.contains("binary:a_rather_long"), "{text}");
+        for line in text.lines() {
+            assert!(line.chars().count() <= 100, "too wide: {line}");
+        }
+    }
+
+    #[test]
+    fn cpu_functions_count_self_and_total() {
+        use crate::profile::{CpuRow, Frame, ProbeUse};
+        let mut profile = Profile::new();
+        let mut interner = StackInterner::default();
+        let user = |name: &str| Frame {
+            name: name.into(),
+            module: None,
+            kernel: false,
+        };
+        // A recursive caller is counted once per sample in total.
+        let hot = interner.stack(
+            vec![user("hot"), user("walk"), user("walk"), user("main")],
+            false,
+        );
+        let cold = interner.stack(vec![user("cold"), user("main")], false);
+        interner.finish(&mut profile);
+        profile.probes.push(ProbeUse {
+            family: "cpu".into(),
+            method: "test".into(),
+        });
+        profile.cpu_freq_hz = 99;
+        profile.cpu = vec![
+            CpuRow {
+                pid: 1,
+                tid: 1,
+                kernel_stack: None,
+                user_stack: Some(hot),
+                samples: 7,
+            },
+            CpuRow {
+                pid: 2,
+                tid: 2,
+                kernel_stack: None,
+                user_stack: Some(cold),
+                samples: 3,
+            },
+        ];
+        let functions = cpu_functions(&profile);
+        let get = |name: &str| functions.iter().find(|f| f.function == name).expect(name);
+        assert_eq!((get("hot").self_samples, get("hot").total_samples), (7, 7));
+        assert_eq!(
+            (get("walk").self_samples, get("walk").total_samples),
+            (0, 7)
+        );
+        assert_eq!(
+            (get("main").self_samples, get("main").total_samples),
+            (0, 10)
+        );
+        assert_eq!(functions[0].function, "hot");
+        let processes = cpu_processes(&profile);
+        assert_eq!((processes[0].pid, processes[0].samples), (1, 7));
+        let table = cpu_tables(&profile, 20);
+        assert!(table.contains("70.0%"), "{table}");
+        for line in table.lines() {
+            assert!(line.chars().count() <= 100, "too wide: {line}");
+        }
+        let json: serde_json::Value =
+            serde_json::from_str(&json(&profile, GroupBy::Lock, 0).expect("json")).expect("parse");
+        assert_eq!(json["cpu"]["samples"], 10);
+        assert_eq!(json["cpu"]["functions"][0]["function"], "hot");
     }
 
     #[test]

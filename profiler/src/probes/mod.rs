@@ -2,7 +2,10 @@
 //! drained into the profile. `shared` drains what every family uses (stacks, losses,
 //! thread names).
 
+pub mod cpu;
+pub mod func;
 pub mod io;
 pub mod lock;
 pub mod offcpu;
+pub mod rpc;
 pub mod shared;
