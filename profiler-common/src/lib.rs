@@ -7,9 +7,11 @@
 pub mod config;
 pub mod cpu;
 pub mod func;
+pub mod io;
 pub mod latency;
 pub mod lock;
 pub mod loss;
+pub mod offcpu;
 pub mod rpc;
 pub mod target;
 

@@ -10,6 +10,13 @@ pub const LOCK_NESTED: u32 = 5;
 pub const LOCK_WAIT_MAP_FULL: u32 = 6;
 pub const TASK_MAP_FULL: u32 = 7;
 pub const TARGET_MAP_FULL: u32 = 8;
+// offcpu + io: 10..=15
+pub const OFFCPU_MAP_FULL: u32 = 10;
+pub const OFFCPU_START_MAP_FULL: u32 = 11;
+pub const OFFCPU_NEGATIVE_DELTA: u32 = 12;
+pub const IO_MAP_FULL: u32 = 13;
+pub const IO_INFLIGHT_MAP_FULL: u32 = 14;
+pub const IO_UNMATCHED_COMPLETE: u32 = 15;
 // cpu + user stacks: 16..=19
 pub const CPU_MAP_FULL: u32 = 16;
 pub const USER_STACK_FAILED: u32 = 17;
@@ -29,7 +36,7 @@ pub const LOCK_KPROBE_RETURN_LOST: u32 = 26;
 pub const LOSS_SLOTS: u32 = 32;
 
 /// Names for the report, by index. `None` slots are unused.
-pub const LOSS_NAMES: [(u32, &str, &str); 20] = [
+pub const LOSS_NAMES: [(u32, &str, &str); 26] = [
     (
         STACK_COLLISION,
         "stack_collision",
@@ -74,6 +81,36 @@ pub const LOSS_NAMES: [(u32, &str, &str); 20] = [
         TARGET_MAP_FULL,
         "target_map_full",
         "target map full: a forked child was not followed",
+    ),
+    (
+        OFFCPU_MAP_FULL,
+        "offcpu_map_full",
+        "off-CPU aggregation map full: a wait dropped",
+    ),
+    (
+        OFFCPU_START_MAP_FULL,
+        "offcpu_start_map_full",
+        "map of threads off the CPU full: a wait dropped",
+    ),
+    (
+        OFFCPU_NEGATIVE_DELTA,
+        "offcpu_negative_delta",
+        "switch-in before switch-out: a wait dropped",
+    ),
+    (
+        IO_MAP_FULL,
+        "io_map_full",
+        "block-IO aggregation map full: a request dropped",
+    ),
+    (
+        IO_INFLIGHT_MAP_FULL,
+        "io_inflight_map_full",
+        "map of requests in flight full: a request dropped",
+    ),
+    (
+        IO_UNMATCHED_COMPLETE,
+        "io_unmatched_complete",
+        "request completed without a seen issue (in flight at start, or partial completion)",
     ),
     (
         CPU_MAP_FULL,

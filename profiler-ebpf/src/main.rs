@@ -9,17 +9,21 @@
 
 mod cpu;
 mod func;
+mod io;
 mod latency;
 mod lock;
+mod offcpu;
 mod rpc;
 mod shared;
 mod target;
+
+use core::ffi::c_void;
 
 use aya_ebpf::{
     macros::{fentry, fexit, kprobe, kretprobe, perf_event, raw_tracepoint, uprobe, uretprobe},
     programs::{
         FEntryContext, FExitContext, PerfEventContext, ProbeContext, RawTracePointContext,
-        RetProbeContext,
+        RetProbeContext, TracePointContext,
     },
 };
 use profiler_common::lock::{LCB_F_MUTEX, LCB_F_READ, LCB_F_WRITE};
@@ -91,6 +95,39 @@ pub fn lock_kprobe_rwsem_write(ctx: ProbeContext) -> u32 {
 pub fn lock_kretprobe_sleep(ctx: RetProbeContext) -> u32 {
     lock::on_sleep_slowpath_return(&ctx);
     0
+}
+
+/// `sched:sched_switch`, a classic tracepoint (fields from the format file). Returns 1
+/// so perf and other tracers keep seeing the event.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "tracepoint/sched/sched_switch")]
+pub extern "C" fn offcpu_sched_switch(ctx: *mut c_void) -> u32 {
+    offcpu::on_sched_switch(&TracePointContext::new(ctx));
+    1
+}
+
+/// `block:block_rq_insert` (queue time; absent on queues without a scheduler).
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "tracepoint/block/block_rq_insert")]
+pub extern "C" fn io_rq_insert(ctx: *mut c_void) -> u32 {
+    io::on_rq_insert(&TracePointContext::new(ctx));
+    1
+}
+
+/// `block:block_rq_issue`.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "tracepoint/block/block_rq_issue")]
+pub extern "C" fn io_rq_issue(ctx: *mut c_void) -> u32 {
+    io::on_rq_issue(&TracePointContext::new(ctx));
+    1
+}
+
+/// `block:block_rq_complete` (interrupt context).
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "tracepoint/block/block_rq_complete")]
+pub extern "C" fn io_rq_complete(ctx: *mut c_void) -> u32 {
+    io::on_rq_complete(&TracePointContext::new(ctx));
+    1
 }
 
 /// Span start / completion on kprobes (Lustre's `ptl_send_rpc` / `after_reply`, or a

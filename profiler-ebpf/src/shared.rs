@@ -56,16 +56,24 @@ pub fn stack_id_or_loss(result: Result<i64, i32>) -> i32 {
     }
 }
 
-/// Remembers the current thread's name (once per thread).
+/// Remembers the current thread's name. Kept current: a thread that runs `exec` gets a
+/// new name (a command lockpath starts is first seen under lockpath's own name).
 #[inline(always)]
 pub fn remember_current_task() {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
-    // SAFETY: lookup in a map of plain data; the reference is not kept.
-    if unsafe { TASKS.get(&tid) }.is_some() {
+    let comm = bpf_get_current_comm().unwrap_or([0u8; 16]);
+    if let Some(known) = TASKS.get_ptr_mut(&tid) {
+        // SAFETY: element of a hash map from a successful lookup; only this thread
+        // writes its own entry.
+        unsafe {
+            if (*known).comm != comm {
+                (*known).comm = comm;
+                (*known).tgid = (pid_tgid >> 32) as u32;
+            }
+        }
         return;
     }
-    let comm = bpf_get_current_comm().unwrap_or([0u8; 16]);
     let info = TaskInfo {
         tgid: (pid_tgid >> 32) as u32,
         _pad: 0,
@@ -74,6 +82,26 @@ pub fn remember_current_task() {
     if TASKS.insert(&tid, &info, 0).is_err() {
         count_loss(TASK_MAP_FULL);
     }
+}
+
+/// Reads a load-time global (set by user space with `EbpfLoader::override_global`).
+#[inline(always)]
+pub fn load_u32(global: &u32) -> u32 {
+    // SAFETY: reading a load-time global; volatile so the compiler does not fold the
+    // default value into the program (user space rewrites it before load).
+    unsafe { core::ptr::read_volatile(global) }
+}
+
+#[inline(always)]
+pub fn load_u64(global: &u64) -> u64 {
+    // SAFETY: as in `load_u32`.
+    unsafe { core::ptr::read_volatile(global) }
+}
+
+#[inline(always)]
+pub fn now_ns() -> u64 {
+    // SAFETY: helper without arguments.
+    unsafe { aya_ebpf::helpers::generated::bpf_ktime_get_ns() }
 }
 
 /// Processes whose user stacks were recorded: tgid -> 1. The first time a process is
@@ -117,11 +145,10 @@ pub extern "C" fn processes_exec(_ctx: *mut core::ffi::c_void) -> u32 {
     let tgid = (pid_tgid >> 32) as u32;
     let _ = PROCESSES_SEEN.remove(&tgid);
     // A thread named before the exec (lockpath's own child waiting to exec the command)
-    // takes its new name.
+    // takes its new name now, even if it records nothing after the exec.
     let tid = pid_tgid as u32;
     // SAFETY: lookup in a map of plain data; the reference is not kept.
     if unsafe { TASKS.get(&tid) }.is_some() {
-        let _ = TASKS.remove(&tid);
         remember_current_task();
     }
     // 1: let perf and other tracers see the event too.

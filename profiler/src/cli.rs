@@ -80,7 +80,30 @@ pub struct RecordArgs {
     #[arg(long, value_enum, value_name = "METHOD", default_value_t = LockMethod::Auto)]
     pub lock_method: LockMethod,
 
-    /// Profile the whole system (the default when no target is given).
+    /// Record off-CPU waits in D state (buffer, page, block IO, journal, most lock
+    /// sleeps), by process, stack and wait class.
+    #[arg(long)]
+    pub offcpu: bool,
+
+    /// Off-CPU waits in S state (voluntary sleeps) too; implies --offcpu.
+    #[arg(long)]
+    pub offcpu_all: bool,
+
+    /// Drop off-CPU waits shorter than this, in the kernel (e.g. 100us, 2ms).
+    #[arg(long, value_name = "DUR", value_parser = crate::probes::offcpu::parse_min_wait)]
+    pub min_wait: Option<u64>,
+
+    /// Add a wait class: off-CPU stacks with a frame matching FRAME_PATTERN (`*` is a
+    /// wildcard) get class NAME; before the built-in rules; repeatable.
+    #[arg(long, value_name = "NAME=FRAME_PATTERN", value_parser = crate::waitclass::parse_rule)]
+    pub wait_class: Vec<crate::waitclass::Rule>,
+
+    /// Record block-IO requests: latency histograms per device, operation and process.
+    #[arg(long)]
+    pub io: bool,
+
+    /// Profile the whole system (the default when no target is given); with `-- CMD`,
+    /// the whole system while CMD runs.
     #[arg(short = 'a', long = "all", conflicts_with_all = ["pid", "cgroup"])]
     pub all: bool,
 
@@ -242,6 +265,10 @@ pub enum Kind {
     Func,
     /// On-CPU samples by process and stack (user frames, then kernel frames `_[k]`).
     Cpu,
+    /// Off-CPU time by process, wait class and stack.
+    Offcpu,
+    /// Off-CPU time in IO waits only (classes buffer, page, block-io, journal).
+    Io,
 }
 
 #[derive(Debug, Args)]

@@ -12,6 +12,7 @@ pub mod symbolize;
 pub mod target;
 pub mod tracefs;
 pub mod units;
+pub mod waitclass;
 
 use anyhow::{Context, Result};
 
@@ -39,6 +40,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                             ));
                         }
                     }
+                    text.push_str(&export::report::family_sections(&profile, args.top));
                     if !profile.cpu.is_empty() {
                         text.push('\n');
                         text.push_str(&export::report::cpu_tables(&profile, args.top));

@@ -31,6 +31,12 @@ pub struct Profile {
     pub stacks: Vec<Stack>,
     #[serde(default)]
     pub locks: Vec<LockRow>,
+    /// Off-CPU waits (`record --offcpu`).
+    #[serde(default)]
+    pub offcpu: Vec<OffcpuRow>,
+    /// Block-IO requests (`record --io`).
+    #[serde(default)]
+    pub io: Vec<IoRow>,
     /// On-CPU sampling frequency in Hz (0: not sampled).
     #[serde(default)]
     pub cpu_freq_hz: u64,
@@ -226,6 +232,51 @@ pub struct CpuRow {
     pub samples: u64,
 }
 
+/// One aggregated off-CPU row: (thread, state, kernel stack, user stack).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct OffcpuRow {
+    pub pid: u32,
+    pub tid: u32,
+    /// "D" (uninterruptible) or "S" (interruptible sleep).
+    pub state: String,
+    /// Wait class from the kernel frames (docs/wait-classes.md).
+    pub class: String,
+    /// Kernel stack, `None` when it was lost.
+    pub stack: Option<u32>,
+    /// User stack, `None` when not symbolized (or the thread is a kernel thread).
+    #[serde(default)]
+    pub ustack: Option<u32>,
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+}
+
+/// One aggregated block-IO row: (device, operation, issuing process).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct IoRow {
+    pub major: u32,
+    pub minor: u32,
+    /// Device name from /sys/dev/block (`loop0`), or `MAJ:MIN` when unknown.
+    pub device: String,
+    /// "read", "write", "flush", "discard" or "other".
+    pub op: String,
+    /// Process that inserted or issued the requests (may be a kernel thread).
+    pub pid: u32,
+    pub count: u64,
+    pub bytes: u64,
+    /// Issue to completion, summed over the requests.
+    pub total_ns: u64,
+    pub max_ns: u64,
+    /// Requests whose insert was seen, and their summed time in the queue.
+    #[serde(default)]
+    pub queued: u64,
+    #[serde(default)]
+    pub queue_ns: u64,
+    /// log2 histogram of issue-to-completion latency in microseconds: `hist[i]` counts
+    /// requests in [2^i, 2^(i+1)) us (`hist[0]`: under 2 us).
+    pub hist: Vec<u64>,
+}
+
 impl Profile {
     pub fn new() -> Self {
         Profile {
@@ -323,6 +374,16 @@ impl Profile {
                 if stack as usize >= self.stacks.len() {
                     bail!(
                         "a lock row refers to stack {stack}, but there are {} stacks",
+                        self.stacks.len()
+                    );
+                }
+            }
+        }
+        for row in &self.offcpu {
+            for stack in [row.stack, row.ustack].into_iter().flatten() {
+                if stack as usize >= self.stacks.len() {
+                    bail!(
+                        "an offcpu row refers to stack {stack}, but there are {} stacks",
                         self.stacks.len()
                     );
                 }
@@ -435,6 +496,20 @@ impl StackInterner {
         });
         self.stack_ids.insert(key, id);
         id
+    }
+
+    /// Frames of an interned stack, leaf first (empty for `None`).
+    pub fn frames_of(&self, stack: Option<u32>) -> Vec<Frame> {
+        stack
+            .and_then(|id| self.stacks.get(id as usize))
+            .map(|stack| {
+                stack
+                    .frames
+                    .iter()
+                    .filter_map(|&frame| self.frames.get(frame as usize).cloned())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Copies the frames and stacks so far into `profile` (live snapshots while recording).

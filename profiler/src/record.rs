@@ -20,10 +20,15 @@ use crate::{
         self,
         shared::{MapSet, ProcessWatcher, StackResolver},
     },
+    probes::{
+        io::{DeviceNames, IoGlobals},
+        offcpu::{OffcpuGlobals, OffcpuOptions},
+    },
     profile::{ProbeUse, Profile},
     symbolize::KernelSymbols,
     target::{Child, Target},
     tracefs,
+    waitclass::{self, Classifier},
 };
 
 /// The eBPF object built by `cargo xtask build` (empty when built without it).
@@ -41,6 +46,9 @@ extern "C" fn on_stop_signal(signal: libc::c_int) {
 /// What `record` asks for, resolved from the flags.
 struct Plan {
     lock: bool,
+    offcpu: Option<OffcpuOptions>,
+    io: bool,
+    classifier: Classifier,
     rpc: probes::rpc::RpcSetup,
     funcs: Vec<String>,
     func_method: crate::cli::FuncMethod,
@@ -52,12 +60,30 @@ struct Plan {
 impl Plan {
     /// Families that record user stacks need the process watcher (memory-map snapshots).
     fn user_stacks(&self) -> bool {
-        self.cpu.is_some() || !self.ufuncs.is_empty()
+        self.cpu.is_some() || !self.ufuncs.is_empty() || self.offcpu.is_some()
     }
 }
 
+/// The off-CPU options from the flags, checked before anything is loaded.
+fn offcpu_options(args: &RecordArgs) -> Result<Option<OffcpuOptions>> {
+    waitclass::validate(&args.wait_class)?;
+    let offcpu = (args.offcpu || args.offcpu_all).then(|| OffcpuOptions {
+        all_states: args.offcpu_all,
+        min_wait_ns: args.min_wait.unwrap_or(0),
+    });
+    if offcpu.is_none() && (args.min_wait.is_some() || !args.wait_class.is_empty()) {
+        bail!(
+            "--min-wait and --wait-class apply to off-CPU recording: add --offcpu or --offcpu-all"
+        );
+    }
+    Ok(offcpu)
+}
+
 pub fn run(args: RecordArgs) -> Result<i32> {
-    let target = if !args.command.is_empty() {
+    // `-a -- CMD`: the whole system, for as long as CMD runs (like `perf stat -a -- CMD`).
+    let target = if args.all && !args.command.is_empty() {
+        Target::System
+    } else if !args.command.is_empty() {
         Target::Command(args.command.clone())
     } else if !args.pid.is_empty() {
         Target::Pids(args.pid.clone())
@@ -66,9 +92,14 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     } else {
         Target::System
     };
+    let offcpu = offcpu_options(&args)?;
     let rpc_plan = probes::rpc::RpcPlan::new(&args.rpc, args.span.clone())?;
-    let other_family =
-        rpc_plan.any() || !args.func.is_empty() || !args.ufunc.is_empty() || args.cpu;
+    let other_family = offcpu.is_some()
+        || args.io
+        || rpc_plan.any()
+        || !args.func.is_empty()
+        || !args.ufunc.is_empty()
+        || args.cpu;
     let cpu = args.cpu.then_some(args.freq);
 
     target.validate()?;
@@ -91,6 +122,9 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     let plan = Plan {
         // The lock family is the default when no other family is asked for.
         lock: args.lock || !other_family,
+        offcpu,
+        io: args.io,
+        classifier: Classifier::new(args.wait_class.clone()),
         rpc: rpc_setup,
         funcs: args.func.clone(),
         func_method: args.func_method,
@@ -107,10 +141,12 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     };
 
     // Start the command before any thread exists; it waits until the probes are attached.
-    let mut child = match &target {
-        Target::Command(command) => Some(Child::spawn(command)?),
-        _ => None,
+    let command = (!args.command.is_empty()).then_some(&args.command);
+    let mut child = match command {
+        Some(command) => Some(Child::spawn(command)?),
+        None => None,
     };
+    let mut devices = plan.io.then(DeviceNames::scan);
     let started = start(
         &args,
         &plan,
@@ -143,7 +179,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     install_signal_handlers();
     let start_wall = SystemTime::now();
     let start = Instant::now();
-    if let (Some(child), Target::Command(command)) = (child.as_mut(), &target) {
+    if let (Some(child), Some(command)) = (child.as_mut(), command) {
         child.release(&command[0])?;
     }
     eprintln!(
@@ -186,7 +222,15 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         if (progress || metrics.is_some()) && Instant::now() >= next_refresh {
             next_refresh = Instant::now() + Duration::from_secs(1);
             let elapsed = start.elapsed().as_secs_f64();
-            match snapshot(&plan, &func_targets, &maps, &mut stacks, elapsed) {
+            match snapshot(
+                &plan,
+                &func_targets,
+                &maps,
+                &mut stacks,
+                devices.as_ref(),
+                &probes,
+                elapsed,
+            ) {
                 Ok(live) => {
                     if let Some(metrics) = &metrics {
                         metrics.update(export::prometheus::render(&live));
@@ -236,23 +280,24 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     profile.probes = probes;
     profile.unavailable = unavailable;
 
+    // Devices that appeared during the run get their names too.
+    if let Some(devices) = devices.as_mut() {
+        devices.merge(DeviceNames::scan());
+    }
     if let Some(watcher) = watcher {
         watcher.finish(&mut stacks.user);
     }
-    drain_families(&plan, &func_targets, &maps, &mut stacks, &mut profile)?;
+    drain_families(
+        &plan,
+        &func_targets,
+        &maps,
+        &mut stacks,
+        devices.as_ref(),
+        &mut profile,
+    )?;
     stacks.interner.finish(&mut profile);
     profile.losses = probes::shared::drain_losses(&maps)?;
-    let mut pids: Vec<u32> = profile
-        .locks
-        .iter()
-        .map(|row| row.pid)
-        .chain(profile.rpcs.iter().map(|row| row.pid))
-        .chain(profile.funcs.iter().map(|row| row.pid))
-        .chain(profile.cpu.iter().map(|row| row.pid))
-        .collect();
-    pids.sort_unstable();
-    pids.dedup();
-    profile.processes = probes::shared::drain_processes(&maps, &pids)?;
+    profile.processes = probes::shared::drain_processes(&maps, &row_pids(&profile))?;
 
     profile
         .save(&args.output)
@@ -262,6 +307,12 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     if let Some(svg) = &args.flamegraph {
         let kind = if plan.lock {
             crate::cli::Kind::Lock
+        } else if plan.cpu.is_some() {
+            crate::cli::Kind::Cpu
+        } else if plan.offcpu.is_some() {
+            crate::cli::Kind::Offcpu
+        } else if plan.io {
+            crate::cli::Kind::Io
         } else {
             crate::cli::Kind::Cpu
         };
@@ -284,10 +335,17 @@ fn drain_families(
     func_targets: &[probes::func::FuncTarget],
     maps: &MapSet,
     stacks: &mut StackResolver,
+    devices: Option<&DeviceNames>,
     profile: &mut Profile,
 ) -> Result<()> {
     if plan.lock {
         profile.locks = probes::lock::drain(maps, stacks)?;
+    }
+    if plan.offcpu.is_some() {
+        profile.offcpu = probes::offcpu::drain(maps, stacks, &plan.classifier)?;
+    }
+    if let Some(devices) = devices {
+        profile.io = probes::io::drain(maps, devices)?;
     }
     profile.rpcs = probes::rpc::drain(maps, stacks, &plan.rpc)?;
     profile.funcs = probes::func::drain(maps, stacks, func_targets)?;
@@ -298,18 +356,39 @@ fn drain_families(
     Ok(())
 }
 
+/// Every process some row refers to, once.
+fn row_pids(profile: &Profile) -> Vec<u32> {
+    let mut pids: Vec<u32> = profile.locks.iter().map(|row| row.pid).collect();
+    pids.extend(profile.offcpu.iter().map(|row| row.pid));
+    pids.extend(profile.io.iter().map(|row| row.pid));
+    pids.extend(profile.rpcs.iter().map(|row| row.pid));
+    pids.extend(profile.funcs.iter().map(|row| row.pid));
+    pids.extend(profile.cpu.iter().map(|row| row.pid));
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
 /// The numbers so far, while the programs run (for metrics and progress).
 fn snapshot(
     plan: &Plan,
     func_targets: &[probes::func::FuncTarget],
     maps: &MapSet,
     stacks: &mut StackResolver,
+    devices: Option<&DeviceNames>,
+    probes: &[ProbeUse],
     elapsed_s: f64,
 ) -> Result<Profile> {
     let mut profile = Profile::new();
     profile.duration_s = elapsed_s;
-    drain_families(plan, func_targets, maps, stacks, &mut profile)?;
+    // Recorded families get their series from the first scrape on, even before events.
+    profile.probes = probes.to_vec();
+    drain_families(plan, func_targets, maps, stacks, devices, &mut profile)?;
     stacks.interner.copy_into(&mut profile);
+    // Off-CPU and IO series are labelled by process name.
+    if !profile.offcpu.is_empty() || !profile.io.is_empty() {
+        profile.processes = probes::shared::drain_processes(maps, &row_pids(&profile))?;
+    }
     profile.losses = probes::shared::drain_losses(maps)?;
     Ok(profile)
 }
@@ -320,6 +399,14 @@ fn progress_line(live: &Profile) -> String {
     if !live.locks.is_empty() {
         let contentions: u64 = live.locks.iter().map(|row| row.count).sum();
         parts.push(format!("{contentions} lock contentions"));
+    }
+    if !live.offcpu.is_empty() {
+        let waits: u64 = live.offcpu.iter().map(|row| row.count).sum();
+        parts.push(format!("{waits} off-CPU waits"));
+    }
+    if !live.io.is_empty() {
+        let requests: u64 = live.io.iter().map(|row| row.count).sum();
+        parts.push(format!("{requests} IO requests"));
     }
     if !live.cpu.is_empty() {
         let samples: u64 = live.cpu.iter().map(|row| row.samples).sum();
@@ -362,6 +449,12 @@ fn start(
     let fork_child_pid = tracefs::field_offset("sched", "sched_process_fork", "child_pid")?;
     let exit_group_dead =
         tracefs::field_offset("sched", "sched_process_exit", "group_dead").unwrap_or(0);
+    let offcpu_globals = plan.offcpu.as_ref().map(OffcpuGlobals::read).transpose()?;
+    let io_globals = if plan.io {
+        Some(IoGlobals::read()?)
+    } else {
+        None
+    };
     let lock_layout = probes::lock::layout();
     let mut loader = EbpfLoader::new();
     loader
@@ -371,9 +464,17 @@ fn start(
         .override_global("LOCK_LAYOUT", &lock_layout, true)
         .map_max_entries("STACKS", args.stack_entries)
         .map_max_entries("LOCK_STATS", args.map_entries)
+        .map_max_entries("OFFCPU_STATS", args.map_entries)
+        .map_max_entries("IO_STATS", args.map_entries)
         .map_max_entries("RPC_STATS", args.map_entries)
         .map_max_entries("FUNC_STATS", args.map_entries)
         .map_max_entries("CPU_SAMPLES", args.map_entries);
+    if let Some(globals) = &offcpu_globals {
+        globals.apply(&mut loader);
+    }
+    if let Some(globals) = &io_globals {
+        globals.apply(&mut loader);
+    }
     for (name, value) in &plan.rpc.globals {
         loader.override_global(name, value, true);
     }
@@ -393,7 +494,7 @@ fn start(
                 .with_context(|| format!("program {name} is not a tracepoint"))?;
             program
                 .load()
-                .with_context(|| format!("the kernel refused to load {name}"))?;
+                .map_err(|err| crate::probes::shared::load_error(name, err))?;
             program
                 .attach("sched", event)
                 .with_context(|| format!("cannot attach to sched:{event}"))?;
@@ -415,6 +516,12 @@ fn start(
             kernel_symbols,
         )?);
     }
+    if let Some(options) = &plan.offcpu {
+        probes.push(probes::offcpu::attach(&mut ebpf, options)?);
+    }
+    if let Some(globals) = &io_globals {
+        probes.push(probes::io::attach(&mut ebpf, globals)?);
+    }
     probes.extend(probes::rpc::attach(&mut ebpf, &plan.rpc)?);
     let (func_probes, func_targets) = probes::func::attach(
         &mut ebpf,
@@ -431,6 +538,18 @@ fn start(
 }
 
 fn explain_load_error(err: &str) -> String {
+    // A BTF or verifier log can follow the message: first line only, the rest to a file.
+    let (first, rest) = err.split_once('\n').unwrap_or((err, ""));
+    let err = if rest.trim().is_empty() {
+        first.to_string()
+    } else {
+        log::debug!("eBPF object load error in full:\n{err}");
+        let path = std::env::temp_dir().join(format!("lockpath-load-{}.log", std::process::id()));
+        match std::fs::write(&path, err) {
+            Ok(()) => format!("{} (full log in {})", first.trim(), path.display()),
+            Err(_) => format!("{} (RUST_LOG=debug prints the full log)", first.trim()),
+        }
+    };
     if err.contains("Operation not permitted") || err.contains("EPERM") {
         format!("the kernel refused to load lockpath's eBPF programs ({err}): run as root, or with CAP_BPF and CAP_PERFMON")
     } else {

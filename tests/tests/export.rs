@@ -568,6 +568,9 @@ fn prometheus_scrapes_live_metrics() {
     let profile_path = dir.join("live.json");
     let (lockpath_child, programs) = spawn_recording(&[
         "record",
+        "--lock",
+        "--offcpu-all",
+        "--io",
         "--metrics",
         &metrics_addr,
         "-o",
@@ -624,16 +627,17 @@ fn prometheus_scrapes_live_metrics() {
         }
     };
     let deadline = Instant::now() + Duration::from_secs(12);
-    let (contentions, wait) = loop {
+    let (contentions, wait, offcpu) = loop {
         let contentions = query("lockpath_lock_contentions_total");
         let wait = query("lockpath_lock_wait_seconds_total{type=\"rwsem:W\"}");
+        let offcpu = query("lockpath_offcpu_seconds_total{process=\"lock-storm\"}");
         let up = query("up{job=\"lockpath\"}");
         let is_up = up
             .first()
             .map(|series| series["value"][1] == "1")
             .unwrap_or(false);
-        if is_up && !contentions.is_empty() && !wait.is_empty() {
-            break (contentions, wait);
+        if is_up && !contentions.is_empty() && !wait.is_empty() && !offcpu.is_empty() {
+            break (contentions, wait, offcpu);
         }
         assert!(
             Instant::now() < deadline,
@@ -642,7 +646,54 @@ fn prometheus_scrapes_live_metrics() {
         );
         std::thread::sleep(Duration::from_millis(500));
     };
+    // The same text, checked by Prometheus's own linter (histogram rules included).
+    if let Ok((200, text)) = http(&metrics_addr, "GET", "/metrics", None) {
+        assert!(
+            text.contains("# TYPE lockpath_io_latency_seconds histogram"),
+            "{text}"
+        );
+        if require_tool(test, "promtool") {
+            let mut promtool = Command::new("promtool")
+                .args(["check", "metrics"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("start promtool");
+            use std::io::Write;
+            promtool
+                .stdin
+                .take()
+                .expect("stdin")
+                .write_all(text.as_bytes())
+                .expect("feed promtool");
+            let checked = promtool.wait_with_output().expect("promtool");
+            let complaints = String::from_utf8_lossy(&checked.stdout).into_owned()
+                + &String::from_utf8_lossy(&checked.stderr);
+            // Lint remarks (e.g. naming advice) are not errors; parse errors are.
+            assert!(
+                !complaints.contains("error while linting") && !complaints.contains("parse"),
+                "promtool: {complaints}\n{text}"
+            );
+        }
+    }
     drop(prometheus);
+    for series in &offcpu {
+        assert!(series["metric"]["class"].is_string(), "{series}");
+        let seconds: f64 = series["value"][1]
+            .as_str()
+            .and_then(|value| value.parse().ok())
+            .expect("value");
+        assert!(seconds >= 0.0, "{series}");
+    }
+    let offcpu_scraped: f64 = offcpu
+        .iter()
+        .filter_map(|series| series["value"][1].as_str()?.parse::<f64>().ok())
+        .sum();
+    assert!(
+        offcpu_scraped > 0.0,
+        "off-CPU time of lock-storm scraped: {offcpu:?}"
+    );
     for series in &contentions {
         assert!(
             series["metric"]["type"].is_string() && series["metric"]["caller"].is_string(),

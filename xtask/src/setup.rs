@@ -223,6 +223,9 @@ const TEST_TOOLS: &[(&str, &str)] = &[
     ("bpftool", "bpftool"),
     ("perf", "linux-perf"),
     ("bpftrace", "bpftrace"),
+    // The IO-path test: ext4 on a loop device.
+    ("mkfs.ext4", "e2fsprogs"),
+    ("losetup", "mount"),
     // The exporters' tests: HTML report in a real browser, pprof reader, metrics scraper.
     ("chromium", "chromium"),
     ("chromedriver", "chromium-driver"),

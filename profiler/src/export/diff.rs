@@ -7,8 +7,11 @@ use serde::Serialize;
 
 use crate::{
     cli::{GroupBy, Kind},
-    export::report::{cpu_functions, cpu_processes, fit, lock_groups},
-    profile::Profile,
+    export::{
+        offcpu::is_scheduler_frame,
+        report::{cpu_functions, cpu_processes, fit, lock_groups},
+    },
+    profile::{IoRow, OffcpuRow, Profile},
     units::format_ns,
 };
 
@@ -24,6 +27,9 @@ pub struct Breakdown {
     pub by: &'static str,
     pub entries: BTreeMap<String, Measure>,
 }
+
+/// How a breakdown names a row (its table key).
+type RowKey<'a, R> = Box<dyn Fn(&R) -> String + 'a>;
 
 /// Keys stay comparable across runs: names, never pids (lock addresses of dynamic
 /// locks differ between runs; static locks keep their symbol).
@@ -55,6 +61,59 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
                     let entry = entries.entry(key).or_default();
                     entry.value += group.total_wait_ns;
                     entry.events += group.contended;
+                }
+                out.push(Breakdown { by, entries });
+            }
+        }
+        Kind::Offcpu => {
+            let mut ways: Vec<(&'static str, RowKey<OffcpuRow>)> = vec![
+                ("class", Box::new(|row: &OffcpuRow| row.class.clone())),
+                (
+                    "process",
+                    Box::new(|row: &OffcpuRow| profile.process_name(row.pid)),
+                ),
+                (
+                    "function",
+                    Box::new(|row: &OffcpuRow| {
+                        format!("{} {}", row.class, wait_site(profile, row.stack))
+                    }),
+                ),
+            ];
+            if profile.is_merged() {
+                ways.push(("host", Box::new(|row: &OffcpuRow| profile.host_of(row.pid))));
+            }
+            for (by, key) in ways {
+                let mut entries: BTreeMap<String, Measure> = BTreeMap::new();
+                for row in &profile.offcpu {
+                    let entry = entries.entry(key(row)).or_default();
+                    entry.value += row.total_ns;
+                    entry.events += row.count;
+                }
+                out.push(Breakdown { by, entries });
+            }
+        }
+        Kind::Io => {
+            let mut ways: Vec<(&'static str, RowKey<IoRow>)> = vec![
+                (
+                    "device",
+                    Box::new(|row: &IoRow| format!("{} {}", row.device, row.op)),
+                ),
+                (
+                    "process",
+                    Box::new(|row: &IoRow| {
+                        format!("{} {}", row.device, profile.process_name(row.pid))
+                    }),
+                ),
+            ];
+            if profile.is_merged() {
+                ways.push(("host", Box::new(|row: &IoRow| profile.host_of(row.pid))));
+            }
+            for (by, key) in ways {
+                let mut entries: BTreeMap<String, Measure> = BTreeMap::new();
+                for row in &profile.io {
+                    let entry = entries.entry(key(row)).or_default();
+                    entry.value += row.total_ns;
+                    entry.events += row.count;
                 }
                 out.push(Breakdown { by, entries });
             }
@@ -117,10 +176,32 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
     out
 }
 
+/// Where a thread waited: the first two kernel frames from the leaf below the scheduler
+/// (`__wait_on_buffer < ext4_read_bh`), comparable across runs (names, no addresses).
+fn wait_site(profile: &Profile, stack: Option<u32>) -> String {
+    if stack.is_none() {
+        return "[stack lost]".into();
+    }
+    let site: Vec<String> = profile
+        .stack_frames(stack)
+        .iter()
+        .filter(|frame| !is_scheduler_frame(&frame.name))
+        .take(2)
+        .map(|frame| frame.display())
+        .collect();
+    if site.is_empty() {
+        "[scheduler only]".into()
+    } else {
+        site.join(" < ")
+    }
+}
+
 /// Column names of a kind's value and events, and how a per-second value is shown.
 fn value_names(kind: Kind) -> (&'static str, &'static str) {
     match kind {
         Kind::Lock => ("wait/s", "cont/s"),
+        Kind::Offcpu => ("off/s", "waits/s"),
+        Kind::Io => ("lat/s", "req/s"),
         Kind::Rpc => ("latency/s", "req/s"),
         Kind::Func => ("time/s", "calls/s"),
         Kind::Cpu => ("samples/s", "total/s"),
@@ -129,7 +210,9 @@ fn value_names(kind: Kind) -> (&'static str, &'static str) {
 
 fn format_value(kind: Kind, per_second: f64) -> String {
     match kind {
-        Kind::Lock | Kind::Rpc | Kind::Func => format_ns(per_second.abs().round() as u64),
+        Kind::Lock | Kind::Offcpu | Kind::Io | Kind::Rpc | Kind::Func => {
+            format_ns(per_second.abs().round() as u64)
+        }
         Kind::Cpu => format!("{:.1}", per_second.abs()),
     }
 }
@@ -150,7 +233,8 @@ pub struct DiffRow {
 pub struct DiffTable {
     pub kind: String,
     pub by: String,
-    /// Unit of the `*_per_s` values (lock: nanoseconds of wait per second of run).
+    /// Unit of the `*_per_s` values: nanoseconds per second of run (lock: of wait,
+    /// offcpu: off the CPU, io: of summed request latency).
     pub unit: String,
     /// Largest growth first.
     pub rows: Vec<DiffRow>,
@@ -158,7 +242,7 @@ pub struct DiffTable {
 
 fn unit(kind: Kind) -> &'static str {
     match kind {
-        Kind::Lock | Kind::Rpc | Kind::Func => "ns/s",
+        Kind::Lock | Kind::Offcpu | Kind::Io | Kind::Rpc | Kind::Func => "ns/s",
         Kind::Cpu => "samples/s",
     }
 }
@@ -414,5 +498,64 @@ mod tests {
             .expect("host table");
         assert_eq!(hosts.rows.len(), 2);
         assert_eq!(hosts.rows[0].key, "node-a");
+    }
+
+    #[test]
+    fn offcpu_tables_per_class_process_and_function() {
+        use crate::export::offcpu::tests::profile_with_waits_and_io;
+        let base = profile_with_waits_and_io();
+        let mut new = profile_with_waits_and_io();
+        // NEW: buffer waits tripled over a run twice as long (x1.5 per second).
+        new.duration_s = 4.0;
+        for row in &mut new.offcpu {
+            if row.class == "buffer" {
+                row.total_ns *= 3;
+            }
+        }
+        let tables = diff(&base, &new, Kind::Offcpu);
+        let bys: Vec<&str> = tables.iter().map(|table| table.by.as_str()).collect();
+        assert_eq!(bys, ["class", "process", "function"]);
+        let class = &tables[0];
+        assert_eq!(class.rows[0].key, "buffer", "grew most, first");
+        assert!(
+            (class.rows[0].base_per_s - 30e6).abs() < 1.0,
+            "{:?}",
+            class.rows[0]
+        );
+        assert!(
+            (class.rows[0].new_per_s - 45e6).abs() < 1.0,
+            "{:?}",
+            class.rows[0]
+        );
+        assert_eq!(class.rows[0].ratio, Some(1.5));
+        assert_eq!(tables[1].rows[0].key, "mdtest");
+        assert_eq!(
+            tables[2].rows[0].key,
+            "buffer __wait_on_buffer < ext4_read_bh"
+        );
+        let text = text(&base, &new, Kind::Offcpu, 0);
+        assert!(text.contains("offcpu by class"), "{text}");
+        for line in text.lines() {
+            assert!(line.chars().count() <= 100, "too wide: {line}");
+        }
+    }
+
+    #[test]
+    fn io_tables_per_device_and_op() {
+        use crate::export::offcpu::tests::profile_with_waits_and_io;
+        let base = profile_with_waits_and_io();
+        let mut new = profile_with_waits_and_io();
+        for row in &mut new.io {
+            row.count *= 2;
+            row.total_ns *= 4;
+        }
+        let tables = diff(&base, &new, Kind::Io);
+        assert_eq!(tables[0].by, "device");
+        let row = &tables[0].rows[0];
+        assert_eq!(row.key, "loop0 read");
+        // 100 requests, 10 ms of latency in 2 s: 50 req/s, 5 ms/s; NEW x2 and x4.
+        assert!((row.base_events_per_s - 50.0).abs() < 1e-9, "{row:?}");
+        assert!((row.new_events_per_s - 100.0).abs() < 1e-9, "{row:?}");
+        assert_eq!(row.ratio, Some(4.0));
     }
 }

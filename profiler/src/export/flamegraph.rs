@@ -15,6 +15,16 @@ use crate::{
 fn labels(kind: Kind) -> (&'static str, &'static str, f64) {
     match kind {
         Kind::Lock => ("Lock wait time (width: time waiting, ms)", "ms", 0.001),
+        Kind::Offcpu => (
+            "Off-CPU time by process and wait class (width: time off CPU, ms)",
+            "ms",
+            0.001,
+        ),
+        Kind::Io => (
+            "IO wait time: buffer, page, block-io, journal (width: time off CPU, ms)",
+            "ms",
+            0.001,
+        ),
         Kind::Rpc => (
             "Request latency by completion stack (width: request time, ms)",
             "ms",
@@ -39,6 +49,16 @@ fn diff_labels(kind: Kind) -> (&'static str, &'static str, f64) {
     match kind {
         Kind::Lock => (
             "Lock wait, NEW against BASE (width: NEW wait in ms per second of run; red grew, blue shrank)",
+            "ms/s",
+            1e-6,
+        ),
+        Kind::Offcpu => (
+            "Off-CPU time, NEW against BASE (width: NEW time off CPU in ms per second of run; red grew, blue shrank)",
+            "ms/s",
+            1e-6,
+        ),
+        Kind::Io => (
+            "IO wait time, NEW against BASE (width: NEW IO wait in ms per second of run; red grew, blue shrank)",
             "ms/s",
             1e-6,
         ),

@@ -8,6 +8,7 @@ use crate::{
     cli::Kind,
     probes::lock::{is_lock_internal, lock_type_name},
     profile::{CpuRow, Profile},
+    waitclass::IO_CLASSES,
 };
 
 /// One kind's sample: frames from the root (process) to the leaf, one value per
@@ -25,14 +26,16 @@ pub fn sample_types(kind: Kind) -> &'static [(&'static str, &'static str)] {
         Kind::Rpc => &[("requests", "count"), ("latency", "nanoseconds")],
         Kind::Func => &[("calls", "count"), ("latency", "nanoseconds")],
         Kind::Cpu => &[("samples", "count")],
+        Kind::Offcpu => &[("waits", "count"), ("off_cpu", "nanoseconds")],
+        Kind::Io => &[("waits", "count"), ("io_wait", "nanoseconds")],
     }
 }
 
 /// Which sample value the flamegraph width is, and the divisor that turns it into the
-/// folded unit (lock: delay in nanoseconds, folded in microseconds).
+/// folded unit (delay or time off CPU in nanoseconds, folded in microseconds).
 pub fn flame_value(kind: Kind) -> (usize, u64) {
     match kind {
-        Kind::Lock | Kind::Rpc | Kind::Func => (1, 1_000),
+        Kind::Lock | Kind::Offcpu | Kind::Io | Kind::Rpc | Kind::Func => (1, 1_000),
         Kind::Cpu => (0, 1),
     }
 }
@@ -73,6 +76,37 @@ pub fn samples(profile: &Profile, kind: Kind) -> Vec<Sample> {
                     .unwrap_or(stack.len());
                 frames.extend(
                     stack[outside_lock..]
+                        .iter()
+                        .rev()
+                        .map(|frame| clean(&frame.display())),
+                );
+                add(frames, &[row.count, row.total_ns]);
+            }
+        }
+        // Process; wait class; user stack from main inward; kernel stack from the
+        // system call down to the scheduler. `io`: the IO wait classes only.
+        Kind::Offcpu | Kind::Io => {
+            for row in &profile.offcpu {
+                if kind == Kind::Io && !IO_CLASSES.contains(&row.class.as_str()) {
+                    continue;
+                }
+                let mut frames = vec![clean(&profile.process_name(row.pid)), clean(&row.class)];
+                if row.ustack.is_some() && profile.stack_truncated(row.ustack) {
+                    frames.push("[truncated]".into());
+                }
+                frames.extend(
+                    profile
+                        .stack_frames(row.ustack)
+                        .iter()
+                        .rev()
+                        .map(|frame| clean(&frame.display())),
+                );
+                if row.stack.is_none() {
+                    frames.push("[stack lost]".into());
+                }
+                frames.extend(
+                    profile
+                        .stack_frames(row.stack)
                         .iter()
                         .rev()
                         .map(|frame| clean(&frame.display())),
@@ -197,6 +231,41 @@ mod tests {
             .expect("spin sample");
         assert_eq!(spin.values, vec![150, 7_000_000]);
         assert_eq!(spin.values.len(), sample_types(Kind::Lock).len());
+    }
+
+    #[test]
+    fn offcpu_lines_have_process_class_and_stack_root_first() {
+        let profile = crate::export::offcpu::tests::profile_with_waits();
+        let text = render(&profile, Kind::Offcpu);
+        assert!(
+            text.contains(
+                "mdtest;buffer;ext4_bread;ext4_read_bh;__wait_on_buffer;io_schedule;__schedule 60000"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("mdtest;sleep;do_nanosleep;schedule 40000"),
+            "{text}"
+        );
+        let io = render(&profile, Kind::Io);
+        assert!(io.contains("buffer") && !io.contains("sleep"), "{io}");
+    }
+
+    #[test]
+    fn offcpu_lines_sum_nanoseconds_and_round_once() {
+        let mut profile = crate::export::offcpu::tests::profile_with_waits();
+        // Two threads on the same path, 1.5 us each: one line of 3 us, not 2.
+        for row in &mut profile.offcpu {
+            if row.class == "buffer" {
+                row.total_ns = 1_500;
+            }
+        }
+        let text = render(&profile, Kind::Offcpu);
+        assert!(text.contains("__schedule 3\n"), "{text}");
+        let samples = samples(&profile, Kind::Io);
+        assert_eq!(samples.len(), 1, "IO classes only");
+        assert_eq!(samples[0].values, vec![8, 3_000]);
+        assert_eq!(samples[0].values.len(), sample_types(Kind::Io).len());
     }
 
     #[test]

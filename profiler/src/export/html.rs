@@ -19,7 +19,7 @@ th,td{padding:2px 8px;border-bottom:1px solid #eee;text-align:left}\
 td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}\
 dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px}dt{font-weight:bold}\
 dd{margin:0;font-family:monospace}\
-iframe.flamegraph{width:100%;border:1px solid #ccc}";
+iframe.flamegraph{width:100%;border:1px solid #ccc}pre.histogram{font-size:0.85em}";
 
 /// A table; cells are escaped here. `numeric[i]` right-aligns column i.
 fn table(headers: &[&str], numeric: &[bool], rows: &[Vec<String>]) -> String {
@@ -152,6 +152,79 @@ fn kind_section(profile: &Profile, kind: Kind) -> Result<String> {
             out.push_str(&flamegraph_frame(&svg, "lock wait flamegraph"));
             out.push_str("</section>\n");
         }
+        Kind::Offcpu => {
+            out.push_str("<section id=\"offcpu\">\n<h2>Off-CPU waits</h2>\n");
+            out.push_str("<h3>Per process (wait breakdown by class)</h3>\n");
+            let rows = offcpu_rows(profile, 50);
+            if rows.is_empty() {
+                out.push_str("<p>No off-CPU waits recorded.</p>\n");
+            } else {
+                out.push_str(&table(
+                    &[
+                        "process",
+                        "pid",
+                        "off-CPU",
+                        "class",
+                        "time",
+                        "%",
+                        "waits",
+                        "max",
+                        "top stack",
+                    ],
+                    &[false, true, true, false, true, true, true, true, false],
+                    &rows,
+                ));
+            }
+            out.push_str("<h3>Flamegraph (width: time off CPU)</h3>\n");
+            let svg = flamegraph::render_svg(profile, kind)?;
+            out.push_str(&flamegraph_frame(&svg, "off-CPU flamegraph"));
+            out.push_str("</section>\n");
+        }
+        Kind::Io => {
+            out.push_str("<section id=\"io\">\n<h2>Block IO</h2>\n");
+            let groups = export::io::groups(profile);
+            if groups.is_empty() {
+                out.push_str("<p>No block-IO requests recorded.</p>\n");
+            } else {
+                let rows: Vec<Vec<String>> = groups
+                    .iter()
+                    .map(|group| {
+                        vec![
+                            format!("{} ({})", group.device, group.dev),
+                            group.op.clone(),
+                            group.count.to_string(),
+                            export::io::format_bytes(group.bytes),
+                            format_ns(group.avg_ns),
+                            format_ns(group.p50_ns),
+                            format_ns(group.p99_ns),
+                            format_ns(group.max_ns),
+                        ]
+                    })
+                    .collect();
+                out.push_str(&table(
+                    &[
+                        "device", "op", "requests", "bytes", "avg", "p50", "p99", "max",
+                    ],
+                    &[false, false, true, true, true, true, true, true],
+                    &rows,
+                ));
+                for group in &groups {
+                    out.push_str(&format!(
+                        "<h3>Latency histogram: {} ({}) {}</h3>\n<pre class=\"histogram\">{}</pre>\n",
+                        esc(&group.device),
+                        esc(&group.dev),
+                        esc(&group.op),
+                        esc(&export::io::histogram(&group.histogram))
+                    ));
+                }
+            }
+            out.push_str(
+                "<h3>IO wait flamegraph (off-CPU in buffer, page, block-io, journal)</h3>\n",
+            );
+            let svg = flamegraph::render_svg(profile, kind)?;
+            out.push_str(&flamegraph_frame(&svg, "IO wait flamegraph"));
+            out.push_str("</section>\n");
+        }
         Kind::Rpc | Kind::Func => {
             let (id, title, groups, what) = if kind == Kind::Rpc {
                 (
@@ -250,6 +323,46 @@ fn kind_section(profile: &Profile, kind: Kind) -> Result<String> {
         }
     }
     Ok(out)
+}
+
+/// One row per (process, class), most off-CPU time first; the process columns on its
+/// first row only.
+fn offcpu_rows(profile: &Profile, top: usize) -> Vec<Vec<String>> {
+    let mut rows = Vec::new();
+    for process in export::offcpu::processes(profile).into_iter().take(top) {
+        for (index, class) in process.classes.iter().enumerate() {
+            let first = index == 0;
+            let top_stack = class
+                .stacks
+                .first()
+                .map(|stack| export::offcpu::short_stack(&stack.kernel, 120))
+                .unwrap_or_default();
+            rows.push(vec![
+                if first {
+                    process.process.clone()
+                } else {
+                    String::new()
+                },
+                if first {
+                    process.pid.to_string()
+                } else {
+                    String::new()
+                },
+                if first {
+                    format_ns(process.total_ns)
+                } else {
+                    String::new()
+                },
+                class.class.clone(),
+                format_ns(class.total_ns),
+                format!("{:.1}", class.percent),
+                class.count.to_string(),
+                format_ns(class.max_ns),
+                top_stack,
+            ]);
+        }
+    }
+    rows
 }
 
 fn overview(profile: &Profile) -> String {
@@ -356,6 +469,26 @@ mod tests {
         assert!(page.contains("<iframe class=\"flamegraph\""));
         assert!(page.contains("<td>do_pipe2</td>") || page.contains("do_pipe2"));
         assert!(page.contains("<td class=\"n\">7.00 ms</td>"), "{page}");
+    }
+
+    #[test]
+    fn offcpu_and_io_sections_with_breakdown_histograms_and_flamegraphs() {
+        let page =
+            render(&crate::export::offcpu::tests::profile_with_waits_and_io()).expect("html");
+        assert!(page.contains("<section id=\"offcpu\">"), "{page}");
+        assert!(page.contains("<section id=\"io\">"), "{page}");
+        // mdtest: 100 ms off CPU, 60% buffer with its top stack.
+        assert!(page.contains("<td>mdtest</td>"), "{page}");
+        assert!(page.contains("<td class=\"n\">60.0</td>"), "{page}");
+        assert!(
+            page.contains("__wait_on_buffer &lt; ext4_read_bh"),
+            "{page}"
+        );
+        // The loop0 histogram, biolatency style.
+        assert!(page.contains("loop0 (7:0)"), "{page}");
+        assert!(page.contains("64 -&gt; 127"), "{page}");
+        assert!(page.contains("title=\"off-CPU flamegraph\""), "{page}");
+        assert!(page.contains("title=\"IO wait flamegraph\""), "{page}");
     }
 
     #[test]

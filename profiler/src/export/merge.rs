@@ -18,11 +18,42 @@ fn remap_rows(profile: &mut Profile, pid: &dyn Fn(u32) -> u32, stack: &dyn Fn(u3
         row.pid = pid(row.pid);
         row.stack = row.stack.map(stack);
     }
+    // Thread ids stay: they are looked up inside their (remapped) process.
+    for row in &mut profile.offcpu {
+        row.pid = pid(row.pid);
+        row.stack = row.stack.map(stack);
+        row.ustack = row.ustack.map(stack);
+    }
+    for row in &mut profile.io {
+        row.pid = pid(row.pid);
+    }
+    for row in &mut profile.cpu {
+        row.pid = pid(row.pid);
+        row.kernel_stack = row.kernel_stack.map(stack);
+        row.user_stack = row.user_stack.map(stack);
+    }
+    for row in &mut profile.rpcs {
+        row.pid = pid(row.pid);
+        row.start_stack = row.start_stack.map(stack);
+        row.end_stack = row.end_stack.map(stack);
+    }
+    for row in &mut profile.funcs {
+        row.pid = pid(row.pid);
+        row.stack = row.stack.map(stack);
+    }
 }
 
 /// Appends `input`'s rows of every family to `merged`. A family adds its line.
 fn append_rows(merged: &mut Profile, input: Profile) {
     merged.locks.extend(input.locks);
+    merged.offcpu.extend(input.offcpu);
+    merged.io.extend(input.io);
+    // Hosts sampled at different rates: the highest is kept (samples stay counts).
+    merged.cpu_freq_hz = merged.cpu_freq_hz.max(input.cpu_freq_hz);
+    merged.cpu.extend(input.cpu);
+    merged.rpcs.extend(input.rpcs);
+    merged.funcs.extend(input.funcs);
+    merged.unavailable.extend(input.unavailable);
 }
 
 pub fn merge(inputs: Vec<Profile>, command_line: Vec<String>) -> Result<Profile> {
@@ -162,6 +193,44 @@ mod tests {
             .find(|p| p.host.as_deref() == Some("node-b") && p.pid != 10 && p.pid & 0x3fffff == 10)
             .expect("moved pid");
         assert!(merged.locks.iter().any(|row| row.pid == moved.pid));
+    }
+
+    #[test]
+    fn merge_remaps_offcpu_and_io_rows() {
+        use crate::export::offcpu::tests::profile_with_waits_and_io;
+        let mut a = profile_with_waits_and_io();
+        a.host = "node-a".into();
+        let mut b = profile_with_waits_and_io();
+        b.host = "node-b".into();
+        b.stacks.reverse();
+        for row in &mut b.offcpu {
+            row.stack = row.stack.map(|id| 1 - id);
+        }
+        let expected_b = folded::render(&b, Kind::Offcpu);
+        let merged = merge(vec![a, b], vec!["lockpath".into()]).expect("merge");
+        let merged = Profile::from_bytes(&serde_json::to_vec(&merged).expect("json"))
+            .expect("valid profile");
+        assert_eq!(merged.offcpu.len(), 6);
+        assert_eq!(merged.io.len(), 4);
+        let folded = folded::render(&merged, Kind::Offcpu);
+        for line in expected_b.lines() {
+            assert!(
+                folded.contains(&format!("node-b:{line}")),
+                "{line} in\n{folded}"
+            );
+        }
+        let moved = merged
+            .processes
+            .iter()
+            .find(|p| p.host.as_deref() == Some("node-b"))
+            .expect("node-b process")
+            .pid;
+        assert_ne!(moved, 10);
+        assert_eq!(
+            merged.offcpu.iter().filter(|row| row.pid == moved).count(),
+            3
+        );
+        assert_eq!(merged.io.iter().filter(|row| row.pid == moved).count(), 2);
     }
 
     #[test]

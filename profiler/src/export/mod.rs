@@ -5,13 +5,15 @@ pub mod escape;
 pub mod flamegraph;
 pub mod folded;
 pub mod html;
+pub mod io;
 pub mod json;
 pub mod merge;
+pub mod offcpu;
 pub mod pprof;
 pub mod prometheus;
 pub mod report;
 
-use crate::{cli::Kind, profile::Profile};
+use crate::{cli::Kind, profile::Profile, waitclass::IO_CLASSES};
 
 /// Whether a profile has data of `kind` (recorded, or rows present). A kind adds its arm.
 pub fn has_kind(profile: &Profile, kind: Kind) -> bool {
@@ -21,6 +23,16 @@ pub fn has_kind(profile: &Profile, kind: Kind) -> bool {
         Kind::Rpc => recorded("rpc") || !profile.rpcs.is_empty(),
         Kind::Func => recorded("func") || recorded("ufunc") || !profile.funcs.is_empty(),
         Kind::Cpu => recorded("cpu") || !profile.cpu.is_empty(),
+        Kind::Offcpu => recorded("offcpu") || !profile.offcpu.is_empty(),
+        // Block-IO rows, or off-CPU waits in an IO class (the IO flamegraph).
+        Kind::Io => {
+            recorded("io")
+                || !profile.io.is_empty()
+                || profile
+                    .offcpu
+                    .iter()
+                    .any(|row| IO_CLASSES.contains(&row.class.as_str()))
+        }
     }
 }
 

@@ -282,4 +282,28 @@ mod tests {
         let gz = render(&profile_with_two_locks(), Kind::Lock).expect("gzip");
         assert_eq!(&gz[..2], &[0x1f, 0x8b], "gzip magic");
     }
+
+    #[test]
+    fn offcpu_and_io_sample_types() {
+        let profile = crate::export::offcpu::tests::profile_with_waits_and_io();
+        for (kind, expected, samples) in [
+            (Kind::Offcpu, ["waits", "off_cpu", "__wait_on_buffer"], 2),
+            (Kind::Io, ["waits", "io_wait", "ext4_bread"], 1),
+        ] {
+            let top = fields(&encode(&profile, kind));
+            let strings: Vec<String> = top
+                .iter()
+                .filter(|(field, _, _)| *field == PROFILE_STRING_TABLE)
+                .map(|(_, _, bytes)| String::from_utf8(bytes.clone()).expect("utf8"))
+                .collect();
+            for name in expected.iter().chain(&["nanoseconds", "count", "mdtest"]) {
+                assert!(strings.iter().any(|s| s == name), "{name} in {strings:?}");
+            }
+            let count = top
+                .iter()
+                .filter(|(field, _, _)| *field == PROFILE_SAMPLE)
+                .count();
+            assert_eq!(count, samples, "{kind:?}");
+        }
+    }
 }

@@ -2,11 +2,12 @@
 //! `record --metrics` serves, rendered from a live snapshot of the kernel maps.
 //! One function per family; label values are escaped.
 
-use std::fmt::Write;
+use std::{collections::BTreeMap, fmt::Write};
 
 use crate::{
     cli::GroupBy,
-    export::{escape::prometheus_label as label, report::lock_groups},
+    export::{escape::prometheus_label as label, io::groups as io_groups, report::lock_groups},
+    probes::io::bucket_us,
     profile::Profile,
 };
 
@@ -64,6 +65,111 @@ fn lock_series(profile: &Profile, out: &mut String) {
             label(&group.lock_type),
             label(&group.caller),
             group.contended
+        );
+    }
+}
+
+/// Off-CPU seconds and waits per wait class and process name (names, not pids: the
+/// series stay few and survive restarts).
+fn offcpu_series(profile: &Profile, out: &mut String) {
+    let mut totals: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
+    for row in &profile.offcpu {
+        let total = totals
+            .entry((row.class.clone(), profile.process_name(row.pid)))
+            .or_default();
+        total.0 += row.total_ns;
+        total.1 += row.count;
+    }
+    header(
+        out,
+        "lockpath_offcpu_seconds_total",
+        "counter",
+        "Time threads spent off the CPU, by wait class and process.",
+    );
+    for ((class, process), (total_ns, _)) in &totals {
+        let _ = writeln!(
+            out,
+            "lockpath_offcpu_seconds_total{{class=\"{}\",process=\"{}\"}} {}",
+            label(class),
+            label(process),
+            *total_ns as f64 / 1e9
+        );
+    }
+    header(
+        out,
+        "lockpath_offcpu_waits_total",
+        "counter",
+        "Times threads left the CPU to wait, by wait class and process.",
+    );
+    for ((class, process), (_, count)) in &totals {
+        let _ = writeln!(
+            out,
+            "lockpath_offcpu_waits_total{{class=\"{}\",process=\"{}\"}} {count}",
+            label(class),
+            label(process)
+        );
+    }
+}
+
+/// Highest log2 bucket given its own `le`: 2^25 us (33.6 s); slower requests land in
+/// `+Inf`. Fixed, so every scrape has the same buckets.
+const IO_LAST_BUCKET: usize = 24;
+
+/// Block-IO latency per device and operation as a Prometheus histogram (the kernel's
+/// log2 microsecond buckets, cumulative), and bytes.
+fn io_series(profile: &Profile, out: &mut String) {
+    let groups = io_groups(profile);
+    header(
+        out,
+        "lockpath_io_latency_seconds",
+        "histogram",
+        "Block-IO request latency, issue to completion, by device and operation.",
+    );
+    for group in &groups {
+        let labels = format!(
+            "device=\"{}\",op=\"{}\"",
+            label(&group.device),
+            label(&group.op)
+        );
+        let mut cumulative = 0;
+        for slot in 0..=IO_LAST_BUCKET {
+            cumulative += group.histogram.get(slot).map_or(0, |bucket| bucket.count);
+            let (_, high_us) = bucket_us(slot);
+            let _ = writeln!(
+                out,
+                "lockpath_io_latency_seconds_bucket{{{labels},le=\"{}\"}} {cumulative}",
+                high_us as f64 / 1e6
+            );
+        }
+        let _ = writeln!(
+            out,
+            "lockpath_io_latency_seconds_bucket{{{labels},le=\"+Inf\"}} {}",
+            group.count
+        );
+        let _ = writeln!(
+            out,
+            "lockpath_io_latency_seconds_sum{{{labels}}} {}",
+            group.total_ns as f64 / 1e9
+        );
+        let _ = writeln!(
+            out,
+            "lockpath_io_latency_seconds_count{{{labels}}} {}",
+            group.count
+        );
+    }
+    header(
+        out,
+        "lockpath_io_bytes_total",
+        "counter",
+        "Bytes of completed block-IO requests, by device and operation.",
+    );
+    for group in &groups {
+        let _ = writeln!(
+            out,
+            "lockpath_io_bytes_total{{device=\"{}\",op=\"{}\"}} {}",
+            label(&group.device),
+            label(&group.op),
+            group.bytes
         );
     }
 }
@@ -138,6 +244,8 @@ pub fn render(profile: &Profile) -> String {
     for kind in crate::export::kinds_present(profile) {
         match kind {
             crate::cli::Kind::Lock => lock_series(profile, &mut out),
+            crate::cli::Kind::Offcpu => offcpu_series(profile, &mut out),
+            crate::cli::Kind::Io => io_series(profile, &mut out),
             crate::cli::Kind::Rpc => latency_series(
                 &mut out,
                 "rpc",
@@ -204,6 +312,54 @@ mod tests {
         assert!(text.contains("lockpath_lost_events_total{cause=\"stack_lost\"} 3\n"));
         assert!(text.contains("# TYPE lockpath_lock_wait_seconds_total counter\n"));
         assert!(text.contains("lockpath_recording_seconds 1.5\n"));
+    }
+
+    #[test]
+    fn offcpu_seconds_per_class_and_io_histogram_per_device() {
+        let mut profile = crate::export::offcpu::tests::profile_with_waits_and_io();
+        profile.losses.insert("io_unmatched_complete".into(), 2);
+        let text = render(&profile);
+        assert!(
+            text.contains(
+                "lockpath_offcpu_seconds_total{class=\"buffer\",process=\"mdtest\"} 0.06\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("lockpath_offcpu_waits_total{class=\"sleep\",process=\"mdtest\"} 4\n"),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE lockpath_io_latency_seconds histogram\n"));
+        let bucket = |le: &str| {
+            format!(
+                "lockpath_io_latency_seconds_bucket{{device=\"loop0\",op=\"read\",le=\"{le}\"}} "
+            )
+        };
+        // Cumulative: 0 below 64 us, 90 up to 128 us, all 100 from 4096 us on.
+        assert!(
+            text.contains(&format!("{}0\n", bucket("0.000064"))),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("{}90\n", bucket("0.000128"))),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("{}90\n", bucket("0.002048"))),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("{}100\n", bucket("0.004096"))),
+            "{text}"
+        );
+        assert!(text.contains(&format!("{}100\n", bucket("+Inf"))), "{text}");
+        assert!(
+            text.contains("lockpath_io_latency_seconds_sum{device=\"loop0\",op=\"read\"} 0.01\n")
+        );
+        assert!(
+            text.contains("lockpath_io_latency_seconds_count{device=\"loop0\",op=\"read\"} 100\n")
+        );
+        assert!(text.contains("lockpath_lost_events_total{cause=\"io_unmatched_complete\"} 2\n"));
     }
 
     #[test]

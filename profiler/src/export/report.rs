@@ -444,6 +444,8 @@ pub fn lock_family_recorded(profile: &Profile) -> bool {
         || profile.probes.iter().any(|probe| probe.family == "lock")
         || (profile.probes.is_empty()
             && profile.cpu.is_empty()
+            && profile.offcpu.is_empty()
+            && profile.io.is_empty()
             && profile.rpcs.is_empty()
             && profile.funcs.is_empty())
 }
@@ -456,14 +458,37 @@ pub fn summary(profile: &Profile, top: usize) -> String {
         out.push_str(&lock_table(profile, GroupBy::Lock, top));
         out.push_str(&holders_table(profile, top.min(10)));
     }
+    let mut sections = String::new();
     if profile.probes.iter().any(|probe| probe.family == "cpu") {
-        if profile.probes.len() > 1 {
-            out.push('\n');
-        }
-        out.push_str(&cpu_tables(profile, top));
+        sections.push('\n');
+        sections.push_str(&cpu_tables(profile, top));
     }
-    out.push_str(&latency_sections(profile, top));
+    sections.push_str(&family_sections(profile, top));
+    sections.push_str(&latency_sections(profile, top));
+    // The header ends with a blank line already.
+    out.push_str(
+        if profile.locks.is_empty() && !out.contains("lock contention") {
+            sections.trim_start_matches('\n')
+        } else {
+            &sections
+        },
+    );
     out.push_str(&losses(profile));
+    out
+}
+
+/// The off-CPU and block-IO sections, for the families the profile recorded.
+pub fn family_sections(profile: &Profile, top: usize) -> String {
+    let mut out = String::new();
+    let recorded = |family: &str| profile.probes.iter().any(|probe| probe.family == family);
+    if recorded("offcpu") || !profile.offcpu.is_empty() {
+        out.push_str("\noff-CPU time by process and wait class:\n");
+        out.push_str(&super::offcpu::table(profile, top));
+    }
+    if recorded("io") || !profile.io.is_empty() {
+        out.push_str("\nblock IO by device and operation (issue to completion):\n");
+        out.push_str(&super::io::table(profile, top));
+    }
     out
 }
 
@@ -607,6 +632,8 @@ struct JsonReport<'a> {
     host: &'a str,
     duration_s: f64,
     locks: Vec<LockGroup>,
+    offcpu: Vec<super::offcpu::OffcpuProcess>,
+    io: Vec<super::io::IoGroup>,
     rpcs: Vec<LatencyGroup>,
     funcs: Vec<LatencyGroup>,
     unavailable: &'a [crate::profile::Unavailable],
@@ -633,6 +660,8 @@ pub fn json(profile: &Profile, by: GroupBy, top: usize) -> serde_json::Result<St
         host: &profile.host,
         duration_s: profile.duration_s,
         locks,
+        offcpu: super::offcpu::processes(profile),
+        io: super::io::groups(profile),
         rpcs: rpc_groups(profile),
         funcs: func_groups(profile),
         unavailable: &profile.unavailable,

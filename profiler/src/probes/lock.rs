@@ -69,7 +69,7 @@ fn attach_tracepoints(ebpf: &mut Ebpf) -> Result<String> {
             .with_context(|| format!("program {name} is not a raw tracepoint"))?;
         program
             .load()
-            .with_context(|| format!("the kernel refused to load {name}"))?;
+            .map_err(|err| crate::probes::shared::load_error(&name, err))?;
         program
             .attach(event)
             .with_context(|| format!("cannot attach to lock:{event}"))?;
@@ -159,7 +159,7 @@ fn attach_kprobes(ebpf: &mut Ebpf, symbols: &KernelSymbols) -> Result<String> {
                     .with_context(|| format!("program {name} is not a kprobe"))?;
                 program
                     .load()
-                    .with_context(|| format!("the kernel refused to load {name}"))?;
+                    .map_err(|err| crate::probes::shared::load_error(name, err))?;
                 loaded.push(name);
             }
         }

@@ -4,6 +4,8 @@
 
 pub mod cpu;
 pub mod func;
+pub mod io;
 pub mod lock;
+pub mod offcpu;
 pub mod rpc;
 pub mod shared;

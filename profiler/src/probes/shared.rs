@@ -127,21 +127,90 @@ impl StackResolver {
     }
 }
 
+/// The tracing machinery between the traced kernel code and the BPF program: always
+/// tracing frames, whatever comes before them.
+fn is_tracing_machinery(name: &str) -> bool {
+    name.starts_with("bpf_trace_run")
+        || name.starts_with("__bpf_trace_")
+        || name.starts_with("__traceiter_")
+        || name.starts_with("bpf_prog_")
+        || name.starts_with("__bpf_prog_run")
+        || name == "trace_call_bpf"
+        || name == "perf_trace_run_bpf_submit"
+}
+
+/// How far into a stack (leaf first) the tracing machinery can reach.
+const TRACING_DEPTH: usize = 8;
+
 /// Removes the leaf frames of the tracing machinery (the BPF program, `bpf_trace_run2`,
-/// `__traceiter_*`) so a stack starts at the traced kernel function.
+/// `__traceiter_*`, and for classic tracepoints `perf_trace_run_bpf_submit` and the
+/// event's `perf_trace_<class>` handler) so a stack starts at the traced kernel
+/// function. Only an unbroken run from the leaf, within the first frames, is removed:
+/// real functions with a tracing-like name (`perf_trace_destroy`, `perf_trace_init`)
+/// deeper in the stack stay, and a `perf_trace_*` frame counts only right above
+/// `perf_trace_run_bpf_submit`, which it called.
 pub fn strip_tracing_frames(frames: &mut Vec<Frame>) {
-    let is_tracing = |frame: &Frame| {
+    let mut cut = 0;
+    let mut previous = "";
+    for (index, frame) in frames.iter().enumerate().take(TRACING_DEPTH) {
         let name = frame.name.as_str();
-        name.starts_with("bpf_trace_run")
-            || name.starts_with("__bpf_trace_")
-            || name.starts_with("__traceiter_")
-            || name.starts_with("perf_trace_")
-            || name.starts_with("trace_call_bpf")
-            || name.starts_with("bpf_prog_")
-    };
-    if let Some(last) = frames.iter().take(8).rposition(is_tracing) {
-        frames.drain(..=last);
+        let event_handler =
+            previous == "perf_trace_run_bpf_submit" && name.starts_with("perf_trace_");
+        if is_tracing_machinery(name) || event_handler {
+            cut = index + 1;
+        } else if !(cut == 0 && name.starts_with("0x")) {
+            // An unsymbolized leaf (a BPF program without a symbol) may precede the
+            // machinery; anything else ends it.
+            break;
+        }
+        previous = name;
     }
+    frames.drain(..cut);
+}
+
+/// The error of a program the kernel would not load, in one line. A verifier rejection
+/// carries a log of hundreds of lines: it goes to a file (named in the message) and to
+/// the debug log (`RUST_LOG=debug`), never into the one-line error.
+pub fn load_error(name: &str, err: aya::programs::ProgramError) -> anyhow::Error {
+    match err {
+        aya::programs::ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        } => {
+            let log = verifier_log.to_string();
+            log::debug!("verifier log of {name}:\n{log}");
+            let path = std::env::temp_dir().join(format!(
+                "lockpath-verifier-{name}-{}.log",
+                std::process::id()
+            ));
+            let saved = std::fs::write(&path, &log).is_ok().then_some(path);
+            anyhow::anyhow!(verifier_message(
+                name,
+                &io_error.to_string(),
+                saved.as_deref()
+            ))
+        }
+        other => anyhow::anyhow!(
+            "the kernel refused to load {name}: {}",
+            one_line(&other.to_string())
+        ),
+    }
+}
+
+fn verifier_message(name: &str, io_error: &str, log: Option<&std::path::Path>) -> String {
+    let where_log = match log {
+        Some(path) => format!("its log is in {}", path.display()),
+        None => "run with RUST_LOG=debug to see its log".into(),
+    };
+    format!(
+        "the kernel's verifier rejected the eBPF program {name} ({}); {where_log}; \
+         report it with the output of `uname -r`",
+        one_line(io_error)
+    )
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// Sums the per-CPU loss counters, by name; zero counters are left out.
@@ -316,5 +385,92 @@ impl ProcessWatcher {
     pub fn finish(mut self, symbols: &mut UserSymbols) {
         self.poll(symbols);
         symbols.refresh();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(names: &[&str]) -> Vec<Frame> {
+        names
+            .iter()
+            .map(|name| Frame {
+                name: name.to_string(),
+                module: None,
+                kernel: true,
+            })
+            .collect()
+    }
+
+    fn stripped(names: &[&str]) -> Vec<String> {
+        let mut stack = frames(names);
+        strip_tracing_frames(&mut stack);
+        stack.into_iter().map(|frame| frame.name).collect()
+    }
+
+    #[test]
+    fn verifier_rejection_is_one_line_naming_the_log() {
+        let path = std::path::Path::new("/tmp/lockpath-verifier-x-1.log");
+        let text = verifier_message(
+            "offcpu_sched_switch",
+            "Permission denied\n(os error 13)",
+            Some(path),
+        );
+        assert!(!text.contains('\n'), "{text}");
+        assert!(text.contains("offcpu_sched_switch"), "{text}");
+        assert!(text.contains("/tmp/lockpath-verifier-x-1.log"), "{text}");
+        let text = verifier_message("p", "EINVAL", None);
+        assert!(text.contains("RUST_LOG=debug"), "{text}");
+    }
+
+    #[test]
+    fn raw_tracepoint_machinery_is_removed() {
+        assert_eq!(
+            stripped(&[
+                "bpf_prog_6deef7357e7b4530_lock_begin",
+                "bpf_trace_run2",
+                "__bpf_trace_contention_begin",
+                "queued_spin_lock_slowpath",
+                "do_pipe2",
+            ]),
+            ["queued_spin_lock_slowpath", "do_pipe2"]
+        );
+    }
+
+    #[test]
+    fn classic_tracepoint_handler_is_removed_after_submit() {
+        assert_eq!(
+            stripped(&[
+                "0xffffffffc0a01234",
+                "trace_call_bpf",
+                "perf_trace_run_bpf_submit",
+                "perf_trace_sched_switch",
+                "__traceiter_sched_switch",
+                "__schedule",
+                "schedule",
+            ]),
+            ["__schedule", "schedule"]
+        );
+    }
+
+    #[test]
+    fn real_functions_with_tracing_names_stay() {
+        // perf_trace_destroy is a real kernel function, not the machinery.
+        let real = [
+            "__schedule",
+            "schedule",
+            "perf_trace_destroy",
+            "_free_event",
+            "perf_event_release_kernel",
+        ];
+        assert_eq!(stripped(&real), real);
+        let leaf = ["perf_trace_destroy", "_free_event", "bpf_trace_run2"];
+        assert_eq!(stripped(&leaf), leaf, "not at the leaf run");
+        // After the machinery, a perf_trace_ frame not called by the submit stays.
+        assert_eq!(
+            stripped(&["bpf_trace_run1", "perf_trace_destroy", "x"]),
+            ["perf_trace_destroy", "x"]
+        );
     }
 }

@@ -322,3 +322,37 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// The `Total samples` of `go tool pprof -top -sample_index INDEX` on a pprof file
+/// (`unit`: extra arguments such as `-unit ns`). `home` is a scratch directory for go.
+pub fn pprof_total(home: &Path, pprof: &Path, index: &str, unit: &[&str]) -> u64 {
+    let output = Command::new("go")
+        .args(["tool", "pprof", "-top", "-sample_index", index])
+        .args(unit)
+        .arg(pprof)
+        .env("GOTELEMETRY", "off")
+        .env("GOFLAGS", "")
+        .env("HOME", home)
+        .output()
+        .expect("run go tool pprof");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "go tool pprof failed:\n{text}");
+    assert!(text.contains(&format!("Type: {index}")), "{text}");
+    text.split("Total samples = ")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|number| number.parse().ok())
+        .unwrap_or_else(|| panic!("no total in pprof output:\n{text}"))
+}
+
+/// The rows of `table.by == by` of a `diff --format json` document.
+pub fn diff_rows<'a>(diff: &'a serde_json::Value, by: &str) -> &'a Vec<serde_json::Value> {
+    diff["tables"]
+        .as_array()
+        .expect("tables")
+        .iter()
+        .find(|table| table["by"] == by)
+        .and_then(|table| table["rows"].as_array())
+        .unwrap_or_else(|| panic!("no {by} table in {diff}"))
+}

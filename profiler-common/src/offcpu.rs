@@ -1,0 +1,47 @@
+//! Off-CPU time from `sched:sched_switch`: how long threads wait off the CPU, in which
+//! state, through which kernel and user stacks.
+
+/// `prev_state` bits as `sched_switch` reports them (TASK_REPORT: one bit per state).
+pub const STATE_INTERRUPTIBLE: u32 = 0x1; // S
+pub const STATE_UNINTERRUPTIBLE: u32 = 0x2; // D
+
+/// Aggregation key: one row per thread, state and (kernel stack, user stack).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OffcpuKey {
+    /// Process id (tgid) of the waiting thread.
+    pub tgid: u32,
+    /// Thread id: threads are kept apart (a client's IO thread vs its workers); the
+    /// thread name comes from the shared `TASKS` map.
+    pub tid: u32,
+    /// Kernel stack id in the shared stack map, or a negative errno when lost.
+    pub kstack_id: i32,
+    /// User stack id in the shared stack map, or a negative errno (kernel threads have none).
+    pub ustack_id: i32,
+    /// `STATE_*` bit the thread left the CPU in.
+    pub state: u32,
+    pub _pad: u32,
+}
+
+/// Aggregated off-CPU time of one key, in nanoseconds.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OffcpuStat {
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+}
+
+/// A thread off the CPU since `start_ns` (switched out, not yet back).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OffcpuStart {
+    pub start_ns: u64,
+    pub tgid: u32,
+    pub kstack_id: i32,
+    pub ustack_id: i32,
+    pub state: u32,
+}
+
+#[cfg(feature = "user")]
+crate::impl_pod!(OffcpuKey, OffcpuStat, OffcpuStart);

@@ -1,0 +1,175 @@
+//! Off-CPU time from `sched:sched_switch`.
+//!
+//! The program runs in the task leaving the CPU (`prev` is current). If it leaves in a
+//! recorded state (D, and S with `--offcpu-all`) and is a target, its stacks and the
+//! time are kept in `OFFCPU_START` by thread id. When a thread comes back (`next`), its
+//! time off the CPU is added to `OFFCPU_STATS`. Nothing travels to user space per event.
+//! Modelled on bcc's offcputime, with the wait measured switch-out to switch-in (so it
+//! includes the time runnable in the queue after the wake-up).
+
+use core::intrinsics::{AtomicOrdering, atomic_xadd};
+
+use aya_ebpf::{
+    bindings::BPF_NOEXIST, helpers::bpf_get_current_pid_tgid, macros::map, maps::HashMap,
+    programs::TracePointContext, programs::tracing::StackIdContext,
+};
+use profiler_common::{
+    loss::{OFFCPU_MAP_FULL, OFFCPU_NEGATIVE_DELTA, OFFCPU_START_MAP_FULL},
+    offcpu::{OffcpuKey, OffcpuStart, OffcpuStat, STATE_UNINTERRUPTIBLE},
+};
+
+use crate::{
+    shared::{
+        STACK_FLAGS_KERNEL, STACK_FLAGS_USER, STACKS, count_loss, load_u32, load_u64,
+        note_user_process, now_ns, remember_current_task, stack_id_or_loss,
+    },
+    target::is_target,
+};
+
+/// Record offsets in `sched_switch`, from its format file (layouts differ between kernels).
+#[unsafe(no_mangle)]
+static SWITCH_PREV_PID_OFFSET: u32 = 24;
+/// `prev_state` is a `long` on current kernels; only its low 32 bits are read (little endian).
+#[unsafe(no_mangle)]
+static SWITCH_PREV_STATE_OFFSET: u32 = 32;
+#[unsafe(no_mangle)]
+static SWITCH_NEXT_PID_OFFSET: u32 = 56;
+/// `STATE_*` bits to record: D by default, D|S with `--offcpu-all`.
+#[unsafe(no_mangle)]
+static OFFCPU_STATES: u32 = STATE_UNINTERRUPTIBLE;
+/// Waits shorter than this are dropped (`--min-wait`).
+#[unsafe(no_mangle)]
+static OFFCPU_MIN_NS: u64 = 0;
+
+/// The aggregate read by user space. Size set at load time (`--map-entries`).
+#[map]
+pub static OFFCPU_STATS: HashMap<OffcpuKey, OffcpuStat> = HashMap::with_max_entries(16384, 0);
+
+/// Threads off the CPU in a recorded state, by thread id.
+#[map]
+static OFFCPU_START: HashMap<u32, OffcpuStart> = HashMap::with_max_entries(65536, 0);
+
+const EEXIST: i32 = 17;
+
+pub fn on_sched_switch(ctx: &TracePointContext) {
+    let now = now_ns();
+    // SAFETY: offsets from this kernel's format file of sched_switch; reads are checked.
+    let (prev_pid, prev_state, next_pid) = unsafe {
+        (
+            ctx.read_at::<i32>(load_u32(&SWITCH_PREV_PID_OFFSET) as usize),
+            ctx.read_at::<u32>(load_u32(&SWITCH_PREV_STATE_OFFSET) as usize),
+            ctx.read_at::<i32>(load_u32(&SWITCH_NEXT_PID_OFFSET) as usize),
+        )
+    };
+    if let (Ok(prev_pid), Ok(prev_state)) = (prev_pid, prev_state) {
+        switch_out(ctx, prev_pid as u32, prev_state, now);
+    }
+    if let Ok(next_pid) = next_pid {
+        switch_in(next_pid as u32, now);
+    }
+}
+
+/// `prev` (the current task) leaves the CPU.
+#[inline(always)]
+fn switch_out(ctx: &TracePointContext, prev_pid: u32, prev_state: u32, now: u64) {
+    let state = prev_state & load_u32(&OFFCPU_STATES);
+    // pid 0 is the idle task; it never waits.
+    if state == 0 || prev_pid == 0 || !is_target() {
+        return;
+    }
+    let kstack_id = stack_id_or_loss(ctx.get_stackid(&STACKS, STACK_FLAGS_KERNEL));
+    // Kernel threads have no user stack: a failure here is not a loss, only a
+    // collision is (counted by stack_id_or_loss's rule).
+    let ustack_id = match ctx.get_stackid(&STACKS, STACK_FLAGS_USER) {
+        Ok(id) => id as i32,
+        Err(errno) if errno == -EEXIST => stack_id_or_loss(Err(errno)),
+        Err(errno) => errno,
+    };
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    // User space snapshots the process's memory map, to name the user frames even if
+    // the process exits before the end of the run.
+    if ustack_id >= 0 {
+        note_user_process(tgid);
+    }
+    let start = OffcpuStart {
+        start_ns: now,
+        tgid,
+        kstack_id,
+        ustack_id,
+        state: if state & STATE_UNINTERRUPTIBLE != 0 {
+            STATE_UNINTERRUPTIBLE
+        } else {
+            state
+        },
+    };
+    if OFFCPU_START.insert(&prev_pid, &start, 0).is_err() {
+        count_loss(OFFCPU_START_MAP_FULL);
+        return;
+    }
+    // The thread's name, while it is current (it is not at switch-in).
+    remember_current_task();
+}
+
+/// `next` comes back on the CPU: close its wait, if one is open.
+#[inline(always)]
+fn switch_in(next_pid: u32, now: u64) {
+    let Some(start) = OFFCPU_START.get_ptr(&next_pid) else {
+        return;
+    };
+    // SAFETY: element of a hash map from a successful lookup; copied at once.
+    let start = unsafe { *start };
+    let _ = OFFCPU_START.remove(&next_pid);
+    if now < start.start_ns {
+        count_loss(OFFCPU_NEGATIVE_DELTA);
+        return;
+    }
+    let wait_ns = now - start.start_ns;
+    if wait_ns < load_u64(&OFFCPU_MIN_NS) {
+        return;
+    }
+    let key = OffcpuKey {
+        tgid: start.tgid,
+        tid: next_pid,
+        kstack_id: start.kstack_id,
+        ustack_id: start.ustack_id,
+        state: start.state,
+        _pad: 0,
+    };
+    add_wait(&key, wait_ns);
+}
+
+#[inline(always)]
+fn add_wait(key: &OffcpuKey, wait_ns: u64) {
+    if let Some(stat) = OFFCPU_STATS.get_ptr_mut(key) {
+        accumulate(stat, wait_ns);
+        return;
+    }
+    let first = OffcpuStat {
+        count: 1,
+        total_ns: wait_ns,
+        max_ns: wait_ns,
+    };
+    match OFFCPU_STATS.insert(key, &first, BPF_NOEXIST as u64) {
+        Ok(()) => {}
+        // Another CPU inserted the same key in between.
+        Err(errno) if errno == -EEXIST => {
+            if let Some(stat) = OFFCPU_STATS.get_ptr_mut(key) {
+                accumulate(stat, wait_ns);
+            }
+        }
+        Err(_) => count_loss(OFFCPU_MAP_FULL),
+    }
+}
+
+#[inline(always)]
+fn accumulate(stat: *mut OffcpuStat, wait_ns: u64) {
+    // SAFETY: `stat` points into a map value valid for this program run; count and
+    // total are atomic (CPUs share keys of a process), max is best effort.
+    unsafe {
+        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).count, 1);
+        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).total_ns, wait_ns);
+        if wait_ns > (*stat).max_ns {
+            (*stat).max_ns = wait_ns;
+        }
+    }
+}

@@ -1,0 +1,339 @@
+//! Off-CPU reports: per process, the split of off-CPU time by wait class, with the top
+//! stack of each class (text for the summary, JSON for `report --format json`).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::{profile::Profile, units::format_ns};
+
+/// Per process: total and classes, most time first.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct OffcpuProcess {
+    pub pid: u32,
+    pub process: String,
+    pub total_ns: u64,
+    pub count: u64,
+    pub classes: Vec<OffcpuClass>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct OffcpuClass {
+    pub class: String,
+    pub total_ns: u64,
+    pub count: u64,
+    pub max_ns: u64,
+    /// Share of the process's off-CPU time, 0..100.
+    pub percent: f64,
+    /// Stacks of this class, most time first.
+    pub stacks: Vec<OffcpuStack>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct OffcpuStack {
+    /// Kernel frames, leaf first (`[stack lost]` when lost).
+    pub kernel: Vec<String>,
+    /// User frames, leaf first (empty when not symbolized).
+    pub user: Vec<String>,
+    pub threads: Vec<u32>,
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+}
+
+/// Frames that only say "the task slept": left out of the short top-stack line.
+pub(crate) fn is_scheduler_frame(name: &str) -> bool {
+    matches!(
+        name,
+        "__schedule"
+            | "schedule"
+            | "io_schedule"
+            | "schedule_timeout"
+            | "schedule_hrtimeout_range"
+            | "schedule_hrtimeout_range_clock"
+            | "schedule_preempt_disabled"
+            | "bit_wait_io"
+            | "bit_wait"
+            | "__wait_on_bit"
+            | "__wait_on_bit_lock"
+            | "out_of_line_wait_on_bit"
+            | "out_of_line_wait_on_bit_lock"
+            | "io_schedule_timeout"
+    ) || name.starts_with("preempt_schedule")
+}
+
+/// class -> (kernel stack, user stack) -> merged stack, for one process.
+type ClassTree = BTreeMap<String, BTreeMap<(Option<u32>, Option<u32>), OffcpuStack>>;
+
+pub fn processes(profile: &Profile) -> Vec<OffcpuProcess> {
+    // pid -> class -> (kernel stack, user stack) -> stack
+    let mut tree: BTreeMap<u32, ClassTree> = BTreeMap::new();
+    for row in &profile.offcpu {
+        let stack = tree
+            .entry(row.pid)
+            .or_default()
+            .entry(row.class.clone())
+            .or_default()
+            .entry((row.stack, row.ustack))
+            .or_insert_with(|| OffcpuStack {
+                kernel: if row.stack.is_none() {
+                    vec!["[stack lost]".into()]
+                } else {
+                    profile
+                        .stack_frames(row.stack)
+                        .iter()
+                        .map(|frame| frame.display())
+                        .collect()
+                },
+                user: profile
+                    .stack_frames(row.ustack)
+                    .iter()
+                    .map(|frame| frame.display())
+                    .collect(),
+                threads: Vec::new(),
+                count: 0,
+                total_ns: 0,
+                max_ns: 0,
+            });
+        stack.count += row.count;
+        stack.total_ns += row.total_ns;
+        stack.max_ns = stack.max_ns.max(row.max_ns);
+        if !stack.threads.contains(&row.tid) {
+            stack.threads.push(row.tid);
+        }
+    }
+    let mut out: Vec<OffcpuProcess> = tree
+        .into_iter()
+        .map(|(pid, classes)| {
+            let mut classes: Vec<OffcpuClass> = classes
+                .into_iter()
+                .map(|(class, stacks)| {
+                    let mut stacks: Vec<OffcpuStack> = stacks.into_values().collect();
+                    stacks.sort_by_key(|stack| std::cmp::Reverse(stack.total_ns));
+                    for stack in &mut stacks {
+                        stack.threads.sort_unstable();
+                    }
+                    OffcpuClass {
+                        class,
+                        total_ns: stacks.iter().map(|s| s.total_ns).sum(),
+                        count: stacks.iter().map(|s| s.count).sum(),
+                        max_ns: stacks.iter().map(|s| s.max_ns).max().unwrap_or(0),
+                        percent: 0.0,
+                        stacks,
+                    }
+                })
+                .collect();
+            classes.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.class.cmp(&b.class)));
+            let total_ns: u64 = classes.iter().map(|c| c.total_ns).sum();
+            for class in &mut classes {
+                class.percent = if total_ns == 0 {
+                    0.0
+                } else {
+                    class.total_ns as f64 * 100.0 / total_ns as f64
+                };
+            }
+            OffcpuProcess {
+                pid,
+                process: profile.process_name(pid),
+                total_ns,
+                count: classes.iter().map(|c| c.count).sum(),
+                classes,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.pid.cmp(&b.pid)));
+    out
+}
+
+/// `a < b < c`: the frames below the scheduler, leaf first, cut to `width` columns.
+pub(crate) fn short_stack(frames: &[String], width: usize) -> String {
+    let mut out = String::new();
+    for frame in frames.iter().filter(|name| {
+        let bare = name.split(' ').next().unwrap_or(name);
+        !is_scheduler_frame(bare)
+    }) {
+        let piece = if out.is_empty() {
+            frame.clone()
+        } else {
+            format!(" < {frame}")
+        };
+        if out.chars().count() + piece.chars().count() > width {
+            out.push_str(" < …");
+            break;
+        }
+        out.push_str(&piece);
+    }
+    out
+}
+
+/// The per-process table of the summary, within 100 columns.
+pub fn table(profile: &Profile, top: usize) -> String {
+    let processes = processes(profile);
+    if processes.is_empty() {
+        return "no off-CPU waits recorded\n".into();
+    }
+    let mut out = format!(
+        "{:<20} {:>8} {:>10}  {:<10} {:>12} {:>6}  {}\n",
+        "process", "pid", "off-CPU", "class", "ms", "%", "waits"
+    );
+    let shown = if top == 0 {
+        processes.len()
+    } else {
+        top.min(processes.len())
+    };
+    for process in &processes[..shown] {
+        for (index, class) in process.classes.iter().enumerate() {
+            let (name, pid, total) = if index == 0 {
+                (
+                    fit(&process.process, 20),
+                    process.pid.to_string(),
+                    format_ns(process.total_ns),
+                )
+            } else {
+                (String::new(), String::new(), String::new())
+            };
+            out.push_str(&format!(
+                "{:<20} {:>8} {:>10}  {:<10} {:>12.1} {:>5.1}%  {}\n",
+                name,
+                pid,
+                total,
+                fit(&class.class, 10),
+                class.total_ns as f64 / 1e6,
+                class.percent,
+                class.count
+            ));
+            if let Some(stack) = class.stacks.first() {
+                out.push_str(&format!(
+                    "{:>24}top: {}\n",
+                    "",
+                    short_stack(&stack.kernel, 64)
+                ));
+            }
+        }
+    }
+    if shown < processes.len() {
+        out.push_str(&format!(
+            "({} more processes: --top 0 shows all)\n",
+            processes.len() - shown
+        ));
+    }
+    out
+}
+
+fn fit(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        text.to_string()
+    } else {
+        let mut cut: String = text.chars().take(width.saturating_sub(1)).collect();
+        cut.push('…');
+        cut
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::profile::{Frame, OffcpuRow, Process, StackInterner};
+
+    pub(crate) fn profile_with_waits() -> Profile {
+        let mut profile = Profile::new();
+        let mut interner = StackInterner::default();
+        let frame = |name: &str| Frame {
+            name: name.into(),
+            module: None,
+            kernel: true,
+        };
+        let buffer = interner.stack(
+            vec![
+                frame("__schedule"),
+                frame("io_schedule"),
+                frame("__wait_on_buffer"),
+                frame("ext4_read_bh"),
+                frame("ext4_bread"),
+            ],
+            false,
+        );
+        let sleep = interner.stack(vec![frame("schedule"), frame("do_nanosleep")], false);
+        interner.finish(&mut profile);
+        let row = |tid, class: &str, stack, total| OffcpuRow {
+            pid: 10,
+            tid,
+            state: "D".into(),
+            class: class.into(),
+            stack: Some(stack),
+            ustack: None,
+            count: 4,
+            total_ns: total,
+            max_ns: total / 2,
+        };
+        profile.offcpu = vec![
+            row(10, "buffer", buffer, 30_000_000),
+            row(11, "buffer", buffer, 30_000_000),
+            row(11, "sleep", sleep, 40_000_000),
+        ];
+        profile.processes = vec![Process {
+            pid: 10,
+            comm: "mdtest".into(),
+            ..Default::default()
+        }];
+        profile
+    }
+
+    /// `profile_with_waits` plus 100 reads of loop0 by the same process, 90 of them in
+    /// [64, 128) us and 10 in [2048, 4096) us.
+    pub(crate) fn profile_with_waits_and_io() -> Profile {
+        let mut profile = profile_with_waits();
+        let row = |count, hist: Vec<u64>| crate::profile::IoRow {
+            major: 7,
+            minor: 0,
+            device: "loop0".into(),
+            op: "read".into(),
+            pid: 10,
+            count,
+            bytes: count * 4096,
+            total_ns: count * 100_000,
+            max_ns: 3_000_000,
+            queued: 0,
+            queue_ns: 0,
+            hist,
+        };
+        profile.io = vec![
+            row(90, vec![0, 0, 0, 0, 0, 0, 90]),
+            row(10, vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10]),
+        ];
+        profile.duration_s = 2.0;
+        profile
+    }
+
+    #[test]
+    fn split_by_class_with_percent() {
+        let processes = processes(&profile_with_waits());
+        assert_eq!(processes.len(), 1);
+        let process = &processes[0];
+        assert_eq!(process.total_ns, 100_000_000);
+        assert_eq!(process.classes[0].class, "buffer");
+        assert_eq!(process.classes[0].total_ns, 60_000_000);
+        assert!((process.classes[0].percent - 60.0).abs() < 1e-9);
+        assert_eq!(
+            process.classes[0].stacks.len(),
+            1,
+            "same stack of two threads merged"
+        );
+        assert_eq!(process.classes[0].stacks[0].threads, vec![10, 11]);
+        assert_eq!(process.classes[1].class, "sleep");
+    }
+
+    #[test]
+    fn table_shows_ms_percent_and_top_stack() {
+        let text = table(&profile_with_waits(), 20);
+        assert!(text.contains("mdtest"), "{text}");
+        assert!(text.contains("60.0"), "{text}");
+        assert!(
+            text.contains("top: __wait_on_buffer < ext4_read_bh < ext4_bread"),
+            "{text}"
+        );
+        for line in text.lines() {
+            assert!(line.chars().count() <= 100, "too wide: {line}");
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! Block IO: attach `block:block_rq_insert/issue/complete`, drain `IO_STATS`, name the
+//! devices, and the histogram arithmetic (percentiles from log2 buckets).
+
+use std::collections::HashMap as StdHashMap;
+
+use anyhow::{Context, Result};
+use aya::{maps::HashMap, programs::TracePoint, Ebpf, EbpfLoader};
+use profiler_common::io::{IoKey, IoStat, OP_DISCARD, OP_FLUSH, OP_READ, OP_WRITE};
+
+use crate::{probes::shared::MapSet, profile::IoRow, profile::ProbeUse, tracefs};
+
+/// Load-time globals of the IO programs: record offsets from the format files.
+pub struct IoGlobals {
+    values: Vec<(&'static str, u32)>,
+    /// `block_rq_insert` exists on this kernel.
+    insert: bool,
+}
+
+/// (event, field, global) for every offset the programs read.
+const OFFSETS: [(&str, &str, &str); 10] = [
+    ("block_rq_issue", "dev", "RQ_ISSUE_DEV_OFFSET"),
+    ("block_rq_issue", "sector", "RQ_ISSUE_SECTOR_OFFSET"),
+    ("block_rq_issue", "bytes", "RQ_ISSUE_BYTES_OFFSET"),
+    ("block_rq_issue", "rwbs", "RQ_ISSUE_RWBS_OFFSET"),
+    ("block_rq_complete", "dev", "RQ_COMPLETE_DEV_OFFSET"),
+    ("block_rq_complete", "sector", "RQ_COMPLETE_SECTOR_OFFSET"),
+    ("block_rq_insert", "dev", "RQ_INSERT_DEV_OFFSET"),
+    ("block_rq_insert", "sector", "RQ_INSERT_SECTOR_OFFSET"),
+    ("block_rq_insert", "bytes", "RQ_INSERT_BYTES_OFFSET"),
+    ("block_rq_insert", "rwbs", "RQ_INSERT_RWBS_OFFSET"),
+];
+
+impl IoGlobals {
+    pub fn read() -> Result<Self> {
+        let insert = tracefs::event_exists("block", "block_rq_insert");
+        let mut values = Vec::new();
+        for (event, field, global) in OFFSETS {
+            if event == "block_rq_insert" && !insert {
+                continue;
+            }
+            values.push((global, tracefs::field_offset("block", event, field)?));
+        }
+        Ok(IoGlobals { values, insert })
+    }
+
+    pub fn apply<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
+        for (name, value) in &self.values {
+            loader.override_global(name, value, true);
+        }
+    }
+}
+
+pub fn attach(ebpf: &mut Ebpf, globals: &IoGlobals) -> Result<ProbeUse> {
+    let mut events = vec![
+        ("io_rq_issue", "block_rq_issue"),
+        ("io_rq_complete", "block_rq_complete"),
+    ];
+    if globals.insert {
+        events.insert(0, ("io_rq_insert", "block_rq_insert"));
+    }
+    for (name, event) in &events {
+        let program: &mut TracePoint = ebpf
+            .program_mut(name)
+            .with_context(|| format!("program {name} missing from the eBPF object"))?
+            .try_into()
+            .with_context(|| format!("program {name} is not a tracepoint"))?;
+        program
+            .load()
+            .map_err(|err| crate::probes::shared::load_error(name, err))?;
+        program
+            .attach("block", event)
+            .with_context(|| format!("cannot attach to block:{event}"))?;
+    }
+    Ok(ProbeUse {
+        family: "io".into(),
+        method: format!(
+            "tracepoint {}",
+            events
+                .iter()
+                .map(|(_, event)| format!("block:{event}"))
+                .collect::<Vec<_>>()
+                .join("/")
+        ),
+    })
+}
+
+/// Names of block devices by (major, minor), from /sys/dev/block. Taken at the start
+/// and again at the end of a run, so a device that vanished mid-run keeps its name.
+#[derive(Debug, Default, Clone)]
+pub struct DeviceNames {
+    names: StdHashMap<(u32, u32), String>,
+}
+
+impl DeviceNames {
+    pub fn scan() -> Self {
+        let mut names = StdHashMap::new();
+        if let Ok(entries) = std::fs::read_dir("/sys/dev/block") {
+            for entry in entries.flatten() {
+                let file_name = entry.file_name();
+                let Some((major, minor)) = file_name
+                    .to_str()
+                    .and_then(|text| text.split_once(':'))
+                    .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+                else {
+                    continue;
+                };
+                // The link points at .../block/<disk>[/<partition>]: its last component.
+                if let Some(name) = std::fs::read_link(entry.path())
+                    .ok()
+                    .and_then(|target| target.file_name().map(|n| n.to_string_lossy().into_owned()))
+                {
+                    names.insert((major, minor), name);
+                }
+            }
+        }
+        DeviceNames { names }
+    }
+
+    /// Adds names from `later` that this scan does not have (devices that appeared).
+    pub fn merge(&mut self, later: DeviceNames) {
+        for (dev, name) in later.names {
+            self.names.entry(dev).or_insert(name);
+        }
+    }
+
+    pub fn name(&self, major: u32, minor: u32) -> String {
+        self.names
+            .get(&(major, minor))
+            .cloned()
+            .unwrap_or_else(|| format!("{major}:{minor}"))
+    }
+}
+
+/// The kernel's `dev_t` in tracepoints: major << 20 | minor.
+pub fn split_dev(dev: u32) -> (u32, u32) {
+    (dev >> 20, dev & ((1 << 20) - 1))
+}
+
+pub fn op_name(op: u32) -> &'static str {
+    match op {
+        OP_READ => "read",
+        OP_WRITE => "write",
+        OP_FLUSH => "flush",
+        OP_DISCARD => "discard",
+        _ => "other",
+    }
+}
+
+pub fn drain(maps: &MapSet, devices: &DeviceNames) -> Result<Vec<IoRow>> {
+    let map = maps.get("IO_STATS")?;
+    let stats: HashMap<_, IoKey, IoStat> =
+        HashMap::try_from(map).context("IO_STATS has an unexpected type")?;
+    let mut rows = Vec::new();
+    for entry in stats.iter() {
+        let (key, stat) = entry.context("cannot read IO_STATS")?;
+        let (major, minor) = split_dev(key.dev);
+        let mut hist = stat.hist.to_vec();
+        while hist.last() == Some(&0) {
+            hist.pop();
+        }
+        rows.push(IoRow {
+            major,
+            minor,
+            device: devices.name(major, minor),
+            op: op_name(key.op).into(),
+            pid: key.tgid,
+            count: stat.count,
+            bytes: stat.bytes,
+            total_ns: stat.total_ns,
+            max_ns: stat.max_ns,
+            queued: stat.queued,
+            queue_ns: stat.queue_ns,
+            hist,
+        });
+    }
+    rows.sort_by(|a, b| {
+        (a.major, a.minor, &a.op, std::cmp::Reverse(a.count)).cmp(&(
+            b.major,
+            b.minor,
+            &b.op,
+            std::cmp::Reverse(b.count),
+        ))
+    });
+    Ok(rows)
+}
+
+/// Latency (ns) below which `fraction` of the requests of a log2 microsecond histogram
+/// fall, interpolated linearly inside the bucket (so within a factor of 2).
+pub fn percentile_ns(hist: &[u64], fraction: f64) -> u64 {
+    let total: u64 = hist.iter().sum();
+    if total == 0 {
+        return 0;
+    }
+    let rank = fraction * total as f64;
+    let mut seen = 0.0;
+    for (slot, &count) in hist.iter().enumerate() {
+        if count == 0 {
+            continue;
+        }
+        if seen + count as f64 >= rank {
+            let (low, high) = bucket_us(slot);
+            let inside = (rank - seen) / count as f64;
+            return ((low as f64 + inside * (high - low) as f64) * 1000.0) as u64;
+        }
+        seen += count as f64;
+    }
+    let (_, high) = bucket_us(hist.len().saturating_sub(1));
+    high * 1000
+}
+
+/// Bounds of bucket `slot` in microseconds, [low, high): [0, 2) for slot 0, then
+/// [2^slot, 2^(slot+1)).
+pub fn bucket_us(slot: usize) -> (u64, u64) {
+    if slot == 0 {
+        (0, 2)
+    } else {
+        (1u64 << slot, 1u64 << (slot + 1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dev_t_split() {
+        assert_eq!(split_dev((7 << 20) | 3), (7, 3));
+        assert_eq!(split_dev((259 << 20) | 1), (259, 1));
+    }
+
+    #[test]
+    fn percentiles_from_buckets() {
+        // 100 requests in [64, 128) us, 1 in [1024, 2048) us.
+        let mut hist = vec![0u64; 12];
+        hist[6] = 100;
+        hist[10] = 1;
+        let p50 = percentile_ns(&hist, 0.5);
+        assert!((64_000..128_000).contains(&p50), "{p50}");
+        let p99 = percentile_ns(&hist, 0.99);
+        assert!((64_000..=128_000).contains(&p99), "{p99}");
+        let p100 = percentile_ns(&hist, 1.0);
+        assert!((1_024_000..=2_048_000).contains(&p100), "{p100}");
+        assert_eq!(percentile_ns(&[], 0.5), 0);
+    }
+
+    #[test]
+    fn device_names_fall_back_to_numbers() {
+        let names = DeviceNames::default();
+        assert_eq!(names.name(7, 42), "7:42");
+    }
+}

@@ -1,0 +1,168 @@
+//! Off-CPU waits: attach `sched:sched_switch`, drain `OFFCPU_STATS`, classify each
+//! stack into a wait class (waitclass.rs).
+
+use anyhow::{Context, Result};
+use aya::{maps::HashMap, programs::TracePoint, Ebpf, EbpfLoader};
+use profiler_common::offcpu::{OffcpuKey, OffcpuStat, STATE_INTERRUPTIBLE, STATE_UNINTERRUPTIBLE};
+
+use crate::{
+    probes::shared::{MapSet, StackResolver},
+    profile::{OffcpuRow, ProbeUse},
+    tracefs,
+    waitclass::Classifier,
+};
+
+/// What `record --offcpu` asks for.
+#[derive(Debug, Clone, Default)]
+pub struct OffcpuOptions {
+    /// Also voluntary sleeps (S), not only uninterruptible waits (D).
+    pub all_states: bool,
+    /// Waits shorter than this are dropped in the kernel.
+    pub min_wait_ns: u64,
+}
+
+/// Load-time globals of the off-CPU program: record offsets (from the format file) and
+/// the options. Returned as (name, value) so the loader sets them before load.
+pub struct OffcpuGlobals {
+    prev_pid: u32,
+    prev_state: u32,
+    next_pid: u32,
+    states: u32,
+    min_ns: u64,
+}
+
+impl OffcpuGlobals {
+    pub fn read(options: &OffcpuOptions) -> Result<Self> {
+        let field = |name: &str| tracefs::field_offset("sched", "sched_switch", name);
+        Ok(OffcpuGlobals {
+            prev_pid: field("prev_pid")?,
+            prev_state: field("prev_state")?,
+            next_pid: field("next_pid")?,
+            states: if options.all_states {
+                STATE_UNINTERRUPTIBLE | STATE_INTERRUPTIBLE
+            } else {
+                STATE_UNINTERRUPTIBLE
+            },
+            min_ns: options.min_wait_ns,
+        })
+    }
+
+    pub fn apply<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
+        loader
+            .override_global("SWITCH_PREV_PID_OFFSET", &self.prev_pid, true)
+            .override_global("SWITCH_PREV_STATE_OFFSET", &self.prev_state, true)
+            .override_global("SWITCH_NEXT_PID_OFFSET", &self.next_pid, true)
+            .override_global("OFFCPU_STATES", &self.states, true)
+            .override_global("OFFCPU_MIN_NS", &self.min_ns, true);
+    }
+}
+
+pub fn attach(ebpf: &mut Ebpf, options: &OffcpuOptions) -> Result<ProbeUse> {
+    let name = "offcpu_sched_switch";
+    let program: &mut TracePoint = ebpf
+        .program_mut(name)
+        .with_context(|| format!("program {name} missing from the eBPF object"))?
+        .try_into()
+        .with_context(|| format!("program {name} is not a tracepoint"))?;
+    program
+        .load()
+        .map_err(|err| crate::probes::shared::load_error(name, err))?;
+    program
+        .attach("sched", "sched_switch")
+        .context("cannot attach to sched:sched_switch")?;
+    let states = if options.all_states { "D+S" } else { "D" };
+    Ok(ProbeUse {
+        family: "offcpu".into(),
+        method: format!(
+            "tracepoint sched:sched_switch (states {states}, min wait {} ns)",
+            options.min_wait_ns
+        ),
+    })
+}
+
+pub fn drain(
+    maps: &MapSet,
+    stacks: &mut StackResolver,
+    classifier: &Classifier,
+) -> Result<Vec<OffcpuRow>> {
+    let map = maps.get("OFFCPU_STATS")?;
+    let stats: HashMap<_, OffcpuKey, OffcpuStat> =
+        HashMap::try_from(map).context("OFFCPU_STATS has an unexpected type")?;
+    let mut rows = Vec::new();
+    for entry in stats.iter() {
+        let (key, stat) = entry.context("cannot read OFFCPU_STATS")?;
+        let stack = stacks.kernel_stack(key.kstack_id);
+        let frames = stacks.interner.frames_of(stack);
+        let class = classifier.classify(&frames.iter().collect::<Vec<_>>());
+        rows.push(OffcpuRow {
+            pid: key.tgid,
+            tid: key.tid,
+            state: state_name(key.state).into(),
+            class,
+            stack,
+            ustack: stacks.user_stack(key.tgid, key.ustack_id),
+            count: stat.count,
+            total_ns: stat.total_ns,
+            max_ns: stat.max_ns,
+        });
+    }
+    rows.sort_by_key(|row| std::cmp::Reverse(row.total_ns));
+    Ok(rows)
+}
+
+fn state_name(state: u32) -> &'static str {
+    match state {
+        STATE_UNINTERRUPTIBLE => "D",
+        STATE_INTERRUPTIBLE => "S",
+        _ => "?",
+    }
+}
+
+/// Parses `--min-wait`: a number with a unit (ns, us, ms, s), e.g. `500us`, `2ms`.
+pub fn parse_min_wait(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number.parse().map_err(|_| {
+        format!("{text:?} is not a duration: give a number and a unit, e.g. 500us or 2ms")
+    })?;
+    let scale = match unit.trim() {
+        "ns" => 1.0,
+        "us" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        "" if value == 0.0 => 1.0,
+        other => {
+            return Err(format!(
+                "{text:?}: unknown unit {other:?}; use ns, us, ms or s (e.g. 500us)"
+            ))
+        }
+    };
+    let ns = value * scale;
+    if !ns.is_finite() || ns >= u64::MAX as f64 {
+        return Err(format!("{text:?} is too large"));
+    }
+    Ok(ns as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn min_wait_units() {
+        assert_eq!(parse_min_wait("500us"), Ok(500_000));
+        assert_eq!(parse_min_wait("2ms"), Ok(2_000_000));
+        assert_eq!(parse_min_wait("1.5s"), Ok(1_500_000_000));
+        assert_eq!(parse_min_wait("10ns"), Ok(10));
+        assert_eq!(parse_min_wait("0"), Ok(0));
+        assert!(parse_min_wait("garbage")
+            .unwrap_err()
+            .contains("not a duration"));
+        assert!(parse_min_wait("10").unwrap_err().contains("unknown unit"));
+        assert!(parse_min_wait("5 parsecs").is_err());
+        assert!(parse_min_wait("-3ms").is_err());
+    }
+}

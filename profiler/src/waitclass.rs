@@ -1,0 +1,334 @@
+//! Wait classes: why a thread was off the CPU, decided from the frames of its kernel
+//! stack. The rules are data (`BUILTIN_RULES`, documented in docs/wait-classes.md):
+//! ordered, first match wins; a rule matches when any frame's function name matches
+//! its pattern. User rules (`--wait-class NAME=PATTERN`) come before the built-in ones.
+//! Order matters: a buffer read waits in `io_schedule` too, so the specific classes
+//! (rpc, buffer, page, journal) are tried before the generic block-io ones.
+
+use anyhow::{bail, Result};
+
+use crate::profile::Frame;
+
+pub const BUFFER: &str = "buffer";
+pub const PAGE: &str = "page";
+pub const BLOCK_IO: &str = "block-io";
+pub const JOURNAL: &str = "journal";
+pub const LOCK: &str = "lock";
+pub const RPC: &str = "rpc";
+pub const SLEEP: &str = "sleep";
+pub const OTHER: &str = "other";
+
+/// Classes whose waits are IO waits (`flamegraph --kind io`).
+pub const IO_CLASSES: [&str; 4] = [BUFFER, PAGE, BLOCK_IO, JOURNAL];
+
+/// The built-in rules, in the order they are tried: (class, frame pattern).
+/// Patterns: `*` matches any run of characters; otherwise the whole name must match.
+pub const BUILTIN_RULES: &[(&str, &str)] = &[
+    // Waiting for a reply from a server.
+    (RPC, "request_wait_answer"),
+    (RPC, "fuse_simple_request"),
+    (RPC, "rpc_wait_bit_killable"),
+    (RPC, "__rpc_execute"),
+    (RPC, "rpc_execute"),
+    (RPC, "ptlrpc_set_wait"),
+    (RPC, "ptlrpc_queue_wait"),
+    (RPC, "l_wait_event*"),
+    // Buffer heads: metadata blocks read or written through the buffer cache.
+    (BUFFER, "__wait_on_buffer"),
+    (BUFFER, "sleep_on_buffer"),
+    (BUFFER, "__lock_buffer"),
+    (BUFFER, "__sync_dirty_buffer"),
+    (BUFFER, "sync_dirty_buffer"),
+    (BUFFER, "__bread_gfp"),
+    (BUFFER, "*_bread"),
+    (BUFFER, "*_bread_*"),
+    (BUFFER, "*_read_bh"),
+    (BUFFER, "*_read_bh_*"),
+    (BUFFER, "bh_read*"),
+    (BUFFER, "bh_submit_read"),
+    (BUFFER, "ll_rw_block"),
+    // Page cache: waiting for a page (folio) to be read, unlocked or written back.
+    (PAGE, "folio_wait_bit*"),
+    (PAGE, "folio_wait_writeback"),
+    (PAGE, "folio_wait_stable"),
+    (PAGE, "wait_on_page_bit*"),
+    (PAGE, "__folio_lock*"),
+    (PAGE, "__lock_page*"),
+    // The file-system journal.
+    (JOURNAL, "jbd2_*"),
+    (JOURNAL, "wait_transaction_*"),
+    (JOURNAL, "start_this_handle"),
+    // Bit waits with the buffer wrapper tail-called away (`__wait_on_buffer` and
+    // `__lock_buffer` jump to these, so they are not on the stack): buffer-head locks.
+    (BUFFER, "out_of_line_wait_on_bit"),
+    (BUFFER, "out_of_line_wait_on_bit_lock"),
+    // Block IO the task waits for directly.
+    (BLOCK_IO, "submit_bio_wait"),
+    (BLOCK_IO, "blk_*"),
+    (BLOCK_IO, "__blkdev_*"),
+    (BLOCK_IO, "blkdev_*"),
+    (BLOCK_IO, "bio_*"),
+    (BLOCK_IO, "wait_for_completion_io*"),
+    (BLOCK_IO, "wb_wait_for_completion"),
+    (BLOCK_IO, "io_schedule*"),
+    // Sleeping locks, in the kernel and (futex) in user space.
+    (LOCK, "__mutex_lock*"),
+    (LOCK, "mutex_lock*"),
+    (LOCK, "rwsem_down_*"),
+    (LOCK, "__down*"),
+    (LOCK, "down_*"),
+    (LOCK, "percpu_rwsem_wait"),
+    (LOCK, "__percpu_down_*"),
+    (LOCK, "rt_mutex_*"),
+    (LOCK, "__rt_mutex_*"),
+    (LOCK, "futex_wait*"),
+    // Sleeping on purpose.
+    (SLEEP, "do_nanosleep"),
+    (SLEEP, "hrtimer_nanosleep"),
+    (SLEEP, "*sys_nanosleep"),
+    (SLEEP, "*sys_clock_nanosleep"),
+    (SLEEP, "msleep*"),
+    (SLEEP, "usleep_range*"),
+    (SLEEP, "*sys_pause"),
+];
+
+/// One rule: frames whose name matches `pattern` put the wait in `class`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    pub class: String,
+    pub pattern: String,
+}
+
+/// The ordered rule set of one recording.
+#[derive(Debug, Clone)]
+pub struct Classifier {
+    rules: Vec<Rule>,
+}
+
+impl Default for Classifier {
+    fn default() -> Self {
+        Classifier::new(Vec::new())
+    }
+}
+
+impl Classifier {
+    /// User rules first (they win), then the built-in ones.
+    pub fn new(user_rules: Vec<Rule>) -> Self {
+        let mut rules = user_rules;
+        rules.extend(BUILTIN_RULES.iter().map(|(class, pattern)| Rule {
+            class: class.to_string(),
+            pattern: pattern.to_string(),
+        }));
+        Classifier { rules }
+    }
+
+    /// The class of a wait with these kernel frames; `other` when no rule matches.
+    pub fn classify(&self, frames: &[&Frame]) -> String {
+        self.rules
+            .iter()
+            .find(|rule| {
+                frames
+                    .iter()
+                    .any(|frame| glob_match(&rule.pattern, &frame.name))
+            })
+            .map(|rule| rule.class.clone())
+            .unwrap_or_else(|| OTHER.to_string())
+    }
+}
+
+/// Parses `--wait-class NAME=PATTERN`.
+pub fn parse_rule(text: &str) -> Result<Rule, String> {
+    let Some((class, pattern)) = text.split_once('=') else {
+        return Err(format!(
+            "{text:?} is not NAME=FRAME_PATTERN (e.g. --wait-class 'journal=ldiskfs_*')"
+        ));
+    };
+    let (class, pattern) = (class.trim(), pattern.trim());
+    if class.is_empty() || pattern.is_empty() {
+        return Err(format!(
+            "{text:?}: both the class name and the frame pattern must be non-empty"
+        ));
+    }
+    if class.contains([';', ' ']) {
+        return Err(format!("{text:?}: a class name has no spaces or ';'"));
+    }
+    Ok(Rule {
+        class: class.to_string(),
+        pattern: pattern.to_string(),
+    })
+}
+
+/// Checks rules given to `record` (clap already parsed them) before recording starts.
+pub fn validate(rules: &[Rule]) -> Result<()> {
+    for rule in rules {
+        if rule.pattern.chars().all(|c| c == '*') {
+            bail!(
+                "--wait-class {}={}: a pattern of only '*' matches every wait; name a frame",
+                rule.class,
+                rule.pattern
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `*` matches any run of characters (also empty); everything else literally; the whole
+/// name must match.
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == name;
+    }
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !name.starts_with(first) || name.len() < first.len() + last.len() {
+        return false;
+    }
+    if !name.ends_with(last) {
+        return false;
+    }
+    let mut rest = &name[first.len()..name.len() - last.len()];
+    for middle in &parts[1..parts.len() - 1] {
+        match rest.find(middle) {
+            Some(at) => rest = &rest[at + middle.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(names: &[&str]) -> Vec<Frame> {
+        names
+            .iter()
+            .map(|name| Frame {
+                name: name.to_string(),
+                module: None,
+                kernel: true,
+            })
+            .collect()
+    }
+
+    fn class_of(classifier: &Classifier, names: &[&str]) -> String {
+        let owned = frames(names);
+        let refs: Vec<&Frame> = owned.iter().collect();
+        classifier.classify(&refs)
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("jbd2_*", "jbd2_log_wait_commit"));
+        assert!(glob_match("*_bread", "ext4_bread"));
+        assert!(!glob_match("*_bread", "ext4_bread_batch"));
+        assert!(glob_match("*_bread_*", "ext4_bread_batch"));
+        assert!(glob_match("a*b*c", "axxbyyc"));
+        assert!(!glob_match("a*b*c", "axxcyyb"));
+        assert!(glob_match("exact", "exact"));
+        assert!(!glob_match("exact", "exactly"));
+        assert!(
+            !glob_match("ab*ba", "aba"),
+            "prefix and suffix may not overlap"
+        );
+    }
+
+    #[test]
+    fn builtin_classes_from_real_stacks() {
+        let c = Classifier::default();
+        let buffer = [
+            "__schedule",
+            "schedule",
+            "io_schedule",
+            "bit_wait_io",
+            "__wait_on_bit",
+            "out_of_line_wait_on_bit",
+            "ext4_read_bh",
+            "ext4_bread",
+            "__ext4_find_entry",
+        ];
+        assert_eq!(class_of(&c, &buffer), BUFFER);
+        // `__wait_on_buffer` tail-calls the bit wait: only the caller names the buffer.
+        let tail_called = [
+            "schedule",
+            "io_schedule",
+            "bit_wait_io",
+            "__wait_on_bit",
+            "out_of_line_wait_on_bit",
+            "__ext4_get_inode_loc",
+        ];
+        assert_eq!(class_of(&c, &tail_called), BUFFER);
+        let page = [
+            "schedule",
+            "io_schedule",
+            "folio_wait_bit_common",
+            "filemap_read",
+        ];
+        assert_eq!(class_of(&c, &page), PAGE);
+        let journal = ["schedule", "jbd2_log_wait_commit", "ext4_sync_file"];
+        assert_eq!(class_of(&c, &journal), JOURNAL);
+        let bio = [
+            "schedule",
+            "io_schedule",
+            "submit_bio_wait",
+            "blkdev_issue_flush",
+        ];
+        assert_eq!(class_of(&c, &bio), BLOCK_IO);
+        let mutex = [
+            "schedule",
+            "schedule_preempt_disabled",
+            "__mutex_lock.constprop.0",
+        ];
+        assert_eq!(class_of(&c, &mutex), LOCK);
+        let fuse = ["schedule", "request_wait_answer", "fuse_simple_request"];
+        assert_eq!(class_of(&c, &fuse), RPC);
+        let sleep = [
+            "schedule",
+            "do_nanosleep",
+            "hrtimer_nanosleep",
+            "__x64_sys_clock_nanosleep",
+        ];
+        assert_eq!(class_of(&c, &sleep), SLEEP);
+        assert_eq!(class_of(&c, &["schedule", "pipe_read"]), OTHER);
+        assert_eq!(class_of(&c, &[]), OTHER);
+    }
+
+    #[test]
+    fn documented_rules_match_the_table() {
+        let doc = include_str!("../../docs/wait-classes.md");
+        let rows: Vec<(String, String)> = doc
+            .lines()
+            .filter_map(|line| {
+                let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+                let number_cell = cells.get(1)?;
+                number_cell.parse::<usize>().ok()?;
+                Some((
+                    cells[2].trim_matches('`').into(),
+                    cells[3].trim_matches('`').into(),
+                ))
+            })
+            .collect();
+        let table: Vec<(String, String)> = BUILTIN_RULES
+            .iter()
+            .map(|(class, pattern)| (class.to_string(), pattern.to_string()))
+            .collect();
+        assert_eq!(
+            rows, table,
+            "docs/wait-classes.md and BUILTIN_RULES disagree"
+        );
+    }
+
+    #[test]
+    fn user_rules_win_and_parse() {
+        let rule = parse_rule("ldiskfs=ldiskfs_*").expect("rule");
+        let c = Classifier::new(vec![rule]);
+        let stack = ["io_schedule", "__wait_on_buffer", "ldiskfs_bread"];
+        assert_eq!(class_of(&c, &stack), "ldiskfs");
+        assert!(parse_rule("nopattern")
+            .unwrap_err()
+            .contains("NAME=FRAME_PATTERN"));
+        assert!(parse_rule("=x").is_err());
+        assert!(parse_rule("x=").is_err());
+        assert!(validate(&[parse_rule("all=**").expect("parses")]).is_err());
+    }
+}

@@ -1,0 +1,586 @@
+//! Root integration tests of the IO path on a real file system: ext4 on a loop device,
+//! a large directory read back cold, and block requests counted against perf.
+
+mod common;
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use common::*;
+
+fn run(program: &str, args: &[&str]) -> String {
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|err| panic!("cannot run {program}: {err}"));
+    assert!(
+        output.status.success(),
+        "{program} {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}
+
+fn have(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .output()
+        .map(|output| output.status.success())
+        .unwrap_or(false)
+}
+
+/// An ext4 file system on its own loop device in a scratch directory. Dropping it
+/// unmounts, detaches the loop device and removes the directory, also on panic.
+struct Ext4Loop {
+    dir: PathBuf,
+    mount: PathBuf,
+    device: Option<String>,
+    mounted: bool,
+}
+
+impl Ext4Loop {
+    fn new(test: &str, size_mb: u64) -> Ext4Loop {
+        let dir = scratch(test);
+        let image = dir.join("ext4.img");
+        let mount = dir.join("mnt");
+        std::fs::create_dir_all(&mount).expect("mount point");
+        let mut fs = Ext4Loop {
+            dir,
+            mount,
+            device: None,
+            mounted: false,
+        };
+        std::fs::File::create(&image)
+            .and_then(|file| file.set_len(size_mb << 20))
+            .expect("image file");
+        // No lazy initialisation: no background IO on the device after mount.
+        run(
+            "mkfs.ext4",
+            &[
+                "-q",
+                "-F",
+                "-E",
+                "lazy_itable_init=0,lazy_journal_init=0",
+                image.to_str().expect("path"),
+            ],
+        );
+        fs.device = Some(run(
+            "losetup",
+            &["--show", "-f", image.to_str().expect("path")],
+        ));
+        run(
+            "mount",
+            &[
+                "-o",
+                "noatime",
+                fs.device(),
+                fs.mount.to_str().expect("path"),
+            ],
+        );
+        fs.mounted = true;
+        fs
+    }
+
+    /// Unmounts and mounts again: the journal is checkpointed and no metadata buffer
+    /// stays pinned in memory, so the next reads really go to the device.
+    fn remount(&mut self) {
+        let mount = self.mount.to_str().expect("path").to_string();
+        run("umount", &[&mount]);
+        self.mounted = false;
+        run("mount", &["-o", "noatime", self.device(), &mount]);
+        self.mounted = true;
+    }
+
+    fn device(&self) -> &str {
+        self.device.as_deref().expect("loop device")
+    }
+
+    /// (major, minor) of the loop device.
+    fn dev(&self) -> (u32, u32) {
+        let text = run("stat", &["-c", "%t %T", self.device()]);
+        let mut parts = text
+            .split_whitespace()
+            .map(|hex| u32::from_str_radix(hex, 16).expect("hex"));
+        (parts.next().expect("major"), parts.next().expect("minor"))
+    }
+}
+
+impl Drop for Ext4Loop {
+    fn drop(&mut self) {
+        if self.mounted {
+            let mount = self.mount.to_str().unwrap_or_default().to_string();
+            let ok = Command::new("umount")
+                .arg(&mount)
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false);
+            if !ok {
+                let _ = Command::new("umount").args(["-l", &mount]).status();
+            }
+        }
+        if let Some(device) = &self.device {
+            let _ = Command::new("losetup").args(["-d", device]).status();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn drop_caches() {
+    run("sync", &[]);
+    std::fs::write("/proc/sys/vm/drop_caches", "3").expect("drop caches");
+}
+
+/// perf stat's CSV count of `event`.
+fn perf_count(path: &Path, event: &str) -> u64 {
+    let text = std::fs::read_to_string(path).expect("perf output");
+    text.lines()
+        .find(|line| line.contains(event))
+        .and_then(|line| line.split(',').next())
+        .and_then(|count| count.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no count of {event} in perf output:\n{text}"))
+}
+
+fn frames_of(profile: &serde_json::Value, row: &serde_json::Value) -> Vec<String> {
+    row["stack"]
+        .as_u64()
+        .map(|id| stack_names(profile, id))
+        .unwrap_or_default()
+}
+
+#[test]
+fn ext4_directory_waits_and_block_requests() {
+    if !can_load_programs("ext4_directory_waits_and_block_requests") {
+        return;
+    }
+    let ci = std::env::var("CI")
+        .map(|v| v == "true" || v == "1")
+        .unwrap_or(false);
+    for tool in ["mkfs.ext4", "losetup", "mount", "perf"] {
+        if !have(tool) {
+            assert!(!ci, "{tool} is needed under CI=true");
+            eprintln!("SKIP ext4_directory_waits_and_block_requests: no {tool}");
+            return;
+        }
+    }
+    let mut fs = Ext4Loop::new("io-ext4", 256);
+    let keep = std::env::var_os("LOCKPATH_KEEP").map(PathBuf::from);
+    let (major, minor) = fs.dev();
+    let dir = fs.mount.join("big");
+    let tool = workload("ext4-dir");
+    run(
+        tool.to_str().expect("path"),
+        &["populate", dir.to_str().expect("path"), "10000"],
+    );
+    fs.remount();
+    drop_caches();
+
+    let out = fs.dir.join("out");
+    std::fs::create_dir_all(&out).expect("out dir");
+    let profile_path = out.join("io.json");
+    let perf_path = out.join("perf.txt");
+    let svg_path = out.join("io.svg");
+    // perf counts the loop device's completions system-wide, around the whole recording;
+    // the file system has no IO outside the workload (synced before, syncfs at its end).
+    let kernel_dev = (major << 20) | minor;
+    let filter = format!("dev == {kernel_dev}");
+    let lockpath = lockpath_bin();
+    let output = Command::new("perf")
+        .args([
+            "stat",
+            "-e",
+            "block:block_rq_complete",
+            "--filter",
+            &filter,
+            "-a",
+            "-x",
+            ",",
+            "-o",
+        ])
+        .arg(&perf_path)
+        .arg("--")
+        .arg(&lockpath)
+        .args(["record", "-a", "--offcpu", "--io", "-o"])
+        .arg(&profile_path)
+        .arg("--flamegraph")
+        .arg(&svg_path)
+        .arg("--")
+        .arg(&tool)
+        .args(["run", dir.to_str().expect("path"), "2000"])
+        .output()
+        .expect("run perf stat -- lockpath record");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "lockpath failed: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("listed=12000"),
+        "the workload ran: {stdout}"
+    );
+
+    if let Some(keep) = &keep {
+        let _ = std::fs::copy(&profile_path, keep);
+    }
+    let profile = load_json(&profile_path);
+    let duration_ns = profile["duration_s"].as_f64().expect("duration") * 1e9;
+    let workload_pid = profile["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .find(|process| process["comm"] == "ext4-dir")
+        .and_then(|process| process["pid"].as_u64())
+        .unwrap_or_else(|| panic!("ext4-dir among the processes: {}", profile["processes"]));
+
+    // Buffer and page waits of the workload, through ext4's read paths. Buffer waits
+    // name ext4 (directory blocks, inode tables). Page waits of file reads do not:
+    // ext4_file_read_iter tail-calls generic_file_read_iter, which tail-calls
+    // filemap_read, so the stack goes vfs_read -> filemap_read; those frames are the
+    // evidence that it is the page-cache read of the workload's ext4 files.
+    for (class, read_frames) in [
+        (
+            "buffer",
+            &[
+                "ext4_read_bh",
+                "ext4_bread",
+                "__ext4_read_dirblock",
+                "ext4_find_entry",
+                "__ext4_find_entry",
+                "__ext4_get_inode_loc",
+                "ext4_readdir",
+                "ext4_lookup",
+            ][..],
+        ),
+        (
+            "page",
+            &[
+                "filemap_read",
+                "filemap_get_pages",
+                "ext4_file_read_iter",
+                "ext4_mpage_readpages",
+            ][..],
+        ),
+    ] {
+        let rows: Vec<&serde_json::Value> = profile["offcpu"]
+            .as_array()
+            .expect("offcpu rows")
+            .iter()
+            .filter(|row| row["pid"].as_u64() == Some(workload_pid) && row["class"] == class)
+            .collect();
+        let total: u64 = rows
+            .iter()
+            .map(|row| row["total_ns"].as_u64().expect("total"))
+            .sum();
+        eprintln!(
+            "ext4-dir: {class} waits {total} ns in {} stacks",
+            rows.len()
+        );
+        assert!(total > 0, "no {class} wait for the workload");
+        assert!(
+            rows.iter().any(|row| frames_of(&profile, row)
+                .iter()
+                .any(|name| read_frames.contains(&name.as_str()))),
+            "no {class} stack with a read frame {read_frames:?}"
+        );
+        for row in rows {
+            assert_eq!(row["state"], "D");
+        }
+    }
+    let ext4_buffer_frames = profile["offcpu"]
+        .as_array()
+        .expect("offcpu rows")
+        .iter()
+        .filter(|row| row["pid"].as_u64() == Some(workload_pid) && row["class"] == "buffer")
+        .any(|row| {
+            frames_of(&profile, row)
+                .iter()
+                .any(|name| name.starts_with("ext4_") || name.starts_with("__ext4_"))
+        });
+    assert!(ext4_buffer_frames, "buffer waits go through ext4 code");
+
+    // Block requests on the loop device agree with perf's count of the same tracepoint.
+    let io_rows: Vec<&serde_json::Value> = profile["io"]
+        .as_array()
+        .expect("io rows")
+        .iter()
+        .filter(|row| {
+            row["major"].as_u64() == Some(major as u64)
+                && row["minor"].as_u64() == Some(minor as u64)
+        })
+        .collect();
+    let ours: u64 = io_rows
+        .iter()
+        .map(|row| row["count"].as_u64().expect("count"))
+        .sum();
+    let theirs = perf_count(&perf_path, "block:block_rq_complete");
+    assert!(
+        theirs > 100,
+        "the cold directory must cause block IO: perf saw {theirs}"
+    );
+    let error = (ours as f64 - theirs as f64).abs() / theirs as f64;
+    eprintln!(
+        "loop device {major}:{minor}: lockpath {ours} requests, perf {theirs} ({:.2}% apart)",
+        error * 100.0
+    );
+    assert!(
+        error < 0.03,
+        "lockpath {ours} vs perf {theirs}: {:.1}% apart",
+        error * 100.0
+    );
+    let name = Path::new(fs.device())
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    for row in &io_rows {
+        assert_eq!(
+            row["device"].as_str(),
+            Some(name.as_str()),
+            "device named from /sys"
+        );
+        let count = row["count"].as_u64().expect("count");
+        let total = row["total_ns"].as_u64().expect("total");
+        let max = row["max_ns"].as_u64().expect("max") as f64;
+        assert!(
+            total > 0 && max > 0.0 && max < duration_ns,
+            "latency out of range: {row}"
+        );
+        let hist_sum: u64 = row["hist"]
+            .as_array()
+            .expect("hist")
+            .iter()
+            .map(|v| v.as_u64().expect("n"))
+            .sum();
+        assert_eq!(hist_sum, count, "the histogram holds every request: {row}");
+    }
+    assert!(
+        io_rows.iter().any(|row| row["op"] == "read"),
+        "reads on the loop device"
+    );
+
+    // Summary, JSON report, flamegraph kinds.
+    assert!(
+        stdout.contains("usecs") && stdout.contains("distribution"),
+        "biolatency-style histogram:\n{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("{name} ({major}:{minor})")),
+        "device in the summary:\n{stdout}"
+    );
+    let report = lockpath_ok(&[
+        "report",
+        profile_path.to_str().expect("path"),
+        "--format",
+        "json",
+        "--top",
+        "0",
+    ]);
+    let report: serde_json::Value = serde_json::from_slice(&report.stdout).expect("report JSON");
+    let group = report["io"]
+        .as_array()
+        .expect("io in the JSON report")
+        .iter()
+        .find(|group| group["dev"] == format!("{major}:{minor}").as_str() && group["op"] == "read")
+        .unwrap_or_else(|| panic!("loop reads in the JSON report: {}", report["io"]));
+    let p50 = group["p50_ns"].as_u64().expect("p50");
+    let p99 = group["p99_ns"].as_u64().expect("p99");
+    assert!(
+        p50 > 0 && p50 <= p99 && p99 <= group["max_ns"].as_u64().expect("max"),
+        "{group}"
+    );
+    let io_svg = out.join("io-only.svg");
+    lockpath_ok(&[
+        "flamegraph",
+        profile_path.to_str().expect("path"),
+        "--kind",
+        "io",
+        "-o",
+        io_svg.to_str().expect("path"),
+    ]);
+    let svg = std::fs::read_to_string(&io_svg).expect("io svg");
+    let options = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..Default::default()
+    };
+    roxmltree::Document::parse_with_options(&svg, options).expect("the SVG is well-formed XML");
+    assert!(
+        svg.contains("buffer") && svg.contains("ext4-dir"),
+        "IO flamegraph has the classes and process"
+    );
+    assert!(
+        !svg.contains(";sleep;"),
+        "IO flamegraph has IO classes only"
+    );
+    let folded = lockpath_ok(&[
+        "export",
+        profile_path.to_str().expect("path"),
+        "--format",
+        "folded",
+        "--kind",
+        "io",
+    ]);
+    for line in String::from_utf8_lossy(&folded.stdout).lines() {
+        let class = line.split(';').nth(1).expect("class frame");
+        assert!(
+            ["buffer", "page", "block-io", "journal"].contains(&class),
+            "{line}"
+        );
+    }
+    check_io_exporters(&out, &profile_path, &io_rows, &name);
+}
+
+/// The exporters on the ext4 recording: diff per device and op (per second), pprof of
+/// the IO waits read by go, the HTML section with the device's histogram.
+fn check_io_exporters(dir: &Path, path: &Path, loop_rows: &[&serde_json::Value], device: &str) {
+    let path_str = path.to_str().expect("path");
+    let profile = load_json(path);
+    let duration_s = profile["duration_s"].as_f64().expect("duration");
+    let diff = lockpath_ok(&[
+        "diff", path_str, path_str, "--kind", "io", "--format", "json",
+    ]);
+    let diff: serde_json::Value = serde_json::from_slice(&diff.stdout).expect("diff JSON");
+    let reads: u64 = loop_rows
+        .iter()
+        .filter(|row| row["op"] == "read")
+        .map(|row| row["count"].as_u64().expect("count"))
+        .sum();
+    let key = format!("{device} read");
+    let row = diff_rows(&diff, "device")
+        .iter()
+        .find(|row| row["key"] == key.as_str())
+        .unwrap_or_else(|| panic!("{key} in {diff}"));
+    let per_s = reads as f64 / duration_s;
+    let events = row["new_events_per_s"].as_f64().expect("events");
+    assert!(
+        (events - per_s).abs() <= per_s * 1e-9,
+        "{row} vs {per_s} req/s"
+    );
+    assert_eq!(row["ratio"].as_f64(), Some(1.0));
+
+    let waits: Vec<&serde_json::Value> = profile["offcpu"]
+        .as_array()
+        .expect("offcpu rows")
+        .iter()
+        .filter(|row| {
+            ["buffer", "page", "block-io", "journal"].contains(&row["class"].as_str().unwrap_or(""))
+        })
+        .collect();
+    if require_tool("ext4_directory_waits_and_block_requests", "go") {
+        let pprof = dir.join("io.pb.gz");
+        lockpath_ok(&[
+            "export",
+            path_str,
+            "--format",
+            "pprof",
+            "--kind",
+            "io",
+            "-o",
+            pprof.to_str().expect("path"),
+        ]);
+        let total: u64 = waits
+            .iter()
+            .map(|row| row["total_ns"].as_u64().expect("total"))
+            .sum();
+        assert_eq!(
+            pprof_total(dir, &pprof, "io_wait", &["-unit", "ns"]),
+            total,
+            "pprof io_wait total is the IO classes' off-CPU time"
+        );
+    }
+
+    let html = dir.join("io.html");
+    lockpath_ok(&[
+        "report",
+        path_str,
+        "--format",
+        "html",
+        "-o",
+        html.to_str().expect("path"),
+    ]);
+    let page = std::fs::read_to_string(&html).expect("html written");
+    assert!(page.contains("<section id=\"io\">"), "io section");
+    assert!(
+        page.contains(&format!("Latency histogram: {device} (")),
+        "the loop device's histogram"
+    );
+    assert!(page.contains("<pre class=\"histogram\">"), "histogram");
+    assert!(
+        page.contains("title=\"IO wait flamegraph\""),
+        "IO flamegraph inline"
+    );
+    assert!(
+        page.contains("<section id=\"offcpu\">"),
+        "offcpu section too"
+    );
+}
+
+#[test]
+fn io_survives_a_device_that_vanishes_mid_run() {
+    if !can_load_programs("io_survives_a_device_that_vanishes_mid_run") {
+        return;
+    }
+    for tool in ["mkfs.ext4", "losetup", "mount"] {
+        if !have(tool) {
+            eprintln!("SKIP io_survives_a_device_that_vanishes_mid_run: no {tool}");
+            return;
+        }
+    }
+    let fs = Ext4Loop::new("io-vanish", 32);
+    let (major, minor) = fs.dev();
+    let name = Path::new(fs.device())
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    let out = scratch("io-vanish-out");
+    let profile_path = out.join("p.json");
+    let (child, programs) = spawn_recording(&[
+        "record",
+        "--io",
+        "-a",
+        "-d",
+        "3",
+        "-o",
+        profile_path.to_str().expect("path"),
+    ]);
+    // IO on the device, then the device goes away while lockpath still records.
+    let tool = workload("ext4-dir");
+    run(
+        tool.to_str().expect("path"),
+        &[
+            "populate",
+            fs.mount.join("d").to_str().expect("path"),
+            "200",
+        ],
+    );
+    run("sync", &[]);
+    drop(fs);
+    let output = child.wait_with_output().expect("wait for lockpath");
+    assert!(
+        output.status.success(),
+        "lockpath failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_programs_gone(&programs);
+    let profile = load_json(&profile_path);
+    let rows: Vec<&serde_json::Value> = profile["io"]
+        .as_array()
+        .expect("io rows")
+        .iter()
+        .filter(|row| {
+            row["major"].as_u64() == Some(major as u64)
+                && row["minor"].as_u64() == Some(minor as u64)
+        })
+        .collect();
+    assert!(!rows.is_empty(), "the vanished device's requests are kept");
+    for row in rows {
+        assert_eq!(
+            row["device"].as_str(),
+            Some(name.as_str()),
+            "named from the scan at start"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -1,0 +1,442 @@
+//! Root integration tests of the off-CPU family: a known-answer sleep, and bad input.
+
+mod common;
+
+use common::*;
+
+/// (name, module) of the frames of stack `id`, leaf first.
+fn user_frames(profile: &serde_json::Value, id: u64) -> Vec<(String, String)> {
+    profile["stacks"][id as usize]["frames"]
+        .as_array()
+        .expect("stack frames")
+        .iter()
+        .map(|frame| {
+            let frame = &profile["frames"][frame.as_u64().expect("frame index") as usize];
+            (
+                frame["name"].as_str().unwrap_or("").to_string(),
+                frame["module"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+/// `sleeper tid=N slept_ns=T` from the workload's output.
+fn parse_sleeper(stdout: &str) -> (u64, u64) {
+    let line = stdout
+        .lines()
+        .find(|line| line.starts_with("sleeper "))
+        .unwrap_or_else(|| panic!("no sleeper line in:\n{stdout}"));
+    let field = |name: &str| -> u64 {
+        line.split_whitespace()
+            .find_map(|part| part.strip_prefix(name))
+            .and_then(|value| value.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {line}"))
+    };
+    (field("tid="), field("slept_ns="))
+}
+
+#[test]
+fn known_sleep_is_reported_as_sleep_with_its_time() {
+    if !can_load_programs("known_sleep_is_reported_as_sleep_with_its_time") {
+        return;
+    }
+    let dir = scratch("offcpu-sleep");
+    let profile_path = dir.join("sleep.json");
+    let svg_path = dir.join("sleep.svg");
+    let sleeper = workload("sleeper");
+    let args = [
+        "record",
+        "--offcpu-all",
+        "-o",
+        profile_path.to_str().expect("path"),
+        "--flamegraph",
+        svg_path.to_str().expect("path"),
+        "--",
+        sleeper.to_str().expect("path"),
+        "--count",
+        "20",
+        "--ms",
+        "50",
+    ];
+    let (child, programs) = spawn_recording(&args);
+    assert!(!programs.is_empty(), "the sched_switch program is loaded");
+    let output = child.wait_with_output().expect("wait for lockpath");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "lockpath failed: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_programs_gone(&programs);
+    let (tid, slept_ns) = parse_sleeper(&stdout);
+    assert!(
+        slept_ns >= 1_000_000_000,
+        "20 x 50 ms is at least 1 s: {slept_ns}"
+    );
+
+    let profile = load_json(&profile_path);
+    let rows: Vec<&serde_json::Value> = profile["offcpu"]
+        .as_array()
+        .expect("offcpu rows")
+        .iter()
+        .filter(|row| row["tid"].as_u64() == Some(tid))
+        .collect();
+    assert!(
+        !rows.is_empty(),
+        "no off-CPU row for the sleeping thread {tid}"
+    );
+    let sleep_rows: Vec<&&serde_json::Value> =
+        rows.iter().filter(|row| row["class"] == "sleep").collect();
+    let ours: u64 = sleep_rows
+        .iter()
+        .map(|row| row["total_ns"].as_u64().expect("total"))
+        .sum();
+    let waits: u64 = sleep_rows
+        .iter()
+        .map(|row| row["count"].as_u64().expect("count"))
+        .sum();
+    let error = (ours as f64 - slept_ns as f64).abs() / slept_ns as f64;
+    eprintln!(
+        "thread {tid}: measured its sleep at {slept_ns} ns, lockpath {ours} ns in {waits} waits ({:.2}% apart)",
+        error * 100.0
+    );
+    assert!(
+        error < 0.05,
+        "lockpath {ours} ns vs measured {slept_ns} ns: {:.1}% apart",
+        error * 100.0
+    );
+    assert_eq!(waits, 20, "one wait per sleep");
+    for row in &sleep_rows {
+        assert_eq!(row["state"], "S", "nanosleep is an interruptible sleep");
+        let max = row["max_ns"].as_u64().expect("max");
+        assert!(
+            (50_000_000..1_000_000_000).contains(&max),
+            "one sleep is 50 ms or a bit more: {max}"
+        );
+        let frames = stack_names(&profile, row["stack"].as_u64().expect("kernel stack"));
+        assert!(
+            frames.iter().any(|name| name.contains("nanosleep")),
+            "the nanosleep path is in the stack: {frames:?}"
+        );
+        // The user side of the same wait, named by the user symbolizer (the process was
+        // noted while it lived): libc's nanosleep at the leaf, and the sleeper's own
+        // code (std::thread::sleep is inlined into it in release builds) by name.
+        let ustack = row["ustack"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("a user stack for the sleep: {row}"));
+        let user = user_frames(&profile, ustack);
+        assert!(
+            user.first()
+                .is_some_and(|(name, _)| name.contains("nanosleep")),
+            "libc's nanosleep is the user leaf: {user:?}"
+        );
+        assert!(
+            user.iter()
+                .any(|(name, module)| module.ends_with("/sleeper")
+                    && !name.contains("+0x")
+                    && !name.starts_with("0x")),
+            "a named frame of the sleeper binary in the user stack: {user:?}"
+        );
+    }
+
+    // The summary, the JSON report and the flamegraph carry it too.
+    assert!(
+        stdout.contains("off-CPU time by process and wait class"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("sleep"), "{stdout}");
+    let report = lockpath_ok(&[
+        "report",
+        profile_path.to_str().expect("path"),
+        "--format",
+        "json",
+        "--top",
+        "0",
+    ]);
+    let report: serde_json::Value = serde_json::from_slice(&report.stdout).expect("report JSON");
+    let process = report["offcpu"]
+        .as_array()
+        .expect("offcpu in the JSON report")
+        .iter()
+        .find(|process| process["process"] == "sleeper")
+        .unwrap_or_else(|| panic!("sleeper in the JSON report: {report}"));
+    let sleep_class = process["classes"]
+        .as_array()
+        .expect("classes")
+        .iter()
+        .find(|class| class["class"] == "sleep")
+        .expect("a sleep class");
+    assert!(sleep_class["total_ns"].as_u64().expect("total") >= ours);
+    assert!(sleep_class["percent"].as_f64().expect("percent") > 0.0);
+    let svg = std::fs::read_to_string(&svg_path).expect("svg written");
+    let options = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..Default::default()
+    };
+    roxmltree::Document::parse_with_options(&svg, options).expect("the SVG is well-formed XML");
+    assert!(
+        svg.contains("do_nanosleep") && svg.contains("sleeper"),
+        "stack and process in the SVG"
+    );
+    // Folded order: process; class; user frames from the root; kernel frames.
+    let folded = lockpath_ok(&[
+        "export",
+        profile_path.to_str().expect("path"),
+        "--format",
+        "folded",
+        "--kind",
+        "offcpu",
+    ]);
+    let folded = String::from_utf8_lossy(&folded.stdout).into_owned();
+    let line = folded
+        .lines()
+        .find(|line| line.starts_with("sleeper;sleep;") && line.contains("do_nanosleep"))
+        .unwrap_or_else(|| panic!("a sleeper sleep line:\n{folded}"));
+    let frames: Vec<&str> = line.split(' ').next().unwrap_or("").split(';').collect();
+    let user_leaf = frames
+        .iter()
+        .position(|frame| *frame == "clock_nanosleep" || *frame == "__nanosleep")
+        .unwrap_or_else(|| panic!("libc's nanosleep in the folded line: {line}"));
+    let kernel_at = frames
+        .iter()
+        .position(|frame| *frame == "do_nanosleep")
+        .expect("kernel frame");
+    assert!(
+        user_leaf > 2 && user_leaf < kernel_at,
+        "process; class; user frames; then kernel frames: {line}"
+    );
+    check_offcpu_exporters(&dir, &profile_path, &profile, ours);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The exporters on the sleep recording: diff per second, pprof read by go, HTML
+/// section, merge of two copies. `sleeper_ns`: the sleeper thread's sleep time.
+fn check_offcpu_exporters(
+    dir: &std::path::Path,
+    path: &std::path::Path,
+    profile: &serde_json::Value,
+    sleeper_ns: u64,
+) {
+    let path_str = path.to_str().expect("path");
+    let duration_s = profile["duration_s"].as_f64().expect("duration");
+    let rows = profile["offcpu"].as_array().expect("offcpu rows");
+    let sum = |field: &str, class: Option<&str>| -> u64 {
+        rows.iter()
+            .filter(|row| class.is_none_or(|class| row["class"] == class))
+            .map(|row| row[field].as_u64().expect("number"))
+            .sum()
+    };
+
+    // diff against itself: per second of run, no change, sleep per class and process.
+    let diff = lockpath_ok(&[
+        "diff", path_str, path_str, "--kind", "offcpu", "--format", "json",
+    ]);
+    let diff: serde_json::Value = serde_json::from_slice(&diff.stdout).expect("diff JSON");
+    let sleep = diff_rows(&diff, "class")
+        .iter()
+        .find(|row| row["key"] == "sleep")
+        .unwrap_or_else(|| panic!("sleep class in {diff}"));
+    let per_s = sum("total_ns", Some("sleep")) as f64 / duration_s;
+    let new_per_s = sleep["new_per_s"].as_f64().expect("new_per_s");
+    assert!(
+        (new_per_s - per_s).abs() <= per_s * 1e-9,
+        "{sleep} vs {per_s}"
+    );
+    assert_eq!(sleep["change_per_s"].as_f64(), Some(0.0));
+    let sleeper = diff_rows(&diff, "process")
+        .iter()
+        .find(|row| row["key"] == "sleeper")
+        .unwrap_or_else(|| panic!("sleeper process in {diff}"));
+    assert!(
+        sleeper["new_per_s"].as_f64().expect("value") * duration_s >= sleeper_ns as f64 * 0.999
+    );
+    assert!(
+        diff_rows(&diff, "function").iter().any(|row| row["key"]
+            .as_str()
+            .is_some_and(|key| key.starts_with("sleep ") && key.contains("nanosleep"))),
+        "the nanosleep wait site in the function table: {diff}"
+    );
+    let text = lockpath_ok(&["diff", path_str, path_str, "--kind", "offcpu"]);
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    assert!(text.contains("offcpu by class:"), "{text}");
+    assert!(
+        text.lines().all(|line| line.chars().count() <= 100),
+        "{text}"
+    );
+
+    // pprof: go reads it and its totals are the profile's.
+    if require_tool("known_sleep_is_reported_as_sleep_with_its_time", "go") {
+        let pprof = dir.join("sleep.pb.gz");
+        let pprof_str = pprof.to_str().expect("path");
+        lockpath_ok(&[
+            "export", path_str, "--format", "pprof", "--kind", "offcpu", "-o", pprof_str,
+        ]);
+        assert_eq!(
+            pprof_total(dir, &pprof, "off_cpu", &["-unit", "ns"]),
+            sum("total_ns", None),
+            "pprof off_cpu total"
+        );
+        assert_eq!(pprof_total(dir, &pprof, "waits", &[]), sum("count", None));
+    }
+
+    // HTML: the per-process wait breakdown and the off-CPU flamegraph.
+    let html = dir.join("sleep.html");
+    lockpath_ok(&[
+        "report",
+        path_str,
+        "--format",
+        "html",
+        "-o",
+        html.to_str().expect("path"),
+    ]);
+    let page = std::fs::read_to_string(&html).expect("html written");
+    assert!(page.contains("<section id=\"offcpu\">"), "offcpu section");
+    assert!(
+        page.contains("<td>sleeper</td>"),
+        "sleeper in the breakdown"
+    );
+    assert!(
+        page.contains("title=\"off-CPU flamegraph\""),
+        "flamegraph inline"
+    );
+
+    // merge of two copies: every row twice, the second host's pids moved.
+    let merged = dir.join("merged.json");
+    lockpath_ok(&[
+        "merge",
+        path_str,
+        path_str,
+        "-o",
+        merged.to_str().expect("path"),
+    ]);
+    let merged = load_json(&merged);
+    let merged_rows = merged["offcpu"].as_array().expect("merged rows");
+    assert_eq!(merged_rows.len(), rows.len() * 2);
+    let merged_total: u64 = merged_rows
+        .iter()
+        .map(|row| row["total_ns"].as_u64().expect("total"))
+        .sum();
+    assert_eq!(merged_total, 2 * sum("total_ns", None));
+    let pids: std::collections::HashSet<u64> = merged["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .map(|process| process["pid"].as_u64().expect("pid"))
+        .collect();
+    assert!(
+        merged_rows
+            .iter()
+            .all(|row| pids.contains(&row["pid"].as_u64().expect("pid"))),
+        "every merged row refers to a merged process"
+    );
+}
+
+#[test]
+fn d_state_only_by_default_and_min_wait_filters() {
+    if !can_load_programs("d_state_only_by_default_and_min_wait_filters") {
+        return;
+    }
+    let dir = scratch("offcpu-default");
+    let sleeper = workload("sleeper");
+    // Without --offcpu-all, nanosleep (S state) is not recorded.
+    let path = dir.join("d.json");
+    lockpath_ok(&[
+        "record",
+        "--offcpu",
+        "-o",
+        path.to_str().expect("path"),
+        "--",
+        sleeper.to_str().expect("path"),
+        "--count",
+        "5",
+        "--ms",
+        "20",
+    ]);
+    let profile = load_json(&path);
+    let sleeps = profile["offcpu"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter(|row| row["class"] == "sleep")
+        .count();
+    assert_eq!(sleeps, 0, "S-state sleeps are left out by default");
+    for row in profile["offcpu"].as_array().expect("rows") {
+        assert_eq!(row["state"], "D");
+    }
+    // --min-wait 30ms drops the 20 ms sleeps in the kernel.
+    let path = dir.join("min.json");
+    lockpath_ok(&[
+        "record",
+        "--offcpu-all",
+        "--min-wait",
+        "30ms",
+        "-o",
+        path.to_str().expect("path"),
+        "--",
+        sleeper.to_str().expect("path"),
+        "--count",
+        "5",
+        "--ms",
+        "20",
+    ]);
+    let profile = load_json(&path);
+    for row in profile["offcpu"].as_array().expect("rows") {
+        assert!(
+            row["max_ns"].as_u64().expect("max") >= 30_000_000,
+            "a wait under --min-wait: {row}"
+        );
+        assert_ne!(row["class"], "sleep", "20 ms sleeps are under 30 ms: {row}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_offcpu_flags_are_refused() {
+    if !lockpath_bin().exists() {
+        eprintln!("SKIP bad_offcpu_flags_are_refused: lockpath not built");
+        return;
+    }
+    let dir = scratch("offcpu-bad");
+    let out = dir.join("p.json");
+    let out = out.to_str().expect("path");
+    for (args, expect) in [
+        (
+            vec!["record", "--offcpu", "--min-wait", "garbage", "-o", out],
+            "not a duration",
+        ),
+        (
+            vec!["record", "--offcpu", "--min-wait", "10", "-o", out],
+            "unknown unit",
+        ),
+        (
+            vec!["record", "--offcpu", "--wait-class", "ldiskfs", "-o", out],
+            "NAME=FRAME_PATTERN",
+        ),
+        (
+            vec!["record", "--offcpu", "--wait-class", "x=", "-o", out],
+            "non-empty",
+        ),
+        (
+            vec!["record", "--min-wait", "1ms", "-o", out],
+            "add --offcpu",
+        ),
+        (
+            vec!["report", out, "--format", "json"],
+            "cannot read profile",
+        ),
+    ] {
+        let output = lockpath(&args);
+        assert!(!output.status.success(), "lockpath {args:?} must fail");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains(expect),
+            "lockpath {args:?}: expected {expect:?} in:\n{stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "no panic: {stderr}");
+        assert!(
+            !std::path::Path::new(out).exists(),
+            "no profile for bad input"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
