@@ -136,7 +136,7 @@ fn fuse_latency_per_opcode_matches_injected_delay() {
             "{op}: mean {mean_ms:.3} ms is not between the injected {delay_ms} ms and the caller's {own_ms:.3} ms"
         );
         assert!(
-            within(mean_ms, delay_ms, 0.25),
+            within(mean_ms, delay_ms, 0.10),
             "{op}: mean {mean_ms:.3} ms is far from the injected {delay_ms} ms"
         );
     }
