@@ -112,6 +112,33 @@ impl Target {
     }
 }
 
+/// For `-p`: true while any tracked process (the given pids, or a child the kernel
+/// started following) is still running. Zombies count as gone: they record nothing.
+pub fn any_target_alive(ebpf: &Ebpf, pids: &[u32]) -> bool {
+    if pids.iter().any(|&pid| is_running(pid)) {
+        return true;
+    }
+    let Some(map) = ebpf.map("TARGETS") else {
+        return false;
+    };
+    let Ok(targets) = HashMap::<_, u32, u8>::try_from(map) else {
+        return false;
+    };
+    let alive = targets.keys().flatten().any(is_running);
+    alive
+}
+
+fn is_running(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state follows the command name, which is in parentheses and may hold spaces.
+    let state = stat
+        .rfind(')')
+        .and_then(|end| stat[end + 1..].trim_start().chars().next());
+    !matches!(state, Some('Z') | Some('X') | None)
+}
+
 fn insert_pids(ebpf: &mut Ebpf, pids: &[u32]) -> Result<()> {
     let map = ebpf.map_mut("TARGETS").context("map TARGETS missing")?;
     let mut targets: HashMap<_, u32, u8> =

@@ -1,5 +1,6 @@
 //! Developer tasks for lockpath: `cargo xtask <command>`.
 
+mod bench;
 mod build;
 mod run;
 mod setup;
@@ -20,7 +21,9 @@ commands:
   build [--debug]    build the eBPF object and lockpath (release unless --debug)
   run [-- ARGS]      build, then run target/release/lockpath ARGS (needs root)
   test [-- ARGS]     install test tools (root), build, then
-                     `cargo test --release --workspace ARGS`";
+                     `cargo test --release --workspace ARGS`
+  bench [FLAGS]      overhead against bpftrace and perf, per-event cost, memory,
+                     report speed (root; `cargo xtask bench --help`); --soak: 10-min memory run";
 
 fn main() -> ExitCode {
     match try_main() {
@@ -57,6 +60,7 @@ fn try_main() -> Result<()> {
         }
         "run" => run::run(after_dashes(rest)),
         "test" => test::test(after_dashes(rest)),
+        "bench" => bench::bench(rest),
         "help" | "-h" | "--help" => {
             println!("{USAGE}");
             Ok(())

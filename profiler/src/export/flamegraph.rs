@@ -24,6 +24,8 @@ pub fn render_svg(profile: &Profile, kind: Kind) -> Result<Vec<u8>> {
     options.count_name = count_name.to_string();
     options.factor = factor;
     options.name_type = "Function:".to_string();
+    // `folded::lines` returns sorted lines; sorting them again costs seconds on big profiles.
+    options.no_sort = true;
     let mut svg = Vec::new();
     if lines.is_empty() {
         // inferno refuses empty input; an empty profile still gets a readable file.

@@ -1,7 +1,7 @@
 //! Folded stacks (`root;...;leaf value`), the input of inferno and flamegraph.pl, built
 //! once here for every kind; the flamegraph and `export --format folded` both use it.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 
 use crate::{
     cli::Kind,
@@ -18,36 +18,59 @@ fn clean(frame: &str) -> String {
 /// Lock wait: process; lock type; stack from the outermost frame to the caller (the
 /// locking code itself is left out, so the caller is on top). Values in microseconds.
 pub fn lines(profile: &Profile, kind: Kind) -> Vec<(String, u64)> {
-    let mut folded: BTreeMap<String, u64> = BTreeMap::new();
+    let mut folded: HashMap<String, u64> = HashMap::new();
     match kind {
         Kind::Lock => {
+            // Sum by (process, type, stack) first with integer keys, then build each
+            // distinct line once: rows (one per lock address) far outnumber lines.
+            let mut sums: HashMap<(u32, u32, Option<u32>), u64> = HashMap::new();
             for row in &profile.locks {
-                let mut parts = vec![
-                    clean(&profile.process_name(row.pid)),
-                    clean(lock_type_name(row.flags)),
-                ];
-                let frames = profile.stack_frames(row.stack);
-                if row.stack.is_none() {
-                    parts.push("[stack lost]".into());
+                let sum = sums.entry((row.pid, row.flags, row.stack)).or_default();
+                *sum = sum.saturating_add(row.total_ns);
+            }
+            let mut stack_parts: HashMap<Option<u32>, String> = HashMap::new();
+            let mut process_parts: HashMap<u32, String> = HashMap::new();
+            for ((pid, flags, stack), total_ns) in sums {
+                let micros = total_ns / 1_000;
+                if micros == 0 {
+                    continue;
                 }
-                let outside_lock = frames
-                    .iter()
-                    .position(|frame| !is_lock_internal(&frame.name))
-                    .unwrap_or(frames.len());
-                parts.extend(
-                    frames[outside_lock..]
-                        .iter()
-                        .rev()
-                        .map(|frame| clean(&frame.display())),
-                );
-                let micros = row.total_ns / 1_000;
-                if micros > 0 {
-                    *folded.entry(parts.join(";")).or_default() += micros;
-                }
+                let process = process_parts
+                    .entry(pid)
+                    .or_insert_with(|| clean(&profile.process_name(pid)));
+                let frames = stack_parts
+                    .entry(stack)
+                    .or_insert_with(|| lock_stack_part(profile, stack));
+                let line = format!("{process};{}{frames}", clean(lock_type_name(flags)));
+                let value = folded.entry(line).or_default();
+                *value = value.saturating_add(micros);
             }
         }
     }
-    folded.into_iter().collect()
+    // Sorted (inferno expects it, and export output stays stable); sorting once is far
+    // cheaper than keeping a sorted map of a million long strings.
+    let mut lines: Vec<(String, u64)> = folded.into_iter().collect();
+    lines.sort_unstable();
+    lines
+}
+
+/// `;outermost;...;caller` of a lock stack (the locking code itself is left out, so
+/// the caller is on top), or `;[stack lost]`.
+fn lock_stack_part(profile: &Profile, stack: Option<u32>) -> String {
+    if stack.is_none() {
+        return ";[stack lost]".to_string();
+    }
+    let frames = profile.stack_frames(stack);
+    let outside_lock = frames
+        .iter()
+        .position(|frame| !is_lock_internal(&frame.name))
+        .unwrap_or(frames.len());
+    let mut part = String::new();
+    for frame in frames[outside_lock..].iter().rev() {
+        part.push(';');
+        part.push_str(&clean(&frame.display()));
+    }
+    part
 }
 
 pub fn render(profile: &Profile, kind: Kind) -> String {
