@@ -203,7 +203,7 @@ fn target_that_exits_early_ends_the_recording() {
     }
     let dir = scratch("early-exit");
     let profile_path = dir.join("early.json");
-    let mut storm = background_storm("1.5");
+    let mut storm = background_storm("4");
     let storm_pid = storm.id();
     let pid = storm_pid.to_string();
     // No duration: lockpath must notice that its only target is gone and finish.

@@ -26,12 +26,11 @@ pub fn lines(profile: &Profile, kind: Kind) -> Vec<(String, u64)> {
             let mut sums: HashMap<(u32, u32, Option<u32>), u64> = HashMap::new();
             for row in &profile.locks {
                 let sum = sums.entry((row.pid, row.flags, row.stack)).or_default();
-                *sum = sum.saturating_add(row.total_ns);
+                *sum = sum.saturating_add(row.total_ns / 1_000);
             }
             let mut stack_parts: HashMap<Option<u32>, String> = HashMap::new();
             let mut process_parts: HashMap<u32, String> = HashMap::new();
-            for ((pid, flags, stack), total_ns) in sums {
-                let micros = total_ns / 1_000;
+            for ((pid, flags, stack), micros) in sums {
                 if micros == 0 {
                     continue;
                 }
