@@ -10,12 +10,14 @@ pub const LOCK_NESTED: u32 = 5;
 pub const LOCK_WAIT_MAP_FULL: u32 = 6;
 pub const TASK_MAP_FULL: u32 = 7;
 pub const TARGET_MAP_FULL: u32 = 8;
+/// vm/kprobe fallback range: 26..=27.
+pub const LOCK_KPROBE_RETURN_LOST: u32 = 26;
 
 /// Number of slots in `LOSSES` (room for the other probe families).
 pub const LOSS_SLOTS: u32 = 32;
 
 /// Names for the report, by index. `None` slots are unused.
-pub const LOSS_NAMES: [(u32, &str, &str); 9] = [
+pub const LOSS_NAMES: [(u32, &str, &str); 10] = [
     (
         STACK_COLLISION,
         "stack_collision",
@@ -60,5 +62,10 @@ pub const LOSS_NAMES: [(u32, &str, &str); 9] = [
         TARGET_MAP_FULL,
         "target_map_full",
         "target map full: a forked child was not followed",
+    ),
+    (
+        LOCK_KPROBE_RETURN_LOST,
+        "lock_kprobe_return_lost",
+        "kprobe fallback: a slow path's return was missed (kretprobe instances exhausted); wait dropped",
     ),
 ];

@@ -1,4 +1,6 @@
-//! Lock contention from `lock:contention_begin` / `lock:contention_end` (kernel 5.19+).
+//! Lock contention from `lock:contention_begin` / `lock:contention_end` (kernel 5.19+),
+//! or, on older kernels, from kprobes/kretprobes on the contention slow paths; both
+//! fill the same in-flight maps and the same aggregate through the same helpers.
 //!
 //! At begin: remember the start time, the lock and the waiter's kernel stack. Spinning
 //! waiters (spinlocks, rwlocks) cannot sleep or migrate until the end, so their start
@@ -14,12 +16,13 @@ use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, generated::bpf_ktime_get_ns},
     macros::map,
     maps::{HashMap, PerCpuArray},
-    programs::{RawTracePointContext, tracing::StackIdContext},
+    programs::{ProbeContext, RawTracePointContext, RetProbeContext, tracing::StackIdContext},
 };
 use profiler_common::{
     lock::{LCB_F_MUTEX, LCB_F_SPIN, LockKey, LockStat, LockWait},
     loss::{
-        LOCK_MAP_FULL, LOCK_NEGATIVE_DELTA, LOCK_NESTED, LOCK_UNMATCHED_END, LOCK_WAIT_MAP_FULL,
+        LOCK_KPROBE_RETURN_LOST, LOCK_MAP_FULL, LOCK_NEGATIVE_DELTA, LOCK_NESTED,
+        LOCK_UNMATCHED_END, LOCK_WAIT_MAP_FULL,
     },
 };
 
@@ -55,25 +58,21 @@ pub fn on_contention_begin(ctx: &RawTracePointContext) {
     if !is_target() {
         return;
     }
-    let tid = bpf_get_current_pid_tgid() as u32;
     if spins(flags) {
         let Some(slot) = LOCK_SPIN_WAIT.get_ptr_mut(0) else {
             return;
         };
         // SAFETY: per-CPU slot from a successful lookup; only this CPU writes it, and a
         // spinning waiter runs with preemption off until contention_end.
-        let wait = unsafe { &mut *slot };
-        if wait.lock_addr != 0 {
+        if unsafe { (*slot).lock_addr } != 0 {
             // An interrupt contending while this CPU already waits: ignore the inner one.
             count_loss(LOCK_NESTED);
             return;
         }
-        wait.start_ns = now_ns();
-        wait.lock_addr = lock_addr;
-        wait.flags = flags;
-        wait.kstack_id = stack_id_or_loss(ctx.get_stackid(&STACKS, STACK_FLAGS_KERNEL));
+        open_spin_wait(ctx, slot, lock_addr, flags);
         return;
     }
+    let tid = bpf_get_current_pid_tgid() as u32;
     if let Some(open) = LOCK_SLEEP_WAIT.get_ptr_mut(&tid) {
         // SAFETY: element of a hash map owned by this thread id; only this thread
         // writes it.
@@ -86,6 +85,165 @@ pub fn on_contention_begin(ctx: &RawTracePointContext) {
         }
         return;
     }
+    open_sleep_wait(ctx, tid, lock_addr, flags);
+}
+
+pub fn on_contention_end(ctx: &RawTracePointContext) {
+    let lock_addr: u64 = ctx.arg(0);
+    let end_ns = now_ns();
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tid = pid_tgid as u32;
+
+    let wait = if let Some(slot) = LOCK_SPIN_WAIT.get_ptr_mut(0)
+        // SAFETY: per-CPU slot from a successful lookup, written only by this CPU.
+        && unsafe { (*slot).lock_addr } == lock_addr
+    {
+        // SAFETY: as above.
+        take_spin_wait(unsafe { &mut *slot })
+    } else if let Some(open) = LOCK_SLEEP_WAIT.get_ptr(&tid) {
+        // SAFETY: element of a hash map owned by this thread id.
+        let wait = unsafe { *open };
+        if wait.lock_addr != lock_addr {
+            // The end of a nested contention whose begin was ignored.
+            return;
+        }
+        let _ = LOCK_SLEEP_WAIT.remove(&tid);
+        wait
+    } else {
+        // Began before the recording started, or belongs to a task outside the targets.
+        count_unmatched_end();
+        return;
+    };
+    close_wait(&wait, end_ns, pid_tgid);
+}
+
+// ---- kprobe fallback (kernels before 5.19: no lock:contention_* tracepoints) ----
+//
+// Entry of a contention slow path = contention_begin (lock = first argument, flags
+// synthesized from which slow path it is); its return = contention_end. A return has
+// no lock argument, so the wait opened at entry is closed by CPU (spinning) or by
+// thread (sleeping) alone.
+
+/// Per-CPU nesting depth of spin slow paths entered by a target (the kprobe fallback has
+/// no lock address at return time to tell an interrupt's inner wait from the outer one).
+#[map]
+static LOCK_SPIN_DEPTH: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
+
+/// A spin wait open for longer than this lost its return probe (nobody spins for a second
+/// without the soft-lockup detector firing): the slot is reclaimed.
+const SPIN_STALE_NS: u64 = 1_000_000_000;
+
+/// Entry of `queued_spin_lock_slowpath` (or its native_/__pv_ variant).
+pub fn on_spin_slowpath_entry(ctx: &ProbeContext) {
+    let Some(lock_addr) = ctx.arg::<u64>(0) else {
+        return;
+    };
+    if !is_target() {
+        return;
+    }
+    let (Some(depth), Some(slot)) = (
+        LOCK_SPIN_DEPTH.get_ptr_mut(0),
+        LOCK_SPIN_WAIT.get_ptr_mut(0),
+    ) else {
+        return;
+    };
+    // SAFETY: per-CPU slots from successful lookups; only this CPU writes them, and the
+    // spin slow path runs with preemption off until it returns.
+    let (depth, slot) = unsafe { (&mut *depth, &mut *slot) };
+    if *depth > 0 {
+        if now_ns().saturating_sub(slot.start_ns) < SPIN_STALE_NS {
+            // An interrupt contending while this CPU already waits: ignore the inner one.
+            *depth += 1;
+            count_loss(LOCK_NESTED);
+            return;
+        }
+        count_loss(LOCK_KPROBE_RETURN_LOST);
+        *depth = 0;
+    }
+    *depth = 1;
+    open_spin_wait(ctx, slot, lock_addr, LCB_F_SPIN);
+}
+
+/// Return of the spin slow path: the lock is held.
+pub fn on_spin_slowpath_return(_ctx: &RetProbeContext) {
+    let end_ns = now_ns();
+    let (Some(depth), Some(slot)) = (
+        LOCK_SPIN_DEPTH.get_ptr_mut(0),
+        LOCK_SPIN_WAIT.get_ptr_mut(0),
+    ) else {
+        return;
+    };
+    // SAFETY: as in on_spin_slowpath_entry.
+    let (depth, slot) = unsafe { (&mut *depth, &mut *slot) };
+    if *depth == 0 {
+        // Entered before the recording started, or by a task outside the targets.
+        count_unmatched_end();
+        return;
+    }
+    *depth -= 1;
+    if *depth > 0 {
+        // The inner (ignored) wait of an interrupt ended.
+        return;
+    }
+    let wait = take_spin_wait(slot);
+    close_wait(&wait, end_ns, bpf_get_current_pid_tgid());
+}
+
+/// Entry of a sleeping lock's slow path (`__mutex_lock_slowpath`, `rwsem_down_*_slowpath`).
+#[inline(always)]
+pub fn on_sleep_slowpath_entry(ctx: &ProbeContext, flags: u32) {
+    let Some(lock_addr) = ctx.arg::<u64>(0) else {
+        return;
+    };
+    if !is_target() {
+        return;
+    }
+    let tid = bpf_get_current_pid_tgid() as u32;
+    if LOCK_SLEEP_WAIT.get_ptr(&tid).is_some() {
+        // A thread sleeps on one lock at a time: an open wait is one whose return probe
+        // was lost (kretprobe instances exhausted). Drop it, keep the new one.
+        count_loss(LOCK_KPROBE_RETURN_LOST);
+        let _ = LOCK_SLEEP_WAIT.remove(&tid);
+    }
+    open_sleep_wait(ctx, tid, lock_addr, flags);
+}
+
+/// Return of a sleeping lock's slow path (the lock is held, or the wait was interrupted).
+pub fn on_sleep_slowpath_return(_ctx: &RetProbeContext) {
+    let end_ns = now_ns();
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tid = pid_tgid as u32;
+    let Some(open) = LOCK_SLEEP_WAIT.get_ptr(&tid) else {
+        count_unmatched_end();
+        return;
+    };
+    // SAFETY: element of a hash map owned by this thread id.
+    let wait = unsafe { *open };
+    let _ = LOCK_SLEEP_WAIT.remove(&tid);
+    close_wait(&wait, end_ns, pid_tgid);
+}
+
+// ---- shared by both methods ----
+
+#[inline(always)]
+fn open_spin_wait<C: StackIdContext>(ctx: &C, slot: *mut LockWait, lock_addr: u64, flags: u32) {
+    // SAFETY: the caller passes this CPU's slot of LOCK_SPIN_WAIT.
+    let wait = unsafe { &mut *slot };
+    wait.start_ns = now_ns();
+    wait.lock_addr = lock_addr;
+    wait.flags = flags;
+    wait.kstack_id = stack_id_or_loss(ctx.get_stackid(&STACKS, STACK_FLAGS_KERNEL));
+}
+
+#[inline(always)]
+fn take_spin_wait(slot: &mut LockWait) -> LockWait {
+    let wait = *slot;
+    slot.lock_addr = 0;
+    wait
+}
+
+#[inline(always)]
+fn open_sleep_wait<C: StackIdContext>(ctx: &C, tid: u32, lock_addr: u64, flags: u32) {
     let wait = LockWait {
         start_ns: now_ns(),
         lock_addr,
@@ -100,44 +258,23 @@ pub fn on_contention_begin(ctx: &RawTracePointContext) {
     }
 }
 
-pub fn on_contention_end(ctx: &RawTracePointContext) {
-    let lock_addr: u64 = ctx.arg(0);
-    let end_ns = now_ns();
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let tid = pid_tgid as u32;
+#[inline(always)]
+fn count_unmatched_end() {
+    // Only meaningful system-wide: with a target filter most ends belong to others.
+    if crate::target::filter_is_all() {
+        count_loss(LOCK_UNMATCHED_END);
+    }
+}
 
-    let wait = if let Some(slot) = LOCK_SPIN_WAIT.get_ptr_mut(0)
-        // SAFETY: per-CPU slot from a successful lookup, written only by this CPU.
-        && unsafe { (*slot).lock_addr } == lock_addr
-    {
-        // SAFETY: as above.
-        let slot = unsafe { &mut *slot };
-        let wait = *slot;
-        slot.lock_addr = 0;
-        wait
-    } else if let Some(open) = LOCK_SLEEP_WAIT.get_ptr(&tid) {
-        // SAFETY: element of a hash map owned by this thread id.
-        let wait = unsafe { *open };
-        if wait.lock_addr != lock_addr {
-            // The end of a nested contention whose begin was ignored.
-            return;
-        }
-        let _ = LOCK_SLEEP_WAIT.remove(&tid);
-        wait
-    } else {
-        // Began before the recording started, or belongs to a task outside the targets.
-        if crate::target::filter_is_all() {
-            count_loss(LOCK_UNMATCHED_END);
-        }
-        return;
-    };
-
+/// Adds a finished wait to the aggregate.
+#[inline(always)]
+fn close_wait(wait: &LockWait, end_ns: u64, pid_tgid: u64) {
     if end_ns < wait.start_ns {
         count_loss(LOCK_NEGATIVE_DELTA);
         return;
     }
     let key = LockKey {
-        lock_addr,
+        lock_addr: wait.lock_addr,
         tgid: (pid_tgid >> 32) as u32,
         kstack_id: wait.kstack_id,
         flags: wait.flags,

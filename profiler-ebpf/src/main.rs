@@ -10,7 +10,11 @@ mod lock;
 mod shared;
 mod target;
 
-use aya_ebpf::{macros::raw_tracepoint, programs::RawTracePointContext};
+use aya_ebpf::{
+    macros::{kprobe, kretprobe, raw_tracepoint},
+    programs::{ProbeContext, RawTracePointContext, RetProbeContext},
+};
+use profiler_common::lock::{LCB_F_MUTEX, LCB_F_READ, LCB_F_WRITE};
 
 /// `lock:contention_begin(void *lock, unsigned int flags)`.
 ///
@@ -27,6 +31,50 @@ pub fn lock_contention_begin(ctx: RawTracePointContext) -> i32 {
 #[raw_tracepoint(tracepoint = "contention_end")]
 pub fn lock_contention_end(ctx: RawTracePointContext) -> i32 {
     lock::on_contention_end(&ctx);
+    0
+}
+
+// Kprobe fallback for kernels without the lock tracepoints. User space attaches each
+// program to the slow-path symbols this kernel has (see profiler/src/probes/lock.rs).
+
+/// `[native_|__pv_]queued_spin_lock_slowpath(struct qspinlock *lock, u32 val)`.
+#[kprobe]
+pub fn lock_kprobe_spin(ctx: ProbeContext) -> u32 {
+    lock::on_spin_slowpath_entry(&ctx);
+    0
+}
+
+#[kretprobe]
+pub fn lock_kretprobe_spin(ctx: RetProbeContext) -> u32 {
+    lock::on_spin_slowpath_return(&ctx);
+    0
+}
+
+/// `__mutex_lock_slowpath(struct mutex *lock)` and its killable/interruptible siblings.
+#[kprobe]
+pub fn lock_kprobe_mutex(ctx: ProbeContext) -> u32 {
+    lock::on_sleep_slowpath_entry(&ctx, LCB_F_MUTEX);
+    0
+}
+
+/// `rwsem_down_read_slowpath(struct rw_semaphore *sem, ...)`.
+#[kprobe]
+pub fn lock_kprobe_rwsem_read(ctx: ProbeContext) -> u32 {
+    lock::on_sleep_slowpath_entry(&ctx, LCB_F_READ);
+    0
+}
+
+/// `rwsem_down_write_slowpath(struct rw_semaphore *sem, int state)`.
+#[kprobe]
+pub fn lock_kprobe_rwsem_write(ctx: ProbeContext) -> u32 {
+    lock::on_sleep_slowpath_entry(&ctx, LCB_F_WRITE);
+    0
+}
+
+/// Return of any sleeping-lock slow path above.
+#[kretprobe]
+pub fn lock_kretprobe_sleep(ctx: RetProbeContext) -> u32 {
+    lock::on_sleep_slowpath_return(&ctx);
     0
 }
 

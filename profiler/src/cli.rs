@@ -36,6 +36,12 @@ pub struct RecordArgs {
     #[arg(long)]
     pub lock: bool,
 
+    /// How lock contention is hooked: `auto` uses the lock:contention_* tracepoints
+    /// (Linux 5.19+) and falls back to kprobes on the contention slow paths; the other
+    /// values force one method (for tests of the fallback).
+    #[arg(long, value_enum, value_name = "METHOD", default_value_t = LockMethod::Auto)]
+    pub lock_method: LockMethod,
+
     /// Profile the whole system (the default when no target is given).
     #[arg(short = 'a', long = "all", conflicts_with_all = ["pid", "cgroup"])]
     pub all: bool,
@@ -94,6 +100,16 @@ fn parse_duration(text: &str) -> Result<f64, String> {
         ));
     }
     Ok(seconds)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LockMethod {
+    /// Tracepoints when the kernel has them, else kprobes.
+    Auto,
+    /// lock:contention_begin/end (raw tracepoints).
+    Tracepoint,
+    /// kprobes/kretprobes on the spinlock, mutex and rwsem slow paths.
+    Kprobe,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

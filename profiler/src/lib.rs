@@ -1,6 +1,7 @@
 //! lockpath: probes (profiler-ebpf) -> collector (record, probes/, symbolize/) ->
 //! profile (profile.rs) -> exporters (export/).
 
+pub mod btf;
 pub mod cli;
 pub mod export;
 pub mod probes;

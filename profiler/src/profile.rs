@@ -165,6 +165,9 @@ impl Profile {
     /// JSON tree: a profile of a million rows loads in a fraction of a second); only when
     /// that fails is the file looked at again to say why in the most useful terms.
     pub fn from_bytes(bytes: &[u8]) -> Result<Profile> {
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            bail!("the file is empty; record it again");
+        }
         let profile = match serde_json::from_slice::<Profile>(bytes) {
             Ok(profile) => profile,
             Err(err) => return Err(explain_parse_error(bytes, err)),
@@ -176,6 +179,9 @@ impl Profile {
 
     /// Checks every index, so exporters can trust them.
     fn validate(&self) -> Result<()> {
+        if !(self.duration_s.is_finite() && self.duration_s >= 0.0) {
+            bail!("duration_s is {}, not a duration", self.duration_s);
+        }
         for (index, stack) in self.stacks.iter().enumerate() {
             if let Some(bad) = stack
                 .frames
@@ -363,6 +369,20 @@ mod tests {
         let bytes = serde_json::to_vec(&sample()).expect("serialize");
         let err = Profile::from_bytes(&bytes[..bytes.len() / 2]).expect_err("must fail");
         assert!(format!("{err:#}").contains("truncated"), "{err:#}");
+    }
+
+    #[test]
+    fn every_truncation_is_a_clear_error() {
+        let bytes = serde_json::to_vec(&sample()).expect("serialize");
+        for len in 0..bytes.len() {
+            let err = Profile::from_bytes(&bytes[..len]).expect_err("a cut file must fail");
+            let text = format!("{err:#}");
+            assert!(
+                text.contains("truncated") || text.contains("empty"),
+                "cut at {len}: {text}"
+            );
+            assert_eq!(text.lines().count(), 1, "one line: {text}");
+        }
     }
 
     #[test]

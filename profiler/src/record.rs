@@ -71,7 +71,13 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         Target::Command(command) => Some(Child::spawn(command)?),
         _ => None,
     };
-    let started = match start(&args, &plan, &target, child.as_ref().map(|child| child.pid)) {
+    let started = match start(
+        &args,
+        &plan,
+        &target,
+        child.as_ref().map(|child| child.pid),
+        &kernel_symbols,
+    ) {
         Ok(started) => started,
         Err(err) => {
             if let Some(child) = child.as_mut() {
@@ -179,6 +185,7 @@ fn start(
     plan: &Plan,
     target: &Target,
     child: Option<u32>,
+    kernel_symbols: &KernelSymbols,
 ) -> Result<(Ebpf, Vec<ProbeUse>)> {
     let filter_mode = target.filter_mode();
     let fork_child_pid = tracefs::field_offset("sched", "sched_process_fork", "child_pid")?;
@@ -215,7 +222,11 @@ fn start(
 
     let mut probes = Vec::new();
     if plan.lock {
-        probes.push(probes::lock::attach(&mut ebpf)?);
+        probes.push(probes::lock::attach(
+            &mut ebpf,
+            args.lock_method,
+            kernel_symbols,
+        )?);
     }
     Ok((ebpf, probes))
 }

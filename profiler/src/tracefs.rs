@@ -34,6 +34,14 @@ pub fn ensure_mounted() -> Result<()> {
     }
 }
 
+/// True when the kernel can create kprobes: the perf `kprobe` PMU (4.17+) or tracefs's
+/// `kprobe_events` (aya uses the first, else the second). Both are missing when the kernel
+/// is built without CONFIG_KPROBES.
+pub fn kprobes_available() -> bool {
+    Path::new("/sys/bus/event_source/devices/kprobe/type").exists()
+        || root().join("kprobe_events").exists()
+}
+
 pub fn event_exists(group: &str, event: &str) -> bool {
     root().join("events").join(group).join(event).is_dir()
 }

@@ -9,7 +9,10 @@ fn one_line_error(args: &[&str], expect: &str) {
     let output = lockpath(args);
     assert!(!output.status.success(), "lockpath {args:?} must fail");
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains(expect), "lockpath {args:?}: expected {expect:?} in:\n{stderr}");
+    assert!(
+        stderr.contains(expect),
+        "lockpath {args:?}: expected {expect:?} in:\n{stderr}"
+    );
     assert!(!stderr.contains("panicked"), "no panic: {stderr}");
 }
 
@@ -21,7 +24,16 @@ fn missing_pid_is_named() {
     }
     let dir = scratch("bad-pid");
     let out = dir.join("p.json");
-    one_line_error(&["record", "-p", "999999999", "-o", out.to_str().expect("path")], "no process with pid 999999999");
+    one_line_error(
+        &[
+            "record",
+            "-p",
+            "999999999",
+            "-o",
+            out.to_str().expect("path"),
+        ],
+        "no process with pid 999999999",
+    );
     assert!(!out.exists());
 }
 
@@ -33,7 +45,10 @@ fn bad_flag_values_are_refused() {
     }
     one_line_error(&["record", "-d", "abc"], "not a number of seconds");
     one_line_error(&["record", "-d", "-3"], "");
-    one_line_error(&["report", "x.json", "--by", "nonsense"], "invalid value 'nonsense'");
+    one_line_error(
+        &["report", "x.json", "--by", "nonsense"],
+        "invalid value 'nonsense'",
+    );
     one_line_error(&["record", "--map-entries", "0"], "0");
 }
 
@@ -44,7 +59,10 @@ fn unreadable_and_truncated_profiles() {
         return;
     }
     let dir = scratch("bad-profile");
-    one_line_error(&["report", dir.join("missing.json").to_str().expect("path")], "cannot read profile");
+    one_line_error(
+        &["report", dir.join("missing.json").to_str().expect("path")],
+        "cannot read profile",
+    );
     let truncated = dir.join("truncated.json");
     std::fs::write(&truncated, br#"{"format":"lockpath/1","host":"a","ker"#).expect("write");
     one_line_error(&["report", truncated.to_str().expect("path")], "truncated");
@@ -53,7 +71,12 @@ fn unreadable_and_truncated_profiles() {
     one_line_error(&["report", foreign.to_str().expect("path")], "other/9");
     let svg = dir.join("out.svg");
     one_line_error(
-        &["flamegraph", truncated.to_str().expect("path"), "-o", svg.to_str().expect("path")],
+        &[
+            "flamegraph",
+            truncated.to_str().expect("path"),
+            "-o",
+            svg.to_str().expect("path"),
+        ],
         "truncated",
     );
     assert!(!svg.exists(), "no SVG from a bad profile");

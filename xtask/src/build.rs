@@ -76,7 +76,10 @@ fn build_lockpath(profile: Profile, ebpf_obj: &Path) -> Result<PathBuf> {
     if let Profile::Release = profile {
         cmd.arg("--release");
     }
-    cmd.args(["-p", "profiler"]).env(EBPF_OBJ_ENV, ebpf_obj);
+    // The workloads of lockpath-tests are built too: the README's run command and the
+    // benchmark profile them.
+    cmd.args(["-p", "profiler", "-p", "lockpath-tests", "--bins"])
+        .env(EBPF_OBJ_ENV, ebpf_obj);
     util::say(format!("building lockpath ({})", profile.dir()));
     util::run(&mut cmd, STEP, "fix the compile errors above in profiler/")?;
     let lockpath = util::target_dir()?.join(profile.dir()).join("lockpath");

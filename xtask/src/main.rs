@@ -6,6 +6,7 @@ mod run;
 mod setup;
 mod test;
 mod util;
+mod vm;
 
 use std::{env, ffi::OsString, process::ExitCode};
 
@@ -21,7 +22,9 @@ commands:
   build [--debug]    build the eBPF object and lockpath (release unless --debug)
   run [-- ARGS]      build, then run target/release/lockpath ARGS (needs root)
   test [-- ARGS]     install test tools (root), build, then
-                     `cargo test --release --workspace ARGS`
+                     `cargo test --release --workspace ARGS`, then vm-test
+  vm-test [KERNEL]   boot the lab kernels (6.1, 5.10) in QEMU and run the guest
+                     checks of tests/vm/checks/ (root; kernels cached in target/vm/)
   bench [FLAGS]      overhead against bpftrace and perf, per-event cost, memory,
                      report speed (root; `cargo xtask bench --help`); --soak: 10-min memory run";
 
@@ -61,6 +64,16 @@ fn try_main() -> Result<()> {
         "run" => run::run(after_dashes(rest)),
         "test" => test::test(after_dashes(rest)),
         "bench" => bench::bench(rest),
+        "vm-test" => {
+            let only = match rest.iter().map(|arg| arg.to_str()).collect::<Vec<_>>()[..] {
+                [] => None,
+                [Some(name)] => Some(name.to_string()),
+                _ => bail!(
+                    "vm-test: unexpected arguments {rest:?}; usage: cargo xtask vm-test [6.1|5.10]"
+                ),
+            };
+            test::vm_test(only.as_deref())
+        }
         "help" | "-h" | "--help" => {
             println!("{USAGE}");
             Ok(())

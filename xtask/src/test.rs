@@ -1,17 +1,20 @@
 //! `cargo xtask test [-- CARGO_TEST_ARGS]`: test tools, build, then
-//! `cargo test --release --workspace` against the freshly built binary.
+//! `cargo test --release --workspace` against the freshly built binary, then the
+//! lab of kernels (`vm-test`).
 
-use std::ffi::OsString;
+use std::{ffi::OsString, fs, path::PathBuf};
 
-use anyhow::Result;
+use anyhow::{bail, Context as _, Result};
 
 use crate::{
     build::{self, Profile, EBPF_OBJ_ENV},
-    setup, util,
+    setup, util, vm,
 };
 
 /// Env var through which the test crate finds the lockpath binary.
 const BIN_ENV: &str = "LOCKPATH_BIN";
+/// Developers iterating on host tests may set this to 1 to leave the VMs out; CI never does.
+const NO_VM_ENV: &str = "LOCKPATH_NO_VM";
 
 pub fn test(args: Vec<OsString>) -> Result<()> {
     setup::ensure_test_tools();
@@ -22,5 +25,65 @@ pub fn test(args: Vec<OsString>) -> Result<()> {
         .env(BIN_ENV, &artifacts.lockpath)
         .env(EBPF_OBJ_ENV, &artifacts.ebpf_obj);
     util::say(format!("running {}", util::describe(&cmd)));
-    util::run(&mut cmd, "test", "see the failing tests above")
+    util::run(&mut cmd, "test", "see the failing tests above")?;
+    if std::env::var_os(NO_VM_ENV).is_some_and(|value| value == "1") {
+        util::say(format!(
+            "warning: {NO_VM_ENV}=1: the lab kernels (cargo xtask vm-test) were NOT tested"
+        ));
+        return Ok(());
+    }
+    let workloads = build_workloads()?;
+    vm::vm_test(
+        &vm::GuestBinaries {
+            lockpath: artifacts.lockpath,
+            workloads,
+        },
+        None,
+    )
+}
+
+/// `cargo xtask vm-test [KERNEL]`.
+pub fn vm_test(only: Option<&str>) -> Result<()> {
+    let artifacts = build::build(Profile::Release)?;
+    let workloads = build_workloads()?;
+    vm::vm_test(
+        &vm::GuestBinaries {
+            lockpath: artifacts.lockpath,
+            workloads,
+        },
+        only,
+    )
+}
+
+/// Builds the binaries of tests/src/bin/ and returns their paths.
+fn build_workloads() -> Result<Vec<PathBuf>> {
+    const STEP: &str = "building the test workloads";
+    let mut cmd = util::host_cargo();
+    cmd.args(["build", "--release", "-p", "lockpath-tests", "--bins"]);
+    util::run(
+        &mut cmd,
+        STEP,
+        "fix the compile errors above in tests/src/bin/",
+    )?;
+    let sources = util::workspace_root().join("tests/src/bin");
+    let release = util::target_dir()?.join("release");
+    let mut binaries = Vec::new();
+    let entries =
+        fs::read_dir(&sources).with_context(|| format!("cannot list {}", sources.display()))?;
+    for entry in entries.filter_map(|entry| entry.ok()) {
+        let path = entry.path();
+        let Some(name) = path
+            .file_stem()
+            .filter(|_| path.extension().is_some_and(|ext| ext == "rs"))
+        else {
+            continue;
+        };
+        let binary = release.join(name);
+        if !binary.is_file() {
+            bail!("{STEP}: {} was not built", binary.display());
+        }
+        binaries.push(binary);
+    }
+    binaries.sort();
+    Ok(binaries)
 }

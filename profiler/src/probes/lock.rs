@@ -1,32 +1,68 @@
-//! Lock contention: attach `lock:contention_begin/end`, drain `LOCK_STATS`, and the
+//! Lock contention: attach `lock:contention_begin/end` (or, on kernels before 5.19,
+//! kprobes on the contention slow paths), drain `LOCK_STATS`, and the
 //! naming rules (type names as `perf lock contention` prints them, the caller frame).
 
-use anyhow::{Context, Result};
-use aya::{maps::HashMap, programs::RawTracePoint, Ebpf};
+use anyhow::{bail, Context, Result};
+use aya::{
+    maps::HashMap,
+    programs::{KProbe, RawTracePoint},
+    Ebpf,
+};
 use profiler_common::lock::{
     LockKey, LockStat, LCB_F_MUTEX, LCB_F_PERCPU, LCB_F_READ, LCB_F_RT, LCB_F_SPIN, LCB_F_WRITE,
 };
 
 use crate::{
+    cli::LockMethod,
     probes::shared::{MapSet, StackResolver},
     profile::{Frame, LockRow, ProbeUse},
+    symbolize::KernelSymbols,
     tracefs,
 };
 
-/// Attaches the two lock programs. Fails with a clear message on kernels without the
-/// tracepoints (before 5.19).
-pub fn attach(ebpf: &mut Ebpf) -> Result<ProbeUse> {
-    for event in ["contention_begin", "contention_end"] {
+/// Attaches lock-contention probes with `method` (auto: tracepoints when the kernel has
+/// them, else kprobes on the slow paths) and says which were used.
+pub fn attach(ebpf: &mut Ebpf, method: LockMethod, symbols: &KernelSymbols) -> Result<ProbeUse> {
+    let method_used = match method {
+        LockMethod::Tracepoint => attach_tracepoints(ebpf)?,
+        LockMethod::Kprobe => attach_kprobes(ebpf, symbols)?,
+        LockMethod::Auto => {
+            if has_tracepoints() {
+                attach_tracepoints(ebpf)?
+            } else if tracefs::kprobes_available() {
+                attach_kprobes(ebpf, symbols)?
+            } else {
+                bail!(
+                    "this kernel has neither the lock:contention_* tracepoints (Linux 5.19+) \
+                     nor kprobes (CONFIG_KPROBES): lock contention cannot be recorded here"
+                );
+            }
+        }
+    };
+    Ok(ProbeUse {
+        family: "lock".into(),
+        method: method_used,
+    })
+}
+
+const TRACEPOINTS: [&str; 2] = ["contention_begin", "contention_end"];
+
+fn has_tracepoints() -> bool {
+    TRACEPOINTS
+        .iter()
+        .all(|event| tracefs::event_exists("lock", event))
+}
+
+fn attach_tracepoints(ebpf: &mut Ebpf) -> Result<String> {
+    for event in TRACEPOINTS {
         if !tracefs::event_exists("lock", event) {
-            anyhow::bail!(
-                "this kernel has no lock:{event} tracepoint (it arrived in Linux 5.19); \
-                 lock contention cannot be recorded here with tracepoints"
+            bail!(
+                "this kernel has no lock:{event} tracepoint (it arrived in Linux 5.19): \
+                 use --lock-method kprobe (or auto) for the kprobe fallback"
             );
         }
         let name = format!("lock_{event}");
-        let program: &mut RawTracePoint = ebpf
-            .program_mut(&name)
-            .with_context(|| format!("program {name} missing from the eBPF object"))?
+        let program: &mut RawTracePoint = program(ebpf, &name)?
             .try_into()
             .with_context(|| format!("program {name} is not a raw tracepoint"))?;
         program
@@ -36,10 +72,128 @@ pub fn attach(ebpf: &mut Ebpf) -> Result<ProbeUse> {
             .attach(event)
             .with_context(|| format!("cannot attach to lock:{event}"))?;
     }
-    Ok(ProbeUse {
-        family: "lock".into(),
-        method: "raw_tracepoint lock:contention_begin/contention_end".into(),
-    })
+    Ok("raw_tracepoint lock:contention_begin/contention_end".into())
+}
+
+/// Slow paths of the kprobe fallback: (entry program, return program, candidate
+/// symbols). Every candidate this kernel has is probed (only one spin variant runs, but
+/// which one is chosen at boot by paravirt patching).
+const SLOW_PATHS: &[(&str, &str, &[&str])] = &[
+    (
+        "lock_kprobe_spin",
+        "lock_kretprobe_spin",
+        &[
+            "queued_spin_lock_slowpath",
+            "native_queued_spin_lock_slowpath",
+            "__pv_queued_spin_lock_slowpath",
+        ],
+    ),
+    (
+        "lock_kprobe_mutex",
+        "lock_kretprobe_sleep",
+        &[
+            "__mutex_lock_slowpath",
+            "__mutex_lock_killable_slowpath",
+            "__mutex_lock_interruptible_slowpath",
+        ],
+    ),
+    (
+        "lock_kprobe_rwsem_read",
+        "lock_kretprobe_sleep",
+        &["rwsem_down_read_slowpath"],
+    ),
+    (
+        "lock_kprobe_rwsem_write",
+        "lock_kretprobe_sleep",
+        &["rwsem_down_write_slowpath"],
+    ),
+];
+
+const KPROBE_BLACKLIST: &str = "/sys/kernel/debug/kprobes/blacklist";
+
+fn attach_kprobes(ebpf: &mut Ebpf, symbols: &KernelSymbols) -> Result<String> {
+    if !tracefs::kprobes_available() {
+        bail!(
+            "this kernel has no kprobes (built without CONFIG_KPROBES): the lock kprobe \
+             fallback cannot run here; use --lock-method tracepoint (or auto)"
+        );
+    }
+    let blacklist = std::fs::read_to_string(KPROBE_BLACKLIST).unwrap_or_default();
+    let blacklisted = |name: &str| {
+        blacklist
+            .lines()
+            .any(|line| line.split_whitespace().nth(1) == Some(name))
+    };
+    let mut attached = Vec::new();
+    let mut loaded = Vec::new();
+    for (entry, ret, candidates) in SLOW_PATHS {
+        let present: Vec<&str> = candidates
+            .iter()
+            .copied()
+            .filter(|name| symbols.has_function(name))
+            .collect();
+        let usable: Vec<&str> = present
+            .iter()
+            .copied()
+            .filter(|name| !blacklisted(name))
+            .collect();
+        if usable.is_empty() {
+            // One clear line; the other lock types are still recorded.
+            let why = if present.is_empty() {
+                format!("none of {} is in /proc/kallsyms", candidates.join(", "))
+            } else {
+                format!("{} is on the kprobe blacklist", present.join(", "))
+            };
+            eprintln!(
+                "lockpath: warning: {} contention not recorded: {why}",
+                slow_path_type(entry)
+            );
+            continue;
+        }
+        for name in [*entry, *ret] {
+            if !loaded.contains(&name) {
+                let program: &mut KProbe = program(ebpf, name)?
+                    .try_into()
+                    .with_context(|| format!("program {name} is not a kprobe"))?;
+                program
+                    .load()
+                    .with_context(|| format!("the kernel refused to load {name}"))?;
+                loaded.push(name);
+            }
+        }
+        for function in usable {
+            for name in [*entry, *ret] {
+                let program: &mut KProbe = program(ebpf, name)?
+                    .try_into()
+                    .with_context(|| format!("program {name} is not a kprobe"))?;
+                program
+                    .attach(function, 0)
+                    .with_context(|| format!("cannot attach {name} to {function}"))?;
+            }
+            attached.push(function);
+        }
+    }
+    if attached.is_empty() {
+        bail!(
+            "no lock slow path of this kernel can be probed (see the warnings above): \
+             lock contention cannot be recorded with kprobes here"
+        );
+    }
+    Ok(format!("kprobe+kretprobe {}", attached.join(",")))
+}
+
+fn slow_path_type(entry: &str) -> &'static str {
+    match entry {
+        "lock_kprobe_spin" => "spinlock",
+        "lock_kprobe_mutex" => "mutex",
+        "lock_kprobe_rwsem_read" => "rwsem:R",
+        _ => "rwsem:W",
+    }
+}
+
+fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut aya::programs::Program> {
+    ebpf.program_mut(name)
+        .with_context(|| format!("program {name} missing from the eBPF object"))
 }
 
 /// Reads the aggregate out of the kernel.
@@ -62,7 +216,7 @@ pub fn drain(maps: &MapSet, stacks: &mut StackResolver) -> Result<Vec<LockRow>> 
             min_ns: stat.min_ns,
         });
     }
-    rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns));
+    rows.sort_by_key(|row| std::cmp::Reverse(row.total_ns));
     Ok(rows)
 }
 

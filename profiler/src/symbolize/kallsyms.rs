@@ -60,6 +60,13 @@ impl KernelSymbols {
         Ok(symbols)
     }
 
+    /// True when the kernel image (not a module) has a function of this name.
+    pub fn has_function(&self, name: &str) -> bool {
+        self.text
+            .iter()
+            .any(|symbol| symbol.module.is_none() && symbol.name == name)
+    }
+
     /// Parses kallsyms text: `ffffffff81000000 T _stext` or
     /// `ffffffffc0a01000 t ldiskfs_bread\t[ldiskfs]`.
     pub fn parse(text: &str) -> Self {

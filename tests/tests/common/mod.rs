@@ -22,21 +22,30 @@ pub fn workload(name: &str) -> PathBuf {
     // target/<profile>/deps/<test> -> target/<profile>/<name>
     let dir = exe.parent().and_then(Path::parent).expect("target dir");
     let path = dir.join(name);
-    assert!(path.exists(), "workload {} not built (cargo build --bins)", path.display());
+    assert!(
+        path.exists(),
+        "workload {} not built (cargo build --bins)",
+        path.display()
+    );
     path
 }
 
 /// True when the test may load eBPF programs. Under `CI=true` a test that cannot load
 /// them fails; elsewhere it is skipped with the reason printed.
 pub fn can_load_programs(test: &str) -> bool {
-    let ci = std::env::var("CI").map(|v| v == "true" || v == "1").unwrap_or(false);
+    let ci = std::env::var("CI")
+        .map(|v| v == "true" || v == "1")
+        .unwrap_or(false);
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc_geteuid() } == 0;
     let bin = lockpath_bin();
     let reason = if !root {
         Some("not running as root".to_string())
     } else if !bin.exists() {
-        Some(format!("{} does not exist (run `cargo xtask build`)", bin.display()))
+        Some(format!(
+            "{} does not exist (run `cargo xtask build`)",
+            bin.display()
+        ))
     } else {
         None
     };
@@ -87,7 +96,8 @@ pub fn lockpath_ok(args: &[&str]) -> Output {
 pub fn load_json(path: &Path) -> serde_json::Value {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|err| panic!("cannot read {}: {err}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|err| panic!("{} is not JSON: {err}", path.display()))
+    serde_json::from_str(&text)
+        .unwrap_or_else(|err| panic!("{} is not JSON: {err}", path.display()))
 }
 
 /// Names of the frames of stack `id` in a profile, leaf first.
@@ -136,8 +146,7 @@ pub fn loaded_programs() -> Vec<u64> {
         .args(["-j", "prog", "show"])
         .output()
         .expect("run bpftool (apt-get install bpftool)");
-    let programs: serde_json::Value =
-        serde_json::from_slice(&output.stdout).expect("bpftool JSON");
+    let programs: serde_json::Value = serde_json::from_slice(&output.stdout).expect("bpftool JSON");
     programs
         .as_array()
         .expect("bpftool returns a list")
@@ -148,6 +157,8 @@ pub fn loaded_programs() -> Vec<u64> {
 
 /// Starts `lockpath record ARGS` in the background, waits until its programs are
 /// loaded, and returns the child and the program ids it holds.
+// The caller owns the child and waits for it.
+#[allow(clippy::zombie_processes)]
 pub fn spawn_recording(args: &[&str]) -> (std::process::Child, Vec<u64>) {
     let child = Command::new(lockpath_bin())
         .args(args)
@@ -164,7 +175,10 @@ pub fn spawn_recording(args: &[&str]) -> (std::process::Child, Vec<u64>) {
             std::thread::sleep(std::time::Duration::from_millis(300));
             return (child, programs_held_by(pid));
         }
-        assert!(std::time::Instant::now() < deadline, "lockpath loaded no program within 20 s");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "lockpath loaded no program within 20 s"
+        );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }

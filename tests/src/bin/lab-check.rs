@@ -1,0 +1,139 @@
+//! Guest-side checker of the VM lab (tests/vm/checks/): asserts numbers in a profile
+//! and in its `lockpath report --format json`.
+//!
+//! `lab-check lock PROFILE REPORT --method WORD --types T1,T2 [--truth TYPE=N --tolerance F]`
+//! - the lock family was attached with a method containing WORD ("tracepoint", "kprobe");
+//! - for every type prefix T (e.g. `spinlock`, `rwsem`), report rows of that type exist and
+//!   their `contended` counts add up to more than 0;
+//! - with `--truth TYPE=N` (repeatable): the count of TYPE is within F (default 0.1) of N,
+//!   an independent count taken in the guest by tracefs.
+//!
+//! Prints what it measured; exits 1 with a `WHY:` line on the first failed assertion.
+
+use std::{collections::BTreeMap, process::exit};
+
+use serde_json::Value;
+
+fn fail(why: String) -> ! {
+    println!("WHY: {why}");
+    exit(1)
+}
+
+fn read_json(path: &str) -> Value {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|err| fail(format!("cannot read {path}: {err}")));
+    serde_json::from_str(&text).unwrap_or_else(|err| fail(format!("{path} is not JSON: {err}")))
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("lock") => check_lock(&args[1..]),
+        _ => fail("usage: lab-check lock PROFILE REPORT --method WORD --types T1,T2 [--truth TYPE=N] [--tolerance F]".into()),
+    }
+}
+
+fn check_lock(args: &[String]) {
+    let (Some(profile_path), Some(report_path)) = (args.first(), args.get(1)) else {
+        fail("lab-check lock: PROFILE and REPORT are required".into());
+    };
+    let mut method = String::new();
+    let mut types = Vec::new();
+    let mut truths: Vec<(String, u64)> = Vec::new();
+    let mut tolerance = 0.1f64;
+    let mut rest = args[2..].iter();
+    while let Some(flag) = rest.next() {
+        let value = rest.next().cloned().unwrap_or_default();
+        match flag.as_str() {
+            "--method" => method = value,
+            "--types" => types = value.split(',').map(String::from).collect(),
+            "--truth" => {
+                let (name, count) = value
+                    .split_once('=')
+                    .unwrap_or_else(|| fail(format!("--truth {value}: expected TYPE=N")));
+                let count = count
+                    .trim()
+                    .parse()
+                    .unwrap_or_else(|_| fail(format!("--truth {value}: N is not a number")));
+                truths.push((name.to_string(), count));
+            }
+            "--tolerance" => {
+                tolerance = value
+                    .parse()
+                    .unwrap_or_else(|_| fail(format!("--tolerance {value}: not a number")))
+            }
+            other => fail(format!("lab-check lock: unknown flag {other}")),
+        }
+    }
+
+    let profile = read_json(profile_path);
+    let methods: Vec<String> = profile["probes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|probe| probe["family"] == "lock")
+        .filter_map(|probe| probe["method"].as_str().map(String::from))
+        .collect();
+    println!("lock method: {methods:?}");
+    if !methods.iter().any(|used| used.contains(&method)) {
+        fail(format!(
+            "lock family used {methods:?}, expected a method with `{method}`"
+        ));
+    }
+
+    let report = read_json(report_path);
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    for row in report["locks"].as_array().into_iter().flatten() {
+        let lock_type = row["type"].as_str().unwrap_or("?").to_string();
+        *counts.entry(lock_type).or_default() += row["contended"].as_u64().unwrap_or(0);
+    }
+    println!("contended by type: {counts:?}");
+    println!("lost: {}", report["lost"]);
+    for wanted in &types {
+        let total: u64 = counts
+            .iter()
+            .filter(|(name, _)| name.starts_with(wanted.as_str()))
+            .map(|(_, count)| count)
+            .sum();
+        if total == 0 {
+            fail(format!(
+                "no {wanted} contention in the report (types seen: {counts:?})"
+            ));
+        }
+    }
+    for (name, expected) in truths {
+        let measured: u64 = counts
+            .iter()
+            .filter(|(lock_type, _)| lock_type.starts_with(name.as_str()))
+            .map(|(_, count)| count)
+            .sum();
+        let error = (measured as f64 - expected as f64).abs() / (expected.max(1) as f64);
+        println!(
+            "{name}: lockpath {measured}, tracefs {expected}, error {:.1}% (allowed {:.0}%)",
+            error * 100.0,
+            tolerance * 100.0
+        );
+        if expected == 0 || error > tolerance {
+            fail(format!(
+                "{name}: lockpath counted {measured}, tracefs {expected} ({:.1}% apart, allowed {:.0}%)",
+                error * 100.0,
+                tolerance * 100.0
+            ));
+        }
+    }
+    println!(
+        "WHY: {}",
+        types
+            .iter()
+            .map(|t| format!(
+                "{t}={}",
+                counts
+                    .iter()
+                    .filter(|(n, _)| n.starts_with(t.as_str()))
+                    .map(|(_, c)| c)
+                    .sum::<u64>()
+            ))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+}
