@@ -30,6 +30,7 @@ usage: cargo xtask bench [--runs N] [--seconds S] [--workloads a,b] [--families 
   --families       subset of lockpath's probe families (default every one it offers)
   --no-peers       skip bpftrace and perf
   --out FILE       Markdown output (default target/bench/bench.md)
+  --readme         also put the tables into README.md (between the bench markers)
   --soak [MIN]     instead: record system-wide under load for MIN minutes (default 10)
                    and check that lockpath's memory stays flat";
 
@@ -177,6 +178,7 @@ struct Options {
     families: Option<Vec<String>>,
     peers: bool,
     out: Option<PathBuf>,
+    readme: bool,
     soak_minutes: Option<f64>,
 }
 
@@ -188,6 +190,7 @@ fn parse(args: &[std::ffi::OsString]) -> Result<Options> {
         families: None,
         peers: true,
         out: None,
+        readme: false,
         soak_minutes: None,
     };
     let args: Vec<String> = args
@@ -218,6 +221,7 @@ fn parse(args: &[std::ffi::OsString]) -> Result<Options> {
             "--workloads" => options.workloads = list(value(&mut index, "--workloads")?),
             "--families" => options.families = list(value(&mut index, "--families")?),
             "--no-peers" => options.peers = false,
+            "--readme" => options.readme = true,
             "--out" => options.out = Some(value(&mut index, "--out")?.into()),
             "--soak" => {
                 let minutes = args
@@ -288,6 +292,31 @@ pub fn bench(args: Vec<std::ffi::OsString>) -> Result<()> {
     }
     fs::write(&out, &markdown).with_context(|| format!("bench: cannot write {}", out.display()))?;
     util::say(format!("table written to {}", out.display()));
+    if options.readme && options.soak_minutes.is_none() {
+        update_readme(&markdown)?;
+    }
+    Ok(())
+}
+
+const README_START: &str = "<!-- bench:start (cargo xtask bench --readme) -->";
+const README_END: &str = "<!-- bench:end -->";
+
+/// Replaces the README's performance section (between the markers; appended if absent).
+fn update_readme(markdown: &str) -> Result<()> {
+    let path = util::workspace_root().join("README.md");
+    let readme = fs::read_to_string(&path)
+        .with_context(|| format!("bench: cannot read {}", path.display()))?;
+    let section = format!("{README_START}\n{markdown}{README_END}\n");
+    let updated = match (readme.find(README_START), readme.find(README_END)) {
+        (Some(start), Some(end)) if end > start => format!(
+            "{}{section}{}",
+            &readme[..start],
+            readme[end + README_END.len()..].trim_start_matches('\n')
+        ),
+        _ => format!("{}\n{section}", readme.trim_end_matches('\n').to_string() + "\n"),
+    };
+    fs::write(&path, updated).with_context(|| format!("bench: cannot write {}", path.display()))?;
+    util::say(format!("performance section of {} updated", path.display()));
     Ok(())
 }
 
