@@ -124,7 +124,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         if let Target::Pids(pids) = &target {
             polls += 1;
             // About twice a second: reading /proc for every target is not free.
-            if polls % 10 == 0 && !crate::target::any_target_alive(&ebpf, pids) {
+            if polls.is_multiple_of(10) && !crate::target::any_target_alive(&ebpf, pids) {
                 eprintln!("lockpath: every target process has exited; stopping");
                 break;
             }

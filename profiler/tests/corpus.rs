@@ -22,7 +22,8 @@ fn every_corpus_file_is_refused_with_one_clear_line() {
             Ok(profile) => {
                 // Files named `ok_*` are valid but odd; everything must render.
                 assert!(
-                    path.file_name().is_some_and(|n| n.to_string_lossy().starts_with("ok_")),
+                    path.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with("ok_")),
                     "{name} loaded but should have been refused"
                 );
                 let _ = export::report::summary(&profile, 5);
@@ -51,11 +52,18 @@ fn specific_damage_is_named() {
         (b"\x00\xff", "not JSON"),
         (b"[1,2]", "not a lockpath profile"),
         (b"{\"format\":7}", "7"),
-        (b"{\"format\":\"lockpath/1\",\"host\":\"h\"}", "invalid fields"),
+        (
+            b"{\"format\":\"lockpath/1\",\"host\":\"h\"}",
+            "invalid fields",
+        ),
     ];
     for (bytes, expect) in cases {
         let err = Profile::from_bytes(bytes).expect_err("must be refused");
         let text = format!("{err:#}");
-        assert!(text.contains(expect), "{:?}: expected {expect:?} in {text}", String::from_utf8_lossy(bytes));
+        assert!(
+            text.contains(expect),
+            "{:?}: expected {expect:?} in {text}",
+            String::from_utf8_lossy(bytes)
+        );
     }
 }

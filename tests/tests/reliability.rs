@@ -85,11 +85,26 @@ fn tiny_maps_report_their_losses() {
     ]);
     let profile = load_json(&profile_path);
     let losses = profile["losses"].as_object().expect("losses");
-    let map_full = losses.get("lock_map_full").and_then(|v| v.as_u64()).unwrap_or(0);
-    let stack_lost = losses.get("stack_failed").and_then(|v| v.as_u64()).unwrap_or(0)
-        + losses.get("stack_collision").and_then(|v| v.as_u64()).unwrap_or(0);
-    assert!(map_full > 0, "2 map entries cannot hold a lock storm: {losses:?}");
-    assert!(stack_lost > 0, "2 stack entries cannot hold a lock storm: {losses:?}");
+    let map_full = losses
+        .get("lock_map_full")
+        .and_then(|v| v.as_u64())
+        .unwrap_or(0);
+    let stack_lost = losses
+        .get("stack_failed")
+        .and_then(|v| v.as_u64())
+        .unwrap_or(0)
+        + losses
+            .get("stack_collision")
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0);
+    assert!(
+        map_full > 0,
+        "2 map entries cannot hold a lock storm: {losses:?}"
+    );
+    assert!(
+        stack_lost > 0,
+        "2 stack entries cannot hold a lock storm: {losses:?}"
+    );
     assert!(
         profile["locks"].as_array().expect("locks").len() <= 2,
         "the map held at most 2 keys"
@@ -106,7 +121,10 @@ fn tiny_maps_report_their_losses() {
     }
     let json = lockpath_ok(&["report", "--format", "json", path_str(&profile_path)]);
     let json: serde_json::Value = serde_json::from_slice(&json.stdout).expect("report JSON");
-    assert!(json.to_string().contains("lock_map_full"), "JSON report names the loss: {json}");
+    assert!(
+        json.to_string().contains("lock_map_full"),
+        "JSON report names the loss: {json}"
+    );
 }
 
 /// Records `-p` of a running storm, stops lockpath with `sig`, checks the profile.
@@ -135,7 +153,10 @@ fn stop_with_signal_writes_profile(name: &str, sig: i32) {
     let profile = load_json(&profile_path);
     assert_eq!(profile["format"], "lockpath/1");
     assert!(profile["duration_s"].as_f64().expect("duration") > 1.0);
-    assert!(rows_of(&profile, storm.id() as u64) > 0, "the storm's contention is in the profile");
+    assert!(
+        rows_of(&profile, storm.id() as u64) > 0,
+        "the storm's contention is in the profile"
+    );
     // The file loads through lockpath's own validating loader.
     lockpath_ok(&["report", path_str(&profile_path)]);
     assert_eq!(temporaries(&dir), Vec::<String>::new());
@@ -165,11 +186,18 @@ fn sigint_during_a_system_run_writes_a_profile() {
     let output = recorder.wait_with_output().expect("wait for lockpath");
     let _ = storm.kill();
     let _ = storm.wait();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert_programs_gone(&programs);
     let profile = load_json(&profile_path);
     assert_eq!(profile["targets"]["mode"], "system");
-    assert!(rows_of(&profile, storm.id() as u64) > 0, "system-wide sees the storm");
+    assert!(
+        rows_of(&profile, storm.id() as u64) > 0,
+        "system-wide sees the storm"
+    );
 }
 
 #[test]
@@ -224,12 +252,22 @@ fn target_that_exits_early_ends_the_recording() {
         std::thread::sleep(Duration::from_millis(100));
     }
     let output = waiter.join().expect("waiter").expect("wait for lockpath");
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("exited"), "lockpath says why it stopped: {stderr}");
+    assert!(
+        stderr.contains("exited"),
+        "lockpath says why it stopped: {stderr}"
+    );
     assert_programs_gone(&programs);
     let profile = load_json(&profile_path);
-    assert!(rows_of(&profile, storm_pid as u64) > 0, "the target's contention is kept");
+    assert!(
+        rows_of(&profile, storm_pid as u64) > 0,
+        "the target's contention is kept"
+    );
 }
 
 #[test]
@@ -255,7 +293,10 @@ fn command_that_cannot_start_is_one_clear_error() {
         assert_eq!(output.status.code(), Some(1), "{stderr}");
         assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
         assert!(stderr.contains(expect), "{stderr}");
-        assert!(!profile_path.exists(), "no profile for a run that never started");
+        assert!(
+            !profile_path.exists(),
+            "no profile for a run that never started"
+        );
     }
     // A file that exists and is executable but that exec refuses (a script without an
     // interpreter line gives ENOEXEC): the error comes after the programs were loaded.
@@ -264,7 +305,13 @@ fn command_that_cannot_start_is_one_clear_error() {
     let mut perms = std::fs::metadata(&script).expect("stat").permissions();
     std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
     std::fs::set_permissions(&script, perms).expect("chmod");
-    let output = lockpath(&["record", "-o", path_str(&profile_path), "--", path_str(&script)]);
+    let output = lockpath(&[
+        "record",
+        "-o",
+        path_str(&profile_path),
+        "--",
+        path_str(&script),
+    ]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("cannot start"), "{stderr}");
@@ -347,16 +394,29 @@ fn two_instances_at_once_each_see_their_own_command() {
     let second = load_json(&second_path);
     let (first_pid, second_pid) = (storm_pid(&first), storm_pid(&second));
     assert_ne!(first_pid, second_pid, "each recorded its own command");
-    for (profile, own, other) in [(&first, first_pid, second_pid), (&second, second_pid, first_pid)] {
-        assert!(rows_of(profile, own) > 0, "own command's contention recorded");
-        assert_eq!(rows_of(profile, other), 0, "the other instance's command is filtered out");
+    for (profile, own, other) in [
+        (&first, first_pid, second_pid),
+        (&second, second_pid, first_pid),
+    ] {
+        assert!(
+            rows_of(profile, own) > 0,
+            "own command's contention recorded"
+        );
+        assert_eq!(
+            rows_of(profile, other),
+            0,
+            "the other instance's command is filtered out"
+        );
         let pids: Vec<u64> = profile["locks"]
             .as_array()
             .expect("locks")
             .iter()
             .filter_map(|row| row["pid"].as_u64())
             .collect();
-        assert!(pids.iter().all(|&pid| pid == own), "only the own command: {pids:?}");
+        assert!(
+            pids.iter().all(|&pid| pid == own),
+            "only the own command: {pids:?}"
+        );
     }
 }
 
@@ -375,7 +435,12 @@ fn unprivileged_user_gets_one_line_naming_the_capabilities() {
     let profile_path = dir.join("denied.json");
     for target in [vec!["-a"], vec!["--", "/bin/true"]] {
         let output = Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"])
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--inh-caps=-all",
+            ])
             .arg(&copy)
             .args(["record", "-o", path_str(&profile_path)])
             .args(&target)

@@ -240,7 +240,7 @@ fn parse(args: &[std::ffi::OsString]) -> Result<Options> {
         }
         index += 1;
     }
-    if options.runs == 0 || !(options.seconds > 0.0) {
+    if options.runs == 0 || options.seconds.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
         bail!("bench: --runs and --seconds must be positive");
     }
     Ok(options)
@@ -288,7 +288,8 @@ pub fn bench(args: Vec<std::ffi::OsString>) -> Result<()> {
     let markdown = result?;
     print!("{markdown}");
     if let Some(dir) = out.parent() {
-        fs::create_dir_all(dir).with_context(|| format!("bench: cannot create {}", dir.display()))?;
+        fs::create_dir_all(dir)
+            .with_context(|| format!("bench: cannot create {}", dir.display()))?;
     }
     fs::write(&out, &markdown).with_context(|| format!("bench: cannot write {}", out.display()))?;
     util::say(format!("table written to {}", out.display()));
@@ -306,14 +307,21 @@ fn update_readme(markdown: &str) -> Result<()> {
     let path = util::workspace_root().join("README.md");
     let readme = fs::read_to_string(&path)
         .with_context(|| format!("bench: cannot read {}", path.display()))?;
-    let section = format!("{README_START}\n{markdown}{README_END}\n");
+    // The README has its own "## Performance" heading above the markers.
+    let body = markdown
+        .strip_prefix("## Performance\n\n")
+        .unwrap_or(markdown);
+    let section = format!("{README_START}\n{body}{README_END}\n");
     let updated = match (readme.find(README_START), readme.find(README_END)) {
         (Some(start), Some(end)) if end > start => format!(
             "{}{section}{}",
             &readme[..start],
             readme[end + README_END.len()..].trim_start_matches('\n')
         ),
-        _ => format!("{}\n{section}", readme.trim_end_matches('\n').to_string() + "\n"),
+        _ => format!(
+            "{}\n{section}",
+            readme.trim_end_matches('\n').to_string() + "\n"
+        ),
     };
     fs::write(&path, updated).with_context(|| format!("bench: cannot write {}", path.display()))?;
     util::say(format!("performance section of {} updated", path.display()));
@@ -324,7 +332,11 @@ fn overhead_report(bench: &Bench, options: &Options) -> Result<String> {
     let families = available_families(&bench.lockpath, options.families.as_deref())?;
     util::say(format!(
         "families offered by lockpath: {}",
-        families.iter().map(|f| f.name).collect::<Vec<_>>().join(", ")
+        families
+            .iter()
+            .map(|f| f.name)
+            .collect::<Vec<_>>()
+            .join(", ")
     ));
     let io_fs = match wanted(options.workloads.as_deref(), "io") {
         true => match LoopExt4::mount(&bench.scratch) {
@@ -466,7 +478,7 @@ fn median(values: &[f64]) -> Option<f64> {
     let mut sorted = values.to_vec();
     sorted.sort_by(|a, b| a.total_cmp(b));
     let mid = sorted.len() / 2;
-    Some(if sorted.len() % 2 == 0 {
+    Some(if sorted.len().is_multiple_of(2) {
         (sorted[mid - 1] + sorted[mid]) / 2.0
     } else {
         sorted[mid]
@@ -636,7 +648,10 @@ fn overhead_table(workloads: &[Workload], rows: &[OverheadRow]) -> String {
     );
     let _ = writeln!(md, "|---|---|---:|---:|---:|---:|");
     for workload in workloads {
-        let group: Vec<&OverheadRow> = rows.iter().filter(|r| r.workload == workload.name).collect();
+        let group: Vec<&OverheadRow> = rows
+            .iter()
+            .filter(|r| r.workload == workload.name)
+            .collect();
         let baseline = group.first().and_then(|row| row.median());
         for row in group {
             let name = format!("{} ({})", workload.name, workload.what);
@@ -714,14 +729,21 @@ impl BpfStats {
 impl Drop for BpfStats {
     fn drop(&mut self) {
         if let Err(err) = fs::write(BPF_STATS, &self.before) {
-            util::say(format!("cannot restore {BPF_STATS} to {}: {err}", self.before));
+            util::say(format!(
+                "cannot restore {BPF_STATS} to {}: {err}",
+                self.before
+            ));
         }
     }
 }
 
 /// Records system-wide at default sizes while the workload runs; reads the programs'
 /// run counters, the maps' memlock, and lockpath's peak RSS when it exits.
-fn program_costs(bench: &Bench, family: &'static Family, workload: &Workload) -> Result<FamilyCost> {
+fn program_costs(
+    bench: &Bench,
+    family: &'static Family,
+    workload: &Workload,
+) -> Result<FamilyCost> {
     let stats = BpfStats::enable()?;
     let profile = bench.scratch.join("cost.json");
     let mut child = Command::new(&bench.lockpath)
@@ -844,7 +866,9 @@ fn bpftool_costs(ids: &[u64]) -> Result<Vec<ProgramCost>> {
     };
     let mut costs = Vec::new();
     for program in programs.as_array().into_iter().flatten() {
-        let Some(id) = program["id"].as_u64() else { continue };
+        let Some(id) = program["id"].as_u64() else {
+            continue;
+        };
         if !ids.contains(&id) {
             continue;
         }
@@ -893,13 +917,22 @@ fn wait_usage(pid: u32) -> Result<Usage> {
 
 fn cost_tables(costs: &[FamilyCost]) -> String {
     let mut md = String::new();
-    let _ = writeln!(md, "### eBPF programs' own cost (kernel.bpf_stats_enabled=1)\n");
-    let _ = writeln!(md, "| family | workload | program | runs | total | per event |");
+    let _ = writeln!(
+        md,
+        "### eBPF programs' own cost (kernel.bpf_stats_enabled=1)\n"
+    );
+    let _ = writeln!(
+        md,
+        "| family | workload | program | runs | total | per event |"
+    );
     let _ = writeln!(md, "|---|---|---|---:|---:|---:|");
     for cost in costs {
         for program in &cost.programs {
             let per_event = if program.run_cnt > 0 {
-                format!("{:.0} ns", program.run_time_ns as f64 / program.run_cnt as f64)
+                format!(
+                    "{:.0} ns",
+                    program.run_time_ns as f64 / program.run_cnt as f64
+                )
             } else {
                 "-".into()
             };
@@ -915,7 +948,10 @@ fn cost_tables(costs: &[FamilyCost]) -> String {
         }
     }
     let _ = writeln!(md, "\n### Memory (system-wide recording, default sizes)\n");
-    let _ = writeln!(md, "| family | kernel maps | map memory (memlock) | lockpath max RSS |");
+    let _ = writeln!(
+        md,
+        "| family | kernel maps | map memory (memlock) | lockpath max RSS |"
+    );
     let _ = writeln!(md, "|---|---:|---:|---:|");
     for cost in costs {
         let _ = writeln!(
@@ -964,7 +1000,12 @@ fn big_profile_timing(bench: &Bench) -> BigProfile {
         Ok((start.elapsed().as_secs_f64(), usage.cpu_s))
     };
     let report_s = time(&["report".as_ref(), path.as_os_str()]);
-    let flamegraph_s = time(&["flamegraph".as_ref(), path.as_os_str(), "-o".as_ref(), svg.as_os_str()]);
+    let flamegraph_s = time(&[
+        "flamegraph".as_ref(),
+        path.as_os_str(),
+        "-o".as_ref(),
+        svg.as_os_str(),
+    ]);
     let _ = fs::remove_file(&path);
     let _ = fs::remove_file(&svg);
     BigProfile {
@@ -997,7 +1038,10 @@ fn write_synthetic_profile(path: &Path, rows: usize) -> Result<()> {
         if frame > 0 {
             json.push(',');
         }
-        let _ = write!(json, r#"{{"name":"kernel_function_{frame}","kernel":true}}"#);
+        let _ = write!(
+            json,
+            r#"{{"name":"kernel_function_{frame}","kernel":true}}"#
+        );
     }
     json.push_str(r#"],"stacks":["#);
     let mut state = 0x2545_f491_4f6c_dd1du64;
@@ -1155,7 +1199,10 @@ impl LoopExt4 {
             "install e2fsprogs",
         )?;
         util::capture(
-            Command::new("mount").args(["-o", "loop"]).arg(&image).arg(&mount_point),
+            Command::new("mount")
+                .args(["-o", "loop"])
+                .arg(&image)
+                .arg(&mount_point),
             "bench: mounting the ext4 image",
             "the io workload needs loop devices (modprobe loop)",
         )?;
@@ -1224,14 +1271,26 @@ fn soak(bench: &Bench, minutes: f64) -> Result<String> {
     let _ = child.stdout.take();
     let profile_ok = fs::metadata(&profile).is_ok_and(|m| m.len() > 0);
     let mut md = String::new();
-    let _ = writeln!(md, "## Soak: {minutes} min system-wide, all families, under load\n");
+    let _ = writeln!(
+        md,
+        "## Soak: {minutes} min system-wide, all families, under load\n"
+    );
     let _ = writeln!(md, "| t (s) | lockpath RSS | map memory |");
     let _ = writeln!(md, "|---:|---:|---:|");
     for (t, rss, memlock) in &samples {
-        let _ = writeln!(md, "| {t:.0} | {:.1} MiB | {:.1} MiB |", *rss as f64 / 1024.0, *memlock as f64 / MIB);
+        let _ = writeln!(
+            md,
+            "| {t:.0} | {:.1} MiB | {:.1} MiB |",
+            *rss as f64 / 1024.0,
+            *memlock as f64 / MIB
+        );
     }
     // Flat: after the first minute (maps fill, symbol tables load), RSS grows < 10%.
-    let settled: Vec<u64> = samples.iter().filter(|s| s.0 >= 60.0).map(|s| s.1).collect();
+    let settled: Vec<u64> = samples
+        .iter()
+        .filter(|s| s.0 >= 60.0)
+        .map(|s| s.1)
+        .collect();
     let growth = match (settled.first(), settled.last()) {
         (Some(&first), Some(&last)) if first > 0 => (last as f64 - first as f64) / first as f64,
         _ => 0.0,

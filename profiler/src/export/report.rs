@@ -189,12 +189,18 @@ pub fn top_lock_groups(profile: &Profile, by: GroupBy, top: usize) -> (Vec<LockG
         if slot == HIDDEN {
             continue;
         }
-        let total = callers[slot as usize].entry(caller_of(row.stack)).or_default();
+        let total = callers[slot as usize]
+            .entry(caller_of(row.stack))
+            .or_default();
         *total = total.saturating_add(row.total_ns);
         pids[slot as usize].insert(row.pid);
     }
     let mut names: HashMap<u32, String> = HashMap::new();
-    let caller_name = |id: u32| caller_names.get(id as usize).map_or(UNKNOWN, String::as_str);
+    let caller_name = |id: u32| {
+        caller_names
+            .get(id as usize)
+            .map_or(UNKNOWN, String::as_str)
+    };
     let out = shown
         .iter()
         .zip(callers)

@@ -23,7 +23,11 @@ fn create_file(path: &std::path::Path, fsync: bool) {
     let block = [0x5au8; 4096];
     // SAFETY: a NUL-terminated path; the descriptor is closed before returning.
     unsafe {
-        let fd = libc::open(name.as_ptr(), libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC, 0o644);
+        let fd = libc::open(
+            name.as_ptr(),
+            libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC,
+            0o644,
+        );
         assert!(fd >= 0, "cannot create {}", path.display());
         libc::write(fd, block.as_ptr().cast(), block.len());
         if fsync {
@@ -70,7 +74,7 @@ fn main() {
             let mut local = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 let path = dir.join(format!("new-{}-{index}-{local}", std::process::id()));
-                create_file(&path, fsync_every > 0 && local % fsync_every == 0);
+                create_file(&path, fsync_every > 0 && local.is_multiple_of(fsync_every));
                 let _ = std::fs::remove_file(&path);
                 local += 1;
             }
