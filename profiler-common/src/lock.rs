@@ -19,7 +19,33 @@ pub struct LockKey {
     pub kstack_id: i32,
     /// `LCB_F_*` flags seen at contention_end time for this wait.
     pub flags: u32,
+    /// What the lock is, when the kernel side can tell (`LOCK_CLASS_*`).
+    pub lock_class: u32,
+    /// Process (tgid) holding a sleeping lock when the wait began; 0 when unknown
+    /// (spinlocks, reader-owned rwsems, no BTF).
+    pub owner_tgid: u32,
     pub _pad: u32,
+}
+
+/// The lock is not recognized.
+pub const LOCK_CLASS_UNKNOWN: u32 = 0;
+/// The lock is the waiting task's own `mm->mmap_lock`.
+pub const LOCK_CLASS_MMAP_LOCK: u32 = 1;
+
+/// Kernel struct offsets (from BTF) that let the lock programs read a lock's owner and
+/// recognize `mmap_lock`. Passed as the load-time global `LOCK_LAYOUT`; `enabled` is 0
+/// when the kernel has no BTF, and then neither is read.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LockLayout {
+    pub enabled: u32,
+    pub task_mm: u32,
+    pub task_pid: u32,
+    pub task_tgid: u32,
+    pub task_comm: u32,
+    pub mm_mmap_lock: u32,
+    pub mutex_owner: u32,
+    pub rwsem_owner: u32,
 }
 
 /// Aggregated wait times of one key, in nanoseconds.
@@ -40,7 +66,9 @@ pub struct LockWait {
     pub lock_addr: u64,
     pub flags: u32,
     pub kstack_id: i32,
+    pub lock_class: u32,
+    pub owner_tgid: u32,
 }
 
 #[cfg(feature = "user")]
-crate::impl_pod!(LockKey, LockStat, LockWait);
+crate::impl_pod!(LockKey, LockStat, LockWait, LockLayout);

@@ -13,13 +13,19 @@ use core::intrinsics::{AtomicOrdering, atomic_xadd};
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
-    helpers::{bpf_get_current_pid_tgid, generated::bpf_ktime_get_ns},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_probe_read_kernel,
+        generated::{bpf_get_current_task, bpf_ktime_get_ns},
+    },
     macros::map,
     maps::{HashMap, PerCpuArray},
     programs::{ProbeContext, RawTracePointContext, RetProbeContext, tracing::StackIdContext},
 };
 use profiler_common::{
-    lock::{LCB_F_MUTEX, LCB_F_SPIN, LockKey, LockStat, LockWait},
+    lock::{
+        LCB_F_MUTEX, LCB_F_PERCPU, LCB_F_READ, LCB_F_RT, LCB_F_SPIN, LCB_F_WRITE,
+        LOCK_CLASS_MMAP_LOCK, LOCK_CLASS_UNKNOWN, LockKey, LockLayout, LockStat, LockWait,
+    },
     loss::{
         LOCK_KPROBE_RETURN_LOST, LOCK_MAP_FULL, LOCK_NEGATIVE_DELTA, LOCK_NESTED,
         LOCK_UNMATCHED_END, LOCK_WAIT_MAP_FULL,
@@ -27,7 +33,9 @@ use profiler_common::{
 };
 
 use crate::{
-    shared::{STACK_FLAGS_KERNEL, STACKS, count_loss, remember_current_task, stack_id_or_loss},
+    shared::{
+        STACK_FLAGS_KERNEL, STACKS, TASKS, count_loss, remember_current_task, stack_id_or_loss,
+    },
     target::is_target,
 };
 
@@ -44,6 +52,24 @@ static LOCK_SPIN_WAIT: PerCpuArray<LockWait> = PerCpuArray::with_max_entries(1, 
 static LOCK_SLEEP_WAIT: HashMap<u32, LockWait> = HashMap::with_max_entries(16384, 0);
 
 const EEXIST: i32 = 17;
+
+/// Struct offsets from the kernel's BTF, set at load time (see `LockLayout`).
+#[unsafe(no_mangle)]
+static LOCK_LAYOUT: LockLayout = LockLayout {
+    enabled: 0,
+    task_mm: 0,
+    task_pid: 0,
+    task_tgid: 0,
+    task_comm: 0,
+    mm_mmap_lock: 0,
+    mutex_owner: 0,
+    rwsem_owner: 0,
+};
+
+/// Low bits of `mutex.owner` and `rw_semaphore.owner` that are flags, not pointer.
+const OWNER_FLAG_BITS: u64 = 0x7;
+/// `RWSEM_READER_OWNED`: readers hold the rwsem; the pointer is only a hint.
+const RWSEM_READER_OWNED: u64 = 0x1;
 
 /// Spinlocks and rwlocks spin with preemption off; a mutex that spins optimistically
 /// (MUTEX|SPIN) may still go to sleep, so it is tracked by thread.
@@ -244,11 +270,23 @@ fn take_spin_wait(slot: &mut LockWait) -> LockWait {
 
 #[inline(always)]
 fn open_sleep_wait<C: StackIdContext>(ctx: &C, tid: u32, lock_addr: u64, flags: u32) {
+    // SAFETY: reading a load-time global; volatile so the default is not folded in.
+    let layout = unsafe { core::ptr::read_volatile(&LOCK_LAYOUT) };
+    let (lock_class, owner_tgid) = if layout.enabled != 0 {
+        (
+            classify_lock(&layout, lock_addr),
+            read_owner(&layout, lock_addr, flags),
+        )
+    } else {
+        (LOCK_CLASS_UNKNOWN, 0)
+    };
     let wait = LockWait {
         start_ns: now_ns(),
         lock_addr,
         flags,
         kstack_id: stack_id_or_loss(ctx.get_stackid(&STACKS, STACK_FLAGS_KERNEL)),
+        lock_class,
+        owner_tgid,
     };
     if LOCK_SLEEP_WAIT
         .insert(&tid, &wait, BPF_NOEXIST as u64)
@@ -256,6 +294,71 @@ fn open_sleep_wait<C: StackIdContext>(ctx: &C, tid: u32, lock_addr: u64, flags: 
     {
         count_loss(LOCK_WAIT_MAP_FULL);
     }
+}
+
+/// `mmap_lock` when the lock is the waiting task's own `mm->mmap_lock`.
+#[inline(always)]
+fn classify_lock(layout: &LockLayout, lock_addr: u64) -> u32 {
+    // SAFETY: helper without arguments; the task pointer is only read through
+    // bpf_probe_read_kernel, which tolerates any address.
+    let task = unsafe { bpf_get_current_task() };
+    // SAFETY: as above.
+    let mm: u64 =
+        unsafe { bpf_probe_read_kernel((task + layout.task_mm as u64) as *const u64) }.unwrap_or(0);
+    if mm != 0 && lock_addr == mm + layout.mm_mmap_lock as u64 {
+        LOCK_CLASS_MMAP_LOCK
+    } else {
+        LOCK_CLASS_UNKNOWN
+    }
+}
+
+/// The process holding a mutex or a writer-held rwsem when the wait begins (like
+/// `perf lock contention -o`); its thread name goes to TASKS so the report can name it.
+#[inline(always)]
+fn read_owner(layout: &LockLayout, lock_addr: u64, flags: u32) -> u32 {
+    let owner_offset = if flags & LCB_F_MUTEX != 0 {
+        layout.mutex_owner
+    } else if flags & (LCB_F_READ | LCB_F_WRITE) != 0
+        && flags & (LCB_F_SPIN | LCB_F_PERCPU | LCB_F_RT) == 0
+    {
+        layout.rwsem_owner
+    } else {
+        return 0;
+    };
+    // SAFETY: bpf_probe_read_kernel checks the address; a bad one yields an error.
+    let Ok(owner) =
+        (unsafe { bpf_probe_read_kernel((lock_addr + owner_offset as u64) as *const u64) })
+    else {
+        return 0;
+    };
+    if flags & LCB_F_MUTEX == 0 && owner & RWSEM_READER_OWNED != 0 {
+        return 0;
+    }
+    let task = owner & !OWNER_FLAG_BITS;
+    if task == 0 {
+        return 0;
+    }
+    // SAFETY: as above, for fields of the owner task.
+    let (tid, tgid) = unsafe {
+        (
+            bpf_probe_read_kernel((task + layout.task_pid as u64) as *const u32).unwrap_or(0),
+            bpf_probe_read_kernel((task + layout.task_tgid as u64) as *const u32).unwrap_or(0),
+        )
+    };
+    // SAFETY: lookup in a map of plain data; the reference is not kept.
+    if tid != 0 && unsafe { TASKS.get(&tid) }.is_none() {
+        // SAFETY: as above, for the owner's 16-byte comm.
+        let comm =
+            unsafe { bpf_probe_read_kernel((task + layout.task_comm as u64) as *const [u8; 16]) }
+                .unwrap_or([0u8; 16]);
+        let info = profiler_common::target::TaskInfo {
+            tgid,
+            _pad: 0,
+            comm,
+        };
+        let _ = TASKS.insert(&tid, &info, BPF_NOEXIST as u64);
+    }
+    tgid
 }
 
 #[inline(always)]
@@ -278,6 +381,8 @@ fn close_wait(wait: &LockWait, end_ns: u64, pid_tgid: u64) {
         tgid: (pid_tgid >> 32) as u32,
         kstack_id: wait.kstack_id,
         flags: wait.flags,
+        lock_class: wait.lock_class,
+        owner_tgid: wait.owner_tgid,
         _pad: 0,
     };
     add_wait(&key, end_ns - wait.start_ns);

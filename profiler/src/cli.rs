@@ -26,8 +26,12 @@ pub enum Command {
     Report(ReportArgs),
     /// Render a flamegraph (SVG) from a profile.
     Flamegraph(FlamegraphArgs),
-    /// Convert a profile for other tools.
+    /// Convert a profile for other tools (folded stacks, pprof, JSON tree).
     Export(ExportArgs),
+    /// Compare two profiles: what grew, per second of run time.
+    Diff(DiffArgs),
+    /// Combine the profiles of several hosts into one.
+    Merge(MergeArgs),
 }
 
 #[derive(Debug, Args)]
@@ -83,6 +87,10 @@ pub struct RecordArgs {
     #[arg(long, value_name = "N", default_value_t = 16384, value_parser = clap::value_parser!(u32).range(1..))]
     pub stack_entries: u32,
 
+    /// Serve Prometheus metrics at this address while recording (PORT alone: 127.0.0.1:PORT).
+    #[arg(long, value_name = "ADDR:PORT", value_parser = parse_metrics_addr)]
+    pub metrics: Option<std::net::SocketAddr>,
+
     /// Command to start and profile, with its children; recording stops when it exits
     /// and lockpath exits with its status.
     #[arg(last = true, value_name = "CMD")]
@@ -100,6 +108,15 @@ fn parse_duration(text: &str) -> Result<f64, String> {
         ));
     }
     Ok(seconds)
+}
+
+/// `PORT` or `ADDR:PORT`; a bare port binds to loopback only.
+fn parse_metrics_addr(text: &str) -> Result<std::net::SocketAddr, String> {
+    if let Ok(port) = text.parse::<u16>() {
+        return Ok(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    text.parse()
+        .map_err(|_| format!("{text:?} is not PORT or ADDRESS:PORT (e.g. 127.0.0.1:9464)"))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -120,12 +137,16 @@ pub enum GroupBy {
     Caller,
     /// One row per process and lock type.
     Process,
+    /// One row per host (profiles merged with `lockpath merge`).
+    Host,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ReportFormat {
     Text,
     Json,
+    /// One self-contained page with tables and flamegraphs (needs -o, or writes FILE.html).
+    Html,
 }
 
 #[derive(Debug, Args)]
@@ -139,6 +160,9 @@ pub struct ReportArgs {
     pub top: usize,
     #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
     pub format: ReportFormat,
+    /// Output file (default: standard output; for html: FILE with .html).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -161,6 +185,10 @@ pub struct FlamegraphArgs {
 pub enum ExportFormat {
     /// `frame;frame;frame value` lines, root first, for inferno and flamegraph.pl.
     Folded,
+    /// Gzipped protobuf for `go tool pprof`, Pyroscope, Parca.
+    Pprof,
+    /// A tree of frames with every value (d3-flame-graph input).
+    Json,
 }
 
 #[derive(Debug, Args)]
@@ -173,4 +201,38 @@ pub struct ExportArgs {
     /// Output file (default: standard output).
     #[arg(short = 'o', long = "output")]
     pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DiffFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The reference profile (e.g. the fast client).
+    pub base: PathBuf,
+    /// The profile compared with it (e.g. the slow client).
+    pub new: PathBuf,
+    #[arg(long, value_enum, default_value_t = Kind::Lock)]
+    pub kind: Kind,
+    /// Also write a differential flamegraph (red grew, blue shrank) to this SVG file.
+    #[arg(short = 'o', long = "output", value_name = "SVG")]
+    pub output: Option<PathBuf>,
+    /// Rows per table (0: all).
+    #[arg(long, default_value_t = 15)]
+    pub top: usize,
+    #[arg(long, value_enum, default_value_t = DiffFormat::Text)]
+    pub format: DiffFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// Profiles to combine (two or more), e.g. one per host.
+    #[arg(required = true, num_args = 2..)]
+    pub inputs: Vec<PathBuf>,
+    /// The combined profile.
+    #[arg(short = 'o', long = "output", value_name = "FILE", required = true)]
+    pub output: PathBuf,
 }

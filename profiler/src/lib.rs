@@ -4,6 +4,7 @@
 pub mod btf;
 pub mod cli;
 pub mod export;
+pub mod metrics;
 pub mod probes;
 pub mod profile;
 pub mod record;
@@ -27,6 +28,15 @@ pub fn run(cli: Cli) -> Result<i32> {
                 cli::ReportFormat::Text => {
                     let mut text = export::report::summary_header(&profile);
                     text.push_str(&export::report::lock_table(&profile, args.by, args.top));
+                    text.push_str(&export::report::holders_table(&profile, 10));
+                    if profile.is_merged() && args.by != cli::GroupBy::Host {
+                        text.push_str("\nby host:\n");
+                        text.push_str(&export::report::lock_table(
+                            &profile,
+                            cli::GroupBy::Host,
+                            args.top,
+                        ));
+                    }
                     text.push_str(&export::report::losses(&profile));
                     text
                 }
@@ -36,8 +46,18 @@ pub fn run(cli: Cli) -> Result<i32> {
                     json.push('\n');
                     json
                 }
+                cli::ReportFormat::Html => {
+                    let page = export::html::render(&profile)?;
+                    let output = args
+                        .output
+                        .clone()
+                        .unwrap_or_else(|| args.file.with_extension("html"));
+                    profile::write_atomically(&output, page.as_bytes())?;
+                    eprintln!("lockpath: report written to {}", output.display());
+                    return Ok(0);
+                }
             };
-            print_stdout(&text)?;
+            write_output(args.output.as_deref(), text.as_bytes())?;
             Ok(0)
         }
         Command::Flamegraph(args) => {
@@ -51,26 +71,92 @@ pub fn run(cli: Cli) -> Result<i32> {
         }
         Command::Export(args) => {
             let profile = Profile::load(&args.file)?;
-            let text = match args.format {
-                cli::ExportFormat::Folded => export::folded::render(&profile, args.kind),
+            let bytes = match args.format {
+                cli::ExportFormat::Folded => {
+                    export::folded::render(&profile, args.kind).into_bytes()
+                }
+                cli::ExportFormat::Json => export::json::render(&profile, args.kind)
+                    .context("cannot render the JSON export")?
+                    .into_bytes(),
+                cli::ExportFormat::Pprof => {
+                    use std::io::IsTerminal;
+                    if args.output.is_none() && std::io::stdout().is_terminal() {
+                        anyhow::bail!(
+                            "pprof is binary: write it to a file with -o FILE.pb.gz, or redirect the output"
+                        );
+                    }
+                    export::pprof::render(&profile, args.kind)?
+                }
             };
-            match args.output {
-                Some(path) => profile::write_atomically(&path, text.as_bytes())?,
-                None => print_stdout(&text)?,
+            write_output(args.output.as_deref(), &bytes)?;
+            Ok(0)
+        }
+        Command::Diff(args) => {
+            let base = Profile::load(&args.base)?;
+            let new = Profile::load(&args.new)?;
+            let text = match args.format {
+                cli::DiffFormat::Text => export::diff::text(&base, &new, args.kind, args.top),
+                cli::DiffFormat::Json => {
+                    let mut json = export::diff::json(&base, &new, args.kind)
+                        .context("cannot render the JSON diff")?;
+                    json.push('\n');
+                    json
+                }
+            };
+            if let Some(output) = &args.output {
+                let svg = export::flamegraph::render_diff_svg(&base, &new, args.kind)?;
+                profile::write_atomically(output, &svg)?;
             }
+            print_stdout(&text)?;
+            if let Some(output) = &args.output {
+                eprintln!(
+                    "lockpath: differential flamegraph written to {}",
+                    output.display()
+                );
+            }
+            Ok(0)
+        }
+        Command::Merge(args) => {
+            let inputs = args
+                .inputs
+                .iter()
+                .map(|path| Profile::load(path))
+                .collect::<Result<Vec<_>>>()?;
+            let merged = export::merge::merge(inputs, std::env::args().collect())?;
+            merged.save(&args.output).with_context(|| {
+                format!(
+                    "cannot write the merged profile to {}",
+                    args.output.display()
+                )
+            })?;
+            eprintln!(
+                "lockpath: {} profiles of {} merged into {}",
+                args.inputs.len(),
+                merged.host,
+                args.output.display()
+            );
             Ok(0)
         }
     }
 }
 
-/// Prints to stdout; a closed pipe (`| head`) is not an error worth a message.
+/// Writes to the file (atomically) or to stdout.
+fn write_output(path: Option<&std::path::Path>, bytes: &[u8]) -> Result<()> {
+    match path {
+        Some(path) => profile::write_atomically(path, bytes),
+        None => print_stdout_bytes(bytes),
+    }
+}
+
 fn print_stdout(text: &str) -> Result<()> {
+    print_stdout_bytes(text.as_bytes())
+}
+
+/// Prints to stdout; a closed pipe (`| head`) is not an error worth a message.
+fn print_stdout_bytes(bytes: &[u8]) -> Result<()> {
     use std::io::Write;
     let mut stdout = std::io::stdout().lock();
-    match stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
+    match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
         Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => other.context("cannot write to standard output"),
     }

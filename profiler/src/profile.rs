@@ -114,6 +114,10 @@ pub struct LockRow {
     pub total_ns: u64,
     pub max_ns: u64,
     pub min_ns: u64,
+    /// Process holding the sleeping lock (mutex, writer-held rwsem) when the wait
+    /// began, read from the lock's owner field; absent when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_pid: Option<u32>,
 }
 
 impl Profile {
@@ -151,6 +155,18 @@ impl Profile {
             },
             None => format!("pid {pid}"),
         }
+    }
+
+    /// The host a process ran on: its own (merged profiles) or the profile's.
+    pub fn host_of(&self, pid: u32) -> String {
+        self.process(pid)
+            .and_then(|process| process.host.clone())
+            .unwrap_or_else(|| self.host.clone())
+    }
+
+    /// Profiles combined by `lockpath merge` name the host of each process.
+    pub fn is_merged(&self) -> bool {
+        self.processes.iter().any(|process| process.host.is_some())
     }
 
     /// Loads and validates a profile file.
@@ -318,6 +334,12 @@ impl StackInterner {
         id
     }
 
+    /// Copies the frames and stacks so far into `profile` (live snapshots while recording).
+    pub fn copy_into(&self, profile: &mut Profile) {
+        profile.frames = self.frames.clone();
+        profile.stacks = self.stacks.clone();
+    }
+
     pub fn finish(self, profile: &mut Profile) {
         profile.frames = self.frames;
         profile.stacks = self.stacks;
@@ -351,6 +373,7 @@ mod tests {
             total_ns: 300,
             max_ns: 200,
             min_ns: 50,
+            owner_pid: Some(9),
         });
         profile
     }

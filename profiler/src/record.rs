@@ -3,6 +3,7 @@
 //! the way it ends (return, error, signal, SIGKILL).
 
 use std::{
+    io::IsTerminal,
     sync::atomic::{AtomicBool, AtomicI32, Ordering},
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
@@ -14,6 +15,7 @@ use profiler_common::target::FILTER_PIDS;
 use crate::{
     cli::RecordArgs,
     export,
+    metrics::MetricsServer,
     probes::{
         self,
         shared::{MapSet, StackResolver},
@@ -65,19 +67,35 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     }
     tracefs::ensure_mounted()?;
     let kernel_symbols = KernelSymbols::load()?;
+    // Bound before anything is loaded, so a busy port fails fast.
+    let metrics = match args.metrics {
+        Some(addr) => Some(MetricsServer::start(
+            addr,
+            export::prometheus::render(&Profile::new()),
+        )?),
+        None => None,
+    };
 
     // Start the command before any thread exists; it waits until the probes are attached.
     let mut child = match &target {
         Target::Command(command) => Some(Child::spawn(command)?),
         _ => None,
     };
-    let started = match start(
+    let started = start(
         &args,
         &plan,
         &target,
         child.as_ref().map(|child| child.pid),
         &kernel_symbols,
-    ) {
+    )
+    .and_then(|(mut ebpf, probes)| {
+        // The maps leave the object (the programs stay attached until it is dropped),
+        // so they can be read live and after the detach alike.
+        let mut maps = MapSet::take_all(&mut ebpf);
+        let stacks = StackResolver::new(&mut maps, kernel_symbols)?;
+        Ok((ebpf, probes, maps, stacks))
+    });
+    let (ebpf, probes, maps, mut stacks) = match started {
         Ok(started) => started,
         Err(err) => {
             if let Some(child) = child.as_mut() {
@@ -86,7 +104,6 @@ pub fn run(args: RecordArgs) -> Result<i32> {
             return Err(err);
         }
     };
-    let (ebpf, probes) = started;
     install_signal_handlers();
     let start_wall = SystemTime::now();
     let start = Instant::now();
@@ -102,7 +119,17 @@ pub fn run(args: RecordArgs) -> Result<i32> {
             .join(", "),
         describe_target(&target)
     );
+    if let Some(metrics) = &metrics {
+        eprintln!(
+            "lockpath: Prometheus metrics at http://{}/metrics",
+            metrics.addr
+        );
+    }
 
+    // Progress goes to a terminal only; scripts and logs stay clean.
+    let progress = std::io::stderr().is_terminal();
+    let mut progress_shown = false;
+    let mut next_refresh = Instant::now() + Duration::from_secs(1);
     let deadline = args.duration.map(Duration::from_secs_f64);
     let mut exit_code = 0;
     let mut polls = 0u64;
@@ -124,19 +151,37 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         if let Target::Pids(pids) = &target {
             polls += 1;
             // About twice a second: reading /proc for every target is not free.
-            if polls.is_multiple_of(10) && !crate::target::any_target_alive(&ebpf, pids) {
+            if polls.is_multiple_of(10) && !crate::target::any_target_alive(&maps, pids) {
                 eprintln!("lockpath: every target process has exited; stopping");
                 break;
             }
         }
+        if (progress || metrics.is_some()) && Instant::now() >= next_refresh {
+            next_refresh = Instant::now() + Duration::from_secs(1);
+            let elapsed = start.elapsed().as_secs_f64();
+            match snapshot(&plan, &maps, &mut stacks, elapsed) {
+                Ok(live) => {
+                    if let Some(metrics) = &metrics {
+                        metrics.update(export::prometheus::render(&live));
+                    }
+                    if progress {
+                        eprint!("\r\x1b[K{}", progress_line(&live));
+                        progress_shown = true;
+                    }
+                }
+                Err(err) => log::warn!("cannot read the kernel maps while recording: {err:#}"),
+            }
+        }
         std::thread::sleep(Duration::from_millis(50));
+    }
+    if progress_shown {
+        eprint!("\r\x1b[K");
     }
     let duration_s = start.elapsed().as_secs_f64();
 
     // Detach first (numbers stop moving), then drain.
-    let mut ebpf = ebpf;
-    let mut maps = MapSet::take_all(&mut ebpf);
     drop(ebpf);
+    drop(metrics);
 
     let mut profile = Profile::new();
     profile.host = hostname();
@@ -150,10 +195,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     profile.targets = target.describe();
     profile.probes = probes;
 
-    let mut stacks = StackResolver::new(&mut maps, kernel_symbols)?;
-    if plan.lock {
-        profile.locks = probes::lock::drain(&maps, &mut stacks)?;
-    }
+    drain_families(&plan, &maps, &mut stacks, &mut profile)?;
     stacks.interner.finish(&mut profile);
     profile.losses = probes::shared::drain_losses(&maps)?;
     let mut pids: Vec<u32> = profile.locks.iter().map(|row| row.pid).collect();
@@ -179,6 +221,49 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     Ok(exit_code)
 }
 
+/// Reads every recorded family's aggregate out of the kernel maps into `profile`.
+/// A family adds its line.
+fn drain_families(
+    plan: &Plan,
+    maps: &MapSet,
+    stacks: &mut StackResolver,
+    profile: &mut Profile,
+) -> Result<()> {
+    if plan.lock {
+        profile.locks = probes::lock::drain(maps, stacks)?;
+    }
+    Ok(())
+}
+
+/// The numbers so far, while the programs run (for metrics and progress).
+fn snapshot(
+    plan: &Plan,
+    maps: &MapSet,
+    stacks: &mut StackResolver,
+    elapsed_s: f64,
+) -> Result<Profile> {
+    let mut profile = Profile::new();
+    profile.duration_s = elapsed_s;
+    drain_families(plan, maps, stacks, &mut profile)?;
+    stacks.interner.copy_into(&mut profile);
+    profile.losses = probes::shared::drain_losses(maps)?;
+    Ok(profile)
+}
+
+/// `lockpath: 12 s, 3456 lock contentions`. A family adds its count.
+fn progress_line(live: &Profile) -> String {
+    let mut parts = vec![format!("lockpath: {:.0} s", live.duration_s)];
+    if !live.locks.is_empty() {
+        let contentions: u64 = live.locks.iter().map(|row| row.count).sum();
+        parts.push(format!("{contentions} lock contentions"));
+    }
+    let lost: u64 = live.losses.values().sum();
+    if lost > 0 {
+        parts.push(format!("{lost} lost"));
+    }
+    parts.join(", ")
+}
+
 /// Loads the object, installs the target filter and attaches the requested families.
 fn start(
     args: &RecordArgs,
@@ -191,10 +276,12 @@ fn start(
     let fork_child_pid = tracefs::field_offset("sched", "sched_process_fork", "child_pid")?;
     let exit_group_dead =
         tracefs::field_offset("sched", "sched_process_exit", "group_dead").unwrap_or(0);
+    let lock_layout = probes::lock::layout();
     let mut ebpf = EbpfLoader::new()
         .override_global("FILTER_MODE", &filter_mode, true)
         .override_global("FORK_CHILD_PID_OFFSET", &fork_child_pid, true)
         .override_global("EXIT_GROUP_DEAD_OFFSET", &exit_group_dead, true)
+        .override_global("LOCK_LAYOUT", &lock_layout, true)
         .map_max_entries("STACKS", args.stack_entries)
         .map_max_entries("LOCK_STATS", args.map_entries)
         .load(EBPF_OBJECT)

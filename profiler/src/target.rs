@@ -114,11 +114,11 @@ impl Target {
 
 /// For `-p`: true while any tracked process (the given pids, or a child the kernel
 /// started following) is still running. Zombies count as gone: they record nothing.
-pub fn any_target_alive(ebpf: &Ebpf, pids: &[u32]) -> bool {
+pub fn any_target_alive(maps: &crate::probes::shared::MapSet, pids: &[u32]) -> bool {
     if pids.iter().any(|&pid| is_running(pid)) {
         return true;
     }
-    let Some(map) = ebpf.map("TARGETS") else {
+    let Ok(map) = maps.get("TARGETS") else {
         return false;
     };
     let Ok(targets) = HashMap::<_, u32, u8>::try_from(map) else {

@@ -31,3 +31,15 @@ pub fn mmap_cycle() {
         }
     }
 }
+
+/// Sets the calling thread's name (the process's comm when called from the main thread,
+/// inherited by threads started later); the kernel keeps the first 15 bytes.
+pub fn set_process_name(name: &str) {
+    let mut bytes = name.as_bytes().to_vec();
+    bytes.truncate(15);
+    bytes.push(0);
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+    unsafe {
+        libc::prctl(libc::PR_SET_NAME, bytes.as_ptr() as libc::c_ulong, 0, 0, 0);
+    }
+}

@@ -82,3 +82,59 @@ fn unreadable_and_truncated_profiles() {
     assert!(!svg.exists(), "no SVG from a bad profile");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn exporters_refuse_bad_input_without_writing() {
+    if !lockpath_bin().exists() {
+        eprintln!("SKIP exporters_refuse_bad_input_without_writing: lockpath not built");
+        return;
+    }
+    let dir = scratch("bad-export");
+    let cut = dir.join("cut.json");
+    std::fs::write(&cut, br#"{"format":"lockpath/1","host":"h","#).expect("write");
+    let old = dir.join("old.json");
+    std::fs::write(&old, br#"{"format":"lockpath/0"}"#).expect("write");
+    let svg = dir.join("d.svg");
+    let path = |p: &std::path::Path| p.to_str().expect("path").to_string();
+    one_line_error(
+        &["diff", &path(&cut), &path(&old), "-o", &path(&svg)],
+        "truncated",
+    );
+    one_line_error(&["diff", &path(&old), &path(&old)], "lockpath/0");
+    assert!(!svg.exists(), "no diff SVG from bad input");
+    let merged = dir.join("all.json");
+    one_line_error(
+        &["merge", &path(&old), &path(&cut), "-o", &path(&merged)],
+        "lockpath/0",
+    );
+    one_line_error(&["merge", &path(&cut), "-o", &path(&merged)], "2");
+    assert!(!merged.exists(), "no merged profile from bad input");
+    let page = dir.join("r.html");
+    one_line_error(
+        &[
+            "report",
+            &path(&cut),
+            "--format",
+            "html",
+            "-o",
+            &path(&page),
+        ],
+        "truncated",
+    );
+    assert!(!page.exists());
+    one_line_error(
+        &[
+            "export",
+            &path(&old),
+            "--format",
+            "pprof",
+            "-o",
+            &path(&page),
+        ],
+        "lockpath/0",
+    );
+    one_line_error(
+        &["record", "--metrics", "nowhere", "-d", "1"],
+        "not PORT or ADDRESS:PORT",
+    );
+}

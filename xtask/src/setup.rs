@@ -223,6 +223,12 @@ const TEST_TOOLS: &[(&str, &str)] = &[
     ("bpftool", "bpftool"),
     ("perf", "linux-perf"),
     ("bpftrace", "bpftrace"),
+    // The exporters' tests: HTML report in a real browser, pprof reader, metrics scraper.
+    ("chromium", "chromium"),
+    ("chromedriver", "chromium-driver"),
+    ("go", "golang-go"),
+    ("prometheus", "prometheus"),
+    ("script", "bsdutils"),
 ];
 
 /// Installs missing test tools with apt-get when root. Never fails: the tests

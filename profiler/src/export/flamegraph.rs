@@ -1,26 +1,38 @@
-//! Flamegraphs through inferno, from the folded lines of `folded.rs`.
+//! Flamegraphs through inferno, from the samples of `folded.rs`: one kind of one
+//! profile, or the differential flamegraph of two profiles.
 
 use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use crate::{cli::Kind, export::folded, profile::write_atomically, profile::Profile};
+use crate::{
+    cli::Kind,
+    export::folded,
+    profile::{write_atomically, Profile},
+};
 
-/// Title, count unit and the factor applied to the folded values (microseconds).
+/// Title, count unit and the factor applied to the folded values of `folded::lines`.
 fn labels(kind: Kind) -> (&'static str, &'static str, f64) {
     match kind {
         Kind::Lock => ("Lock wait time (width: time waiting, ms)", "ms", 0.001),
     }
 }
 
-pub fn render_svg(profile: &Profile, kind: Kind) -> Result<Vec<u8>> {
-    let lines: Vec<String> = folded::lines(profile, kind)
-        .into_iter()
-        .map(|(stack, value)| format!("{stack} {value}"))
-        .collect();
-    let (title, count_name, factor) = labels(kind);
+/// Same for the differential flamegraph, whose values are the flame value of
+/// `folded::flame_value` (undivided) per second of run time.
+fn diff_labels(kind: Kind) -> (&'static str, &'static str, f64) {
+    match kind {
+        Kind::Lock => (
+            "Lock wait, NEW against BASE (width: NEW wait in ms per second of run; red grew, blue shrank)",
+            "ms/s",
+            1e-6,
+        ),
+    }
+}
+
+fn render_lines(lines: &[String], title: String, count_name: &str, factor: f64) -> Result<Vec<u8>> {
     let mut options = inferno::flamegraph::Options::default();
-    options.title = format!("{title} — {} — {:.1} s", profile.host, profile.duration_s);
+    options.title = title;
     options.count_name = count_name.to_string();
     options.factor = factor;
     options.name_type = "Function:".to_string();
@@ -43,9 +55,54 @@ pub fn render_svg(profile: &Profile, kind: Kind) -> Result<Vec<u8>> {
     Ok(svg)
 }
 
+pub fn render_svg(profile: &Profile, kind: Kind) -> Result<Vec<u8>> {
+    let lines: Vec<String> = folded::lines(profile, kind)
+        .into_iter()
+        .map(|(stack, value)| format!("{stack} {value}"))
+        .collect();
+    let (title, count_name, factor) = labels(kind);
+    let title = format!("{title} — {} — {:.1} s", profile.host, profile.duration_s);
+    render_lines(&lines, title, count_name, factor)
+}
+
 pub fn write_svg(profile: &Profile, kind: Kind, path: &Path) -> Result<()> {
     let svg = render_svg(profile, kind)?;
     write_atomically(path, &svg)
+}
+
+/// Differential folded lines `stack BASE NEW`, both per second of each run's length.
+pub fn diff_lines(base: &Profile, new: &Profile, kind: Kind) -> Vec<String> {
+    let (index, _) = folded::flame_value(kind);
+    let per_second = |profile: &Profile| {
+        let seconds = profile.duration_s.max(1e-3);
+        folded::samples(profile, kind)
+            .into_iter()
+            .map(move |sample| {
+                let value = sample.values.get(index).copied().unwrap_or(0) as f64;
+                (sample.frames.join(";"), (value / seconds).round() as u64)
+            })
+    };
+    let mut both: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+    for (stack, value) in per_second(base) {
+        both.entry(stack).or_default().0 += value;
+    }
+    for (stack, value) in per_second(new) {
+        both.entry(stack).or_default().1 += value;
+    }
+    both.into_iter()
+        .filter(|(_, (before, after))| *before > 0 || *after > 0)
+        .map(|(stack, (before, after))| format!("{stack} {before} {after}"))
+        .collect()
+}
+
+pub fn render_diff_svg(base: &Profile, new: &Profile, kind: Kind) -> Result<Vec<u8>> {
+    let (title, count_name, factor) = diff_labels(kind);
+    render_lines(
+        &diff_lines(base, new, kind),
+        title.to_string(),
+        count_name,
+        factor,
+    )
 }
 
 #[cfg(test)]
@@ -61,5 +118,26 @@ mod tests {
         assert!(text.contains("do_pipe2"));
         assert!(text.contains("vm_mmap_pgoff"));
         assert!(text.contains("Lock wait time"));
+    }
+
+    #[test]
+    fn diff_lines_are_per_second() {
+        let mut base = profile_with_two_locks();
+        base.duration_s = 2.0;
+        let mut new = profile_with_two_locks();
+        new.duration_s = 1.0;
+        new.locks[2].total_ns *= 4;
+        let lines = diff_lines(&base, &new, Kind::Lock);
+        assert!(
+            lines.contains(&"ior;spinlock;do_pipe2 3500000 7000000".to_string()),
+            "{lines:?}"
+        );
+        assert!(
+            lines.contains(&"ior;rwsem:W;vm_mmap_pgoff 3000000 24000000".to_string()),
+            "{lines:?}"
+        );
+        let svg = String::from_utf8(render_diff_svg(&base, &new, Kind::Lock).expect("svg"))
+            .expect("utf8");
+        assert!(svg.contains("vm_mmap_pgoff"));
     }
 }

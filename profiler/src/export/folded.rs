@@ -1,7 +1,8 @@
-//! Folded stacks (`root;...;leaf value`), the input of inferno and flamegraph.pl, built
-//! once here for every kind; the flamegraph and `export --format folded` both use it.
+//! Stacks of every kind, built once here: `samples()` turns a profile into root-first
+//! frame paths with one value per sample type; the flamegraph, the differential
+//! flamegraph, pprof and the folded / JSON exports all start from it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::{
     cli::Kind,
@@ -9,67 +10,115 @@ use crate::{
     profile::Profile,
 };
 
+/// One kind's sample: frames from the root (process) to the leaf, one value per
+/// entry of `sample_types(kind)`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    pub frames: Vec<String>,
+    pub values: Vec<u64>,
+}
+
+/// What the values of a kind's samples are, pprof style: (type, unit).
+pub fn sample_types(kind: Kind) -> &'static [(&'static str, &'static str)] {
+    match kind {
+        Kind::Lock => &[("contentions", "count"), ("delay", "nanoseconds")],
+    }
+}
+
+/// Which sample value the flamegraph width is, and the divisor that turns it into the
+/// folded unit (lock: delay in nanoseconds, folded in microseconds).
+pub fn flame_value(kind: Kind) -> (usize, u64) {
+    match kind {
+        Kind::Lock => (1, 1_000),
+    }
+}
+
 /// Folded frames may not contain `;` (separator) or line breaks; the count follows the
 /// last space, so frames keep their spaces.
-fn clean(frame: &str) -> String {
+pub fn clean(frame: &str) -> String {
     frame.replace([';', '\n', '\r'], "_")
 }
 
-/// Lock wait: process; lock type; stack from the outermost frame to the caller (the
-/// locking code itself is left out, so the caller is on top). Values in microseconds.
-pub fn lines(profile: &Profile, kind: Kind) -> Vec<(String, u64)> {
-    let mut folded: HashMap<String, u64> = HashMap::new();
+/// The samples of `kind`, merged by frame path (sorted by it).
+pub fn samples(profile: &Profile, kind: Kind) -> Vec<Sample> {
+    let mut merged: BTreeMap<Vec<String>, Vec<u64>> = BTreeMap::new();
+    let mut add = |frames: Vec<String>, values: &[u64]| {
+        let slot = merged
+            .entry(frames)
+            .or_insert_with(|| vec![0; values.len()]);
+        for (total, value) in slot.iter_mut().zip(values) {
+            // Saturating: a damaged or hand-made profile must not wrap around.
+            *total = total.saturating_add(*value);
+        }
+    };
     match kind {
+        // Process; lock type; stack from the outermost frame to the caller (the locking
+        // code itself is left out, so the caller is on top).
         Kind::Lock => {
-            // Sum by (process, type, stack) first with integer keys, then build each
-            // distinct line once: rows (one per lock address) far outnumber lines.
-            let mut sums: HashMap<(u32, u32, Option<u32>), u64> = HashMap::new();
+            // Sum by (process, type, stack) with integer keys first, then build the
+            // frames of each distinct key once: rows (one per lock address) far
+            // outnumber paths, and a million rows must not cost a million frame lists.
+            let mut sums: HashMap<(u32, u32, Option<u32>), [u64; 2]> = HashMap::new();
             for row in &profile.locks {
                 let sum = sums.entry((row.pid, row.flags, row.stack)).or_default();
-                *sum = sum.saturating_add(row.total_ns / 1_000);
+                sum[0] = sum[0].saturating_add(row.count);
+                sum[1] = sum[1].saturating_add(row.total_ns);
             }
-            let mut stack_parts: HashMap<Option<u32>, String> = HashMap::new();
+            let mut stack_parts: HashMap<Option<u32>, Vec<String>> = HashMap::new();
             let mut process_parts: HashMap<u32, String> = HashMap::new();
-            for ((pid, flags, stack), micros) in sums {
-                if micros == 0 {
-                    continue;
-                }
+            for ((pid, flags, stack), values) in sums {
                 let process = process_parts
                     .entry(pid)
                     .or_insert_with(|| clean(&profile.process_name(pid)));
-                let frames = stack_parts
+                let stack_frames = stack_parts
                     .entry(stack)
-                    .or_insert_with(|| lock_stack_part(profile, stack));
-                let line = format!("{process};{}{frames}", clean(lock_type_name(flags)));
-                let value = folded.entry(line).or_default();
-                *value = value.saturating_add(micros);
+                    .or_insert_with(|| lock_stack_frames(profile, stack));
+                let mut frames = Vec::with_capacity(stack_frames.len() + 2);
+                frames.push(process.clone());
+                frames.push(clean(lock_type_name(flags)));
+                frames.extend(stack_frames.iter().cloned());
+                add(frames, &values);
             }
         }
     }
-    // Sorted (inferno expects it, and export output stays stable); sorting once is far
-    // cheaper than keeping a sorted map of a million long strings.
-    let mut lines: Vec<(String, u64)> = folded.into_iter().collect();
-    lines.sort_unstable();
-    lines
+    merged
+        .into_iter()
+        .map(|(frames, values)| Sample { frames, values })
+        .collect()
 }
 
-/// `;outermost;...;caller` of a lock stack (the locking code itself is left out, so
-/// the caller is on top), or `;[stack lost]`.
-fn lock_stack_part(profile: &Profile, stack: Option<u32>) -> String {
+/// Frames of a lock stack from the outermost to the caller (the locking code itself
+/// is left out, so the caller is on top), or `[stack lost]`.
+fn lock_stack_frames(profile: &Profile, stack: Option<u32>) -> Vec<String> {
     if stack.is_none() {
-        return ";[stack lost]".to_string();
+        return vec!["[stack lost]".to_string()];
     }
     let frames = profile.stack_frames(stack);
     let outside_lock = frames
         .iter()
         .position(|frame| !is_lock_internal(&frame.name))
         .unwrap_or(frames.len());
-    let mut part = String::new();
-    for frame in frames[outside_lock..].iter().rev() {
-        part.push(';');
-        part.push_str(&clean(&frame.display()));
-    }
-    part
+    frames[outside_lock..]
+        .iter()
+        .rev()
+        .map(|frame| clean(&frame.display()))
+        .collect()
+}
+
+/// Folded lines (`root;...;leaf`, value in the kind's folded unit), zero lines left out.
+pub fn lines(profile: &Profile, kind: Kind) -> Vec<(String, u64)> {
+    let (index, divisor) = flame_value(kind);
+    let mut lines: Vec<(String, u64)> = samples(profile, kind)
+        .into_iter()
+        .filter_map(|sample| {
+            let value = sample.values.get(index).copied().unwrap_or(0) / divisor;
+            (value > 0).then(|| (sample.frames.join(";"), value))
+        })
+        .collect();
+    // Sorted as text (not as frame lists): inferno is told the input is sorted, which
+    // spares it a second sort of a possibly huge input.
+    lines.sort_unstable();
+    lines
 }
 
 pub fn render(profile: &Profile, kind: Kind) -> String {
@@ -94,6 +143,17 @@ mod tests {
             !text.contains("_raw_spin_lock"),
             "lock internals are left out: {text}"
         );
+    }
+
+    #[test]
+    fn samples_carry_every_value() {
+        let samples = samples(&profile_with_two_locks(), Kind::Lock);
+        let spin = samples
+            .iter()
+            .find(|sample| sample.frames.last().map(String::as_str) == Some("do_pipe2"))
+            .expect("spin sample");
+        assert_eq!(spin.values, vec![150, 7_000_000]);
+        assert_eq!(spin.values.len(), sample_types(Kind::Lock).len());
     }
 
     #[test]

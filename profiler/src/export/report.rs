@@ -29,11 +29,24 @@ pub struct LockGroup {
     pub pids: Vec<u32>,
     /// Process names, in the order of `pids`.
     pub processes: Vec<String>,
+    /// Host of the first process (profiles merged from several hosts differ here).
+    pub host: String,
+    /// Who held the lock while these waits began (sleeping locks with a known owner),
+    /// most wait first: "waiters wait on X, held by Y".
+    pub holders: Vec<Holder>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Holder {
+    pub pid: u32,
+    pub process: String,
+    /// Wait of this group's waiters that began while this process held the lock.
+    pub wait_ns: u64,
 }
 
 /// Groups lock rows and sorts them by total wait, largest first.
 pub fn lock_groups(profile: &Profile, by: GroupBy) -> Vec<LockGroup> {
-    top_lock_groups(profile, by, 0).0
+    top_lock_groups(profile, by, 0, false).0
 }
 
 /// The caller of every stack (the first frame outside the locking code), computed once
@@ -94,10 +107,16 @@ impl std::hash::Hasher for FxHasher {
 
 type FxBuild = std::hash::BuildHasherDefault<FxHasher>;
 
-/// The `top` largest groups (0: all), and how many groups there are in total.
-/// Two passes: sums per group (keys borrow from the profile, callers are ids), then
-/// callers and processes only for the groups that are shown.
-pub fn top_lock_groups(profile: &Profile, by: GroupBy, top: usize) -> (Vec<LockGroup>, usize) {
+/// The `top` largest groups (0: all; only groups with a known holder if `need_holders`),
+/// and how many groups there are in total. Two passes: sums per group (keys borrow from
+/// the profile, callers are ids), then callers, processes and holders only for the
+/// groups that are shown, so a million rows cost no million allocations.
+pub fn top_lock_groups(
+    profile: &Profile,
+    by: GroupBy,
+    top: usize,
+    need_holders: bool,
+) -> (Vec<LockGroup>, usize) {
     #[derive(PartialEq, Eq, Hash)]
     enum Key<'a> {
         Name(&'a str),
@@ -108,6 +127,7 @@ pub fn top_lock_groups(profile: &Profile, by: GroupBy, top: usize) -> (Vec<LockG
         lock_type: &'static str,
         lock: &'a str,
         several_locks: bool,
+        has_holder: bool,
         count: u64,
         total: u64,
         max: u64,
@@ -125,21 +145,38 @@ pub fn top_lock_groups(profile: &Profile, by: GroupBy, top: usize) -> (Vec<LockG
         None => STACK_LOST_ID,
         Some(id) => stack_caller.get(id as usize).copied().unwrap_or(UNKNOWN_ID),
     };
+    // Hosts by pid, computed once (only grouping by host needs them).
+    let hosts: HashMap<u32, String> = match by {
+        GroupBy::Host => profile
+            .locks
+            .iter()
+            .map(|row| row.pid)
+            .collect::<BTreeSet<u32>>()
+            .into_iter()
+            .map(|pid| (pid, profile.host_of(pid)))
+            .collect(),
+        _ => HashMap::new(),
+    };
     let mut ids: HashMap<(Key, &'static str), u32, FxBuild> = HashMap::default();
     let mut groups: Vec<Sums> = Vec::new();
     let mut row_group: Vec<u32> = Vec::with_capacity(profile.locks.len());
     for row in &profile.locks {
         let lock_type = lock_type_name(row.flags);
         let key = match by {
-            GroupBy::Lock => Key::Name(&row.lock_name),
-            GroupBy::Caller => Key::Caller(caller_of(row.stack)),
-            GroupBy::Process => Key::Pid(row.pid),
+            GroupBy::Lock => (Key::Name(&row.lock_name), lock_type),
+            GroupBy::Caller => (Key::Caller(caller_of(row.stack)), lock_type),
+            GroupBy::Process => (Key::Pid(row.pid), lock_type),
+            GroupBy::Host => (
+                Key::Name(hosts.get(&row.pid).map_or("", String::as_str)),
+                "",
+            ),
         };
-        let id = *ids.entry((key, lock_type)).or_insert_with(|| {
+        let id = *ids.entry(key).or_insert_with(|| {
             groups.push(Sums {
                 lock_type,
                 lock: &row.lock_name,
                 several_locks: false,
+                has_holder: false,
                 count: 0,
                 total: 0,
                 max: 0,
@@ -152,6 +189,7 @@ pub fn top_lock_groups(profile: &Profile, by: GroupBy, top: usize) -> (Vec<LockG
         if sums.lock != row.lock_name {
             sums.several_locks = true;
         }
+        sums.has_holder |= row.owner_pid.is_some();
         // Saturating: a damaged or hand-made profile must not wrap around.
         sums.count = sums.count.saturating_add(row.count);
         sums.total = sums.total.saturating_add(row.total_ns);
@@ -168,7 +206,9 @@ pub fn top_lock_groups(profile: &Profile, by: GroupBy, top: usize) -> (Vec<LockG
             .then_with(|| lock_of(a).cmp(lock_of(b)))
             .then_with(|| a.lock_type.cmp(b.lock_type))
     };
-    let mut shown: Vec<u32> = (0..groups.len() as u32).collect();
+    let mut shown: Vec<u32> = (0..groups.len() as u32)
+        .filter(|&id| !need_holders || groups[id as usize].has_holder)
+        .collect();
     if top != 0 && shown.len() > top {
         // Only the top rows are shown: select them, then sort only those.
         shown.select_nth_unstable_by(top - 1, order);
@@ -176,7 +216,7 @@ pub fn top_lock_groups(profile: &Profile, by: GroupBy, top: usize) -> (Vec<LockG
     }
     shown.sort_unstable_by(order);
 
-    // Second pass: callers and processes of the shown groups.
+    // Second pass: callers, processes and holders of the shown groups.
     const HIDDEN: u32 = u32::MAX;
     let mut slot_of_group = vec![HIDDEN; groups.len()];
     for (slot, &group) in shown.iter().enumerate() {
@@ -184,63 +224,74 @@ pub fn top_lock_groups(profile: &Profile, by: GroupBy, top: usize) -> (Vec<LockG
     }
     let mut callers: Vec<HashMap<u32, u64, FxBuild>> = vec![HashMap::default(); shown.len()];
     let mut pids: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); shown.len()];
+    let mut holders: Vec<BTreeMap<u32, u64>> = vec![BTreeMap::new(); shown.len()];
     for (row, &group) in profile.locks.iter().zip(&row_group) {
-        let slot = slot_of_group[group as usize];
-        if slot == HIDDEN {
+        let slot = slot_of_group[group as usize] as usize;
+        if slot == HIDDEN as usize {
             continue;
         }
-        let total = callers[slot as usize]
-            .entry(caller_of(row.stack))
-            .or_default();
+        let total = callers[slot].entry(caller_of(row.stack)).or_default();
         *total = total.saturating_add(row.total_ns);
-        pids[slot as usize].insert(row.pid);
+        pids[slot].insert(row.pid);
+        if let Some(owner) = row.owner_pid {
+            let wait = holders[slot].entry(owner).or_default();
+            *wait = wait.saturating_add(row.total_ns);
+        }
     }
     let mut names: HashMap<u32, String> = HashMap::new();
+    let mut name_of = |pid: u32| {
+        names
+            .entry(pid)
+            .or_insert_with(|| profile.process_name(pid))
+            .clone()
+    };
     let caller_name = |id: u32| {
         caller_names
             .get(id as usize)
             .map_or(UNKNOWN, String::as_str)
     };
-    let out = shown
-        .iter()
-        .zip(callers)
-        .zip(pids)
-        .map(|((&group, callers), pids)| {
-            let sums = &groups[group as usize];
-            let mut callers: Vec<(&str, u64)> = callers
-                .into_iter()
-                .map(|(id, total)| (caller_name(id), total))
-                .collect();
-            callers.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
-            let pids: Vec<u32> = pids.into_iter().collect();
-            LockGroup {
-                lock_type: sums.lock_type.to_string(),
-                lock: lock_of(sums).to_string(),
-                caller: callers.first().map(|c| c.0.to_string()).unwrap_or_default(),
-                contended: sums.count,
-                total_wait_ns: sums.total,
-                max_wait_ns: sums.max,
-                min_wait_ns: if sums.count == 0 { 0 } else { sums.min },
-                avg_wait_ns: sums.total.checked_div(sums.count).unwrap_or(0),
-                callers: callers.into_iter().map(|c| c.0.to_string()).collect(),
-                processes: pids
-                    .iter()
-                    .map(|&pid| {
-                        names
-                            .entry(pid)
-                            .or_insert_with(|| profile.process_name(pid))
-                            .clone()
-                    })
-                    .collect(),
-                pids,
-            }
-        })
-        .collect();
+    let mut out = Vec::with_capacity(shown.len());
+    for (((&group, callers), pids), holders) in shown.iter().zip(callers).zip(pids).zip(holders) {
+        let sums = &groups[group as usize];
+        let mut callers: Vec<(&str, u64)> = callers
+            .into_iter()
+            .map(|(id, total)| (caller_name(id), total))
+            .collect();
+        callers.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+        let pids: Vec<u32> = pids.into_iter().collect();
+        let mut holders: Vec<Holder> = holders
+            .into_iter()
+            .map(|(pid, wait_ns)| Holder {
+                pid,
+                process: name_of(pid),
+                wait_ns,
+            })
+            .collect();
+        holders.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then_with(|| a.pid.cmp(&b.pid)));
+        out.push(LockGroup {
+            holders,
+            lock_type: sums.lock_type.to_string(),
+            lock: lock_of(sums).to_string(),
+            caller: callers.first().map(|c| c.0.to_string()).unwrap_or_default(),
+            contended: sums.count,
+            total_wait_ns: sums.total,
+            max_wait_ns: sums.max,
+            min_wait_ns: if sums.count == 0 { 0 } else { sums.min },
+            avg_wait_ns: sums.total.checked_div(sums.count).unwrap_or(0),
+            callers: callers.into_iter().map(|c| c.0.to_string()).collect(),
+            processes: pids.iter().map(|&pid| name_of(pid)).collect(),
+            host: pids
+                .first()
+                .map(|&pid| profile.host_of(pid))
+                .unwrap_or_default(),
+            pids,
+        });
+    }
     (out, total_groups)
 }
 
 /// Cuts `text` to `width` characters, marking the cut with `…`.
-fn fit(text: &str, width: usize) -> String {
+pub fn fit(text: &str, width: usize) -> String {
     if text.chars().count() <= width {
         text.to_string()
     } else {
@@ -252,7 +303,7 @@ fn fit(text: &str, width: usize) -> String {
 
 /// The lock table as text, within 100 columns.
 pub fn lock_table(profile: &Profile, by: GroupBy, top: usize) -> String {
-    let (groups, total_groups) = top_lock_groups(profile, by, top);
+    let (groups, total_groups) = top_lock_groups(profile, by, top, false);
     let mut out = String::new();
     if groups.is_empty() {
         out.push_str("no lock contention recorded\n");
@@ -260,6 +311,7 @@ pub fn lock_table(profile: &Profile, by: GroupBy, top: usize) -> String {
     }
     let third = match by {
         GroupBy::Process => "process",
+        GroupBy::Host => "host",
         _ => "lock",
     };
     out.push_str(&format!(
@@ -270,6 +322,7 @@ pub fn lock_table(profile: &Profile, by: GroupBy, top: usize) -> String {
     for group in &groups {
         let third_value = match by {
             GroupBy::Process => group.processes.first().cloned().unwrap_or_default(),
+            GroupBy::Host => group.host.clone(),
             _ => group.lock.clone(),
         };
         out.push_str(&format!(
@@ -316,12 +369,49 @@ pub fn summary_header(profile: &Profile) -> String {
     )
 }
 
+/// "Waiters wait on X, held by Y": the holders of the top sleeping locks, when the
+/// kernel side could read the owner. Empty when no owner is known.
+pub fn holders_table(profile: &Profile, top: usize) -> String {
+    let (groups, _) = top_lock_groups(profile, GroupBy::Lock, top.max(1), true);
+    if groups.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("\nheld by (owner of the sleeping lock when the waits began):\n");
+    for group in groups {
+        let holders: Vec<String> = group
+            .holders
+            .iter()
+            .take(3)
+            .map(|holder| {
+                format!(
+                    "{}[{}] {}",
+                    holder.process,
+                    holder.pid,
+                    format_ns(holder.wait_ns)
+                )
+            })
+            .collect();
+        out.push_str(&fit(
+            &format!(
+                "  {:<9} {:<20} {}",
+                group.lock_type,
+                fit(&group.lock, 20),
+                holders.join(", ")
+            ),
+            100,
+        ));
+        out.push('\n');
+    }
+    out
+}
+
 /// What `record` prints at the end.
 pub fn summary(profile: &Profile, top: usize) -> String {
     let mut out = summary_header(profile);
     if profile.probes.iter().any(|probe| probe.family == "lock") {
         out.push_str("lock contention, by lock (total wait):\n");
         out.push_str(&lock_table(profile, GroupBy::Lock, top));
+        out.push_str(&holders_table(profile, top.min(10)));
     }
     out.push_str(&losses(profile));
     out
@@ -337,7 +427,7 @@ struct JsonReport<'a> {
 }
 
 pub fn json(profile: &Profile, by: GroupBy, top: usize) -> serde_json::Result<String> {
-    let (locks, _) = top_lock_groups(profile, by, top);
+    let (locks, _) = top_lock_groups(profile, by, top, false);
     serde_json::to_string_pretty(&JsonReport {
         format: &profile.format,
         host: &profile.host,
@@ -387,6 +477,7 @@ pub(crate) mod tests {
             total_ns: total,
             max_ns: total / count,
             min_ns: 1,
+            owner_pid: None,
         };
         profile.locks = vec![
             row(10, "0xffff1", 1, spin, 100, 5_000_000),
@@ -421,6 +512,36 @@ pub(crate) mod tests {
         assert_eq!(groups[1].lock_type, "rwsem:W");
         assert_eq!(groups[1].caller, "vm_mmap_pgoff");
         assert_eq!(groups[1].avg_wait_ns, 600_000);
+    }
+
+    #[test]
+    fn holders_name_who_held_the_lock() {
+        let mut profile = profile_with_two_locks();
+        profile.locks[2].owner_pid = Some(11);
+        let groups = lock_groups(&profile, GroupBy::Lock);
+        let mmap = groups
+            .iter()
+            .find(|g| g.lock == "mmap_lock")
+            .expect("mmap_lock group");
+        assert_eq!(mmap.holders.len(), 1);
+        assert_eq!(mmap.holders[0].pid, 11);
+        assert_eq!(mmap.holders[0].wait_ns, 6_000_000);
+        let text = holders_table(&profile, 10);
+        assert!(
+            text.contains("mmap_lock") && text.contains("ior[11] 6.00 ms"),
+            "{text}"
+        );
+        let spin = groups
+            .iter()
+            .find(|g| g.lock_type == "spinlock")
+            .expect("spin");
+        assert!(spin.holders.is_empty());
+        profile.locks[2].owner_pid = None;
+        assert_eq!(
+            holders_table(&profile, 10),
+            "",
+            "nothing when no owner is known"
+        );
     }
 
     #[test]

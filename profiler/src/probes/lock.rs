@@ -9,10 +9,12 @@ use aya::{
     Ebpf,
 };
 use profiler_common::lock::{
-    LockKey, LockStat, LCB_F_MUTEX, LCB_F_PERCPU, LCB_F_READ, LCB_F_RT, LCB_F_SPIN, LCB_F_WRITE,
+    LockKey, LockLayout, LockStat, LCB_F_MUTEX, LCB_F_PERCPU, LCB_F_READ, LCB_F_RT, LCB_F_SPIN,
+    LCB_F_WRITE, LOCK_CLASS_MMAP_LOCK,
 };
 
 use crate::{
+    btf::Btf,
     cli::LockMethod,
     probes::shared::{MapSet, StackResolver},
     profile::{Frame, LockRow, ProbeUse},
@@ -196,6 +198,32 @@ fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut aya::programs::
         .with_context(|| format!("program {name} missing from the eBPF object"))
 }
 
+/// Struct offsets from the kernel's BTF that let the lock programs name `mmap_lock` and
+/// read the owner of a contended mutex or rwsem. Without BTF both are off (`enabled` 0)
+/// and lock contention is recorded as before.
+pub fn layout() -> LockLayout {
+    let read = || -> Result<LockLayout> {
+        let btf = Btf::from_sys_fs()?;
+        Ok(LockLayout {
+            enabled: 1,
+            task_mm: btf.member_offset("task_struct", "mm")?,
+            task_pid: btf.member_offset("task_struct", "pid")?,
+            task_tgid: btf.member_offset("task_struct", "tgid")?,
+            task_comm: btf.member_offset("task_struct", "comm")?,
+            mm_mmap_lock: btf.member_offset("mm_struct", "mmap_lock")?,
+            mutex_owner: btf.member_offset("mutex", "owner")?,
+            rwsem_owner: btf.member_offset("rw_semaphore", "owner")?,
+        })
+    };
+    match read() {
+        Ok(layout) => layout,
+        Err(err) => {
+            log::warn!("lock owners and mmap_lock names are off: {err:#}");
+            LockLayout::default()
+        }
+    }
+}
+
 /// Reads the aggregate out of the kernel.
 pub fn drain(maps: &MapSet, stacks: &mut StackResolver) -> Result<Vec<LockRow>> {
     let map = maps.get("LOCK_STATS")?;
@@ -207,13 +235,18 @@ pub fn drain(maps: &MapSet, stacks: &mut StackResolver) -> Result<Vec<LockRow>> 
         rows.push(LockRow {
             pid: key.tgid,
             lock_addr: key.lock_addr,
-            lock_name: stacks.lock_name(key.lock_addr),
+            lock_name: if key.lock_class == LOCK_CLASS_MMAP_LOCK {
+                "mmap_lock".to_string()
+            } else {
+                stacks.lock_name(key.lock_addr)
+            },
             flags: key.flags,
             stack: stacks.kernel_stack(key.kstack_id),
             count: stat.count,
             total_ns: stat.total_ns,
             max_ns: stat.max_ns,
             min_ns: stat.min_ns,
+            owner_pid: (key.owner_tgid != 0).then_some(key.owner_tgid),
         });
     }
     rows.sort_by_key(|row| std::cmp::Reverse(row.total_ns));

@@ -1,8 +1,9 @@
 //! Workload: heavy kernel lock contention for a known time.
-//! `lock-storm [--seconds S] [--threads N] [--mode pipe|mmap|both]`
+//! `lock-storm [--seconds S] [--threads N] [--mode pipe|mmap|both] [--name COMM]`
 //! pipe: threads create and close pipes (spinlock contention in the kernel);
 //! mmap: threads map and unmap memory (mmap_lock rwsem contention).
-//! Prints `ops=N` when done.
+//! `--name` sets the process name (comm, 15 bytes at most) before the threads start,
+//! e.g. to test that hostile names are escaped. Prints `ops=N` when done.
 
 use std::{
     sync::{
@@ -23,6 +24,7 @@ fn main() {
             "--seconds" => seconds = value.parse().expect("--seconds takes a number"),
             "--threads" => threads = value.parse().expect("--threads takes a number"),
             "--mode" => mode = value,
+            "--name" => lockpath_tests::set_process_name(&value),
             other => panic!("unknown argument {other}"),
         }
     }

@@ -200,3 +200,115 @@ pub fn assert_programs_gone(ids: &[u64]) {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
+
+/// True when `command` is on PATH. Under `CI=true` a missing tool fails the test (the
+/// test-tool installer of `cargo xtask test` must have installed it); elsewhere it skips.
+pub fn require_tool(test: &str, command: &str) -> bool {
+    let found = std::env::var_os("PATH")
+        .map(|path| std::env::split_paths(&path).any(|dir| dir.join(command).is_file()))
+        .unwrap_or(false);
+    if found {
+        return true;
+    }
+    let ci = std::env::var("CI")
+        .map(|v| v == "true" || v == "1")
+        .unwrap_or(false);
+    if ci {
+        panic!("{test}: {command} is not installed under CI=true (cargo xtask test installs it)");
+    }
+    eprintln!("SKIP {test}: {command} is not installed");
+    false
+}
+
+/// A TCP port on loopback that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .expect("a free loopback port")
+}
+
+/// One HTTP/1.1 request with `Connection: close`; returns status and body.
+pub fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> std::io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(60)))?;
+    let body = body.unwrap_or("");
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut raw = Vec::new();
+    let mut buffer = [0u8; 8192];
+    let mut expected: Option<usize> = None;
+    loop {
+        if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            if expected.is_none() {
+                let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+                expected = head
+                    .lines()
+                    .find_map(|line| line.strip_prefix("content-length:"))
+                    .and_then(|len| len.trim().parse::<usize>().ok())
+                    .map(|len| end + 4 + len);
+            }
+            if let Some(total) = expected {
+                if raw.len() >= total {
+                    break;
+                }
+            }
+        }
+        let read = stream.read(&mut buffer)?;
+        if read == 0 {
+            break;
+        }
+        raw.extend_from_slice(&buffer[..read]);
+    }
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let chunked = head
+        .to_ascii_lowercase()
+        .lines()
+        .any(|line| line.starts_with("transfer-encoding:") && line.contains("chunked"));
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    Ok((status, body))
+}
+
+/// Decodes a chunked transfer-encoded body.
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let size =
+            usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16).unwrap_or(0);
+        if size == 0 || rest.len() < size {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        body = rest[size..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// A child process killed (by its pid) and reaped when the guard goes, even on panic.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

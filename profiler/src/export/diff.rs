@@ -1,0 +1,359 @@
+//! `lockpath diff BASE NEW`: what grew, per lock, caller, process (and host), each
+//! value per second of its run so runs of different length compare.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::{
+    cli::{GroupBy, Kind},
+    export::report::{fit, lock_groups},
+    profile::Profile,
+    units::format_ns,
+};
+
+/// A value and an event count (lock: wait ns and contentions) under one key.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Measure {
+    pub value: u64,
+    pub events: u64,
+}
+
+/// One way of splitting a kind's totals: "lock", "caller", "process", "host".
+pub struct Breakdown {
+    pub by: &'static str,
+    pub entries: BTreeMap<String, Measure>,
+}
+
+/// Keys stay comparable across runs: names, never pids (lock addresses of dynamic
+/// locks differ between runs; static locks keep their symbol).
+pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
+    let mut out = Vec::new();
+    match kind {
+        Kind::Lock => {
+            let mut ways = vec![
+                ("lock", GroupBy::Lock),
+                ("caller", GroupBy::Caller),
+                ("process", GroupBy::Process),
+            ];
+            if profile.is_merged() {
+                ways.push(("host", GroupBy::Host));
+            }
+            for (by, group_by) in ways {
+                let mut entries: BTreeMap<String, Measure> = BTreeMap::new();
+                for group in lock_groups(profile, group_by) {
+                    let key = match group_by {
+                        GroupBy::Lock => format!("{} {}", group.lock_type, group.lock),
+                        GroupBy::Caller => format!("{} {}", group.lock_type, group.caller),
+                        GroupBy::Process => format!(
+                            "{} {}",
+                            group.lock_type,
+                            group.processes.first().cloned().unwrap_or_default()
+                        ),
+                        GroupBy::Host => group.host.clone(),
+                    };
+                    let entry = entries.entry(key).or_default();
+                    entry.value += group.total_wait_ns;
+                    entry.events += group.contended;
+                }
+                out.push(Breakdown { by, entries });
+            }
+        }
+    }
+    out
+}
+
+/// Column names of a kind's value and events, and how a per-second value is shown.
+fn value_names(kind: Kind) -> (&'static str, &'static str) {
+    match kind {
+        Kind::Lock => ("wait/s", "cont/s"),
+    }
+}
+
+fn format_value(kind: Kind, per_second: f64) -> String {
+    match kind {
+        Kind::Lock => format_ns(per_second.abs().round() as u64),
+    }
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct DiffRow {
+    pub key: String,
+    pub base_per_s: f64,
+    pub new_per_s: f64,
+    pub change_per_s: f64,
+    /// NEW / BASE; `None` when BASE is zero (new).
+    pub ratio: Option<f64>,
+    pub base_events_per_s: f64,
+    pub new_events_per_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct DiffTable {
+    pub kind: String,
+    pub by: String,
+    /// Unit of the `*_per_s` values (lock: nanoseconds of wait per second of run).
+    pub unit: String,
+    /// Largest growth first.
+    pub rows: Vec<DiffRow>,
+}
+
+fn unit(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Lock => "ns/s",
+    }
+}
+
+fn kind_name(kind: Kind) -> String {
+    use clap::ValueEnum;
+    kind.to_possible_value()
+        .map(|value| value.get_name().to_string())
+        .unwrap_or_default()
+}
+
+pub fn diff(base: &Profile, new: &Profile, kind: Kind) -> Vec<DiffTable> {
+    let base_s = base.duration_s.max(1e-3);
+    let new_s = new.duration_s.max(1e-3);
+    let new_breakdowns = breakdowns(new, kind);
+    let mut tables = Vec::new();
+    for base_breakdown in breakdowns(base, kind) {
+        let empty = BTreeMap::new();
+        let new_entries = new_breakdowns
+            .iter()
+            .find(|breakdown| breakdown.by == base_breakdown.by)
+            .map(|breakdown| &breakdown.entries)
+            .unwrap_or(&empty);
+        let mut keys: Vec<&String> = base_breakdown.entries.keys().collect();
+        keys.extend(new_entries.keys());
+        keys.sort();
+        keys.dedup();
+        let mut rows: Vec<DiffRow> = keys
+            .into_iter()
+            .map(|key| {
+                let before = base_breakdown.entries.get(key).copied().unwrap_or_default();
+                let after = new_entries.get(key).copied().unwrap_or_default();
+                let base_per_s = before.value as f64 / base_s;
+                let new_per_s = after.value as f64 / new_s;
+                DiffRow {
+                    key: key.clone(),
+                    base_per_s,
+                    new_per_s,
+                    change_per_s: new_per_s - base_per_s,
+                    ratio: (before.value > 0).then(|| new_per_s / base_per_s),
+                    base_events_per_s: before.events as f64 / base_s,
+                    new_events_per_s: after.events as f64 / new_s,
+                }
+            })
+            .collect();
+        rows.sort_by(|a, b| {
+            b.change_per_s
+                .total_cmp(&a.change_per_s)
+                .then_with(|| a.key.cmp(&b.key))
+        });
+        tables.push(DiffTable {
+            kind: kind_name(kind),
+            by: base_breakdown.by.to_string(),
+            unit: unit(kind).to_string(),
+            rows,
+        });
+    }
+    // A table only NEW has (e.g. hosts of a merged NEW against a single-host BASE).
+    for breakdown in &new_breakdowns {
+        if !tables.iter().any(|table| table.by == breakdown.by) {
+            let mut rows: Vec<DiffRow> = breakdown
+                .entries
+                .iter()
+                .map(|(key, after)| {
+                    let new_per_s = after.value as f64 / new_s;
+                    DiffRow {
+                        key: key.clone(),
+                        base_per_s: 0.0,
+                        new_per_s,
+                        change_per_s: new_per_s,
+                        ratio: None,
+                        base_events_per_s: 0.0,
+                        new_events_per_s: after.events as f64 / new_s,
+                    }
+                })
+                .collect();
+            rows.sort_by(|a, b| b.change_per_s.total_cmp(&a.change_per_s));
+            tables.push(DiffTable {
+                kind: kind_name(kind),
+                by: breakdown.by.to_string(),
+                unit: unit(kind).to_string(),
+                rows,
+            });
+        }
+    }
+    tables
+}
+
+fn format_ratio(row: &DiffRow) -> String {
+    match row.ratio {
+        None => "new".into(),
+        Some(_) if row.new_per_s == 0.0 => "gone".into(),
+        Some(ratio) if ratio >= 100.0 => format!("x{ratio:.0}"),
+        Some(ratio) => format!("x{ratio:.2}"),
+    }
+}
+
+fn format_rate(events: f64) -> String {
+    if events >= 1e6 {
+        format!("{:.1}M", events / 1e6)
+    } else if events >= 1e4 {
+        format!("{:.1}k", events / 1e3)
+    } else if events >= 10.0 {
+        format!("{events:.0}")
+    } else {
+        format!("{events:.1}")
+    }
+}
+
+/// The tables as text, within 100 columns; `top` rows each (0: all).
+pub fn text(base: &Profile, new: &Profile, kind: Kind, top: usize) -> String {
+    let (value_name, events_name) = value_names(kind);
+    let mut out = format!(
+        "BASE {} ({:.1} s) -> NEW {} ({:.1} s); per second of run, largest growth first\n",
+        fit(&base.host, 20),
+        base.duration_s,
+        fit(&new.host, 20),
+        new.duration_s
+    );
+    for table in diff(base, new, kind) {
+        out.push_str(&format!("\n{} by {}:\n", table.kind, table.by));
+        if table.rows.is_empty() {
+            out.push_str("  nothing recorded in either run\n");
+            continue;
+        }
+        out.push_str(&format!(
+            "{:>10} {:>10} {:>11} {:>7} {:>8} {:>8}  {}\n",
+            format!("base {value_name}"),
+            format!("new {value_name}"),
+            "change",
+            "ratio",
+            format!("b {events_name}"),
+            format!("n {events_name}"),
+            table.by
+        ));
+        let shown = if top == 0 {
+            table.rows.len()
+        } else {
+            top.min(table.rows.len())
+        };
+        for row in &table.rows[..shown] {
+            let sign = if row.change_per_s < 0.0 { "-" } else { "+" };
+            out.push_str(&format!(
+                "{:>10} {:>10} {:>11} {:>7} {:>8} {:>8}  {}\n",
+                format_value(kind, row.base_per_s),
+                format_value(kind, row.new_per_s),
+                format!("{sign}{}", format_value(kind, row.change_per_s)),
+                format_ratio(row),
+                format_rate(row.base_events_per_s),
+                format_rate(row.new_events_per_s),
+                fit(&row.key, 38),
+            ));
+        }
+        if shown < table.rows.len() {
+            out.push_str(&format!(
+                "({} more rows: --top 0 shows all)\n",
+                table.rows.len() - shown
+            ));
+        }
+    }
+    out
+}
+
+#[derive(Serialize)]
+struct JsonDiff<'a> {
+    base: JsonRun<'a>,
+    new: JsonRun<'a>,
+    tables: Vec<DiffTable>,
+}
+
+#[derive(Serialize)]
+struct JsonRun<'a> {
+    host: &'a str,
+    duration_s: f64,
+}
+
+pub fn json(base: &Profile, new: &Profile, kind: Kind) -> serde_json::Result<String> {
+    serde_json::to_string_pretty(&JsonDiff {
+        base: JsonRun {
+            host: &base.host,
+            duration_s: base.duration_s,
+        },
+        new: JsonRun {
+            host: &new.host,
+            duration_s: new.duration_s,
+        },
+        tables: diff(base, new, kind),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::report::tests::profile_with_two_locks;
+
+    #[test]
+    fn grown_lock_comes_first_normalized_per_second() {
+        let mut base = profile_with_two_locks();
+        base.duration_s = 10.0;
+        let mut new = profile_with_two_locks();
+        new.duration_s = 5.0;
+        // mmap_lock: 6 ms in 10 s -> 60 ms in 5 s (x20 per second).
+        new.locks[2].total_ns = 60_000_000;
+        // The spinlock halves its absolute time, so per second it stays the same.
+        new.locks[0].total_ns /= 2;
+        new.locks[1].total_ns /= 2;
+        let tables = diff(&base, &new, Kind::Lock);
+        let by_lock = &tables[0];
+        assert_eq!(by_lock.by, "lock");
+        assert_eq!(by_lock.rows[0].key, "rwsem:W mmap_lock");
+        assert!((by_lock.rows[0].base_per_s - 600_000.0).abs() < 1.0);
+        assert!((by_lock.rows[0].new_per_s - 12_000_000.0).abs() < 1.0);
+        assert!((by_lock.rows[0].ratio.expect("ratio") - 20.0).abs() < 1e-9);
+        assert!(
+            by_lock.rows[1].change_per_s.abs() < 1.0,
+            "{:?}",
+            by_lock.rows[1]
+        );
+        let callers = tables
+            .iter()
+            .find(|table| table.by == "caller")
+            .expect("callers");
+        assert_eq!(callers.rows[0].key, "rwsem:W vm_mmap_pgoff");
+    }
+
+    #[test]
+    fn text_fits_100_columns_and_names_new_and_gone() {
+        let base = profile_with_two_locks();
+        let mut new = profile_with_two_locks();
+        new.locks.remove(2);
+        new.locks[0].lock_name = "a_very_long_static_lock_symbol_name+0x1234567".into();
+        let text = text(&base, &new, Kind::Lock, 0);
+        for line in text.lines() {
+            assert!(
+                line.chars().count() <= 100,
+                "too wide ({}): {line}",
+                line.chars().count()
+            );
+        }
+        assert!(text.contains("new"), "{text}");
+        assert!(text.contains("gone"), "{text}");
+    }
+
+    #[test]
+    fn merged_profiles_get_a_host_table() {
+        let mut new = profile_with_two_locks();
+        new.processes[0].host = Some("node-a".into());
+        new.processes[1].host = Some("node-b".into());
+        let tables = diff(&profile_with_two_locks(), &new, Kind::Lock);
+        let hosts = tables
+            .iter()
+            .find(|table| table.by == "host")
+            .expect("host table");
+        assert_eq!(hosts.rows.len(), 2);
+        assert_eq!(hosts.rows[0].key, "node-a");
+    }
+}

@@ -1,0 +1,52 @@
+//! Escaping of names that anyone on the profiled machine chooses (process, thread and
+//! symbol names, file paths) for every format we render into.
+
+/// Text and attribute values in HTML and SVG (XML): `& < > " '` become entities.
+pub fn html(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for ch in text.chars() {
+        match ch {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(ch),
+        }
+    }
+    out
+}
+
+/// A Prometheus label value (text exposition format): `\`, `"` and line feeds escaped;
+/// other control characters are replaced, since some scrapers reject them.
+pub fn prometheus_label(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for ch in text.chars() {
+        match ch {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            ch if ch.is_control() => out.push('?'),
+            _ => out.push(ch),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn html_escapes_markup() {
+        assert_eq!(
+            html(r#"<svg onload=x>"a'&"#),
+            "&lt;svg onload=x&gt;&quot;a&#39;&amp;"
+        );
+    }
+
+    #[test]
+    fn prometheus_escapes_quotes_and_breaks() {
+        assert_eq!(prometheus_label("a\"b\\c\nd\te"), "a\\\"b\\\\c\\nd?e");
+    }
+}
