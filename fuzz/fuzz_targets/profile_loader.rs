@@ -14,11 +14,16 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let _ = export::report::summary(&profile, 5);
-    for by in [GroupBy::Lock, GroupBy::Caller, GroupBy::Process] {
+    for by in [GroupBy::Lock, GroupBy::Caller, GroupBy::Process, GroupBy::Host] {
         let _ = export::report::json(&profile, by, 0);
     }
     for kind in [Kind::Lock] {
         let _ = export::folded::render(&profile, kind);
         let _ = export::flamegraph::render_svg(&profile, kind);
+        let _ = export::pprof::render(&profile, kind);
+        let _ = export::json::render(&profile, kind);
+        let _ = export::diff::text(&profile, &profile, kind, 5);
     }
+    let _ = export::html::render(&profile);
+    let _ = export::merge::merge(vec![profile.clone(), profile], vec!["fuzz".into()]);
 });

@@ -27,11 +27,17 @@ fn every_corpus_file_is_refused_with_one_clear_line() {
                     "{name} loaded but should have been refused"
                 );
                 let _ = export::report::summary(&profile, 5);
-                for by in [GroupBy::Lock, GroupBy::Caller, GroupBy::Process] {
+                for by in [GroupBy::Lock, GroupBy::Caller, GroupBy::Process, GroupBy::Host] {
                     export::report::json(&profile, by, 0).expect("json report");
                 }
                 let _ = export::folded::render(&profile, Kind::Lock);
                 export::flamegraph::render_svg(&profile, Kind::Lock).expect("svg");
+                export::pprof::render(&profile, Kind::Lock).expect("pprof");
+                export::json::render(&profile, Kind::Lock).expect("json tree");
+                let _ = export::diff::text(&profile, &profile, Kind::Lock, 5);
+                export::html::render(&profile).expect("html");
+                export::merge::merge(vec![profile.clone(), profile], vec!["test".into()])
+                    .expect("merge of a profile with itself");
             }
             Err(err) => {
                 let text = format!("{err:#}");
