@@ -73,3 +73,15 @@ fn specific_damage_is_named() {
         );
     }
 }
+
+/// Found by the fuzzer: merging a profile whose loss counter is near u64::MAX with itself
+/// overflowed (a panic in debug builds, a wrapped-around small number in release).
+#[test]
+fn merged_counters_saturate_instead_of_wrapping() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/corpus/ok_fuzz_crash_merge_losses_overflow.json");
+    let profile = Profile::from_bytes(&std::fs::read(path).expect("read")).expect("loads");
+    let merged = export::merge::merge(vec![profile.clone(), profile], vec!["test".into()])
+        .expect("merge");
+    assert_eq!(merged.losses.get("x"), Some(&u64::MAX));
+}

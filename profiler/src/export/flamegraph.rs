@@ -40,11 +40,12 @@ fn render_lines(lines: &[String], title: String, count_name: &str, factor: f64) 
     options.no_sort = true;
     let mut svg = Vec::new();
     if lines.is_empty() {
-        // inferno refuses empty input; an empty profile still gets a readable file.
+        // inferno refuses empty input (and a total of 0); an empty profile still gets a
+        // readable file: one placeholder frame of width 1, and the title says why.
         options.title = format!("{} (no samples recorded)", options.title);
         inferno::flamegraph::from_lines(
             &mut options,
-            ["[nothing recorded] 0"].iter().copied(),
+            ["[nothing recorded] 1"].iter().copied(),
             &mut svg,
         )
         .context("cannot render the flamegraph")?;
