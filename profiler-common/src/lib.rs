@@ -5,6 +5,7 @@
 #![no_std]
 
 pub mod config;
+pub mod cpu;
 pub mod lock;
 pub mod loss;
 pub mod target;

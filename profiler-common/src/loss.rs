@@ -10,6 +10,11 @@ pub const LOCK_NESTED: u32 = 5;
 pub const LOCK_WAIT_MAP_FULL: u32 = 6;
 pub const TASK_MAP_FULL: u32 = 7;
 pub const TARGET_MAP_FULL: u32 = 8;
+// cpu + user stacks: 16..=19
+pub const CPU_MAP_FULL: u32 = 16;
+pub const USER_STACK_FAILED: u32 = 17;
+pub const PROCESS_NOTE_LOST: u32 = 18;
+pub const PROCESS_SEEN_MAP_FULL: u32 = 19;
 /// vm/kprobe fallback range: 26..=27.
 pub const LOCK_KPROBE_RETURN_LOST: u32 = 26;
 
@@ -17,7 +22,7 @@ pub const LOCK_KPROBE_RETURN_LOST: u32 = 26;
 pub const LOSS_SLOTS: u32 = 32;
 
 /// Names for the report, by index. `None` slots are unused.
-pub const LOSS_NAMES: [(u32, &str, &str); 10] = [
+pub const LOSS_NAMES: [(u32, &str, &str); 14] = [
     (
         STACK_COLLISION,
         "stack_collision",
@@ -62,6 +67,26 @@ pub const LOSS_NAMES: [(u32, &str, &str); 10] = [
         TARGET_MAP_FULL,
         "target_map_full",
         "target map full: a forked child was not followed",
+    ),
+    (
+        CPU_MAP_FULL,
+        "cpu_map_full",
+        "on-CPU sample map full: sample dropped",
+    ),
+    (
+        USER_STACK_FAILED,
+        "user_stack_failed",
+        "user stack of a sample could not be taken (shown without user frames)",
+    ),
+    (
+        PROCESS_NOTE_LOST,
+        "process_note_lost",
+        "new-process notice lost (ring buffer full): its memory map may be missing",
+    ),
+    (
+        PROCESS_SEEN_MAP_FULL,
+        "process_seen_map_full",
+        "seen-process map full: a process's memory map may be missing",
     ),
     (
         LOCK_KPROBE_RETURN_LOST,

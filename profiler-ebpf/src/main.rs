@@ -6,13 +6,14 @@
 #![allow(internal_features)]
 #![no_main]
 
+mod cpu;
 mod lock;
 mod shared;
 mod target;
 
 use aya_ebpf::{
-    macros::{kprobe, kretprobe, raw_tracepoint},
-    programs::{ProbeContext, RawTracePointContext, RetProbeContext},
+    macros::{kprobe, kretprobe, perf_event, raw_tracepoint},
+    programs::{PerfEventContext, ProbeContext, RawTracePointContext, RetProbeContext},
 };
 use profiler_common::lock::{LCB_F_MUTEX, LCB_F_READ, LCB_F_WRITE};
 
@@ -31,6 +32,13 @@ pub fn lock_contention_begin(ctx: RawTracePointContext) -> i32 {
 #[raw_tracepoint(tracepoint = "contention_end")]
 pub fn lock_contention_end(ctx: RawTracePointContext) -> i32 {
     lock::on_contention_end(&ctx);
+    0
+}
+
+/// On-CPU sample: a software CPU-clock perf event, one per online CPU.
+#[perf_event]
+pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
+    cpu::on_sample(&ctx);
     0
 }
 

@@ -1,12 +1,13 @@
 //! Maps and helpers shared by every probe family.
 
 use aya_ebpf::{
+    bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid},
     macros::map,
-    maps::{HashMap, PerCpuArray, StackTrace},
+    maps::{HashMap, PerCpuArray, RingBuf, StackTrace},
 };
 use profiler_common::{
-    loss::{LOSS_SLOTS, TASK_MAP_FULL},
+    loss::{LOSS_SLOTS, PROCESS_NOTE_LOST, PROCESS_SEEN_MAP_FULL, TASK_MAP_FULL},
     target::TaskInfo,
 };
 
@@ -26,6 +27,8 @@ pub static TASKS: HashMap<u32, TaskInfo> = HashMap::with_max_entries(16384, 0);
 
 /// `BPF_F_FAST_STACK_CMP`: compare stacks by hash only; a collision is -EEXIST and counted.
 pub const STACK_FLAGS_KERNEL: u64 = 1 << 9;
+/// `BPF_F_USER_STACK | BPF_F_FAST_STACK_CMP`: the user-space stack of the current task.
+pub const STACK_FLAGS_USER: u64 = (1 << 8) | (1 << 9);
 
 #[inline(always)]
 pub fn count_loss(slot: u32) {
@@ -71,4 +74,56 @@ pub fn remember_current_task() {
     if TASKS.insert(&tid, &info, 0).is_err() {
         count_loss(TASK_MAP_FULL);
     }
+}
+
+/// Processes whose user stacks were recorded: tgid -> 1. The first time a process is
+/// seen, its tgid goes to `NEW_PROCESSES` so user space snapshots its memory map while
+/// it lives (it may exit before the end of the run). An exec empties its entry: the
+/// process then has a new map.
+#[map]
+pub static PROCESSES_SEEN: HashMap<u32, u8> = HashMap::with_max_entries(16384, 0);
+
+/// Process ids whose memory map user space should snapshot now.
+#[map]
+pub static NEW_PROCESSES: RingBuf = RingBuf::with_byte_size(64 * 1024, 0);
+
+/// Tells user space about a process with user stacks the first time it is seen, so
+/// its user addresses can be symbolized even after it exits. Every family that records
+/// user stacks calls this.
+#[inline(always)]
+pub fn note_user_process(tgid: u32) {
+    // SAFETY: lookup in a map of plain data; the reference is not kept.
+    if unsafe { PROCESSES_SEEN.get(&tgid) }.is_some() {
+        return;
+    }
+    match PROCESSES_SEEN.insert(&tgid, &1, BPF_NOEXIST as u64) {
+        Ok(()) => {
+            if NEW_PROCESSES.output::<u32>(&tgid, 0).is_err() {
+                count_loss(PROCESS_NOTE_LOST);
+            }
+        }
+        // Another CPU noted it in between.
+        Err(-17) => {}
+        Err(_) => count_loss(PROCESS_SEEN_MAP_FULL),
+    }
+}
+
+/// `sched:sched_process_exec`, in the task that exec'd: its memory map is new, so the
+/// next user stack notes the process again.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "tracepoint/sched/sched_process_exec")]
+pub extern "C" fn processes_exec(_ctx: *mut core::ffi::c_void) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    let _ = PROCESSES_SEEN.remove(&tgid);
+    // A thread named before the exec (lockpath's own child waiting to exec the command)
+    // takes its new name.
+    let tid = pid_tgid as u32;
+    // SAFETY: lookup in a map of plain data; the reference is not kept.
+    if unsafe { TASKS.get(&tid) }.is_some() {
+        let _ = TASKS.remove(&tid);
+        remember_current_task();
+    }
+    // 1: let perf and other tracers see the event too.
+    1
 }

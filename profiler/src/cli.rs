@@ -36,9 +36,19 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct RecordArgs {
-    /// Record lock contention (spinlocks, rwlocks, mutexes, rwsems); the default.
+    /// Record lock contention (spinlocks, rwlocks, mutexes, rwsems); the default when no
+    /// other family is asked for.
     #[arg(long)]
     pub lock: bool,
+
+    /// Sample what runs on the CPUs (kernel and user stacks) with a perf CPU clock.
+    #[arg(long)]
+    pub cpu: bool,
+
+    /// On-CPU sampling frequency in Hz, on every CPU (with --cpu).
+    #[arg(long, value_name = "HZ", default_value_t = 99, requires = "cpu",
+          value_parser = parse_freq)]
+    pub freq: u64,
 
     /// How lock contention is hooked: `auto` uses the lock:contention_* tracepoints
     /// (Linux 5.19+) and falls back to kprobes on the contention slow paths; the other
@@ -50,8 +60,9 @@ pub struct RecordArgs {
     #[arg(short = 'a', long = "all", conflicts_with_all = ["pid", "cgroup"])]
     pub all: bool,
 
-    /// Profile these running processes (all their threads and children); repeatable.
-    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    /// Profile these running processes (all their threads and children); repeatable,
+    /// or comma-separated.
+    #[arg(short = 'p', long = "pid", value_name = "PID", value_delimiter = ',')]
     pub pid: Vec<u32>,
 
     /// Profile the processes of this cgroup v2 directory (and its sub-cgroups).
@@ -95,6 +106,17 @@ pub struct RecordArgs {
     /// and lockpath exits with its status.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+fn parse_freq(text: &str) -> Result<u64, String> {
+    let hz: u64 = text
+        .trim_end_matches("Hz")
+        .parse()
+        .map_err(|_| format!("{text:?} is not a frequency in Hz (a whole number)"))?;
+    if hz == 0 {
+        return Err("the sampling frequency must be at least 1 Hz (99 is the default)".into());
+    }
+    Ok(hz)
 }
 
 fn parse_duration(text: &str) -> Result<f64, String> {
@@ -169,6 +191,8 @@ pub struct ReportArgs {
 pub enum Kind {
     /// Lock wait time by process, lock type and waiter stack.
     Lock,
+    /// On-CPU samples by process and stack (user frames, then kernel frames `_[k]`).
+    Cpu,
 }
 
 #[derive(Debug, Args)]

@@ -27,15 +27,21 @@ pub fn run(cli: Cli) -> Result<i32> {
             let text = match args.format {
                 cli::ReportFormat::Text => {
                     let mut text = export::report::summary_header(&profile);
-                    text.push_str(&export::report::lock_table(&profile, args.by, args.top));
-                    text.push_str(&export::report::holders_table(&profile, 10));
-                    if profile.is_merged() && args.by != cli::GroupBy::Host {
-                        text.push_str("\nby host:\n");
-                        text.push_str(&export::report::lock_table(
-                            &profile,
-                            cli::GroupBy::Host,
-                            args.top,
-                        ));
+                    if !profile.locks.is_empty() || profile.cpu.is_empty() {
+                        text.push_str(&export::report::lock_table(&profile, args.by, args.top));
+                        text.push_str(&export::report::holders_table(&profile, 10));
+                        if profile.is_merged() && args.by != cli::GroupBy::Host {
+                            text.push_str("\nby host:\n");
+                            text.push_str(&export::report::lock_table(
+                                &profile,
+                                cli::GroupBy::Host,
+                                args.top,
+                            ));
+                        }
+                    }
+                    if !profile.cpu.is_empty() {
+                        text.push('\n');
+                        text.push_str(&export::report::cpu_tables(&profile, args.top));
                     }
                     text.push_str(&export::report::losses(&profile));
                     text

@@ -31,6 +31,12 @@ pub struct Profile {
     pub stacks: Vec<Stack>,
     #[serde(default)]
     pub locks: Vec<LockRow>,
+    /// On-CPU sampling frequency in Hz (0: not sampled).
+    #[serde(default)]
+    pub cpu_freq_hz: u64,
+    /// On-CPU samples by (process, thread, kernel stack, user stack).
+    #[serde(default)]
+    pub cpu: Vec<CpuRow>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -118,6 +124,18 @@ pub struct LockRow {
     /// began, read from the lock's owner field; absent when unknown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner_pid: Option<u32>,
+}
+
+/// On-CPU samples of one (process, thread, kernel stack, user stack).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct CpuRow {
+    pub pid: u32,
+    pub tid: u32,
+    /// Kernel part of the stack, `None` when the sample was taken in user mode (or lost).
+    pub kernel_stack: Option<u32>,
+    /// User part of the stack, `None` for kernel threads (or when lost).
+    pub user_stack: Option<u32>,
+    pub samples: u64,
 }
 
 impl Profile {
@@ -220,7 +238,25 @@ impl Profile {
                 }
             }
         }
+        for row in &self.cpu {
+            for stack in [row.kernel_stack, row.user_stack].into_iter().flatten() {
+                if stack as usize >= self.stacks.len() {
+                    bail!(
+                        "a cpu row refers to stack {stack}, but there are {} stacks",
+                        self.stacks.len()
+                    );
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// Whether a stack was cut short (depth limit or a frame without frame pointers).
+    pub fn stack_truncated(&self, stack: Option<u32>) -> bool {
+        stack
+            .and_then(|id| self.stacks.get(id as usize))
+            .map(|stack| stack.truncated)
+            .unwrap_or(false)
     }
 
     /// Writes the profile atomically: a complete file or none (temporary file, fsync, rename).

@@ -18,7 +18,7 @@ use crate::{
     metrics::MetricsServer,
     probes::{
         self,
-        shared::{MapSet, StackResolver},
+        shared::{MapSet, ProcessWatcher, StackResolver},
     },
     profile::{ProbeUse, Profile},
     symbolize::KernelSymbols,
@@ -41,6 +41,15 @@ extern "C" fn on_stop_signal(signal: libc::c_int) {
 /// What `record` asks for, resolved from the flags.
 struct Plan {
     lock: bool,
+    /// On-CPU sampling frequency in Hz, when asked for.
+    cpu: Option<u64>,
+}
+
+impl Plan {
+    /// Families that record user stacks need the process watcher (memory-map snapshots).
+    fn user_stacks(&self) -> bool {
+        self.cpu.is_some()
+    }
 }
 
 pub fn run(args: RecordArgs) -> Result<i32> {
@@ -53,11 +62,16 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     } else {
         Target::System
     };
-    // Only the lock family exists so far; `--lock` is accepted for scripts.
-    let _ = args.lock;
-    let plan = Plan { lock: true };
+    // The lock family is the default only when no family flag is given.
+    let plan = Plan {
+        lock: args.lock || !args.cpu,
+        cpu: args.cpu.then_some(args.freq),
+    };
 
     target.validate()?;
+    if let Some(freq) = plan.cpu {
+        probes::cpu::check_frequency(freq)?;
+    }
     check_privileges()?;
     check_output(&args.output)?;
     if EBPF_OBJECT.is_empty() {
@@ -88,14 +102,19 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         child.as_ref().map(|child| child.pid),
         &kernel_symbols,
     )
-    .and_then(|(mut ebpf, probes)| {
+    .and_then(|(mut ebpf, probes, watcher)| {
         // The maps leave the object (the programs stay attached until it is dropped),
         // so they can be read live and after the detach alike.
         let mut maps = MapSet::take_all(&mut ebpf);
         let stacks = StackResolver::new(&mut maps, kernel_symbols)?;
-        Ok((ebpf, probes, maps, stacks))
+        Ok((ebpf, probes, maps, stacks, watcher))
+    })
+    .and_then(|started| {
+        // A `-p` process that exited meanwhile: nothing of it could be recorded.
+        target.check_alive()?;
+        Ok(started)
     });
-    let (ebpf, probes, maps, mut stacks) = match started {
+    let (ebpf, probes, maps, mut stacks, mut watcher) = match started {
         Ok(started) => started,
         Err(err) => {
             if let Some(child) = child.as_mut() {
@@ -172,7 +191,20 @@ pub fn run(args: RecordArgs) -> Result<i32> {
                 Err(err) => log::warn!("cannot read the kernel maps while recording: {err:#}"),
             }
         }
-        std::thread::sleep(Duration::from_millis(50));
+        if let Target::Pids(pids) = &target {
+            if pids.iter().all(|&pid| !crate::target::is_alive(pid)) {
+                eprintln!("lockpath: every target process has exited; stopping");
+                break;
+            }
+        }
+        // Short sleeps while watching processes: a snapshot must beat a quick exit.
+        match watcher.as_mut() {
+            Some(watcher) => {
+                watcher.poll(&mut stacks.user);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            None => std::thread::sleep(Duration::from_millis(50)),
+        }
     }
     if progress_shown {
         eprint!("\r\x1b[K");
@@ -195,10 +227,14 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     profile.targets = target.describe();
     profile.probes = probes;
 
+    if let Some(watcher) = watcher {
+        watcher.finish(&mut stacks.user);
+    }
     drain_families(&plan, &maps, &mut stacks, &mut profile)?;
     stacks.interner.finish(&mut profile);
     profile.losses = probes::shared::drain_losses(&maps)?;
     let mut pids: Vec<u32> = profile.locks.iter().map(|row| row.pid).collect();
+    pids.extend(profile.cpu.iter().map(|row| row.pid));
     pids.sort_unstable();
     pids.dedup();
     profile.processes = probes::shared::drain_processes(&maps, &pids)?;
@@ -209,7 +245,12 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     print!("{}", export::report::summary(&profile, args.top));
     eprintln!("lockpath: profile written to {}", args.output.display());
     if let Some(svg) = &args.flamegraph {
-        export::flamegraph::write_svg(&profile, crate::cli::Kind::Lock, svg)?;
+        let kind = if plan.lock {
+            crate::cli::Kind::Lock
+        } else {
+            crate::cli::Kind::Cpu
+        };
+        export::flamegraph::write_svg(&profile, kind, svg)?;
         eprintln!("lockpath: flamegraph written to {}", svg.display());
     }
     if child.is_none() {
@@ -231,6 +272,10 @@ fn drain_families(
 ) -> Result<()> {
     if plan.lock {
         profile.locks = probes::lock::drain(maps, stacks)?;
+    }
+    if let Some(freq) = plan.cpu {
+        profile.cpu_freq_hz = freq;
+        profile.cpu = probes::cpu::drain(maps, stacks)?;
     }
     Ok(())
 }
@@ -257,6 +302,10 @@ fn progress_line(live: &Profile) -> String {
         let contentions: u64 = live.locks.iter().map(|row| row.count).sum();
         parts.push(format!("{contentions} lock contentions"));
     }
+    if !live.cpu.is_empty() {
+        let samples: u64 = live.cpu.iter().map(|row| row.samples).sum();
+        parts.push(format!("{samples} CPU samples"));
+    }
     let lost: u64 = live.losses.values().sum();
     if lost > 0 {
         parts.push(format!("{lost} lost"));
@@ -271,7 +320,7 @@ fn start(
     target: &Target,
     child: Option<u32>,
     kernel_symbols: &KernelSymbols,
-) -> Result<(Ebpf, Vec<ProbeUse>)> {
+) -> Result<(Ebpf, Vec<ProbeUse>, Option<ProcessWatcher>)> {
     let filter_mode = target.filter_mode();
     let fork_child_pid = tracefs::field_offset("sched", "sched_process_fork", "child_pid")?;
     let exit_group_dead =
@@ -284,6 +333,7 @@ fn start(
         .override_global("LOCK_LAYOUT", &lock_layout, true)
         .map_max_entries("STACKS", args.stack_entries)
         .map_max_entries("LOCK_STATS", args.map_entries)
+        .map_max_entries("CPU_SAMPLES", args.map_entries)
         .load(EBPF_OBJECT)
         .map_err(|err| anyhow::anyhow!(explain_load_error(&err.to_string())))?;
 
@@ -307,6 +357,12 @@ fn start(
     }
     target.install(&mut ebpf, child)?;
 
+    // The watcher first: a process must be noted before its first sample is counted.
+    let watcher = if plan.user_stacks() {
+        Some(ProcessWatcher::start(&mut ebpf)?)
+    } else {
+        None
+    };
     let mut probes = Vec::new();
     if plan.lock {
         probes.push(probes::lock::attach(
@@ -315,7 +371,10 @@ fn start(
             kernel_symbols,
         )?);
     }
-    Ok((ebpf, probes))
+    if let Some(freq) = plan.cpu {
+        probes.push(probes::cpu::attach(&mut ebpf, freq)?);
+    }
+    Ok((ebpf, probes, watcher))
 }
 
 fn explain_load_error(err: &str) -> String {

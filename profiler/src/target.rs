@@ -36,17 +36,23 @@ impl Target {
     pub fn validate(&self) -> Result<()> {
         match self {
             Target::Pids(pids) => {
-                for pid in pids {
-                    if *pid == 0 || !Path::new(&format!("/proc/{pid}")).exists() {
+                for &pid in pids {
+                    if pid == 0 || !Path::new(&format!("/proc/{pid}")).exists() {
                         bail!("no process with pid {pid}: check the pid with `ps -p {pid}`");
+                    }
+                    if !is_alive(pid) {
+                        bail!(
+                            "process {pid} has already exited: give the pid of a running process"
+                        );
                     }
                 }
             }
             Target::Cgroup(path) => {
-                if !path.join("cgroup.procs").exists() {
+                if !path.join("cgroup.procs").exists() || !is_cgroup2(path) {
                     bail!(
-                        "{} is not a cgroup v2 directory (no cgroup.procs in it): give a path under /sys/fs/cgroup",
-                        path.display()
+                        "{} is not a cgroup v2 directory: give a directory under {}",
+                        path.display(),
+                        cgroup2_mount().unwrap_or_else(|| "the cgroup2 mount".into())
                     );
                 }
             }
@@ -56,6 +62,17 @@ impl Target {
                 }
             }
             Target::System => {}
+        }
+        Ok(())
+    }
+
+    /// After the filter is installed: a `-p` process that exited meanwhile is an error
+    /// (nothing of it could be recorded).
+    pub fn check_alive(&self) -> Result<()> {
+        if let Target::Pids(pids) = self {
+            if let Some(pid) = pids.iter().find(|&&pid| !is_alive(pid)) {
+                bail!("process {pid} exited before recording began: give the pid of a running process");
+            }
         }
         Ok(())
     }
@@ -115,7 +132,7 @@ impl Target {
 /// For `-p`: true while any tracked process (the given pids, or a child the kernel
 /// started following) is still running. Zombies count as gone: they record nothing.
 pub fn any_target_alive(maps: &crate::probes::shared::MapSet, pids: &[u32]) -> bool {
-    if pids.iter().any(|&pid| is_running(pid)) {
+    if pids.iter().any(|&pid| is_alive(pid)) {
         return true;
     }
     let Ok(map) = maps.get("TARGETS") else {
@@ -124,19 +141,43 @@ pub fn any_target_alive(maps: &crate::probes::shared::MapSet, pids: &[u32]) -> b
     let Ok(targets) = HashMap::<_, u32, u8>::try_from(map) else {
         return false;
     };
-    let alive = targets.keys().flatten().any(is_running);
+    let alive = targets.keys().flatten().any(is_alive);
     alive
 }
 
-fn is_running(pid: u32) -> bool {
+/// True when `path` is on a cgroup v2 file system (cgroup v1 directories have
+/// `cgroup.procs` too, but the eBPF side only sees cgroup v2 ids).
+fn is_cgroup2(path: &Path) -> bool {
+    const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+    let Ok(c_path) = CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs writes into a zeroed struct we own; the path is NUL-terminated.
+    unsafe {
+        let mut stat: libc::statfs = std::mem::zeroed();
+        libc::statfs(c_path.as_ptr(), &mut stat) == 0 && stat.f_type as i64 == CGROUP2_SUPER_MAGIC
+    }
+}
+
+/// Where cgroup v2 is mounted, for the error message.
+fn cgroup2_mount() -> Option<String> {
+    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
+    mounts.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        (fields.get(2) == Some(&"cgroup2")).then(|| fields[1].to_string())
+    })
+}
+
+/// True while `pid` runs: it exists and is neither a zombie nor dead.
+pub fn is_alive(pid: u32) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return false;
     };
     // The state follows the command name, which is in parentheses and may hold spaces.
     let state = stat
         .rfind(')')
-        .and_then(|end| stat[end + 1..].trim_start().chars().next());
-    !matches!(state, Some('Z') | Some('X') | None)
+        .and_then(|end| stat[end + 1..].split_whitespace().next());
+    !matches!(state, Some("Z") | Some("X") | Some("x") | None)
 }
 
 fn insert_pids(ebpf: &mut Ebpf, pids: &[u32]) -> Result<()> {

@@ -27,7 +27,12 @@ fn every_corpus_file_is_refused_with_one_clear_line() {
                     "{name} loaded but should have been refused"
                 );
                 let _ = export::report::summary(&profile, 5);
-                for by in [GroupBy::Lock, GroupBy::Caller, GroupBy::Process, GroupBy::Host] {
+                for by in [
+                    GroupBy::Lock,
+                    GroupBy::Caller,
+                    GroupBy::Process,
+                    GroupBy::Host,
+                ] {
                     export::report::json(&profile, by, 0).expect("json report");
                 }
                 let _ = export::folded::render(&profile, Kind::Lock);
@@ -81,7 +86,7 @@ fn merged_counters_saturate_instead_of_wrapping() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/corpus/ok_fuzz_crash_merge_losses_overflow.json");
     let profile = Profile::from_bytes(&std::fs::read(path).expect("read")).expect("loads");
-    let merged = export::merge::merge(vec![profile.clone(), profile], vec!["test".into()])
-        .expect("merge");
+    let merged =
+        export::merge::merge(vec![profile.clone(), profile], vec!["test".into()]).expect("merge");
     assert_eq!(merged.losses.get("x"), Some(&u64::MAX));
 }

@@ -151,7 +151,7 @@ fn workloads(io_dir: Option<&Path>) -> Vec<Workload> {
         Workload {
             name: "cpu",
             what: "2 threads xorshift, no syscalls",
-            binary: "cpu-burn",
+            binary: "cpu-spin",
             args: strings(&["--threads", "2"]),
         },
     ];

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::{
     cli::{GroupBy, Kind},
-    export::report::{fit, lock_groups},
+    export::report::{cpu_functions, cpu_processes, fit, lock_groups},
     profile::Profile,
     units::format_ns,
 };
@@ -59,6 +59,28 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
                 out.push(Breakdown { by, entries });
             }
         }
+        Kind::Cpu => {
+            let mut processes: BTreeMap<String, Measure> = BTreeMap::new();
+            for process in cpu_processes(profile) {
+                let entry = processes.entry(process.process).or_default();
+                entry.value += process.samples;
+                entry.events += process.samples;
+            }
+            out.push(Breakdown {
+                by: "process",
+                entries: processes,
+            });
+            let mut functions: BTreeMap<String, Measure> = BTreeMap::new();
+            for function in cpu_functions(profile) {
+                let entry = functions.entry(function.function).or_default();
+                entry.value += function.self_samples;
+                entry.events += function.total_samples;
+            }
+            out.push(Breakdown {
+                by: "function (self, total)",
+                entries: functions,
+            });
+        }
     }
     out
 }
@@ -67,12 +89,14 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
 fn value_names(kind: Kind) -> (&'static str, &'static str) {
     match kind {
         Kind::Lock => ("wait/s", "cont/s"),
+        Kind::Cpu => ("samples/s", "total/s"),
     }
 }
 
 fn format_value(kind: Kind, per_second: f64) -> String {
     match kind {
         Kind::Lock => format_ns(per_second.abs().round() as u64),
+        Kind::Cpu => format!("{:.1}", per_second.abs()),
     }
 }
 
@@ -101,6 +125,7 @@ pub struct DiffTable {
 fn unit(kind: Kind) -> &'static str {
     match kind {
         Kind::Lock => "ns/s",
+        Kind::Cpu => "samples/s",
     }
 }
 

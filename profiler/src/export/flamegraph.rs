@@ -15,6 +15,11 @@ use crate::{
 fn labels(kind: Kind) -> (&'static str, &'static str, f64) {
     match kind {
         Kind::Lock => ("Lock wait time (width: time waiting, ms)", "ms", 0.001),
+        Kind::Cpu => (
+            "On-CPU samples (width: CPU time; kernel frames _[k], orange)",
+            "samples",
+            1.0,
+        ),
     }
 }
 
@@ -27,17 +32,37 @@ fn diff_labels(kind: Kind) -> (&'static str, &'static str, f64) {
             "ms/s",
             1e-6,
         ),
+        Kind::Cpu => (
+            "On-CPU samples, NEW against BASE (width: NEW samples per second of run; red grew, blue shrank)",
+            "samples/s",
+            1.0,
+        ),
     }
 }
 
-fn render_lines(lines: &[String], title: String, count_name: &str, factor: f64) -> Result<Vec<u8>> {
+fn render_lines(
+    lines: &[String],
+    kind: Kind,
+    title: String,
+    subtitle: Option<String>,
+    count_name: &str,
+    factor: f64,
+) -> Result<Vec<u8>> {
     let mut options = inferno::flamegraph::Options::default();
     options.title = title;
     options.count_name = count_name.to_string();
     options.factor = factor;
     options.name_type = "Function:".to_string();
-    // `folded::lines` returns sorted lines; sorting them again costs seconds on big profiles.
-    options.no_sort = true;
+    // Lines that come sorted (as `folded::lines` returns them) are not sorted again:
+    // inferno's own sort costs seconds on big profiles. Checking is one cheap pass.
+    options.no_sort = lines.windows(2).all(|pair| pair[0] <= pair[1]);
+    if kind == Kind::Cpu {
+        // Kernel frames (`_[k]`) orange, Rust/C++ (`::`) yellow, C red.
+        options.colors = inferno::flamegraph::color::Palette::Multi(
+            inferno::flamegraph::color::MultiPalette::Perl,
+        );
+    }
+    options.subtitle = subtitle;
     let mut svg = Vec::new();
     if lines.is_empty() {
         // inferno refuses empty input (and a total of 0); an empty profile still gets a
@@ -63,7 +88,14 @@ pub fn render_svg(profile: &Profile, kind: Kind) -> Result<Vec<u8>> {
         .collect();
     let (title, count_name, factor) = labels(kind);
     let title = format!("{title} — {} — {:.1} s", profile.host, profile.duration_s);
-    render_lines(&lines, title, count_name, factor)
+    let subtitle = (kind == Kind::Cpu && profile.cpu_freq_hz > 0).then(|| {
+        format!(
+            "{} Hz per CPU: one sample is about {:.1} ms of CPU",
+            profile.cpu_freq_hz,
+            1000.0 / profile.cpu_freq_hz as f64
+        )
+    });
+    render_lines(&lines, kind, title, subtitle, count_name, factor)
 }
 
 pub fn write_svg(profile: &Profile, kind: Kind, path: &Path) -> Result<()> {
@@ -100,7 +132,9 @@ pub fn render_diff_svg(base: &Profile, new: &Profile, kind: Kind) -> Result<Vec<
     let (title, count_name, factor) = diff_labels(kind);
     render_lines(
         &diff_lines(base, new, kind),
+        kind,
         title.to_string(),
+        None,
         count_name,
         factor,
     )

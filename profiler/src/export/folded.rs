@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use crate::{
     cli::Kind,
     probes::lock::{is_lock_internal, lock_type_name},
-    profile::Profile,
+    profile::{CpuRow, Profile},
 };
 
 /// One kind's sample: frames from the root (process) to the leaf, one value per
@@ -22,6 +22,7 @@ pub struct Sample {
 pub fn sample_types(kind: Kind) -> &'static [(&'static str, &'static str)] {
     match kind {
         Kind::Lock => &[("contentions", "count"), ("delay", "nanoseconds")],
+        Kind::Cpu => &[("samples", "count")],
     }
 }
 
@@ -30,6 +31,7 @@ pub fn sample_types(kind: Kind) -> &'static [(&'static str, &'static str)] {
 pub fn flame_value(kind: Kind) -> (usize, u64) {
     match kind {
         Kind::Lock => (1, 1_000),
+        Kind::Cpu => (0, 1),
     }
 }
 
@@ -80,6 +82,11 @@ pub fn samples(profile: &Profile, kind: Kind) -> Vec<Sample> {
                 add(frames, &values);
             }
         }
+        Kind::Cpu => {
+            for row in &profile.cpu {
+                add(cpu_frames(profile, row), &[row.samples]);
+            }
+        }
     }
     merged
         .into_iter()
@@ -103,6 +110,33 @@ fn lock_stack_frames(profile: &Profile, stack: Option<u32>) -> Vec<String> {
         .rev()
         .map(|frame| clean(&frame.display()))
         .collect()
+}
+
+/// Suffix of kernel frames in CPU stacks, as perf and inferno write it (inferno's
+/// palettes color such frames apart).
+pub const KERNEL_SUFFIX: &str = "_[k]";
+
+/// On-CPU sample: process; user frames from the outermost; kernel frames (`_[k]`) from
+/// the system call or interrupt entry to the leaf. A user stack that stops short of the
+/// program's entry point starts with `[truncated]`, so it does not pose as complete.
+pub fn cpu_frames(profile: &Profile, row: &CpuRow) -> Vec<String> {
+    let mut frames = vec![clean(&profile.process_name(row.pid))];
+    let user = profile.stack_frames(row.user_stack);
+    if row.user_stack.is_some() && profile.stack_truncated(row.user_stack) {
+        frames.push("[truncated]".into());
+    }
+    frames.extend(user.iter().rev().map(|frame| clean(&frame.display())));
+    let kernel = profile.stack_frames(row.kernel_stack);
+    frames.extend(
+        kernel
+            .iter()
+            .rev()
+            .map(|frame| format!("{}{KERNEL_SUFFIX}", clean(&frame.display()))),
+    );
+    if user.is_empty() && kernel.is_empty() {
+        frames.push("[stack lost]".into());
+    }
+    frames
 }
 
 /// Folded lines (`root;...;leaf`, value in the kind's folded unit), zero lines left out.
@@ -154,6 +188,58 @@ mod tests {
             .expect("spin sample");
         assert_eq!(spin.values, vec![150, 7_000_000]);
         assert_eq!(spin.values.len(), sample_types(Kind::Lock).len());
+    }
+
+    #[test]
+    fn cpu_lines_put_user_under_kernel_and_mark_truncation() {
+        use crate::profile::{CpuRow, Frame, Process, StackInterner};
+        let mut profile = Profile::new();
+        let mut interner = StackInterner::default();
+        let user = |name: &str| Frame {
+            name: name.into(),
+            module: Some("/bin/app".into()),
+            kernel: false,
+        };
+        let kernel = |name: &str| Frame {
+            name: name.into(),
+            module: None,
+            kernel: true,
+        };
+        let complete = interner.stack(vec![user("app::hot"), user("main"), user("_start")], false);
+        let cut = interner.stack(vec![user("app::cold"), user("0x1234")], true);
+        let syscall = interner.stack(vec![kernel("_raw_spin_lock"), kernel("do_pipe2")], false);
+        interner.finish(&mut profile);
+        profile.processes = vec![Process {
+            pid: 5,
+            comm: "app".into(),
+            ..Default::default()
+        }];
+        let row = |user_stack, kernel_stack, samples| CpuRow {
+            pid: 5,
+            tid: 5,
+            kernel_stack,
+            user_stack,
+            samples,
+        };
+        profile.cpu = vec![
+            row(Some(complete), Some(syscall), 7),
+            row(Some(cut), None, 3),
+            row(None, Some(syscall), 2),
+        ];
+        let text = render(&profile, Kind::Cpu);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines.contains(&"app;_start;main;app::hot;do_pipe2_[k];_raw_spin_lock_[k] 7"),
+            "{text}"
+        );
+        assert!(
+            lines.contains(&"app;[truncated];0x1234;app::cold 3"),
+            "{text}"
+        );
+        assert!(
+            lines.contains(&"app;do_pipe2_[k];_raw_spin_lock_[k] 2"),
+            "{text}"
+        );
     }
 
     #[test]

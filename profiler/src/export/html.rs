@@ -152,6 +152,48 @@ fn kind_section(profile: &Profile, kind: Kind) -> Result<String> {
             out.push_str(&flamegraph_frame(&svg, "lock wait flamegraph"));
             out.push_str("</section>\n");
         }
+        Kind::Cpu => {
+            out.push_str("<section id=\"cpu\">\n<h2>On-CPU samples</h2>\n");
+            let processes: Vec<Vec<String>> = report::cpu_processes(profile)
+                .into_iter()
+                .take(50)
+                .map(|process| {
+                    vec![
+                        process.samples.to_string(),
+                        process.pid.to_string(),
+                        process.process,
+                    ]
+                })
+                .collect();
+            out.push_str("<h3>By process</h3>\n");
+            out.push_str(&table(
+                &["samples", "pid", "process"],
+                &[true, true, false],
+                &processes,
+            ));
+            let functions: Vec<Vec<String>> = report::cpu_functions(profile)
+                .into_iter()
+                .take(50)
+                .map(|function| {
+                    let suffix = if function.kernel { " [k]" } else { "" };
+                    vec![
+                        function.self_samples.to_string(),
+                        function.total_samples.to_string(),
+                        format!("{}{suffix}", function.function),
+                    ]
+                })
+                .collect();
+            out.push_str("<h3>Top functions (self, total)</h3>\n");
+            out.push_str(&table(
+                &["self", "total", "function"],
+                &[true, true, false],
+                &functions,
+            ));
+            out.push_str("<h3>Flamegraph (width: CPU samples; kernel frames _[k])</h3>\n");
+            let svg = flamegraph::render_svg(profile, kind)?;
+            out.push_str(&flamegraph_frame(&svg, "on-CPU flamegraph"));
+            out.push_str("</section>\n");
+        }
     }
     Ok(out)
 }

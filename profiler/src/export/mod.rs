@@ -18,6 +18,7 @@ pub fn has_kind(profile: &Profile, kind: Kind) -> bool {
     let recorded = |family: &str| profile.probes.iter().any(|probe| probe.family == family);
     match kind {
         Kind::Lock => recorded("lock") || !profile.locks.is_empty(),
+        Kind::Cpu => recorded("cpu") || !profile.cpu.is_empty(),
     }
 }
 

@@ -16,6 +16,24 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
 }
 
 /// Lock wait seconds and contentions per lock type and caller.
+fn cpu_series(profile: &Profile, out: &mut String) {
+    header(
+        out,
+        "lockpath_cpu_samples_total",
+        "counter",
+        "On-CPU samples (perf cpu-clock, idle not counted), by process.",
+    );
+    for process in crate::export::report::cpu_processes(profile) {
+        let _ = writeln!(
+            out,
+            "lockpath_cpu_samples_total{{process=\"{}\",pid=\"{}\"}} {}",
+            label(&process.process),
+            process.pid,
+            process.samples
+        );
+    }
+}
+
 fn lock_series(profile: &Profile, out: &mut String) {
     let groups = lock_groups(profile, GroupBy::Caller);
     header(
@@ -79,6 +97,7 @@ pub fn render(profile: &Profile) -> String {
     for kind in crate::export::kinds_present(profile) {
         match kind {
             crate::cli::Kind::Lock => lock_series(profile, &mut out),
+            crate::cli::Kind::Cpu => cpu_series(profile, &mut out),
         }
     }
     out
@@ -88,6 +107,28 @@ pub fn render(profile: &Profile) -> String {
 mod tests {
     use super::*;
     use crate::export::report::tests::profile_with_two_locks;
+
+    #[test]
+    fn cpu_series_per_process() {
+        let mut profile = Profile::new();
+        profile.processes = vec![crate::profile::Process {
+            pid: 9,
+            comm: "app".into(),
+            ..Default::default()
+        }];
+        profile.cpu = vec![crate::profile::CpuRow {
+            pid: 9,
+            tid: 9,
+            kernel_stack: None,
+            user_stack: None,
+            samples: 42,
+        }];
+        let text = render(&profile);
+        assert!(
+            text.contains("lockpath_cpu_samples_total{process=\"app\",pid=\"9\"} 42\n"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn lock_series_per_type_and_caller() {

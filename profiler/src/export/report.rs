@@ -413,7 +413,147 @@ pub fn summary(profile: &Profile, top: usize) -> String {
         out.push_str(&lock_table(profile, GroupBy::Lock, top));
         out.push_str(&holders_table(profile, top.min(10)));
     }
+    if profile.probes.iter().any(|probe| probe.family == "cpu") {
+        if profile.probes.len() > 1 {
+            out.push('\n');
+        }
+        out.push_str(&cpu_tables(profile, top));
+    }
     out.push_str(&losses(profile));
+    out
+}
+
+/// On-CPU samples of one process.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CpuProcess {
+    pub pid: u32,
+    pub process: String,
+    pub samples: u64,
+}
+
+/// A function's on-CPU samples: `self` where it was the leaf, `total` where it was on the
+/// stack at all (counted once per sample even when recursive).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CpuFunction {
+    pub function: String,
+    pub kernel: bool,
+    pub self_samples: u64,
+    pub total_samples: u64,
+}
+
+/// Processes by on-CPU samples, most first.
+pub fn cpu_processes(profile: &Profile) -> Vec<CpuProcess> {
+    let mut by_pid: BTreeMap<u32, u64> = BTreeMap::new();
+    for row in &profile.cpu {
+        *by_pid.entry(row.pid).or_default() += row.samples;
+    }
+    let mut out: Vec<CpuProcess> = by_pid
+        .into_iter()
+        .map(|(pid, samples)| CpuProcess {
+            pid,
+            process: profile.process_name(pid),
+            samples,
+        })
+        .collect();
+    out.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.pid.cmp(&b.pid)));
+    out
+}
+
+/// Functions by on-CPU samples (self first, then total), most first.
+pub fn cpu_functions(profile: &Profile) -> Vec<CpuFunction> {
+    let mut by_name: BTreeMap<(String, bool), (u64, u64)> = BTreeMap::new();
+    for row in &profile.cpu {
+        // Leaf first: the kernel part (if any) is innermost.
+        let mut frames = profile.stack_frames(row.kernel_stack);
+        frames.extend(profile.stack_frames(row.user_stack));
+        let mut seen = BTreeSet::new();
+        for (index, frame) in frames.iter().enumerate() {
+            let key = (frame.display(), frame.kernel);
+            let counts = by_name.entry(key.clone()).or_default();
+            if index == 0 {
+                counts.0 += row.samples;
+            }
+            if seen.insert(key) {
+                counts.1 += row.samples;
+            }
+        }
+    }
+    let mut out: Vec<CpuFunction> = by_name
+        .into_iter()
+        .map(
+            |((function, kernel), (self_samples, total_samples))| CpuFunction {
+                function,
+                kernel,
+                self_samples,
+                total_samples,
+            },
+        )
+        .collect();
+    out.sort_by(|a, b| {
+        b.self_samples
+            .cmp(&a.self_samples)
+            .then(b.total_samples.cmp(&a.total_samples))
+            .then_with(|| a.function.cmp(&b.function))
+    });
+    out
+}
+
+fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / whole as f64
+    }
+}
+
+/// Per-process samples and the top functions (self and total), within 100 columns.
+pub fn cpu_tables(profile: &Profile, top: usize) -> String {
+    let processes = cpu_processes(profile);
+    let total: u64 = processes.iter().map(|process| process.samples).sum();
+    let mut out = String::new();
+    if total == 0 {
+        out.push_str("no on-CPU samples recorded (idle is not counted)\n");
+        return out;
+    }
+    let limit = |len: usize| if top == 0 { len } else { top.min(len) };
+    out.push_str(&format!(
+        "on-CPU samples, by process ({} samples at {} Hz per CPU, idle not counted):\n",
+        total, profile.cpu_freq_hz
+    ));
+    out.push_str(&format!(
+        "{:>10} {:>7} {:>8}  {}\n",
+        "samples", "share", "pid", "process"
+    ));
+    for process in &processes[..limit(processes.len())] {
+        out.push_str(&format!(
+            "{:>10} {:>6.1}% {:>8}  {}\n",
+            process.samples,
+            percent(process.samples, total),
+            process.pid,
+            fit(&process.process, 60)
+        ));
+    }
+    let functions = cpu_functions(profile);
+    out.push_str("\ntop functions on CPU (self: the function itself; total: with its callees):\n");
+    out.push_str(&format!(
+        "{:>10} {:>7} {:>10} {:>7}  {}\n",
+        "self", "self%", "total", "total%", "function"
+    ));
+    for function in &functions[..limit(functions.len())] {
+        let name = if function.kernel {
+            format!("{} [k]", function.function)
+        } else {
+            function.function.clone()
+        };
+        out.push_str(&format!(
+            "{:>10} {:>6.1}% {:>10} {:>6.1}%  {}\n",
+            function.self_samples,
+            percent(function.self_samples, total),
+            function.total_samples,
+            percent(function.total_samples, total),
+            fit(&name, 60)
+        ));
+    }
     out
 }
 
@@ -423,7 +563,17 @@ struct JsonReport<'a> {
     host: &'a str,
     duration_s: f64,
     locks: Vec<LockGroup>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpu: Option<JsonCpu>,
     lost: &'a BTreeMap<String, u64>,
+}
+
+#[derive(Serialize)]
+struct JsonCpu {
+    freq_hz: u64,
+    samples: u64,
+    processes: Vec<CpuProcess>,
+    functions: Vec<CpuFunction>,
 }
 
 pub fn json(profile: &Profile, by: GroupBy, top: usize) -> serde_json::Result<String> {
@@ -433,7 +583,25 @@ pub fn json(profile: &Profile, by: GroupBy, top: usize) -> serde_json::Result<St
         host: &profile.host,
         duration_s: profile.duration_s,
         locks,
+        cpu: json_cpu(profile, top),
         lost: &profile.losses,
+    })
+}
+
+fn json_cpu(profile: &Profile, top: usize) -> Option<JsonCpu> {
+    if !profile.probes.iter().any(|probe| probe.family == "cpu") && profile.cpu.is_empty() {
+        return None;
+    }
+    let processes = cpu_processes(profile);
+    let mut functions = cpu_functions(profile);
+    if top != 0 {
+        functions.truncate(top);
+    }
+    Some(JsonCpu {
+        freq_hz: profile.cpu_freq_hz,
+        samples: processes.iter().map(|process| process.samples).sum(),
+        processes,
+        functions,
     })
 }
 
@@ -560,6 +728,69 @@ pub(crate) mod tests {
             assert!(line.chars().count() <= 100, "too wide: {line}");
         }
         assert!(table.contains("7.00 ms"), "{table}");
+    }
+
+    #[test]
+    fn cpu_functions_count_self_and_total() {
+        use crate::profile::{CpuRow, Frame, ProbeUse};
+        let mut profile = Profile::new();
+        let mut interner = StackInterner::default();
+        let user = |name: &str| Frame {
+            name: name.into(),
+            module: None,
+            kernel: false,
+        };
+        // A recursive caller is counted once per sample in total.
+        let hot = interner.stack(
+            vec![user("hot"), user("walk"), user("walk"), user("main")],
+            false,
+        );
+        let cold = interner.stack(vec![user("cold"), user("main")], false);
+        interner.finish(&mut profile);
+        profile.probes.push(ProbeUse {
+            family: "cpu".into(),
+            method: "test".into(),
+        });
+        profile.cpu_freq_hz = 99;
+        profile.cpu = vec![
+            CpuRow {
+                pid: 1,
+                tid: 1,
+                kernel_stack: None,
+                user_stack: Some(hot),
+                samples: 7,
+            },
+            CpuRow {
+                pid: 2,
+                tid: 2,
+                kernel_stack: None,
+                user_stack: Some(cold),
+                samples: 3,
+            },
+        ];
+        let functions = cpu_functions(&profile);
+        let get = |name: &str| functions.iter().find(|f| f.function == name).expect(name);
+        assert_eq!((get("hot").self_samples, get("hot").total_samples), (7, 7));
+        assert_eq!(
+            (get("walk").self_samples, get("walk").total_samples),
+            (0, 7)
+        );
+        assert_eq!(
+            (get("main").self_samples, get("main").total_samples),
+            (0, 10)
+        );
+        assert_eq!(functions[0].function, "hot");
+        let processes = cpu_processes(&profile);
+        assert_eq!((processes[0].pid, processes[0].samples), (1, 7));
+        let table = cpu_tables(&profile, 20);
+        assert!(table.contains("70.0%"), "{table}");
+        for line in table.lines() {
+            assert!(line.chars().count() <= 100, "too wide: {line}");
+        }
+        let json: serde_json::Value =
+            serde_json::from_str(&json(&profile, GroupBy::Lock, 0).expect("json")).expect("parse");
+        assert_eq!(json["cpu"]["samples"], 10);
+        assert_eq!(json["cpu"]["functions"][0]["function"], "hot");
     }
 
     #[test]

@@ -2,5 +2,6 @@
 //! drained into the profile. `shared` drains what every family uses (stacks, losses,
 //! thread names).
 
+pub mod cpu;
 pub mod lock;
 pub mod shared;

@@ -4,7 +4,8 @@ use std::collections::{BTreeMap, HashMap as StdHashMap};
 
 use anyhow::{Context, Result};
 use aya::{
-    maps::{HashMap, Map, MapData, PerCpuArray, StackTraceMap},
+    maps::{HashMap, Map, MapData, PerCpuArray, RingBuf, StackTraceMap},
+    programs::TracePoint,
     Ebpf,
 };
 use profiler_common::{
@@ -14,7 +15,7 @@ use profiler_common::{
 
 use crate::{
     profile::{Frame, Process, StackInterner, Thread},
-    symbolize::KernelSymbols,
+    symbolize::{user::reaches_root, KernelSymbols, UserSymbols},
 };
 
 /// The kernel maps, taken out of the loaded object so that dropping the object detaches
@@ -54,6 +55,10 @@ pub struct StackResolver {
     stack_map: StackTraceMap<MapData>,
     kernel: KernelSymbols,
     kernel_cache: StdHashMap<i32, Option<u32>>,
+    /// User symbols; `record` hands over the one that snapshotted processes during the run.
+    pub user: UserSymbols,
+    /// Stack ids are shared by processes with identical frames: cache per process.
+    user_cache: StdHashMap<(u32, i32), Option<u32>>,
     pub interner: StackInterner,
 }
 
@@ -65,6 +70,8 @@ impl StackResolver {
             stack_map,
             kernel,
             kernel_cache: StdHashMap::new(),
+            user: UserSymbols::new(),
+            user_cache: StdHashMap::new(),
             interner: StackInterner::default(),
         })
     }
@@ -88,6 +95,27 @@ impl StackResolver {
             self.interner.stack(frames, truncated)
         });
         self.kernel_cache.insert(stack_id, resolved);
+        resolved
+    }
+
+    /// The profile stack for a user stack id of process `tgid` (frames `kernel: false`,
+    /// module = object path); `None` when the id is an error (lost, or a kernel thread).
+    /// A stack that does not reach the program's or thread's entry point is marked
+    /// truncated (a function without frame pointers, or the depth limit).
+    pub fn user_stack(&mut self, tgid: u32, stack_id: i32) -> Option<u32> {
+        if stack_id < 0 {
+            return None;
+        }
+        if let Some(&cached) = self.user_cache.get(&(tgid, stack_id)) {
+            return cached;
+        }
+        let resolved = self.stack_map.get(&(stack_id as u32), 0).ok().map(|trace| {
+            let addrs: Vec<u64> = trace.frames().iter().map(|frame| frame.ip).collect();
+            let frames = self.user.frames(tgid, &addrs);
+            let truncated = addrs.len() >= MAX_STACK_DEPTH || !reaches_root(&frames);
+            self.interner.stack(frames, truncated)
+        });
+        self.user_cache.insert((tgid, stack_id), resolved);
         resolved
     }
 
@@ -187,4 +215,74 @@ pub fn comm_to_string(comm: &[u8]) -> String {
         .position(|&byte| byte == 0)
         .unwrap_or(comm.len());
     String::from_utf8_lossy(&comm[..end]).into_owned()
+}
+
+/// Every mapped object of every profiled process is kept open until the end: allow as
+/// many descriptors as the hard limit does (a failure only means falling back to paths).
+fn raise_open_file_limit() {
+    // SAFETY: getrlimit/setrlimit with a struct we own.
+    unsafe {
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}
+
+/// Watches for processes whose user stacks are being recorded (the kernel notes each
+/// one in `NEW_PROCESSES` the first time, and again after an exec) and snapshots their
+/// memory maps at once, so they are symbolized even if they exit before the end.
+pub struct ProcessWatcher {
+    notes: RingBuf<MapData>,
+    last_refresh: std::time::Instant,
+}
+
+impl ProcessWatcher {
+    /// Attaches the exec hook and takes the notice ring out of the object.
+    pub fn start(ebpf: &mut Ebpf) -> Result<ProcessWatcher> {
+        raise_open_file_limit();
+        let program: &mut TracePoint = ebpf
+            .program_mut("processes_exec")
+            .context("program processes_exec missing from the eBPF object")?
+            .try_into()
+            .context("program processes_exec is not a tracepoint")?;
+        program
+            .load()
+            .context("the kernel refused to load processes_exec")?;
+        program
+            .attach("sched", "sched_process_exec")
+            .context("cannot attach to sched:sched_process_exec")?;
+        let map = ebpf
+            .take_map("NEW_PROCESSES")
+            .context("map NEW_PROCESSES missing from the eBPF object")?;
+        let notes = RingBuf::try_from(map).context("NEW_PROCESSES has an unexpected type")?;
+        Ok(ProcessWatcher {
+            notes,
+            last_refresh: std::time::Instant::now(),
+        })
+    }
+
+    /// Snapshots every newly noted process into `symbols`; now and then, the known ones
+    /// again (a library loaded later). Call often while recording.
+    pub fn poll(&mut self, symbols: &mut UserSymbols) {
+        while let Some(item) = self.notes.next() {
+            if let Ok(bytes) = <[u8; 4]>::try_from(&item[..4.min(item.len())]) {
+                let pid = u32::from_ne_bytes(bytes);
+                drop(item);
+                symbols.remember(pid);
+            }
+        }
+        if self.last_refresh.elapsed() >= std::time::Duration::from_secs(1) {
+            symbols.refresh();
+            self.last_refresh = std::time::Instant::now();
+        }
+    }
+
+    /// The last snapshots, for the symbolization at the end of the run.
+    pub fn finish(mut self, symbols: &mut UserSymbols) {
+        self.poll(symbols);
+        symbols.refresh();
+    }
 }

@@ -1,6 +1,9 @@
 //! The one symbolizer: kernel addresses through `/proc/kallsyms` (kallsyms.rs).
-//! User-space addresses are added here too, so every probe family asks one place.
+//! User-space addresses through blazesym with memory-map snapshots (user.rs), so every
+//! probe family asks one place.
 
 pub mod kallsyms;
+pub mod user;
 
 pub use kallsyms::KernelSymbols;
+pub use user::UserSymbols;

@@ -1,59 +1,122 @@
-//! Workload: CPU bound, no system calls while it runs. Threads mix a xorshift state in
-//! chunks of 100k steps. `cpu-burn [--seconds S] [--threads N]`; prints `ops=N` (chunks).
+//! Workload: two hot functions with known shares of the CPU.
+//! `cpu-burn [--seconds S | --cpu-seconds C] [--seventy N] [--thirty M] [--fork]`
+//! (`--cpu-seconds`: run until the two functions used C seconds of CPU, however busy the
+//! machine is.)
+//! Each round calls `burn_seventy` for N units of work and `burn_thirty` for M units
+//! (default 7 and 3: about 70% and 30%). It measures the thread CPU time of each
+//! function itself and prints `seventy_ns=A thirty_ns=B rounds=R pid=P` when done.
+//! `--fork`: a child process does the work; the parent waits and passes on its status.
+//! `--late-thread MS`: sleep MS milliseconds, then do the work in a new thread (prints
+//! `tid=T` too).
 
-use std::{
-    hint::black_box,
-    sync::{
-        atomic::{AtomicBool, AtomicU64, Ordering},
-        Arc,
-    },
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
-fn chunk(mut state: u64) -> u64 {
-    for _ in 0..100_000 {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
+/// One unit of work: a fixed number of rounds of integer mixing.
+const UNIT: u64 = 200_000;
+
+/// Kept apart from `burn_thirty` by its constant, so the linker cannot merge the two.
+#[inline(never)]
+fn burn_seventy(units: u64) -> u64 {
+    let mut x = std::hint::black_box(0x9E37_79B9_7F4A_7C15u64);
+    for i in 0..units * UNIT {
+        x = x.rotate_left(5) ^ i.wrapping_mul(0xBF58_476D_1CE4_E5B9);
     }
-    state
+    std::hint::black_box(x)
+}
+
+#[inline(never)]
+fn burn_thirty(units: u64) -> u64 {
+    let mut x = std::hint::black_box(0x94D0_49BB_1331_11EBu64);
+    for i in 0..units * UNIT {
+        x = x.rotate_left(7) ^ i.wrapping_mul(0x2545_F491_4F6C_DD1D);
+    }
+    std::hint::black_box(x)
+}
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn work(seconds: f64, cpu_seconds: Option<f64>, seventy: u64, thirty: u64) {
+    let start = Instant::now();
+    let (mut seventy_ns, mut thirty_ns, mut rounds) = (0u64, 0u64, 0u64);
+    let done = |seventy_ns: u64, thirty_ns: u64| match cpu_seconds {
+        Some(cpu) => (seventy_ns + thirty_ns) as f64 >= cpu * 1e9,
+        None => start.elapsed() >= Duration::from_secs_f64(seconds),
+    };
+    while !done(seventy_ns, thirty_ns) {
+        let t0 = thread_cpu_ns();
+        burn_seventy(seventy);
+        let t1 = thread_cpu_ns();
+        burn_thirty(thirty);
+        let t2 = thread_cpu_ns();
+        seventy_ns += t1 - t0;
+        thirty_ns += t2 - t1;
+        rounds += 1;
+    }
+    println!(
+        "seventy_ns={seventy_ns} thirty_ns={thirty_ns} rounds={rounds} pid={}",
+        std::process::id()
+    );
 }
 
 fn main() {
     let mut seconds = 3.0f64;
-    let mut threads = 2usize;
+    let mut seventy = 7u64;
+    let mut thirty = 3u64;
+    let mut fork = false;
+    let mut cpu_seconds = None;
+    let mut late_thread_ms = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
-        let value = args.next().unwrap_or_default();
+        let mut value = || args.next().unwrap_or_default();
         match arg.as_str() {
-            "--seconds" => seconds = value.parse().expect("--seconds takes a number"),
-            "--threads" => threads = value.parse().expect("--threads takes a number"),
+            "--seconds" => seconds = value().parse().expect("--seconds takes a number"),
+            "--seventy" => seventy = value().parse().expect("--seventy takes a number"),
+            "--thirty" => thirty = value().parse().expect("--thirty takes a number"),
+            "--cpu-seconds" => {
+                cpu_seconds = Some(value().parse().expect("--cpu-seconds takes a number"))
+            }
+            "--fork" => fork = true,
+            "--late-thread" => {
+                late_thread_ms = Some(value().parse::<u64>().expect("--late-thread takes ms"))
+            }
             other => panic!("unknown argument {other}"),
         }
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let ops = Arc::new(AtomicU64::new(0));
-    let mut handles = Vec::new();
-    for index in 0..threads {
-        let stop = stop.clone();
-        let ops = ops.clone();
-        handles.push(std::thread::spawn(move || {
-            let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ index as u64;
-            let mut local = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                state = black_box(chunk(state));
-                local += 1;
-            }
-            ops.fetch_add(local, Ordering::Relaxed);
-        }));
+    if let Some(ms) = late_thread_ms {
+        std::thread::sleep(Duration::from_millis(ms));
+        let worker = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            println!("tid={}", unsafe { libc::gettid() });
+            work(seconds, cpu_seconds, seventy, thirty);
+        });
+        worker.join().expect("worker panicked");
+        return;
     }
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs_f64(seconds) {
-        std::thread::sleep(Duration::from_millis(10));
+    if !fork {
+        work(seconds, cpu_seconds, seventy, thirty);
+        return;
     }
-    stop.store(true, Ordering::Relaxed);
-    for handle in handles {
-        handle.join().expect("worker panicked");
+    // SAFETY: single-threaded process; the child only runs Rust code of this program.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        work(seconds, cpu_seconds, seventy, thirty);
+        std::process::exit(0);
     }
-    println!("ops={}", ops.load(Ordering::Relaxed));
+    let mut status = 0;
+    // SAFETY: waiting for our own child with a valid status pointer.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    std::process::exit(if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        1
+    });
 }

@@ -160,7 +160,7 @@ pub fn loaded_programs() -> Vec<u64> {
 // The caller owns the child and waits for it.
 #[allow(clippy::zombie_processes)]
 pub fn spawn_recording(args: &[&str]) -> (std::process::Child, Vec<u64>) {
-    let child = Command::new(lockpath_bin())
+    let mut child = Command::new(lockpath_bin())
         .args(args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -175,10 +175,15 @@ pub fn spawn_recording(args: &[&str]) -> (std::process::Child, Vec<u64>) {
             std::thread::sleep(std::time::Duration::from_millis(300));
             return (child, programs_held_by(pid));
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "lockpath loaded no program within 20 s"
-        );
+        if std::time::Instant::now() >= deadline || matches!(child.try_wait(), Ok(Some(_))) {
+            let _ = child.kill();
+            let output = child.wait_with_output().expect("reap lockpath");
+            panic!(
+                "lockpath loaded no program within 20 s ({}): {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
