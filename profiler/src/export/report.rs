@@ -372,6 +372,10 @@ pub fn summary_header(profile: &Profile) -> String {
 /// "Waiters wait on X, held by Y": the holders of the top sleeping locks, when the
 /// kernel side could read the owner. Empty when no owner is known.
 pub fn holders_table(profile: &Profile, top: usize) -> String {
+    if profile.locks.iter().all(|row| row.owner_pid.is_none()) {
+        // No owner known anywhere: spare a second grouping pass over every row.
+        return String::new();
+    }
     let (groups, _) = top_lock_groups(profile, GroupBy::Lock, top.max(1), true);
     if groups.is_empty() {
         return String::new();
