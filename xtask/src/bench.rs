@@ -269,7 +269,10 @@ pub fn bench(args: Vec<std::ffi::OsString>) -> Result<()> {
     let out = options
         .out
         .clone()
-        .unwrap_or_else(|| target.join("bench/bench.md"));
+        .unwrap_or_else(|| match options.soak_minutes {
+            Some(_) => target.join("bench/soak.md"),
+            None => target.join("bench/bench.md"),
+        });
     let scratch = std::env::temp_dir().join(format!("lockpath-bench-{}", std::process::id()));
     fs::create_dir_all(&scratch)
         .with_context(|| format!("bench: cannot create {}", scratch.display()))?;
@@ -1285,10 +1288,12 @@ fn soak(bench: &Bench, minutes: f64) -> Result<String> {
             *memlock as f64 / MIB
         );
     }
-    // Flat: after the first minute (maps fill, symbol tables load), RSS grows < 10%.
+    // Flat: once settled (maps fill, symbol tables load: the first minute, or the first
+    // sixth of a short run), RSS grows < 10%.
+    let settle_s = (total.as_secs_f64() / 6.0).min(60.0);
     let settled: Vec<u64> = samples
         .iter()
-        .filter(|s| s.0 >= 60.0)
+        .filter(|s| s.0 >= settle_s)
         .map(|s| s.1)
         .collect();
     let growth = match (settled.first(), settled.last()) {
@@ -1297,7 +1302,7 @@ fn soak(bench: &Bench, minutes: f64) -> Result<String> {
     };
     let _ = writeln!(
         md,
-        "\nRSS growth after the first minute: {:+.1}% ({}); peak RSS {:.1} MiB; profile written: {}\n",
+        "\nRSS growth after the first {settle_s:.0} s: {:+.1}% ({}); peak RSS {:.1} MiB (includes the final drain); profile written: {}\n",
         growth * 100.0,
         if growth < 0.10 { "flat" } else { "**growing**" },
         max_rss_kib as f64 / 1024.0,
