@@ -6,8 +6,11 @@
 
 pub mod config;
 pub mod cpu;
+pub mod func;
+pub mod latency;
 pub mod lock;
 pub mod loss;
+pub mod rpc;
 pub mod target;
 
 /// Implements `aya::Pod` for the listed types on the user side.

@@ -15,6 +15,13 @@ pub const CPU_MAP_FULL: u32 = 16;
 pub const USER_STACK_FAILED: u32 = 17;
 pub const PROCESS_NOTE_LOST: u32 = 18;
 pub const PROCESS_SEEN_MAP_FULL: u32 = 19;
+// rpc + func: 20..=25.
+pub const RPC_INFLIGHT_FULL: u32 = 20;
+pub const RPC_MAP_FULL: u32 = 21;
+pub const RPC_KEY_REUSED: u32 = 22;
+pub const FUNC_ENTRY_FULL: u32 = 23;
+pub const FUNC_MAP_FULL: u32 = 24;
+pub const FUNC_NEGATIVE_DELTA: u32 = 25;
 /// vm/kprobe fallback range: 26..=27.
 pub const LOCK_KPROBE_RETURN_LOST: u32 = 26;
 
@@ -22,7 +29,7 @@ pub const LOCK_KPROBE_RETURN_LOST: u32 = 26;
 pub const LOSS_SLOTS: u32 = 32;
 
 /// Names for the report, by index. `None` slots are unused.
-pub const LOSS_NAMES: [(u32, &str, &str); 14] = [
+pub const LOSS_NAMES: [(u32, &str, &str); 20] = [
     (
         STACK_COLLISION,
         "stack_collision",
@@ -87,6 +94,36 @@ pub const LOSS_NAMES: [(u32, &str, &str); 14] = [
         PROCESS_SEEN_MAP_FULL,
         "process_seen_map_full",
         "seen-process map full: a process's memory map may be missing",
+    ),
+    (
+        RPC_INFLIGHT_FULL,
+        "rpc_inflight_full",
+        "in-flight request map full: request not timed",
+    ),
+    (
+        RPC_MAP_FULL,
+        "rpc_map_full",
+        "request aggregation map full: completed request dropped",
+    ),
+    (
+        RPC_KEY_REUSED,
+        "rpc_key_reused",
+        "a request started under a key still in flight: the older start was replaced",
+    ),
+    (
+        FUNC_ENTRY_FULL,
+        "func_entry_full",
+        "in-flight call map full: function call not timed",
+    ),
+    (
+        FUNC_MAP_FULL,
+        "func_map_full",
+        "function aggregation map full: call dropped",
+    ),
+    (
+        FUNC_NEGATIVE_DELTA,
+        "func_negative_delta",
+        "function return before its entry: call dropped",
     ),
     (
         LOCK_KPROBE_RETURN_LOST,

@@ -1,5 +1,6 @@
 //! lockpath's eBPF programs. This file only wires entry points; each probe family
-//! lives in its own module (lock, ...), and `shared` holds the maps every family uses.
+//! lives in its own module (lock, rpc, func, ...), and `shared` holds the maps every
+//! family uses.
 #![no_std]
 // Atomic adds on shared map values: core's atomics are not offered on the BPF target.
 #![feature(core_intrinsics)]
@@ -7,13 +8,19 @@
 #![no_main]
 
 mod cpu;
+mod func;
+mod latency;
 mod lock;
+mod rpc;
 mod shared;
 mod target;
 
 use aya_ebpf::{
-    macros::{kprobe, kretprobe, perf_event, raw_tracepoint},
-    programs::{PerfEventContext, ProbeContext, RawTracePointContext, RetProbeContext},
+    macros::{fentry, fexit, kprobe, kretprobe, perf_event, raw_tracepoint, uprobe, uretprobe},
+    programs::{
+        FEntryContext, FExitContext, PerfEventContext, ProbeContext, RawTracePointContext,
+        RetProbeContext,
+    },
 };
 use profiler_common::lock::{LCB_F_MUTEX, LCB_F_READ, LCB_F_WRITE};
 
@@ -85,6 +92,72 @@ pub fn lock_kretprobe_sleep(ctx: RetProbeContext) -> u32 {
     lock::on_sleep_slowpath_return(&ctx);
     0
 }
+
+/// Span start / completion on kprobes (Lustre's `ptl_send_rpc` / `after_reply`, or a
+/// user's `--span kprobe:...`). The fuse and tracepoint span programs are in rpc.rs.
+#[kprobe]
+pub fn rpc_span_begin_kp(ctx: ProbeContext) -> u32 {
+    rpc::on_span_begin_kprobe(&ctx);
+    0
+}
+
+#[kprobe]
+pub fn rpc_span_end_kp(ctx: ProbeContext) -> u32 {
+    rpc::on_span_end_kprobe(&ctx);
+    0
+}
+
+/// One program set per function slot: user space loads the fentry/fexit pair where
+/// the kernel allows it, else the kprobe/kretprobe pair; user functions use uprobes.
+macro_rules! func_slot {
+    ($slot:literal, $fentry:ident, $fexit:ident, $kprobe:ident, $kretprobe:ident,
+     $uprobe:ident, $uretprobe:ident) => {
+        #[fentry]
+        pub fn $fentry(ctx: FEntryContext) -> i32 {
+            func::on_entry(&ctx, $slot, false);
+            0
+        }
+
+        #[fexit]
+        pub fn $fexit(_ctx: FExitContext) -> i32 {
+            func::on_return($slot);
+            0
+        }
+
+        #[kprobe]
+        pub fn $kprobe(ctx: ProbeContext) -> u32 {
+            func::on_entry(&ctx, $slot, false);
+            0
+        }
+
+        #[kretprobe]
+        pub fn $kretprobe(_ctx: RetProbeContext) -> u32 {
+            func::on_return($slot);
+            0
+        }
+
+        #[uprobe]
+        pub fn $uprobe(ctx: ProbeContext) -> u32 {
+            func::on_entry(&ctx, profiler_common::func::UFUNC_SLOT_BASE + $slot, true);
+            0
+        }
+
+        #[uretprobe]
+        pub fn $uretprobe(_ctx: RetProbeContext) -> u32 {
+            func::on_return(profiler_common::func::UFUNC_SLOT_BASE + $slot);
+            0
+        }
+    };
+}
+
+func_slot!(0, func_fentry_0, func_fexit_0, func_kprobe_0, func_kretprobe_0, ufunc_entry_0, ufunc_return_0);
+func_slot!(1, func_fentry_1, func_fexit_1, func_kprobe_1, func_kretprobe_1, ufunc_entry_1, ufunc_return_1);
+func_slot!(2, func_fentry_2, func_fexit_2, func_kprobe_2, func_kretprobe_2, ufunc_entry_2, ufunc_return_2);
+func_slot!(3, func_fentry_3, func_fexit_3, func_kprobe_3, func_kretprobe_3, ufunc_entry_3, ufunc_return_3);
+func_slot!(4, func_fentry_4, func_fexit_4, func_kprobe_4, func_kretprobe_4, ufunc_entry_4, ufunc_return_4);
+func_slot!(5, func_fentry_5, func_fexit_5, func_kprobe_5, func_kretprobe_5, ufunc_entry_5, ufunc_return_5);
+func_slot!(6, func_fentry_6, func_fexit_6, func_kprobe_6, func_kretprobe_6, ufunc_entry_6, ufunc_return_6);
+func_slot!(7, func_fentry_7, func_fexit_7, func_kprobe_7, func_kretprobe_7, ufunc_entry_7, ufunc_return_7);
 
 #[cfg(not(test))]
 #[panic_handler]

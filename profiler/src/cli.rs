@@ -21,7 +21,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Record a profile (needs root, or CAP_BPF + CAP_PERFMON).
-    Record(RecordArgs),
+    Record(Box<RecordArgs>),
     /// Print the per-lock table of a profile.
     Report(ReportArgs),
     /// Render a flamegraph (SVG) from a profile.
@@ -40,6 +40,30 @@ pub struct RecordArgs {
     /// other family is asked for.
     #[arg(long)]
     pub lock: bool,
+
+    /// Record request/reply latency of a provider (repeatable): fuse (tracepoints),
+    /// sunrpc (tracepoints), lustre (kprobes on ptl_send_rpc / after_reply).
+    #[arg(long = "rpc", value_enum, value_name = "PROVIDER")]
+    pub rpc: Vec<RpcProvider>,
+
+    /// Record a user-defined request span BEGIN,END; each side is tp:GROUP:EVENT:FIELD
+    /// or kprobe:SYMBOL[:ARG], the field or argument being the request key.
+    #[arg(long, value_name = "BEGIN,END", value_parser = parse_span)]
+    pub span: Option<crate::probes::rpc::SpanSpec>,
+
+    /// Record the latency of a kernel function, entry to return (repeatable; up to 8).
+    /// fentry/fexit where the kernel allows, else kprobe/kretprobe.
+    #[arg(long = "func", value_name = "[MODULE:]SYMBOL")]
+    pub func: Vec<String>,
+
+    /// How `--func` hooks kernel functions: `auto` tries fentry/fexit, then
+    /// kprobe/kretprobe; the other values force one method (for tests of each).
+    #[arg(long, value_enum, value_name = "METHOD", default_value_t = FuncMethod::Auto)]
+    pub func_method: FuncMethod,
+
+    /// Record the latency of a user-space function with uprobes (repeatable; up to 8).
+    #[arg(long = "ufunc", value_name = "BINARY:SYMBOL")]
+    pub ufunc: Vec<String>,
 
     /// Sample what runs on the CPUs (kernel and user stacks) with a perf CPU clock.
     #[arg(long)]
@@ -106,6 +130,27 @@ pub struct RecordArgs {
     /// and lockpath exits with its status.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FuncMethod {
+    Auto,
+    Fentry,
+    Kprobe,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RpcProvider {
+    /// FUSE requests: fuse:fuse_request_send -> fuse:fuse_request_end, per opcode.
+    Fuse,
+    /// NFS / SUNRPC tasks: sunrpc:rpc_task_begin -> sunrpc:rpc_task_end.
+    Sunrpc,
+    /// Lustre RPCs: kprobes ptl_send_rpc -> after_reply (request pointer as key).
+    Lustre,
+}
+
+fn parse_span(text: &str) -> Result<crate::probes::rpc::SpanSpec, String> {
+    crate::probes::rpc::SpanSpec::parse(text)
 }
 
 fn parse_freq(text: &str) -> Result<u64, String> {
@@ -191,6 +236,10 @@ pub struct ReportArgs {
 pub enum Kind {
     /// Lock wait time by process, lock type and waiter stack.
     Lock,
+    /// Request latency by process, provider, operation and completion stack.
+    Rpc,
+    /// Function latency by process, function and stack at entry.
+    Func,
     /// On-CPU samples by process and stack (user frames, then kernel frames `_[k]`).
     Cpu,
 }

@@ -21,13 +21,13 @@ use profile::Profile;
 /// Runs one command; returns the process exit code.
 pub fn run(cli: Cli) -> Result<i32> {
     match cli.command {
-        Command::Record(args) => record::run(args),
+        Command::Record(args) => record::run(*args),
         Command::Report(args) => {
             let profile = Profile::load(&args.file)?;
             let text = match args.format {
                 cli::ReportFormat::Text => {
                     let mut text = export::report::summary_header(&profile);
-                    if !profile.locks.is_empty() || profile.cpu.is_empty() {
+                    if export::report::lock_family_recorded(&profile) {
                         text.push_str(&export::report::lock_table(&profile, args.by, args.top));
                         text.push_str(&export::report::holders_table(&profile, 10));
                         if profile.is_merged() && args.by != cli::GroupBy::Host {
@@ -43,6 +43,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                         text.push('\n');
                         text.push_str(&export::report::cpu_tables(&profile, args.top));
                     }
+                    text.push_str(&export::report::latency_sections(&profile, args.top));
                     text.push_str(&export::report::losses(&profile));
                     text
                 }

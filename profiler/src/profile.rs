@@ -37,6 +37,94 @@ pub struct Profile {
     /// On-CPU samples by (process, thread, kernel stack, user stack).
     #[serde(default)]
     pub cpu: Vec<CpuRow>,
+    /// Request / reply spans (`--rpc`, `--span`).
+    #[serde(default)]
+    pub rpcs: Vec<RpcRow>,
+    /// Function latencies (`--func`, `--ufunc`).
+    #[serde(default)]
+    pub funcs: Vec<FuncRow>,
+    /// Probes that were asked for but could not be used on this kernel, and why.
+    #[serde(default)]
+    pub unavailable: Vec<Unavailable>,
+}
+
+/// A requested probe that this kernel could not offer (the run went on without it).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Unavailable {
+    /// "rpc", "func", "ufunc".
+    pub family: String,
+    /// What was asked for: `sunrpc`, `vfs_read`, ...
+    pub what: String,
+    pub reason: String,
+}
+
+/// Latency aggregate of one row: count, total, extremes and a log2 histogram.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Latency {
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+    pub min_ns: u64,
+    /// `hist[i]` counts latencies in [2^i, 2^(i+1)) ns; trailing empty buckets left out.
+    #[serde(default)]
+    pub hist: Vec<u64>,
+}
+
+impl Latency {
+    pub fn mean_ns(&self) -> u64 {
+        self.total_ns.checked_div(self.count).unwrap_or(0)
+    }
+
+    /// Adds another aggregate (rows grouped for a table).
+    pub fn merge(&mut self, other: &Latency) {
+        self.min_ns = if self.count == 0 {
+            other.min_ns
+        } else {
+            self.min_ns.min(other.min_ns)
+        };
+        self.count += other.count;
+        self.total_ns += other.total_ns;
+        self.max_ns = self.max_ns.max(other.max_ns);
+        if self.hist.len() < other.hist.len() {
+            self.hist.resize(other.hist.len(), 0);
+        }
+        for (mine, theirs) in self.hist.iter_mut().zip(&other.hist) {
+            *mine += theirs;
+        }
+    }
+}
+
+/// One aggregated request/reply row: (provider, operation, issuing process, stacks).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct RpcRow {
+    /// "fuse", "sunrpc", "lustre" or "span".
+    pub provider: String,
+    /// Operation number (FUSE opcode, ...), 0 when the provider has none.
+    pub op: u32,
+    /// Operation name: `CREATE`, `WRITE`, ... (the number when unknown).
+    pub op_name: String,
+    /// Process that issued the request.
+    pub pid: u32,
+    /// Kernel stack of the issuer at the start.
+    pub start_stack: Option<u32>,
+    /// Kernel stack of whoever ran the completion.
+    pub end_stack: Option<u32>,
+    #[serde(flatten)]
+    pub latency: Latency,
+}
+
+/// One aggregated function-latency row: (function, process, stack at entry).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct FuncRow {
+    /// `vfs_read`, `ptlrpc:after_reply`, or `BINARY:SYMBOL` for user functions.
+    pub function: String,
+    /// A user-space function (`--ufunc`).
+    pub user: bool,
+    pub pid: u32,
+    /// Stack at entry (kernel stack, or user stack for user functions).
+    pub stack: Option<u32>,
+    #[serde(flatten)]
+    pub latency: Latency,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -233,6 +321,21 @@ impl Profile {
                 if stack as usize >= self.stacks.len() {
                     bail!(
                         "a lock row refers to stack {stack}, but there are {} stacks",
+                        self.stacks.len()
+                    );
+                }
+            }
+        }
+        let rpc_stacks = self
+            .rpcs
+            .iter()
+            .flat_map(|row| [("an rpc", row.start_stack), ("an rpc", row.end_stack)]);
+        let func_stacks = self.funcs.iter().map(|row| ("a func", row.stack));
+        for (what, stack) in rpc_stacks.chain(func_stacks) {
+            if let Some(stack) = stack {
+                if stack as usize >= self.stacks.len() {
+                    bail!(
+                        "{what} row refers to stack {stack}, but there are {} stacks",
                         self.stacks.len()
                     );
                 }

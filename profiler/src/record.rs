@@ -41,6 +41,10 @@ extern "C" fn on_stop_signal(signal: libc::c_int) {
 /// What `record` asks for, resolved from the flags.
 struct Plan {
     lock: bool,
+    rpc: probes::rpc::RpcSetup,
+    funcs: Vec<String>,
+    func_method: crate::cli::FuncMethod,
+    ufuncs: Vec<probes::func::UserFunction>,
     /// On-CPU sampling frequency in Hz, when asked for.
     cpu: Option<u64>,
 }
@@ -48,7 +52,7 @@ struct Plan {
 impl Plan {
     /// Families that record user stacks need the process watcher (memory-map snapshots).
     fn user_stacks(&self) -> bool {
-        self.cpu.is_some()
+        self.cpu.is_some() || !self.ufuncs.is_empty()
     }
 }
 
@@ -62,14 +66,13 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     } else {
         Target::System
     };
-    // The lock family is the default only when no family flag is given.
-    let plan = Plan {
-        lock: args.lock || !args.cpu,
-        cpu: args.cpu.then_some(args.freq),
-    };
+    let rpc_plan = probes::rpc::RpcPlan::new(&args.rpc, args.span.clone())?;
+    let other_family =
+        rpc_plan.any() || !args.func.is_empty() || !args.ufunc.is_empty() || args.cpu;
+    let cpu = args.cpu.then_some(args.freq);
 
     target.validate()?;
-    if let Some(freq) = plan.cpu {
+    if let Some(freq) = cpu {
         probes::cpu::check_frequency(freq)?;
     }
     check_privileges()?;
@@ -81,6 +84,19 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     }
     tracefs::ensure_mounted()?;
     let kernel_symbols = KernelSymbols::load()?;
+    let ufuncs = probes::func::validate(&args.func, &args.ufunc, &kernel_symbols)?;
+    // Hooks this kernel lacks: one line each, and the run goes on without them.
+    let mut unavailable = Vec::new();
+    let rpc_setup = probes::rpc::resolve(&rpc_plan, &kernel_symbols, &mut unavailable)?;
+    let plan = Plan {
+        // The lock family is the default when no other family is asked for.
+        lock: args.lock || !other_family,
+        rpc: rpc_setup,
+        funcs: args.func.clone(),
+        func_method: args.func_method,
+        ufuncs,
+        cpu,
+    };
     // Bound before anything is loaded, so a busy port fails fast.
     let metrics = match args.metrics {
         Some(addr) => Some(MetricsServer::start(
@@ -101,20 +117,21 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         &target,
         child.as_ref().map(|child| child.pid),
         &kernel_symbols,
+        &mut unavailable,
     )
-    .and_then(|(mut ebpf, probes, watcher)| {
+    .and_then(|(mut ebpf, probes, func_targets, watcher)| {
         // The maps leave the object (the programs stay attached until it is dropped),
         // so they can be read live and after the detach alike.
         let mut maps = MapSet::take_all(&mut ebpf);
         let stacks = StackResolver::new(&mut maps, kernel_symbols)?;
-        Ok((ebpf, probes, maps, stacks, watcher))
+        Ok((ebpf, probes, func_targets, maps, stacks, watcher))
     })
     .and_then(|started| {
         // A `-p` process that exited meanwhile: nothing of it could be recorded.
         target.check_alive()?;
         Ok(started)
     });
-    let (ebpf, probes, maps, mut stacks, mut watcher) = match started {
+    let (ebpf, probes, func_targets, maps, mut stacks, mut watcher) = match started {
         Ok(started) => started,
         Err(err) => {
             if let Some(child) = child.as_mut() {
@@ -178,7 +195,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         if (progress || metrics.is_some()) && Instant::now() >= next_refresh {
             next_refresh = Instant::now() + Duration::from_secs(1);
             let elapsed = start.elapsed().as_secs_f64();
-            match snapshot(&plan, &maps, &mut stacks, elapsed) {
+            match snapshot(&plan, &func_targets, &maps, &mut stacks, elapsed) {
                 Ok(live) => {
                     if let Some(metrics) = &metrics {
                         metrics.update(export::prometheus::render(&live));
@@ -226,15 +243,22 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     profile.command_line = std::env::args().collect();
     profile.targets = target.describe();
     profile.probes = probes;
+    profile.unavailable = unavailable;
 
     if let Some(watcher) = watcher {
         watcher.finish(&mut stacks.user);
     }
-    drain_families(&plan, &maps, &mut stacks, &mut profile)?;
+    drain_families(&plan, &func_targets, &maps, &mut stacks, &mut profile)?;
     stacks.interner.finish(&mut profile);
     profile.losses = probes::shared::drain_losses(&maps)?;
-    let mut pids: Vec<u32> = profile.locks.iter().map(|row| row.pid).collect();
-    pids.extend(profile.cpu.iter().map(|row| row.pid));
+    let mut pids: Vec<u32> = profile
+        .locks
+        .iter()
+        .map(|row| row.pid)
+        .chain(profile.rpcs.iter().map(|row| row.pid))
+        .chain(profile.funcs.iter().map(|row| row.pid))
+        .chain(profile.cpu.iter().map(|row| row.pid))
+        .collect();
     pids.sort_unstable();
     pids.dedup();
     profile.processes = probes::shared::drain_processes(&maps, &pids)?;
@@ -266,6 +290,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
 /// A family adds its line.
 fn drain_families(
     plan: &Plan,
+    func_targets: &[probes::func::FuncTarget],
     maps: &MapSet,
     stacks: &mut StackResolver,
     profile: &mut Profile,
@@ -273,6 +298,8 @@ fn drain_families(
     if plan.lock {
         profile.locks = probes::lock::drain(maps, stacks)?;
     }
+    profile.rpcs = probes::rpc::drain(maps, stacks, &plan.rpc)?;
+    profile.funcs = probes::func::drain(maps, stacks, func_targets)?;
     if let Some(freq) = plan.cpu {
         profile.cpu_freq_hz = freq;
         profile.cpu = probes::cpu::drain(maps, stacks)?;
@@ -283,13 +310,14 @@ fn drain_families(
 /// The numbers so far, while the programs run (for metrics and progress).
 fn snapshot(
     plan: &Plan,
+    func_targets: &[probes::func::FuncTarget],
     maps: &MapSet,
     stacks: &mut StackResolver,
     elapsed_s: f64,
 ) -> Result<Profile> {
     let mut profile = Profile::new();
     profile.duration_s = elapsed_s;
-    drain_families(plan, maps, stacks, &mut profile)?;
+    drain_families(plan, func_targets, maps, stacks, &mut profile)?;
     stacks.interner.copy_into(&mut profile);
     profile.losses = probes::shared::drain_losses(maps)?;
     Ok(profile)
@@ -306,12 +334,29 @@ fn progress_line(live: &Profile) -> String {
         let samples: u64 = live.cpu.iter().map(|row| row.samples).sum();
         parts.push(format!("{samples} CPU samples"));
     }
+    if !live.rpcs.is_empty() {
+        let requests: u64 = live.rpcs.iter().map(|row| row.latency.count).sum();
+        parts.push(format!("{requests} requests"));
+    }
+    if !live.funcs.is_empty() {
+        let calls: u64 = live.funcs.iter().map(|row| row.latency.count).sum();
+        parts.push(format!("{calls} calls"));
+    }
     let lost: u64 = live.losses.values().sum();
     if lost > 0 {
         parts.push(format!("{lost} lost"));
     }
     parts.join(", ")
 }
+
+/// What `start` hands back: the loaded object, the probes in use, the function slots
+/// (`--func`/`--ufunc`) and the process watcher when user stacks are recorded.
+type Started = (
+    Ebpf,
+    Vec<ProbeUse>,
+    Vec<probes::func::FuncTarget>,
+    Option<ProcessWatcher>,
+);
 
 /// Loads the object, installs the target filter and attaches the requested families.
 fn start(
@@ -320,20 +365,28 @@ fn start(
     target: &Target,
     child: Option<u32>,
     kernel_symbols: &KernelSymbols,
-) -> Result<(Ebpf, Vec<ProbeUse>, Option<ProcessWatcher>)> {
+    unavailable: &mut Vec<crate::profile::Unavailable>,
+) -> Result<Started> {
     let filter_mode = target.filter_mode();
     let fork_child_pid = tracefs::field_offset("sched", "sched_process_fork", "child_pid")?;
     let exit_group_dead =
         tracefs::field_offset("sched", "sched_process_exit", "group_dead").unwrap_or(0);
     let lock_layout = probes::lock::layout();
-    let mut ebpf = EbpfLoader::new()
+    let mut loader = EbpfLoader::new();
+    loader
         .override_global("FILTER_MODE", &filter_mode, true)
         .override_global("FORK_CHILD_PID_OFFSET", &fork_child_pid, true)
         .override_global("EXIT_GROUP_DEAD_OFFSET", &exit_group_dead, true)
         .override_global("LOCK_LAYOUT", &lock_layout, true)
         .map_max_entries("STACKS", args.stack_entries)
         .map_max_entries("LOCK_STATS", args.map_entries)
-        .map_max_entries("CPU_SAMPLES", args.map_entries)
+        .map_max_entries("RPC_STATS", args.map_entries)
+        .map_max_entries("FUNC_STATS", args.map_entries)
+        .map_max_entries("CPU_SAMPLES", args.map_entries);
+    for (name, value) in &plan.rpc.globals {
+        loader.override_global(name, value, true);
+    }
+    let mut ebpf = loader
         .load(EBPF_OBJECT)
         .map_err(|err| anyhow::anyhow!(explain_load_error(&err.to_string())))?;
 
@@ -371,10 +424,19 @@ fn start(
             kernel_symbols,
         )?);
     }
+    probes.extend(probes::rpc::attach(&mut ebpf, &plan.rpc)?);
+    let (func_probes, func_targets) = probes::func::attach(
+        &mut ebpf,
+        &plan.funcs,
+        plan.func_method,
+        &plan.ufuncs,
+        unavailable,
+    )?;
+    probes.extend(func_probes);
     if let Some(freq) = plan.cpu {
         probes.push(probes::cpu::attach(&mut ebpf, freq)?);
     }
-    Ok((ebpf, probes, watcher))
+    Ok((ebpf, probes, func_targets, watcher))
 }
 
 fn explain_load_error(err: &str) -> String {

@@ -43,3 +43,5 @@ pub fn set_process_name(name: &str) {
         libc::prctl(libc::PR_SET_NAME, bytes.as_ptr() as libc::c_ulong, 0, 0, 0);
     }
 }
+
+pub mod fuse;

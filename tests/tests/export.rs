@@ -74,7 +74,14 @@ fn diff_pprof_merge_and_html_from_two_runs() {
         .as_array()
         .expect("processes")
         .iter()
-        .find(|process| process["comm"] == HOSTILE_COMM)
+        // The main thread may have been named (lock-storm) by an early contention,
+        // before it renamed itself; its worker threads carry the hostile name.
+        .find(|process| {
+            process["comm"] == HOSTILE_COMM
+                || process["threads"]
+                    .as_array()
+                    .is_some_and(|threads| threads.iter().any(|t| t["comm"] == HOSTILE_COMM))
+        })
         .and_then(|process| process["pid"].as_u64())
         .expect("the workload runs under its hostile name");
     // Ground truth: the workload's rwsem (its mm's mmap_lock) by recorded wait.

@@ -39,14 +39,26 @@ const KERNELS: &[LabKernel] = &[
         package: "linux-image-6.1.0-50-cloud-amd64-unsigned",
         suite: None,
         features: &["lock_tracepoint", "kprobe", "fentry"],
-        required: &["lock-auto", "lock-tracepoint", "lock-kprobe"],
+        required: &[
+            "lock-auto",
+            "lock-tracepoint",
+            "lock-kprobe",
+            "func-fentry",
+            "func-kprobe",
+        ],
     },
     LabKernel {
         name: "5.10",
         package: "linux-image-5.10.0-32-cloud-amd64-unsigned",
         suite: Some("bullseye"),
         features: &["kprobe", "fentry"],
-        required: &["lock-auto", "lock-kprobe", "lock-no-tracepoint"],
+        required: &[
+            "lock-auto",
+            "lock-kprobe",
+            "lock-no-tracepoint",
+            "func-fentry",
+            "func-kprobe",
+        ],
     },
 ];
 

@@ -59,6 +59,38 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
                 out.push(Breakdown { by, entries });
             }
         }
+        Kind::Rpc | Kind::Func => {
+            let groups = if kind == Kind::Rpc {
+                crate::export::report::rpc_groups(profile)
+            } else {
+                crate::export::report::func_groups(profile)
+            };
+            let what = if kind == Kind::Rpc {
+                "operation"
+            } else {
+                "function"
+            };
+            let mut by_name: BTreeMap<String, Measure> = BTreeMap::new();
+            let mut by_process: BTreeMap<String, Measure> = BTreeMap::new();
+            for group in groups {
+                for (entries, key) in [
+                    (&mut by_name, group.name.clone()),
+                    (&mut by_process, format!("{} {}", group.name, group.process)),
+                ] {
+                    let entry = entries.entry(key).or_default();
+                    entry.value += group.total_ns;
+                    entry.events += group.count;
+                }
+            }
+            out.push(Breakdown {
+                by: what,
+                entries: by_name,
+            });
+            out.push(Breakdown {
+                by: "process",
+                entries: by_process,
+            });
+        }
         Kind::Cpu => {
             let mut processes: BTreeMap<String, Measure> = BTreeMap::new();
             for process in cpu_processes(profile) {
@@ -89,13 +121,15 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
 fn value_names(kind: Kind) -> (&'static str, &'static str) {
     match kind {
         Kind::Lock => ("wait/s", "cont/s"),
+        Kind::Rpc => ("latency/s", "req/s"),
+        Kind::Func => ("time/s", "calls/s"),
         Kind::Cpu => ("samples/s", "total/s"),
     }
 }
 
 fn format_value(kind: Kind, per_second: f64) -> String {
     match kind {
-        Kind::Lock => format_ns(per_second.abs().round() as u64),
+        Kind::Lock | Kind::Rpc | Kind::Func => format_ns(per_second.abs().round() as u64),
         Kind::Cpu => format!("{:.1}", per_second.abs()),
     }
 }
@@ -124,7 +158,7 @@ pub struct DiffTable {
 
 fn unit(kind: Kind) -> &'static str {
     match kind {
-        Kind::Lock => "ns/s",
+        Kind::Lock | Kind::Rpc | Kind::Func => "ns/s",
         Kind::Cpu => "samples/s",
     }
 }

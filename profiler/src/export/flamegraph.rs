@@ -15,6 +15,16 @@ use crate::{
 fn labels(kind: Kind) -> (&'static str, &'static str, f64) {
     match kind {
         Kind::Lock => ("Lock wait time (width: time waiting, ms)", "ms", 0.001),
+        Kind::Rpc => (
+            "Request latency by completion stack (width: request time, ms)",
+            "ms",
+            0.001,
+        ),
+        Kind::Func => (
+            "Function latency by stack at entry (width: time in the function, ms)",
+            "ms",
+            0.001,
+        ),
         Kind::Cpu => (
             "On-CPU samples (width: CPU time; kernel frames _[k], orange)",
             "samples",
@@ -29,6 +39,16 @@ fn diff_labels(kind: Kind) -> (&'static str, &'static str, f64) {
     match kind {
         Kind::Lock => (
             "Lock wait, NEW against BASE (width: NEW wait in ms per second of run; red grew, blue shrank)",
+            "ms/s",
+            1e-6,
+        ),
+        Kind::Rpc => (
+            "Request latency, NEW against BASE (width: NEW latency in ms per second of run; red grew, blue shrank)",
+            "ms/s",
+            1e-6,
+        ),
+        Kind::Func => (
+            "Function latency, NEW against BASE (width: NEW time in ms per second of run; red grew, blue shrank)",
             "ms/s",
             1e-6,
         ),

@@ -22,6 +22,8 @@ pub struct Sample {
 pub fn sample_types(kind: Kind) -> &'static [(&'static str, &'static str)] {
     match kind {
         Kind::Lock => &[("contentions", "count"), ("delay", "nanoseconds")],
+        Kind::Rpc => &[("requests", "count"), ("latency", "nanoseconds")],
+        Kind::Func => &[("calls", "count"), ("latency", "nanoseconds")],
         Kind::Cpu => &[("samples", "count")],
     }
 }
@@ -30,7 +32,7 @@ pub fn sample_types(kind: Kind) -> &'static [(&'static str, &'static str)] {
 /// folded unit (lock: delay in nanoseconds, folded in microseconds).
 pub fn flame_value(kind: Kind) -> (usize, u64) {
     match kind {
-        Kind::Lock => (1, 1_000),
+        Kind::Lock | Kind::Rpc | Kind::Func => (1, 1_000),
         Kind::Cpu => (0, 1),
     }
 }
@@ -80,6 +82,24 @@ pub fn samples(profile: &Profile, kind: Kind) -> Vec<Sample> {
                 frames.push(clean(lock_type_name(flags)));
                 frames.extend(stack_frames.iter().cloned());
                 add(frames, &values);
+            }
+        }
+        Kind::Rpc => {
+            // Who runs the completion path, weighted by the latency of the requests.
+            for row in &profile.rpcs {
+                let mut parts = vec![
+                    clean(&profile.process_name(row.pid)),
+                    clean(&format!("{} {}", row.provider, row.op_name)),
+                ];
+                push_stack(&mut parts, profile, row.end_stack);
+                add(parts, &[row.latency.count, row.latency.total_ns]);
+            }
+        }
+        Kind::Func => {
+            for row in &profile.funcs {
+                let mut parts = vec![clean(&profile.process_name(row.pid)), clean(&row.function)];
+                push_stack(&mut parts, profile, row.stack);
+                add(parts, &[row.latency.count, row.latency.total_ns]);
             }
         }
         Kind::Cpu => {
@@ -153,6 +173,21 @@ pub fn lines(profile: &Profile, kind: Kind) -> Vec<(String, u64)> {
     // spares it a second sort of a possibly huge input.
     lines.sort_unstable();
     lines
+}
+
+/// Appends a stack, outermost frame first (`[stack lost]` when it was lost).
+fn push_stack(parts: &mut Vec<String>, profile: &Profile, stack: Option<u32>) {
+    if stack.is_none() {
+        parts.push("[stack lost]".into());
+        return;
+    }
+    parts.extend(
+        profile
+            .stack_frames(stack)
+            .iter()
+            .rev()
+            .map(|frame| clean(&frame.display())),
+    );
 }
 
 pub fn render(profile: &Profile, kind: Kind) -> String {

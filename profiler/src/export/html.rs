@@ -152,6 +152,60 @@ fn kind_section(profile: &Profile, kind: Kind) -> Result<String> {
             out.push_str(&flamegraph_frame(&svg, "lock wait flamegraph"));
             out.push_str("</section>\n");
         }
+        Kind::Rpc | Kind::Func => {
+            let (id, title, groups, what) = if kind == Kind::Rpc {
+                (
+                    "rpc",
+                    "Request latency",
+                    report::rpc_groups(profile),
+                    "request",
+                )
+            } else {
+                (
+                    "func",
+                    "Function latency",
+                    report::func_groups(profile),
+                    "function",
+                )
+            };
+            out.push_str(&format!("<section id=\"{id}\">\n<h2>{title}</h2>\n"));
+            let rows: Vec<Vec<String>> = groups
+                .iter()
+                .take(50)
+                .map(|group| {
+                    vec![
+                        group.count.to_string(),
+                        crate::units::format_ns(group.total_ns),
+                        crate::units::format_ns(group.mean_ns),
+                        crate::units::format_ns(group.max_ns),
+                        group.name.clone(),
+                        group.process.clone(),
+                        group.completed_in.clone().unwrap_or_default(),
+                    ]
+                })
+                .collect();
+            if rows.is_empty() {
+                out.push_str(&format!("<p>No {what} recorded.</p>\n"));
+            } else {
+                out.push_str(&table(
+                    &[
+                        "count",
+                        "total",
+                        "mean",
+                        "max",
+                        what,
+                        "process",
+                        "completed in",
+                    ],
+                    &[true, true, true, true, false, false, false],
+                    &rows,
+                ));
+            }
+            out.push_str("<h3>Flamegraph (width: latency)</h3>\n");
+            let svg = flamegraph::render_svg(profile, kind)?;
+            out.push_str(&flamegraph_frame(&svg, &format!("{id} latency flamegraph")));
+            out.push_str("</section>\n");
+        }
         Kind::Cpu => {
             out.push_str("<section id=\"cpu\">\n<h2>On-CPU samples</h2>\n");
             let processes: Vec<Vec<String>> = report::cpu_processes(profile)

@@ -18,6 +18,8 @@ pub fn has_kind(profile: &Profile, kind: Kind) -> bool {
     let recorded = |family: &str| profile.probes.iter().any(|probe| probe.family == family);
     match kind {
         Kind::Lock => recorded("lock") || !profile.locks.is_empty(),
+        Kind::Rpc => recorded("rpc") || !profile.rpcs.is_empty(),
+        Kind::Func => recorded("func") || recorded("ufunc") || !profile.funcs.is_empty(),
         Kind::Cpu => recorded("cpu") || !profile.cpu.is_empty(),
     }
 }

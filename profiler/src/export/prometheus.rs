@@ -91,12 +91,65 @@ fn common_series(profile: &Profile, out: &mut String) {
     }
 }
 
+/// Latency totals and counts of the rpc or func tables, by name and process.
+fn latency_series(
+    out: &mut String,
+    family: &str,
+    what: &str,
+    groups: &[crate::export::report::LatencyGroup],
+) {
+    let seconds = format!("lockpath_{family}_latency_seconds_total");
+    header(
+        out,
+        &seconds,
+        "counter",
+        &format!("Time spent in each {what}, by {what} and process."),
+    );
+    for group in groups {
+        let _ = writeln!(
+            out,
+            "{seconds}{{{what}=\"{}\",process=\"{}\"}} {}",
+            label(&group.name),
+            label(&group.process),
+            group.total_ns as f64 / 1e9
+        );
+    }
+    let count = format!("lockpath_{family}_total");
+    header(
+        out,
+        &count,
+        "counter",
+        &format!("Completed {what}s, by {what} and process."),
+    );
+    for group in groups {
+        let _ = writeln!(
+            out,
+            "{count}{{{what}=\"{}\",process=\"{}\"}} {}",
+            label(&group.name),
+            label(&group.process),
+            group.count
+        );
+    }
+}
+
 pub fn render(profile: &Profile) -> String {
     let mut out = String::new();
     common_series(profile, &mut out);
     for kind in crate::export::kinds_present(profile) {
         match kind {
             crate::cli::Kind::Lock => lock_series(profile, &mut out),
+            crate::cli::Kind::Rpc => latency_series(
+                &mut out,
+                "rpc",
+                "request",
+                &crate::export::report::rpc_groups(profile),
+            ),
+            crate::cli::Kind::Func => latency_series(
+                &mut out,
+                "func",
+                "function",
+                &crate::export::report::func_groups(profile),
+            ),
             crate::cli::Kind::Cpu => cpu_series(profile, &mut out),
         }
     }

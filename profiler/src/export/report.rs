@@ -345,6 +345,179 @@ pub fn lock_table(profile: &Profile, by: GroupBy, top: usize) -> String {
     out
 }
 
+/// One row of a latency table: profile rows grouped by (what, process).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LatencyGroup {
+    /// `fuse CREATE`, `sunrpc rpc_task`, `vfs_read`, `/usr/bin/x:work`.
+    pub name: String,
+    pub pid: u32,
+    pub process: String,
+    pub count: u64,
+    pub total_ns: u64,
+    pub mean_ns: u64,
+    pub max_ns: u64,
+    pub min_ns: u64,
+    /// log2 histogram: `hist[i]` counts latencies in [2^i, 2^(i+1)) ns.
+    pub hist: Vec<u64>,
+    /// rpc: the function that ran the completion most (leaf of its stack).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completed_in: Option<String>,
+}
+
+fn group_latency<'a>(
+    profile: &Profile,
+    rows: impl Iterator<Item = (String, u32, &'a crate::profile::Latency, Option<u32>)>,
+) -> Vec<LatencyGroup> {
+    let mut groups: BTreeMap<(String, u32), (crate::profile::Latency, BTreeMap<String, u64>)> =
+        BTreeMap::new();
+    for (name, pid, latency, stack) in rows {
+        let entry = groups.entry((name, pid)).or_default();
+        entry.0.merge(latency);
+        if let Some(stack) = stack {
+            if let Some(frame) = profile.stack_frames(Some(stack)).first() {
+                *entry.1.entry(frame.display()).or_default() += latency.total_ns;
+            }
+        }
+    }
+    let mut out: Vec<LatencyGroup> = groups
+        .into_iter()
+        .map(|((name, pid), (latency, leaves))| LatencyGroup {
+            process: profile.process_name(pid),
+            name,
+            pid,
+            count: latency.count,
+            total_ns: latency.total_ns,
+            mean_ns: latency.mean_ns(),
+            max_ns: latency.max_ns,
+            min_ns: latency.min_ns,
+            hist: latency.hist.clone(),
+            completed_in: leaves
+                .into_iter()
+                .max_by_key(|(_, total)| *total)
+                .map(|(leaf, _)| leaf),
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        b.total_ns
+            .cmp(&a.total_ns)
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    out
+}
+
+/// Request latency grouped by provider, operation and process.
+pub fn rpc_groups(profile: &Profile) -> Vec<LatencyGroup> {
+    group_latency(
+        profile,
+        profile.rpcs.iter().map(|row| {
+            (
+                format!("{} {}", row.provider, row.op_name),
+                row.pid,
+                &row.latency,
+                row.end_stack,
+            )
+        }),
+    )
+}
+
+/// Function latency grouped by function and process.
+pub fn func_groups(profile: &Profile) -> Vec<LatencyGroup> {
+    let mut groups = group_latency(
+        profile,
+        profile
+            .funcs
+            .iter()
+            .map(|row| (short_function_name(row), row.pid, &row.latency, None)),
+    );
+    for group in &mut groups {
+        group.completed_in = None;
+    }
+    groups
+}
+
+/// `vfs_read`, or `binary:symbol` without the binary's directory for user functions.
+fn short_function_name(row: &crate::profile::FuncRow) -> String {
+    if !row.user {
+        return row.function.clone();
+    }
+    match row.function.rsplit_once(':') {
+        Some((binary, symbol)) => {
+            let file = binary.rsplit('/').next().unwrap_or(binary);
+            format!("{file}:{symbol}")
+        }
+        None => row.function.clone(),
+    }
+}
+
+/// A latency table as text, within 100 columns.
+pub fn latency_table(groups: &[LatencyGroup], what: &str, top: usize) -> String {
+    let mut out = String::new();
+    if groups.is_empty() {
+        out.push_str(&format!("no {what} recorded\n"));
+        return out;
+    }
+    out.push_str(&format!(
+        "{:>7} {:>9} {:>9} {:>9}  {:<28} {:<14} {}\n",
+        "count", "total", "mean", "max", what, "process", "completed in"
+    ));
+    let shown = if top == 0 {
+        groups.len()
+    } else {
+        top.min(groups.len())
+    };
+    for group in &groups[..shown] {
+        out.push_str(&format!(
+            "{:>7} {:>9} {:>9} {:>9}  {:<28} {:<14} {}\n",
+            group.count,
+            format_ns(group.total_ns),
+            format_ns(group.mean_ns),
+            format_ns(group.max_ns),
+            fit(&group.name, 28),
+            fit(&group.process, 14),
+            fit(group.completed_in.as_deref().unwrap_or(""), 17),
+        ));
+    }
+    if shown < groups.len() {
+        out.push_str(&format!(
+            "({} more rows: --top 0 shows all)\n",
+            groups.len() - shown
+        ));
+    }
+    out
+}
+
+/// Probes asked for but not available on this kernel, one line each.
+pub fn unavailable(profile: &Profile) -> String {
+    let mut out = String::new();
+    if profile.unavailable.is_empty() {
+        return out;
+    }
+    out.push_str("\nnot recorded (this kernel lacks the hooks):\n");
+    for missing in &profile.unavailable {
+        out.push_str(&format!(
+            "  {} {}: {}\n",
+            missing.family, missing.what, missing.reason
+        ));
+    }
+    out
+}
+
+/// Every table the profile has data or probes for (summary and `report`).
+pub fn latency_sections(profile: &Profile, top: usize) -> String {
+    let mut out = String::new();
+    let has = |family: &str| profile.probes.iter().any(|probe| probe.family == family);
+    if has("rpc") || !profile.rpcs.is_empty() {
+        out.push_str("\nrequest latency, by operation and process (total time):\n");
+        out.push_str(&latency_table(&rpc_groups(profile), "request", top));
+    }
+    if has("func") || has("ufunc") || !profile.funcs.is_empty() {
+        out.push_str("\nfunction latency, by function and process (total time):\n");
+        out.push_str(&latency_table(&func_groups(profile), "function", top));
+    }
+    out.push_str(&unavailable(profile));
+    out
+}
+
 /// Losses, explained; empty when nothing was lost.
 pub fn losses(profile: &Profile) -> String {
     if profile.losses.is_empty() {
@@ -409,6 +582,17 @@ pub fn holders_table(profile: &Profile, top: usize) -> String {
     out
 }
 
+/// Whether the lock family is part of this profile (a profile that names no family and
+/// has no rows of another family is read as a lock profile).
+pub fn lock_family_recorded(profile: &Profile) -> bool {
+    !profile.locks.is_empty()
+        || profile.probes.iter().any(|probe| probe.family == "lock")
+        || (profile.probes.is_empty()
+            && profile.cpu.is_empty()
+            && profile.rpcs.is_empty()
+            && profile.funcs.is_empty())
+}
+
 /// What `record` prints at the end.
 pub fn summary(profile: &Profile, top: usize) -> String {
     let mut out = summary_header(profile);
@@ -423,6 +607,7 @@ pub fn summary(profile: &Profile, top: usize) -> String {
         }
         out.push_str(&cpu_tables(profile, top));
     }
+    out.push_str(&latency_sections(profile, top));
     out.push_str(&losses(profile));
     out
 }
@@ -567,6 +752,9 @@ struct JsonReport<'a> {
     host: &'a str,
     duration_s: f64,
     locks: Vec<LockGroup>,
+    rpcs: Vec<LatencyGroup>,
+    funcs: Vec<LatencyGroup>,
+    unavailable: &'a [crate::profile::Unavailable],
     #[serde(skip_serializing_if = "Option::is_none")]
     cpu: Option<JsonCpu>,
     lost: &'a BTreeMap<String, u64>,
@@ -587,6 +775,9 @@ pub fn json(profile: &Profile, by: GroupBy, top: usize) -> serde_json::Result<St
         host: &profile.host,
         duration_s: profile.duration_s,
         locks,
+        rpcs: rpc_groups(profile),
+        funcs: func_groups(profile),
+        unavailable: &profile.unavailable,
         cpu: json_cpu(profile, top),
         lost: &profile.losses,
     })
@@ -732,6 +923,62 @@ pub(crate) mod tests {
             assert!(line.chars().count() <= 100, "too wide: {line}");
         }
         assert!(table.contains("7.00 ms"), "{table}");
+    }
+
+    #[test]
+    fn latency_tables_group_and_fit() {
+        use crate::profile::{FuncRow, Latency, RpcRow};
+        let mut profile = profile_with_two_locks();
+        let latency = |count, total| Latency {
+            count,
+            total_ns: total,
+            max_ns: total / count,
+            min_ns: 1,
+            hist: vec![0, count],
+        };
+        profile.rpcs = vec![
+            RpcRow {
+                provider: "fuse".into(),
+                op: 35,
+                op_name: "CREATE".into(),
+                pid: 10,
+                start_stack: Some(0),
+                end_stack: Some(1),
+                latency: latency(2, 200_000_000),
+            },
+            RpcRow {
+                provider: "fuse".into(),
+                op: 35,
+                op_name: "CREATE".into(),
+                pid: 10,
+                start_stack: Some(1),
+                end_stack: Some(1),
+                latency: latency(1, 100_000_000),
+            },
+        ];
+        profile.funcs = vec![FuncRow {
+            function: "/very/long/directory/name/of/a/binary:a_rather_long_function_name".into(),
+            user: true,
+            pid: 11,
+            stack: None,
+            latency: latency(4, 4_000),
+        }];
+        let rpcs = rpc_groups(&profile);
+        assert_eq!(rpcs.len(), 1);
+        assert_eq!(rpcs[0].count, 3);
+        assert_eq!(rpcs[0].mean_ns, 100_000_000);
+        assert_eq!(rpcs[0].hist, vec![0, 3]);
+        // The leaf of the completion stack that carried the most latency.
+        assert_eq!(
+            rpcs[0].completed_in.as_deref(),
+            Some("rwsem_down_write_slowpath")
+        );
+        let text = latency_sections(&profile, 20);
+        assert!(text.contains("fuse CREATE"), "{text}");
+        assert!(text.contains("binary:a_rather_long"), "{text}");
+        for line in text.lines() {
+            assert!(line.chars().count() <= 100, "too wide: {line}");
+        }
     }
 
     #[test]

@@ -3,5 +3,7 @@
 //! thread names).
 
 pub mod cpu;
+pub mod func;
 pub mod lock;
+pub mod rpc;
 pub mod shared;

@@ -217,6 +217,38 @@ pub fn comm_to_string(comm: &[u8]) -> String {
     String::from_utf8_lossy(&comm[..end]).into_owned()
 }
 
+/// The profile's form of an in-kernel latency aggregate (trailing empty buckets cut).
+pub fn latency_from(stat: &profiler_common::latency::LatencyStat) -> crate::profile::Latency {
+    let used = stat
+        .hist
+        .iter()
+        .rposition(|&count| count != 0)
+        .map_or(0, |last| last + 1);
+    crate::profile::Latency {
+        count: stat.count,
+        total_ns: stat.total_ns,
+        max_ns: stat.max_ns,
+        min_ns: if stat.count == 0 { 0 } else { stat.min_ns },
+        hist: stat.hist[..used].to_vec(),
+    }
+}
+
+/// Why kprobes cannot be used on this kernel, or `None` when they can.
+pub fn kprobes_unavailable() -> Option<String> {
+    let pmu = std::path::Path::new("/sys/bus/event_source/devices/kprobe/type").exists();
+    let legacy = [
+        "/sys/kernel/tracing/kprobe_events",
+        "/sys/kernel/debug/tracing/kprobe_events",
+    ]
+    .iter()
+    .any(|path| std::path::Path::new(path).exists());
+    if pmu || legacy {
+        None
+    } else {
+        Some("this kernel has no kprobe support (built without CONFIG_KPROBES)".into())
+    }
+}
+
 /// Every mapped object of every profiled process is kept open until the end: allow as
 /// many descriptors as the hard limit does (a failure only means falling back to paths).
 fn raise_open_file_limit() {

@@ -122,6 +122,27 @@ impl KernelSymbols {
         Some((symbol, offset))
     }
 
+    /// The text symbol `name` (in `module` when given: `ptlrpc:after_reply`).
+    pub fn find_function(&self, name: &str, module: Option<&str>) -> Option<&Symbol> {
+        self.text.iter().find(|symbol| {
+            symbol.name == name
+                && module.is_none_or(|module| symbol.module.as_deref() == Some(module))
+        })
+    }
+
+    /// Up to `limit` function names close to `name`, closest first (`__pfx_` padding
+    /// symbols left out): for "no such function" errors.
+    pub fn close_functions(&self, name: &str, limit: usize) -> Vec<String> {
+        close_names(
+            name,
+            self.text
+                .iter()
+                .map(|symbol| symbol.name.as_str())
+                .filter(|candidate| !candidate.starts_with("__pfx_")),
+            limit,
+        )
+    }
+
     /// A stack frame for a kernel address.
     pub fn frame(&self, addr: u64) -> Frame {
         match self.function(addr) {
@@ -163,6 +184,52 @@ impl KernelSymbols {
             format!("{}+0x{offset:x}", symbol.name)
         })
     }
+}
+
+/// Up to `limit` of `candidates` close to `name` (containing it, contained in it, or a
+/// few edits away), closest first.
+pub fn close_names<'a>(
+    name: &str,
+    candidates: impl Iterator<Item = &'a str>,
+    limit: usize,
+) -> Vec<String> {
+    let mut scored: Vec<(usize, &str)> = Vec::new();
+    let budget = (name.len() / 3).max(2);
+    for candidate in candidates {
+        let score = if candidate.contains(name) || name.contains(candidate) {
+            Some(candidate.len().abs_diff(name.len()).min(budget))
+        } else if candidate.len().abs_diff(name.len()) <= budget {
+            Some(edit_distance(name, candidate)).filter(|&distance| distance <= budget)
+        } else {
+            None
+        };
+        if let Some(score) = score {
+            scored.push((score, candidate));
+        }
+    }
+    scored.sort();
+    scored.dedup_by(|a, b| a.1 == b.1);
+    scored
+        .into_iter()
+        .take(limit)
+        .map(|(_, name)| name.to_string())
+        .collect()
+}
+
+/// Levenshtein distance between two names.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    let mut current = vec![0; b.len() + 1];
+    for (i, ca) in a.chars().enumerate() {
+        current[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = previous[j] + usize::from(ca != *cb);
+            current[j + 1] = substitution.min(previous[j + 1] + 1).min(current[j] + 1);
+        }
+        std::mem::swap(&mut previous, &mut current);
+    }
+    previous[b.len()]
 }
 
 #[cfg(test)]
@@ -214,5 +281,26 @@ ffffffffc0a02000 d ptlrpc_lock\t[ptlrpc]
             None,
             "past the image"
         );
+    }
+
+    #[test]
+    fn finds_functions_and_close_matches() {
+        let symbols = KernelSymbols::parse(SAMPLE);
+        assert!(symbols.find_function("do_pipe2", None).is_some());
+        assert!(symbols
+            .find_function("after_reply", Some("ptlrpc"))
+            .is_some());
+        assert!(symbols.find_function("after_reply", Some("ext4")).is_none());
+        assert!(
+            symbols.find_function("jiffies_lock", None).is_none(),
+            "data, not text"
+        );
+        assert_eq!(symbols.close_functions("do_pipe", 3), vec!["do_pipe2"]);
+        assert_eq!(
+            symbols.close_functions("after_replay", 3),
+            vec!["after_reply"]
+        );
+        assert!(symbols.close_functions("zzzzzzzz", 3).is_empty());
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
     }
 }

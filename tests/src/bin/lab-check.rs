@@ -8,6 +8,10 @@
 //! - with `--truth TYPE=N` (repeatable): the count of TYPE is within F (default 0.1) of N,
 //!   an independent count taken in the guest by tracefs.
 //!
+//! `lab-check func PROFILE --function NAME --method WORD --min-count N`
+//! - NAME was attached with a method containing WORD ("fentry", "kprobe");
+//! - its rows count at least N calls (the workload's own number of calls) with a total > 0.
+//!
 //! Prints what it measured; exits 1 with a `WHY:` line on the first failed assertion.
 
 use std::{collections::BTreeMap, process::exit};
@@ -29,6 +33,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("lock") => check_lock(&args[1..]),
+        Some("func") => check_func(&args[1..]),
         _ => fail("usage: lab-check lock PROFILE REPORT --method WORD --types T1,T2 [--truth TYPE=N] [--tolerance F]".into()),
     }
 }
@@ -143,4 +148,58 @@ fn check_lock(args: &[String]) {
             .collect::<Vec<_>>()
             .join(" ")
     );
+}
+
+fn check_func(args: &[String]) {
+    let Some(profile_path) = args.first() else {
+        fail("lab-check func: PROFILE is required".into());
+    };
+    let (mut function, mut method, mut min_count) = (String::new(), String::new(), 1u64);
+    let mut rest = args[1..].iter();
+    while let Some(flag) = rest.next() {
+        let value = rest.next().cloned().unwrap_or_default();
+        match flag.as_str() {
+            "--function" => function = value,
+            "--method" => method = value,
+            "--min-count" => {
+                min_count = value
+                    .parse()
+                    .unwrap_or_else(|_| fail(format!("--min-count {value}: not a number")))
+            }
+            other => fail(format!("lab-check func: unknown flag {other}")),
+        }
+    }
+    let profile = read_json(profile_path);
+    let prefix = format!("{function}:");
+    let used = profile["probes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|probe| probe["method"].as_str())
+        .find(|used| used.starts_with(&prefix))
+        .unwrap_or_else(|| {
+            fail(format!(
+                "{function} was not attached: {}",
+                profile["unavailable"]
+            ))
+        });
+    println!("{used}");
+    if !used.contains(&method) {
+        fail(format!(
+            "{function} was attached with {used:?}, expected {method}"
+        ));
+    }
+    let (mut count, mut total) = (0u64, 0u64);
+    for row in profile["funcs"].as_array().into_iter().flatten() {
+        if row["function"] == function.as_str() {
+            count += row["count"].as_u64().unwrap_or(0);
+            total += row["total_ns"].as_u64().unwrap_or(0);
+        }
+    }
+    println!("{function}: {count} calls, {total} ns in total");
+    if count < min_count || total == 0 {
+        fail(format!(
+            "{function}: {count} calls ({total} ns), expected at least {min_count}"
+        ));
+    }
 }

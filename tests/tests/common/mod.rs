@@ -171,9 +171,14 @@ pub fn spawn_recording(args: &[&str]) -> (std::process::Child, Vec<u64>) {
     loop {
         let held = programs_held_by(pid);
         if !held.is_empty() {
-            // Let the remaining attaches finish.
+            // Let the remaining attaches finish; a short run may end meanwhile, so keep
+            // what was seen first too.
             std::thread::sleep(std::time::Duration::from_millis(300));
-            return (child, programs_held_by(pid));
+            let mut all = held;
+            all.extend(programs_held_by(pid));
+            all.sort_unstable();
+            all.dedup();
+            return (child, all);
         }
         if std::time::Instant::now() >= deadline || matches!(child.try_wait(), Ok(Some(_))) {
             let _ = child.kill();

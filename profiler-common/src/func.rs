@@ -1,0 +1,39 @@
+//! Function latency: kernel functions (`--func`, fentry/fexit or kprobe/kretprobe) and
+//! user functions (`--ufunc`, uprobe/uretprobe), entry to return, per process.
+
+/// Kernel functions get slots `0..FUNC_SLOTS`, user functions
+/// `UFUNC_SLOT_BASE..UFUNC_SLOT_BASE + FUNC_SLOTS`; one program pair per slot.
+pub const FUNC_SLOTS: u32 = 8;
+pub const UFUNC_SLOT_BASE: u32 = 8;
+
+/// A call in progress, keyed by thread id and slot.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FuncCall {
+    pub tid: u32,
+    pub slot: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FuncEntry {
+    pub start_ns: u64,
+    /// Stack at entry (kernel stack for `--func`, user stack for `--ufunc`).
+    pub stack_id: i32,
+    /// Recursive entries of the same function on this thread: only the outermost
+    /// call is timed.
+    pub depth: u32,
+}
+
+/// Aggregation key: one row per function, process and entry stack.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FuncKey {
+    pub slot: u32,
+    pub tgid: u32,
+    pub stack_id: i32,
+    pub _pad: u32,
+}
+
+#[cfg(feature = "user")]
+crate::impl_pod!(FuncCall, FuncEntry, FuncKey);

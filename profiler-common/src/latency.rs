@@ -1,0 +1,82 @@
+//! Latency aggregates shared by the request (`rpc`) and function (`func`) families:
+//! count, total, max, min and a log2 histogram, all in nanoseconds.
+
+/// Buckets of the log2 histogram: bucket `i` counts latencies in `[2^i, 2^(i+1))` ns
+/// (bucket 0 also counts 0 ns); the last bucket counts everything from 2^39 ns (~9 min).
+pub const HIST_SLOTS: usize = 40;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LatencyStat {
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+    /// Smallest latency; `u64::MAX` until the first one is added.
+    pub min_ns: u64,
+    pub hist: [u64; HIST_SLOTS],
+}
+
+impl LatencyStat {
+    /// The value a new aggregate starts from.
+    pub const EMPTY: LatencyStat = LatencyStat {
+        count: 0,
+        total_ns: 0,
+        max_ns: 0,
+        min_ns: u64::MAX,
+        hist: [0; HIST_SLOTS],
+    };
+}
+
+/// floor(log2(ns)), clamped to the histogram (0 for 0 and 1). Branch-free so the eBPF
+/// verifier sees a short straight line.
+#[inline(always)]
+pub fn log2_slot(ns: u64) -> usize {
+    let mut value = ns;
+    let mut log = 0u32;
+    let shift = ((value > 0xFFFF_FFFF) as u32) << 5;
+    value >>= shift;
+    log |= shift;
+    let shift = ((value > 0xFFFF) as u32) << 4;
+    value >>= shift;
+    log |= shift;
+    let shift = ((value > 0xFF) as u32) << 3;
+    value >>= shift;
+    log |= shift;
+    let shift = ((value > 0xF) as u32) << 2;
+    value >>= shift;
+    log |= shift;
+    let shift = ((value > 0x3) as u32) << 1;
+    value >>= shift;
+    log |= shift;
+    log |= (value >> 1) as u32;
+    let slot = log as usize;
+    if slot >= HIST_SLOTS {
+        HIST_SLOTS - 1
+    } else {
+        slot
+    }
+}
+
+#[cfg(feature = "user")]
+crate::impl_pod!(LatencyStat);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log2_slots() {
+        assert_eq!(log2_slot(0), 0);
+        assert_eq!(log2_slot(1), 0);
+        assert_eq!(log2_slot(2), 1);
+        assert_eq!(log2_slot(3), 1);
+        assert_eq!(log2_slot(4), 2);
+        assert_eq!(log2_slot(1023), 9);
+        assert_eq!(log2_slot(1024), 10);
+        assert_eq!(log2_slot(100_000_000), 26);
+        assert_eq!(log2_slot(u64::MAX), HIST_SLOTS - 1);
+        for shift in 0..HIST_SLOTS {
+            assert_eq!(log2_slot(1 << shift), shift);
+        }
+    }
+}

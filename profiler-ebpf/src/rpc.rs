@@ -1,0 +1,231 @@
+//! Request / reply spans. A start remembers (time, issuing process, operation, stack)
+//! under the request's key in `RPC_INFLIGHT`; the completion with the same key adds the
+//! latency to `RPC_STATS` keyed by (provider, operation, process, start stack, completion
+//! stack). Providers: FUSE tracepoints, and two generic pairs used by sunrpc, lustre and
+//! `--span`: one on classic tracepoints (key read at a format-file offset), one on
+//! kprobes (key = an argument).
+//!
+//! The start honours the target filter; the completion does not (a FUSE reply runs in
+//! the server's thread, a Lustre reply in ptlrpcd): only started requests are in flight.
+
+use core::ffi::c_void;
+
+use aya_ebpf::{
+    macros::map,
+    maps::HashMap,
+    programs::{ProbeContext, TracePointContext, tracing::StackIdContext},
+};
+use profiler_common::{
+    latency::LatencyStat,
+    loss::{RPC_INFLIGHT_FULL, RPC_KEY_REUSED, RPC_MAP_FULL},
+    rpc::{PROVIDER_FUSE, RpcId, RpcKey, RpcStart},
+};
+
+use crate::{
+    latency::{add_latency, now_ns},
+    shared::{STACK_FLAGS_KERNEL, STACKS, count_loss, stack_id_or_loss},
+    target::is_target,
+};
+
+#[map]
+pub static RPC_STATS: HashMap<RpcKey, LatencyStat> = HashMap::with_max_entries(16384, 0);
+
+#[map]
+static RPC_INFLIGHT: HashMap<RpcId, RpcStart> = HashMap::with_max_entries(65536, 0);
+
+// Field offsets of fuse:fuse_request_send / fuse_request_end, from the format files.
+#[unsafe(no_mangle)]
+static FUSE_SEND_CONNECTION: u32 = 8;
+#[unsafe(no_mangle)]
+static FUSE_SEND_UNIQUE: u32 = 16;
+#[unsafe(no_mangle)]
+static FUSE_SEND_OPCODE: u32 = 24;
+#[unsafe(no_mangle)]
+static FUSE_END_CONNECTION: u32 = 8;
+#[unsafe(no_mangle)]
+static FUSE_END_UNIQUE: u32 = 16;
+
+// The generic tracepoint pair: provider, key offsets and sizes (4 or 8 bytes), and an
+// optional connection field (size 0: none).
+#[unsafe(no_mangle)]
+static SPAN_TP_PROVIDER: u32 = 0;
+#[unsafe(no_mangle)]
+static SPAN_TP_BEGIN_KEY: u32 = 0;
+#[unsafe(no_mangle)]
+static SPAN_TP_BEGIN_KEY_SIZE: u32 = 8;
+#[unsafe(no_mangle)]
+static SPAN_TP_BEGIN_CONN: u32 = 0;
+#[unsafe(no_mangle)]
+static SPAN_TP_BEGIN_CONN_SIZE: u32 = 0;
+#[unsafe(no_mangle)]
+static SPAN_TP_END_KEY: u32 = 0;
+#[unsafe(no_mangle)]
+static SPAN_TP_END_KEY_SIZE: u32 = 8;
+#[unsafe(no_mangle)]
+static SPAN_TP_END_CONN: u32 = 0;
+#[unsafe(no_mangle)]
+static SPAN_TP_END_CONN_SIZE: u32 = 0;
+
+// The generic kprobe pair: provider and the argument index holding the key.
+#[unsafe(no_mangle)]
+static SPAN_KP_PROVIDER: u32 = 0;
+#[unsafe(no_mangle)]
+static SPAN_KP_BEGIN_ARG: u32 = 0;
+#[unsafe(no_mangle)]
+static SPAN_KP_END_ARG: u32 = 0;
+
+#[inline(always)]
+fn global(value: &u32) -> u32 {
+    // SAFETY: reading a load-time global; volatile so the default is not folded in.
+    unsafe { core::ptr::read_volatile(value) }
+}
+
+#[inline(always)]
+fn begin<C: StackIdContext>(ctx: &C, id: RpcId, op: u32) {
+    if !is_target() {
+        return;
+    }
+    let tgid = (aya_ebpf::helpers::bpf_get_current_pid_tgid() >> 32) as u32;
+    let start = RpcStart {
+        start_ns: now_ns(),
+        tgid,
+        op,
+        start_kstack: stack_id_or_loss(ctx.get_stackid(&STACKS, STACK_FLAGS_KERNEL)),
+        _pad: 0,
+    };
+    // SAFETY: lookup in a map of plain data; the reference is not kept.
+    if unsafe { RPC_INFLIGHT.get(&id) }.is_some() {
+        count_loss(RPC_KEY_REUSED);
+    }
+    if RPC_INFLIGHT.insert(&id, &start, 0).is_err() {
+        count_loss(RPC_INFLIGHT_FULL);
+    }
+}
+
+#[inline(always)]
+fn end<C: StackIdContext>(ctx: &C, id: RpcId) {
+    // SAFETY: lookup in a map of plain data; the value is copied out.
+    let Some(start) = (unsafe { RPC_INFLIGHT.get(&id) }).copied() else {
+        return;
+    };
+    let _ = RPC_INFLIGHT.remove(&id);
+    let now = now_ns();
+    if now < start.start_ns {
+        return;
+    }
+    let key = RpcKey {
+        provider: id.provider,
+        op: start.op,
+        tgid: start.tgid,
+        start_kstack: start.start_kstack,
+        end_kstack: stack_id_or_loss(ctx.get_stackid(&STACKS, STACK_FLAGS_KERNEL)),
+        _pad: 0,
+    };
+    add_latency(&RPC_STATS, &key, now - start.start_ns, RPC_MAP_FULL);
+}
+
+/// Reads a 4- or 8-byte unsigned field of a classic tracepoint record.
+#[inline(always)]
+fn read_field(ctx: &TracePointContext, offset: u32, size: u32) -> u64 {
+    // SAFETY: offsets and sizes come from this kernel's format file for the event.
+    unsafe {
+        match size {
+            8 => ctx.read_at::<u64>(offset as usize).unwrap_or(0),
+            4 => ctx.read_at::<u32>(offset as usize).map(u64::from).unwrap_or(0),
+            _ => 0,
+        }
+    }
+}
+
+/// `fuse:fuse_request_send`: runs in the issuing task for synchronous requests.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "tracepoint/fuse/fuse_request_send")]
+pub extern "C" fn rpc_fuse_send(ctx: *mut c_void) -> u32 {
+    let ctx = TracePointContext::new(ctx);
+    let id = RpcId {
+        provider: PROVIDER_FUSE,
+        connection: read_field(&ctx, global(&FUSE_SEND_CONNECTION), 4) as u32,
+        id: read_field(&ctx, global(&FUSE_SEND_UNIQUE), 8),
+    };
+    let op = read_field(&ctx, global(&FUSE_SEND_OPCODE), 4) as u32;
+    begin(&ctx, id, op);
+    // 1: let perf and other tracers see the event too.
+    1
+}
+
+/// `fuse:fuse_request_end`: runs in the task that delivers the reply (the server's
+/// write to /dev/fuse), or in the issuer when the request is aborted.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "tracepoint/fuse/fuse_request_end")]
+pub extern "C" fn rpc_fuse_end(ctx: *mut c_void) -> u32 {
+    let ctx = TracePointContext::new(ctx);
+    let id = RpcId {
+        provider: PROVIDER_FUSE,
+        connection: read_field(&ctx, global(&FUSE_END_CONNECTION), 4) as u32,
+        id: read_field(&ctx, global(&FUSE_END_UNIQUE), 8),
+    };
+    end(&ctx, id);
+    1
+}
+
+/// The start of a span on any classic tracepoint (attached by user space).
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "tracepoint/span/begin")]
+pub extern "C" fn rpc_span_begin_tp(ctx: *mut c_void) -> u32 {
+    let ctx = TracePointContext::new(ctx);
+    let id = RpcId {
+        provider: global(&SPAN_TP_PROVIDER),
+        connection: read_field(&ctx, global(&SPAN_TP_BEGIN_CONN), global(&SPAN_TP_BEGIN_CONN_SIZE))
+            as u32,
+        id: read_field(&ctx, global(&SPAN_TP_BEGIN_KEY), global(&SPAN_TP_BEGIN_KEY_SIZE)),
+    };
+    begin(&ctx, id, 0);
+    1
+}
+
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "tracepoint/span/end")]
+pub extern "C" fn rpc_span_end_tp(ctx: *mut c_void) -> u32 {
+    let ctx = TracePointContext::new(ctx);
+    let id = RpcId {
+        provider: global(&SPAN_TP_PROVIDER),
+        connection: read_field(&ctx, global(&SPAN_TP_END_CONN), global(&SPAN_TP_END_CONN_SIZE))
+            as u32,
+        id: read_field(&ctx, global(&SPAN_TP_END_KEY), global(&SPAN_TP_END_KEY_SIZE)),
+    };
+    end(&ctx, id);
+    1
+}
+
+#[inline(always)]
+fn kprobe_key(ctx: &ProbeContext, index: u32) -> u64 {
+    match index {
+        0 => ctx.arg::<u64>(0),
+        1 => ctx.arg::<u64>(1),
+        2 => ctx.arg::<u64>(2),
+        3 => ctx.arg::<u64>(3),
+        4 => ctx.arg::<u64>(4),
+        _ => ctx.arg::<u64>(5),
+    }
+    .unwrap_or(0)
+}
+
+/// The start of a span on a kprobe (Lustre's `ptl_send_rpc`, or `--span kprobe:...`).
+pub fn on_span_begin_kprobe(ctx: &ProbeContext) {
+    let id = RpcId {
+        provider: global(&SPAN_KP_PROVIDER),
+        connection: 0,
+        id: kprobe_key(ctx, global(&SPAN_KP_BEGIN_ARG)),
+    };
+    begin(ctx, id, 0);
+}
+
+/// The completion of a span on a kprobe (Lustre's `after_reply`, ...).
+pub fn on_span_end_kprobe(ctx: &ProbeContext) {
+    let id = RpcId {
+        provider: global(&SPAN_KP_PROVIDER),
+        connection: 0,
+        id: kprobe_key(ctx, global(&SPAN_KP_END_ARG)),
+    };
+    end(ctx, id);
+}

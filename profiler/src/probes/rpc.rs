@@ -1,0 +1,613 @@
+//! Request / reply spans: `--rpc fuse|sunrpc|lustre` and `--span BEGIN,END`.
+//! Hooks a kernel lacks are reported in one line each and the run goes on; a `--span`
+//! that names something that does not exist is bad input (an error).
+
+use anyhow::{bail, Context, Result};
+use aya::{
+    maps::HashMap,
+    programs::{KProbe, TracePoint},
+    Ebpf,
+};
+use profiler_common::{
+    latency::LatencyStat,
+    rpc::{RpcKey, PROVIDER_FUSE, PROVIDER_LUSTRE, PROVIDER_SPAN, PROVIDER_SUNRPC},
+};
+
+use crate::{
+    cli::RpcProvider,
+    probes::shared::{kprobes_unavailable, latency_from, MapSet, StackResolver},
+    profile::{ProbeUse, RpcRow, Unavailable},
+    symbolize::KernelSymbols,
+    tracefs,
+};
+
+/// One side of a `--span`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SpanPoint {
+    /// `tp:GROUP:EVENT:FIELD`: the key is FIELD of the record.
+    Tracepoint {
+        group: String,
+        event: String,
+        field: String,
+    },
+    /// `kprobe:SYMBOL[:ARG]`: the key is argument ARG (0 = first) of SYMBOL.
+    Kprobe { symbol: String, arg: u32 },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpanSpec {
+    pub text: String,
+    pub begin: SpanPoint,
+    pub end: SpanPoint,
+}
+
+impl SpanSpec {
+    pub fn parse(text: &str) -> Result<SpanSpec, String> {
+        let (begin, end) = text.split_once(',').ok_or_else(|| {
+            format!("--span {text:?}: expected BEGIN,END (e.g. kprobe:ptl_send_rpc:0,kprobe:after_reply:0)")
+        })?;
+        let spec = SpanSpec {
+            text: text.to_string(),
+            begin: parse_point(begin)?,
+            end: parse_point(end)?,
+        };
+        if std::mem::discriminant(&spec.begin) != std::mem::discriminant(&spec.end) {
+            return Err(format!(
+                "--span {text:?}: BEGIN and END must both be tracepoints (tp:) or both kprobes (kprobe:)"
+            ));
+        }
+        Ok(spec)
+    }
+}
+
+fn parse_point(text: &str) -> Result<SpanPoint, String> {
+    let parts: Vec<&str> = text.split(':').collect();
+    match parts.as_slice() {
+        ["tp" | "tracepoint", group, event, field]
+            if !group.is_empty() && !event.is_empty() && !field.is_empty() =>
+        {
+            Ok(SpanPoint::Tracepoint {
+                group: group.to_string(),
+                event: event.to_string(),
+                field: field.to_string(),
+            })
+        }
+        ["kprobe", symbol] if !symbol.is_empty() => Ok(SpanPoint::Kprobe {
+            symbol: symbol.to_string(),
+            arg: 0,
+        }),
+        ["kprobe", symbol, arg] if !symbol.is_empty() => {
+            let arg: u32 = arg
+                .parse()
+                .ok()
+                .filter(|&arg| arg < 6)
+                .ok_or_else(|| format!("{text:?}: the argument index must be 0..=5"))?;
+            Ok(SpanPoint::Kprobe {
+                symbol: symbol.to_string(),
+                arg,
+            })
+        }
+        _ => Err(format!(
+            "{text:?}: expected tp:GROUP:EVENT:FIELD or kprobe:SYMBOL[:ARG]"
+        )),
+    }
+}
+
+/// What `--rpc` and `--span` ask for.
+#[derive(Debug, Default, Clone)]
+pub struct RpcPlan {
+    pub fuse: bool,
+    pub sunrpc: bool,
+    pub lustre: bool,
+    pub span: Option<SpanSpec>,
+}
+
+impl RpcPlan {
+    pub fn new(providers: &[RpcProvider], span: Option<SpanSpec>) -> Result<RpcPlan> {
+        let plan = RpcPlan {
+            fuse: providers.contains(&RpcProvider::Fuse),
+            sunrpc: providers.contains(&RpcProvider::Sunrpc),
+            lustre: providers.contains(&RpcProvider::Lustre),
+            span,
+        };
+        match &plan.span {
+            Some(SpanSpec {
+                begin: SpanPoint::Tracepoint { .. },
+                ..
+            }) if plan.sunrpc => bail!(
+                "--rpc sunrpc and a tracepoint --span share one program pair: record them in two runs"
+            ),
+            Some(SpanSpec {
+                begin: SpanPoint::Kprobe { .. },
+                ..
+            }) if plan.lustre => bail!(
+                "--rpc lustre and a kprobe --span share one program pair: record them in two runs"
+            ),
+            _ => {}
+        }
+        Ok(plan)
+    }
+
+    pub fn any(&self) -> bool {
+        self.fuse || self.sunrpc || self.lustre || self.span.is_some()
+    }
+}
+
+const SUNRPC_BEGIN: &str = "rpc_task_begin";
+const SUNRPC_END: &str = "rpc_task_end";
+const LUSTRE_SEND: &str = "ptl_send_rpc";
+const LUSTRE_REPLY: &str = "after_reply";
+
+/// The generic tracepoint pair: provider, span name, (group, event) of begin and end.
+type TpPair = (u32, String, (String, String), (String, String));
+
+/// The kernel side of a resolved plan: load-time globals, and which pairs to attach.
+#[derive(Debug, Default)]
+pub struct RpcSetup {
+    pub globals: Vec<(&'static str, u32)>,
+    fuse: bool,
+    /// (provider, name, begin group:event, end group:event) for the tracepoint pair.
+    tp_pair: Option<TpPair>,
+    /// (provider, name, begin symbol, end symbol) for the kprobe pair.
+    kp_pair: Option<(u32, String, String, String)>,
+}
+
+fn field(group: &str, event: &str, name: &str) -> Result<tracefs::Field> {
+    tracefs::event_fields(group, event)?
+        .into_iter()
+        .find(|field| field.name == name)
+        .with_context(|| format!("{group}:{event} has no field {name} on this kernel"))
+}
+
+fn key_field(group: &str, event: &str, name: &str) -> Result<tracefs::Field> {
+    let found = field(group, event, name)?;
+    if found.size != 4 && found.size != 8 {
+        bail!(
+            "--span: {group}:{event} field {name} is {} bytes; a key must be a 4- or 8-byte integer",
+            found.size
+        );
+    }
+    Ok(found)
+}
+
+/// Checks the hooks, reports the missing ones in `unavailable` (one line each on
+/// stderr), and computes what to load.
+pub fn resolve(
+    plan: &RpcPlan,
+    symbols: &KernelSymbols,
+    unavailable: &mut Vec<Unavailable>,
+) -> Result<RpcSetup> {
+    let mut setup = RpcSetup::default();
+    let mut missing = |what: &str, reason: String| {
+        eprintln!("lockpath: --rpc {what}: not recorded: {reason}; the rest of the run goes on");
+        unavailable.push(Unavailable {
+            family: "rpc".into(),
+            what: what.into(),
+            reason,
+        });
+    };
+    if plan.fuse {
+        if tracefs::event_exists("fuse", "fuse_request_send")
+            && tracefs::event_exists("fuse", "fuse_request_end")
+        {
+            let send = |name| field("fuse", "fuse_request_send", name);
+            let end = |name| field("fuse", "fuse_request_end", name);
+            setup.globals.extend([
+                ("FUSE_SEND_CONNECTION", send("connection")?.offset),
+                ("FUSE_SEND_UNIQUE", send("unique")?.offset),
+                ("FUSE_SEND_OPCODE", send("opcode")?.offset),
+                ("FUSE_END_CONNECTION", end("connection")?.offset),
+                ("FUSE_END_UNIQUE", end("unique")?.offset),
+            ]);
+            setup.fuse = true;
+        } else {
+            missing(
+                "fuse",
+                "this kernel has no fuse:fuse_request_send/fuse_request_end tracepoints \
+                 (FUSE not built or module not loaded: modprobe fuse)"
+                    .into(),
+            );
+        }
+    }
+    if plan.sunrpc {
+        if tracefs::event_exists("sunrpc", SUNRPC_BEGIN)
+            && tracefs::event_exists("sunrpc", SUNRPC_END)
+        {
+            set_tp_pair(
+                &mut setup,
+                PROVIDER_SUNRPC,
+                "sunrpc",
+                ("sunrpc", SUNRPC_BEGIN, "task_id", Some("client_id")),
+                ("sunrpc", SUNRPC_END, "task_id", Some("client_id")),
+            )?;
+        } else {
+            missing(
+                "sunrpc",
+                format!(
+                    "this kernel has no sunrpc:{SUNRPC_BEGIN}/{SUNRPC_END} tracepoints \
+                     (no SUNRPC/NFS client: CONFIG_SUNRPC off or module sunrpc not loaded)"
+                ),
+            );
+        }
+    }
+    if plan.lustre {
+        let absent: Vec<&str> = [LUSTRE_SEND, LUSTRE_REPLY]
+            .into_iter()
+            .filter(|symbol| symbols.find_function(symbol, None).is_none())
+            .collect();
+        if !absent.is_empty() {
+            missing(
+                "lustre",
+                format!(
+                    "{} not in /proc/kallsyms (the Lustre client module ptlrpc is not loaded)",
+                    absent.join(" and ")
+                ),
+            );
+        } else if let Some(why) = kprobes_unavailable() {
+            missing("lustre", format!("its hooks are kprobes and {why}"));
+        } else {
+            setup.globals.extend([
+                ("SPAN_KP_PROVIDER", PROVIDER_LUSTRE),
+                ("SPAN_KP_BEGIN_ARG", 0),
+                ("SPAN_KP_END_ARG", 0),
+            ]);
+            setup.kp_pair = Some((
+                PROVIDER_LUSTRE,
+                "lustre".into(),
+                LUSTRE_SEND.into(),
+                LUSTRE_REPLY.into(),
+            ));
+        }
+    }
+    if let Some(span) = &plan.span {
+        match (&span.begin, &span.end) {
+            (
+                SpanPoint::Tracepoint {
+                    group: begin_group,
+                    event: begin_event,
+                    field: begin_field,
+                },
+                SpanPoint::Tracepoint {
+                    group: end_group,
+                    event: end_event,
+                    field: end_field,
+                },
+            ) => {
+                for (group, event) in [(begin_group, begin_event), (end_group, end_event)] {
+                    if !tracefs::event_exists(group, event) {
+                        bail!(
+                            "--span: this kernel has no tracepoint {group}:{event} (see {}/events)",
+                            "/sys/kernel/tracing"
+                        );
+                    }
+                }
+                set_tp_pair(
+                    &mut setup,
+                    PROVIDER_SPAN,
+                    &span.text,
+                    (begin_group, begin_event, begin_field, None),
+                    (end_group, end_event, end_field, None),
+                )?;
+            }
+            (
+                SpanPoint::Kprobe {
+                    symbol: begin,
+                    arg: begin_arg,
+                },
+                SpanPoint::Kprobe {
+                    symbol: end,
+                    arg: end_arg,
+                },
+            ) => {
+                for symbol in [begin, end] {
+                    check_kernel_function(symbols, symbol)?;
+                }
+                if let Some(why) = kprobes_unavailable() {
+                    missing(&span.text, format!("its hooks are kprobes and {why}"));
+                } else {
+                    setup.globals.extend([
+                        ("SPAN_KP_PROVIDER", PROVIDER_SPAN),
+                        ("SPAN_KP_BEGIN_ARG", *begin_arg),
+                        ("SPAN_KP_END_ARG", *end_arg),
+                    ]);
+                    setup.kp_pair =
+                        Some((PROVIDER_SPAN, span.text.clone(), begin.clone(), end.clone()));
+                }
+            }
+            _ => bail!(
+                "--span {}: BEGIN and END must be of the same kind",
+                span.text
+            ),
+        }
+    }
+    Ok(setup)
+}
+
+/// A clear error for a kernel function that does not exist, with close names.
+pub fn check_kernel_function(symbols: &KernelSymbols, spec: &str) -> Result<()> {
+    let (module, name) = match spec.split_once(':') {
+        Some((module, name)) => (Some(module), name),
+        None => (None, spec),
+    };
+    if symbols.find_function(name, module).is_some() {
+        return Ok(());
+    }
+    if let (Some(module), Some(found)) = (module, symbols.find_function(name, None)) {
+        let actual = match &found.module {
+            Some(actual) => format!("in module {actual}"),
+            None => "built into the kernel image".to_string(),
+        };
+        bail!(
+            "{name} is {actual}, not in module {module}: name it {}",
+            match &found.module {
+                Some(actual) => format!("{actual}:{name}"),
+                None => name.to_string(),
+            }
+        );
+    }
+    let close = symbols.close_functions(name, 8);
+    let where_ = module
+        .map(|module| format!(" in module {module}"))
+        .unwrap_or_default();
+    if close.is_empty() {
+        bail!("no kernel function {name}{where_} in /proc/kallsyms (and nothing close)");
+    }
+    bail!(
+        "no kernel function {name}{where_} in /proc/kallsyms; close matches: {}",
+        close.join(", ")
+    )
+}
+
+type TpSide<'a> = (&'a str, &'a str, &'a str, Option<&'a str>);
+
+fn set_tp_pair(
+    setup: &mut RpcSetup,
+    provider: u32,
+    name: &str,
+    begin: TpSide,
+    end: TpSide,
+) -> Result<()> {
+    let begin_key = key_field(begin.0, begin.1, begin.2)?;
+    let end_key = key_field(end.0, end.1, end.2)?;
+    let conn = |side: TpSide| -> Result<(u32, u32)> {
+        match side.3 {
+            Some(name) => {
+                let found = key_field(side.0, side.1, name)?;
+                Ok((found.offset, found.size))
+            }
+            None => Ok((0, 0)),
+        }
+    };
+    let (begin_conn, begin_conn_size) = conn(begin)?;
+    let (end_conn, end_conn_size) = conn(end)?;
+    setup.globals.extend([
+        ("SPAN_TP_PROVIDER", provider),
+        ("SPAN_TP_BEGIN_KEY", begin_key.offset),
+        ("SPAN_TP_BEGIN_KEY_SIZE", begin_key.size),
+        ("SPAN_TP_BEGIN_CONN", begin_conn),
+        ("SPAN_TP_BEGIN_CONN_SIZE", begin_conn_size),
+        ("SPAN_TP_END_KEY", end_key.offset),
+        ("SPAN_TP_END_KEY_SIZE", end_key.size),
+        ("SPAN_TP_END_CONN", end_conn),
+        ("SPAN_TP_END_CONN_SIZE", end_conn_size),
+    ]);
+    setup.tp_pair = Some((
+        provider,
+        name.to_string(),
+        (begin.0.to_string(), begin.1.to_string()),
+        (end.0.to_string(), end.1.to_string()),
+    ));
+    Ok(())
+}
+
+fn attach_tracepoint(ebpf: &mut Ebpf, program: &str, group: &str, event: &str) -> Result<()> {
+    let tracepoint: &mut TracePoint = ebpf
+        .program_mut(program)
+        .with_context(|| format!("program {program} missing from the eBPF object"))?
+        .try_into()
+        .with_context(|| format!("program {program} is not a tracepoint"))?;
+    if tracepoint.fd().is_err() {
+        tracepoint
+            .load()
+            .with_context(|| format!("the kernel refused to load {program}"))?;
+    }
+    tracepoint
+        .attach(group, event)
+        .with_context(|| format!("cannot attach to {group}:{event}"))?;
+    Ok(())
+}
+
+fn attach_kprobe(ebpf: &mut Ebpf, program: &str, symbol: &str) -> Result<()> {
+    let kprobe: &mut KProbe = ebpf
+        .program_mut(program)
+        .with_context(|| format!("program {program} missing from the eBPF object"))?
+        .try_into()
+        .with_context(|| format!("program {program} is not a kprobe"))?;
+    kprobe
+        .load()
+        .with_context(|| format!("the kernel refused to load {program}"))?;
+    kprobe
+        .attach(symbol, 0)
+        .with_context(|| format!("cannot attach a kprobe to {symbol}"))?;
+    Ok(())
+}
+
+/// Attaches what `resolve` found usable.
+pub fn attach(ebpf: &mut Ebpf, setup: &RpcSetup) -> Result<Vec<ProbeUse>> {
+    let mut used = Vec::new();
+    if setup.fuse {
+        attach_tracepoint(ebpf, "rpc_fuse_send", "fuse", "fuse_request_send")?;
+        attach_tracepoint(ebpf, "rpc_fuse_end", "fuse", "fuse_request_end")?;
+        used.push(ProbeUse {
+            family: "rpc".into(),
+            method:
+                "fuse: tracepoint fuse:fuse_request_send/fuse_request_end, key (connection, unique)"
+                    .into(),
+        });
+    }
+    if let Some((_, name, begin, end)) = &setup.tp_pair {
+        attach_tracepoint(ebpf, "rpc_span_begin_tp", &begin.0, &begin.1)?;
+        attach_tracepoint(ebpf, "rpc_span_end_tp", &end.0, &end.1)?;
+        used.push(ProbeUse {
+            family: "rpc".into(),
+            method: format!(
+                "{name}: tracepoint {}:{} / {}:{}",
+                begin.0, begin.1, end.0, end.1
+            ),
+        });
+    }
+    if let Some((_, name, begin, end)) = &setup.kp_pair {
+        attach_kprobe(ebpf, "rpc_span_begin_kp", begin)?;
+        attach_kprobe(ebpf, "rpc_span_end_kp", end)?;
+        used.push(ProbeUse {
+            family: "rpc".into(),
+            method: format!("{name}: kprobe {begin} / {end}, key = request pointer argument"),
+        });
+    }
+    Ok(used)
+}
+
+/// Reads the aggregate out of the kernel.
+pub fn drain(maps: &MapSet, stacks: &mut StackResolver, setup: &RpcSetup) -> Result<Vec<RpcRow>> {
+    let map = maps.get("RPC_STATS")?;
+    let stats: HashMap<_, RpcKey, LatencyStat> =
+        HashMap::try_from(map).context("RPC_STATS has an unexpected type")?;
+    let span_name = |provider: u32| -> String {
+        [
+            &setup.tp_pair.as_ref().map(|pair| (pair.0, pair.1.clone())),
+            &setup.kp_pair.as_ref().map(|pair| (pair.0, pair.1.clone())),
+        ]
+        .into_iter()
+        .flatten()
+        .find(|(id, _)| *id == provider)
+        .map(|(_, name)| name.clone())
+        .unwrap_or_else(|| "span".into())
+    };
+    let mut rows = Vec::new();
+    for entry in stats.iter() {
+        let (key, stat) = entry.context("cannot read RPC_STATS")?;
+        let (provider, op_name) = match key.provider {
+            PROVIDER_FUSE => ("fuse".to_string(), fuse_opcode_name(key.op)),
+            PROVIDER_SUNRPC => ("sunrpc".to_string(), "rpc_task".to_string()),
+            PROVIDER_LUSTRE => ("lustre".to_string(), "ptlrpc_request".to_string()),
+            other => ("span".to_string(), span_name(other)),
+        };
+        rows.push(RpcRow {
+            provider,
+            op: key.op,
+            op_name,
+            pid: key.tgid,
+            start_stack: stacks.kernel_stack(key.start_kstack),
+            end_stack: stacks.kernel_stack(key.end_kstack),
+            latency: latency_from(&stat),
+        });
+    }
+    rows.sort_by_key(|row| std::cmp::Reverse(row.latency.total_ns));
+    Ok(rows)
+}
+
+/// FUSE opcode names (include/uapi/linux/fuse.h), as the tracepoint prints them
+/// without the `FUSE_` prefix.
+pub fn fuse_opcode_name(op: u32) -> String {
+    const NAMES: &[(u32, &str)] = &[
+        (1, "LOOKUP"),
+        (2, "FORGET"),
+        (3, "GETATTR"),
+        (4, "SETATTR"),
+        (5, "READLINK"),
+        (6, "SYMLINK"),
+        (8, "MKNOD"),
+        (9, "MKDIR"),
+        (10, "UNLINK"),
+        (11, "RMDIR"),
+        (12, "RENAME"),
+        (13, "LINK"),
+        (14, "OPEN"),
+        (15, "READ"),
+        (16, "WRITE"),
+        (17, "STATFS"),
+        (18, "RELEASE"),
+        (20, "FSYNC"),
+        (21, "SETXATTR"),
+        (22, "GETXATTR"),
+        (23, "LISTXATTR"),
+        (24, "REMOVEXATTR"),
+        (25, "FLUSH"),
+        (26, "INIT"),
+        (27, "OPENDIR"),
+        (28, "READDIR"),
+        (29, "RELEASEDIR"),
+        (30, "FSYNCDIR"),
+        (31, "GETLK"),
+        (32, "SETLK"),
+        (33, "SETLKW"),
+        (34, "ACCESS"),
+        (35, "CREATE"),
+        (36, "INTERRUPT"),
+        (37, "BMAP"),
+        (38, "DESTROY"),
+        (39, "IOCTL"),
+        (40, "POLL"),
+        (41, "NOTIFY_REPLY"),
+        (42, "BATCH_FORGET"),
+        (43, "FALLOCATE"),
+        (44, "READDIRPLUS"),
+        (45, "RENAME2"),
+        (46, "LSEEK"),
+        (47, "COPY_FILE_RANGE"),
+        (48, "SETUPMAPPING"),
+        (49, "REMOVEMAPPING"),
+        (50, "SYNCFS"),
+        (51, "TMPFILE"),
+        (52, "STATX"),
+        (4096, "CUSE_INIT"),
+    ];
+    NAMES
+        .iter()
+        .find(|(number, _)| *number == op)
+        .map(|(_, name)| name.to_string())
+        .unwrap_or_else(|| format!("op{op}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn span_specs_parse() {
+        let spec = SpanSpec::parse("kprobe:ptl_send_rpc,kprobe:after_reply:0").expect("parse");
+        assert_eq!(
+            spec.begin,
+            SpanPoint::Kprobe {
+                symbol: "ptl_send_rpc".into(),
+                arg: 0
+            }
+        );
+        let spec =
+            SpanSpec::parse("tp:fuse:fuse_request_send:unique,tp:fuse:fuse_request_end:unique")
+                .expect("parse");
+        assert!(matches!(spec.end, SpanPoint::Tracepoint { ref field, .. } if field == "unique"));
+        assert!(SpanSpec::parse("kprobe:a").is_err(), "no END");
+        assert!(SpanSpec::parse("kprobe:a,tp:b:c:d").is_err(), "mixed kinds");
+        assert!(
+            SpanSpec::parse("kprobe:a:9,kprobe:b").is_err(),
+            "argument index"
+        );
+        assert!(SpanSpec::parse("uprobe:a,uprobe:b").is_err());
+    }
+
+    #[test]
+    fn fuse_names() {
+        assert_eq!(fuse_opcode_name(35), "CREATE");
+        assert_eq!(fuse_opcode_name(16), "WRITE");
+        assert_eq!(fuse_opcode_name(999), "op999");
+    }
+
+    #[test]
+    fn conflicting_pairs_are_refused() {
+        let span = SpanSpec::parse("kprobe:a,kprobe:b").ok();
+        assert!(RpcPlan::new(&[RpcProvider::Lustre], span).is_err());
+        let span = SpanSpec::parse("kprobe:a,kprobe:b").ok();
+        assert!(RpcPlan::new(&[RpcProvider::Sunrpc], span).is_ok());
+    }
+}

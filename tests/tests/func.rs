@@ -1,0 +1,239 @@
+//! Root integration tests of function latency: `--ufunc` against a workload that times
+//! its own calls, `--func` (recorded where the kernel allows fentry or kprobes, one
+//! clear line where it allows neither), and unknown symbols.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+
+fn results(path: &Path, name: &str) -> Vec<u64> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|err| panic!("workload results {}: {err}", path.display()))
+        .lines()
+        .filter_map(|line| line.split_once(' '))
+        .filter(|(key, _)| *key == name)
+        .filter_map(|(_, value)| value.parse().ok())
+        .collect()
+}
+
+fn record(args: &[&str]) -> String {
+    let (child, programs) = spawn_recording(args);
+    let output = child.wait_with_output().expect("wait for lockpath");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        output.status.success(),
+        "lockpath failed:\n{}\n{stderr}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    assert_programs_gone(&programs);
+    stderr
+}
+
+#[test]
+fn ufunc_count_and_mean_match_the_workload() {
+    if !can_load_programs("ufunc_count_and_mean_match_the_workload") {
+        return;
+    }
+    let dir = scratch("ufunc");
+    let profile_path = dir.join("p.json");
+    let results_path = dir.join("results");
+    let calls = workload("timed-calls");
+    let spec = format!("{}:lockpath_timed_work", calls.display());
+    const CALLS: u64 = 12;
+    record(&[
+        "record",
+        "--ufunc",
+        &spec,
+        "-o",
+        profile_path.to_str().expect("path"),
+        "--",
+        calls.to_str().expect("path"),
+        "calls",
+        results_path.to_str().expect("path"),
+        &CALLS.to_string(),
+        "15",
+    ]);
+    let own = results(&results_path, "call_ns");
+    assert_eq!(own.len() as u64, CALLS);
+    let own_mean = own.iter().sum::<u64>() as f64 / own.len() as f64;
+    let pid = results(&results_path, "pid")[0];
+    let profile = load_json(&profile_path);
+    let rows: Vec<&serde_json::Value> = profile["funcs"]
+        .as_array()
+        .expect("funcs")
+        .iter()
+        .filter(|row| row["pid"].as_u64() == Some(pid))
+        .collect();
+    assert!(rows.iter().all(|row| row["user"] == true));
+    let count: u64 = rows
+        .iter()
+        .map(|row| row["count"].as_u64().expect("count"))
+        .sum();
+    let total: u64 = rows
+        .iter()
+        .map(|row| row["total_ns"].as_u64().expect("total"))
+        .sum();
+    assert_eq!(count, CALLS, "one row count per call");
+    let mean = total as f64 / count as f64;
+    eprintln!(
+        "ufunc: lockpath mean {:.3} ms, workload's own {:.3} ms",
+        mean / 1e6,
+        own_mean / 1e6
+    );
+    assert!(
+        (mean - own_mean).abs() <= own_mean * 0.05,
+        "mean {mean} ns vs the workload's own {own_mean} ns (5%)"
+    );
+    let hist_total: u64 = rows
+        .iter()
+        .flat_map(|row| row["hist"].as_array().expect("hist").iter())
+        .map(|bucket| bucket.as_u64().expect("bucket"))
+        .sum();
+    assert_eq!(hist_total, CALLS, "the histogram counts every call");
+    // The user stack at entry is symbolized (the cpu family's blazesym symbolizer): the
+    // traced function is the leaf and the workload's main is one of its callers.
+    let frame_names = |row: &serde_json::Value| -> Vec<String> {
+        let Some(stack) = row["stack"].as_u64() else {
+            return Vec::new();
+        };
+        profile["stacks"][stack as usize]["frames"]
+            .as_array()
+            .expect("frames")
+            .iter()
+            .map(|frame| {
+                let index = frame.as_u64().expect("frame index") as usize;
+                profile["frames"][index]["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .collect()
+    };
+    assert!(
+        rows.iter().any(|row| {
+            let names = frame_names(row);
+            names.first().map(String::as_str) == Some("lockpath_timed_work")
+                && names.iter().any(|name| name == "timed_calls::main")
+        }),
+        "no user stack named lockpath_timed_work <- timed_calls::main: {:?}",
+        rows.iter().map(|row| frame_names(row)).collect::<Vec<_>>()
+    );
+    assert!(profile["probes"]
+        .as_array()
+        .expect("probes")
+        .iter()
+        .any(|probe| probe["family"] == "ufunc"
+            && probe["method"].as_str().unwrap_or("").contains("uprobe")));
+}
+
+/// Where the kernel offers fentry or kprobes, `vfs_read` is timed (at least one call per
+/// read of the workload) and the profile says which method was used; where it offers
+/// neither (this development machine), one line says why and the run goes on.
+#[test]
+fn func_records_or_says_why_not() {
+    if !can_load_programs("func_records_or_says_why_not") {
+        return;
+    }
+    let dir = scratch("func");
+    let profile_path = dir.join("p.json");
+    let results_path = dir.join("results");
+    let calls = workload("timed-calls");
+    const READS: u64 = 200;
+    let stderr = record(&[
+        "record",
+        "--func",
+        "vfs_read",
+        "--ufunc",
+        &format!("{}:lockpath_timed_work", calls.display()),
+        "-o",
+        profile_path.to_str().expect("path"),
+        "--",
+        calls.to_str().expect("path"),
+        "reads",
+        results_path.to_str().expect("path"),
+        &READS.to_string(),
+    ]);
+    let pid = results(&results_path, "pid")[0];
+    let profile = load_json(&profile_path);
+    let unavailable = profile["unavailable"].as_array().expect("unavailable");
+    if let Some(missing) = unavailable.iter().find(|entry| entry["what"] == "vfs_read") {
+        let reason = missing["reason"].as_str().expect("reason");
+        assert!(
+            reason.contains("fentry") && reason.contains("kprobe"),
+            "{reason}"
+        );
+        let lines: Vec<&str> = stderr
+            .lines()
+            .filter(|line| line.contains("--func vfs_read"))
+            .collect();
+        assert_eq!(lines.len(), 1, "one line:\n{stderr}");
+        assert!(
+            lines[0].contains("the rest of the run goes on"),
+            "{}",
+            lines[0]
+        );
+        assert!(profile["funcs"].as_array().expect("funcs").is_empty());
+    } else {
+        let method = profile["probes"]
+            .as_array()
+            .expect("probes")
+            .iter()
+            .filter_map(|probe| probe["method"].as_str())
+            .find(|method| method.starts_with("vfs_read:"))
+            .expect("the method used for vfs_read");
+        assert!(
+            method.contains("fentry") || method.contains("kprobe"),
+            "{method}"
+        );
+        let count: u64 = profile["funcs"]
+            .as_array()
+            .expect("funcs")
+            .iter()
+            .filter(|row| row["function"] == "vfs_read" && row["pid"].as_u64() == Some(pid))
+            .map(|row| row["count"].as_u64().expect("count"))
+            .sum();
+        assert!(
+            count >= READS,
+            "vfs_read calls {count} < the workload's {READS} reads"
+        );
+    }
+}
+
+#[test]
+fn unknown_kernel_function_lists_close_matches() {
+    if !can_load_programs("unknown_kernel_function_lists_close_matches") {
+        return;
+    }
+    let dir = scratch("func-unknown");
+    let out = dir.join("p.json");
+    let output = lockpath(&[
+        "record",
+        "--func",
+        "vfs_reed",
+        "-o",
+        out.to_str().expect("path"),
+        "--",
+        "true",
+    ]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.contains("close matches") && stderr.contains("vfs_read"),
+        "{stderr}"
+    );
+    assert!(!out.exists(), "no profile written");
+    let output = lockpath(&[
+        "record",
+        "--ufunc",
+        "/no/such/binary:main",
+        "-o",
+        out.to_str().expect("path"),
+        "--",
+        "true",
+    ]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("no binary"));
+}

@@ -1,0 +1,313 @@
+//! Root integration tests of `--rpc` against the FUSE fixture (tests/src/fuse.rs), whose
+//! replies are delayed by known times: request latency per opcode, the lock the kernel
+//! holds across a delayed CREATE, and providers this kernel lacks.
+
+mod common;
+
+use std::{collections::HashMap, path::Path};
+
+use common::*;
+
+/// `name value` lines written by the fuse-workload / timed-calls binaries.
+fn results(path: &Path) -> Vec<(String, u64)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|err| panic!("workload results {}: {err}", path.display()))
+        .lines()
+        .filter_map(|line| {
+            let (name, value) = line.split_once(' ')?;
+            Some((name.to_string(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+fn result(results: &[(String, u64)], name: &str) -> u64 {
+    results
+        .iter()
+        .find(|(key, _)| key == name)
+        .map(|(_, value)| *value)
+        .unwrap_or_else(|| panic!("no {name} in workload results {results:?}"))
+}
+
+/// Runs `lockpath record ARGS -- WORKLOAD...`, checks it succeeded and left nothing
+/// loaded; returns (stdout, stderr).
+fn record(args: &[&str]) -> (String, String) {
+    let (child, programs) = spawn_recording(args);
+    assert!(!programs.is_empty(), "lockpath loaded no program");
+    let output = child.wait_with_output().expect("wait for lockpath");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        output.status.success(),
+        "lockpath failed:\n{stdout}\n{stderr}"
+    );
+    assert_programs_gone(&programs);
+    (stdout, stderr)
+}
+
+fn within(measured: f64, expected: f64, fraction: f64) -> bool {
+    (measured - expected).abs() <= expected * fraction
+}
+
+#[test]
+fn fuse_latency_per_opcode_matches_injected_delay() {
+    if !can_load_programs("fuse_latency_per_opcode_matches_injected_delay") {
+        return;
+    }
+    let dir = scratch("rpc-fuse-latency");
+    let profile_path = dir.join("p.json");
+    let results_path = dir.join("results");
+    let mountpoint = dir.join("mnt");
+    let svg_path = dir.join("rpc.svg");
+    const FILES: u64 = 6;
+    const CREATE_MS: f64 = 100.0;
+    // Long enough that scheduling noise (a few ms on a busy 2-core machine) stays
+    // well inside 5%.
+    const WRITE_MS: f64 = 80.0;
+    let fuse = workload("fuse-workload");
+    let (stdout, _) = record(&[
+        "record",
+        "--rpc",
+        "fuse",
+        "-o",
+        profile_path.to_str().expect("path"),
+        "--",
+        fuse.to_str().expect("path"),
+        "latency",
+        results_path.to_str().expect("path"),
+        mountpoint.to_str().expect("path"),
+        &FILES.to_string(),
+        &(CREATE_MS as u64).to_string(),
+        &(WRITE_MS as u64).to_string(),
+    ]);
+    let measured = results(&results_path);
+    let pid = result(&measured, "pid");
+    let profile = load_json(&profile_path);
+    assert!(
+        profile["probes"][0]["method"]
+            .as_str()
+            .unwrap_or("")
+            .contains("fuse:fuse_request_send"),
+        "{}",
+        profile["probes"]
+    );
+    let mut by_op: HashMap<String, (u64, u64)> = HashMap::new();
+    for row in profile["rpcs"].as_array().expect("rpcs") {
+        assert_eq!(row["provider"], "fuse");
+        if row["pid"].as_u64() != Some(pid) {
+            continue;
+        }
+        let entry = by_op
+            .entry(row["op_name"].as_str().expect("op_name").to_string())
+            .or_default();
+        entry.0 += row["count"].as_u64().expect("count");
+        entry.1 += row["total_ns"].as_u64().expect("total");
+    }
+    for (op, delay_ms) in [("CREATE", CREATE_MS), ("WRITE", WRITE_MS)] {
+        let (count, total) = by_op
+            .get(op)
+            .copied()
+            .unwrap_or_else(|| panic!("no {op} row: {by_op:?}"));
+        assert_eq!(count, FILES, "{op}: one request per file");
+        let mean_ms = total as f64 / count as f64 / 1e6;
+        eprintln!("fuse {op}: lockpath mean {mean_ms:.3} ms, injected {delay_ms} ms");
+        assert!(
+            within(mean_ms, delay_ms, 0.05),
+            "{op}: mean {mean_ms:.3} ms is not within 5% of the injected {delay_ms} ms"
+        );
+    }
+    // The issuer's stack at the start, the server's reply path at the completion.
+    let create = profile["rpcs"]
+        .as_array()
+        .expect("rpcs")
+        .iter()
+        .find(|row| row["op_name"] == "CREATE")
+        .expect("CREATE row");
+    let start = stack_names(
+        &profile,
+        create["start_stack"].as_u64().expect("start stack"),
+    );
+    assert!(
+        start.iter().any(|frame| frame == "fuse_create_open"),
+        "{start:?}"
+    );
+    let end = stack_names(&profile, create["end_stack"].as_u64().expect("end stack"));
+    assert!(
+        end.iter().any(|frame| frame == "fuse_dev_do_write"),
+        "{end:?}"
+    );
+    assert!(
+        stdout.contains("fuse CREATE"),
+        "summary has the latency table:\n{stdout}"
+    );
+
+    // Report and flamegraph of the completion stacks.
+    let report = lockpath_ok(&["report", profile_path.to_str().expect("path")]);
+    assert!(String::from_utf8_lossy(&report.stdout).contains("fuse WRITE"));
+    let json = lockpath_ok(&[
+        "report",
+        "--format",
+        "json",
+        profile_path.to_str().expect("path"),
+    ]);
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).expect("report JSON");
+    assert!(json["rpcs"].as_array().is_some_and(|rows| !rows.is_empty()));
+    lockpath_ok(&[
+        "flamegraph",
+        "--kind",
+        "rpc",
+        profile_path.to_str().expect("path"),
+        "-o",
+        svg_path.to_str().expect("path"),
+    ]);
+    let svg = std::fs::read_to_string(&svg_path).expect("svg");
+    assert!(svg.contains("fuse_dev_do_write") && svg.contains("fuse CREATE"));
+    assert!(!mountpoint.exists(), "the fixture removed its mount point");
+}
+
+/// Thread A creates a file while the server delays CREATE: the kernel holds the
+/// directory's inode rwsem across the request. Thread B creates another file in the
+/// same directory and waits for that rwsem, then sends its own (delayed) CREATE. B's
+/// `rwsem:W` wait must equal B's own time minus the injected delay.
+#[test]
+fn fuse_create_lock_wait_matches_ground_truth() {
+    if !can_load_programs("fuse_create_lock_wait_matches_ground_truth") {
+        return;
+    }
+    let dir = scratch("rpc-fuse-lockwait");
+    let profile_path = dir.join("p.json");
+    let results_path = dir.join("results");
+    let mountpoint = dir.join("mnt");
+    const CREATE_MS: u64 = 300;
+    let fuse = workload("fuse-workload");
+    record(&[
+        "record",
+        "--lock",
+        "--rpc",
+        "fuse",
+        "-o",
+        profile_path.to_str().expect("path"),
+        "--",
+        fuse.to_str().expect("path"),
+        "lockwait",
+        results_path.to_str().expect("path"),
+        mountpoint.to_str().expect("path"),
+        &CREATE_MS.to_string(),
+        "50",
+    ]);
+    let measured = results(&results_path);
+    let pid = result(&measured, "pid");
+    let b_ns = result(&measured, "b_create_ns");
+    let expected_wait = b_ns.saturating_sub(CREATE_MS * 1_000_000);
+    assert!(
+        expected_wait > 100_000_000,
+        "B should have waited for A's create (B took {b_ns} ns)"
+    );
+    let profile = load_json(&profile_path);
+    const LCB_F_WRITE: u64 = 4;
+    let mut wait_ns = 0;
+    for row in profile["locks"].as_array().expect("locks") {
+        if row["pid"].as_u64() != Some(pid) || row["flags"].as_u64() != Some(LCB_F_WRITE) {
+            continue;
+        }
+        let Some(stack) = row["stack"].as_u64() else {
+            continue;
+        };
+        let frames = stack_names(&profile, stack);
+        let down_write = frames.iter().position(|frame| frame == "down_write");
+        let caller = frames
+            .iter()
+            .position(|frame| frame == "open_last_lookups" || frame == "path_openat");
+        if let (Some(down_write), Some(caller)) = (down_write, caller) {
+            if caller > down_write {
+                wait_ns += row["total_ns"].as_u64().expect("total");
+            }
+        }
+    }
+    eprintln!(
+        "lock wait: lockpath {:.1} ms, ground truth (B {:.1} ms - {CREATE_MS} ms) {:.1} ms",
+        wait_ns as f64 / 1e6,
+        b_ns as f64 / 1e6,
+        expected_wait as f64 / 1e6
+    );
+    assert!(
+        within(wait_ns as f64, expected_wait as f64, 0.10),
+        "rwsem:W wait in open_last_lookups/path_openat <- down_write: {wait_ns} ns, expected {expected_wait} ns (within 10%)\n{}",
+        profile["locks"]
+    );
+    // The delayed CREATEs themselves: two of them, each the injected delay.
+    let creates: Vec<&serde_json::Value> = profile["rpcs"]
+        .as_array()
+        .expect("rpcs")
+        .iter()
+        .filter(|row| row["op_name"] == "CREATE" && row["pid"].as_u64() == Some(pid))
+        .collect();
+    let count: u64 = creates
+        .iter()
+        .map(|row| row["count"].as_u64().expect("count"))
+        .sum();
+    assert_eq!(count, 2, "A's and B's CREATE");
+}
+
+#[test]
+fn missing_providers_are_one_line_each_and_the_run_goes_on() {
+    if !can_load_programs("missing_providers_are_one_line_each_and_the_run_goes_on") {
+        return;
+    }
+    let sunrpc_here = Path::new("/sys/kernel/tracing/events/sunrpc/rpc_task_begin").exists();
+    let lustre_here = std::fs::read_to_string("/proc/kallsyms")
+        .map(|text| text.contains(" ptl_send_rpc"))
+        .unwrap_or(false);
+    if sunrpc_here || lustre_here {
+        eprintln!("SKIP: this kernel has sunrpc or lustre hooks");
+        return;
+    }
+    let dir = scratch("rpc-missing");
+    let profile_path = dir.join("p.json");
+    let results_path = dir.join("results");
+    let mountpoint = dir.join("mnt");
+    let fuse = workload("fuse-workload");
+    let (_, stderr) = record(&[
+        "record",
+        "--rpc",
+        "sunrpc",
+        "--rpc",
+        "lustre",
+        "--rpc",
+        "fuse",
+        "-o",
+        profile_path.to_str().expect("path"),
+        "--",
+        fuse.to_str().expect("path"),
+        "latency",
+        results_path.to_str().expect("path"),
+        mountpoint.to_str().expect("path"),
+        "2",
+        "10",
+        "10",
+    ]);
+    for provider in ["sunrpc", "lustre"] {
+        let lines: Vec<&str> = stderr
+            .lines()
+            .filter(|line| line.contains(&format!("--rpc {provider}")))
+            .collect();
+        assert_eq!(lines.len(), 1, "one line for {provider}:\n{stderr}");
+        assert!(lines[0].contains("not recorded"), "{}", lines[0]);
+    }
+    let profile = load_json(&profile_path);
+    let missing: Vec<&str> = profile["unavailable"]
+        .as_array()
+        .expect("unavailable")
+        .iter()
+        .filter_map(|entry| entry["what"].as_str())
+        .collect();
+    assert_eq!(missing, vec!["sunrpc", "lustre"]);
+    // The run went on: fuse was recorded.
+    let creates: u64 = profile["rpcs"]
+        .as_array()
+        .expect("rpcs")
+        .iter()
+        .filter(|row| row["op_name"] == "CREATE")
+        .map(|row| row["count"].as_u64().expect("count"))
+        .sum();
+    assert_eq!(creates, 2);
+}
