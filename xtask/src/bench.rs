@@ -109,6 +109,16 @@ const FAMILIES: &[Family] = &[
         target_overhead: Some(0.01),
     },
     Family {
+        // No workload here speaks FUSE: this row is the cost of the armed probes and
+        // of lockpath itself; a FUSE file system workload would be its aimed-at one.
+        name: "rpc",
+        flags: &["--rpc", "fuse"],
+        aimed_at: &[],
+        bpftrace: None,
+        perf: None,
+        target_overhead: None,
+    },
+    Family {
         name: "io",
         flags: &["--io"],
         aimed_at: &["io"],
