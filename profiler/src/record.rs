@@ -204,6 +204,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     let mut next_refresh = Instant::now() + Duration::from_secs(1);
     let deadline = args.duration.map(Duration::from_secs_f64);
     let mut exit_code = 0;
+    let mut polls = 0u64;
     loop {
         if STOP.load(Ordering::SeqCst) {
             break;
@@ -216,6 +217,14 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         if let Some(child) = child.as_mut() {
             if let Some(code) = child.try_wait() {
                 exit_code = code;
+                break;
+            }
+        }
+        if let Target::Pids(pids) = &target {
+            polls += 1;
+            // About twice a second: reading /proc for every target is not free.
+            if polls.is_multiple_of(10) && !crate::target::any_target_alive(&maps, pids) {
+                eprintln!("lockpath: every target process has exited; stopping");
                 break;
             }
         }

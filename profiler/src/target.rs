@@ -129,6 +129,22 @@ impl Target {
     }
 }
 
+/// For `-p`: true while any tracked process (the given pids, or a child the kernel
+/// started following) is still running. Zombies count as gone: they record nothing.
+pub fn any_target_alive(maps: &crate::probes::shared::MapSet, pids: &[u32]) -> bool {
+    if pids.iter().any(|&pid| is_alive(pid)) {
+        return true;
+    }
+    let Ok(map) = maps.get("TARGETS") else {
+        return false;
+    };
+    let Ok(targets) = HashMap::<_, u32, u8>::try_from(map) else {
+        return false;
+    };
+    let alive = targets.keys().flatten().any(is_alive);
+    alive
+}
+
 /// True when `path` is on a cgroup v2 file system (cgroup v1 directories have
 /// `cgroup.procs` too, but the eBPF side only sees cgroup v2 ids).
 fn is_cgroup2(path: &Path) -> bool {

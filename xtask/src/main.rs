@@ -1,5 +1,6 @@
 //! Developer tasks for lockpath: `cargo xtask <command>`.
 
+mod bench;
 mod build;
 mod run;
 mod setup;
@@ -23,7 +24,9 @@ commands:
   test [-- ARGS]     install test tools (root), build, then
                      `cargo test --release --workspace ARGS`, then vm-test
   vm-test [KERNEL]   boot the lab kernels (6.1, 5.10) in QEMU and run the guest
-                     checks of tests/vm/checks/ (root; kernels cached in target/vm/)";
+                     checks of tests/vm/checks/ (root; kernels cached in target/vm/)
+  bench [FLAGS]      overhead against bpftrace and perf, per-event cost, memory,
+                     report speed (root; `cargo xtask bench --help`); --soak: 10-min memory run";
 
 fn main() -> ExitCode {
     match try_main() {
@@ -60,6 +63,7 @@ fn try_main() -> Result<()> {
         }
         "run" => run::run(after_dashes(rest)),
         "test" => test::test(after_dashes(rest)),
+        "bench" => bench::bench(rest),
         "vm-test" => {
             let only = match rest.iter().map(|arg| arg.to_str()).collect::<Vec<_>>()[..] {
                 [] => None,

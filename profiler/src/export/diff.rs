@@ -59,8 +59,8 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
                         GroupBy::Host => group.host.clone(),
                     };
                     let entry = entries.entry(key).or_default();
-                    entry.value += group.total_wait_ns;
-                    entry.events += group.contended;
+                    entry.value = entry.value.saturating_add(group.total_wait_ns);
+                    entry.events = entry.events.saturating_add(group.contended);
                 }
                 out.push(Breakdown { by, entries });
             }

@@ -93,6 +93,9 @@ fn render_lines(
     options.count_name = count_name.to_string();
     options.factor = factor;
     options.name_type = "Function:".to_string();
+    // Lines that come sorted (as `folded::lines` returns them) are not sorted again:
+    // inferno's own sort costs seconds on big profiles. Checking is one cheap pass.
+    options.no_sort = lines.windows(2).all(|pair| pair[0] <= pair[1]);
     if kind == Kind::Cpu {
         // Kernel frames (`_[k]`) orange, Rust/C++ (`::`) yellow, C red.
         options.colors = inferno::flamegraph::color::Palette::Multi(
@@ -102,11 +105,12 @@ fn render_lines(
     options.subtitle = subtitle;
     let mut svg = Vec::new();
     if lines.is_empty() {
-        // inferno refuses empty input; an empty profile still gets a readable file.
+        // inferno refuses empty input (and a total of 0); an empty profile still gets a
+        // readable file: one placeholder frame of width 1, and the title says why.
         options.title = format!("{} (no samples recorded)", options.title);
         inferno::flamegraph::from_lines(
             &mut options,
-            ["[nothing recorded] 0"].iter().copied(),
+            ["[nothing recorded] 1"].iter().copied(),
             &mut svg,
         )
         .context("cannot render the flamegraph")?;

@@ -2,7 +2,7 @@
 //! frame paths with one value per sample type; the flamegraph, the differential
 //! flamegraph, pprof and the folded / JSON exports all start from it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::{
     cli::Kind,
@@ -54,33 +54,37 @@ pub fn samples(profile: &Profile, kind: Kind) -> Vec<Sample> {
             .entry(frames)
             .or_insert_with(|| vec![0; values.len()]);
         for (total, value) in slot.iter_mut().zip(values) {
-            *total += value;
+            // Saturating: a damaged or hand-made profile must not wrap around.
+            *total = total.saturating_add(*value);
         }
     };
     match kind {
         // Process; lock type; stack from the outermost frame to the caller (the locking
         // code itself is left out, so the caller is on top).
         Kind::Lock => {
+            // Sum by (process, type, stack) with integer keys first, then build the
+            // frames of each distinct key once: rows (one per lock address) far
+            // outnumber paths, and a million rows must not cost a million frame lists.
+            let mut sums: HashMap<(u32, u32, Option<u32>), [u64; 2]> = HashMap::new();
             for row in &profile.locks {
-                let mut frames = vec![
-                    clean(&profile.process_name(row.pid)),
-                    clean(lock_type_name(row.flags)),
-                ];
-                let stack = profile.stack_frames(row.stack);
-                if row.stack.is_none() {
-                    frames.push("[stack lost]".into());
-                }
-                let outside_lock = stack
-                    .iter()
-                    .position(|frame| !is_lock_internal(&frame.name))
-                    .unwrap_or(stack.len());
-                frames.extend(
-                    stack[outside_lock..]
-                        .iter()
-                        .rev()
-                        .map(|frame| clean(&frame.display())),
-                );
-                add(frames, &[row.count, row.total_ns]);
+                let sum = sums.entry((row.pid, row.flags, row.stack)).or_default();
+                sum[0] = sum[0].saturating_add(row.count);
+                sum[1] = sum[1].saturating_add(row.total_ns);
+            }
+            let mut stack_parts: HashMap<Option<u32>, Vec<String>> = HashMap::new();
+            let mut process_parts: HashMap<u32, String> = HashMap::new();
+            for ((pid, flags, stack), values) in sums {
+                let process = process_parts
+                    .entry(pid)
+                    .or_insert_with(|| clean(&profile.process_name(pid)));
+                let stack_frames = stack_parts
+                    .entry(stack)
+                    .or_insert_with(|| lock_stack_frames(profile, stack));
+                let mut frames = Vec::with_capacity(stack_frames.len() + 2);
+                frames.push(process.clone());
+                frames.push(clean(lock_type_name(flags)));
+                frames.extend(stack_frames.iter().cloned());
+                add(frames, &values);
             }
         }
         // Process; wait class; user stack from main inward; kernel stack from the
@@ -144,6 +148,24 @@ pub fn samples(profile: &Profile, kind: Kind) -> Vec<Sample> {
         .collect()
 }
 
+/// Frames of a lock stack from the outermost to the caller (the locking code itself
+/// is left out, so the caller is on top), or `[stack lost]`.
+fn lock_stack_frames(profile: &Profile, stack: Option<u32>) -> Vec<String> {
+    if stack.is_none() {
+        return vec!["[stack lost]".to_string()];
+    }
+    let frames = profile.stack_frames(stack);
+    let outside_lock = frames
+        .iter()
+        .position(|frame| !is_lock_internal(&frame.name))
+        .unwrap_or(frames.len());
+    frames[outside_lock..]
+        .iter()
+        .rev()
+        .map(|frame| clean(&frame.display()))
+        .collect()
+}
+
 /// Suffix of kernel frames in CPU stacks, as perf and inferno write it (inferno's
 /// palettes color such frames apart).
 pub const KERNEL_SUFFIX: &str = "_[k]";
@@ -174,13 +196,17 @@ pub fn cpu_frames(profile: &Profile, row: &CpuRow) -> Vec<String> {
 /// Folded lines (`root;...;leaf`, value in the kind's folded unit), zero lines left out.
 pub fn lines(profile: &Profile, kind: Kind) -> Vec<(String, u64)> {
     let (index, divisor) = flame_value(kind);
-    samples(profile, kind)
+    let mut lines: Vec<(String, u64)> = samples(profile, kind)
         .into_iter()
         .filter_map(|sample| {
             let value = sample.values.get(index).copied().unwrap_or(0) / divisor;
             (value > 0).then(|| (sample.frames.join(";"), value))
         })
-        .collect()
+        .collect();
+    // Sorted as text (not as frame lists): inferno is told the input is sorted, which
+    // spares it a second sort of a possibly huge input.
+    lines.sort_unstable();
+    lines
 }
 
 /// Appends a stack, outermost frame first (`[stack lost]` when it was lost).

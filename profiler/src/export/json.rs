@@ -81,7 +81,7 @@ pub fn tree(profile: &Profile, kind: Kind) -> Node {
 
 fn add(totals: &mut [u64], values: &[u64]) {
     for (total, value) in totals.iter_mut().zip(values) {
-        *total += value;
+        *total = total.saturating_add(*value);
     }
 }
 

@@ -134,7 +134,9 @@ pub fn merge(inputs: Vec<Profile>, command_line: Vec<String>) -> Result<Profile>
             }
         }
         for (name, count) in &input.losses {
-            *losses.entry(name.clone()).or_default() += count;
+            let total = losses.entry(name.clone()).or_default();
+            // Saturating: a damaged input must not wrap the sum around (or panic).
+            *total = total.saturating_add(*count);
         }
         merged.processes.append(&mut input.processes);
         append_rows(&mut merged, input);

@@ -1,6 +1,6 @@
 //! The per-lock table (text for people, JSON for scripts) and the end-of-run summary.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;
 
@@ -46,99 +46,248 @@ pub struct Holder {
 
 /// Groups lock rows and sorts them by total wait, largest first.
 pub fn lock_groups(profile: &Profile, by: GroupBy) -> Vec<LockGroup> {
-    struct Acc {
-        lock_type: String,
-        lock: String,
+    top_lock_groups(profile, by, 0, false).0
+}
+
+/// The caller of every stack (the first frame outside the locking code), computed once
+/// per stack rather than once per row, as ids into a table of distinct caller names.
+fn stack_callers(profile: &Profile) -> (Vec<u32>, Vec<String>) {
+    let mut names: Vec<String> = vec![STACK_LOST.to_string(), UNKNOWN.to_string()];
+    let mut ids: HashMap<String, u32> = HashMap::new();
+    let per_stack = (0..profile.stacks.len())
+        .map(|id| {
+            let frames = profile.stack_frames(Some(id as u32));
+            let Some(frame) = caller(&frames) else {
+                return UNKNOWN_ID;
+            };
+            let name = frame.display();
+            *ids.entry(name.clone()).or_insert_with(|| {
+                names.push(name);
+                (names.len() - 1) as u32
+            })
+        })
+        .collect();
+    (per_stack, names)
+}
+
+const STACK_LOST: &str = "[stack lost]";
+const STACK_LOST_ID: u32 = 0;
+const UNKNOWN: &str = "[unknown]";
+const UNKNOWN_ID: u32 = 1;
+
+/// A fast, non-cryptographic hasher (the Fx hash of rustc) for the grouping maps: a
+/// report of a million rows spends most of its time hashing keys.
+#[derive(Default, Clone, Copy)]
+struct FxHasher(u64);
+
+impl std::hash::Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+    fn write_u8(&mut self, value: u8) {
+        self.write_u64(value.into());
+    }
+    fn write_u32(&mut self, value: u32) {
+        self.write_u64(value.into());
+    }
+    fn write_usize(&mut self, value: usize) {
+        self.write_u64(value as u64);
+    }
+    fn write_u64(&mut self, value: u64) {
+        self.0 = (self.0.rotate_left(5) ^ value).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type FxBuild = std::hash::BuildHasherDefault<FxHasher>;
+
+/// The `top` largest groups (0: all; only groups with a known holder if `need_holders`),
+/// and how many groups there are in total. Two passes: sums per group (keys borrow from
+/// the profile, callers are ids), then callers, processes and holders only for the
+/// groups that are shown, so a million rows cost no million allocations.
+pub fn top_lock_groups(
+    profile: &Profile,
+    by: GroupBy,
+    top: usize,
+    need_holders: bool,
+) -> (Vec<LockGroup>, usize) {
+    #[derive(PartialEq, Eq, Hash)]
+    enum Key<'a> {
+        Name(&'a str),
+        Caller(u32),
+        Pid(u32),
+    }
+    struct Sums<'a> {
+        lock_type: &'static str,
+        lock: &'a str,
+        several_locks: bool,
+        has_holder: bool,
         count: u64,
         total: u64,
         max: u64,
         min: u64,
-        callers: BTreeMap<String, u64>,
-        pids: BTreeSet<u32>,
-        holders: BTreeMap<u32, u64>,
     }
-    let mut groups: BTreeMap<(String, String), Acc> = BTreeMap::new();
+    fn lock_of<'a>(sums: &Sums<'a>) -> &'a str {
+        if sums.several_locks {
+            "(several)"
+        } else {
+            sums.lock
+        }
+    }
+    let (stack_caller, caller_names) = stack_callers(profile);
+    let caller_of = |stack: Option<u32>| match stack {
+        None => STACK_LOST_ID,
+        Some(id) => stack_caller.get(id as usize).copied().unwrap_or(UNKNOWN_ID),
+    };
+    // Hosts by pid, computed once (only grouping by host needs them).
+    let hosts: HashMap<u32, String> = match by {
+        GroupBy::Host => profile
+            .locks
+            .iter()
+            .map(|row| row.pid)
+            .collect::<BTreeSet<u32>>()
+            .into_iter()
+            .map(|pid| (pid, profile.host_of(pid)))
+            .collect(),
+        _ => HashMap::new(),
+    };
+    let mut ids: HashMap<(Key, &'static str), u32, FxBuild> = HashMap::default();
+    let mut groups: Vec<Sums> = Vec::new();
+    let mut row_group: Vec<u32> = Vec::with_capacity(profile.locks.len());
     for row in &profile.locks {
-        let lock_type = lock_type_name(row.flags).to_string();
-        let frames = profile.stack_frames(row.stack);
-        let caller_name = match (row.stack, caller(&frames)) {
-            (None, _) => "[stack lost]".to_string(),
-            (Some(_), Some(frame)) => frame.display(),
-            (Some(_), None) => "[unknown]".to_string(),
-        };
+        let lock_type = lock_type_name(row.flags);
         let key = match by {
-            GroupBy::Lock => (row.lock_name.clone(), lock_type.clone()),
-            GroupBy::Caller => (caller_name.clone(), lock_type.clone()),
-            GroupBy::Process => (format!("{}", row.pid), lock_type.clone()),
-            GroupBy::Host => (profile.host_of(row.pid), String::new()),
+            GroupBy::Lock => (Key::Name(&row.lock_name), lock_type),
+            GroupBy::Caller => (Key::Caller(caller_of(row.stack)), lock_type),
+            GroupBy::Process => (Key::Pid(row.pid), lock_type),
+            GroupBy::Host => (
+                Key::Name(hosts.get(&row.pid).map_or("", String::as_str)),
+                "",
+            ),
         };
-        let acc = groups.entry(key).or_insert_with(|| Acc {
-            lock_type: lock_type.clone(),
-            lock: row.lock_name.clone(),
-            count: 0,
-            total: 0,
-            max: 0,
-            min: u64::MAX,
-            callers: BTreeMap::new(),
-            pids: BTreeSet::new(),
-            holders: BTreeMap::new(),
+        let id = *ids.entry(key).or_insert_with(|| {
+            groups.push(Sums {
+                lock_type,
+                lock: &row.lock_name,
+                several_locks: false,
+                has_holder: false,
+                count: 0,
+                total: 0,
+                max: 0,
+                min: u64::MAX,
+            });
+            (groups.len() - 1) as u32
         });
-        if acc.lock != row.lock_name && !acc.lock.starts_with('(') {
-            acc.lock = "(several)".into();
+        row_group.push(id);
+        let sums = &mut groups[id as usize];
+        if sums.lock != row.lock_name {
+            sums.several_locks = true;
         }
-        acc.count += row.count;
-        acc.total += row.total_ns;
-        acc.max = acc.max.max(row.max_ns);
-        acc.min = acc.min.min(row.min_ns);
-        *acc.callers.entry(caller_name).or_default() += row.total_ns;
-        acc.pids.insert(row.pid);
+        sums.has_holder |= row.owner_pid.is_some();
+        // Saturating: a damaged or hand-made profile must not wrap around.
+        sums.count = sums.count.saturating_add(row.count);
+        sums.total = sums.total.saturating_add(row.total_ns);
+        sums.max = sums.max.max(row.max_ns);
+        sums.min = sums.min.min(row.min_ns);
+    }
+    drop(ids);
+    let total_groups = groups.len();
+    let order = |a: &u32, b: &u32| {
+        let (a, b) = (&groups[*a as usize], &groups[*b as usize]);
+        b.total
+            .cmp(&a.total)
+            .then_with(|| b.count.cmp(&a.count))
+            .then_with(|| lock_of(a).cmp(lock_of(b)))
+            .then_with(|| a.lock_type.cmp(b.lock_type))
+    };
+    let mut shown: Vec<u32> = (0..groups.len() as u32)
+        .filter(|&id| !need_holders || groups[id as usize].has_holder)
+        .collect();
+    if top != 0 && shown.len() > top {
+        // Only the top rows are shown: select them, then sort only those.
+        shown.select_nth_unstable_by(top - 1, order);
+        shown.truncate(top);
+    }
+    shown.sort_unstable_by(order);
+
+    // Second pass: callers, processes and holders of the shown groups.
+    const HIDDEN: u32 = u32::MAX;
+    let mut slot_of_group = vec![HIDDEN; groups.len()];
+    for (slot, &group) in shown.iter().enumerate() {
+        slot_of_group[group as usize] = slot as u32;
+    }
+    let mut callers: Vec<HashMap<u32, u64, FxBuild>> = vec![HashMap::default(); shown.len()];
+    let mut pids: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); shown.len()];
+    let mut holders: Vec<BTreeMap<u32, u64>> = vec![BTreeMap::new(); shown.len()];
+    for (row, &group) in profile.locks.iter().zip(&row_group) {
+        let slot = slot_of_group[group as usize] as usize;
+        if slot == HIDDEN as usize {
+            continue;
+        }
+        let total = callers[slot].entry(caller_of(row.stack)).or_default();
+        *total = total.saturating_add(row.total_ns);
+        pids[slot].insert(row.pid);
         if let Some(owner) = row.owner_pid {
-            *acc.holders.entry(owner).or_default() += row.total_ns;
+            let wait = holders[slot].entry(owner).or_default();
+            *wait = wait.saturating_add(row.total_ns);
         }
     }
-    let mut out: Vec<LockGroup> = groups
-        .into_values()
-        .map(|acc| {
-            let mut callers: Vec<(String, u64)> = acc.callers.into_iter().collect();
-            callers.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-            let pids: Vec<u32> = acc.pids.into_iter().collect();
-            let mut holders: Vec<Holder> = acc
-                .holders
-                .into_iter()
-                .map(|(pid, wait_ns)| Holder {
-                    pid,
-                    process: profile.process_name(pid),
-                    wait_ns,
-                })
-                .collect();
-            holders.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then_with(|| a.pid.cmp(&b.pid)));
-            LockGroup {
-                holders,
-                lock_type: acc.lock_type,
-                lock: acc.lock,
-                caller: callers.first().map(|c| c.0.clone()).unwrap_or_default(),
-                contended: acc.count,
-                total_wait_ns: acc.total,
-                max_wait_ns: acc.max,
-                min_wait_ns: if acc.count == 0 { 0 } else { acc.min },
-                avg_wait_ns: acc.total.checked_div(acc.count).unwrap_or(0),
-                callers: callers.into_iter().map(|c| c.0).collect(),
-                processes: pids.iter().map(|&pid| profile.process_name(pid)).collect(),
-                host: pids
-                    .first()
-                    .map(|&pid| profile.host_of(pid))
-                    .unwrap_or_default(),
-                pids,
-            }
-        })
-        .collect();
-    out.sort_by(|a, b| {
-        b.total_wait_ns
-            .cmp(&a.total_wait_ns)
-            .then_with(|| b.contended.cmp(&a.contended))
-            .then_with(|| a.lock.cmp(&b.lock))
-    });
-    out
+    let mut names: HashMap<u32, String> = HashMap::new();
+    let mut name_of = |pid: u32| {
+        names
+            .entry(pid)
+            .or_insert_with(|| profile.process_name(pid))
+            .clone()
+    };
+    let caller_name = |id: u32| {
+        caller_names
+            .get(id as usize)
+            .map_or(UNKNOWN, String::as_str)
+    };
+    let mut out = Vec::with_capacity(shown.len());
+    for (((&group, callers), pids), holders) in shown.iter().zip(callers).zip(pids).zip(holders) {
+        let sums = &groups[group as usize];
+        let mut callers: Vec<(&str, u64)> = callers
+            .into_iter()
+            .map(|(id, total)| (caller_name(id), total))
+            .collect();
+        callers.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+        let pids: Vec<u32> = pids.into_iter().collect();
+        let mut holders: Vec<Holder> = holders
+            .into_iter()
+            .map(|(pid, wait_ns)| Holder {
+                pid,
+                process: name_of(pid),
+                wait_ns,
+            })
+            .collect();
+        holders.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then_with(|| a.pid.cmp(&b.pid)));
+        out.push(LockGroup {
+            holders,
+            lock_type: sums.lock_type.to_string(),
+            lock: lock_of(sums).to_string(),
+            caller: callers.first().map(|c| c.0.to_string()).unwrap_or_default(),
+            contended: sums.count,
+            total_wait_ns: sums.total,
+            max_wait_ns: sums.max,
+            min_wait_ns: if sums.count == 0 { 0 } else { sums.min },
+            avg_wait_ns: sums.total.checked_div(sums.count).unwrap_or(0),
+            callers: callers.into_iter().map(|c| c.0.to_string()).collect(),
+            processes: pids.iter().map(|&pid| name_of(pid)).collect(),
+            host: pids
+                .first()
+                .map(|&pid| profile.host_of(pid))
+                .unwrap_or_default(),
+            pids,
+        });
+    }
+    (out, total_groups)
 }
 
 /// Cuts `text` to `width` characters, marking the cut with `…`.
@@ -154,7 +303,7 @@ pub fn fit(text: &str, width: usize) -> String {
 
 /// The lock table as text, within 100 columns.
 pub fn lock_table(profile: &Profile, by: GroupBy, top: usize) -> String {
-    let groups = lock_groups(profile, by);
+    let (groups, total_groups) = top_lock_groups(profile, by, top, false);
     let mut out = String::new();
     if groups.is_empty() {
         out.push_str("no lock contention recorded\n");
@@ -169,12 +318,8 @@ pub fn lock_table(profile: &Profile, by: GroupBy, top: usize) -> String {
         "{:>10} {:>10} {:>10} {:>10}  {:<10} {:<20} {}\n",
         "contended", "total wait", "max wait", "avg wait", "type", third, "caller"
     ));
-    let shown = if top == 0 {
-        groups.len()
-    } else {
-        top.min(groups.len())
-    };
-    for group in &groups[..shown] {
+    let shown = groups.len();
+    for group in &groups {
         let third_value = match by {
             GroupBy::Process => group.processes.first().cloned().unwrap_or_default(),
             GroupBy::Host => group.host.clone(),
@@ -191,10 +336,10 @@ pub fn lock_table(profile: &Profile, by: GroupBy, top: usize) -> String {
             fit(&group.caller, 30),
         ));
     }
-    if shown < groups.len() {
+    if shown < total_groups {
         out.push_str(&format!(
             "({} more rows: --top 0 shows all)\n",
-            groups.len() - shown
+            total_groups - shown
         ));
     }
     out
@@ -400,11 +545,11 @@ pub fn summary_header(profile: &Profile) -> String {
 /// "Waiters wait on X, held by Y": the holders of the top sleeping locks, when the
 /// kernel side could read the owner. Empty when no owner is known.
 pub fn holders_table(profile: &Profile, top: usize) -> String {
-    let groups: Vec<LockGroup> = lock_groups(profile, GroupBy::Lock)
-        .into_iter()
-        .filter(|group| !group.holders.is_empty())
-        .take(top.max(1))
-        .collect();
+    if profile.locks.iter().all(|row| row.owner_pid.is_none()) {
+        // No owner known anywhere: spare a second grouping pass over every row.
+        return String::new();
+    }
+    let (groups, _) = top_lock_groups(profile, GroupBy::Lock, top.max(1), true);
     if groups.is_empty() {
         return String::new();
     }
@@ -651,10 +796,7 @@ struct JsonCpu {
 }
 
 pub fn json(profile: &Profile, by: GroupBy, top: usize) -> serde_json::Result<String> {
-    let mut locks = lock_groups(profile, by);
-    if top != 0 {
-        locks.truncate(top);
-    }
+    let (locks, _) = top_lock_groups(profile, by, top, false);
     serde_json::to_string_pretty(&JsonReport {
         format: &profile.format,
         host: &profile.host,

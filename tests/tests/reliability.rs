@@ -1,0 +1,457 @@
+//! Reliability under faults and abuse: losses are never silent, signals leave a complete
+//! profile (or none) and no program, early-exiting targets, commands that cannot start,
+//! two instances at once, and an unprivileged user.
+
+mod common;
+
+use std::{
+    path::Path,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use common::*;
+
+fn path_str(path: &Path) -> &str {
+    path.to_str().expect("UTF-8 path")
+}
+
+/// A lock-storm running on its own for `seconds` (the target of `-p` runs).
+fn background_storm(seconds: &str) -> Child {
+    Command::new(workload("lock-storm"))
+        .args(["--mode", "both", "--threads", "4", "--seconds", seconds])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start lock-storm")
+}
+
+fn signal(child: &Child, signal: i32) {
+    // SAFETY: kill(2) on a child this test started.
+    let rc = unsafe { kill(child.id() as i32, signal) };
+    assert_eq!(rc, 0, "kill failed");
+}
+
+unsafe extern "C" {
+    fn kill(pid: i32, signal: i32) -> i32;
+}
+
+const SIGINT: i32 = 2;
+const SIGKILL: i32 = 9;
+const SIGTERM: i32 = 15;
+
+/// Files in `dir` whose name contains `.tmp` (left-overs of an atomic write).
+fn temporaries(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .expect("read scratch dir")
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.contains(".tmp"))
+        .collect()
+}
+
+fn rows_of(profile: &serde_json::Value, pid: u64) -> u64 {
+    profile["locks"]
+        .as_array()
+        .expect("locks")
+        .iter()
+        .filter(|row| row["pid"].as_u64() == Some(pid))
+        .map(|row| row["count"].as_u64().expect("count"))
+        .sum()
+}
+
+#[test]
+fn tiny_maps_report_their_losses() {
+    if !can_load_programs("tiny_maps_report_their_losses") {
+        return;
+    }
+    let dir = scratch("tiny-maps");
+    let profile_path = dir.join("tiny.json");
+    let storm = workload("lock-storm");
+    let output = lockpath_ok(&[
+        "record",
+        "--lock",
+        "--map-entries",
+        "2",
+        "--stack-entries",
+        "2",
+        "-o",
+        path_str(&profile_path),
+        "--",
+        path_str(&storm),
+        "--mode",
+        "both",
+        "--seconds",
+        "2",
+    ]);
+    let profile = load_json(&profile_path);
+    let losses = profile["losses"].as_object().expect("losses");
+    let map_full = losses
+        .get("lock_map_full")
+        .and_then(|v| v.as_u64())
+        .unwrap_or(0);
+    let stack_lost = losses
+        .get("stack_failed")
+        .and_then(|v| v.as_u64())
+        .unwrap_or(0)
+        + losses
+            .get("stack_collision")
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0);
+    assert!(
+        map_full > 0,
+        "2 map entries cannot hold a lock storm: {losses:?}"
+    );
+    assert!(
+        stack_lost > 0,
+        "2 stack entries cannot hold a lock storm: {losses:?}"
+    );
+    assert!(
+        profile["locks"].as_array().expect("locks").len() <= 2,
+        "the map held at most 2 keys"
+    );
+    // The end-of-run summary and the report both say what was dropped, with numbers.
+    let summary = String::from_utf8_lossy(&output.stdout);
+    let report = lockpath_ok(&["report", path_str(&profile_path)]);
+    let report = String::from_utf8_lossy(&report.stdout);
+    for text in [summary.as_ref(), report.as_ref()] {
+        assert!(
+            text.contains("lock_map_full") && text.contains(&map_full.to_string()),
+            "the drop count is shown:\n{text}"
+        );
+    }
+    let json = lockpath_ok(&["report", "--format", "json", path_str(&profile_path)]);
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).expect("report JSON");
+    assert!(
+        json.to_string().contains("lock_map_full"),
+        "JSON report names the loss: {json}"
+    );
+}
+
+/// Records `-p` of a running storm, stops lockpath with `sig`, checks the profile.
+fn stop_with_signal_writes_profile(name: &str, sig: i32) {
+    if !can_load_programs(name) {
+        return;
+    }
+    let dir = scratch(name);
+    let profile_path = dir.join("signal.json");
+    let mut storm = background_storm("30");
+    let pid = storm.id().to_string();
+    let (recorder, programs) =
+        spawn_recording(&["record", "-p", &pid, "-o", path_str(&profile_path)]);
+    std::thread::sleep(Duration::from_millis(1500));
+    signal(&recorder, sig);
+    let output = recorder.wait_with_output().expect("wait for lockpath");
+    let _ = storm.kill();
+    let _ = storm.wait();
+    assert!(
+        output.status.success(),
+        "lockpath stopped by signal {sig} must exit 0: {}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_programs_gone(&programs);
+    let profile = load_json(&profile_path);
+    assert_eq!(profile["format"], "lockpath/1");
+    assert!(profile["duration_s"].as_f64().expect("duration") > 1.0);
+    assert!(
+        rows_of(&profile, storm.id() as u64) > 0,
+        "the storm's contention is in the profile"
+    );
+    // The file loads through lockpath's own validating loader.
+    lockpath_ok(&["report", path_str(&profile_path)]);
+    assert_eq!(temporaries(&dir), Vec::<String>::new());
+}
+
+#[test]
+fn sigint_writes_a_complete_profile() {
+    stop_with_signal_writes_profile("sigint", SIGINT);
+}
+
+#[test]
+fn sigterm_writes_a_complete_profile() {
+    stop_with_signal_writes_profile("sigterm", SIGTERM);
+}
+
+#[test]
+fn sigint_during_a_system_run_writes_a_profile() {
+    if !can_load_programs("sigint_system") {
+        return;
+    }
+    let dir = scratch("sigint-system");
+    let profile_path = dir.join("system.json");
+    let mut storm = background_storm("20");
+    let (recorder, programs) = spawn_recording(&["record", "-a", "-o", path_str(&profile_path)]);
+    std::thread::sleep(Duration::from_millis(1500));
+    signal(&recorder, SIGINT);
+    let output = recorder.wait_with_output().expect("wait for lockpath");
+    let _ = storm.kill();
+    let _ = storm.wait();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_programs_gone(&programs);
+    let profile = load_json(&profile_path);
+    assert_eq!(profile["targets"]["mode"], "system");
+    assert!(
+        rows_of(&profile, storm.id() as u64) > 0,
+        "system-wide sees the storm"
+    );
+}
+
+#[test]
+fn sigkill_leaves_no_program_and_no_file() {
+    if !can_load_programs("sigkill") {
+        return;
+    }
+    let dir = scratch("sigkill");
+    let profile_path = dir.join("killed.json");
+    let mut storm = background_storm("20");
+    let pid = storm.id().to_string();
+    let (mut recorder, programs) =
+        spawn_recording(&["record", "-p", &pid, "-o", path_str(&profile_path)]);
+    assert!(!programs.is_empty());
+    std::thread::sleep(Duration::from_millis(800));
+    signal(&recorder, SIGKILL);
+    let status = recorder.wait().expect("wait for lockpath");
+    let _ = storm.kill();
+    let _ = storm.wait();
+    assert!(!status.success());
+    // Programs and links are owned by lockpath's descriptors: gone with the process.
+    assert_programs_gone(&programs);
+    assert!(!profile_path.exists(), "no partial profile after SIGKILL");
+    assert_eq!(temporaries(&dir), Vec::<String>::new(), "no temporary left");
+}
+
+#[test]
+fn target_that_exits_early_ends_the_recording() {
+    if !can_load_programs("target_exits_early") {
+        return;
+    }
+    let dir = scratch("early-exit");
+    let profile_path = dir.join("early.json");
+    let mut storm = background_storm("4");
+    let storm_pid = storm.id();
+    let pid = storm_pid.to_string();
+    // No duration: lockpath must notice that its only target is gone and finish.
+    let (recorder, programs) =
+        spawn_recording(&["record", "-p", &pid, "-o", path_str(&profile_path)]);
+    // Reap the storm so that it does not linger as a zombie.
+    let storm_status = storm.wait().expect("wait for lock-storm");
+    assert!(storm_status.success());
+    let started = Instant::now();
+    let recorder_pid = recorder.id();
+    let waiter = std::thread::spawn(move || recorder.wait_with_output());
+    while !waiter.is_finished() {
+        if started.elapsed() > Duration::from_secs(30) {
+            // SAFETY: kill(2) on the lockpath this test started.
+            unsafe { kill(recorder_pid as i32, SIGKILL) };
+            panic!("lockpath kept recording 30 s after its only target exited");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let output = waiter.join().expect("waiter").expect("wait for lockpath");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("exited"),
+        "lockpath says why it stopped: {stderr}"
+    );
+    assert_programs_gone(&programs);
+    let profile = load_json(&profile_path);
+    assert!(
+        rows_of(&profile, storm_pid as u64) > 0,
+        "the target's contention is kept"
+    );
+}
+
+#[test]
+fn command_that_cannot_start_is_one_clear_error() {
+    if !can_load_programs("command_cannot_start") {
+        return;
+    }
+    let dir = scratch("no-command");
+    let profile_path = dir.join("none.json");
+    let before = loaded_programs();
+    for (command, expect) in [
+        (dir.join("does-not-exist"), "no such file"),
+        (dir.clone(), "not an executable"),
+    ] {
+        let output = lockpath(&[
+            "record",
+            "-o",
+            path_str(&profile_path),
+            "--",
+            path_str(&command),
+        ]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+        assert!(stderr.contains(expect), "{stderr}");
+        assert!(
+            !profile_path.exists(),
+            "no profile for a run that never started"
+        );
+    }
+    // A file that exists and is executable but that exec refuses (a script without an
+    // interpreter line gives ENOEXEC): the error comes after the programs were loaded.
+    let script = dir.join("bad-script");
+    std::fs::write(&script, [0x7f, b'E', b'L', b'F', 0, 0, 0, 0]).expect("write");
+    let mut perms = std::fs::metadata(&script).expect("stat").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&script, perms).expect("chmod");
+    let output = lockpath(&[
+        "record",
+        "-o",
+        path_str(&profile_path),
+        "--",
+        path_str(&script),
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cannot start"), "{stderr}");
+    assert!(!profile_path.exists());
+    // Nothing this run loaded stays loaded (other tests may load programs meanwhile, so
+    // only programs that are new and still there after the wait are counted).
+    std::thread::sleep(Duration::from_millis(500));
+    let ours: Vec<u64> = loaded_programs()
+        .into_iter()
+        .filter(|id| !before.contains(id) && is_lockpath_program(*id))
+        .filter(|id| !held_by_any_lockpath(*id))
+        .collect();
+    assert_programs_gone(&ours);
+}
+
+/// True when program `id` is one of lockpath's (by its name).
+fn is_lockpath_program(id: u64) -> bool {
+    let output = Command::new("bpftool")
+        .args(["-j", "prog", "show", "id", &id.to_string()])
+        .output()
+        .expect("bpftool");
+    let info: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_default();
+    let name = info["name"].as_str().unwrap_or("");
+    name.starts_with("lock_") || name.starts_with("target_")
+}
+
+/// True when a running lockpath (another test) holds program `id`.
+fn held_by_any_lockpath(id: u64) -> bool {
+    std::fs::read_dir("/proc")
+        .expect("read /proc")
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|comm| comm.trim() == "lockpath")
+        })
+        .any(|pid| programs_held_by(pid).contains(&id))
+}
+
+#[test]
+fn two_instances_at_once_each_see_their_own_command() {
+    if !can_load_programs("two_instances") {
+        return;
+    }
+    let dir = scratch("two-instances");
+    let storm = workload("lock-storm");
+    let start = |name: &str| {
+        let path = dir.join(name);
+        let child = Command::new(lockpath_bin())
+            .args(["record", "--lock", "-o", path_str(&path), "--"])
+            .arg(&storm)
+            .args(["--mode", "both", "--threads", "4", "--seconds", "3"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start lockpath");
+        (child, path)
+    };
+    let (first, first_path) = start("first.json");
+    let (second, second_path) = start("second.json");
+    for (child, path) in [(first, &first_path), (second, &second_path)] {
+        let output = child.wait_with_output().expect("wait");
+        assert!(
+            output.status.success(),
+            "{}: {}",
+            path.display(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let storm_pid = |profile: &serde_json::Value| -> u64 {
+        profile["processes"]
+            .as_array()
+            .expect("processes")
+            .iter()
+            .find(|process| process["comm"] == "lock-storm")
+            .and_then(|process| process["pid"].as_u64())
+            .expect("the storm is in the profile")
+    };
+    let first = load_json(&first_path);
+    let second = load_json(&second_path);
+    let (first_pid, second_pid) = (storm_pid(&first), storm_pid(&second));
+    assert_ne!(first_pid, second_pid, "each recorded its own command");
+    for (profile, own, other) in [
+        (&first, first_pid, second_pid),
+        (&second, second_pid, first_pid),
+    ] {
+        assert!(
+            rows_of(profile, own) > 0,
+            "own command's contention recorded"
+        );
+        assert_eq!(
+            rows_of(profile, other),
+            0,
+            "the other instance's command is filtered out"
+        );
+        let pids: Vec<u64> = profile["locks"]
+            .as_array()
+            .expect("locks")
+            .iter()
+            .filter_map(|row| row["pid"].as_u64())
+            .collect();
+        assert!(
+            pids.iter().all(|&pid| pid == own),
+            "only the own command: {pids:?}"
+        );
+    }
+}
+
+#[test]
+fn unprivileged_user_gets_one_line_naming_the_capabilities() {
+    if !can_load_programs("unprivileged") {
+        return;
+    }
+    // A copy of the binary that user 65534 can reach and run (the build tree may not be).
+    let dir = scratch("unprivileged");
+    let mut perms = std::fs::metadata(&dir).expect("stat").permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o777);
+    std::fs::set_permissions(&dir, perms).expect("chmod dir");
+    let copy = dir.join("lockpath");
+    std::fs::copy(lockpath_bin(), &copy).expect("copy lockpath");
+    let profile_path = dir.join("denied.json");
+    for target in [vec!["-a"], vec!["--", "/bin/true"]] {
+        let output = Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--inh-caps=-all",
+            ])
+            .arg(&copy)
+            .args(["record", "-o", path_str(&profile_path)])
+            .args(&target)
+            .output()
+            .expect("run setpriv (util-linux)");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "exit 1: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+        for needed in ["CAP_BPF", "CAP_PERFMON", "root"] {
+            assert!(stderr.contains(needed), "names {needed}: {stderr}");
+        }
+        assert!(!profile_path.exists());
+    }
+}
