@@ -471,13 +471,25 @@ fn start(
         .override_global("FORK_CHILD_PID_OFFSET", &fork_child_pid, true)
         .override_global("EXIT_GROUP_DEAD_OFFSET", &exit_group_dead, true)
         .override_global("LOCK_LAYOUT", &lock_layout, true)
-        .map_max_entries("STACKS", args.stack_entries)
-        .map_max_entries("LOCK_STATS", args.map_entries)
-        .map_max_entries("OFFCPU_STATS", args.map_entries)
-        .map_max_entries("IO_STATS", args.map_entries)
-        .map_max_entries("RPC_STATS", args.map_entries)
-        .map_max_entries("FUNC_STATS", args.map_entries)
-        .map_max_entries("CPU_SAMPLES", args.map_entries);
+        .map_max_entries("STACKS", args.stack_entries);
+    // The object is loaded whole: the maps of the families not recorded shrink to one
+    // entry each, so they cost no kernel memory (a 16k-entry hash is megabytes).
+    let functions = !plan.funcs.is_empty() || !plan.ufuncs.is_empty();
+    for (map, used, entries) in [
+        ("LOCK_STATS", plan.lock, args.map_entries),
+        ("LOCK_SLEEP_WAIT", plan.lock, 16384),
+        ("OFFCPU_STATS", plan.offcpu.is_some(), args.map_entries),
+        ("OFFCPU_START", plan.offcpu.is_some(), 65536),
+        ("IO_STATS", plan.io, args.map_entries),
+        ("IO_INFLIGHT", plan.io, 16384),
+        ("RPC_STATS", plan.rpc.any(), args.map_entries),
+        ("RPC_INFLIGHT", plan.rpc.any(), 65536),
+        ("FUNC_STATS", functions, args.map_entries),
+        ("FUNC_CALLS", functions, 65536),
+        ("CPU_SAMPLES", plan.cpu.is_some(), args.map_entries),
+    ] {
+        loader.map_max_entries(map, if used { entries } else { 1 });
+    }
     if let Some(globals) = &offcpu_globals {
         globals.apply(&mut loader);
     }

@@ -152,6 +152,13 @@ pub struct RpcSetup {
     kp_pair: Option<(u32, String, String, String)>,
 }
 
+impl RpcSetup {
+    /// True when some request pair will be attached (its maps need their full size).
+    pub fn any(&self) -> bool {
+        self.fuse || self.tp_pair.is_some() || self.kp_pair.is_some()
+    }
+}
+
 fn field(group: &str, event: &str, name: &str) -> Result<tracefs::Field> {
     tracefs::event_fields(group, event)?
         .into_iter()
