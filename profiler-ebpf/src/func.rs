@@ -6,9 +6,7 @@
 //! uprobe/uretprobe).
 
 use aya_ebpf::{
-    helpers::bpf_get_current_pid_tgid,
-    macros::map,
-    maps::HashMap,
+    helpers::bpf_get_current_pid_tgid, macros::map, maps::HashMap,
     programs::tracing::StackIdContext,
 };
 use profiler_common::{

@@ -43,10 +43,7 @@ pub fn add_latency<K>(map: &HashMap<K, LatencyStat>, key: &K, latency_ns: u64, l
     // are best effort. `slot` < HIST_SLOTS by construction of log2_slot.
     unsafe {
         atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).count, 1);
-        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
-            &raw mut (*stat).total_ns,
-            latency_ns,
-        );
+        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).total_ns, latency_ns);
         if let Some(bucket) = (*stat).hist.get_mut(slot) {
             atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(bucket, 1);
         }

@@ -131,7 +131,10 @@ fn read_field(ctx: &TracePointContext, offset: u32, size: u32) -> u64 {
     unsafe {
         match size {
             8 => ctx.read_at::<u64>(offset as usize).unwrap_or(0),
-            4 => ctx.read_at::<u32>(offset as usize).map(u64::from).unwrap_or(0),
+            4 => ctx
+                .read_at::<u32>(offset as usize)
+                .map(u64::from)
+                .unwrap_or(0),
             _ => 0,
         }
     }
@@ -175,9 +178,16 @@ pub extern "C" fn rpc_span_begin_tp(ctx: *mut c_void) -> u32 {
     let ctx = TracePointContext::new(ctx);
     let id = RpcId {
         provider: global(&SPAN_TP_PROVIDER),
-        connection: read_field(&ctx, global(&SPAN_TP_BEGIN_CONN), global(&SPAN_TP_BEGIN_CONN_SIZE))
-            as u32,
-        id: read_field(&ctx, global(&SPAN_TP_BEGIN_KEY), global(&SPAN_TP_BEGIN_KEY_SIZE)),
+        connection: read_field(
+            &ctx,
+            global(&SPAN_TP_BEGIN_CONN),
+            global(&SPAN_TP_BEGIN_CONN_SIZE),
+        ) as u32,
+        id: read_field(
+            &ctx,
+            global(&SPAN_TP_BEGIN_KEY),
+            global(&SPAN_TP_BEGIN_KEY_SIZE),
+        ),
     };
     begin(&ctx, id, 0);
     1
@@ -189,9 +199,16 @@ pub extern "C" fn rpc_span_end_tp(ctx: *mut c_void) -> u32 {
     let ctx = TracePointContext::new(ctx);
     let id = RpcId {
         provider: global(&SPAN_TP_PROVIDER),
-        connection: read_field(&ctx, global(&SPAN_TP_END_CONN), global(&SPAN_TP_END_CONN_SIZE))
-            as u32,
-        id: read_field(&ctx, global(&SPAN_TP_END_KEY), global(&SPAN_TP_END_KEY_SIZE)),
+        connection: read_field(
+            &ctx,
+            global(&SPAN_TP_END_CONN),
+            global(&SPAN_TP_END_CONN_SIZE),
+        ) as u32,
+        id: read_field(
+            &ctx,
+            global(&SPAN_TP_END_KEY),
+            global(&SPAN_TP_END_KEY_SIZE),
+        ),
     };
     end(&ctx, id);
     1
