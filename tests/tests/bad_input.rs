@@ -6,14 +6,7 @@ mod common;
 use common::*;
 
 fn one_line_error(args: &[&str], expect: &str) {
-    let output = lockpath(args);
-    assert!(!output.status.success(), "lockpath {args:?} must fail");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        stderr.contains(expect),
-        "lockpath {args:?}: expected {expect:?} in:\n{stderr}"
-    );
-    assert!(!stderr.contains("panicked"), "no panic: {stderr}");
+    fails_with(args, expect);
 }
 
 #[test]

@@ -60,10 +60,6 @@ fn pids_sampled(profile: &serde_json::Value) -> Vec<u64> {
     pids
 }
 
-fn path_str(path: &Path) -> &str {
-    path.to_str().expect("utf-8 path")
-}
-
 #[test]
 fn hot_functions_get_their_share_by_name() {
     if !can_load_programs("hot_functions_get_their_share_by_name") {
@@ -448,14 +444,7 @@ fn exited_process_keeps_its_symbols() {
 }
 
 fn one_line_error(args: &[&str], expect: &str) {
-    let output = lockpath(args);
-    assert!(!output.status.success(), "lockpath {args:?} must fail");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        stderr.contains(expect),
-        "lockpath {args:?}: expected {expect:?} in:\n{stderr}"
-    );
-    assert!(!stderr.contains("panicked"), "no panic: {stderr}");
+    let stderr = fails_with(args, expect);
     // clap adds a "For more information, try '--help'." line after its one-line error.
     let lines: Vec<&str> = stderr
         .trim()

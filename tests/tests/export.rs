@@ -20,10 +20,6 @@ const HOSTILE_COMM: &str = "<svg onload=x>";
 /// A symbol name with quotes and angle brackets, put into a profile by hand.
 const HOSTILE_SYMBOL: &str = "ns::f<\"q'\">::<img src=x onerror=alert(1)>";
 
-fn path_str(path: &Path) -> &str {
-    path.to_str().expect("utf-8 path")
-}
-
 /// Records lock-storm with these arguments into `out`.
 fn record_storm(out: &Path, storm_args: &[&str]) {
     let storm = workload("lock-storm");

@@ -19,16 +19,7 @@ fn results(path: &Path, name: &str) -> Vec<u64> {
 }
 
 fn record(args: &[&str]) -> String {
-    let (child, programs) = spawn_recording(args);
-    let output = child.wait_with_output().expect("wait for lockpath");
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(
-        output.status.success(),
-        "lockpath failed:\n{}\n{stderr}",
-        String::from_utf8_lossy(&output.stdout)
-    );
-    assert_programs_gone(&programs);
-    stderr
+    record_ok(args).1
 }
 
 #[test]

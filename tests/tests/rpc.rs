@@ -28,22 +28,6 @@ fn result(results: &[(String, u64)], name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {name} in workload results {results:?}"))
 }
 
-/// Runs `lockpath record ARGS -- WORKLOAD...`, checks it succeeded and left nothing
-/// loaded; returns (stdout, stderr).
-fn record(args: &[&str]) -> (String, String) {
-    let (child, programs) = spawn_recording(args);
-    assert!(!programs.is_empty(), "lockpath loaded no program");
-    let output = child.wait_with_output().expect("wait for lockpath");
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(
-        output.status.success(),
-        "lockpath failed:\n{stdout}\n{stderr}"
-    );
-    assert_programs_gone(&programs);
-    (stdout, stderr)
-}
-
 fn within(measured: f64, expected: f64, fraction: f64) -> bool {
     (measured - expected).abs() <= expected * fraction
 }
@@ -66,7 +50,7 @@ fn fuse_latency_per_opcode_matches_injected_delay() {
     let fuse = workload("fuse-workload");
     // Off-CPU too (all states: the caller waits for the reply interruptibly, in S), so
     // the same run checks that its waits are classed `rpc`.
-    let (stdout, _) = record(&[
+    let (stdout, _) = record_ok(&[
         "record",
         "--rpc",
         "fuse",
@@ -235,7 +219,7 @@ fn fuse_create_lock_wait_matches_ground_truth() {
     let mountpoint = dir.join("mnt");
     const CREATE_MS: u64 = 300;
     let fuse = workload("fuse-workload");
-    record(&[
+    record_ok(&[
         "record",
         "--lock",
         "--rpc",
@@ -322,7 +306,7 @@ fn missing_providers_are_one_line_each_and_the_run_goes_on() {
     let results_path = dir.join("results");
     let mountpoint = dir.join("mnt");
     let fuse = workload("fuse-workload");
-    let (_, stderr) = record(&[
+    let (_, stderr) = record_ok(&[
         "record",
         "--rpc",
         "sunrpc",

@@ -356,3 +356,37 @@ pub fn diff_rows<'a>(diff: &'a serde_json::Value, by: &str) -> &'a Vec<serde_jso
         .and_then(|table| table["rows"].as_array())
         .unwrap_or_else(|| panic!("no {by} table in {diff}"))
 }
+
+/// Records with `lockpath record ARGS` (see `spawn_recording`), checks that it
+/// succeeded and left no program loaded; returns (stdout, stderr).
+pub fn record_ok(args: &[&str]) -> (String, String) {
+    let (child, programs) = spawn_recording(args);
+    assert!(!programs.is_empty(), "lockpath loaded no program");
+    let output = child.wait_with_output().expect("wait for lockpath");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        output.status.success(),
+        "lockpath failed:\n{stdout}\n{stderr}"
+    );
+    assert_programs_gone(&programs);
+    (stdout, stderr)
+}
+
+/// Runs lockpath with `args`, which must fail with `expect` on stderr and no panic;
+/// returns stderr.
+pub fn fails_with(args: &[&str], expect: &str) -> String {
+    let output = lockpath(args);
+    assert!(!output.status.success(), "lockpath {args:?} must fail");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        stderr.contains(expect),
+        "lockpath {args:?}: expected {expect:?} in:\n{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "no panic: {stderr}");
+    stderr
+}
+
+pub fn path_str(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
