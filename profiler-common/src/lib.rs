@@ -7,6 +7,7 @@
 pub mod config;
 pub mod cpu;
 pub mod func;
+pub mod hold;
 pub mod io;
 pub mod latency;
 pub mod lock;

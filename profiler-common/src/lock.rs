@@ -24,7 +24,9 @@ pub struct LockKey {
     /// Process (tgid) holding a sleeping lock when the wait began; 0 when unknown
     /// (spinlocks, reader-owned rwsems, no BTF).
     pub owner_tgid: u32,
-    pub _pad: u32,
+    /// Kernel stack where the owner sleeps (from its off-CPU switch-out, when the
+    /// off-CPU family records it), or a negative value when unknown.
+    pub owner_kstack_id: i32,
 }
 
 /// The lock is not recognized.
@@ -68,6 +70,8 @@ pub struct LockWait {
     pub kstack_id: i32,
     pub lock_class: u32,
     pub owner_tgid: u32,
+    pub owner_kstack_id: i32,
+    pub _pad: u32,
 }
 
 #[cfg(feature = "user")]

@@ -31,12 +31,16 @@ pub const FUNC_MAP_FULL: u32 = 24;
 pub const FUNC_NEGATIVE_DELTA: u32 = 25;
 /// vm/kprobe fallback range: 26..=27.
 pub const LOCK_KPROBE_RETURN_LOST: u32 = 26;
+// hold times (--hold): 27..=29.
+pub const HOLD_MAP_FULL: u32 = 27;
+pub const HOLD_OPEN_FULL: u32 = 28;
+pub const HOLD_NEGATIVE_DELTA: u32 = 29;
 
 /// Number of slots in `LOSSES` (room for the other probe families).
 pub const LOSS_SLOTS: u32 = 32;
 
 /// Names for the report, by index. `None` slots are unused.
-pub const LOSS_NAMES: [(u32, &str, &str); 26] = [
+pub const LOSS_NAMES: [(u32, &str, &str); 29] = [
     (
         STACK_COLLISION,
         "stack_collision",
@@ -166,5 +170,20 @@ pub const LOSS_NAMES: [(u32, &str, &str); 26] = [
         LOCK_KPROBE_RETURN_LOST,
         "lock_kprobe_return_lost",
         "kprobe fallback: a slow path's return was missed (kretprobe instances exhausted); wait dropped",
+    ),
+    (
+        HOLD_MAP_FULL,
+        "hold_map_full",
+        "hold aggregation map full: hold dropped",
+    ),
+    (
+        HOLD_OPEN_FULL,
+        "hold_open_full",
+        "in-flight hold map full: hold dropped",
+    ),
+    (
+        HOLD_NEGATIVE_DELTA,
+        "hold_negative_delta",
+        "hold with release before acquisition",
     ),
 ];

@@ -33,6 +33,7 @@ use profiler_common::{
 };
 
 use crate::{
+    offcpu::OFFCPU_START,
     shared::{
         STACK_FLAGS_KERNEL, STACKS, TASKS, count_loss, remember_current_task, stack_id_or_loss,
     },
@@ -259,6 +260,8 @@ fn open_spin_wait<C: StackIdContext>(ctx: &C, slot: *mut LockWait, lock_addr: u6
     wait.lock_addr = lock_addr;
     wait.flags = flags;
     wait.kstack_id = stack_id_or_loss(ctx.get_stackid(&STACKS, STACK_FLAGS_KERNEL));
+    wait.owner_tgid = 0;
+    wait.owner_kstack_id = -1;
 }
 
 #[inline(always)]
@@ -272,13 +275,13 @@ fn take_spin_wait(slot: &mut LockWait) -> LockWait {
 fn open_sleep_wait<C: StackIdContext>(ctx: &C, tid: u32, lock_addr: u64, flags: u32) {
     // SAFETY: reading a load-time global; volatile so the default is not folded in.
     let layout = unsafe { core::ptr::read_volatile(&LOCK_LAYOUT) };
-    let (lock_class, owner_tgid) = if layout.enabled != 0 {
+    let (lock_class, owner) = if layout.enabled != 0 {
         (
             classify_lock(&layout, lock_addr),
             read_owner(&layout, lock_addr, flags),
         )
     } else {
-        (LOCK_CLASS_UNKNOWN, 0)
+        (LOCK_CLASS_UNKNOWN, NO_OWNER)
     };
     let wait = LockWait {
         start_ns: now_ns(),
@@ -286,7 +289,9 @@ fn open_sleep_wait<C: StackIdContext>(ctx: &C, tid: u32, lock_addr: u64, flags: 
         flags,
         kstack_id: stack_id_or_loss(ctx.get_stackid(&STACKS, STACK_FLAGS_KERNEL)),
         lock_class,
-        owner_tgid,
+        owner_tgid: owner.tgid,
+        owner_kstack_id: owner.kstack_id,
+        _pad: 0,
     };
     if LOCK_SLEEP_WAIT
         .insert(&tid, &wait, BPF_NOEXIST as u64)
@@ -312,10 +317,26 @@ fn classify_lock(layout: &LockLayout, lock_addr: u64) -> u32 {
     }
 }
 
+/// Who holds a sleeping lock when a wait on it begins.
+#[derive(Clone, Copy)]
+struct Owner {
+    tgid: u32,
+    /// Where the owner sleeps, when it is off-CPU and the off-CPU family saw it leave.
+    kstack_id: i32,
+}
+
+const NO_OWNER: Owner = Owner {
+    tgid: 0,
+    kstack_id: -1,
+};
+
 /// The process holding a mutex or a writer-held rwsem when the wait begins (like
 /// `perf lock contention -o`); its thread name goes to TASKS so the report can name it.
+/// An owner that is off-CPU (holding the lock across a sleep: IO, an RPC, another lock)
+/// has its switch-out stack in OFFCPU_START when the off-CPU family is recorded: that
+/// stack is where the owner is while it makes the waiters wait.
 #[inline(always)]
-fn read_owner(layout: &LockLayout, lock_addr: u64, flags: u32) -> u32 {
+fn read_owner(layout: &LockLayout, lock_addr: u64, flags: u32) -> Owner {
     let owner_offset = if flags & LCB_F_MUTEX != 0 {
         layout.mutex_owner
     } else if flags & (LCB_F_READ | LCB_F_WRITE) != 0
@@ -323,20 +344,20 @@ fn read_owner(layout: &LockLayout, lock_addr: u64, flags: u32) -> u32 {
     {
         layout.rwsem_owner
     } else {
-        return 0;
+        return NO_OWNER;
     };
     // SAFETY: bpf_probe_read_kernel checks the address; a bad one yields an error.
     let Ok(owner) =
         (unsafe { bpf_probe_read_kernel((lock_addr + owner_offset as u64) as *const u64) })
     else {
-        return 0;
+        return NO_OWNER;
     };
     if flags & LCB_F_MUTEX == 0 && owner & RWSEM_READER_OWNED != 0 {
-        return 0;
+        return NO_OWNER;
     }
     let task = owner & !OWNER_FLAG_BITS;
     if task == 0 {
-        return 0;
+        return NO_OWNER;
     }
     // SAFETY: as above, for fields of the owner task.
     let (tid, tgid) = unsafe {
@@ -358,7 +379,12 @@ fn read_owner(layout: &LockLayout, lock_addr: u64, flags: u32) -> u32 {
         };
         let _ = TASKS.insert(&tid, &info, BPF_NOEXIST as u64);
     }
-    tgid
+    // SAFETY: lookup in a map of plain data; the value is copied out.
+    let kstack_id = match unsafe { OFFCPU_START.get(&tid) } {
+        Some(start) if tid != 0 => start.kstack_id,
+        _ => -1,
+    };
+    Owner { tgid, kstack_id }
 }
 
 #[inline(always)]
@@ -383,7 +409,7 @@ fn close_wait(wait: &LockWait, end_ns: u64, pid_tgid: u64) {
         flags: wait.flags,
         lock_class: wait.lock_class,
         owner_tgid: wait.owner_tgid,
-        _pad: 0,
+        owner_kstack_id: wait.owner_kstack_id,
     };
     add_wait(&key, end_ns - wait.start_ns);
 }

@@ -9,6 +9,7 @@
 
 mod cpu;
 mod func;
+mod hold;
 mod io;
 mod latency;
 mod lock;
@@ -259,6 +260,125 @@ func_slot!(
     ufunc_entry_7,
     ufunc_return_7
 );
+
+/// Hold times (`--hold`): one program set per acquire slot (an entry point such as
+/// `mutex_lock` or `down_write_killable`): fexit where the kernel allows, else a
+/// kprobe/kretprobe pair. Every acquire function takes the lock as its only argument,
+/// so an fexit program finds the return value right after it; functions that return
+/// nothing get the `_void` fexit, which does not read it (the verifier refuses that).
+macro_rules! hold_acquire_slots {
+    ($($slot:literal => $fexit:ident, $fexit_void:ident, $kprobe:ident, $kretprobe:ident;)*) => {
+        $(
+            #[fexit]
+            pub fn $fexit(ctx: FExitContext) -> i32 {
+                if hold::is_held_lock(ctx.arg::<u64>(0)) {
+                    hold::on_acquire_return(&ctx, $slot, ctx.arg::<i64>(1));
+                }
+                0
+            }
+
+            #[fexit]
+            pub fn $fexit_void(ctx: FExitContext) -> i32 {
+                if hold::is_held_lock(ctx.arg::<u64>(0)) {
+                    hold::on_acquire_return(&ctx, $slot, 0);
+                }
+                0
+            }
+
+            #[kprobe]
+            pub fn $kprobe(ctx: ProbeContext) -> u32 {
+                if hold::is_held_lock(ctx.arg::<u64>(0).unwrap_or(0)) {
+                    hold::on_acquire_entry(&ctx);
+                }
+                0
+            }
+
+            #[kretprobe]
+            pub fn $kretprobe(ctx: RetProbeContext) -> u32 {
+                hold::on_acquire_kretprobe($slot, ctx.ret::<i64>());
+                0
+            }
+        )*
+    };
+}
+
+hold_acquire_slots! {
+    0 => hold_fexit_0, hold_fexit_void_0, hold_kprobe_0, hold_kretprobe_0;
+    1 => hold_fexit_1, hold_fexit_void_1, hold_kprobe_1, hold_kretprobe_1;
+    2 => hold_fexit_2, hold_fexit_void_2, hold_kprobe_2, hold_kretprobe_2;
+    3 => hold_fexit_3, hold_fexit_void_3, hold_kprobe_3, hold_kretprobe_3;
+    4 => hold_fexit_4, hold_fexit_void_4, hold_kprobe_4, hold_kretprobe_4;
+    5 => hold_fexit_5, hold_fexit_void_5, hold_kprobe_5, hold_kretprobe_5;
+    6 => hold_fexit_6, hold_fexit_void_6, hold_kprobe_6, hold_kretprobe_6;
+    7 => hold_fexit_7, hold_fexit_void_7, hold_kprobe_7, hold_kretprobe_7;
+    8 => hold_fexit_8, hold_fexit_void_8, hold_kprobe_8, hold_kretprobe_8;
+    9 => hold_fexit_9, hold_fexit_void_9, hold_kprobe_9, hold_kretprobe_9;
+    10 => hold_fexit_10, hold_fexit_void_10, hold_kprobe_10, hold_kretprobe_10;
+    11 => hold_fexit_11, hold_fexit_void_11, hold_kprobe_11, hold_kretprobe_11;
+    12 => hold_fexit_12, hold_fexit_void_12, hold_kprobe_12, hold_kretprobe_12;
+    13 => hold_fexit_13, hold_fexit_void_13, hold_kprobe_13, hold_kretprobe_13;
+    14 => hold_fexit_14, hold_fexit_void_14, hold_kprobe_14, hold_kretprobe_14;
+    15 => hold_fexit_15, hold_fexit_void_15, hold_kprobe_15, hold_kretprobe_15;
+    16 => hold_fexit_16, hold_fexit_void_16, hold_kprobe_16, hold_kretprobe_16;
+    17 => hold_fexit_17, hold_fexit_void_17, hold_kprobe_17, hold_kretprobe_17;
+    18 => hold_fexit_18, hold_fexit_void_18, hold_kprobe_18, hold_kretprobe_18;
+    19 => hold_fexit_19, hold_fexit_void_19, hold_kprobe_19, hold_kretprobe_19;
+    20 => hold_fexit_20, hold_fexit_void_20, hold_kprobe_20, hold_kretprobe_20;
+    21 => hold_fexit_21, hold_fexit_void_21, hold_kprobe_21, hold_kretprobe_21;
+    22 => hold_fexit_22, hold_fexit_void_22, hold_kprobe_22, hold_kretprobe_22;
+    23 => hold_fexit_23, hold_fexit_void_23, hold_kprobe_23, hold_kretprobe_23;
+    24 => hold_fexit_24, hold_fexit_void_24, hold_kprobe_24, hold_kretprobe_24;
+    25 => hold_fexit_25, hold_fexit_void_25, hold_kprobe_25, hold_kretprobe_25;
+    26 => hold_fexit_26, hold_fexit_void_26, hold_kprobe_26, hold_kretprobe_26;
+    27 => hold_fexit_27, hold_fexit_void_27, hold_kprobe_27, hold_kretprobe_27;
+    28 => hold_fexit_28, hold_fexit_void_28, hold_kprobe_28, hold_kretprobe_28;
+    29 => hold_fexit_29, hold_fexit_void_29, hold_kprobe_29, hold_kretprobe_29;
+    30 => hold_fexit_30, hold_fexit_void_30, hold_kprobe_30, hold_kretprobe_30;
+    31 => hold_fexit_31, hold_fexit_void_31, hold_kprobe_31, hold_kretprobe_31;
+}
+
+/// Release: one fentry program per unlock entry point (an fentry program is bound to
+/// its function at load time), or this one kprobe attached to all of them.
+macro_rules! hold_release_slots {
+    ($($fentry:ident),*) => {
+        $(
+            #[fentry]
+            pub fn $fentry(ctx: FEntryContext) -> i32 {
+                if hold::is_held_lock(ctx.arg::<u64>(0)) {
+                    hold::on_release();
+                }
+                0
+            }
+        )*
+    };
+}
+
+hold_release_slots!(
+    hold_fentry_0,
+    hold_fentry_1,
+    hold_fentry_2,
+    hold_fentry_3,
+    hold_fentry_4,
+    hold_fentry_5,
+    hold_fentry_6,
+    hold_fentry_7,
+    hold_fentry_8,
+    hold_fentry_9,
+    hold_fentry_10,
+    hold_fentry_11,
+    hold_fentry_12,
+    hold_fentry_13,
+    hold_fentry_14,
+    hold_fentry_15
+);
+
+#[kprobe]
+pub fn hold_release_kprobe(ctx: ProbeContext) -> u32 {
+    if hold::is_held_lock(ctx.arg::<u64>(0).unwrap_or(0)) {
+        hold::on_release();
+    }
+    0
+}
 
 #[cfg(not(test))]
 #[panic_handler]

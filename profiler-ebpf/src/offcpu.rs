@@ -47,7 +47,7 @@ pub static OFFCPU_STATS: HashMap<OffcpuKey, OffcpuStat> = HashMap::with_max_entr
 
 /// Threads off the CPU in a recorded state, by thread id.
 #[map]
-static OFFCPU_START: HashMap<u32, OffcpuStart> = HashMap::with_max_entries(65536, 0);
+pub static OFFCPU_START: HashMap<u32, OffcpuStart> = HashMap::with_max_entries(65536, 0);
 
 const EEXIST: i32 = 17;
 

@@ -80,6 +80,21 @@ pub struct RecordArgs {
     #[arg(long, value_enum, value_name = "METHOD", default_value_t = LockMethod::Auto)]
     pub lock_method: LockMethod,
 
+    /// Record how long one lock is held, acquisition to release, per holder stack and
+    /// process: LOCK is a kernel symbol (a static lock) or an address from a report's
+    /// lock column, optionally typed (mutex:, rwsem:, spinlock:, rwlock:; without a type
+    /// all four are probed). COST: it hooks the lock and unlock functions of that type
+    /// (mutex_lock/mutex_unlock, down_*/up_*, _raw_spin_lock*/_raw_spin_unlock*), the
+    /// hottest functions of the kernel: every lock operation of the type in the system
+    /// pays a trampoline (fentry) or a breakpoint (kprobe) and one compare. Needs fentry
+    /// or kprobes (not every kernel has them); see `cargo xtask bench` for the figures.
+    #[arg(long, value_name = "[TYPE:]LOCK")]
+    pub hold: Option<String>,
+
+    /// How `--hold` hooks the lock functions: `auto` tries fentry/fexit, then kprobes.
+    #[arg(long, value_enum, value_name = "METHOD", default_value_t = FuncMethod::Auto)]
+    pub hold_method: FuncMethod,
+
     /// Record off-CPU waits in D state (buffer, page, block IO, journal, most lock
     /// sleeps), by process, stack and wait class.
     #[arg(long)]

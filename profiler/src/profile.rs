@@ -49,6 +49,9 @@ pub struct Profile {
     /// Function latencies (`--func`, `--ufunc`).
     #[serde(default)]
     pub funcs: Vec<FuncRow>,
+    /// Hold times of the lock named by `--hold`.
+    #[serde(default)]
+    pub holds: Vec<HoldRow>,
     /// Probes that were asked for but could not be used on this kernel, and why.
     #[serde(default)]
     pub unavailable: Vec<Unavailable>,
@@ -199,6 +202,22 @@ pub struct Stack {
     pub truncated: bool,
 }
 
+/// Hold times of one lock (`--hold`) by one holder: (process, acquisition stack, mode).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct HoldRow {
+    pub lock_addr: u64,
+    /// Static lock symbol, or the address in hex.
+    pub lock_name: String,
+    /// `LCB_F_*` flags of the lock type and mode (`mutex`, `rwsem:W`, `spinlock`, ...).
+    pub flags: u32,
+    /// Process of the holder.
+    pub pid: u32,
+    /// Kernel stack where the holder took the lock; `None` when it was lost.
+    pub stack: Option<u32>,
+    /// Hold time, acquisition to release.
+    pub latency: Latency,
+}
+
 /// One aggregated lock-contention row: (process, lock, lock flags, waiter stack).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct LockRow {
@@ -218,6 +237,10 @@ pub struct LockRow {
     /// began, read from the lock's owner field; absent when unknown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner_pid: Option<u32>,
+    /// Kernel stack where that owner was sleeping (it was off-CPU, and the off-CPU
+    /// family recorded its switch-out); absent when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_stack: Option<u32>,
 }
 
 /// On-CPU samples of one (process, thread, kernel stack, user stack).
@@ -392,7 +415,13 @@ impl Profile {
             .iter()
             .flat_map(|row| [("an rpc", row.start_stack), ("an rpc", row.end_stack)]);
         let func_stacks = self.funcs.iter().map(|row| ("a func", row.stack));
-        for (what, stack) in rpc_stacks.chain(func_stacks) {
+        let hold_stacks = self.holds.iter().map(|row| ("a hold", row.stack));
+        let owner_stacks = self.locks.iter().map(|row| ("a lock owner", row.owner_stack));
+        for (what, stack) in rpc_stacks
+            .chain(func_stacks)
+            .chain(hold_stacks)
+            .chain(owner_stacks)
+        {
             if let Some(stack) = stack {
                 if stack as usize >= self.stacks.len() {
                     bail!(
@@ -588,6 +617,7 @@ mod tests {
             max_ns: 200,
             min_ns: 50,
             owner_pid: Some(9),
+            owner_stack: Some(stack),
         });
         profile
     }

@@ -55,6 +55,11 @@ struct Plan {
     ufuncs: Vec<probes::func::UserFunction>,
     /// On-CPU sampling frequency in Hz, when asked for.
     cpu: Option<u64>,
+    /// `--hold`: the lock and its entry points, when the lock could be resolved.
+    hold: Option<probes::hold::HoldPlan>,
+    hold_method: crate::cli::FuncMethod,
+    /// `--hold` is the only thing asked for: failing to attach it fails the run.
+    hold_only: bool,
 }
 
 impl Plan {
@@ -94,12 +99,14 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     };
     let offcpu = offcpu_options(&args)?;
     let rpc_plan = probes::rpc::RpcPlan::new(&args.rpc, args.span.clone())?;
-    let other_family = offcpu.is_some()
+    let hold_spec = args.hold.as_deref().map(probes::hold::parse).transpose()?;
+    let other_family_but_hold = offcpu.is_some()
         || args.io
         || rpc_plan.any()
         || !args.func.is_empty()
         || !args.ufunc.is_empty()
         || args.cpu;
+    let other_family = other_family_but_hold || hold_spec.is_some();
     let cpu = args.cpu.then_some(args.freq);
 
     target.validate()?;
@@ -119,6 +126,19 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     // Hooks this kernel lacks: one line each, and the run goes on without them.
     let mut unavailable = Vec::new();
     let rpc_setup = probes::rpc::resolve(&rpc_plan, &kernel_symbols, &mut unavailable)?;
+    // `--hold` alone: a lock that cannot be timed is the run's error, not a note.
+    let hold_only = hold_spec.is_some() && !args.lock && !other_family_but_hold;
+    let hold = match hold_spec {
+        Some(spec) => match probes::hold::plan(&spec, &kernel_symbols) {
+            Ok(plan) => Some(plan),
+            Err(reason) if hold_only => bail!("--hold {}: {reason}", spec.text),
+            Err(reason) => {
+                probes::hold::not_recorded(&spec.text, reason, &mut unavailable);
+                None
+            }
+        },
+        None => None,
+    };
     let plan = Plan {
         // The lock family is the default when no other family is asked for.
         lock: args.lock || !other_family,
@@ -130,6 +150,9 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         func_method: args.func_method,
         ufuncs,
         cpu,
+        hold,
+        hold_method: args.hold_method,
+        hold_only,
     };
     // Bound before anything is loaded, so a busy port fails fast.
     let metrics = match args.metrics {
@@ -308,6 +331,15 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     profile.losses = probes::shared::drain_losses(&maps)?;
     profile.processes = probes::shared::drain_processes(&maps, &row_pids(&profile))?;
 
+    if let Some(hold) = &plan.hold {
+        if profile.probes.iter().any(|probe| probe.family == "hold") && profile.holds.is_empty() {
+            eprintln!(
+                "lockpath: --hold {}: {} was not taken (no acquisition seen in {duration_s:.1} s); \
+                 check the address and the type against a report's lock and type columns",
+                hold.spec, hold.lock_name
+            );
+        }
+    }
     profile
         .save(&args.output)
         .with_context(|| format!("cannot write the profile to {}", args.output.display()))?;
@@ -362,6 +394,9 @@ fn drain_families(
         profile.cpu_freq_hz = freq;
         profile.cpu = probes::cpu::drain(maps, stacks)?;
     }
+    if let Some(hold) = &plan.hold {
+        profile.holds = probes::hold::drain(maps, stacks, hold)?;
+    }
     Ok(())
 }
 
@@ -373,6 +408,7 @@ fn row_pids(profile: &Profile) -> Vec<u32> {
     pids.extend(profile.rpcs.iter().map(|row| row.pid));
     pids.extend(profile.funcs.iter().map(|row| row.pid));
     pids.extend(profile.cpu.iter().map(|row| row.pid));
+    pids.extend(profile.holds.iter().map(|row| row.pid));
     pids.sort_unstable();
     pids.dedup();
     pids
@@ -429,6 +465,10 @@ fn progress_line(live: &Profile) -> String {
         let calls: u64 = live.funcs.iter().map(|row| row.latency.count).sum();
         parts.push(format!("{calls} calls"));
     }
+    if !live.holds.is_empty() {
+        let holds: u64 = live.holds.iter().map(|row| row.latency.count).sum();
+        parts.push(format!("{holds} holds"));
+    }
     let lost: u64 = live.losses.values().sum();
     if lost > 0 {
         parts.push(format!("{lost} lost"));
@@ -465,12 +505,19 @@ fn start(
         None
     };
     let lock_layout = probes::lock::layout();
+    let hold_config = plan
+        .hold
+        .as_ref()
+        .map_or(profiler_common::hold::HoldConfig::DISABLED, |hold| {
+            hold.config
+        });
     let mut loader = EbpfLoader::new();
     loader
         .override_global("FILTER_MODE", &filter_mode, true)
         .override_global("FORK_CHILD_PID_OFFSET", &fork_child_pid, true)
         .override_global("EXIT_GROUP_DEAD_OFFSET", &exit_group_dead, true)
         .override_global("LOCK_LAYOUT", &lock_layout, true)
+        .override_global("HOLD_CONFIG", &hold_config, true)
         .map_max_entries("STACKS", args.stack_entries);
     // The object is loaded whole: the maps of the families not recorded shrink to one
     // entry each, so they cost no kernel memory (a 16k-entry hash is megabytes).
@@ -487,6 +534,9 @@ fn start(
         ("FUNC_STATS", functions, args.map_entries),
         ("FUNC_CALLS", functions, 65536),
         ("CPU_SAMPLES", plan.cpu.is_some(), args.map_entries),
+        ("HOLD_STATS", plan.hold.is_some(), args.map_entries),
+        ("HOLD_OPEN", plan.hold.is_some(), 16384),
+        ("HOLD_PENDING", plan.hold.is_some(), 16384),
     ] {
         loader.map_max_entries(map, if used { entries } else { 1 });
     }
@@ -554,6 +604,25 @@ fn start(
     probes.extend(func_probes);
     if let Some(freq) = plan.cpu {
         probes.push(probes::cpu::attach(&mut ebpf, freq)?);
+    }
+    if let Some(hold) = &plan.hold {
+        probes.extend(probes::hold::attach(
+            &mut ebpf,
+            hold,
+            plan.hold_method,
+            plan.hold_only,
+            unavailable,
+        )?);
+    }
+    if probes.is_empty() {
+        let reasons: Vec<String> = unavailable
+            .iter()
+            .map(|missing| format!("{} {}: {}", missing.family, missing.what, missing.reason))
+            .collect();
+        bail!(
+            "nothing asked for can be recorded on this kernel ({})",
+            reasons.join("; ")
+        );
     }
     Ok((ebpf, probes, func_targets, watcher))
 }

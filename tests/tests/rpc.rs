@@ -219,9 +219,12 @@ fn fuse_create_lock_wait_matches_ground_truth() {
     let mountpoint = dir.join("mnt");
     const CREATE_MS: u64 = 300;
     let fuse = workload("fuse-workload");
+    // --offcpu-all too: the owner (process A, asleep in its delayed CREATE) gets its
+    // stack; FUSE waits for a reply interruptibly (S state) first.
     record_ok(&[
         "record",
         "--lock",
+        "--offcpu-all",
         "--rpc",
         "fuse",
         "-o",
@@ -236,6 +239,7 @@ fn fuse_create_lock_wait_matches_ground_truth() {
     ]);
     let measured = results(&results_path);
     let pid = result(&measured, "pid");
+    let a_pid = result(&measured, "a_pid");
     let b_ns = result(&measured, "b_create_ns");
     let expected_wait = b_ns.saturating_sub(CREATE_MS * 1_000_000);
     assert!(
@@ -245,6 +249,7 @@ fn fuse_create_lock_wait_matches_ground_truth() {
     let profile = load_json(&profile_path);
     const LCB_F_WRITE: u64 = 4;
     let mut wait_ns = 0;
+    let mut held_by_a_ns = 0;
     for row in profile["locks"].as_array().expect("locks") {
         if row["pid"].as_u64() != Some(pid) || row["flags"].as_u64() != Some(LCB_F_WRITE) {
             continue;
@@ -260,6 +265,9 @@ fn fuse_create_lock_wait_matches_ground_truth() {
         if let (Some(down_write), Some(caller)) = (down_write, caller) {
             if caller > down_write {
                 wait_ns += row["total_ns"].as_u64().expect("total");
+                if row["owner_pid"].as_u64() == Some(a_pid) {
+                    held_by_a_ns += row["total_ns"].as_u64().expect("total");
+                }
             }
         }
     }
@@ -274,12 +282,53 @@ fn fuse_create_lock_wait_matches_ground_truth() {
         "rwsem:W wait in open_last_lookups/path_openat <- down_write: {wait_ns} ns, expected {expected_wait} ns (within 10%)\n{}",
         profile["locks"]
     );
-    // The delayed CREATEs themselves: two of them, each the injected delay.
+    // The waiter's table names the holder: process A, asleep in its FUSE request.
+    assert!(
+        within(held_by_a_ns as f64, wait_ns as f64, 0.01),
+        "B's wait should be held by A (pid {a_pid}): {held_by_a_ns} of {wait_ns} ns\n{}",
+        profile["locks"]
+    );
+    let report = lockpath_ok(&[
+        "report",
+        profile_path.to_str().expect("path"),
+        "--format",
+        "json",
+    ]);
+    let report: serde_json::Value = serde_json::from_slice(&report.stdout).expect("report json");
+    let holder = report["locks"]
+        .as_array()
+        .expect("locks")
+        .iter()
+        .filter(|group| group["type"] == "rwsem:W")
+        .flat_map(|group| group["holders"].as_array().expect("holders").iter())
+        .find(|holder| holder["pid"].as_u64() == Some(a_pid))
+        .unwrap_or_else(|| panic!("no rwsem:W group held by A ({a_pid}):\n{report:#}"));
+    assert_eq!(holder["process"], "fuse-workload");
+    let sleeping_in: Vec<&str> = holder["sleeping_in"]
+        .as_array()
+        .unwrap_or_else(|| panic!("A's stack is known (it was off-CPU): {holder}"))
+        .iter()
+        .filter_map(|frame| frame.as_str())
+        .collect();
+    assert!(
+        sleeping_in.iter().any(|frame| frame.starts_with("fuse_") || frame.starts_with("request_wait_answer")),
+        "A sleeps in its FUSE request: {sleeping_in:?}"
+    );
+    let text = lockpath_ok(&["report", profile_path.to_str().expect("path")]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains(&format!("fuse-workload[{a_pid}]")) && text.contains("sleeping in"),
+        "the text report names the holder and where it sleeps:\n{text}"
+    );
+    // The delayed CREATEs themselves: two of them (A's and B's), each the injected delay.
     let creates: Vec<&serde_json::Value> = profile["rpcs"]
         .as_array()
         .expect("rpcs")
         .iter()
-        .filter(|row| row["op_name"] == "CREATE" && row["pid"].as_u64() == Some(pid))
+        .filter(|row| {
+            row["op_name"] == "CREATE"
+                && (row["pid"].as_u64() == Some(pid) || row["pid"].as_u64() == Some(a_pid))
+        })
         .collect();
     let count: u64 = creates
         .iter()

@@ -45,6 +45,9 @@ const KERNELS: &[LabKernel] = &[
             "lock-kprobe",
             "func-fentry",
             "func-kprobe",
+            "hold-fentry",
+            "hold-kprobe",
+            "hold-bad-lock",
         ],
     },
     LabKernel {
@@ -58,6 +61,9 @@ const KERNELS: &[LabKernel] = &[
             "lock-no-tracepoint",
             "func-fentry",
             "func-kprobe",
+            "hold-fentry",
+            "hold-kprobe",
+            "hold-bad-lock",
         ],
     },
 ];
@@ -85,13 +91,16 @@ pub fn vm_test(binaries: &GuestBinaries, only: Option<&str>) -> Result<()> {
     TemporarySuite::remove_leftovers();
     ensure_host_tools()?;
     let vm_dir = util::target_dir()?.join("vm");
-    let initrd = build_initramfs(&vm_dir, binaries)?;
-    let mut failures = Vec::new();
+    let mut images = Vec::new();
     for kernel in KERNELS
         .iter()
         .filter(|kernel| only.is_none_or(|name| name == kernel.name))
     {
-        let vmlinuz = kernel_image(&vm_dir, kernel)?;
+        images.push((kernel, kernel_image(&vm_dir, kernel)?));
+    }
+    let initrd = build_initramfs(&vm_dir, binaries)?;
+    let mut failures = Vec::new();
+    for (kernel, vmlinuz) in images {
         match boot(&vm_dir, kernel, &vmlinuz, &initrd) {
             Ok(summary) => util::say(format!("vm {}: {summary}", kernel.name)),
             Err(err) => {
@@ -388,6 +397,7 @@ fn build_initramfs(vm_dir: &Path, binaries: &GuestBinaries) -> Result<PathBuf> {
         fs::copy(&library, &inside)
             .with_context(|| format!("cannot copy {} into the initramfs", library.display()))?;
     }
+    copy_guest_modules(vm_dir, &root)?;
     let vm_sources = util::workspace_root().join("tests/vm");
     copy_executable(&vm_sources.join("init"), &root.join("init"))?;
     let checks = fs::read_dir(vm_sources.join("checks"))
@@ -412,6 +422,40 @@ fn build_initramfs(vm_dir: &Path, binaries: &GuestBinaries) -> Result<PathBuf> {
         "check that cpio and gzip are installed",
     )?;
     Ok(initrd)
+}
+
+/// Kernel modules the checks need, from every unpacked lab kernel, as
+/// `/lib/modules/<release>/<name>.ko` (the guest's init loads them with insmod): FUSE,
+/// for the fixture whose delayed CREATE holds a directory's inode lock.
+const GUEST_MODULES: &[&str] = &["kernel/fs/fuse/fuse.ko"];
+
+fn copy_guest_modules(vm_dir: &Path, root: &Path) -> Result<()> {
+    let Ok(kernels) = fs::read_dir(vm_dir.join("kernels")) else {
+        return Ok(());
+    };
+    for kernel in kernels.filter_map(|entry| entry.ok()) {
+        let Ok(releases) = fs::read_dir(kernel.path().join("lib/modules")) else {
+            continue;
+        };
+        for release in releases.filter_map(|entry| entry.ok()) {
+            for module in GUEST_MODULES {
+                let from = release.path().join(module);
+                if !from.is_file() {
+                    continue;
+                }
+                let dir = root.join("lib/modules").join(release.file_name());
+                fs::create_dir_all(&dir)
+                    .with_context(|| format!("cannot create {}", dir.display()))?;
+                let name = Path::new(module)
+                    .file_name()
+                    .with_context(|| format!("{module} has no file name"))?;
+                fs::copy(&from, dir.join(name)).with_context(|| {
+                    format!("cannot copy {} into the initramfs", from.display())
+                })?;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn copy_executable(from: &Path, to: &Path) -> Result<()> {

@@ -17,6 +17,12 @@ fn remap_rows(profile: &mut Profile, pid: &dyn Fn(u32) -> u32, stack: &dyn Fn(u3
     for row in &mut profile.locks {
         row.pid = pid(row.pid);
         row.stack = row.stack.map(stack);
+        row.owner_pid = row.owner_pid.map(pid);
+        row.owner_stack = row.owner_stack.map(stack);
+    }
+    for row in &mut profile.holds {
+        row.pid = pid(row.pid);
+        row.stack = row.stack.map(stack);
     }
     // Thread ids stay: they are looked up inside their (remapped) process.
     for row in &mut profile.offcpu {
@@ -53,6 +59,7 @@ fn append_rows(merged: &mut Profile, input: Profile) {
     merged.cpu.extend(input.cpu);
     merged.rpcs.extend(input.rpcs);
     merged.funcs.extend(input.funcs);
+    merged.holds.extend(input.holds);
     merged.unavailable.extend(input.unavailable);
 }
 

@@ -42,6 +42,11 @@ pub struct Holder {
     pub process: String,
     /// Wait of this group's waiters that began while this process held the lock.
     pub wait_ns: u64,
+    /// Where the holder slept while the waits began (its kernel stack at switch-out,
+    /// scheduler frames left out, leaf first), for the stack with the most wait; empty
+    /// when unknown (the holder was running, or off-CPU was not recorded).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sleeping_in: Vec<String>,
 }
 
 /// Groups lock rows and sorts them by total wait, largest first.
@@ -224,7 +229,9 @@ pub fn top_lock_groups(
     }
     let mut callers: Vec<HashMap<u32, u64, FxBuild>> = vec![HashMap::default(); shown.len()];
     let mut pids: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); shown.len()];
-    let mut holders: Vec<BTreeMap<u32, u64>> = vec![BTreeMap::new(); shown.len()];
+    // owner pid -> (wait, owner stack -> wait)
+    type HolderSums = BTreeMap<u32, (u64, BTreeMap<Option<u32>, u64>)>;
+    let mut holders: Vec<HolderSums> = vec![BTreeMap::new(); shown.len()];
     for (row, &group) in profile.locks.iter().zip(&row_group) {
         let slot = slot_of_group[group as usize] as usize;
         if slot == HIDDEN as usize {
@@ -234,8 +241,10 @@ pub fn top_lock_groups(
         *total = total.saturating_add(row.total_ns);
         pids[slot].insert(row.pid);
         if let Some(owner) = row.owner_pid {
-            let wait = holders[slot].entry(owner).or_default();
+            let (wait, stacks) = holders[slot].entry(owner).or_default();
             *wait = wait.saturating_add(row.total_ns);
+            let stack_wait = stacks.entry(row.owner_stack).or_default();
+            *stack_wait = stack_wait.saturating_add(row.total_ns);
         }
     }
     let mut names: HashMap<u32, String> = HashMap::new();
@@ -261,10 +270,16 @@ pub fn top_lock_groups(
         let pids: Vec<u32> = pids.into_iter().collect();
         let mut holders: Vec<Holder> = holders
             .into_iter()
-            .map(|(pid, wait_ns)| Holder {
+            .map(|(pid, (wait_ns, stacks))| Holder {
                 pid,
                 process: name_of(pid),
                 wait_ns,
+                sleeping_in: stacks
+                    .into_iter()
+                    .filter(|(stack, _)| stack.is_some())
+                    .max_by_key(|(_, wait)| *wait)
+                    .map(|(stack, _)| sleeping_frames(profile, stack))
+                    .unwrap_or_default(),
             })
             .collect();
         holders.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then_with(|| a.pid.cmp(&b.pid)));
@@ -288,6 +303,17 @@ pub fn top_lock_groups(
         });
     }
     (out, total_groups)
+}
+
+/// The frames of a sleeping task's stack that say where it sleeps: scheduler frames
+/// left out, leaf first.
+fn sleeping_frames(profile: &Profile, stack: Option<u32>) -> Vec<String> {
+    profile
+        .stack_frames(stack)
+        .into_iter()
+        .filter(|frame| !super::offcpu::is_scheduler_frame(&frame.name))
+        .map(|frame| frame.display())
+        .collect()
 }
 
 /// Cuts `text` to `width` characters, marking the cut with `…`.
@@ -486,13 +512,121 @@ pub fn latency_table(groups: &[LatencyGroup], what: &str, top: usize) -> String 
     out
 }
 
+/// Hold times of the `--hold` lock by one holder: process, acquisition stack and mode.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct HoldGroup {
+    #[serde(rename = "type")]
+    pub lock_type: String,
+    pub lock: String,
+    pub pid: u32,
+    pub process: String,
+    /// The first frame of the holder's stack outside the locking code.
+    pub acquired_in: String,
+    /// The holder's kernel stack where it took the lock, leaf first.
+    pub stack: Vec<String>,
+    pub count: u64,
+    pub total_ns: u64,
+    pub mean_ns: u64,
+    pub max_ns: u64,
+    pub min_ns: u64,
+    /// log2 histogram: `hist[i]` counts holds in [2^i, 2^(i+1)) ns.
+    pub hist: Vec<u64>,
+}
+
+/// One group per hold row, most total hold time first.
+pub fn hold_groups(profile: &Profile) -> Vec<HoldGroup> {
+    let mut groups: Vec<HoldGroup> = profile
+        .holds
+        .iter()
+        .map(|row| {
+            let frames = profile.stack_frames(row.stack);
+            HoldGroup {
+                lock_type: lock_type_name(row.flags).to_string(),
+                lock: row.lock_name.clone(),
+                pid: row.pid,
+                process: profile.process_name(row.pid),
+                acquired_in: match (row.stack, caller(&frames)) {
+                    (None, _) => STACK_LOST.to_string(),
+                    (Some(_), Some(frame)) => frame.display(),
+                    (Some(_), None) => UNKNOWN.to_string(),
+                },
+                stack: frames.iter().map(|frame| frame.display()).collect(),
+                count: row.latency.count,
+                total_ns: row.latency.total_ns,
+                mean_ns: row.latency.mean_ns(),
+                max_ns: row.latency.max_ns,
+                min_ns: row.latency.min_ns,
+                hist: row.latency.hist.clone(),
+            }
+        })
+        .collect();
+    groups.sort_by(|a, b| {
+        b.total_ns
+            .cmp(&a.total_ns)
+            .then_with(|| a.pid.cmp(&b.pid))
+            .then_with(|| a.acquired_in.cmp(&b.acquired_in))
+    });
+    groups
+}
+
+/// The hold table: one row per holder, then the stack of the holder with the most hold
+/// time (where the lock is taken, leaf first).
+pub fn hold_table(profile: &Profile, top: usize) -> String {
+    let groups = hold_groups(profile);
+    let Some(first) = groups.first() else {
+        return "no acquisition of the lock was seen\n".to_string();
+    };
+    let mut out = format!(
+        "{:>7} {:>9} {:>9} {:>9}  {:<9} {:<22} {}\n",
+        "count", "total", "mean", "max", "type", "holder", "acquired in"
+    );
+    let shown = if top == 0 {
+        groups.len()
+    } else {
+        top.min(groups.len())
+    };
+    for group in &groups[..shown] {
+        out.push_str(&format!(
+            "{:>7} {:>9} {:>9} {:>9}  {:<9} {:<22} {}\n",
+            group.count,
+            format_ns(group.total_ns),
+            format_ns(group.mean_ns),
+            format_ns(group.max_ns),
+            group.lock_type,
+            fit(&format!("{}[{}]", group.process, group.pid), 22),
+            fit(&group.acquired_in, 30),
+        ));
+    }
+    if shown < groups.len() {
+        out.push_str(&format!(
+            "({} more rows: --top 0 shows all)\n",
+            groups.len() - shown
+        ));
+    }
+    if !first.stack.is_empty() {
+        out.push_str(&format!(
+            "stack of {}[{}], leaf first: {}\n",
+            first.process,
+            first.pid,
+            first
+                .stack
+                .iter()
+                .take(12)
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(" < ")
+        ));
+    }
+    out
+}
+
 /// Probes asked for but not available on this kernel, one line each.
 pub fn unavailable(profile: &Profile) -> String {
     let mut out = String::new();
     if profile.unavailable.is_empty() {
         return out;
     }
-    out.push_str("\nnot recorded (this kernel lacks the hooks):\n");
+    out.push_str("\nnot recorded (asked for, but this kernel or the arguments did not allow it):\n");
     for missing in &profile.unavailable {
         out.push_str(&format!(
             "  {} {}: {}\n",
@@ -513,6 +647,17 @@ pub fn latency_sections(profile: &Profile, top: usize) -> String {
     if has("func") || has("ufunc") || !profile.funcs.is_empty() {
         out.push_str("\nfunction latency, by function and process (total time):\n");
         out.push_str(&latency_table(&func_groups(profile), "function", top));
+    }
+    if has("hold") || !profile.holds.is_empty() {
+        let lock = profile
+            .holds
+            .first()
+            .map(|row| row.lock_name.as_str())
+            .unwrap_or("the --hold lock");
+        out.push_str(&format!(
+            "\nhold times of {lock}, by holder (acquisition to release, total time):\n"
+        ));
+        out.push_str(&hold_table(profile, top));
     }
     out.push_str(&unavailable(profile));
     out
@@ -555,29 +700,26 @@ pub fn holders_table(profile: &Profile, top: usize) -> String {
     }
     let mut out = String::from("\nheld by (owner of the sleeping lock when the waits began):\n");
     for group in groups {
-        let holders: Vec<String> = group
-            .holders
-            .iter()
-            .take(3)
-            .map(|holder| {
-                format!(
-                    "{}[{}] {}",
-                    holder.process,
-                    holder.pid,
-                    format_ns(holder.wait_ns)
-                )
-            })
-            .collect();
-        out.push_str(&fit(
-            &format!(
-                "  {:<9} {:<20} {}",
-                group.lock_type,
-                fit(&group.lock, 20),
-                holders.join(", ")
-            ),
-            100,
-        ));
-        out.push('\n');
+        out.push_str(&format!("  {:<9} {}\n", group.lock_type, group.lock));
+        for holder in group.holders.iter().take(3) {
+            let mut line = format!(
+                "      {}[{}] {} of waits",
+                holder.process,
+                holder.pid,
+                format_ns(holder.wait_ns)
+            );
+            if !holder.sleeping_in.is_empty() {
+                let path: Vec<&str> = holder
+                    .sleeping_in
+                    .iter()
+                    .take(4)
+                    .map(String::as_str)
+                    .collect();
+                line.push_str(&format!(", sleeping in {}", path.join(" < ")));
+            }
+            out.push_str(&fit(&line, 120));
+            out.push('\n');
+        }
     }
     out
 }
@@ -592,7 +734,8 @@ pub fn lock_family_recorded(profile: &Profile) -> bool {
             && profile.offcpu.is_empty()
             && profile.io.is_empty()
             && profile.rpcs.is_empty()
-            && profile.funcs.is_empty())
+            && profile.funcs.is_empty()
+            && profile.holds.is_empty())
 }
 
 /// What `record` prints at the end.
@@ -781,6 +924,7 @@ struct JsonReport<'a> {
     io: Vec<super::io::IoGroup>,
     rpcs: Vec<LatencyGroup>,
     funcs: Vec<LatencyGroup>,
+    holds: Vec<HoldGroup>,
     unavailable: &'a [crate::profile::Unavailable],
     #[serde(skip_serializing_if = "Option::is_none")]
     cpu: Option<JsonCpu>,
@@ -806,6 +950,7 @@ pub fn json(profile: &Profile, by: GroupBy, top: usize) -> serde_json::Result<St
         io: super::io::groups(profile),
         rpcs: rpc_groups(profile),
         funcs: func_groups(profile),
+        holds: hold_groups(profile),
         unavailable: &profile.unavailable,
         cpu: json_cpu(profile, top),
         lost: &profile.losses,
@@ -870,6 +1015,7 @@ pub(crate) mod tests {
             max_ns: total / count,
             min_ns: 1,
             owner_pid: None,
+            owner_stack: None,
         };
         profile.locks = vec![
             row(10, "0xffff1", 1, spin, 100, 5_000_000),
@@ -923,6 +1069,17 @@ pub(crate) mod tests {
             text.contains("mmap_lock") && text.contains("ior[11] 6.00 ms"),
             "{text}"
         );
+        assert!(!text.contains("sleeping in"), "no owner stack yet: {text}");
+        // The owner was off-CPU: where it slept is named, scheduler frames left out.
+        profile.locks[2].owner_stack = profile.locks[0].stack;
+        let text = holders_table(&profile, 10);
+        assert!(
+            text.contains("sleeping in queued_spin_lock_slowpath < _raw_spin_lock < do_pipe2"),
+            "{text}"
+        );
+        let groups = lock_groups(&profile, GroupBy::Lock);
+        let mmap = groups.iter().find(|g| g.lock == "mmap_lock").expect("mmap");
+        assert_eq!(mmap.holders[0].sleeping_in.len(), 3);
         let spin = groups
             .iter()
             .find(|g| g.lock_type == "spinlock")

@@ -183,7 +183,9 @@ fn try_kprobe(ebpf: &mut Ebpf, slot: u32, name: &str) -> Result<(), String> {
     let entry = format!("func_kprobe_{slot}");
     let exit = format!("func_kretprobe_{slot}");
     let result = (|| -> Result<()> {
-        for program_name in [&entry, &exit] {
+        // The return probe first, so the entry program runs (and walks the stack) before
+        // the kretprobe replaces the return address: see probes::lock.
+        for program_name in [&exit, &entry] {
             let kprobe: &mut KProbe = program(ebpf, program_name)?;
             kprobe.load().context("kprobe load")?;
             kprobe

@@ -164,7 +164,10 @@ fn attach_kprobes(ebpf: &mut Ebpf, symbols: &KernelSymbols) -> Result<String> {
             }
         }
         for function in usable {
-            for name in [*entry, *ret] {
+            // The return probe first: the kernel runs the handlers of one address newest
+            // first, so the entry program walks the stack before the kretprobe replaces
+            // the return address (5.10's unwinder stops at `kretprobe_trampoline`).
+            for name in [*ret, *entry] {
                 let program: &mut KProbe = program(ebpf, name)?
                     .try_into()
                     .with_context(|| format!("program {name} is not a kprobe"))?;
@@ -247,6 +250,7 @@ pub fn drain(maps: &MapSet, stacks: &mut StackResolver) -> Result<Vec<LockRow>> 
             max_ns: stat.max_ns,
             min_ns: stat.min_ns,
             owner_pid: (key.owner_tgid != 0).then_some(key.owner_tgid),
+            owner_stack: stacks.kernel_stack(key.owner_kstack_id),
         });
     }
     rows.sort_by_key(|row| std::cmp::Reverse(row.total_ns));

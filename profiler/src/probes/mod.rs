@@ -4,6 +4,7 @@
 
 pub mod cpu;
 pub mod func;
+pub mod hold;
 pub mod io;
 pub mod lock;
 pub mod offcpu;

@@ -166,6 +166,36 @@ pub fn strip_tracing_frames(frames: &mut Vec<Frame>) {
         previous = name;
     }
     frames.drain(..cut);
+    strip_trampolines(frames);
+}
+
+/// fentry/fexit trampolines (`--hold`, `--func`) sit between a traced function and its
+/// caller: `ftrace_trampoline` and the BPF trampoline image, which has no symbol. They
+/// are not the caller; the frames on both sides are kept.
+fn strip_trampolines(frames: &mut Vec<Frame>) {
+    let is_trampoline = |frame: &Frame| {
+        frame.name == "ftrace_trampoline" || frame.name.starts_with("bpf_trampoline_")
+    };
+    if !frames.iter().any(is_trampoline) {
+        return;
+    }
+    let unsymbolized = |frame: &Frame| frame.name.starts_with("0x");
+    let keep: Vec<bool> = (0..frames.len())
+        .map(|index| {
+            let frame = &frames[index];
+            let next_to_trampoline = frames.get(index + 1).is_some_and(is_trampoline)
+                || index
+                    .checked_sub(1)
+                    .and_then(|previous| frames.get(previous))
+                    .is_some_and(is_trampoline);
+            !(is_trampoline(frame) || unsymbolized(frame) && next_to_trampoline)
+        })
+        .collect();
+    let mut index = 0;
+    frames.retain(|_| {
+        index += 1;
+        keep[index - 1]
+    });
 }
 
 /// The error of a program the kernel would not load, in one line. A verifier rejection
@@ -422,6 +452,35 @@ mod tests {
         assert!(text.contains("/tmp/lockpath-verifier-x-1.log"), "{text}");
         let text = verifier_message("p", "EINVAL", None);
         assert!(text.contains("RUST_LOG=debug"), "{text}");
+    }
+
+    #[test]
+    fn fentry_trampolines_are_removed() {
+        // A --hold fexit stack, and a waiter's stack through a traced down_write.
+        assert_eq!(
+            stripped(&[
+                "0xffffffffc0034ac5",
+                "ftrace_trampoline",
+                "down_write",
+                "path_openat",
+            ]),
+            ["down_write", "path_openat"]
+        );
+        assert_eq!(
+            stripped(&[
+                "rwsem_down_write_slowpath",
+                "down_write",
+                "0xffffffffc0034ac5",
+                "ftrace_trampoline",
+                "path_openat",
+            ]),
+            ["rwsem_down_write_slowpath", "down_write", "path_openat"]
+        );
+        // An unsymbolized frame away from any trampoline stays.
+        assert_eq!(
+            stripped(&["do_pipe2", "0xffffffffc0001234", "ksys_read"]),
+            ["do_pipe2", "0xffffffffc0001234", "ksys_read"]
+        );
     }
 
     #[test]

@@ -130,6 +130,20 @@ impl KernelSymbols {
         })
     }
 
+    /// The data symbol `name` of the kernel image (a static lock, for `--hold`).
+    pub fn find_data(&self, name: &str) -> Option<&Symbol> {
+        self.data.iter().find(|symbol| symbol.name == name)
+    }
+
+    /// Up to `limit` data symbol names close to `name`, closest first.
+    pub fn close_data(&self, name: &str, limit: usize) -> Vec<String> {
+        close_names(
+            name,
+            self.data.iter().map(|symbol| symbol.name.as_str()),
+            limit,
+        )
+    }
+
     /// Up to `limit` function names close to `name`, closest first (`__pfx_` padding
     /// symbols left out): for "no such function" errors.
     pub fn close_functions(&self, name: &str, limit: usize) -> Vec<String> {

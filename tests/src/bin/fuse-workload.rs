@@ -4,9 +4,14 @@
 //!
 //! - `latency RESULTS MOUNTPOINT FILES CREATE_MS WRITE_MS`: FILES times create a file
 //!   (CREATE delayed), write 4 KiB to it (WRITE delayed) and close it.
-//! - `lockwait RESULTS MOUNTPOINT CREATE_MS HEADSTART_MS`: thread A creates `a` (CREATE
-//!   delayed: the kernel holds the directory's inode lock meanwhile); HEADSTART_MS later
-//!   thread B creates `b` in the same directory and blocks on that lock.
+//! - `lockwait RESULTS MOUNTPOINT CREATE_MS HEADSTART_MS`: process A (a child) creates
+//!   `a-1` (CREATE delayed: the kernel holds the directory's inode lock meanwhile);
+//!   HEADSTART_MS later thread B creates `b-1` in the same directory and blocks on that
+//!   lock, held by A.
+//! - `serve STOPFILE MOUNTPOINT CREATE_MS`: mounts the fixture and keeps it until
+//!   STOPFILE exists (for several recordings against one directory inode).
+//! - `lockwait-client RESULTS DIR HEADSTART_MS TAG`: lockwait against a served mount,
+//!   with files `a-TAG`, `b-TAG`.
 
 use std::{
     fs::OpenOptions,
@@ -20,7 +25,9 @@ use lockpath_tests::fuse::{FuseFixture, FUSE_CREATE, FUSE_WRITE};
 fn usage() -> ! {
     eprintln!(
         "usage: fuse-workload latency RESULTS MOUNTPOINT FILES CREATE_MS WRITE_MS\n       \
-         fuse-workload lockwait RESULTS MOUNTPOINT CREATE_MS HEADSTART_MS"
+         fuse-workload lockwait RESULTS MOUNTPOINT CREATE_MS HEADSTART_MS\n       \
+         fuse-workload serve STOPFILE MOUNTPOINT CREATE_MS\n       \
+         fuse-workload lockwait-client RESULTS DIR HEADSTART_MS TAG"
     );
     std::process::exit(2)
 }
@@ -37,6 +44,40 @@ fn create(path: &Path) -> std::fs::File {
         .truncate(false)
         .open(path)
         .unwrap_or_else(|err| panic!("create {}: {err}", path.display()))
+}
+
+/// Process A creates `a-TAG` in DIR (its CREATE delayed: the kernel holds DIR's inode
+/// lock meanwhile); HEADSTART later thread B of this process creates `b-TAG` there and
+/// blocks on that lock, held by A.
+fn lock_wait(dir: &Path, headstart: Duration, tag: &str, lines: &mut Vec<String>) {
+    let exe = std::env::current_exe().expect("own executable");
+    let a = std::process::Command::new(exe)
+        .arg("create-one")
+        .arg("-")
+        .arg(dir.join(format!("a-{tag}")))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn A");
+    let a_pid = a.id();
+    std::thread::sleep(headstart);
+    let b_path = dir.join(format!("b-{tag}"));
+    let b = std::thread::Builder::new()
+        .name("creator-b".into())
+        .spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            let tid = unsafe { libc::gettid() };
+            let started = Instant::now();
+            drop(create(&b_path));
+            (tid, started.elapsed())
+        })
+        .expect("spawn B");
+    let a_out = a.wait_with_output().expect("wait for A");
+    let (b_tid, b_time) = b.join().expect("B");
+    let a_ns = String::from_utf8_lossy(&a_out.stdout).trim().to_string();
+    lines.push(format!("a_create_ns {a_ns}"));
+    lines.push(format!("a_pid {a_pid}"));
+    lines.push(format!("b_create_ns {}", b_time.as_nanos()));
+    lines.push(format!("b_tid {b_tid}"));
 }
 
 fn main() {
@@ -73,34 +114,32 @@ fn main() {
             let headstart = Duration::from_millis(number(args.get(4)));
             let fixture = FuseFixture::mount(&mountpoint, &[(FUSE_CREATE, create_delay)])
                 .expect("mount the FUSE fixture");
-            let dir = fixture.path().to_path_buf();
-            let a_path = dir.join("a");
-            let a = std::thread::Builder::new()
-                .name("creator-a".into())
-                .spawn(move || {
-                    let started = Instant::now();
-                    drop(create(&a_path));
-                    started.elapsed()
-                })
-                .expect("spawn A");
-            std::thread::sleep(headstart);
-            let b_path = dir.join("b");
-            let b = std::thread::Builder::new()
-                .name("creator-b".into())
-                .spawn(move || {
-                    // SAFETY: gettid has no preconditions.
-                    let tid = unsafe { libc::gettid() };
-                    let started = Instant::now();
-                    drop(create(&b_path));
-                    (tid, started.elapsed())
-                })
-                .expect("spawn B");
-            let a_time = a.join().expect("A");
-            let (b_tid, b_time) = b.join().expect("B");
-            lines.push(format!("a_create_ns {}", a_time.as_nanos()));
-            lines.push(format!("b_create_ns {}", b_time.as_nanos()));
-            lines.push(format!("b_tid {b_tid}"));
+            lock_wait(fixture.path(), headstart, "1", &mut lines);
             drop(fixture);
+        }
+        "lockwait-client" => {
+            let headstart = Duration::from_millis(number(args.get(3)));
+            let tag = args.get(4).unwrap_or_else(|| usage());
+            lock_wait(&mountpoint, headstart, tag, &mut lines);
+        }
+        "serve" => {
+            let create_delay = Duration::from_millis(number(args.get(3)));
+            let fixture = FuseFixture::mount(&mountpoint, &[(FUSE_CREATE, create_delay)])
+                .expect("mount the FUSE fixture");
+            // RESULTS is the stop file here: its appearance ends the service.
+            println!("serving {}", fixture.path().display());
+            while !results.exists() {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            drop(fixture);
+            return;
+        }
+        "create-one" => {
+            // A's side of lockwait, in a process of its own: prints its create time.
+            let started = Instant::now();
+            drop(create(&mountpoint));
+            println!("{}", started.elapsed().as_nanos());
+            return;
         }
         _ => usage(),
     }

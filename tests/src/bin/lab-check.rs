@@ -12,6 +12,19 @@
 //! - NAME was attached with a method containing WORD ("fentry", "kprobe");
 //! - its rows count at least N calls (the workload's own number of calls) with a total > 0.
 //!
+//! `lab-check hold-lock REPORT`
+//! - prints the address of the `rwsem:W` lock whose waits were in `path_openat` /
+//!   `open_last_lookups` (the FUSE directory's inode lock), for `--hold rwsem:ADDR`.
+//!
+//! `lab-check hold PROFILE REPORT RESULTS --method WORD [--tolerance F]`
+//! - the hold family was attached with a method containing WORD ("fexit", "kprobe");
+//! - the holds of process A (`a_pid` in RESULTS, the fuse-workload's own numbers) on the
+//!   lock are `rwsem:W`, and the longest is within F (default 0.1) of A's own create
+//!   time `a_create_ns`; its stack was taken where the lock is taken (`down_write`, called
+//!   by `open_last_lookups` or `path_openat`);
+//! - the waiter's table names the holder: B's `rwsem:W` waits carry `owner_pid` A, and the
+//!   report's holders list A first.
+//!
 //! Prints what it measured; exits 1 with a `WHY:` line on the first failed assertion.
 
 use std::{collections::BTreeMap, process::exit};
@@ -34,6 +47,8 @@ fn main() {
     match args.first().map(String::as_str) {
         Some("lock") => check_lock(&args[1..]),
         Some("func") => check_func(&args[1..]),
+        Some("hold-lock") => hold_lock(&args[1..]),
+        Some("hold") => check_hold(&args[1..]),
         _ => fail("usage: lab-check lock PROFILE REPORT --method WORD --types T1,T2 [--truth TYPE=N] [--tolerance F]".into()),
     }
 }
@@ -201,5 +216,158 @@ fn check_func(args: &[String]) {
         fail(format!(
             "{function}: {count} calls ({total} ns), expected at least {min_count}"
         ));
+    }
+}
+
+/// Frames of profile stack `id`, leaf first.
+fn stack_frames(profile: &Value, id: &Value) -> Vec<String> {
+    let Some(id) = id.as_u64() else {
+        return Vec::new();
+    };
+    let frames = &profile["frames"];
+    profile["stacks"][id as usize]["frames"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|frame| frame.as_u64())
+        .filter_map(|frame| frames[frame as usize]["name"].as_str().map(String::from))
+        .collect()
+}
+
+fn is_open_path(frame: &str) -> bool {
+    frame == "open_last_lookups" || frame == "path_openat"
+}
+
+fn hold_lock(args: &[String]) {
+    let Some(report_path) = args.first() else {
+        fail("lab-check hold-lock: REPORT is required".into());
+    };
+    let report = read_json(report_path);
+    let lock = report["locks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|group| {
+            group["type"] == "rwsem:W"
+                && group["callers"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|caller| caller.as_str())
+                    .any(is_open_path)
+        })
+        .and_then(|group| group["lock"].as_str())
+        .unwrap_or_else(|| fail(format!("no rwsem:W lock waited on in path_openat: {report}")));
+    println!("{lock}");
+}
+
+/// `name value` lines of a workload's results file.
+fn result(path: &str, name: &str) -> u64 {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|err| fail(format!("cannot read {path}: {err}")));
+    text.lines()
+        .filter_map(|line| line.split_once(' '))
+        .find(|(key, _)| *key == name)
+        .and_then(|(_, value)| value.trim().parse().ok())
+        .unwrap_or_else(|| fail(format!("{path} has no {name}")))
+}
+
+fn check_hold(args: &[String]) {
+    let (Some(profile_path), Some(report_path), Some(results_path)) =
+        (args.first(), args.get(1), args.get(2))
+    else {
+        fail("lab-check hold: PROFILE, REPORT and RESULTS are required".into());
+    };
+    let (mut method, mut tolerance) = (String::new(), 0.1f64);
+    let mut rest = args[3..].iter();
+    while let Some(flag) = rest.next() {
+        let value = rest.next().cloned().unwrap_or_default();
+        match flag.as_str() {
+            "--method" => method = value,
+            "--tolerance" => {
+                tolerance = value
+                    .parse()
+                    .unwrap_or_else(|_| fail(format!("--tolerance {value}: not a number")))
+            }
+            other => fail(format!("lab-check hold: unknown flag {other}")),
+        }
+    }
+    let profile = read_json(profile_path);
+    let used = profile["probes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|probe| probe["family"] == "hold")
+        .and_then(|probe| probe["method"].as_str())
+        .unwrap_or_else(|| fail(format!("--hold was not attached: {}", profile["unavailable"])));
+    println!("hold: {used}");
+    if !used.contains(&method) {
+        fail(format!("--hold was attached with {used:?}, expected {method}"));
+    }
+    let a_pid = result(results_path, "a_pid");
+    let a_ns = result(results_path, "a_create_ns");
+    let pid = result(results_path, "pid");
+    const LCB_F_WRITE: u64 = 4;
+    let holds: Vec<&Value> = profile["holds"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|row| row["pid"].as_u64() == Some(a_pid))
+        .collect();
+    let longest = holds
+        .iter()
+        .max_by_key(|row| row["latency"]["max_ns"].as_u64().unwrap_or(0))
+        .unwrap_or_else(|| fail(format!("no hold by A (pid {a_pid}): {}", profile["holds"])));
+    let held_ns = longest["latency"]["max_ns"].as_u64().unwrap_or(0);
+    let frames = stack_frames(&profile, &longest["stack"]);
+    println!(
+        "A (pid {a_pid}) held the lock {:.1} ms; its own create took {:.1} ms; stack: {}",
+        held_ns as f64 / 1e6,
+        a_ns as f64 / 1e6,
+        frames.join(" < ")
+    );
+    if longest["flags"].as_u64() != Some(LCB_F_WRITE) {
+        fail(format!("A's hold is not rwsem:W: {longest}"));
+    }
+    if (held_ns as f64 - a_ns as f64).abs() > tolerance * a_ns as f64 {
+        fail(format!(
+            "A's hold {held_ns} ns is not within {tolerance} of its create time {a_ns} ns"
+        ));
+    }
+    // Taken in down_write, called from the open path: no trampoline frame in between.
+    let taken_in_open = frames.first().is_some_and(|leaf| leaf == "down_write")
+        && frames.get(1).is_some_and(|caller| is_open_path(caller));
+    if !taken_in_open {
+        fail(format!("A's hold stack is not down_write < open_last_lookups/path_openat: {frames:?}"));
+    }
+    let (mut held_by_a, mut waited) = (0u64, 0u64);
+    for row in profile["locks"].as_array().into_iter().flatten() {
+        if row["pid"].as_u64() == Some(pid) && row["flags"].as_u64() == Some(LCB_F_WRITE) {
+            let total = row["total_ns"].as_u64().unwrap_or(0);
+            waited += total;
+            if row["owner_pid"].as_u64() == Some(a_pid) {
+                held_by_a += total;
+            }
+        }
+    }
+    println!(
+        "B waited {:.1} ms on rwsem:W, {:.1} ms of it while A held the lock",
+        waited as f64 / 1e6,
+        held_by_a as f64 / 1e6
+    );
+    if waited == 0 || held_by_a * 10 < waited * 9 {
+        fail(format!("B's waits should name A (pid {a_pid}) as the holder: {}", profile["locks"]));
+    }
+    let report = read_json(report_path);
+    let holder = report["locks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|group| group["type"] == "rwsem:W")
+        .find_map(|group| group["holders"].as_array().and_then(|holders| holders.first()))
+        .unwrap_or_else(|| fail(format!("the report names no holder: {}", report["locks"])));
+    println!("report: held by {holder}");
+    if holder["pid"].as_u64() != Some(a_pid) {
+        fail(format!("the report's holder is not A (pid {a_pid}): {holder}"));
     }
 }

@@ -1,0 +1,550 @@
+//! Hold times of one lock: `--hold [TYPE:]LOCK`. The lock functions of the type (or of
+//! every type) get fexit programs (acquired when they return) and the unlock functions
+//! fentry programs, or kprobes where fentry is refused. Each program compares its lock
+//! argument with the one lock first, so other locks cost one compare.
+//!
+//! A lock that cannot be resolved (no such symbol, a function, not a kernel address)
+//! or a kernel without fentry and kprobes is one line on stderr and in the profile's
+//! `unavailable`; the rest of the run goes on.
+
+use anyhow::{bail, Context, Result};
+use aya::{
+    maps::HashMap,
+    programs::{FEntry, FExit, KProbe},
+    Btf, Ebpf,
+};
+use profiler_common::{
+    hold::{
+        HoldConfig, HoldKey, HoldSlot, HOLD_ACQUIRE_SLOTS, HOLD_RELEASE_SLOTS, HOLD_RET_ANY,
+        HOLD_RET_ONE, HOLD_RET_ZERO,
+    },
+    latency::LatencyStat,
+    lock::{LCB_F_MUTEX, LCB_F_READ, LCB_F_SPIN, LCB_F_WRITE},
+};
+
+use crate::{
+    cli::FuncMethod,
+    probes::shared::{kprobes_unavailable, latency_from, MapSet, StackResolver},
+    profile::{HoldRow, ProbeUse, Unavailable},
+    symbolize::KernelSymbols,
+};
+
+/// Lock types `--hold` knows, by the prefix a user writes.
+const TYPES: [&str; 4] = ["mutex", "rwsem", "spinlock", "rwlock"];
+
+/// An acquire entry point: its name, the `LCB_F_*` flags of what it takes, and how its
+/// return value says "acquired".
+struct Acquire(&'static str, u32, u32);
+
+const SPIN: u32 = LCB_F_SPIN;
+const RW_READ: u32 = LCB_F_SPIN | LCB_F_READ;
+const RW_WRITE: u32 = LCB_F_SPIN | LCB_F_WRITE;
+
+/// Per type: acquire functions, release functions, and the two without which that type
+/// cannot be timed at all (the kernel inlines them in some configurations).
+struct TypeHooks {
+    name: &'static str,
+    acquire: &'static [Acquire],
+    release: &'static [&'static str],
+    required: &'static [&'static str],
+}
+
+const HOOKS: [TypeHooks; 4] = [
+    TypeHooks {
+        name: "mutex",
+        acquire: &[
+            Acquire("mutex_lock", LCB_F_MUTEX, HOLD_RET_ANY),
+            Acquire("mutex_lock_io", LCB_F_MUTEX, HOLD_RET_ANY),
+            Acquire("mutex_lock_nested", LCB_F_MUTEX, HOLD_RET_ANY),
+            Acquire("mutex_lock_interruptible", LCB_F_MUTEX, HOLD_RET_ZERO),
+            Acquire("mutex_lock_killable", LCB_F_MUTEX, HOLD_RET_ZERO),
+            Acquire("mutex_trylock", LCB_F_MUTEX, HOLD_RET_ONE),
+        ],
+        release: &["mutex_unlock"],
+        required: &["mutex_lock", "mutex_unlock"],
+    },
+    TypeHooks {
+        name: "rwsem",
+        acquire: &[
+            Acquire("down_read", LCB_F_READ, HOLD_RET_ANY),
+            Acquire("down_read_nested", LCB_F_READ, HOLD_RET_ANY),
+            Acquire("down_read_killable", LCB_F_READ, HOLD_RET_ZERO),
+            Acquire("down_read_interruptible", LCB_F_READ, HOLD_RET_ZERO),
+            Acquire("down_read_trylock", LCB_F_READ, HOLD_RET_ONE),
+            Acquire("down_write", LCB_F_WRITE, HOLD_RET_ANY),
+            Acquire("down_write_nested", LCB_F_WRITE, HOLD_RET_ANY),
+            Acquire("down_write_killable", LCB_F_WRITE, HOLD_RET_ZERO),
+            Acquire("down_write_trylock", LCB_F_WRITE, HOLD_RET_ONE),
+        ],
+        release: &["up_read", "up_write"],
+        required: &["down_write", "up_write"],
+    },
+    TypeHooks {
+        name: "spinlock",
+        acquire: &[
+            Acquire("_raw_spin_lock", SPIN, HOLD_RET_ANY),
+            Acquire("_raw_spin_lock_irq", SPIN, HOLD_RET_ANY),
+            Acquire("_raw_spin_lock_bh", SPIN, HOLD_RET_ANY),
+            Acquire("_raw_spin_lock_irqsave", SPIN, HOLD_RET_ANY),
+            Acquire("_raw_spin_lock_nested", SPIN, HOLD_RET_ANY),
+            Acquire("_raw_spin_trylock", SPIN, HOLD_RET_ONE),
+            Acquire("_raw_spin_trylock_bh", SPIN, HOLD_RET_ONE),
+        ],
+        release: &[
+            "_raw_spin_unlock",
+            "_raw_spin_unlock_irq",
+            "_raw_spin_unlock_bh",
+            "_raw_spin_unlock_irqrestore",
+        ],
+        required: &["_raw_spin_lock", "_raw_spin_unlock"],
+    },
+    TypeHooks {
+        name: "rwlock",
+        acquire: &[
+            Acquire("_raw_read_lock", RW_READ, HOLD_RET_ANY),
+            Acquire("_raw_read_lock_irq", RW_READ, HOLD_RET_ANY),
+            Acquire("_raw_read_lock_bh", RW_READ, HOLD_RET_ANY),
+            Acquire("_raw_read_lock_irqsave", RW_READ, HOLD_RET_ANY),
+            Acquire("_raw_read_trylock", RW_READ, HOLD_RET_ONE),
+            Acquire("_raw_write_lock", RW_WRITE, HOLD_RET_ANY),
+            Acquire("_raw_write_lock_irq", RW_WRITE, HOLD_RET_ANY),
+            Acquire("_raw_write_lock_bh", RW_WRITE, HOLD_RET_ANY),
+            Acquire("_raw_write_lock_irqsave", RW_WRITE, HOLD_RET_ANY),
+            Acquire("_raw_write_trylock", RW_WRITE, HOLD_RET_ONE),
+        ],
+        release: &[
+            "_raw_read_unlock",
+            "_raw_read_unlock_irq",
+            "_raw_read_unlock_bh",
+            "_raw_read_unlock_irqrestore",
+            "_raw_write_unlock",
+            "_raw_write_unlock_irq",
+            "_raw_write_unlock_bh",
+            "_raw_write_unlock_irqrestore",
+        ],
+        required: &["_raw_write_lock", "_raw_write_unlock"],
+    },
+];
+
+/// `--hold` as written: the lock types to probe and the lock.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HoldSpec {
+    pub text: String,
+    /// Indices into HOOKS.
+    types: Vec<usize>,
+    lock: String,
+}
+
+/// Parses `[TYPE:]LOCK`; a malformed flag is an error before anything runs.
+pub fn parse(spec: &str) -> Result<HoldSpec> {
+    let (types, lock) = match spec.split_once(':') {
+        Some((kind, lock)) => {
+            let Some(index) = TYPES.iter().position(|known| *known == kind) else {
+                bail!(
+                    "--hold {spec}: unknown lock type {kind:?}; use one of {}, or no type",
+                    TYPES.join(", ")
+                );
+            };
+            (vec![index], lock)
+        }
+        None => ((0..TYPES.len()).collect(), spec),
+    };
+    if lock.is_empty() {
+        bail!("--hold {spec}: no lock given (a kernel symbol or an address such as 0xffff888100076af8)");
+    }
+    Ok(HoldSpec {
+        text: spec.to_string(),
+        types,
+        lock: lock.to_string(),
+    })
+}
+
+/// What will be attached: the lock's address and an entry point per slot.
+#[derive(Debug)]
+pub struct HoldPlan {
+    pub spec: String,
+    pub lock_addr: u64,
+    pub lock_name: String,
+    /// Acquire functions, by slot.
+    acquire: Vec<&'static str>,
+    /// Release functions, by fentry slot.
+    release: Vec<&'static str>,
+    /// Entry points of the probed types that this kernel does not have.
+    missing: Vec<&'static str>,
+    pub config: HoldConfig,
+}
+
+/// Resolves the lock and picks the entry points this kernel has. `Err` is the one-line
+/// reason the hold cannot be recorded (the run goes on without it).
+pub fn plan(spec: &HoldSpec, symbols: &KernelSymbols) -> Result<HoldPlan, String> {
+    let (lock_addr, lock_name) = resolve_lock(&spec.lock, symbols)?;
+    let mut config = HoldConfig::DISABLED;
+    config.lock_addr = lock_addr;
+    let mut acquire = Vec::new();
+    let mut release = Vec::new();
+    let mut missing = Vec::new();
+    let mut unusable = Vec::new();
+    for &index in &spec.types {
+        let hooks = &HOOKS[index];
+        let absent: Vec<&str> = hooks
+            .required
+            .iter()
+            .copied()
+            .filter(|name| !symbols.has_function(name))
+            .collect();
+        if !absent.is_empty() {
+            unusable.push(format!(
+                "{} holds need {}, which this kernel inlines or lacks",
+                hooks.name,
+                absent.join(" and ")
+            ));
+            continue;
+        }
+        for entry in hooks.acquire {
+            if !symbols.has_function(entry.0) {
+                missing.push(entry.0);
+                continue;
+            }
+            let Some(slot) = config.slots.get_mut(acquire.len()) else {
+                return Err(format!(
+                    "more than {HOLD_ACQUIRE_SLOTS} lock functions to probe: give a type (mutex:LOCK, ...)"
+                ));
+            };
+            *slot = HoldSlot {
+                flags: entry.1,
+                ret: entry.2,
+            };
+            acquire.push(entry.0);
+        }
+        for &name in hooks.release {
+            if !symbols.has_function(name) {
+                missing.push(name);
+                continue;
+            }
+            if release.len() == HOLD_RELEASE_SLOTS {
+                return Err(format!(
+                    "more than {HOLD_RELEASE_SLOTS} unlock functions to probe: give a type (mutex:LOCK, ...)"
+                ));
+            }
+            release.push(name);
+        }
+    }
+    if acquire.is_empty() {
+        return Err(unusable.join("; "));
+    }
+    if !unusable.is_empty() {
+        eprintln!(
+            "lockpath: --hold {}: {}; the other types are probed",
+            spec.text,
+            unusable.join("; ")
+        );
+    }
+    Ok(HoldPlan {
+        spec: spec.text.clone(),
+        lock_addr,
+        lock_name,
+        acquire,
+        release,
+        missing,
+        config,
+    })
+}
+
+/// The lock's address and display name: a hex address, or a data symbol of the kernel
+/// image. A function, an unknown name or a user-space address is refused, with why.
+fn resolve_lock(lock: &str, symbols: &KernelSymbols) -> Result<(u64, String), String> {
+    if let Some(hex) = lock.strip_prefix("0x").or_else(|| lock.strip_prefix("0X")) {
+        let addr = u64::from_str_radix(hex, 16)
+            .map_err(|_| format!("{lock} is not a hexadecimal address"))?;
+        // Kernel addresses on 64-bit Linux are in the upper half.
+        if addr < 0xffff_8000_0000_0000 {
+            return Err(format!(
+                "{lock} is not a kernel address (take the lock column of a lockpath report)"
+            ));
+        }
+        let name = symbols
+            .data_name(addr)
+            .unwrap_or_else(|| format!("0x{addr:x}"));
+        return Ok((addr, name));
+    }
+    if let Some(symbol) = symbols.find_data(lock) {
+        return Ok((symbol.addr, symbol.name.clone()));
+    }
+    if symbols.find_function(lock, None).is_some() {
+        return Err(format!(
+            "{lock} is a function, not a lock (give a lock: a static lock's symbol such as \
+             tasklist_lock, or an address from a report's lock column)"
+        ));
+    }
+    let close = symbols.close_data(lock, 5);
+    if close.is_empty() {
+        Err(format!("no kernel symbol {lock} in /proc/kallsyms"))
+    } else {
+        Err(format!(
+            "no kernel symbol {lock} in /proc/kallsyms; close matches: {}",
+            close.join(", ")
+        ))
+    }
+}
+
+fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    ebpf.program_mut(name)
+        .with_context(|| format!("program {name} missing from the eBPF object"))?
+        .try_into()
+        .with_context(|| format!("program {name} has an unexpected type"))
+}
+
+/// fexit on every acquire function and fentry on every release function; on any
+/// failure every hold program is unloaded again and the reason returned.
+fn try_fentry(ebpf: &mut Ebpf, plan: &HoldPlan) -> Result<(), String> {
+    let btf = Btf::from_sys_fs().map_err(|err| format!("no kernel BTF ({err})"))?;
+    let result = (|| -> Result<()> {
+        for (slot, function) in plan.acquire.iter().enumerate() {
+            // A function whose return value does not matter may return nothing at all:
+            // its program must not read the return value.
+            let name = if plan.config.slots[slot].ret == HOLD_RET_ANY {
+                format!("hold_fexit_void_{slot}")
+            } else {
+                format!("hold_fexit_{slot}")
+            };
+            let fexit: &mut FExit = program(ebpf, &name)?;
+            fexit
+                .load(function, &btf)
+                .with_context(|| format!("fexit load on {function}"))?;
+            fexit
+                .attach()
+                .with_context(|| format!("fexit attach to {function}"))?;
+        }
+        for (slot, function) in plan.release.iter().enumerate() {
+            let fentry: &mut FEntry = program(ebpf, &format!("hold_fentry_{slot}"))?;
+            fentry
+                .load(function, &btf)
+                .with_context(|| format!("fentry load on {function}"))?;
+            fentry
+                .attach()
+                .with_context(|| format!("fentry attach to {function}"))?;
+        }
+        Ok(())
+    })();
+    result.map_err(|err| {
+        unload_all(ebpf);
+        explain(&format!("{err:#}"))
+    })
+}
+
+/// kprobe + kretprobe on every acquire function, one kprobe on every release function.
+fn try_kprobe(ebpf: &mut Ebpf, plan: &HoldPlan) -> Result<(), String> {
+    if let Some(why) = kprobes_unavailable() {
+        return Err(why);
+    }
+    let result = (|| -> Result<()> {
+        for (slot, function) in plan.acquire.iter().enumerate() {
+            // The return probe first, so the entry program runs (and walks the stack)
+            // before the kretprobe replaces the return address: see probes::lock.
+            for name in [format!("hold_kretprobe_{slot}"), format!("hold_kprobe_{slot}")] {
+                let kprobe: &mut KProbe = program(ebpf, &name)?;
+                kprobe.load().context("kprobe load")?;
+                kprobe
+                    .attach(function, 0)
+                    .with_context(|| format!("cannot attach a kprobe to {function}"))?;
+            }
+        }
+        let release: &mut KProbe = program(ebpf, "hold_release_kprobe")?;
+        release.load().context("kprobe load")?;
+        for function in &plan.release {
+            release
+                .attach(function, 0)
+                .with_context(|| format!("cannot attach a kprobe to {function}"))?;
+        }
+        Ok(())
+    })();
+    result.map_err(|err| {
+        unload_all(ebpf);
+        explain(&format!("{err:#}"))
+    })
+}
+
+/// Unloads every hold program (their links go with them).
+fn unload_all(ebpf: &mut Ebpf) {
+    let names: Vec<String> = ebpf
+        .programs()
+        .map(|(name, _)| name.to_string())
+        .filter(|name| name.starts_with("hold_"))
+        .collect();
+    for name in names {
+        if let Some(program) = ebpf.program_mut(&name) {
+            let _ = match program {
+                aya::programs::Program::FEntry(p) => p.unload(),
+                aya::programs::Program::FExit(p) => p.unload(),
+                aya::programs::Program::KProbe(p) => p.unload(),
+                _ => Ok(()),
+            };
+        }
+    }
+}
+
+/// Shortens the loader's error chains to what a user needs to read.
+fn explain(err: &str) -> String {
+    if err.contains("Operation not permitted") {
+        let step = err.split(':').next().unwrap_or("load");
+        format!("{step} refused by the kernel with EPERM: BPF tracing programs are not allowed here")
+    } else {
+        err.replace(". Verifier output: ", ": ")
+    }
+}
+
+/// Attaches the hold programs (fentry/fexit, else kprobes, as `method` allows). When
+/// neither works: an error if the hold is all that was asked for (`only`), else `None`
+/// with the reason printed and kept in `unavailable`.
+pub fn attach(
+    ebpf: &mut Ebpf,
+    plan: &HoldPlan,
+    method: FuncMethod,
+    only: bool,
+    unavailable: &mut Vec<Unavailable>,
+) -> Result<Option<ProbeUse>> {
+    let fentry = match method {
+        FuncMethod::Kprobe => Err("not tried (--hold-method kprobe)".to_string()),
+        _ => try_fentry(ebpf, plan),
+    };
+    let used = match fentry {
+        Ok(()) => Ok("fexit/fentry".to_string()),
+        Err(fentry_why) if method == FuncMethod::Fentry => {
+            Err(format!("fentry/fexit: {fentry_why} (--hold-method fentry)"))
+        }
+        Err(fentry_why) => match try_kprobe(ebpf, plan) {
+            Ok(()) => Ok(format!("kprobe/kretprobe (fentry unavailable: {fentry_why})")),
+            Err(kprobe_why) => Err(format!(
+                "fentry/fexit: {fentry_why}; kprobe/kretprobe: {kprobe_why}"
+            )),
+        },
+    };
+    match used {
+        Ok(method) => {
+            let mut text = format!(
+                "{} ({}): {method} on {} lock and {} unlock functions",
+                plan.spec,
+                plan.lock_name,
+                plan.acquire.len(),
+                plan.release.len()
+            );
+            if !plan.missing.is_empty() {
+                text.push_str(&format!(
+                    "; not in this kernel: {}",
+                    plan.missing.join(", ")
+                ));
+            }
+            Ok(Some(ProbeUse {
+                family: "hold".into(),
+                method: text,
+            }))
+        }
+        Err(reason) if only => bail!(
+            "--hold {}: cannot be recorded on this kernel, which allows neither fentry/fexit nor kprobes on the lock functions ({reason})",
+            plan.spec
+        ),
+        Err(reason) => {
+            not_recorded(&plan.spec, reason, unavailable);
+            Ok(None)
+        }
+    }
+}
+
+/// One line on stderr and an `unavailable` entry: the hold is not recorded, and the
+/// rest of the run goes on.
+pub fn not_recorded(spec: &str, reason: String, unavailable: &mut Vec<Unavailable>) {
+    eprintln!("lockpath: --hold {spec}: not recorded: {reason}; the rest of the run goes on");
+    unavailable.push(Unavailable {
+        family: "hold".into(),
+        what: spec.to_string(),
+        reason,
+    });
+}
+
+/// Reads the aggregate out of the kernel.
+pub fn drain(maps: &MapSet, stacks: &mut StackResolver, plan: &HoldPlan) -> Result<Vec<HoldRow>> {
+    let map = maps.get("HOLD_STATS")?;
+    let stats: HashMap<_, HoldKey, LatencyStat> =
+        HashMap::try_from(map).context("HOLD_STATS has an unexpected type")?;
+    let mut rows = Vec::new();
+    for entry in stats.iter() {
+        let (key, stat) = entry.context("cannot read HOLD_STATS")?;
+        rows.push(HoldRow {
+            lock_addr: plan.lock_addr,
+            lock_name: plan.lock_name.clone(),
+            flags: key.flags,
+            pid: key.tgid,
+            stack: stacks.kernel_stack(key.kstack_id),
+            latency: latency_from(&stat),
+        });
+    }
+    rows.sort_by_key(|row| std::cmp::Reverse(row.latency.total_ns));
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KALLSYMS: &str = "\
+ffffffff81000000 T _stext
+ffffffff81100000 T mutex_lock
+ffffffff81100100 T mutex_unlock
+ffffffff81100200 T mutex_trylock
+ffffffff81100300 T down_write
+ffffffff81100400 T up_write
+ffffffff81100500 T down_read
+ffffffff81100600 T up_read
+ffffffff81100700 T _raw_spin_lock
+ffffffff81100800 T vfs_read
+ffffffff82000000 D tasklist_lock
+ffffffff82000040 d uevent_sock_mutex
+ffffffff82001000 B _end
+";
+
+    #[test]
+    fn specs_parse() {
+        let spec = parse("mutex:uevent_sock_mutex").expect("typed");
+        assert_eq!(spec.types, vec![0]);
+        assert_eq!(spec.lock, "uevent_sock_mutex");
+        assert_eq!(parse("0xffff888100076af8").expect("untyped").types.len(), 4);
+        assert!(format!("{:#}", parse("semaphore:x").unwrap_err()).contains("unknown lock type"));
+        assert!(format!("{:#}", parse("mutex:").unwrap_err()).contains("no lock given"));
+    }
+
+    #[test]
+    fn plans_pick_what_the_kernel_has() {
+        let symbols = KernelSymbols::parse(KALLSYMS);
+        let mutex = plan(&parse("mutex:uevent_sock_mutex").expect("spec"), &symbols)
+            .expect("plan");
+        assert_eq!(mutex.lock_addr, 0xffff_ffff_8200_0040);
+        assert_eq!(mutex.acquire, vec!["mutex_lock", "mutex_trylock"]);
+        assert_eq!(mutex.release, vec!["mutex_unlock"]);
+        assert_eq!(mutex.config.slots[1].ret, HOLD_RET_ONE);
+        assert!(mutex.missing.contains(&"mutex_lock_killable"));
+        // Spinlocks need _raw_spin_unlock, which this kernel "inlines".
+        let err = plan_err("spinlock:tasklist_lock", &symbols);
+        assert!(err.contains("_raw_spin_unlock"), "{err}");
+        // Untyped: the types this kernel can time (mutex and rwsem here).
+        let all = plan(&parse("0xffff888100076af8").expect("spec"), &symbols).expect("plan");
+        assert_eq!(all.acquire.len(), 4);
+        assert_eq!(all.lock_name, "0xffff888100076af8");
+    }
+
+    fn plan_err(spec: &str, symbols: &KernelSymbols) -> String {
+        plan(&parse(spec).expect("spec"), symbols).expect_err("refused")
+    }
+
+    #[test]
+    fn bad_locks_say_why() {
+        let symbols = KernelSymbols::parse(KALLSYMS);
+        assert!(plan_err("vfs_read", &symbols).contains("is a function, not a lock"));
+        let unknown = plan_err("mutex:tasklist_lok", &symbols);
+        assert!(unknown.contains("close matches: tasklist_lock"), "{unknown}");
+        assert!(plan_err("mutex:0x1234", &symbols).contains("not a kernel address"));
+        assert!(plan_err("mutex:0xzz", &symbols).contains("not a hexadecimal address"));
+    }
+}
