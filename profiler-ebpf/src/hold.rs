@@ -12,9 +12,7 @@ use aya_ebpf::{
     programs::tracing::StackIdContext,
 };
 use profiler_common::{
-    hold::{
-        HOLD_RET_ONE, HOLD_RET_ZERO, HoldConfig, HoldKey, HoldOpen, HoldPending, HoldSlot,
-    },
+    hold::{HOLD_RET_ONE, HOLD_RET_ZERO, HoldConfig, HoldKey, HoldOpen, HoldPending, HoldSlot},
     latency::LatencyStat,
     loss::{HOLD_MAP_FULL, HOLD_NEGATIVE_DELTA, HOLD_OPEN_FULL},
 };

@@ -416,7 +416,10 @@ impl Profile {
             .flat_map(|row| [("an rpc", row.start_stack), ("an rpc", row.end_stack)]);
         let func_stacks = self.funcs.iter().map(|row| ("a func", row.stack));
         let hold_stacks = self.holds.iter().map(|row| ("a hold", row.stack));
-        let owner_stacks = self.locks.iter().map(|row| ("a lock owner", row.owner_stack));
+        let owner_stacks = self
+            .locks
+            .iter()
+            .map(|row| ("a lock owner", row.owner_stack));
         for (what, stack) in rpc_stacks
             .chain(func_stacks)
             .chain(hold_stacks)

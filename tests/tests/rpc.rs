@@ -311,7 +311,9 @@ fn fuse_create_lock_wait_matches_ground_truth() {
         .filter_map(|frame| frame.as_str())
         .collect();
     assert!(
-        sleeping_in.iter().any(|frame| frame.starts_with("fuse_") || frame.starts_with("request_wait_answer")),
+        sleeping_in
+            .iter()
+            .any(|frame| frame.starts_with("fuse_") || frame.starts_with("request_wait_answer")),
         "A sleeps in its FUSE request: {sleeping_in:?}"
     );
     let text = lockpath_ok(&["report", profile_path.to_str().expect("path")]);

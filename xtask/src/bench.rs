@@ -27,7 +27,8 @@ usage: cargo xtask bench [--runs N] [--seconds S] [--workloads a,b] [--families 
   --runs N         interleaved runs of every configuration (default 5, at least 5 advised)
   --seconds S      length of one workload run (default 2)
   --workloads      subset of: spinlock,rwsem,switch,cpu,io (default all)
-  --families       subset of lockpath's probe families (default every one it offers)
+  --families       subset of lockpath's probe families (default every one it offers);
+                   `hold` is measured in the kernel lab's 6.1 guest (QEMU)
   --no-peers       skip bpftrace and perf
   --out FILE       Markdown output (default target/bench/bench.md)
   --readme         also put the tables into README.md (between the bench markers)
@@ -342,6 +343,15 @@ fn update_readme(markdown: &str) -> Result<()> {
 }
 
 fn overhead_report(bench: &Bench, options: &Options) -> Result<String> {
+    // `--families hold`: only the lab measurement of --hold.
+    if options
+        .families
+        .as_deref()
+        .is_some_and(|families| families.iter().all(|family| family == "hold"))
+    {
+        util::say("cost of --hold, in the kernel lab's 6.1 guest (QEMU)");
+        return Ok(header(options)? + &hold_cost(bench, options.runs)?);
+    }
     let families = available_families(&bench.lockpath, options.families.as_deref())?;
     util::say(format!(
         "families offered by lockpath: {}",
@@ -400,6 +410,84 @@ fn overhead_report(bench: &Bench, options: &Options) -> Result<String> {
     let big = big_profile_timing(bench);
     md.push_str(&big_profile_table(&big));
     md.push_str(&targets_table(&families, &overheads, &costs, &big));
+    if wanted(options.families.as_deref(), "hold") {
+        util::say("cost of --hold, in the kernel lab's 6.1 guest (QEMU)");
+        match hold_cost(bench, options.runs) {
+            Ok(table) => md.push_str(&table),
+            Err(err) => {
+                util::say(format!("--hold cost not measured: {err:#}"));
+                md.push_str(&format!("\n### `--hold`\n\nNot measured: {err:#}\n"));
+            }
+        }
+    }
+    Ok(md)
+}
+
+/// Configurations of tests/vm/bench/hold-cost.sh, in table order: (key, what it is).
+const HOLD_CONFIGS: &[(&str, &str)] = &[
+    ("pipe/none", "pipe round (write + read 1 byte): no lockpath"),
+    (
+        "pipe/lock",
+        "pipe round: `--lock` (contention tracepoints), for comparison",
+    ),
+    (
+        "pipe/hold-mutex-fentry",
+        "pipe round: `--hold mutex:X`, fexit/fentry",
+    ),
+    (
+        "pipe/hold-mutex-kprobe",
+        "pipe round: `--hold mutex:X`, kprobes",
+    ),
+    (
+        "pipe/hold-spinlock-fentry",
+        "pipe round: `--hold spinlock:X`, fexit/fentry",
+    ),
+    (
+        "pipe/hold-spinlock-kprobe",
+        "pipe round: `--hold spinlock:X`, kprobes",
+    ),
+    ("mmap/none", "mmap + munmap of a page: no lockpath"),
+    ("mmap/lock", "mmap + munmap: `--lock`, for comparison"),
+    (
+        "mmap/hold-rwsem-fentry",
+        "mmap + munmap: `--hold rwsem:X`, fexit/fentry",
+    ),
+    (
+        "mmap/hold-rwsem-kprobe",
+        "mmap + munmap: `--hold rwsem:X`, kprobes",
+    ),
+];
+
+/// The cost of `--hold` on every other lock of the system: this host's kernel has
+/// neither fentry nor kprobes, so it is measured in the lab's 6.1 guest, where the
+/// workloads time themselves (ns per operation) with and without lockpath attached.
+fn hold_cost(bench: &Bench, runs: usize) -> Result<String> {
+    let binaries = crate::vm::GuestBinaries {
+        lockpath: bench.lockpath.clone(),
+        workloads: crate::test::build_workloads()?,
+    };
+    let (guest, values) = crate::vm::bench(&binaries, "hold-cost", runs)?;
+    let mut md = format!(
+        "\n### Cost of `--hold` ({guest}; {runs} interleaved runs, median)\n\n\
+         X is an address no lock has: every lock operation of the type pays the hook and one \
+         compare, as every other lock of a production system does. TCG emulates the CPU, so \
+         the nanoseconds are many times a real machine's; the ratios are the result.\n\n\
+         | operation and lockpath | ns per operation | vs no lockpath |\n|---|---:|---:|\n"
+    );
+    for (key, what) in HOLD_CONFIGS {
+        let Some(ns) = values.get(*key).and_then(|runs| median(runs)) else {
+            md.push_str(&format!("| {what} | not measured | |\n"));
+            continue;
+        };
+        let base_key = format!("{}/none", key.split('/').next().unwrap_or(""));
+        let ratio = values
+            .get(&base_key)
+            .and_then(|runs| median(runs))
+            .filter(|base| *base > 0.0)
+            .map(|base| format!("{:+.1}%", (ns / base - 1.0) * 100.0))
+            .unwrap_or_default();
+        md.push_str(&format!("| {what} | {ns:.0} | {ratio} |\n"));
+    }
     Ok(md)
 }
 

@@ -56,7 +56,7 @@ pub fn vm_test(only: Option<&str>) -> Result<()> {
 }
 
 /// Builds the binaries of tests/src/bin/ and returns their paths.
-fn build_workloads() -> Result<Vec<PathBuf>> {
+pub(crate) fn build_workloads() -> Result<Vec<PathBuf>> {
     const STEP: &str = "building the test workloads";
     let mut cmd = util::host_cargo();
     cmd.args(["build", "--release", "-p", "lockpath-tests", "--bins"]);

@@ -626,7 +626,9 @@ pub fn unavailable(profile: &Profile) -> String {
     if profile.unavailable.is_empty() {
         return out;
     }
-    out.push_str("\nnot recorded (asked for, but this kernel or the arguments did not allow it):\n");
+    out.push_str(
+        "\nnot recorded (asked for, but this kernel or the arguments did not allow it):\n",
+    );
     for missing in &profile.unavailable {
         out.push_str(&format!(
             "  {} {}: {}\n",

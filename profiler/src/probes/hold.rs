@@ -344,7 +344,10 @@ fn try_kprobe(ebpf: &mut Ebpf, plan: &HoldPlan) -> Result<(), String> {
         for (slot, function) in plan.acquire.iter().enumerate() {
             // The return probe first, so the entry program runs (and walks the stack)
             // before the kretprobe replaces the return address: see probes::lock.
-            for name in [format!("hold_kretprobe_{slot}"), format!("hold_kprobe_{slot}")] {
+            for name in [
+                format!("hold_kretprobe_{slot}"),
+                format!("hold_kprobe_{slot}"),
+            ] {
                 let kprobe: &mut KProbe = program(ebpf, &name)?;
                 kprobe.load().context("kprobe load")?;
                 kprobe
@@ -390,7 +393,9 @@ fn unload_all(ebpf: &mut Ebpf) {
 fn explain(err: &str) -> String {
     if err.contains("Operation not permitted") {
         let step = err.split(':').next().unwrap_or("load");
-        format!("{step} refused by the kernel with EPERM: BPF tracing programs are not allowed here")
+        format!(
+            "{step} refused by the kernel with EPERM: BPF tracing programs are not allowed here"
+        )
     } else {
         err.replace(". Verifier output: ", ": ")
     }
@@ -416,7 +421,9 @@ pub fn attach(
             Err(format!("fentry/fexit: {fentry_why} (--hold-method fentry)"))
         }
         Err(fentry_why) => match try_kprobe(ebpf, plan) {
-            Ok(()) => Ok(format!("kprobe/kretprobe (fentry unavailable: {fentry_why})")),
+            Ok(()) => Ok(format!(
+                "kprobe/kretprobe (fentry unavailable: {fentry_why})"
+            )),
             Err(kprobe_why) => Err(format!(
                 "fentry/fexit: {fentry_why}; kprobe/kretprobe: {kprobe_why}"
             )),
@@ -518,8 +525,7 @@ ffffffff82001000 B _end
     #[test]
     fn plans_pick_what_the_kernel_has() {
         let symbols = KernelSymbols::parse(KALLSYMS);
-        let mutex = plan(&parse("mutex:uevent_sock_mutex").expect("spec"), &symbols)
-            .expect("plan");
+        let mutex = plan(&parse("mutex:uevent_sock_mutex").expect("spec"), &symbols).expect("plan");
         assert_eq!(mutex.lock_addr, 0xffff_ffff_8200_0040);
         assert_eq!(mutex.acquire, vec!["mutex_lock", "mutex_trylock"]);
         assert_eq!(mutex.release, vec!["mutex_unlock"]);
@@ -543,7 +549,10 @@ ffffffff82001000 B _end
         let symbols = KernelSymbols::parse(KALLSYMS);
         assert!(plan_err("vfs_read", &symbols).contains("is a function, not a lock"));
         let unknown = plan_err("mutex:tasklist_lok", &symbols);
-        assert!(unknown.contains("close matches: tasklist_lock"), "{unknown}");
+        assert!(
+            unknown.contains("close matches: tasklist_lock"),
+            "{unknown}"
+        );
         assert!(plan_err("mutex:0x1234", &symbols).contains("not a kernel address"));
         assert!(plan_err("mutex:0xzz", &symbols).contains("not a hexadecimal address"));
     }

@@ -257,7 +257,11 @@ fn hold_lock(args: &[String]) {
                     .any(is_open_path)
         })
         .and_then(|group| group["lock"].as_str())
-        .unwrap_or_else(|| fail(format!("no rwsem:W lock waited on in path_openat: {report}")));
+        .unwrap_or_else(|| {
+            fail(format!(
+                "no rwsem:W lock waited on in path_openat: {report}"
+            ))
+        });
     println!("{lock}");
 }
 
@@ -299,10 +303,17 @@ fn check_hold(args: &[String]) {
         .flatten()
         .find(|probe| probe["family"] == "hold")
         .and_then(|probe| probe["method"].as_str())
-        .unwrap_or_else(|| fail(format!("--hold was not attached: {}", profile["unavailable"])));
+        .unwrap_or_else(|| {
+            fail(format!(
+                "--hold was not attached: {}",
+                profile["unavailable"]
+            ))
+        });
     println!("hold: {used}");
     if !used.contains(&method) {
-        fail(format!("--hold was attached with {used:?}, expected {method}"));
+        fail(format!(
+            "--hold was attached with {used:?}, expected {method}"
+        ));
     }
     let a_pid = result(results_path, "a_pid");
     let a_ns = result(results_path, "a_create_ns");
@@ -338,7 +349,9 @@ fn check_hold(args: &[String]) {
     let taken_in_open = frames.first().is_some_and(|leaf| leaf == "down_write")
         && frames.get(1).is_some_and(|caller| is_open_path(caller));
     if !taken_in_open {
-        fail(format!("A's hold stack is not down_write < open_last_lookups/path_openat: {frames:?}"));
+        fail(format!(
+            "A's hold stack is not down_write < open_last_lookups/path_openat: {frames:?}"
+        ));
     }
     let (mut held_by_a, mut waited) = (0u64, 0u64);
     for row in profile["locks"].as_array().into_iter().flatten() {
@@ -356,7 +369,10 @@ fn check_hold(args: &[String]) {
         held_by_a as f64 / 1e6
     );
     if waited == 0 || held_by_a * 10 < waited * 9 {
-        fail(format!("B's waits should name A (pid {a_pid}) as the holder: {}", profile["locks"]));
+        fail(format!(
+            "B's waits should name A (pid {a_pid}) as the holder: {}",
+            profile["locks"]
+        ));
     }
     let report = read_json(report_path);
     let holder = report["locks"]
@@ -364,10 +380,16 @@ fn check_hold(args: &[String]) {
         .into_iter()
         .flatten()
         .filter(|group| group["type"] == "rwsem:W")
-        .find_map(|group| group["holders"].as_array().and_then(|holders| holders.first()))
+        .find_map(|group| {
+            group["holders"]
+                .as_array()
+                .and_then(|holders| holders.first())
+        })
         .unwrap_or_else(|| fail(format!("the report names no holder: {}", report["locks"])));
     println!("report: held by {holder}");
     if holder["pid"].as_u64() != Some(a_pid) {
-        fail(format!("the report's holder is not A (pid {a_pid}): {holder}"));
+        fail(format!(
+            "the report's holder is not A (pid {a_pid}): {holder}"
+        ));
     }
 }

@@ -5,6 +5,11 @@
 //!   measured here and written to RESULTS as `call_ns VALUE` lines.
 //! - `timed-calls reads RESULTS N`: N `read(2)` calls of one byte from /dev/zero (each
 //!   goes through the kernel's `vfs_read`).
+//! - `timed-calls pipe RESULTS N`: N rounds of writing one byte to a pipe and reading it
+//!   back (each takes the pipe's mutex twice and wait-queue spinlocks); writes the mean
+//!   time of a round, `ns_per_op` (for the cost of `--hold` on mutexes and spinlocks).
+//! - `timed-calls mmap RESULTS N`: N rounds of mmap + munmap of one anonymous page (each
+//!   takes the process's mmap_lock, an rwsem, for writing); writes `ns_per_op`.
 
 use std::{
     io::Read,
@@ -26,7 +31,9 @@ pub extern "C" fn lockpath_timed_work(millis: u64) -> u64 {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let usage = || -> ! {
-        eprintln!("usage: timed-calls calls RESULTS N MILLIS | timed-calls reads RESULTS N");
+        eprintln!(
+            "usage: timed-calls calls RESULTS N MILLIS | timed-calls reads|pipe|mmap RESULTS N"
+        );
         std::process::exit(2)
     };
     let number = |index: usize| -> u64 {
@@ -53,6 +60,56 @@ fn main() {
                 zero.read_exact(&mut byte).expect("read /dev/zero");
             }
             lines.push(format!("reads {reads}"));
+        }
+        Some("pipe") => {
+            let rounds = number(2);
+            let mut fds = [0 as libc::c_int; 2];
+            // SAFETY: pipe(2) fills the two descriptors of a 2-element array we own.
+            if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+                panic!("pipe: {}", std::io::Error::last_os_error());
+            }
+            let mut byte = [7u8; 1];
+            let started = Instant::now();
+            for _ in 0..rounds {
+                // SAFETY: one byte to/from a buffer we own, on our own pipe.
+                let (written, read) = unsafe {
+                    (
+                        libc::write(fds[1], byte.as_ptr().cast(), 1),
+                        libc::read(fds[0], byte.as_mut_ptr().cast(), 1),
+                    )
+                };
+                assert!(written == 1 && read == 1, "pipe round failed");
+            }
+            let elapsed = started.elapsed();
+            lines.push(format!(
+                "ns_per_op {}",
+                elapsed.as_nanos() / u128::from(rounds.max(1))
+            ));
+        }
+        Some("mmap") => {
+            let rounds = number(2);
+            let started = Instant::now();
+            for _ in 0..rounds {
+                // SAFETY: an anonymous private mapping of one page, unmapped at once; no
+                // reference to it escapes.
+                unsafe {
+                    let page = libc::mmap(
+                        std::ptr::null_mut(),
+                        4096,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                        -1,
+                        0,
+                    );
+                    assert!(page != libc::MAP_FAILED, "mmap failed");
+                    libc::munmap(page, 4096);
+                }
+            }
+            let elapsed = started.elapsed();
+            lines.push(format!(
+                "ns_per_op {}",
+                elapsed.as_nanos() / u128::from(rounds.max(1))
+            ));
         }
         _ => usage(),
     }
