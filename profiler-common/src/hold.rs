@@ -7,10 +7,10 @@
 //! the load-time global `HOLD_SLOTS`. Unlock entry points need no slot: their program
 //! only matches the lock address and closes the hold of the calling thread.
 
-/// Acquire slots: one per lock entry point of every supported type.
-pub const HOLD_ACQUIRE_SLOTS: usize = 32;
+/// Acquire slots: one per lock entry point of the timed types (mutex: 6, rwsem: 9).
+pub const HOLD_ACQUIRE_SLOTS: usize = 16;
 /// Release slots (fentry programs; the kprobe variant is one program attached to all).
-pub const HOLD_RELEASE_SLOTS: usize = 16;
+pub const HOLD_RELEASE_SLOTS: usize = 4;
 
 /// The function returns nothing useful: it returned, so the lock is held.
 pub const HOLD_RET_ANY: u32 = 0;

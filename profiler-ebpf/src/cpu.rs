@@ -78,7 +78,7 @@ fn add_sample(key: &CpuKey) {
         increment(count);
         return;
     }
-    match CPU_SAMPLES.insert(key, &1, BPF_NOEXIST as u64) {
+    match CPU_SAMPLES.insert(key, 1, BPF_NOEXIST as u64) {
         Ok(()) => remember_current_task(),
         // Another CPU inserted the same key in between.
         Err(errno) if errno == -EEXIST => {

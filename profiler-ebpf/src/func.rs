@@ -39,7 +39,7 @@ pub fn on_entry<C: StackIdContext>(ctx: &C, slot: u32, user: bool) {
         tid: bpf_get_current_pid_tgid() as u32,
         slot,
     };
-    if let Some(open) = FUNC_CALLS.get_ptr_mut(&call) {
+    if let Some(open) = FUNC_CALLS.get_ptr_mut(call) {
         // SAFETY: element owned by this thread id; only this thread writes it.
         unsafe { (*open).depth += 1 };
         return;
@@ -59,7 +59,7 @@ pub fn on_entry<C: StackIdContext>(ctx: &C, slot: u32, user: bool) {
         stack_id,
         depth: 0,
     };
-    if FUNC_CALLS.insert(&call, &entry, 0).is_err() {
+    if FUNC_CALLS.insert(call, entry, 0).is_err() {
         count_loss(FUNC_ENTRY_FULL);
     }
 }
@@ -71,7 +71,7 @@ pub fn on_return(slot: u32) {
         tid: pid_tgid as u32,
         slot,
     };
-    let Some(open) = FUNC_CALLS.get_ptr_mut(&call) else {
+    let Some(open) = FUNC_CALLS.get_ptr_mut(call) else {
         return;
     };
     // SAFETY: element owned by this thread id; only this thread writes it.
@@ -82,7 +82,7 @@ pub fn on_return(slot: u32) {
         }
         *open
     };
-    let _ = FUNC_CALLS.remove(&call);
+    let _ = FUNC_CALLS.remove(call);
     let now = now_ns();
     if now < entry.start_ns {
         count_loss(FUNC_NEGATIVE_DELTA);

@@ -82,7 +82,7 @@ pub fn on_acquire_entry<C: StackIdContext>(ctx: &C) {
         kstack_id: stack_id_or_loss(ctx.get_stackid(&STACKS, STACK_FLAGS_KERNEL)),
         _pad: 0,
     };
-    if HOLD_PENDING.insert(&tid, &pending, 0).is_err() {
+    if HOLD_PENDING.insert(tid, pending, 0).is_err() {
         count_loss(HOLD_OPEN_FULL);
     }
 }
@@ -93,10 +93,10 @@ pub fn on_acquire_entry<C: StackIdContext>(ctx: &C) {
 pub fn on_acquire_kretprobe(index: usize, ret: i64) {
     let tid = bpf_get_current_pid_tgid() as u32;
     // SAFETY: lookup in a map of plain data; the value is copied out.
-    let Some(pending) = (unsafe { HOLD_PENDING.get(&tid) }).copied() else {
+    let Some(pending) = (unsafe { HOLD_PENDING.get(tid) }).copied() else {
         return;
     };
-    let _ = HOLD_PENDING.remove(&tid);
+    let _ = HOLD_PENDING.remove(tid);
     if acquired(index, ret) {
         open_hold(index, pending.kstack_id);
     }
@@ -105,7 +105,7 @@ pub fn on_acquire_kretprobe(index: usize, ret: i64) {
 #[inline(always)]
 fn open_hold(index: usize, kstack_id: i32) {
     let tid = bpf_get_current_pid_tgid() as u32;
-    if let Some(open) = HOLD_OPEN.get_ptr_mut(&tid) {
+    if let Some(open) = HOLD_OPEN.get_ptr_mut(tid) {
         // SAFETY: element owned by this thread id; only this thread writes it.
         unsafe { (*open).depth += 1 };
         return;
@@ -117,7 +117,7 @@ fn open_hold(index: usize, kstack_id: i32) {
         depth: 0,
         _pad: 0,
     };
-    if HOLD_OPEN.insert(&tid, &open, BPF_NOEXIST as u64).is_err() {
+    if HOLD_OPEN.insert(tid, open, BPF_NOEXIST as u64).is_err() {
         count_loss(HOLD_OPEN_FULL);
     }
 }
@@ -130,7 +130,7 @@ pub fn on_release() {
     let now = now_ns();
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
-    let Some(open) = HOLD_OPEN.get_ptr_mut(&tid) else {
+    let Some(open) = HOLD_OPEN.get_ptr_mut(tid) else {
         return;
     };
     // SAFETY: element owned by this thread id; only this thread writes it.
@@ -141,7 +141,7 @@ pub fn on_release() {
         }
         *open
     };
-    let _ = HOLD_OPEN.remove(&tid);
+    let _ = HOLD_OPEN.remove(tid);
     if now < open.start_ns {
         count_loss(HOLD_NEGATIVE_DELTA);
         return;

@@ -144,7 +144,7 @@ pub fn on_rq_issue(ctx: &TracePointContext) {
     ) else {
         return;
     };
-    if let Some(open) = IO_INFLIGHT.get_ptr_mut(&request.key)
+    if let Some(open) = IO_INFLIGHT.get_ptr_mut(request.key)
         // SAFETY: element of a hash map from a successful lookup.
         && unsafe { (*open).issue_ns } == 0
     {
@@ -174,7 +174,7 @@ fn admit(request: &Request, insert_ns: u64, issue_ns: u64) {
         _pad: 0,
     };
     // Overwrites a stale entry at the same sector (a requeued request).
-    if IO_INFLIGHT.insert(&request.key, &open, 0).is_err() {
+    if IO_INFLIGHT.insert(request.key, open, 0).is_err() {
         count_loss(IO_INFLIGHT_MAP_FULL);
         return;
     }
@@ -198,7 +198,7 @@ pub fn on_rq_complete(ctx: &TracePointContext) {
         _pad: 0,
         sector,
     };
-    let Some(open) = IO_INFLIGHT.get_ptr(&request_key) else {
+    let Some(open) = IO_INFLIGHT.get_ptr(request_key) else {
         // Issued before the recording, or by a task outside the targets (not a loss then).
         if filter_is_all() {
             count_loss(IO_UNMATCHED_COMPLETE);
@@ -207,7 +207,7 @@ pub fn on_rq_complete(ctx: &TracePointContext) {
     };
     // SAFETY: element of a hash map from a successful lookup; copied at once.
     let open = unsafe { *open };
-    let _ = IO_INFLIGHT.remove(&request_key);
+    let _ = IO_INFLIGHT.remove(request_key);
     if open.issue_ns == 0 || now < open.issue_ns {
         // Completed without a seen issue (should not happen): not a latency.
         count_loss(IO_UNMATCHED_COMPLETE);
@@ -232,7 +232,7 @@ fn add_request(key: &IoKey, bytes: u64, latency_ns: u64, queue_ns: Option<u64>) 
     let mut stat = IO_STATS.get_ptr_mut(key);
     if stat.is_none() {
         let zero = IoStat::default();
-        match IO_STATS.insert(key, &zero, BPF_NOEXIST as u64) {
+        match IO_STATS.insert(key, zero, BPF_NOEXIST as u64) {
             Ok(()) => {}
             Err(errno) if errno == -EEXIST => {}
             Err(_) => {

@@ -19,7 +19,10 @@ pub fn add_latency<K>(map: &HashMap<K, LatencyStat>, key: &K, latency_ns: u64, l
     let stat = match map.get_ptr_mut(key) {
         Some(stat) => stat,
         None => {
-            match map.insert(key, &EMPTY_STAT, BPF_NOEXIST as u64) {
+            // By reference: a copy of the 352-byte value would not fit the BPF stack.
+            #[allow(clippy::needless_borrows_for_generic_args)]
+            let inserted = map.insert(key, &EMPTY_STAT, BPF_NOEXIST as u64);
+            match inserted {
                 Ok(()) => remember_current_task(),
                 // Another CPU inserted the same key in between: use its row.
                 Err(errno) if errno == -EEXIST => {}

@@ -100,7 +100,7 @@ pub fn on_contention_begin(ctx: &RawTracePointContext) {
         return;
     }
     let tid = bpf_get_current_pid_tgid() as u32;
-    if let Some(open) = LOCK_SLEEP_WAIT.get_ptr_mut(&tid) {
+    if let Some(open) = LOCK_SLEEP_WAIT.get_ptr_mut(tid) {
         // SAFETY: element of a hash map owned by this thread id; only this thread
         // writes it.
         let open = unsafe { &mut *open };
@@ -127,14 +127,14 @@ pub fn on_contention_end(ctx: &RawTracePointContext) {
     {
         // SAFETY: as above.
         take_spin_wait(unsafe { &mut *slot })
-    } else if let Some(open) = LOCK_SLEEP_WAIT.get_ptr(&tid) {
+    } else if let Some(open) = LOCK_SLEEP_WAIT.get_ptr(tid) {
         // SAFETY: element of a hash map owned by this thread id.
         let wait = unsafe { *open };
         if wait.lock_addr != lock_addr {
             // The end of a nested contention whose begin was ignored.
             return;
         }
-        let _ = LOCK_SLEEP_WAIT.remove(&tid);
+        let _ = LOCK_SLEEP_WAIT.remove(tid);
         wait
     } else {
         // Began before the recording started, or belongs to a task outside the targets.
@@ -226,11 +226,11 @@ pub fn on_sleep_slowpath_entry(ctx: &ProbeContext, flags: u32) {
         return;
     }
     let tid = bpf_get_current_pid_tgid() as u32;
-    if LOCK_SLEEP_WAIT.get_ptr(&tid).is_some() {
+    if LOCK_SLEEP_WAIT.get_ptr(tid).is_some() {
         // A thread sleeps on one lock at a time: an open wait is one whose return probe
         // was lost (kretprobe instances exhausted). Drop it, keep the new one.
         count_loss(LOCK_KPROBE_RETURN_LOST);
-        let _ = LOCK_SLEEP_WAIT.remove(&tid);
+        let _ = LOCK_SLEEP_WAIT.remove(tid);
     }
     open_sleep_wait(ctx, tid, lock_addr, flags);
 }
@@ -240,13 +240,13 @@ pub fn on_sleep_slowpath_return(_ctx: &RetProbeContext) {
     let end_ns = now_ns();
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
-    let Some(open) = LOCK_SLEEP_WAIT.get_ptr(&tid) else {
+    let Some(open) = LOCK_SLEEP_WAIT.get_ptr(tid) else {
         count_unmatched_end();
         return;
     };
     // SAFETY: element of a hash map owned by this thread id.
     let wait = unsafe { *open };
-    let _ = LOCK_SLEEP_WAIT.remove(&tid);
+    let _ = LOCK_SLEEP_WAIT.remove(tid);
     close_wait(&wait, end_ns, pid_tgid);
 }
 
@@ -294,7 +294,7 @@ fn open_sleep_wait<C: StackIdContext>(ctx: &C, tid: u32, lock_addr: u64, flags: 
         _pad: 0,
     };
     if LOCK_SLEEP_WAIT
-        .insert(&tid, &wait, BPF_NOEXIST as u64)
+        .insert(tid, wait, BPF_NOEXIST as u64)
         .is_err()
     {
         count_loss(LOCK_WAIT_MAP_FULL);
@@ -367,7 +367,7 @@ fn read_owner(layout: &LockLayout, lock_addr: u64, flags: u32) -> Owner {
         )
     };
     // SAFETY: lookup in a map of plain data; the reference is not kept.
-    if tid != 0 && unsafe { TASKS.get(&tid) }.is_none() {
+    if tid != 0 && unsafe { TASKS.get(tid) }.is_none() {
         // SAFETY: as above, for the owner's 16-byte comm.
         let comm =
             unsafe { bpf_probe_read_kernel((task + layout.task_comm as u64) as *const [u8; 16]) }
@@ -377,10 +377,10 @@ fn read_owner(layout: &LockLayout, lock_addr: u64, flags: u32) -> Owner {
             _pad: 0,
             comm,
         };
-        let _ = TASKS.insert(&tid, &info, BPF_NOEXIST as u64);
+        let _ = TASKS.insert(tid, info, BPF_NOEXIST as u64);
     }
     // SAFETY: lookup in a map of plain data; the value is copied out.
-    let kstack_id = match unsafe { OFFCPU_START.get(&tid) } {
+    let kstack_id = match unsafe { OFFCPU_START.get(tid) } {
         Some(start) if tid != 0 => start.kstack_id,
         _ => -1,
     };
@@ -432,7 +432,7 @@ fn add_wait(key: &LockKey, wait_ns: u64) {
         max_ns: wait_ns,
         min_ns: wait_ns,
     };
-    match LOCK_STATS.insert(key, &first, BPF_NOEXIST as u64) {
+    match LOCK_STATS.insert(key, first, BPF_NOEXIST as u64) {
         Ok(()) => remember_current_task(),
         // Another CPU inserted the same key in between.
         Err(errno) if errno == -EEXIST => {

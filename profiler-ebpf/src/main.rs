@@ -319,22 +319,6 @@ hold_acquire_slots! {
     13 => hold_fexit_13, hold_fexit_void_13, hold_kprobe_13, hold_kretprobe_13;
     14 => hold_fexit_14, hold_fexit_void_14, hold_kprobe_14, hold_kretprobe_14;
     15 => hold_fexit_15, hold_fexit_void_15, hold_kprobe_15, hold_kretprobe_15;
-    16 => hold_fexit_16, hold_fexit_void_16, hold_kprobe_16, hold_kretprobe_16;
-    17 => hold_fexit_17, hold_fexit_void_17, hold_kprobe_17, hold_kretprobe_17;
-    18 => hold_fexit_18, hold_fexit_void_18, hold_kprobe_18, hold_kretprobe_18;
-    19 => hold_fexit_19, hold_fexit_void_19, hold_kprobe_19, hold_kretprobe_19;
-    20 => hold_fexit_20, hold_fexit_void_20, hold_kprobe_20, hold_kretprobe_20;
-    21 => hold_fexit_21, hold_fexit_void_21, hold_kprobe_21, hold_kretprobe_21;
-    22 => hold_fexit_22, hold_fexit_void_22, hold_kprobe_22, hold_kretprobe_22;
-    23 => hold_fexit_23, hold_fexit_void_23, hold_kprobe_23, hold_kretprobe_23;
-    24 => hold_fexit_24, hold_fexit_void_24, hold_kprobe_24, hold_kretprobe_24;
-    25 => hold_fexit_25, hold_fexit_void_25, hold_kprobe_25, hold_kretprobe_25;
-    26 => hold_fexit_26, hold_fexit_void_26, hold_kprobe_26, hold_kretprobe_26;
-    27 => hold_fexit_27, hold_fexit_void_27, hold_kprobe_27, hold_kretprobe_27;
-    28 => hold_fexit_28, hold_fexit_void_28, hold_kprobe_28, hold_kretprobe_28;
-    29 => hold_fexit_29, hold_fexit_void_29, hold_kprobe_29, hold_kretprobe_29;
-    30 => hold_fexit_30, hold_fexit_void_30, hold_kprobe_30, hold_kretprobe_30;
-    31 => hold_fexit_31, hold_fexit_void_31, hold_kprobe_31, hold_kretprobe_31;
 }
 
 /// Release: one fentry program per unlock entry point (an fentry program is bound to
@@ -353,24 +337,7 @@ macro_rules! hold_release_slots {
     };
 }
 
-hold_release_slots!(
-    hold_fentry_0,
-    hold_fentry_1,
-    hold_fentry_2,
-    hold_fentry_3,
-    hold_fentry_4,
-    hold_fentry_5,
-    hold_fentry_6,
-    hold_fentry_7,
-    hold_fentry_8,
-    hold_fentry_9,
-    hold_fentry_10,
-    hold_fentry_11,
-    hold_fentry_12,
-    hold_fentry_13,
-    hold_fentry_14,
-    hold_fentry_15
-);
+hold_release_slots!(hold_fentry_0, hold_fentry_1, hold_fentry_2, hold_fentry_3);
 
 #[kprobe]
 pub fn hold_release_kprobe(ctx: ProbeContext) -> u32 {

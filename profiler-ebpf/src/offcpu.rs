@@ -102,7 +102,7 @@ fn switch_out(ctx: &TracePointContext, prev_pid: u32, prev_state: u32, now: u64)
             state
         },
     };
-    if OFFCPU_START.insert(&prev_pid, &start, 0).is_err() {
+    if OFFCPU_START.insert(prev_pid, start, 0).is_err() {
         count_loss(OFFCPU_START_MAP_FULL);
         return;
     }
@@ -113,12 +113,12 @@ fn switch_out(ctx: &TracePointContext, prev_pid: u32, prev_state: u32, now: u64)
 /// `next` comes back on the CPU: close its wait, if one is open.
 #[inline(always)]
 fn switch_in(next_pid: u32, now: u64) {
-    let Some(start) = OFFCPU_START.get_ptr(&next_pid) else {
+    let Some(start) = OFFCPU_START.get_ptr(next_pid) else {
         return;
     };
     // SAFETY: element of a hash map from a successful lookup; copied at once.
     let start = unsafe { *start };
-    let _ = OFFCPU_START.remove(&next_pid);
+    let _ = OFFCPU_START.remove(next_pid);
     if now < start.start_ns {
         count_loss(OFFCPU_NEGATIVE_DELTA);
         return;
@@ -149,7 +149,7 @@ fn add_wait(key: &OffcpuKey, wait_ns: u64) {
         total_ns: wait_ns,
         max_ns: wait_ns,
     };
-    match OFFCPU_STATS.insert(key, &first, BPF_NOEXIST as u64) {
+    match OFFCPU_STATS.insert(key, first, BPF_NOEXIST as u64) {
         Ok(()) => {}
         // Another CPU inserted the same key in between.
         Err(errno) if errno == -EEXIST => {

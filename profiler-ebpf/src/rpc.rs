@@ -94,10 +94,10 @@ fn begin<C: StackIdContext>(ctx: &C, id: RpcId, op: u32) {
         _pad: 0,
     };
     // SAFETY: lookup in a map of plain data; the reference is not kept.
-    if unsafe { RPC_INFLIGHT.get(&id) }.is_some() {
+    if unsafe { RPC_INFLIGHT.get(id) }.is_some() {
         count_loss(RPC_KEY_REUSED);
     }
-    if RPC_INFLIGHT.insert(&id, &start, 0).is_err() {
+    if RPC_INFLIGHT.insert(id, start, 0).is_err() {
         count_loss(RPC_INFLIGHT_FULL);
     }
 }
@@ -105,10 +105,10 @@ fn begin<C: StackIdContext>(ctx: &C, id: RpcId, op: u32) {
 #[inline(always)]
 fn end<C: StackIdContext>(ctx: &C, id: RpcId) {
     // SAFETY: lookup in a map of plain data; the value is copied out.
-    let Some(start) = (unsafe { RPC_INFLIGHT.get(&id) }).copied() else {
+    let Some(start) = (unsafe { RPC_INFLIGHT.get(id) }).copied() else {
         return;
     };
-    let _ = RPC_INFLIGHT.remove(&id);
+    let _ = RPC_INFLIGHT.remove(id);
     let now = now_ns();
     if now < start.start_ns {
         return;

@@ -63,7 +63,7 @@ pub fn remember_current_task() {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
     let comm = bpf_get_current_comm().unwrap_or([0u8; 16]);
-    if let Some(known) = TASKS.get_ptr_mut(&tid) {
+    if let Some(known) = TASKS.get_ptr_mut(tid) {
         // SAFETY: element of a hash map from a successful lookup; only this thread
         // writes its own entry.
         unsafe {
@@ -79,7 +79,7 @@ pub fn remember_current_task() {
         _pad: 0,
         comm,
     };
-    if TASKS.insert(&tid, &info, 0).is_err() {
+    if TASKS.insert(tid, info, 0).is_err() {
         count_loss(TASK_MAP_FULL);
     }
 }
@@ -121,10 +121,10 @@ pub static NEW_PROCESSES: RingBuf = RingBuf::with_byte_size(64 * 1024, 0);
 #[inline(always)]
 pub fn note_user_process(tgid: u32) {
     // SAFETY: lookup in a map of plain data; the reference is not kept.
-    if unsafe { PROCESSES_SEEN.get(&tgid) }.is_some() {
+    if unsafe { PROCESSES_SEEN.get(tgid) }.is_some() {
         return;
     }
-    match PROCESSES_SEEN.insert(&tgid, &1, BPF_NOEXIST as u64) {
+    match PROCESSES_SEEN.insert(tgid, 1, BPF_NOEXIST as u64) {
         Ok(()) => {
             if NEW_PROCESSES.output::<u32>(&tgid, 0).is_err() {
                 count_loss(PROCESS_NOTE_LOST);
@@ -143,12 +143,12 @@ pub fn note_user_process(tgid: u32) {
 pub extern "C" fn processes_exec(_ctx: *mut core::ffi::c_void) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
-    let _ = PROCESSES_SEEN.remove(&tgid);
+    let _ = PROCESSES_SEEN.remove(tgid);
     // A thread named before the exec (lockpath's own child waiting to exec the command)
     // takes its new name now, even if it records nothing after the exec.
     let tid = pid_tgid as u32;
     // SAFETY: lookup in a map of plain data; the reference is not kept.
-    if unsafe { TASKS.get(&tid) }.is_some() {
+    if unsafe { TASKS.get(tid) }.is_some() {
         remember_current_task();
     }
     // 1: let perf and other tracers see the event too.

@@ -57,7 +57,7 @@ pub fn is_target() -> bool {
             // SAFETY: helper without arguments.
             let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
             // SAFETY: lookup in a map of plain data; the reference is not kept.
-            unsafe { CGROUPS.get(&cgroup_id) }.is_some()
+            unsafe { CGROUPS.get(cgroup_id) }.is_some()
         }
         _ => true,
     }
@@ -66,7 +66,7 @@ pub fn is_target() -> bool {
 #[inline(always)]
 fn is_tracked(tgid: u32) -> bool {
     // SAFETY: lookup in a map of plain data; the reference is not kept.
-    unsafe { TARGETS.get(&tgid) }.is_some()
+    unsafe { TARGETS.get(tgid) }.is_some()
 }
 
 /// `sched:sched_process_fork`, runs in the parent. A new process of a tracked parent
@@ -82,10 +82,9 @@ pub extern "C" fn target_fork(ctx: *mut c_void) -> u32 {
             // SAFETY: the offset comes from this kernel's format file for this event.
             if let Ok(child_pid) =
                 unsafe { ctx.read_at::<i32>(load_u32(&FORK_CHILD_PID_OFFSET) as usize) }
+                && TARGETS.insert(child_pid as u32, 1, 0).is_err()
             {
-                if TARGETS.insert(&(child_pid as u32), &1, 0).is_err() {
-                    count_loss(TARGET_MAP_FULL);
-                }
+                count_loss(TARGET_MAP_FULL);
             }
         }
     }
@@ -104,7 +103,7 @@ pub extern "C" fn target_exit(ctx: *mut c_void) -> u32 {
         let group_dead_offset = load_u32(&EXIT_GROUP_DEAD_OFFSET);
         if tid != tgid {
             // A thread (tracked by tid only if it was inserted at fork time).
-            let _ = TARGETS.remove(&tid);
+            let _ = TARGETS.remove(tid);
         }
         let process_ends = if group_dead_offset == 0 {
             tid == tgid
@@ -114,7 +113,7 @@ pub extern "C" fn target_exit(ctx: *mut c_void) -> u32 {
             unsafe { ctx.read_at::<u8>(group_dead_offset as usize) }.unwrap_or(0) != 0
         };
         if process_ends {
-            let _ = TARGETS.remove(&tgid);
+            let _ = TARGETS.remove(tgid);
         }
     }
     1

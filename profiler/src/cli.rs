@@ -82,12 +82,13 @@ pub struct RecordArgs {
 
     /// Record how long one lock is held, acquisition to release, per holder stack and
     /// process: LOCK is a kernel symbol (a static lock) or an address from a report's
-    /// lock column, optionally typed (mutex:, rwsem:, spinlock:, rwlock:; without a type
-    /// all four are probed). COST: it hooks the lock and unlock functions of that type
-    /// (mutex_lock/mutex_unlock, down_*/up_*, _raw_spin_lock*/_raw_spin_unlock*), the
-    /// hottest functions of the kernel: every lock operation of the type in the system
-    /// pays a trampoline (fentry) or a breakpoint (kprobe) and one compare. Needs fentry
-    /// or kprobes (not every kernel has them); see `cargo xtask bench` for the figures.
+    /// lock column, optionally typed (mutex: or rwsem:; without a type both are probed).
+    /// Spinlocks and rwlocks are refused: hooking their functions can hang the kernel.
+    /// COST: it hooks the lock and unlock functions of the type (mutex_lock*/mutex_unlock,
+    /// down_*/up_*), among the hottest functions of the kernel: every operation on every
+    /// mutex or rwsem in the system pays a trampoline (fentry) or a breakpoint (kprobe)
+    /// and one compare. Needs fentry or kprobes (not every kernel has them); the README's
+    /// Performance section has the measured cost.
     #[arg(long, value_name = "[TYPE:]LOCK")]
     pub hold: Option<String>,
 

@@ -293,13 +293,30 @@ pub fn bench(args: Vec<std::ffi::OsString>) -> Result<()> {
         scratch: scratch.clone(),
         seconds: options.seconds,
     };
+    // `--families hold` alone: only the lab measurement of --hold.
+    let hold_only = options
+        .families
+        .as_deref()
+        .is_some_and(|families| families.iter().all(|family| family == "hold"));
     let result = if let Some(minutes) = options.soak_minutes {
         soak(&bench, minutes)
+    } else if hold_only {
+        header(&options)
     } else {
         overhead_report(&bench, &options)
     };
     let _ = fs::remove_dir_all(&scratch);
-    let markdown = result?;
+    let host_markdown = result?;
+    let hold_markdown = (options.soak_minutes.is_none()
+        && wanted(options.families.as_deref(), "hold"))
+    .then(|| {
+        util::say("cost of --hold, in the kernel lab's 6.1 guest (QEMU)");
+        hold_cost(&bench, options.runs).unwrap_or_else(|err| {
+            util::say(format!("--hold cost not measured: {err:#}"));
+            format!("\n### Cost of `--hold`\n\nNot measured: {err:#}\n")
+        })
+    });
+    let markdown = host_markdown.clone() + hold_markdown.as_deref().unwrap_or("");
     print!("{markdown}");
     if let Some(dir) = out.parent() {
         fs::create_dir_all(dir)
@@ -308,29 +325,42 @@ pub fn bench(args: Vec<std::ffi::OsString>) -> Result<()> {
     fs::write(&out, &markdown).with_context(|| format!("bench: cannot write {}", out.display()))?;
     util::say(format!("table written to {}", out.display()));
     if options.readme && options.soak_minutes.is_none() {
-        update_readme(&markdown)?;
+        if !hold_only {
+            // The README has its own "## Performance" heading above the markers.
+            let body = host_markdown
+                .strip_prefix("## Performance\n\n")
+                .unwrap_or(&host_markdown);
+            update_readme(README_START, README_END, body)?;
+        }
+        if let Some(hold) = &hold_markdown {
+            update_readme(
+                HOLD_README_START,
+                HOLD_README_END,
+                hold.trim_start_matches('\n'),
+            )?;
+        }
     }
     Ok(())
 }
 
 const README_START: &str = "<!-- bench:start (cargo xtask bench --readme) -->";
 const README_END: &str = "<!-- bench:end -->";
+const HOLD_README_START: &str =
+    "<!-- bench-hold:start (cargo xtask bench --families hold --readme) -->";
+const HOLD_README_END: &str = "<!-- bench-hold:end -->";
 
-/// Replaces the README's performance section (between the markers; appended if absent).
-fn update_readme(markdown: &str) -> Result<()> {
+/// Replaces a block of the README's performance section (between the markers; appended
+/// if absent).
+fn update_readme(start_marker: &str, end_marker: &str, body: &str) -> Result<()> {
     let path = util::workspace_root().join("README.md");
     let readme = fs::read_to_string(&path)
         .with_context(|| format!("bench: cannot read {}", path.display()))?;
-    // The README has its own "## Performance" heading above the markers.
-    let body = markdown
-        .strip_prefix("## Performance\n\n")
-        .unwrap_or(markdown);
-    let section = format!("{README_START}\n{body}{README_END}\n");
-    let updated = match (readme.find(README_START), readme.find(README_END)) {
+    let section = format!("{start_marker}\n{body}{end_marker}\n");
+    let updated = match (readme.find(start_marker), readme.find(end_marker)) {
         (Some(start), Some(end)) if end > start => format!(
             "{}{section}{}",
             &readme[..start],
-            readme[end + README_END.len()..].trim_start_matches('\n')
+            readme[end + end_marker.len()..].trim_start_matches('\n')
         ),
         _ => format!(
             "{}\n{section}",
@@ -343,15 +373,6 @@ fn update_readme(markdown: &str) -> Result<()> {
 }
 
 fn overhead_report(bench: &Bench, options: &Options) -> Result<String> {
-    // `--families hold`: only the lab measurement of --hold.
-    if options
-        .families
-        .as_deref()
-        .is_some_and(|families| families.iter().all(|family| family == "hold"))
-    {
-        util::say("cost of --hold, in the kernel lab's 6.1 guest (QEMU)");
-        return Ok(header(options)? + &hold_cost(bench, options.runs)?);
-    }
     let families = available_families(&bench.lockpath, options.families.as_deref())?;
     util::say(format!(
         "families offered by lockpath: {}",
@@ -410,16 +431,6 @@ fn overhead_report(bench: &Bench, options: &Options) -> Result<String> {
     let big = big_profile_timing(bench);
     md.push_str(&big_profile_table(&big));
     md.push_str(&targets_table(&families, &overheads, &costs, &big));
-    if wanted(options.families.as_deref(), "hold") {
-        util::say("cost of --hold, in the kernel lab's 6.1 guest (QEMU)");
-        match hold_cost(bench, options.runs) {
-            Ok(table) => md.push_str(&table),
-            Err(err) => {
-                util::say(format!("--hold cost not measured: {err:#}"));
-                md.push_str(&format!("\n### `--hold`\n\nNot measured: {err:#}\n"));
-            }
-        }
-    }
     Ok(md)
 }
 
@@ -437,14 +448,6 @@ const HOLD_CONFIGS: &[(&str, &str)] = &[
     (
         "pipe/hold-mutex-kprobe",
         "pipe round: `--hold mutex:X`, kprobes",
-    ),
-    (
-        "pipe/hold-spinlock-fentry",
-        "pipe round: `--hold spinlock:X`, fexit/fentry",
-    ),
-    (
-        "pipe/hold-spinlock-kprobe",
-        "pipe round: `--hold spinlock:X`, kprobes",
     ),
     ("mmap/none", "mmap + munmap of a page: no lockpath"),
     ("mmap/lock", "mmap + munmap: `--lock`, for comparison"),

@@ -48,6 +48,7 @@ const KERNELS: &[LabKernel] = &[
             "hold-fentry",
             "hold-kprobe",
             "hold-bad-lock",
+            "hold-symbol",
         ],
     },
     LabKernel {
@@ -64,6 +65,7 @@ const KERNELS: &[LabKernel] = &[
             "hold-fentry",
             "hold-kprobe",
             "hold-bad-lock",
+            "hold-symbol",
         ],
     },
 ];

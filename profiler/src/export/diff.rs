@@ -396,12 +396,7 @@ pub fn text(base: &Profile, new: &Profile, kind: Kind, top: usize) -> String {
                 fit(&row.key, 38),
             ));
         }
-        if shown < table.rows.len() {
-            out.push_str(&format!(
-                "({} more rows: --top 0 shows all)\n",
-                table.rows.len() - shown
-            ));
-        }
+        out.push_str(&super::report::more_rows(shown, table.rows.len()));
     }
     out
 }

@@ -316,6 +316,24 @@ fn sleeping_frames(profile: &Profile, stack: Option<u32>) -> Vec<String> {
         .collect()
 }
 
+/// How many of `len` rows a table shows for `--top top` (0: all).
+pub fn shown_rows(top: usize, len: usize) -> usize {
+    if top == 0 {
+        len
+    } else {
+        top.min(len)
+    }
+}
+
+/// The line under a table that does not show all its rows; empty when it does.
+pub fn more_rows(shown: usize, len: usize) -> String {
+    if shown < len {
+        format!("({} more rows: --top 0 shows all)\n", len - shown)
+    } else {
+        String::new()
+    }
+}
+
 /// Cuts `text` to `width` characters, marking the cut with `…`.
 pub fn fit(text: &str, width: usize) -> String {
     if text.chars().count() <= width {
@@ -362,12 +380,7 @@ pub fn lock_table(profile: &Profile, by: GroupBy, top: usize) -> String {
             fit(&group.caller, 30),
         ));
     }
-    if shown < total_groups {
-        out.push_str(&format!(
-            "({} more rows: --top 0 shows all)\n",
-            total_groups - shown
-        ));
-    }
+    out.push_str(&more_rows(shown, total_groups));
     out
 }
 
@@ -486,11 +499,7 @@ pub fn latency_table(groups: &[LatencyGroup], what: &str, top: usize) -> String 
         "{:>7} {:>9} {:>9} {:>9}  {:<28} {:<14} {}\n",
         "count", "total", "mean", "max", what, "process", "completed in"
     ));
-    let shown = if top == 0 {
-        groups.len()
-    } else {
-        top.min(groups.len())
-    };
+    let shown = shown_rows(top, groups.len());
     for group in &groups[..shown] {
         out.push_str(&format!(
             "{:>7} {:>9} {:>9} {:>9}  {:<28} {:<14} {}\n",
@@ -503,12 +512,7 @@ pub fn latency_table(groups: &[LatencyGroup], what: &str, top: usize) -> String 
             fit(group.completed_in.as_deref().unwrap_or(""), 17),
         ));
     }
-    if shown < groups.len() {
-        out.push_str(&format!(
-            "({} more rows: --top 0 shows all)\n",
-            groups.len() - shown
-        ));
-    }
+    out.push_str(&more_rows(shown, groups.len()));
     out
 }
 
@@ -580,11 +584,7 @@ pub fn hold_table(profile: &Profile, top: usize) -> String {
         "{:>7} {:>9} {:>9} {:>9}  {:<9} {:<22} {}\n",
         "count", "total", "mean", "max", "type", "holder", "acquired in"
     );
-    let shown = if top == 0 {
-        groups.len()
-    } else {
-        top.min(groups.len())
-    };
+    let shown = shown_rows(top, groups.len());
     for group in &groups[..shown] {
         out.push_str(&format!(
             "{:>7} {:>9} {:>9} {:>9}  {:<9} {:<22} {}\n",
@@ -597,12 +597,7 @@ pub fn hold_table(profile: &Profile, top: usize) -> String {
             fit(&group.acquired_in, 30),
         ));
     }
-    if shown < groups.len() {
-        out.push_str(&format!(
-            "({} more rows: --top 0 shows all)\n",
-            groups.len() - shown
-        ));
-    }
+    out.push_str(&more_rows(shown, groups.len()));
     if !first.stack.is_empty() {
         out.push_str(&format!(
             "stack of {}[{}], leaf first: {}\n",

@@ -19,7 +19,7 @@ use crate::{
     cli::FuncMethod,
     probes::{
         rpc::check_kernel_function,
-        shared::{kprobes_unavailable, latency_from, MapSet, StackResolver},
+        shared::{explain, kprobes_unavailable, latency_from, program, MapSet, StackResolver},
     },
     profile::{FuncRow, ProbeUse, Unavailable},
     symbolize::KernelSymbols,
@@ -120,16 +120,6 @@ fn resolve_binary(name: &str) -> Option<PathBuf> {
         .find(|path| path.is_file())
 }
 
-fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T>
-where
-    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
-{
-    ebpf.program_mut(name)
-        .with_context(|| format!("program {name} missing from the eBPF object"))?
-        .try_into()
-        .with_context(|| format!("program {name} has an unexpected type"))
-}
-
 /// fentry + fexit on `name`; on failure nothing stays attached and the reason is returned.
 fn try_fentry(
     ebpf: &mut Ebpf,
@@ -162,18 +152,6 @@ fn try_fentry(
         }
         explain(&format!("{err:#}"))
     })
-}
-
-/// Shortens the loader's error chains to what a user needs to read.
-fn explain(err: &str) -> String {
-    if err.contains("Operation not permitted") {
-        let step = err.split(':').next().unwrap_or("load");
-        format!(
-            "{step} refused by the kernel with EPERM: BPF tracing programs are not allowed here"
-        )
-    } else {
-        err.replace(". Verifier output: ", ": ")
-    }
 }
 
 fn try_kprobe(ebpf: &mut Ebpf, slot: u32, name: &str) -> Result<(), String> {

@@ -16,7 +16,7 @@ use profiler_common::lock::{
 use crate::{
     btf::Btf,
     cli::LockMethod,
-    probes::shared::{MapSet, StackResolver},
+    probes::shared::{program, MapSet, StackResolver},
     profile::{Frame, LockRow, ProbeUse},
     symbolize::KernelSymbols,
     tracefs,
@@ -64,9 +64,7 @@ fn attach_tracepoints(ebpf: &mut Ebpf) -> Result<String> {
             );
         }
         let name = format!("lock_{event}");
-        let program: &mut RawTracePoint = program(ebpf, &name)?
-            .try_into()
-            .with_context(|| format!("program {name} is not a raw tracepoint"))?;
+        let program: &mut RawTracePoint = program(ebpf, &name)?;
         program
             .load()
             .map_err(|err| crate::probes::shared::load_error(&name, err))?;
@@ -154,9 +152,7 @@ fn attach_kprobes(ebpf: &mut Ebpf, symbols: &KernelSymbols) -> Result<String> {
         }
         for name in [*entry, *ret] {
             if !loaded.contains(&name) {
-                let program: &mut KProbe = program(ebpf, name)?
-                    .try_into()
-                    .with_context(|| format!("program {name} is not a kprobe"))?;
+                let program: &mut KProbe = program(ebpf, name)?;
                 program
                     .load()
                     .map_err(|err| crate::probes::shared::load_error(name, err))?;
@@ -168,9 +164,7 @@ fn attach_kprobes(ebpf: &mut Ebpf, symbols: &KernelSymbols) -> Result<String> {
             // first, so the entry program walks the stack before the kretprobe replaces
             // the return address (5.10's unwinder stops at `kretprobe_trampoline`).
             for name in [*ret, *entry] {
-                let program: &mut KProbe = program(ebpf, name)?
-                    .try_into()
-                    .with_context(|| format!("program {name} is not a kprobe"))?;
+                let program: &mut KProbe = program(ebpf, name)?;
                 program
                     .attach(function, 0)
                     .with_context(|| format!("cannot attach {name} to {function}"))?;
@@ -194,11 +188,6 @@ fn slow_path_type(entry: &str) -> &'static str {
         "lock_kprobe_rwsem_read" => "rwsem:R",
         _ => "rwsem:W",
     }
-}
-
-fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut aya::programs::Program> {
-    ebpf.program_mut(name)
-        .with_context(|| format!("program {name} missing from the eBPF object"))
 }
 
 /// Struct offsets from the kernel's BTF that let the lock programs name `mmap_lock` and

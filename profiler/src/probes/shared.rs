@@ -332,6 +332,30 @@ pub fn latency_from(stat: &profiler_common::latency::LatencyStat) -> crate::prof
     }
 }
 
+/// A program of the object by name, as its type (`FEntry`, `KProbe`, ...).
+pub fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    ebpf.program_mut(name)
+        .with_context(|| format!("program {name} missing from the eBPF object"))?
+        .try_into()
+        .with_context(|| format!("program {name} has an unexpected type"))
+}
+
+/// Shortens the loader's error chains of fentry/kprobe attachments to what a user
+/// needs to read.
+pub fn explain(err: &str) -> String {
+    if err.contains("Operation not permitted") {
+        let step = err.split(':').next().unwrap_or("load");
+        format!(
+            "{step} refused by the kernel with EPERM: BPF tracing programs are not allowed here"
+        )
+    } else {
+        err.replace(". Verifier output: ", ": ")
+    }
+}
+
 /// Why kprobes cannot be used on this kernel, or `None` when they can.
 pub fn kprobes_unavailable() -> Option<String> {
     let pmu = std::path::Path::new("/sys/bus/event_source/devices/kprobe/type").exists();

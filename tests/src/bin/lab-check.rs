@@ -25,6 +25,10 @@
 //! - the waiter's table names the holder: B's `rwsem:W` waits carry `owner_pid` A, and the
 //!   report's holders list A first.
 //!
+//! `lab-check hold-symbol REPORT --lock NAME --process COMM --caller FN --min-count N`
+//! - the report's holds are of lock NAME; those of processes COMM add up to at least N,
+//!   and the one with the most hold time was acquired in FN.
+//!
 //! Prints what it measured; exits 1 with a `WHY:` line on the first failed assertion.
 
 use std::{collections::BTreeMap, process::exit};
@@ -49,6 +53,7 @@ fn main() {
         Some("func") => check_func(&args[1..]),
         Some("hold-lock") => hold_lock(&args[1..]),
         Some("hold") => check_hold(&args[1..]),
+        Some("hold-symbol") => check_hold_symbol(&args[1..]),
         _ => fail("usage: lab-check lock PROFILE REPORT --method WORD --types T1,T2 [--truth TYPE=N] [--tolerance F]".into()),
     }
 }
@@ -390,6 +395,69 @@ fn check_hold(args: &[String]) {
     if holder["pid"].as_u64() != Some(a_pid) {
         fail(format!(
             "the report's holder is not A (pid {a_pid}): {holder}"
+        ));
+    }
+}
+
+fn check_hold_symbol(args: &[String]) {
+    let Some(report_path) = args.first() else {
+        fail("lab-check hold-symbol: REPORT is required".into());
+    };
+    let (mut lock, mut process, mut caller, mut min_count) =
+        (String::new(), String::new(), String::new(), 1u64);
+    let mut rest = args[1..].iter();
+    while let Some(flag) = rest.next() {
+        let value = rest.next().cloned().unwrap_or_default();
+        match flag.as_str() {
+            "--lock" => lock = value,
+            "--process" => process = value,
+            "--caller" => caller = value,
+            "--min-count" => {
+                min_count = value
+                    .parse()
+                    .unwrap_or_else(|_| fail(format!("--min-count {value}: not a number")))
+            }
+            other => fail(format!("lab-check hold-symbol: unknown flag {other}")),
+        }
+    }
+    let report = read_json(report_path);
+    let holds: Vec<&Value> = report["holds"].as_array().into_iter().flatten().collect();
+    if holds.iter().any(|hold| hold["lock"] != lock.as_str()) {
+        fail(format!(
+            "holds of another lock than {lock}: {}",
+            report["holds"]
+        ));
+    }
+    let by_process: Vec<&&Value> = holds
+        .iter()
+        .filter(|hold| hold["process"] == process.as_str())
+        .collect();
+    let count: u64 = by_process
+        .iter()
+        .map(|hold| hold["count"].as_u64().unwrap_or(0))
+        .sum();
+    let top = by_process
+        .iter()
+        .max_by_key(|hold| hold["total_ns"].as_u64().unwrap_or(0))
+        .unwrap_or_else(|| {
+            fail(format!(
+                "no hold of {lock} by {process}: {}",
+                report["holds"]
+            ))
+        });
+    println!(
+        "{lock}: {count} holds by {process}; the most hold time acquired in {}",
+        top["acquired_in"]
+    );
+    if count < min_count {
+        fail(format!(
+            "{count} holds of {lock} by {process}, expected at least {min_count}"
+        ));
+    }
+    if top["acquired_in"] != caller.as_str() {
+        fail(format!(
+            "{lock} acquired in {}, expected {caller}",
+            top["acquired_in"]
         ));
     }
 }
