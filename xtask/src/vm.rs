@@ -534,7 +534,7 @@ fn run_guest(
     let log = fs::File::create(&log_path)
         .with_context(|| format!("cannot create {}", log_path.display()))?;
     let append = format!(
-        "console=ttyS0 panic=-1 quiet lockpath.lab={} lockpath.features={} {extra}",
+        "console=ttyS0 panic=-1 quiet loglevel=5 lockpath.lab={} lockpath.features={} {extra}",
         kernel.name,
         kernel.features.join(",")
     );
