@@ -167,6 +167,15 @@ pub fn strip_tracing_frames(frames: &mut Vec<Frame>) {
     }
     frames.drain(..cut);
     strip_trampolines(frames);
+    // What is left unsymbolized at the leaf is BPF code (a trampoline image, a program)
+    // that was not in kallsyms when it was read: not part of the traced kernel path.
+    let jit = frames
+        .iter()
+        .take_while(|frame| frame.kernel && frame.name.starts_with("0x"))
+        .count();
+    if jit < frames.len() {
+        frames.drain(..jit);
+    }
 }
 
 /// fentry/fexit trampolines (`--hold`, `--func`) sit between a traced function and its
@@ -499,6 +508,16 @@ mod tests {
                 "path_openat",
             ]),
             ["rwsem_down_write_slowpath", "down_write", "path_openat"]
+        );
+        // 5.10 names no trampoline: the unsymbolized leaf frames are dropped.
+        assert_eq!(
+            stripped(&[
+                "0xffffffffc0201000",
+                "0xffffffffc0201080",
+                "mutex_lock",
+                "m_start"
+            ]),
+            ["mutex_lock", "m_start"]
         );
         // An unsymbolized frame away from any trampoline stays.
         assert_eq!(

@@ -40,11 +40,39 @@ pub struct KernelSymbols {
     data: Vec<Symbol>,
     /// End of the last data/bss symbol range we can trust (`_end` or `__bss_stop`).
     data_end: u64,
+    /// Module name -> end of its memory (`/proc/modules`: base + size). An address past
+    /// it is not the module's, even when the module's last symbol is the closest below
+    /// (BPF trampolines and programs live in the same address range).
+    module_ends: std::collections::HashMap<String, u64>,
 }
 
 impl KernelSymbols {
     pub fn load() -> Result<Self> {
-        Self::load_from(Path::new("/proc/kallsyms"))
+        let mut symbols = Self::load_from(Path::new("/proc/kallsyms"))?;
+        if let Ok(modules) = std::fs::read_to_string("/proc/modules") {
+            symbols.set_modules(&modules);
+        }
+        Ok(symbols)
+    }
+
+    /// Reads module bounds from `/proc/modules` text (`fuse 167936 0 - Live 0xffff...`).
+    pub fn set_modules(&mut self, text: &str) {
+        for line in text.lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (Some(name), Some(size), Some(base)) =
+                (fields.first(), fields.get(1), fields.get(5))
+            else {
+                continue;
+            };
+            let size = size.parse::<u64>().ok();
+            let base = u64::from_str_radix(base.trim_start_matches("0x"), 16).ok();
+            if let (Some(size), Some(base)) = (size, base) {
+                if base != 0 {
+                    self.module_ends
+                        .insert(name.to_string(), base.saturating_add(size));
+                }
+            }
+        }
     }
 
     pub fn load_from(path: &Path) -> Result<Self> {
@@ -118,6 +146,15 @@ impl KernelSymbols {
         let offset = addr - symbol.addr;
         if is_region_end(&symbol.name) || offset > MAX_FUNCTION_SIZE {
             return None;
+        }
+        if let Some(end) = symbol
+            .module
+            .as_ref()
+            .and_then(|module| self.module_ends.get(module))
+        {
+            if addr >= *end {
+                return None;
+            }
         }
         Some((symbol, offset))
     }
@@ -276,6 +313,14 @@ ffffffffc0a02000 d ptlrpc_lock\t[ptlrpc]
             "0xffffffff81002010",
             "past _etext"
         );
+        // Past the module's end (/proc/modules): a BPF trampoline, not the module.
+        let mut symbols = KernelSymbols::parse(SAMPLE);
+        symbols.set_modules("ptlrpc 8192 0 - Live 0xffffffffc0a00000\n");
+        assert_eq!(
+            symbols.frame(0xffffffffc0a01234).display(),
+            "after_reply [ptlrpc]"
+        );
+        assert_eq!(symbols.frame(0xffffffffc0a03000).name, "0xffffffffc0a03000");
     }
 
     #[test]
