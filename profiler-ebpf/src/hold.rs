@@ -70,7 +70,7 @@ pub fn on_acquire_return<C: StackIdContext>(ctx: &C, index: usize, ret: i64) {
         return;
     }
     let kstack_id = stack_id_or_loss(ctx.get_stackid(&STACKS, STACK_FLAGS_KERNEL));
-    open_hold(index, kstack_id);
+    open_hold(bpf_get_current_pid_tgid() as u32, index, kstack_id);
 }
 
 /// kprobe at the entry of an acquire function (the lock already matched): the stack is
@@ -98,13 +98,12 @@ pub fn on_acquire_kretprobe(index: usize, ret: i64) {
     };
     let _ = HOLD_PENDING.remove(tid);
     if acquired(index, ret) {
-        open_hold(index, pending.kstack_id);
+        open_hold(tid, index, pending.kstack_id);
     }
 }
 
 #[inline(always)]
-fn open_hold(index: usize, kstack_id: i32) {
-    let tid = bpf_get_current_pid_tgid() as u32;
+fn open_hold(tid: u32, index: usize, kstack_id: i32) {
     if let Some(open) = HOLD_OPEN.get_ptr_mut(tid) {
         // SAFETY: element owned by this thread id; only this thread writes it.
         unsafe { (*open).depth += 1 };

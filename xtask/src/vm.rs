@@ -637,10 +637,10 @@ pub fn bench(
     runs: usize,
 ) -> Result<(String, BTreeMap<String, Vec<f64>>)> {
     let kernel = &KERNELS[0];
+    ensure_host_tools()?;
     let vm_dir = util::target_dir()?.join("vm");
     let vmlinuz = kernel_image(&vm_dir, kernel)?;
     let initrd = build_initramfs(&vm_dir, binaries)?;
-    ensure_host_tools()?;
     let run = run_guest(
         &vm_dir,
         kernel,

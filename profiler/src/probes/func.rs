@@ -19,7 +19,10 @@ use crate::{
     cli::FuncMethod,
     probes::{
         rpc::check_kernel_function,
-        shared::{explain, kprobes_unavailable, latency_from, program, MapSet, StackResolver},
+        shared::{
+            attach_kprobe_pair, explain, kprobes_unavailable, latency_from, program, MapSet,
+            StackResolver,
+        },
     },
     profile::{FuncRow, ProbeUse, Unavailable},
     symbolize::KernelSymbols,
@@ -161,15 +164,11 @@ fn try_kprobe(ebpf: &mut Ebpf, slot: u32, name: &str) -> Result<(), String> {
     let entry = format!("func_kprobe_{slot}");
     let exit = format!("func_kretprobe_{slot}");
     let result = (|| -> Result<()> {
-        // The return probe first, so the entry program runs (and walks the stack) before
-        // the kretprobe replaces the return address: see probes::lock.
-        for program_name in [&exit, &entry] {
+        for program_name in [&entry, &exit] {
             let kprobe: &mut KProbe = program(ebpf, program_name)?;
             kprobe.load().context("kprobe load")?;
-            kprobe
-                .attach(name, 0)
-                .with_context(|| format!("cannot attach {program_name} to {name}"))?;
         }
+        attach_kprobe_pair(ebpf, &entry, &exit, name)?;
         Ok(())
     })();
     result.map_err(|err| {

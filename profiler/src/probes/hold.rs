@@ -24,7 +24,10 @@ use profiler_common::{
 
 use crate::{
     cli::FuncMethod,
-    probes::shared::{explain, kprobes_unavailable, latency_from, program, MapSet, StackResolver},
+    probes::shared::{
+        attach_kprobe_pair, explain, kprobes_unavailable, latency_from, program, MapSet,
+        StackResolver,
+    },
     profile::{HoldRow, ProbeUse, Unavailable},
     symbolize::KernelSymbols,
 };
@@ -126,7 +129,6 @@ pub fn parse(spec: &str) -> Result<HoldSpec> {
 #[derive(Debug)]
 pub struct HoldPlan {
     pub spec: String,
-    pub lock_addr: u64,
     pub lock_name: String,
     /// Acquire functions, by slot.
     acquire: Vec<&'static str>,
@@ -204,7 +206,6 @@ pub fn plan(spec: &HoldSpec, symbols: &KernelSymbols) -> Result<HoldPlan, String
     }
     Ok(HoldPlan {
         spec: spec.text.clone(),
-        lock_addr,
         lock_name,
         acquire,
         release,
@@ -295,18 +296,15 @@ fn try_kprobe(ebpf: &mut Ebpf, plan: &HoldPlan) -> Result<(), String> {
     }
     let result = (|| -> Result<()> {
         for (slot, function) in plan.acquire.iter().enumerate() {
-            // The return probe first, so the entry program runs (and walks the stack)
-            // before the kretprobe replaces the return address: see probes::lock.
-            for name in [
-                format!("hold_kretprobe_{slot}"),
+            let (entry, ret) = (
                 format!("hold_kprobe_{slot}"),
-            ] {
-                let kprobe: &mut KProbe = program(ebpf, &name)?;
+                format!("hold_kretprobe_{slot}"),
+            );
+            for name in [&entry, &ret] {
+                let kprobe: &mut KProbe = program(ebpf, name)?;
                 kprobe.load().context("kprobe load")?;
-                kprobe
-                    .attach(function, 0)
-                    .with_context(|| format!("cannot attach a kprobe to {function}"))?;
             }
+            attach_kprobe_pair(ebpf, &entry, &ret, function)?;
         }
         let release: &mut KProbe = program(ebpf, "hold_release_kprobe")?;
         release.load().context("kprobe load")?;
@@ -421,7 +419,7 @@ pub fn drain(maps: &MapSet, stacks: &mut StackResolver, plan: &HoldPlan) -> Resu
     for entry in stats.iter() {
         let (key, stat) = entry.context("cannot read HOLD_STATS")?;
         rows.push(HoldRow {
-            lock_addr: plan.lock_addr,
+            lock_addr: plan.config.lock_addr,
             lock_name: plan.lock_name.clone(),
             flags: key.flags,
             pid: key.tgid,
@@ -472,7 +470,7 @@ ffffffff82001000 B _end
     fn plans_pick_what_the_kernel_has() {
         let symbols = KernelSymbols::parse(KALLSYMS);
         let mutex = plan(&parse("mutex:uevent_sock_mutex").expect("spec"), &symbols).expect("plan");
-        assert_eq!(mutex.lock_addr, 0xffff_ffff_8200_0040);
+        assert_eq!(mutex.config.lock_addr, 0xffff_ffff_8200_0040);
         assert_eq!(mutex.acquire, vec!["mutex_lock", "mutex_trylock"]);
         assert_eq!(mutex.release, vec!["mutex_unlock"]);
         assert_eq!(mutex.config.slots[1].ret, HOLD_RET_ONE);

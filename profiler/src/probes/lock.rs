@@ -16,7 +16,7 @@ use profiler_common::lock::{
 use crate::{
     btf::Btf,
     cli::LockMethod,
-    probes::shared::{program, MapSet, StackResolver},
+    probes::shared::{attach_kprobe_pair, program, MapSet, StackResolver},
     profile::{Frame, LockRow, ProbeUse},
     symbolize::KernelSymbols,
     tracefs,
@@ -160,15 +160,7 @@ fn attach_kprobes(ebpf: &mut Ebpf, symbols: &KernelSymbols) -> Result<String> {
             }
         }
         for function in usable {
-            // The return probe first: the kernel runs the handlers of one address newest
-            // first, so the entry program walks the stack before the kretprobe replaces
-            // the return address (5.10's unwinder stops at `kretprobe_trampoline`).
-            for name in [*ret, *entry] {
-                let program: &mut KProbe = program(ebpf, name)?;
-                program
-                    .attach(function, 0)
-                    .with_context(|| format!("cannot attach {name} to {function}"))?;
-            }
+            attach_kprobe_pair(ebpf, entry, ret, function)?;
             attached.push(function);
         }
     }

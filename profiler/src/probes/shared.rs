@@ -352,6 +352,20 @@ where
         .with_context(|| format!("program {name} has an unexpected type"))
 }
 
+/// Attaches the loaded kprobe `entry` and kretprobe `ret` to `function`, the return
+/// probe first: the kernel runs the handlers of one address newest first, so the entry
+/// program walks the stack before the kretprobe replaces the return address (5.10's
+/// unwinder stops at `kretprobe_trampoline`). Every entry/return pair goes through here.
+pub fn attach_kprobe_pair(ebpf: &mut Ebpf, entry: &str, ret: &str, function: &str) -> Result<()> {
+    for name in [ret, entry] {
+        let program: &mut aya::programs::KProbe = program(ebpf, name)?;
+        program
+            .attach(function, 0)
+            .with_context(|| format!("cannot attach {name} to {function}"))?;
+    }
+    Ok(())
+}
+
 /// Shortens the loader's error chains of fentry/kprobe attachments to what a user
 /// needs to read.
 pub fn explain(err: &str) -> String {
