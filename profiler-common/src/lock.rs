@@ -27,6 +27,105 @@ pub struct LockKey {
     /// Kernel stack where the owner sleeps (from its off-CPU switch-out, when the
     /// off-CPU family records it), or a negative value when unknown.
     pub owner_kstack_id: i32,
+    /// How the wait ended (`LOCK_OUTCOME_*`): acquired, or given up.
+    pub outcome: u32,
+}
+
+/// How a wait ended, from `contention_end`'s `ret` (0: the lock was taken).
+pub const LOCK_OUTCOME_ACQUIRED: u32 = 0;
+/// `-EINTR`: a killable or interruptible wait was interrupted by a signal.
+pub const LOCK_OUTCOME_INTERRUPTED: u32 = 1;
+/// `-ETIMEDOUT`: a timed wait (or a resilient queued spinlock) gave up.
+pub const LOCK_OUTCOME_TIMED_OUT: u32 = 2;
+/// `-EDEADLK`: the wait was abandoned to avoid a deadlock (ww_mutex, rqspinlock).
+pub const LOCK_OUTCOME_DEADLOCK: u32 = 3;
+/// Any other non-zero `ret`.
+pub const LOCK_OUTCOME_FAILED: u32 = 4;
+
+/// In a profile's lock row, the outcome sits in the flags above the `LCB_F_*` bits, so
+/// an interrupted wait is a row (and a type, `mutex !EINTR`) of its own everywhere.
+pub const OUTCOME_SHIFT: u32 = 16;
+
+/// The outcome of a wait from `contention_end`'s `ret`.
+#[inline(always)]
+pub fn outcome_of(ret: i64) -> u32 {
+    match ret {
+        0 => LOCK_OUTCOME_ACQUIRED,
+        -4 => LOCK_OUTCOME_INTERRUPTED,
+        -110 => LOCK_OUTCOME_TIMED_OUT,
+        -35 => LOCK_OUTCOME_DEADLOCK,
+        _ => LOCK_OUTCOME_FAILED,
+    }
+}
+
+/// The flags a wait keeps when a later `contention_begin` of the same wait changes them:
+/// a mutex that once went to sleep (MUTEX without SPIN) stays a sleeping mutex even if it
+/// spins again after a wake-up, so one wait is one row (`mutex`, not `mutex:spin`).
+#[inline(always)]
+pub fn sticky_flags(open: u32, new: u32) -> u32 {
+    if open & LCB_F_MUTEX != 0 && open & LCB_F_SPIN == 0 {
+        new & !LCB_F_SPIN
+    } else {
+        new
+    }
+}
+
+/// Stack capture: a contention's stack is looked up in a cache keyed by (lock, context
+/// fingerprint); a full kernel stack walk (`bpf_get_stackid`, about 3 us) happens only on
+/// a cache miss and, at random, on one hit in `STACK_REFRESH_ONE_IN` to follow changes.
+pub const STACK_REFRESH_ONE_IN: u32 = 64;
+/// Words of the kernel stack above the tracepoint's arguments that are read for the
+/// fingerprint (on 6.18/x86_64 the return addresses of the slow path, the lock function
+/// and its caller lie within the first 15 words). One read of 192 bytes costs about as
+/// much as the rest of the begin program; measured, not guessed.
+pub const FINGERPRINT_WORDS: usize = 24;
+/// How many kernel text addresses, nearest first, make the fingerprint: the slow path,
+/// the lock function and the caller (for a mutex, `__mutex_lock`, its slow-path wrapper,
+/// `mutex_lock` and the caller).
+pub const FINGERPRINT_TEXT_WORDS: u32 = 4;
+/// Kernel text and modules on x86_64 live in the top 2 GiB: the words of the stack in that
+/// range are return addresses (or static data addresses, which are constant per site).
+pub const KERNEL_TEXT_START: u64 = 0xffff_ffff_8000_0000;
+
+/// Key of the stack cache.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StackCacheKey {
+    pub lock_addr: u64,
+    pub fingerprint: u64,
+}
+
+/// The last contended acquisition of a lock (a `contention_end` with ret 0): who took
+/// it, with which stack, when, and since when it had waited.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LockAcquirer {
+    pub acquired_ns: u64,
+    pub wait_start_ns: u64,
+    pub tid: u32,
+    pub tgid: u32,
+    pub kstack_id: i32,
+    pub flags: u32,
+}
+
+/// Key of a hold under contention: the lock and the holder (thread, process, the
+/// stack of its own contended acquisition, its mode).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ContendedHoldKey {
+    pub lock_addr: u64,
+    pub tid: u32,
+    pub tgid: u32,
+    pub kstack_id: i32,
+    pub flags: u32,
+}
+
+/// Whether a waiter in mode `waiter_flags` waited because of a holder in mode
+/// `holder_flags`: readers of an rwsem or rwlock share the lock, so a reader that
+/// follows a reader did not wait for it (the first reader of a group stands for it).
+#[inline(always)]
+pub fn conflicts(holder_flags: u32, waiter_flags: u32) -> bool {
+    !(holder_flags & LCB_F_READ != 0 && waiter_flags & LCB_F_READ != 0)
 }
 
 /// The lock is not recognized.
@@ -74,5 +173,50 @@ pub struct LockWait {
     pub _pad: u32,
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_from_ret() {
+        assert_eq!(outcome_of(0), LOCK_OUTCOME_ACQUIRED);
+        assert_eq!(outcome_of(-4), LOCK_OUTCOME_INTERRUPTED);
+        assert_eq!(outcome_of(-110), LOCK_OUTCOME_TIMED_OUT);
+        assert_eq!(outcome_of(-35), LOCK_OUTCOME_DEADLOCK);
+        assert_eq!(outcome_of(-22), LOCK_OUTCOME_FAILED);
+    }
+
+    #[test]
+    fn a_mutex_that_slept_stays_a_sleeping_mutex() {
+        let spin = LCB_F_MUTEX | LCB_F_SPIN;
+        // Spinning, then sleeping: the sleep is what counts.
+        assert_eq!(sticky_flags(spin, LCB_F_MUTEX), LCB_F_MUTEX);
+        // Woken, spins again: still a sleeping mutex.
+        assert_eq!(sticky_flags(LCB_F_MUTEX, spin), LCB_F_MUTEX);
+        // Only spun so far: mutex:spin.
+        assert_eq!(sticky_flags(spin, spin), spin);
+        // Other types take the latest flags.
+        assert_eq!(sticky_flags(LCB_F_READ, LCB_F_WRITE), LCB_F_WRITE);
+    }
+
+    #[test]
+    fn readers_do_not_make_readers_wait() {
+        assert!(!conflicts(LCB_F_READ, LCB_F_READ));
+        assert!(!conflicts(LCB_F_SPIN | LCB_F_READ, LCB_F_SPIN | LCB_F_READ));
+        assert!(conflicts(LCB_F_WRITE, LCB_F_READ));
+        assert!(conflicts(LCB_F_READ, LCB_F_WRITE));
+        assert!(conflicts(LCB_F_SPIN, LCB_F_SPIN));
+        assert!(conflicts(LCB_F_MUTEX, LCB_F_MUTEX));
+    }
+}
+
 #[cfg(feature = "user")]
-crate::impl_pod!(LockKey, LockStat, LockWait, LockLayout);
+crate::impl_pod!(
+    LockKey,
+    LockStat,
+    LockWait,
+    LockLayout,
+    StackCacheKey,
+    LockAcquirer,
+    ContendedHoldKey
+);

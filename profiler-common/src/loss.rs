@@ -36,11 +36,16 @@ pub const HOLD_MAP_FULL: u32 = 27;
 pub const HOLD_OPEN_FULL: u32 = 28;
 pub const HOLD_NEGATIVE_DELTA: u32 = 29;
 
+// lock accuracy: 30..=33.
+pub const LOCK_STALE_WAIT: u32 = 30;
+pub const LOCK_HOLD_MAP_FULL: u32 = 31;
+pub const LOCK_STACK_CACHE_FAILED: u32 = 32;
+
 /// Number of slots in `LOSSES` (room for the other probe families).
-pub const LOSS_SLOTS: u32 = 32;
+pub const LOSS_SLOTS: u32 = 48;
 
 /// Names for the report, by index. `None` slots are unused.
-pub const LOSS_NAMES: [(u32, &str, &str); 29] = [
+pub const LOSS_NAMES: [(u32, &str, &str); 32] = [
     (
         STACK_COLLISION,
         "stack_collision",
@@ -186,4 +191,35 @@ pub const LOSS_NAMES: [(u32, &str, &str); 29] = [
         "hold_negative_delta",
         "hold with release before acquisition",
     ),
+    (
+        LOCK_STALE_WAIT,
+        "lock_stale_wait",
+        "a wait whose end never came (lost before the recording or the end probe) was replaced by a new one",
+    ),
+    (
+        LOCK_HOLD_MAP_FULL,
+        "lock_hold_map_full",
+        "map of holds under contention full: a hold dropped",
+    ),
+    (
+        LOCK_STACK_CACHE_FAILED,
+        "lock_stack_cache_failed",
+        "the kernel stack above a lock tracepoint could not be read: stack walked instead",
+    ),
 ];
+
+/// Name prefix of a program's `recursion_misses` in a profile's losses (user space reads
+/// them from `bpf_prog_info`: runs the kernel skipped because another BPF program was
+/// already running on that CPU).
+pub const PROGRAM_MISS_PREFIX: &str = "prog_recursion_miss:";
+
+/// What a loss in a profile means, by its name.
+pub fn loss_meaning(name: &str) -> &'static str {
+    if name.starts_with(PROGRAM_MISS_PREFIX) {
+        return "the kernel skipped this program (another BPF program was running on the CPU): event lost";
+    }
+    LOSS_NAMES
+        .iter()
+        .find(|(_, known, _)| *known == name)
+        .map_or("", |(_, _, why)| why)
+}

@@ -6,33 +6,53 @@
 //! waiters (spinlocks, rwlocks) cannot sleep or migrate until the end, so their start
 //! lives in a per-CPU slot; sleeping waiters (mutex, rwsem, rt-mutex, semaphore) in a
 //! hash keyed by thread id. At end: add the wait to the in-kernel aggregate keyed by
-//! (lock, process, stack, flags). Nothing travels to user space per event.
+//! (lock, process, stack, flags, outcome). Nothing travels to user space per event.
 //! Modelled on perf's `lock_contention.bpf.c`.
+//!
+//! Cost and accuracy: a kernel stack walk (`bpf_get_stackid`) costs about 3 us, several
+//! times a typical spin. So the walk is not done per contention: the stack is looked up
+//! in `LOCK_STACK_CACHE` by (lock, fingerprint of the kernel stack above the tracepoint),
+//! and walked only on a miss or, at random, once in `STACK_REFRESH_ONE_IN` hits. The
+//! wait starts at the program's entry (the moment the waiter found the lock taken);
+//! when the program walked, it starts after the walk, so lockpath's own work is never
+//! reported as waiting.
+//!
+//! Holds under contention: each acquisition after a wait (`contention_end`, ret 0) is
+//! remembered per lock in `LOCK_LAST_ACQUIRER`. When the next waiter that was already
+//! waiting at that acquisition gets the lock, the previous acquirer has just let it go:
+//! its hold (acquisition to this handoff) is added to `LOCK_HOLDS` under its own
+//! acquisition stack.
 
 use core::intrinsics::{AtomicOrdering, atomic_xadd};
 
 use aya_ebpf::{
+    EbpfContext,
     bindings::BPF_NOEXIST,
     helpers::{
         bpf_get_current_pid_tgid, bpf_probe_read_kernel,
-        generated::{bpf_get_current_task, bpf_ktime_get_ns},
+        generated::{bpf_get_current_task, bpf_get_prandom_u32, bpf_ktime_get_ns},
     },
     macros::map,
-    maps::{HashMap, PerCpuArray},
+    maps::{HashMap, LruHashMap, PerCpuArray},
     programs::{ProbeContext, RawTracePointContext, RetProbeContext, tracing::StackIdContext},
 };
 use profiler_common::{
+    latency::LatencyStat,
     lock::{
-        LCB_F_MUTEX, LCB_F_PERCPU, LCB_F_READ, LCB_F_RT, LCB_F_SPIN, LCB_F_WRITE,
-        LOCK_CLASS_MMAP_LOCK, LOCK_CLASS_UNKNOWN, LockKey, LockLayout, LockStat, LockWait,
+        ContendedHoldKey, FINGERPRINT_TEXT_WORDS, FINGERPRINT_WORDS, KERNEL_TEXT_START, LCB_F_MUTEX, LCB_F_PERCPU,
+        LCB_F_READ, LCB_F_RT, LCB_F_SPIN, LCB_F_WRITE, LOCK_CLASS_MMAP_LOCK, LOCK_CLASS_UNKNOWN,
+        LOCK_OUTCOME_ACQUIRED, LockAcquirer, LockKey, LockLayout, LockStat, LockWait,
+        STACK_REFRESH_ONE_IN, StackCacheKey, conflicts, outcome_of, sticky_flags,
     },
     loss::{
-        LOCK_KPROBE_RETURN_LOST, LOCK_MAP_FULL, LOCK_NEGATIVE_DELTA, LOCK_NESTED,
-        LOCK_UNMATCHED_END, LOCK_WAIT_MAP_FULL,
+        LOCK_HOLD_MAP_FULL, LOCK_KPROBE_RETURN_LOST, LOCK_MAP_FULL, LOCK_NEGATIVE_DELTA,
+        LOCK_NESTED, LOCK_STACK_CACHE_FAILED, LOCK_STALE_WAIT, LOCK_UNMATCHED_END,
+        LOCK_WAIT_MAP_FULL,
     },
 };
 
 use crate::{
+    latency::add_latency,
     offcpu::OFFCPU_START,
     shared::{
         STACK_FLAGS_KERNEL, STACKS, TASKS, count_loss, remember_current_task, stack_id_or_loss,
@@ -52,7 +72,48 @@ static LOCK_SPIN_WAIT: PerCpuArray<LockWait> = PerCpuArray::with_max_entries(1, 
 #[map]
 static LOCK_SLEEP_WAIT: HashMap<u32, LockWait> = HashMap::with_max_entries(16384, 0);
 
+/// Stack ids by (lock, fingerprint of the kernel stack): see the module comment.
+#[map]
+static LOCK_STACK_CACHE: LruHashMap<StackCacheKey, i32> = LruHashMap::with_max_entries(16384, 0);
+
+/// The last contended acquisition of each lock (holds under contention).
+#[map]
+static LOCK_LAST_ACQUIRER: LruHashMap<u64, LockAcquirer> = LruHashMap::with_max_entries(16384, 0);
+
+/// Holds under contention, per lock and holder. Size set at load time (`--map-entries`).
+#[map]
+pub static LOCK_HOLDS: HashMap<ContendedHoldKey, LatencyStat> = HashMap::with_max_entries(16384, 0);
+
+/// Threads whose sleeping wait was not recorded (LOCK_SLEEP_WAIT full, counted then):
+/// their end is not counted a second time as unmatched.
+#[map]
+static LOCK_SLEEP_DROPPED: LruHashMap<u32, u8> = LruHashMap::with_max_entries(1024, 0);
+
 const EEXIST: i32 = 17;
+
+/// What the lock programs need from their context besides the stack walk: where the
+/// kernel stack of the contending code starts, for the fingerprint.
+pub trait LockContext: StackIdContext {
+    fn stack_base(&self) -> u64;
+}
+
+impl LockContext for RawTracePointContext {
+    /// The tracepoint's arguments live in the frame of `bpf_trace_runN`, on the kernel
+    /// stack of the contending task: above them are the tracepoint glue, the lock's slow
+    /// path, the lock function and its caller.
+    fn stack_base(&self) -> u64 {
+        self.as_ptr() as u64
+    }
+}
+
+impl LockContext for ProbeContext {
+    /// At a kprobe on a slow path's entry, the saved stack pointer points at the return
+    /// address into the lock function.
+    fn stack_base(&self) -> u64 {
+        // SAFETY: `regs` is the kprobe's pt_regs, valid for this program run.
+        unsafe { (*self.regs).rsp }
+    }
+}
 
 /// Struct offsets from the kernel's BTF, set at load time (see `LockLayout`).
 #[unsafe(no_mangle)]
@@ -80,6 +141,8 @@ fn spins(flags: u32) -> bool {
 }
 
 pub fn on_contention_begin(ctx: &RawTracePointContext) {
+    // The moment the waiter found the lock taken: before any of lockpath's own work.
+    let start_ns = now_ns();
     let lock_addr: u64 = ctx.arg(0);
     let flags = ctx.arg::<u64>(1) as u32;
     if !is_target() {
@@ -91,12 +154,18 @@ pub fn on_contention_begin(ctx: &RawTracePointContext) {
         };
         // SAFETY: per-CPU slot from a successful lookup; only this CPU writes it, and a
         // spinning waiter runs with preemption off until contention_end.
-        if unsafe { (*slot).lock_addr } != 0 {
-            // An interrupt contending while this CPU already waits: ignore the inner one.
-            count_loss(LOCK_NESTED);
-            return;
+        let open = unsafe { &*slot };
+        if open.lock_addr != 0 {
+            if start_ns.saturating_sub(open.start_ns) < SPIN_STALE_NS {
+                // An interrupt contending while this CPU already waits: ignore the inner
+                // one (its end is not counted again).
+                count_loss(LOCK_NESTED);
+                return;
+            }
+            // Nobody spins for a second: that wait's end was never seen. Replace it.
+            count_loss(LOCK_STALE_WAIT);
         }
-        open_spin_wait(ctx, slot, lock_addr, flags);
+        open_spin_wait(ctx, slot, lock_addr, flags, start_ns);
         return;
     }
     let tid = bpf_get_current_pid_tgid() as u32;
@@ -105,43 +174,62 @@ pub fn on_contention_begin(ctx: &RawTracePointContext) {
         // writes it.
         let open = unsafe { &mut *open };
         if open.lock_addr == lock_addr {
-            // The same wait goes on: a mutex that stopped spinning and now sleeps.
-            open.flags = flags;
-        } else {
-            count_loss(LOCK_NESTED);
+            // The same wait goes on (a mutex that stopped spinning and now sleeps, or
+            // spins again after a wake-up): one wait, one row.
+            open.flags = sticky_flags(open.flags, flags);
+            return;
         }
-        return;
+        // A task waits for one sleeping lock at a time: the open wait's end was never
+        // seen (it began before the end program was attached). Replace it, counted,
+        // rather than ignore every later wait of this thread.
+        count_loss(LOCK_STALE_WAIT);
+        let _ = LOCK_SLEEP_WAIT.remove(tid);
     }
-    open_sleep_wait(ctx, tid, lock_addr, flags);
+    open_sleep_wait(ctx, tid, lock_addr, flags, start_ns);
 }
 
 pub fn on_contention_end(ctx: &RawTracePointContext) {
-    let lock_addr: u64 = ctx.arg(0);
     let end_ns = now_ns();
+    let lock_addr: u64 = ctx.arg(0);
+    let outcome = outcome_of(ctx.arg::<u64>(1) as i32 as i64);
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
 
-    let wait = if let Some(slot) = LOCK_SPIN_WAIT.get_ptr_mut(0)
-        // SAFETY: per-CPU slot from a successful lookup, written only by this CPU.
-        && unsafe { (*slot).lock_addr } == lock_addr
+    let spin_slot = LOCK_SPIN_WAIT.get_ptr_mut(0);
+    // SAFETY: per-CPU slot from a successful lookup, written only by this CPU.
+    let spin_open = spin_slot.map(|slot| unsafe { (*slot).lock_addr }).unwrap_or(0);
+    if let Some(slot) = spin_slot
+        && spin_open == lock_addr
     {
         // SAFETY: as above.
-        take_spin_wait(unsafe { &mut *slot })
-    } else if let Some(open) = LOCK_SLEEP_WAIT.get_ptr(tid) {
+        let wait = unsafe { *slot };
+        close_wait(&wait, end_ns, pid_tgid, outcome);
+        // Cleared only once the aggregate is written: a begin nested in between sees
+        // the slot busy and is ignored instead of overwriting it.
+        // SAFETY: as above.
+        unsafe { (*slot).lock_addr = 0 };
+        return;
+    }
+    if let Some(open) = LOCK_SLEEP_WAIT.get_ptr(tid) {
         // SAFETY: element of a hash map owned by this thread id.
         let wait = unsafe { *open };
-        if wait.lock_addr != lock_addr {
-            // The end of a nested contention whose begin was ignored.
-            return;
+        if wait.lock_addr == lock_addr {
+            close_wait(&wait, end_ns, pid_tgid, outcome);
+            let _ = LOCK_SLEEP_WAIT.remove(tid);
         }
-        let _ = LOCK_SLEEP_WAIT.remove(tid);
-        wait
-    } else {
-        // Began before the recording started, or belongs to a task outside the targets.
-        count_unmatched_end();
+        // Otherwise the end of a wait whose begin was ignored (and counted) as nested.
         return;
-    };
-    close_wait(&wait, end_ns, pid_tgid);
+    }
+    if spin_open != 0 {
+        // The end of an interrupt's nested spin, counted at its begin.
+        return;
+    }
+    if LOCK_SLEEP_DROPPED.remove(tid).is_ok() {
+        // Its begin found the wait map full and was counted then.
+        return;
+    }
+    // Began before the recording started, or belongs to a task outside the targets.
+    count_unmatched_end();
 }
 
 // ---- kprobe fallback (kernels before 5.19: no lock:contention_* tracepoints) ----
@@ -162,6 +250,7 @@ const SPIN_STALE_NS: u64 = 1_000_000_000;
 
 /// Entry of `queued_spin_lock_slowpath` (or its native_/__pv_ variant).
 pub fn on_spin_slowpath_entry(ctx: &ProbeContext) {
+    let start_ns = now_ns();
     let Some(lock_addr) = ctx.arg::<u64>(0) else {
         return;
     };
@@ -178,7 +267,7 @@ pub fn on_spin_slowpath_entry(ctx: &ProbeContext) {
     // spin slow path runs with preemption off until it returns.
     let (depth, slot) = unsafe { (&mut *depth, &mut *slot) };
     if *depth > 0 {
-        if now_ns().saturating_sub(slot.start_ns) < SPIN_STALE_NS {
+        if start_ns.saturating_sub(slot.start_ns) < SPIN_STALE_NS {
             // An interrupt contending while this CPU already waits: ignore the inner one.
             *depth += 1;
             count_loss(LOCK_NESTED);
@@ -188,7 +277,7 @@ pub fn on_spin_slowpath_entry(ctx: &ProbeContext) {
         *depth = 0;
     }
     *depth = 1;
-    open_spin_wait(ctx, slot, lock_addr, LCB_F_SPIN);
+    open_spin_wait(ctx, slot, lock_addr, LCB_F_SPIN, start_ns);
 }
 
 /// Return of the spin slow path: the lock is held.
@@ -212,13 +301,20 @@ pub fn on_spin_slowpath_return(_ctx: &RetProbeContext) {
         // The inner (ignored) wait of an interrupt ended.
         return;
     }
-    let wait = take_spin_wait(slot);
-    close_wait(&wait, end_ns, bpf_get_current_pid_tgid());
+    let wait = *slot;
+    close_wait(
+        &wait,
+        end_ns,
+        bpf_get_current_pid_tgid(),
+        LOCK_OUTCOME_ACQUIRED,
+    );
+    slot.lock_addr = 0;
 }
 
 /// Entry of a sleeping lock's slow path (`__mutex_lock_slowpath`, `rwsem_down_*_slowpath`).
 #[inline(always)]
 pub fn on_sleep_slowpath_entry(ctx: &ProbeContext, flags: u32) {
+    let start_ns = now_ns();
     let Some(lock_addr) = ctx.arg::<u64>(0) else {
         return;
     };
@@ -232,7 +328,7 @@ pub fn on_sleep_slowpath_entry(ctx: &ProbeContext, flags: u32) {
         count_loss(LOCK_KPROBE_RETURN_LOST);
         let _ = LOCK_SLEEP_WAIT.remove(tid);
     }
-    open_sleep_wait(ctx, tid, lock_addr, flags);
+    open_sleep_wait(ctx, tid, lock_addr, flags, start_ns);
 }
 
 /// Return of a sleeping lock's slow path (the lock is held, or the wait was interrupted).
@@ -241,38 +337,101 @@ pub fn on_sleep_slowpath_return(_ctx: &RetProbeContext) {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
     let Some(open) = LOCK_SLEEP_WAIT.get_ptr(tid) else {
-        count_unmatched_end();
+        if LOCK_SLEEP_DROPPED.remove(tid).is_err() {
+            count_unmatched_end();
+        }
         return;
     };
     // SAFETY: element of a hash map owned by this thread id.
     let wait = unsafe { *open };
+    // The slow paths' return values differ (void, or an int for the killable ones):
+    // the fallback cannot tell an interrupted wait from an acquisition.
+    close_wait(&wait, end_ns, pid_tgid, LOCK_OUTCOME_ACQUIRED);
     let _ = LOCK_SLEEP_WAIT.remove(tid);
-    close_wait(&wait, end_ns, pid_tgid);
 }
 
 // ---- shared by both methods ----
 
+/// The waiter's kernel stack id, and whether it was walked now (then the wait starts
+/// after the walk, `walked_ns`), or taken from the cache.
 #[inline(always)]
-fn open_spin_wait<C: StackIdContext>(ctx: &C, slot: *mut LockWait, lock_addr: u64, flags: u32) {
+fn waiter_stack<C: LockContext>(ctx: &C, lock_addr: u64) -> (i32, Option<u64>) {
+    let Some(fingerprint) = stack_fingerprint(ctx.stack_base()) else {
+        count_loss(LOCK_STACK_CACHE_FAILED);
+        return walk_stack(ctx);
+    };
+    let key = StackCacheKey {
+        lock_addr,
+        fingerprint,
+    };
+    // SAFETY: helper without arguments.
+    let refresh = unsafe { bpf_get_prandom_u32() } % STACK_REFRESH_ONE_IN == 0;
+    if !refresh {
+        // SAFETY: lookup in a map of plain data; the value is copied out.
+        if let Some(kstack_id) = unsafe { LOCK_STACK_CACHE.get(&key) } {
+            return (*kstack_id, None);
+        }
+    }
+    let walked = walk_stack(ctx);
+    if walked.0 >= 0 {
+        let _ = LOCK_STACK_CACHE.insert(&key, &walked.0, 0);
+    }
+    walked
+}
+
+#[inline(always)]
+fn walk_stack<C: StackIdContext>(ctx: &C) -> (i32, Option<u64>) {
+    let kstack_id = stack_id_or_loss(ctx.get_stackid(&STACKS, STACK_FLAGS_KERNEL));
+    (kstack_id, Some(now_ns()))
+}
+
+/// A hash of the nearest kernel text addresses among the first `FINGERPRINT_WORDS`
+/// words of the stack at `base`: the return addresses of the frames that led to the
+/// lock, so the same call path gives the same fingerprint. One bounded read onto the
+/// BPF stack (warm in cache, unlike a map value), no unwinding.
+#[inline(always)]
+fn stack_fingerprint(base: u64) -> Option<u64> {
+    let mut words = [0u64; FINGERPRINT_WORDS];
+    // SAFETY: the byte view covers exactly the local array.
+    let bytes =
+        unsafe { core::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, FINGERPRINT_WORDS * 8) };
+    // SAFETY: bpf_probe_read_kernel checks the source address; a bad one is an error.
+    unsafe { aya_ebpf::helpers::bpf_probe_read_kernel_buf(base as *const u8, bytes) }.ok()?;
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut taken = 0;
+    for word in words.iter() {
+        // Only the nearest few: deeper words are older frames and stale slots, which
+        // change from call to call and would defeat the cache.
+        if *word >= KERNEL_TEXT_START && taken < FINGERPRINT_TEXT_WORDS {
+            hash = (hash ^ *word).wrapping_mul(0x0100_0000_01b3);
+            taken += 1;
+        }
+    }
+    Some(hash)
+}
+
+#[inline(always)]
+fn open_spin_wait<C: LockContext>(
+    ctx: &C,
+    slot: *mut LockWait,
+    lock_addr: u64,
+    flags: u32,
+    start_ns: u64,
+) {
+    let (kstack_id, walked_ns) = waiter_stack(ctx, lock_addr);
     // SAFETY: the caller passes this CPU's slot of LOCK_SPIN_WAIT.
     let wait = unsafe { &mut *slot };
-    wait.start_ns = now_ns();
+    wait.start_ns = walked_ns.unwrap_or(start_ns);
     wait.lock_addr = lock_addr;
     wait.flags = flags;
-    wait.kstack_id = stack_id_or_loss(ctx.get_stackid(&STACKS, STACK_FLAGS_KERNEL));
+    wait.kstack_id = kstack_id;
+    wait.lock_class = LOCK_CLASS_UNKNOWN;
     wait.owner_tgid = 0;
     wait.owner_kstack_id = -1;
 }
 
 #[inline(always)]
-fn take_spin_wait(slot: &mut LockWait) -> LockWait {
-    let wait = *slot;
-    slot.lock_addr = 0;
-    wait
-}
-
-#[inline(always)]
-fn open_sleep_wait<C: StackIdContext>(ctx: &C, tid: u32, lock_addr: u64, flags: u32) {
+fn open_sleep_wait<C: LockContext>(ctx: &C, tid: u32, lock_addr: u64, flags: u32, start_ns: u64) {
     // SAFETY: reading a load-time global; volatile so the default is not folded in.
     let layout = unsafe { core::ptr::read_volatile(&LOCK_LAYOUT) };
     let (lock_class, owner) = if layout.enabled != 0 {
@@ -283,11 +442,12 @@ fn open_sleep_wait<C: StackIdContext>(ctx: &C, tid: u32, lock_addr: u64, flags: 
     } else {
         (LOCK_CLASS_UNKNOWN, NO_OWNER)
     };
+    let (kstack_id, walked_ns) = waiter_stack(ctx, lock_addr);
     let wait = LockWait {
-        start_ns: now_ns(),
+        start_ns: walked_ns.unwrap_or(start_ns),
         lock_addr,
         flags,
-        kstack_id: stack_id_or_loss(ctx.get_stackid(&STACKS, STACK_FLAGS_KERNEL)),
+        kstack_id,
         lock_class,
         owner_tgid: owner.tgid,
         owner_kstack_id: owner.kstack_id,
@@ -298,6 +458,7 @@ fn open_sleep_wait<C: StackIdContext>(ctx: &C, tid: u32, lock_addr: u64, flags: 
         .is_err()
     {
         count_loss(LOCK_WAIT_MAP_FULL);
+        let _ = LOCK_SLEEP_DROPPED.insert(tid, 1, 0);
     }
 }
 
@@ -395,9 +556,10 @@ fn count_unmatched_end() {
     }
 }
 
-/// Adds a finished wait to the aggregate.
+/// Adds a finished wait to the aggregate and, when it ended with the lock taken, closes
+/// the previous acquirer's hold under contention.
 #[inline(always)]
-fn close_wait(wait: &LockWait, end_ns: u64, pid_tgid: u64) {
+fn close_wait(wait: &LockWait, end_ns: u64, pid_tgid: u64, outcome: u32) {
     if end_ns < wait.start_ns {
         count_loss(LOCK_NEGATIVE_DELTA);
         return;
@@ -410,8 +572,63 @@ fn close_wait(wait: &LockWait, end_ns: u64, pid_tgid: u64) {
         lock_class: wait.lock_class,
         owner_tgid: wait.owner_tgid,
         owner_kstack_id: wait.owner_kstack_id,
+        outcome,
     };
     add_wait(&key, end_ns - wait.start_ns);
+    if outcome == LOCK_OUTCOME_ACQUIRED {
+        note_acquisition(wait, end_ns, pid_tgid);
+    }
+}
+
+/// The current task took the lock after waiting since `wait.start_ns`. If it was
+/// already waiting when the previous contended acquirer took the lock, that acquirer
+/// held it until just now: its hold under contention is `end_ns - acquired_ns`
+/// (including the handoff). A waiter that arrived later cannot tell the previous
+/// acquirer from a holder that took the lock without contention, so it closes no hold.
+/// Readers share: a reader that follows a reader of the same group keeps the group's
+/// first reader as the one whose hold is measured.
+#[inline(always)]
+fn note_acquisition(wait: &LockWait, end_ns: u64, pid_tgid: u64) {
+    let tid = pid_tgid as u32;
+    let current = LockAcquirer {
+        acquired_ns: end_ns,
+        wait_start_ns: wait.start_ns,
+        tid,
+        tgid: (pid_tgid >> 32) as u32,
+        kstack_id: wait.kstack_id,
+        flags: wait.flags,
+    };
+    let Some(previous) = LOCK_LAST_ACQUIRER.get_ptr_mut(&wait.lock_addr) else {
+        let _ = LOCK_LAST_ACQUIRER.insert(&wait.lock_addr, &current, 0);
+        return;
+    };
+    // SAFETY: map value from a successful lookup, valid for this program run. Exclusive
+    // acquisitions of one lock are serialized by the lock itself; concurrent readers may
+    // race here, which at worst attributes one hold to the other reader of the group.
+    let previous = unsafe { &mut *previous };
+    let waited_for_previous = conflicts(previous.flags, wait.flags);
+    if waited_for_previous
+        && previous.tid != tid
+        && wait.start_ns <= previous.acquired_ns
+        && end_ns >= previous.acquired_ns
+    {
+        let key = ContendedHoldKey {
+            lock_addr: wait.lock_addr,
+            tid: previous.tid,
+            tgid: previous.tgid,
+            kstack_id: previous.kstack_id,
+            flags: previous.flags,
+        };
+        add_latency(
+            &LOCK_HOLDS,
+            &key,
+            end_ns - previous.acquired_ns,
+            LOCK_HOLD_MAP_FULL,
+        );
+    }
+    if waited_for_previous || wait.start_ns > previous.acquired_ns {
+        *previous = current;
+    }
 }
 
 #[inline(always)]

@@ -33,9 +33,14 @@ pub const STACK_FLAGS_USER: u64 = (1 << 8) | (1 << 9);
 #[inline(always)]
 pub fn count_loss(slot: u32) {
     if let Some(counter) = LOSSES.get_ptr_mut(slot) {
-        // SAFETY: the pointer comes from a successful per-CPU array lookup; this CPU is
-        // the only writer of its slot and programs do not migrate while they run.
-        unsafe { *counter += 1 };
+        // SAFETY: the pointer comes from a successful per-CPU array lookup; programs do
+        // not migrate while they run, but one may interrupt another on the same CPU (a
+        // tracepoint in an interrupt), so the add is atomic.
+        unsafe {
+            core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
+                counter, 1,
+            )
+        };
     }
 }
 

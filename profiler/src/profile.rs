@@ -52,6 +52,10 @@ pub struct Profile {
     /// Hold times of the lock named by `--hold`.
     #[serde(default)]
     pub holds: Vec<HoldRow>,
+    /// Holds under contention, from the lock family's own events: how long each
+    /// contended acquirer held a lock while the next waiter waited (`--lock`).
+    #[serde(default)]
+    pub contended_holds: Vec<HoldRow>,
     /// Probes that were asked for but could not be used on this kernel, and why.
     #[serde(default)]
     pub unavailable: Vec<Unavailable>,
@@ -212,6 +216,9 @@ pub struct HoldRow {
     pub flags: u32,
     /// Process of the holder.
     pub pid: u32,
+    /// Thread of the holder (holds under contention, which know it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tid: Option<u32>,
     /// Kernel stack where the holder took the lock; `None` when it was lost.
     pub stack: Option<u32>,
     /// Hold time, acquisition to release.
@@ -415,7 +422,11 @@ impl Profile {
             .iter()
             .flat_map(|row| [("an rpc", row.start_stack), ("an rpc", row.end_stack)]);
         let func_stacks = self.funcs.iter().map(|row| ("a func", row.stack));
-        let hold_stacks = self.holds.iter().map(|row| ("a hold", row.stack));
+        let hold_stacks = self
+            .holds
+            .iter()
+            .chain(&self.contended_holds)
+            .map(|row| ("a hold", row.stack));
         let owner_stacks = self
             .locks
             .iter()
@@ -500,9 +511,8 @@ fn explain_parse_error(bytes: &[u8], err: serde_json::Error) -> anyhow::Error {
     }
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same directory and a rename,
-/// so a reader (or a crash) never sees a half-written file.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+/// The temporary file `write_atomically` writes before renaming it to `path`.
+fn temporary_path(path: &Path) -> Result<std::path::PathBuf> {
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
         _ => std::path::PathBuf::from("."),
@@ -510,11 +520,25 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     let file_name = path
         .file_name()
         .with_context(|| format!("{} is not a file path", path.display()))?;
-    let tmp = dir.join(format!(
+    Ok(dir.join(format!(
         ".{}.tmp.{}",
         file_name.to_string_lossy(),
         std::process::id()
-    ));
+    )))
+}
+
+/// Checks, before a long recording, that `write_atomically(path, ..)` can create its
+/// temporary file: creates it and removes it.
+pub fn check_writable(path: &Path) -> Result<()> {
+    let tmp = temporary_path(path)?;
+    fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    fs::remove_file(&tmp).with_context(|| format!("cannot remove {}", tmp.display()))
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same directory and a rename,
+/// so a reader (or a crash) never sees a half-written file.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = temporary_path(path)?;
     let result = (|| -> Result<()> {
         let mut file =
             fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;

@@ -295,6 +295,9 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     }
     let duration_s = start.elapsed().as_secs_f64();
 
+    // Events the kernel dropped before any program ran (another BPF program was
+    // running on the CPU): read while the programs are still loaded.
+    let program_misses = probes::shared::program_misses(&ebpf);
     // Detach first (numbers stop moving), then drain.
     drop(ebpf);
     drop(metrics);
@@ -329,6 +332,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     )?;
     stacks.interner.finish(&mut profile);
     profile.losses = probes::shared::drain_losses(&maps)?;
+    profile.losses.extend(program_misses);
     profile.processes = probes::shared::drain_processes(&maps, &row_pids(&profile))?;
 
     if let Some(hold) = &plan.hold {
@@ -340,9 +344,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
             );
         }
     }
-    profile
-        .save(&args.output)
-        .with_context(|| format!("cannot write the profile to {}", args.output.display()))?;
+    save_or_fall_back(&profile, &args.output)?;
     print!("{}", export::report::summary(&profile, args.top));
     eprintln!("lockpath: profile written to {}", args.output.display());
     if let Some(svg) = &args.flamegraph {
@@ -381,6 +383,7 @@ fn drain_families(
 ) -> Result<()> {
     if plan.lock {
         profile.locks = probes::lock::drain(maps, stacks)?;
+        profile.contended_holds = probes::lock::drain_contended_holds(maps, stacks)?;
     }
     if plan.offcpu.is_some() {
         profile.offcpu = probes::offcpu::drain(maps, stacks, &plan.classifier)?;
@@ -525,6 +528,10 @@ fn start(
     for (map, used, entries) in [
         ("LOCK_STATS", plan.lock, args.map_entries),
         ("LOCK_SLEEP_WAIT", plan.lock, 16384),
+        ("LOCK_HOLDS", plan.lock, args.map_entries),
+        ("LOCK_LAST_ACQUIRER", plan.lock, 16384),
+        ("LOCK_STACK_CACHE", plan.lock, 16384),
+        ("LOCK_SLEEP_DROPPED", plan.lock, 1024),
         ("OFFCPU_STATS", plan.offcpu.is_some(), args.map_entries),
         ("OFFCPU_START", plan.offcpu.is_some(), 65536),
         ("IO_STATS", plan.io, args.map_entries),
@@ -691,7 +698,44 @@ fn check_output(path: &std::path::Path) -> Result<()> {
             path.display()
         );
     }
-    Ok(())
+    // Create and remove the temporary file the final write goes through: a read-only
+    // directory (or /proc) fails now, before anything is loaded, not after the run.
+    crate::profile::check_writable(path).with_context(|| {
+        format!(
+            "cannot write the profile to {}: choose a writable place with -o",
+            path.display()
+        )
+    })
+}
+
+/// Writes the profile; when that fails at the end of a run (disk full, directory
+/// removed), the recording is not lost: it goes to a fallback file, and the error says
+/// where.
+fn save_or_fall_back(profile: &Profile, output: &std::path::Path) -> Result<()> {
+    let Err(err) = profile.save(output) else {
+        return Ok(());
+    };
+    let name = format!(
+        "lockpath-{}-{}-{}.json",
+        profile.host,
+        profile.start_unix_s,
+        std::process::id()
+    );
+    for dir in [std::env::temp_dir(), std::path::PathBuf::from(".")] {
+        let fallback = dir.join(&name);
+        if profile.save(&fallback).is_ok() {
+            bail!(
+                "cannot write the profile to {} ({err:#}); the recording was saved to {} instead",
+                output.display(),
+                fallback.display()
+            );
+        }
+    }
+    Err(err.context(format!(
+        "cannot write the profile to {}, nor to a fallback file in {} or the current directory",
+        output.display(),
+        std::env::temp_dir().display()
+    )))
 }
 
 fn install_signal_handlers() {

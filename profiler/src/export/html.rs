@@ -404,11 +404,7 @@ fn losses(profile: &Profile) -> String {
             .losses
             .iter()
             .map(|(name, count)| {
-                let why = profiler_common::loss::LOSS_NAMES
-                    .iter()
-                    .find(|(_, known, _)| known == name)
-                    .map(|(_, _, why)| why.to_string())
-                    .unwrap_or_default();
+                let why = profiler_common::loss::loss_meaning(name).to_string();
                 vec![count.to_string(), name.clone(), why]
             })
             .collect();

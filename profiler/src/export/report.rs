@@ -667,11 +667,7 @@ pub fn losses(profile: &Profile) -> String {
     }
     let mut out = String::from("\nlost events (numbers above are lower bounds):\n");
     for (name, count) in &profile.losses {
-        let why = profiler_common::loss::LOSS_NAMES
-            .iter()
-            .find(|(_, known, _)| known == name)
-            .map(|(_, _, why)| *why)
-            .unwrap_or("");
+        let why = profiler_common::loss::loss_meaning(name);
         out.push_str(&format!("  {count:>10}  {name}: {why}\n"));
     }
     out

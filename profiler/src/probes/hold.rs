@@ -423,6 +423,7 @@ pub fn drain(maps: &MapSet, stacks: &mut StackResolver, plan: &HoldPlan) -> Resu
             lock_name: plan.lock_name.clone(),
             flags: key.flags,
             pid: key.tgid,
+            tid: None,
             stack: stacks.kernel_stack(key.kstack_id),
             latency: latency_from(&stat),
         });

@@ -2,22 +2,28 @@
 //! kprobes on the contention slow paths), drain `LOCK_STATS`, and the
 //! naming rules (type names as `perf lock contention` prints them, the caller frame).
 
+use std::collections::BTreeMap;
+
 use anyhow::{bail, Context, Result};
 use aya::{
     maps::HashMap,
     programs::{KProbe, RawTracePoint},
     Ebpf,
 };
-use profiler_common::lock::{
-    LockKey, LockLayout, LockStat, LCB_F_MUTEX, LCB_F_PERCPU, LCB_F_READ, LCB_F_RT, LCB_F_SPIN,
-    LCB_F_WRITE, LOCK_CLASS_MMAP_LOCK,
+use profiler_common::{
+    latency::LatencyStat,
+    lock::{
+        ContendedHoldKey, LockKey, LockLayout, LockStat, LCB_F_MUTEX, LCB_F_PERCPU, LCB_F_READ,
+        LCB_F_RT, LCB_F_SPIN, LCB_F_WRITE, LOCK_CLASS_MMAP_LOCK, LOCK_OUTCOME_DEADLOCK,
+        LOCK_OUTCOME_INTERRUPTED, LOCK_OUTCOME_TIMED_OUT, OUTCOME_SHIFT,
+    },
 };
 
 use crate::{
     btf::Btf,
     cli::LockMethod,
     probes::shared::{attach_kprobe_pair, program, MapSet, StackResolver},
-    profile::{Frame, LockRow, ProbeUse},
+    profile::{Frame, HoldRow, LockRow, ProbeUse},
     symbolize::KernelSymbols,
     tracefs,
 };
@@ -47,7 +53,9 @@ pub fn attach(ebpf: &mut Ebpf, method: LockMethod, symbols: &KernelSymbols) -> R
     })
 }
 
-const TRACEPOINTS: [&str; 2] = ["contention_begin", "contention_end"];
+/// In attach order: the end first, so that no wait can be opened whose end would not be
+/// seen.
+const TRACEPOINTS: [&str; 2] = ["contention_end", "contention_begin"];
 
 fn has_tracepoints() -> bool {
     TRACEPOINTS
@@ -224,7 +232,7 @@ pub fn drain(maps: &MapSet, stacks: &mut StackResolver) -> Result<Vec<LockRow>> 
             } else {
                 stacks.lock_name(key.lock_addr)
             },
-            flags: key.flags,
+            flags: key.flags | key.outcome << OUTCOME_SHIFT,
             stack: stacks.kernel_stack(key.kstack_id),
             count: stat.count,
             total_ns: stat.total_ns,
@@ -238,13 +246,57 @@ pub fn drain(maps: &MapSet, stacks: &mut StackResolver) -> Result<Vec<LockRow>> 
     Ok(rows)
 }
 
-/// Lock type from `LCB_F_*` flags, named as `perf lock contention` names them.
+/// Reads the holds under contention out of the kernel.
+pub fn drain_contended_holds(maps: &MapSet, stacks: &mut StackResolver) -> Result<Vec<HoldRow>> {
+    let map = maps.get("LOCK_HOLDS")?;
+    let holds: HashMap<_, ContendedHoldKey, LatencyStat> =
+        HashMap::try_from(map).context("LOCK_HOLDS has an unexpected type")?;
+    let mut rows = Vec::new();
+    for entry in holds.iter() {
+        let (key, stat) = entry.context("cannot read LOCK_HOLDS")?;
+        rows.push(HoldRow {
+            lock_addr: key.lock_addr,
+            lock_name: stacks.lock_name(key.lock_addr),
+            flags: key.flags,
+            pid: key.tgid,
+            tid: Some(key.tid),
+            stack: stacks.kernel_stack(key.kstack_id),
+            latency: crate::probes::shared::latency_from(&stat),
+        });
+    }
+    rows.sort_by_key(|row| std::cmp::Reverse(row.latency.total_ns));
+    Ok(rows)
+}
+
+/// Lock type from `LCB_F_*` flags, named as `perf lock contention` names them, with the
+/// outcome of waits that did not end with the lock taken (`mutex !EINTR`).
 pub fn lock_type_name(flags: u32) -> &'static str {
+    let base = base_type_name(flags & ((1 << OUTCOME_SHIFT) - 1));
+    let suffix = match flags >> OUTCOME_SHIFT {
+        0 => return base,
+        LOCK_OUTCOME_INTERRUPTED => "EINTR",
+        LOCK_OUTCOME_TIMED_OUT => "ETIMEDOUT",
+        LOCK_OUTCOME_DEADLOCK => "EDEADLK",
+        _ => "failed",
+    };
+    // Names with an outcome are made once per distinct flags value (a few dozen at
+    // most: 14 types times 4 outcomes) and kept, so every exporter can hold a &str.
+    static NAMES: std::sync::Mutex<BTreeMap<u32, &'static str>> =
+        std::sync::Mutex::new(BTreeMap::new());
+    let mut names = NAMES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    names
+        .entry(flags)
+        .or_insert_with(|| Box::leak(format!("{base} !{suffix}").into_boxed_str()))
+}
+
+fn base_type_name(flags: u32) -> &'static str {
     const SPIN_READ: u32 = LCB_F_SPIN | LCB_F_READ;
     const SPIN_WRITE: u32 = LCB_F_SPIN | LCB_F_WRITE;
     const PERCPU_READ: u32 = LCB_F_PERCPU | LCB_F_READ;
     const PERCPU_WRITE: u32 = LCB_F_PERCPU | LCB_F_WRITE;
     const MUTEX_SPIN: u32 = LCB_F_MUTEX | LCB_F_SPIN;
+    const RT_READ: u32 = LCB_F_RT | LCB_F_READ;
+    const RT_WRITE: u32 = LCB_F_RT | LCB_F_WRITE;
     match flags {
         0 => "semaphore",
         LCB_F_SPIN => "spinlock",
@@ -253,6 +305,8 @@ pub fn lock_type_name(flags: u32) -> &'static str {
         LCB_F_READ => "rwsem:R",
         LCB_F_WRITE => "rwsem:W",
         LCB_F_RT => "rt-mutex",
+        RT_READ => "rwlock-rt:R",
+        RT_WRITE => "rwlock-rt:W",
         PERCPU_READ => "pcpu-sem:R",
         PERCPU_WRITE => "pcpu-sem:W",
         LCB_F_MUTEX => "mutex",
@@ -333,6 +387,20 @@ mod tests {
         assert_eq!(lock_type_name(LCB_F_RT), "rt-mutex");
         assert_eq!(lock_type_name(0), "semaphore");
         assert_eq!(lock_type_name(0x400), "unknown");
+        assert_eq!(lock_type_name(LCB_F_RT | LCB_F_READ), "rwlock-rt:R");
+        assert_eq!(lock_type_name(LCB_F_RT | LCB_F_WRITE), "rwlock-rt:W");
+        assert_eq!(
+            lock_type_name(LCB_F_MUTEX | LOCK_OUTCOME_INTERRUPTED << OUTCOME_SHIFT),
+            "mutex !EINTR"
+        );
+        assert_eq!(
+            lock_type_name(LCB_F_WRITE | LOCK_OUTCOME_TIMED_OUT << OUTCOME_SHIFT),
+            "rwsem:W !ETIMEDOUT"
+        );
+        assert_eq!(
+            lock_type_name(LCB_F_SPIN | LOCK_OUTCOME_DEADLOCK << OUTCOME_SHIFT),
+            "spinlock !EDEADLK"
+        );
     }
 
     #[test]

@@ -590,3 +590,54 @@ mod tests {
         );
     }
 }
+
+/// Runs each loaded program missed because another BPF program was already running on
+/// the CPU (`recursion_misses` of `bpf_prog_info`, Linux 5.12+): events lost before any
+/// of lockpath's code ran, so no in-kernel counter can see them. Read before detaching.
+pub fn program_misses(ebpf: &aya::Ebpf) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for (name, program) in ebpf.programs() {
+        let Ok(fd) = program.fd() else {
+            continue; // not loaded: this family was not recorded
+        };
+        let misses = prog_info(std::os::fd::AsFd::as_fd(fd)).map_or(0, |info| info.recursion_misses);
+        if misses > 0 {
+            *out
+                .entry(format!("{}{name}", profiler_common::loss::PROGRAM_MISS_PREFIX))
+                .or_insert(0) += misses;
+        }
+    }
+    out
+}
+
+/// `BPF_OBJ_GET_INFO_BY_FD` for a program; aya 0.14's `ProgramInfo` does not expose
+/// `recursion_misses`.
+fn prog_info(fd: std::os::fd::BorrowedFd<'_>) -> Option<aya_obj::generated::bpf_prog_info> {
+    use std::os::fd::AsRawFd;
+    #[repr(C)]
+    struct InfoAttr {
+        bpf_fd: u32,
+        info_len: u32,
+        info: u64,
+    }
+    const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+    // SAFETY: bpf_prog_info is plain data (integers and pointers the kernel leaves 0
+    // when their lengths are 0); all-zero is a valid value.
+    let mut info: aya_obj::generated::bpf_prog_info = unsafe { std::mem::zeroed() };
+    let mut attr = InfoAttr {
+        bpf_fd: fd.as_raw_fd() as u32,
+        info_len: std::mem::size_of::<aya_obj::generated::bpf_prog_info>() as u32,
+        info: &raw mut info as u64,
+    };
+    // SAFETY: the attribute points at `info`, which outlives the call and is as large as
+    // `info_len` says; the kernel writes at most that many bytes.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_OBJ_GET_INFO_BY_FD,
+            &raw mut attr,
+            std::mem::size_of::<InfoAttr>(),
+        )
+    };
+    (ret == 0).then_some(info)
+}
