@@ -12,6 +12,18 @@ pub fn pipe_cycle() {
     }
 }
 
+/// Opens and closes /dev/null: takes the fd table's spinlock (`files_struct.file_lock`)
+/// twice, in `alloc_fd` and `file_close_fd`.
+pub fn open_cycle() {
+    // SAFETY: a NUL-terminated path; the descriptor is closed right after.
+    unsafe {
+        let fd = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY);
+        if fd >= 0 {
+            libc::close(fd);
+        }
+    }
+}
+
 /// Maps, touches and unmaps anonymous memory: takes the process's mmap_lock (rwsem).
 pub fn mmap_cycle() {
     const LEN: usize = 64 * 1024;

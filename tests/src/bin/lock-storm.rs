@@ -1,7 +1,8 @@
 //! Workload: heavy kernel lock contention for a known time.
-//! `lock-storm [--seconds S] [--threads N] [--mode pipe|mmap|both] [--name COMM]`
+//! `lock-storm [--seconds S] [--threads N] [--mode pipe|mmap|open|both] [--name COMM]`
 //! pipe: threads create and close pipes (spinlock contention in the kernel);
-//! mmap: threads map and unmap memory (mmap_lock rwsem contention).
+//! mmap: threads map and unmap memory (mmap_lock rwsem contention);
+//! open: threads open and close /dev/null (the fd table's spinlock).
 //! `--name` sets the process name (comm, 15 bytes at most) before the threads start,
 //! e.g. to test that hostile names are escaped. Prints `ops=N` when done.
 
@@ -34,19 +35,17 @@ fn main() {
     for index in 0..threads {
         let stop = stop.clone();
         let ops = ops.clone();
-        let use_mmap = match mode.as_str() {
-            "pipe" => false,
-            "mmap" => true,
-            _ => index % 2 == 1,
+        let cycle: fn() = match mode.as_str() {
+            "pipe" => lockpath_tests::pipe_cycle,
+            "mmap" => lockpath_tests::mmap_cycle,
+            "open" => lockpath_tests::open_cycle,
+            _ if index % 2 == 1 => lockpath_tests::mmap_cycle,
+            _ => lockpath_tests::pipe_cycle,
         };
         handles.push(std::thread::spawn(move || {
             let mut local = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                if use_mmap {
-                    lockpath_tests::mmap_cycle();
-                } else {
-                    lockpath_tests::pipe_cycle();
-                }
+                cycle();
                 local += 1;
             }
             ops.fetch_add(local, Ordering::Relaxed);
