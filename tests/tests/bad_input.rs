@@ -131,3 +131,63 @@ fn exporters_refuse_bad_input_without_writing() {
         "not PORT or ADDRESS:PORT",
     );
 }
+
+/// An output place that cannot be written fails before anything is loaded (the issue's
+/// `-o /proc/x.json -d 3` recorded for 3 s and then lost the run).
+#[test]
+fn unwritable_output_fails_before_recording() {
+    if !can_load_programs("unwritable_output_fails_before_recording") {
+        return;
+    }
+    let before = loaded_programs();
+    let started = std::time::Instant::now();
+    let stderr = fails_with(
+        &["record", "--lock", "-a", "-d", "3", "-o", "/proc/x.json"],
+        "cannot write the profile to /proc/x.json",
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(2),
+        "the check must come before the 3 s recording: {stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    let leftover: Vec<u64> = loaded_programs()
+        .into_iter()
+        .filter(|id| !before.contains(id))
+        .collect();
+    assert!(leftover.is_empty(), "programs left loaded: {leftover:?}");
+}
+
+/// When the final write fails after all (the directory went away during the run), the
+/// recording goes to a fallback file that the error names, and that file is a profile.
+#[test]
+fn failed_final_write_keeps_the_recording() {
+    if !can_load_programs("failed_final_write_keeps_the_recording") {
+        return;
+    }
+    let dir = scratch("fallback-write");
+    let gone = dir.join("gone");
+    std::fs::create_dir_all(&gone).expect("create dir");
+    let out = gone.join("p.json");
+    let storm = workload("lock-storm");
+    let script = format!(
+        "rm -rf {}; exec {} --seconds 2 --mode pipe",
+        path_str(&gone),
+        path_str(&storm)
+    );
+    let stderr = fails_with(
+        &["record", "--lock", "-o", path_str(&out), "--", "sh", "-c", &script],
+        "the recording was saved to ",
+    );
+    let fallback = stderr
+        .split("the recording was saved to ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("fallback path in the error");
+    let profile = load_json(std::path::Path::new(fallback));
+    assert!(
+        profile["locks"].as_array().is_some_and(|rows| !rows.is_empty()),
+        "the fallback profile {fallback} holds the recording"
+    );
+    let _ = std::fs::remove_file(fallback);
+    assert!(!out.exists());
+}
