@@ -35,12 +35,14 @@ pub const LOCK_KPROBE_RETURN_LOST: u32 = 26;
 pub const HOLD_MAP_FULL: u32 = 27;
 pub const HOLD_OPEN_FULL: u32 = 28;
 pub const HOLD_NEGATIVE_DELTA: u32 = 29;
+// io by request pointer: 31 (30 left to the lock family).
+pub const IO_STALE_REPLACED: u32 = 31;
 
 /// Number of slots in `LOSSES` (room for the other probe families).
 pub const LOSS_SLOTS: u32 = 32;
 
 /// Names for the report, by index. `None` slots are unused.
-pub const LOSS_NAMES: [(u32, &str, &str); 29] = [
+pub const LOSS_NAMES: [(u32, &str, &str); 30] = [
     (
         STACK_COLLISION,
         "stack_collision",
@@ -114,7 +116,7 @@ pub const LOSS_NAMES: [(u32, &str, &str); 29] = [
     (
         IO_UNMATCHED_COMPLETE,
         "io_unmatched_complete",
-        "request completed without a seen issue (in flight at start, or partial completion)",
+        "request with data completed without a seen issue (in flight at start)",
     ),
     (
         CPU_MAP_FULL,
@@ -185,5 +187,10 @@ pub const LOSS_NAMES: [(u32, &str, &str); 29] = [
         HOLD_NEGATIVE_DELTA,
         "hold_negative_delta",
         "hold with release before acquisition",
+    ),
+    (
+        IO_STALE_REPLACED,
+        "io_stale_replaced",
+        "a request address reused while an older request there was open (its completion was missed): the older one dropped",
     ),
 ];
