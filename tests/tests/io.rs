@@ -619,11 +619,13 @@ impl Drop for BareLoop {
 }
 
 /// Requests keyed by their `struct request` address: sector-less flushes (empty
-/// `REQ_OP_FLUSH` requests, which the old (dev, sector) key could confuse with any other
-/// request at the same sector) are counted one per fsync, direct writes are credited to
-/// the process that submitted them, and perf, counting `block:block_rq_issue` on the
-/// same device while lockpath's raw tracepoints are attached, sees exactly the requests
-/// lockpath counted (a classic tracepoint program returning 0 would blind it).
+/// `REQ_OP_FLUSH` requests) are counted one per fsync; reads of one sector by four
+/// threads at once (requests a (dev, sector) key confuses: one replaced the other, one
+/// completion went unmatched) are each counted and credited to their process; direct
+/// writes are credited to the process that submitted them; and perf, counting
+/// `block:block_rq_issue` on the same device while lockpath's raw tracepoints are
+/// attached, sees exactly the requests lockpath counted (a classic tracepoint program
+/// returning 0 would blind it).
 #[test]
 fn sectorless_flushes_and_writes_match_perf_issue_counts() {
     const TEST: &str = "sectorless_flushes_and_writes_match_perf_issue_counts";
@@ -655,6 +657,8 @@ fn sectorless_flushes_and_writes_match_perf_issue_counts() {
     }
     const FLUSHES: u64 = 40;
     const WRITES: u64 = 16;
+    const READERS: u64 = 4;
+    const READS: u64 = 500;
     let out = disk.dir.join("out");
     std::fs::create_dir_all(&out).expect("out dir");
     let profile_path = out.join("p.json");
@@ -679,7 +683,13 @@ fn sectorless_flushes_and_writes_match_perf_issue_counts() {
         .arg(&profile_path)
         .arg("--")
         .arg(workload("block-flush"))
-        .args([&disk.device, &FLUSHES.to_string(), &WRITES.to_string()])
+        .args([
+            &disk.device,
+            &FLUSHES.to_string(),
+            &WRITES.to_string(),
+            &READERS.to_string(),
+            &READS.to_string(),
+        ])
         .output()
         .expect("run perf stat -- lockpath record");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
@@ -724,6 +734,7 @@ fn sectorless_flushes_and_writes_match_perf_issue_counts() {
     };
     let flushes = sum("flush", "count", None);
     let writes = sum("write", "count", None);
+    let reads = sum("read", "count", Some(pid));
     let ours: u64 = rows
         .iter()
         .map(|row| row["count"].as_u64().expect("count"))
@@ -731,8 +742,13 @@ fn sectorless_flushes_and_writes_match_perf_issue_counts() {
     let issued = perf_count(&perf_path, "block:block_rq_issue");
     let completed = perf_count(&perf_path, "block:block_rq_complete");
     eprintln!(
-        "{name}: lockpath {ours} requests ({flushes} flushes, {writes} writes), \
-         perf {issued} issued, {completed} completions"
+        "{name}: lockpath {ours} requests ({flushes} flushes, {writes} writes, {reads} reads \
+         of one sector by the workload), perf {issued} issued, {completed} completions"
+    );
+    assert_eq!(
+        reads,
+        READERS * READS,
+        "every read of the shared sector, credited to the workload: {rows:?}"
     );
     assert_eq!(flushes, FLUSHES, "one flush request per fsync: {rows:?}");
     assert_eq!(sum("flush", "bytes", None), 0, "flushes carry no data");
