@@ -24,7 +24,9 @@ use profiler_common::{
 
 use crate::{
     latency::{add_latency, now_ns},
-    shared::{STACK_FLAGS_KERNEL, STACKS, TASKS, count_loss, stack_id_or_loss},
+    shared::{
+        STACK_FLAGS_KERNEL, STACKS, TASKS, count_loss, remember_current_task, stack_id_or_loss,
+    },
     target::{is_target, is_target_process},
 };
 
@@ -199,6 +201,11 @@ fn on_fuse_send(ctx: &RawTracePointContext) {
     };
     if !admitted {
         return;
+    }
+    if current {
+        // Names the requesting thread now, so a later background request of this
+        // thread sent by another task finds its process in TASKS.
+        remember_current_task();
     }
     let id = RpcId {
         provider: PROVIDER_FUSE,

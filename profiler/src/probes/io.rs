@@ -21,9 +21,12 @@ pub struct IoGlobals {
     events: Vec<(&'static str, &'static str)>,
 }
 
+/// (struct, member).
+type Member = (&'static str, &'static str);
+
 /// Chains to the disk's `dev_t` from a `struct request`, newest kernels first: each is
 /// (struct, member) pointer hops, then the final (struct, member) `dev_t`.
-const DEV_CHAINS: [(&[(&str, &str)], (&str, &str)); 3] = [
+const DEV_CHAINS: [(&[Member], Member); 3] = [
     // 5.15+: rq->q->disk->part0->bd_dev (the tracepoints' disk_devt(rq->q->disk)).
     (
         &[
@@ -150,7 +153,7 @@ impl IoGlobals {
 }
 
 /// Offsets of one pointer chain, or why this kernel does not have it.
-fn dev_chain(btf: &Btf, hops: &[(&str, &str)], last: (&str, &str)) -> Result<[u32; 4]> {
+fn dev_chain(btf: &Btf, hops: &[Member], last: Member) -> Result<[u32; 4]> {
     let mut offsets = [0u32; 4];
     for (index, (name, member)) in hops.iter().enumerate() {
         offsets[index] = btf.member_pointer_offset(name, member)?;
