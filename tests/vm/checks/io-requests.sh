@@ -19,7 +19,12 @@ echo 4096 > $TRACING/buffer_size_kb
 echo > $TRACING/trace
 echo 1 > $events/enable || fail "cannot enable block_rq_issue"
 lockpath record -a --io -o /tmp/io.json -- /bin/block-flush /dev/loop0 $flushes 8 2 100 \
-    > /tmp/io.out 2>&1 || { cat /tmp/io.out; fail "lockpath record exited with $?"; }
+    > /tmp/io.out 2>&1 || {
+    rc=$?
+    cat /tmp/io.out
+    tail -n 40 /tmp/lockpath-verifier-*.log 2>/dev/null
+    fail "lockpath record exited with $rc"
+}
 echo 0 > $events/enable
 echo 0 > $events/filter
 cat /tmp/io.out
