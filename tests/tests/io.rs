@@ -682,8 +682,9 @@ fn sectorless_flushes_and_writes_match_perf_issue_counts() {
         .args(["record", "-a", "--io", "-o"])
         .arg(&profile_path)
         .arg("--")
-        .arg(workload("block-flush"))
+        .arg(workload("ext4-dir"))
         .args([
+            "block",
             &disk.device,
             &FLUSHES.to_string(),
             &WRITES.to_string(),

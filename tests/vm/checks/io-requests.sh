@@ -18,7 +18,7 @@ echo "dev == $(( (major << 20) | minor ))" > $events/filter || fail "cannot filt
 echo 4096 > $TRACING/buffer_size_kb
 echo > $TRACING/trace
 echo 1 > $events/enable || fail "cannot enable block_rq_issue"
-lockpath record -a --io -o /tmp/io.json -- /bin/block-flush /dev/loop0 $flushes 8 2 100 \
+lockpath record -a --io -o /tmp/io.json -- /bin/ext4-dir block /dev/loop0 $flushes 8 2 100 \
     > /tmp/io.out 2>&1 || {
     rc=$?
     cat /tmp/io.out

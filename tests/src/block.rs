@@ -1,23 +1,25 @@
-//! Workload: block requests without a sector, and direct writes, on a block device.
-//! `block-flush DEVICE FLUSHES WRITES [READERS READS]`: opens DEVICE (a scratch loop
-//! device: it is overwritten) with O_DIRECT, writes WRITES blocks of 64 KiB at increasing
-//! offsets, each its own request; then READERS threads each read the first 4 KiB READS
-//! times with O_DIRECT, so requests for the same sector are in flight at the same time;
-//! then it calls fsync FLUSHES times: with nothing dirty, each fsync is one empty flush
-//! request (`REQ_OP_FLUSH`, no sector, no data) on a device with a write-back cache.
-//! Prints `pid=P flushes=F writes=W bytes=B reads=R`.
+//! Workload: block requests without a sector, direct writes and same-sector reads on a
+//! raw block device, run as `ext4-dir block DEVICE FLUSHES WRITES [READERS READS]` (a mode
+//! of an existing binary: the lab's initramfs does not grow by another one).
+//!
+//! Opens DEVICE (a scratch loop device: it is overwritten) with O_DIRECT, writes WRITES
+//! blocks of 64 KiB at increasing offsets, each its own request; then READERS threads each
+//! read the first 4 KiB READS times with O_DIRECT, so requests for the same sector are in
+//! flight at the same time; then it calls fsync FLUSHES times: with nothing dirty, each
+//! fsync is one empty flush request (`REQ_OP_FLUSH`, no sector, no data) on a device with
+//! a write-back cache. Prints `pid=P flushes=F writes=W bytes=B reads=R`.
 
 const BLOCK: usize = 64 * 1024;
 
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let (device, flushes, writes, readers, reads) = match args.as_slice() {
-        [_, device, flushes, writes] => (device, flushes, writes, "0", "0"),
-        [_, device, flushes, writes, readers, reads] => {
+/// `args`: DEVICE FLUSHES WRITES [READERS READS].
+pub fn run(args: &[String]) {
+    let (device, flushes, writes, readers, reads) = match args {
+        [device, flushes, writes] => (device, flushes, writes, "0", "0"),
+        [device, flushes, writes, readers, reads] => {
             (device, flushes, writes, readers.as_str(), reads.as_str())
         }
         _ => {
-            eprintln!("usage: block-flush DEVICE FLUSHES WRITES [READERS READS]");
+            eprintln!("usage: ext4-dir block DEVICE FLUSHES WRITES [READERS READS]");
             std::process::exit(2);
         }
     };
