@@ -35,8 +35,10 @@ pub const LOCK_KPROBE_RETURN_LOST: u32 = 26;
 pub const HOLD_MAP_FULL: u32 = 27;
 pub const HOLD_OPEN_FULL: u32 = 28;
 pub const HOLD_NEGATIVE_DELTA: u32 = 29;
+// io by request pointer: 33.
+pub const IO_STALE_REPLACED: u32 = 33;
 
-// lock accuracy: 30..=33.
+// lock accuracy: 30..=32.
 pub const LOCK_STALE_WAIT: u32 = 30;
 pub const LOCK_HOLD_MAP_FULL: u32 = 31;
 pub const LOCK_STACK_CACHE_FAILED: u32 = 32;
@@ -45,7 +47,7 @@ pub const LOCK_STACK_CACHE_FAILED: u32 = 32;
 pub const LOSS_SLOTS: u32 = 48;
 
 /// Names for the report, by index. `None` slots are unused.
-pub const LOSS_NAMES: [(u32, &str, &str); 32] = [
+pub const LOSS_NAMES: [(u32, &str, &str); 33] = [
     (
         STACK_COLLISION,
         "stack_collision",
@@ -119,7 +121,7 @@ pub const LOSS_NAMES: [(u32, &str, &str); 32] = [
     (
         IO_UNMATCHED_COMPLETE,
         "io_unmatched_complete",
-        "request completed without a seen issue (in flight at start, or partial completion)",
+        "request with data completed without a seen issue (in flight at start)",
     ),
     (
         CPU_MAP_FULL,
@@ -206,6 +208,11 @@ pub const LOSS_NAMES: [(u32, &str, &str); 32] = [
         "lock_stack_cache_failed",
         "the kernel stack above a lock tracepoint could not be read: stack walked instead",
     ),
+    (
+        IO_STALE_REPLACED,
+        "io_stale_replaced",
+        "a request address reused while an older request there was open (its completion was missed): the older one dropped",
+    ),
 ];
 
 /// Name prefix of a program's `recursion_misses` in a profile's losses (user space reads
@@ -222,4 +229,20 @@ pub fn loss_meaning(name: &str) -> &'static str {
         .iter()
         .find(|(_, known, _)| *known == name)
         .map_or("", |(_, _, why)| why)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_slot_is_named_once() {
+        for (index, (slot, name, _)) in LOSS_NAMES.iter().enumerate() {
+            assert!(*slot < LOSS_SLOTS, "{name}: slot {slot} out of range");
+            for (other_slot, other_name, _) in &LOSS_NAMES[index + 1..] {
+                assert_ne!(slot, other_slot, "{name} and {other_name} share a slot");
+                assert_ne!(name, other_name);
+            }
+        }
+    }
 }

@@ -7,7 +7,8 @@ pub const PROVIDER_SUNRPC: u32 = 2;
 pub const PROVIDER_LUSTRE: u32 = 3;
 pub const PROVIDER_SPAN: u32 = 4;
 
-/// A request in flight: provider, connection (FUSE device, RPC client) and request id.
+/// A request in flight: provider, connection (RPC client; 0 for FUSE) and request id
+/// (FUSE: the `struct fuse_req` address; sunrpc: the task id; kprobes: an argument).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RpcId {
@@ -43,5 +44,59 @@ pub struct RpcKey {
     pub _pad: u32,
 }
 
+/// The process a FUSE request is credited to.
+///
+/// `header_pid` is `req->in.h.pid`: the thread that made the request, numbered in the
+/// connection's pid namespace (0 for requests the kernel makes on its own). A request
+/// that is not a background one is sent by the requester itself, so the current task
+/// is the requester. A background request (readahead, async release, ...) may be sent
+/// later by another task (the server's thread completing an earlier one, a worker):
+/// the header then names the requester, whose process is `header_tgid` when lockpath
+/// knows that thread, else the header's number itself (a main thread's id is its
+/// process id). Returns the tgid and whether it is the current task's process.
+pub fn fuse_requester(
+    header_pid: u32,
+    background: bool,
+    current_pid_tgid: u64,
+    header_tgid: Option<u32>,
+) -> (u32, bool) {
+    let current_tid = current_pid_tgid as u32;
+    let current_tgid = (current_pid_tgid >> 32) as u32;
+    if !background || header_pid == 0 || header_pid == current_tid {
+        return (current_tgid, true);
+    }
+    let tgid = header_tgid.unwrap_or(header_pid);
+    (tgid, tgid == current_tgid)
+}
+
 #[cfg(feature = "user")]
 crate::impl_pod!(RpcId, RpcStart, RpcKey);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CURRENT: u64 = (100 << 32) | 101;
+
+    #[test]
+    fn a_synchronous_request_is_the_current_task_s() {
+        // The header's number may be from another pid namespace: not used.
+        assert_eq!(fuse_requester(7, false, CURRENT, None), (100, true));
+        assert_eq!(fuse_requester(101, false, CURRENT, None), (100, true));
+    }
+
+    #[test]
+    fn a_background_request_sent_by_its_requester() {
+        assert_eq!(fuse_requester(101, true, CURRENT, None), (100, true));
+        // Made by the kernel itself (no requester): the sender.
+        assert_eq!(fuse_requester(0, true, CURRENT, None), (100, true));
+    }
+
+    #[test]
+    fn a_background_request_sent_by_another_task_is_the_requester_s() {
+        // A thread lockpath knows: its process.
+        assert_eq!(fuse_requester(501, true, CURRENT, Some(500)), (500, false));
+        // Unknown: the header's number (a main thread's id is its process id).
+        assert_eq!(fuse_requester(500, true, CURRENT, None), (500, false));
+    }
+}

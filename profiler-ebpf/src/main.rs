@@ -107,28 +107,42 @@ pub extern "C" fn offcpu_sched_switch(ctx: *mut c_void) -> u32 {
     1
 }
 
-/// `block:block_rq_insert` (queue time; absent on queues without a scheduler).
-#[unsafe(no_mangle)]
-#[unsafe(link_section = "tracepoint/block/block_rq_insert")]
-pub extern "C" fn io_rq_insert(ctx: *mut c_void) -> u32 {
-    io::on_rq_insert(&TracePointContext::new(ctx));
-    1
+// Block IO: raw tracepoints, so the request pointer is the key and perf still sees
+// the events. A raw tracepoint program may only read as many arguments as the
+// tracepoint has (checked at attach), so each event that took `(q, rq)` before 5.11
+// has a second program reading `rq` from argument 1 (`_q`); user space attaches the
+// one this kernel's BTF calls for, and insert, requeue and merge only where they exist.
+macro_rules! io_request_event {
+    ($($program:ident, $program_q:ident, $event:literal, $handler:path;)*) => {
+        $(
+            #[raw_tracepoint(tracepoint = $event)]
+            pub fn $program(ctx: RawTracePointContext) -> i32 {
+                $handler(ctx.arg::<u64>(0));
+                0
+            }
+
+            #[raw_tracepoint(tracepoint = $event)]
+            pub fn $program_q(ctx: RawTracePointContext) -> i32 {
+                $handler(ctx.arg::<u64>(1));
+                0
+            }
+        )*
+    };
 }
 
-/// `block:block_rq_issue`.
-#[unsafe(no_mangle)]
-#[unsafe(link_section = "tracepoint/block/block_rq_issue")]
-pub extern "C" fn io_rq_issue(ctx: *mut c_void) -> u32 {
-    io::on_rq_issue(&TracePointContext::new(ctx));
-    1
+io_request_event! {
+    io_rq_insert, io_rq_insert_q, "block_rq_insert", io::on_rq_insert;
+    io_rq_issue, io_rq_issue_q, "block_rq_issue", io::on_rq_issue;
+    io_rq_requeue, io_rq_requeue_q, "block_rq_requeue", io::on_rq_requeue;
+    io_rq_merge, io_rq_merge_q, "block_rq_merge", io::on_rq_merge;
 }
 
-/// `block:block_rq_complete` (interrupt context).
-#[unsafe(no_mangle)]
-#[unsafe(link_section = "tracepoint/block/block_rq_complete")]
-pub extern "C" fn io_rq_complete(ctx: *mut c_void) -> u32 {
-    io::on_rq_complete(&TracePointContext::new(ctx));
-    1
+/// `block_rq_complete(struct request *rq, error, unsigned int nr_bytes)` on every kernel
+/// lockpath supports (interrupt context).
+#[raw_tracepoint(tracepoint = "block_rq_complete")]
+pub fn io_rq_complete(ctx: RawTracePointContext) -> i32 {
+    io::on_rq_complete(ctx.arg::<u64>(0), ctx.arg::<u64>(2) as u32);
+    0
 }
 
 /// Span start / completion on kprobes (Lustre's `ptl_send_rpc` / `after_reply`, or a

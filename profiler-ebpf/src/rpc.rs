@@ -1,9 +1,9 @@
 //! Request / reply spans. A start remembers (time, issuing process, operation, stack)
 //! under the request's key in `RPC_INFLIGHT`; the completion with the same key adds the
 //! latency to `RPC_STATS` keyed by (provider, operation, process, start stack, completion
-//! stack). Providers: FUSE tracepoints, and two generic pairs used by sunrpc, lustre and
-//! `--span`: one on classic tracepoints (key read at a format-file offset), one on
-//! kprobes (key = an argument).
+//! stack). Providers: FUSE raw tracepoints (key = the `struct fuse_req` address), and two
+//! generic pairs used by sunrpc, lustre and `--span`: one on classic tracepoints (key
+//! read at a format-file offset), one on kprobes (key = an argument).
 //!
 //! The start honours the target filter; the completion does not (a FUSE reply runs in
 //! the server's thread, a Lustre reply in ptlrpcd): only started requests are in flight.
@@ -11,20 +11,23 @@
 use core::ffi::c_void;
 
 use aya_ebpf::{
-    macros::map,
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
+    macros::{map, raw_tracepoint},
     maps::HashMap,
-    programs::{ProbeContext, TracePointContext, tracing::StackIdContext},
+    programs::{ProbeContext, RawTracePointContext, TracePointContext, tracing::StackIdContext},
 };
 use profiler_common::{
     latency::LatencyStat,
     loss::{RPC_INFLIGHT_FULL, RPC_KEY_REUSED, RPC_MAP_FULL},
-    rpc::{PROVIDER_FUSE, RpcId, RpcKey, RpcStart},
+    rpc::{PROVIDER_FUSE, RpcId, RpcKey, RpcStart, fuse_requester},
 };
 
 use crate::{
     latency::{add_latency, now_ns},
-    shared::{STACK_FLAGS_KERNEL, STACKS, count_loss, stack_id_or_loss},
-    target::is_target,
+    shared::{
+        STACK_FLAGS_KERNEL, STACKS, TASKS, count_loss, remember_current_task, stack_id_or_loss,
+    },
+    target::{is_target, is_target_process},
 };
 
 #[map]
@@ -33,17 +36,16 @@ pub static RPC_STATS: HashMap<RpcKey, LatencyStat> = HashMap::with_max_entries(1
 #[map]
 static RPC_INFLIGHT: HashMap<RpcId, RpcStart> = HashMap::with_max_entries(65536, 0);
 
-// Field offsets of fuse:fuse_request_send / fuse_request_end, from the format files.
+// `struct fuse_req` offsets from the BTF of vmlinux or of the fuse module: the
+// request's `in.h.opcode`, `in.h.pid` and `flags`, and the bit number of FR_BACKGROUND.
 #[unsafe(no_mangle)]
-static FUSE_SEND_CONNECTION: u32 = 8;
+static FUSE_REQ_OPCODE: u32 = 0;
 #[unsafe(no_mangle)]
-static FUSE_SEND_UNIQUE: u32 = 16;
+static FUSE_REQ_PID: u32 = 0;
 #[unsafe(no_mangle)]
-static FUSE_SEND_OPCODE: u32 = 24;
+static FUSE_REQ_FLAGS: u32 = 0;
 #[unsafe(no_mangle)]
-static FUSE_END_CONNECTION: u32 = 8;
-#[unsafe(no_mangle)]
-static FUSE_END_UNIQUE: u32 = 16;
+static FUSE_FR_BACKGROUND: u32 = 2;
 
 // The generic tracepoint pair: provider, key offsets and sizes (4 or 8 bytes), and an
 // optional connection field (size 0: none).
@@ -85,7 +87,13 @@ fn begin<C: StackIdContext>(ctx: &C, id: RpcId, op: u32) {
     if !is_target() {
         return;
     }
-    let tgid = (aya_ebpf::helpers::bpf_get_current_pid_tgid() >> 32) as u32;
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    start(ctx, id, op, tgid);
+}
+
+/// Opens request `id` for process `tgid` (already admitted by the target filter).
+#[inline(always)]
+fn start<C: StackIdContext>(ctx: &C, id: RpcId, op: u32, tgid: u32) {
     let start = RpcStart {
         start_ns: now_ns(),
         tgid,
@@ -95,6 +103,8 @@ fn begin<C: StackIdContext>(ctx: &C, id: RpcId, op: u32) {
     };
     // SAFETY: lookup in a map of plain data; the reference is not kept.
     if unsafe { RPC_INFLIGHT.get(id) }.is_some() {
+        // An earlier request under this key never ended (for FUSE: a freed and reused
+        // fuse_req whose end was missed): replaced, so nobody inherits its start.
         count_loss(RPC_KEY_REUSED);
     }
     if RPC_INFLIGHT.insert(id, start, 0).is_err() {
@@ -140,35 +150,69 @@ fn read_field(ctx: &TracePointContext, offset: u32, size: u32) -> u64 {
     }
 }
 
-/// `fuse:fuse_request_send`: runs in the issuing task for synchronous requests.
-#[unsafe(no_mangle)]
-#[unsafe(link_section = "tracepoint/fuse/fuse_request_send")]
-pub extern "C" fn rpc_fuse_send(ctx: *mut c_void) -> u32 {
-    let ctx = TracePointContext::new(ctx);
-    let id = RpcId {
-        provider: PROVIDER_FUSE,
-        connection: read_field(&ctx, global(&FUSE_SEND_CONNECTION), 4) as u32,
-        id: read_field(&ctx, global(&FUSE_SEND_UNIQUE), 8),
-    };
-    let op = read_field(&ctx, global(&FUSE_SEND_OPCODE), 4) as u32;
-    begin(&ctx, id, op);
-    // 1: let perf and other tracers see the event too.
-    1
+#[inline(always)]
+fn read_kernel<T>(addr: u64) -> Option<T> {
+    // SAFETY: bpf_probe_read_kernel checks the address; a bad one yields an error.
+    unsafe { bpf_probe_read_kernel(addr as *const T) }.ok()
 }
 
-/// `fuse:fuse_request_end`: runs in the task that delivers the reply (the server's
-/// write to /dev/fuse), or in the issuer when the request is aborted.
-#[unsafe(no_mangle)]
-#[unsafe(link_section = "tracepoint/fuse/fuse_request_end")]
-pub extern "C" fn rpc_fuse_end(ctx: *mut c_void) -> u32 {
-    let ctx = TracePointContext::new(ctx);
+/// `fuse_request_send(const struct fuse_req *req)`, a raw tracepoint: the key is the
+/// request's address, not `in.h.unique` (still 0 at this tracepoint on kernels that
+/// trace before the unique id is assigned), and the opcode and requester come from the
+/// request itself. Raw, so perf keeps seeing the event.
+#[raw_tracepoint(tracepoint = "fuse_request_send")]
+pub fn rpc_fuse_send(ctx: RawTracePointContext) -> i32 {
+    on_fuse_send(&ctx);
+    0
+}
+
+/// `fuse_request_end(const struct fuse_req *req)`: runs in the task that delivers the
+/// reply (the server's write to /dev/fuse), or in the issuer when the request is aborted.
+#[raw_tracepoint(tracepoint = "fuse_request_end")]
+pub fn rpc_fuse_end(ctx: RawTracePointContext) -> i32 {
     let id = RpcId {
         provider: PROVIDER_FUSE,
-        connection: read_field(&ctx, global(&FUSE_END_CONNECTION), 4) as u32,
-        id: read_field(&ctx, global(&FUSE_END_UNIQUE), 8),
+        connection: 0,
+        id: ctx.arg::<u64>(0),
     };
     end(&ctx, id);
-    1
+    0
+}
+
+#[inline(always)]
+fn on_fuse_send(ctx: &RawTracePointContext) {
+    let req = ctx.arg::<u64>(0);
+    let op = read_kernel::<u32>(req + global(&FUSE_REQ_OPCODE) as u64).unwrap_or(0);
+    let header_pid = read_kernel::<u32>(req + global(&FUSE_REQ_PID) as u64).unwrap_or(0);
+    let flags = read_kernel::<u64>(req + global(&FUSE_REQ_FLAGS) as u64).unwrap_or(0);
+    let background = (flags >> (global(&FUSE_FR_BACKGROUND) & 63)) & 1 != 0;
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let header_tgid = if background && header_pid != 0 && header_pid != pid_tgid as u32 {
+        // SAFETY: lookup in a map of plain data; the value is copied out.
+        unsafe { TASKS.get(header_pid) }.map(|task| task.tgid)
+    } else {
+        None
+    };
+    let (tgid, current) = fuse_requester(header_pid, background, pid_tgid, header_tgid);
+    let admitted = if current {
+        is_target()
+    } else {
+        is_target_process(tgid)
+    };
+    if !admitted {
+        return;
+    }
+    if current {
+        // Names the requesting thread now, so a later background request of this
+        // thread sent by another task finds its process in TASKS.
+        remember_current_task();
+    }
+    let id = RpcId {
+        provider: PROVIDER_FUSE,
+        connection: 0,
+        id: req,
+    };
+    start(ctx, id, op, tgid);
 }
 
 /// The start of a span on any classic tracepoint (attached by user space).

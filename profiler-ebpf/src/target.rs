@@ -63,6 +63,18 @@ pub fn is_target() -> bool {
     }
 }
 
+/// True when process `tgid`, which need not be the current task's (the requester of a
+/// FUSE background request sent by another task), is profiled. Under a cgroup filter
+/// only the current task's cgroup is known: the current task decides.
+#[inline(always)]
+pub fn is_target_process(tgid: u32) -> bool {
+    match load_u32(&FILTER_MODE) {
+        FILTER_PIDS => is_tracked(tgid),
+        FILTER_CGROUP => is_target(),
+        _ => true,
+    }
+}
+
 #[inline(always)]
 fn is_tracked(tgid: u32) -> bool {
     // SAFETY: lookup in a map of plain data; the reference is not kept.

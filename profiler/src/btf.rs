@@ -1,7 +1,8 @@
 //! Kernel struct layouts from BTF (`/sys/kernel/btf/vmlinux`). Rust eBPF has no CO-RE
 //! here, so field offsets that differ between kernels are read at start-up and handed to
 //! the programs as load-time constants. Only what lockpath needs: struct member offsets,
-//! through anonymous structs and unions, and through nested members (`a.b.c`).
+//! through anonymous structs and unions, and through nested members (`a.b.c`); enum
+//! values; the arguments of raw tracepoints; a module's split BTF on top of vmlinux's.
 
 use std::{collections::HashMap, path::Path};
 
@@ -10,6 +11,7 @@ use anyhow::{bail, Context, Result};
 const BTF_MAGIC: u16 = 0xeb9f;
 
 const KIND_INT: u32 = 1;
+const KIND_PTR: u32 = 2;
 const KIND_ARRAY: u32 = 3;
 const KIND_STRUCT: u32 = 4;
 const KIND_UNION: u32 = 5;
@@ -38,6 +40,8 @@ struct Type {
     name: String,
     /// Referenced type (typedef, qualifiers, pointers).
     type_id: u32,
+    /// Struct and union members; enum values (`bit_offset` holds the low 32 bits of the
+    /// value); function prototype parameters (`bit_offset` 0).
     members: Vec<Member>,
 }
 
@@ -63,38 +67,6 @@ impl Btf {
     }
 
     pub fn parse(bytes: &[u8]) -> Result<Btf> {
-        let u16_at = |offset: usize| -> Result<u16> {
-            let raw = bytes
-                .get(offset..offset + 2)
-                .context("BTF header cut short")?;
-            Ok(u16::from_le_bytes([raw[0], raw[1]]))
-        };
-        let u32_at = |offset: usize| -> Result<u32> {
-            let raw = bytes
-                .get(offset..offset + 4)
-                .context("BTF data cut short")?;
-            Ok(u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]))
-        };
-        if u16_at(0)? != BTF_MAGIC {
-            bail!("not BTF (bad magic), or not little-endian");
-        }
-        let header_len = u32_at(4)? as usize;
-        let type_off = u32_at(8)? as usize;
-        let type_len = u32_at(12)? as usize;
-        let str_off = u32_at(16)? as usize;
-        let str_len = u32_at(20)? as usize;
-        let strings = bytes
-            .get(header_len + str_off..header_len + str_off + str_len)
-            .context("BTF string section out of bounds")?;
-        let name_at = |offset: u32| -> String {
-            let start = offset as usize;
-            let Some(rest) = strings.get(start..) else {
-                return String::new();
-            };
-            let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
-            String::from_utf8_lossy(&rest[..end]).into_owned()
-        };
-
         // Type id 0 is `void`.
         let mut types = vec![Type {
             kind: 0,
@@ -102,59 +74,104 @@ impl Btf {
             type_id: 0,
             members: Vec::new(),
         }];
-        let mut cursor = header_len + type_off;
-        let end = cursor + type_len;
-        if end > bytes.len() {
-            bail!("BTF type section out of bounds");
+        parse_types(bytes, &mut types, &[])?;
+        Ok(Self::index(types))
+    }
+
+    /// A module's split BTF (`/sys/kernel/btf/<module>`): its type ids follow vmlinux's
+    /// and its names may be vmlinux strings, so both blobs are read together.
+    pub fn parse_split(base: &[u8], module: &[u8]) -> Result<Btf> {
+        let mut types = vec![Type {
+            kind: 0,
+            name: String::new(),
+            type_id: 0,
+            members: Vec::new(),
+        }];
+        let base_strings = parse_types(base, &mut types, &[])?;
+        parse_types(module, &mut types, base_strings)
+            .context("cannot parse the module's split BTF")?;
+        Ok(Self::index(types))
+    }
+
+    /// vmlinux's BTF, with `module`'s split BTF when the module is loaded (a built-in
+    /// module has no file of its own: its types are in vmlinux).
+    pub fn from_sys_fs_with_module(module: &str) -> Result<Btf> {
+        let vmlinux = Path::new("/sys/kernel/btf/vmlinux");
+        let module_path = Path::new("/sys/kernel/btf").join(module);
+        if !module_path.exists() {
+            return Self::from_file(vmlinux);
         }
-        while cursor < end {
-            let name_off = u32_at(cursor)?;
-            let info = u32_at(cursor + 4)?;
-            let size_or_type = u32_at(cursor + 8)?;
-            cursor += 12;
-            let vlen = (info & 0xffff) as usize;
-            let kind = (info >> 24) & 0x1f;
-            let kind_flag = info >> 31 == 1;
-            let mut members = Vec::new();
-            let extra = match kind {
-                KIND_INT | KIND_VAR | KIND_DECL_TAG => 4,
-                KIND_ARRAY => 12,
-                KIND_STRUCT | KIND_UNION => {
-                    for index in 0..vlen {
-                        let base = cursor + index * 12;
-                        let offset = u32_at(base + 8)?;
-                        members.push(Member {
-                            name: name_at(u32_at(base)?),
-                            type_id: u32_at(base + 4)?,
-                            // With kind_flag, the top 8 bits are a bitfield size.
-                            bit_offset: if kind_flag {
-                                offset & 0x00ff_ffff
-                            } else {
-                                offset
-                            },
-                        });
-                    }
-                    vlen * 12
-                }
-                KIND_ENUM | KIND_FUNC_PROTO => vlen * 8,
-                KIND_DATASEC | KIND_ENUM64 => vlen * 12,
-                _ => 0,
-            };
-            cursor += extra;
-            types.push(Type {
-                kind,
-                name: name_at(name_off),
-                type_id: size_or_type,
-                members,
-            });
-        }
+        let read = |path: &Path| {
+            std::fs::read(path).with_context(|| {
+                format!(
+                    "cannot read kernel BTF {} (a kernel built with CONFIG_DEBUG_INFO_BTF is needed)",
+                    path.display()
+                )
+            })
+        };
+        Self::parse_split(&read(vmlinux)?, &read(&module_path)?)
+            .with_context(|| format!("cannot parse BTF in {}", module_path.display()))
+    }
+
+    fn index(types: Vec<Type>) -> Btf {
         let mut by_name: HashMap<String, Vec<u32>> = HashMap::new();
         for (id, ty) in types.iter().enumerate() {
             if matches!(ty.kind, KIND_STRUCT | KIND_UNION) && !ty.name.is_empty() {
                 by_name.entry(ty.name.clone()).or_default().push(id as u32);
             }
         }
-        Ok(Btf { types, by_name })
+        Btf { types, by_name }
+    }
+
+    /// The value of the enumerator `name` (`REQ_OP_FLUSH`, ...), in any enum.
+    pub fn enum_value(&self, name: &str) -> Option<u32> {
+        self.types
+            .iter()
+            .filter(|ty| matches!(ty.kind, KIND_ENUM | KIND_ENUM64))
+            .flat_map(|ty| ty.members.iter())
+            .find(|value| value.name == name)
+            .map(|value| value.bit_offset)
+    }
+
+    /// The argument types of raw tracepoint `event`, from its `btf_trace_<event>` typedef
+    /// (`void (*)(void *, args...)`): for each argument, the name of the struct it points
+    /// to (empty when it is not a pointer to a struct).
+    pub fn raw_tracepoint_args(&self, event: &str) -> Result<Vec<String>> {
+        let typedef = format!("btf_trace_{event}");
+        let proto = self
+            .types
+            .iter()
+            .find(|ty| ty.kind == KIND_TYPEDEF && ty.name == typedef)
+            .and_then(|ty| self.resolve(ty.type_id))
+            .filter(|ty| ty.kind == KIND_PTR)
+            .and_then(|ptr| self.resolve(ptr.type_id))
+            .filter(|ty| ty.kind == KIND_FUNC_PROTO)
+            .with_context(|| format!("kernel BTF has no raw tracepoint {event} ({typedef})"))?;
+        // The first parameter is the tracepoint's private data, not an argument.
+        Ok(proto
+            .members
+            .iter()
+            .skip(1)
+            .map(|param| {
+                self.resolve(param.type_id)
+                    .filter(|ty| ty.kind == KIND_PTR)
+                    .and_then(|ptr| self.resolve(ptr.type_id))
+                    .filter(|ty| matches!(ty.kind, KIND_STRUCT | KIND_UNION))
+                    .map(|target| target.name.clone())
+                    .unwrap_or_default()
+            })
+            .collect())
+    }
+
+    /// Index of the argument of raw tracepoint `event` that points to `struct target`.
+    pub fn raw_tracepoint_arg(&self, event: &str, target: &str) -> Result<u32> {
+        let args = self.raw_tracepoint_args(event)?;
+        args.iter()
+            .position(|arg| arg == target)
+            .map(|index| index as u32)
+            .with_context(|| {
+                format!("raw tracepoint {event} has no struct {target} * argument ({args:?})")
+            })
     }
 
     /// Follows typedefs and qualifiers to the underlying type.
@@ -190,6 +207,21 @@ impl Btf {
     /// Byte offset of `path` (`mmap_lock`, or `a.b` through nested members) in
     /// `struct name`.
     pub fn member_offset(&self, name: &str, path: &str) -> Result<u32> {
+        self.member(name, path).map(|(offset, _)| offset)
+    }
+
+    /// Like `member_offset`, for a member that must be a pointer (a hop in a chain such
+    /// as `request.q` -> `request_queue.disk`); an embedded struct is an error.
+    pub fn member_pointer_offset(&self, name: &str, path: &str) -> Result<u32> {
+        let (offset, kind) = self.member(name, path)?;
+        if kind != KIND_PTR {
+            bail!("{name}.{path} is not a pointer in this kernel's BTF");
+        }
+        Ok(offset)
+    }
+
+    /// Byte offset and BTF kind (typedefs followed) of `path` in `struct name`.
+    fn member(&self, name: &str, path: &str) -> Result<(u32, u32)> {
         let ids = self
             .by_name
             .get(name)
@@ -227,11 +259,129 @@ impl Btf {
                 if bits % 8 != 0 {
                     bail!("{name}.{path} is a bitfield");
                 }
-                return Ok(bits / 8);
+                return Ok((bits / 8, ty.kind));
             }
         }
         bail!(last_err.unwrap_or_else(|| format!("struct {name} has no member {path}")))
     }
+}
+
+/// Appends the types of one BTF blob to `types` (ids continue from `types.len()`, as in
+/// split BTF) and returns its string section. Names at offsets below `base_strings.len()`
+/// are the base's (split BTF); a blob of its own passes an empty base.
+fn parse_types<'a>(
+    bytes: &'a [u8],
+    types: &mut Vec<Type>,
+    base_strings: &[u8],
+) -> Result<&'a [u8]> {
+    let u16_at = |offset: usize| -> Result<u16> {
+        let raw = bytes
+            .get(offset..offset + 2)
+            .context("BTF header cut short")?;
+        Ok(u16::from_le_bytes([raw[0], raw[1]]))
+    };
+    let u32_at = |offset: usize| -> Result<u32> {
+        let raw = bytes
+            .get(offset..offset + 4)
+            .context("BTF data cut short")?;
+        Ok(u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]))
+    };
+    if u16_at(0)? != BTF_MAGIC {
+        bail!("not BTF (bad magic), or not little-endian");
+    }
+    let header_len = u32_at(4)? as usize;
+    let type_off = u32_at(8)? as usize;
+    let type_len = u32_at(12)? as usize;
+    let str_off = u32_at(16)? as usize;
+    let str_len = u32_at(20)? as usize;
+    let strings = bytes
+        .get(header_len + str_off..header_len + str_off + str_len)
+        .context("BTF string section out of bounds")?;
+    let name_at = |offset: u32| -> String {
+        let start = offset as usize;
+        let rest = if start < base_strings.len() {
+            base_strings.get(start..)
+        } else {
+            strings.get(start - base_strings.len()..)
+        };
+        let Some(rest) = rest else {
+            return String::new();
+        };
+        let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+        String::from_utf8_lossy(&rest[..end]).into_owned()
+    };
+
+    let mut cursor = header_len + type_off;
+    let end = cursor + type_len;
+    if end > bytes.len() {
+        bail!("BTF type section out of bounds");
+    }
+    while cursor < end {
+        let name_off = u32_at(cursor)?;
+        let info = u32_at(cursor + 4)?;
+        let size_or_type = u32_at(cursor + 8)?;
+        cursor += 12;
+        let vlen = (info & 0xffff) as usize;
+        let kind = (info >> 24) & 0x1f;
+        let kind_flag = info >> 31 == 1;
+        let mut members = Vec::new();
+        let extra = match kind {
+            KIND_INT | KIND_VAR | KIND_DECL_TAG => 4,
+            KIND_ARRAY => 12,
+            KIND_STRUCT | KIND_UNION => {
+                for index in 0..vlen {
+                    let base = cursor + index * 12;
+                    let offset = u32_at(base + 8)?;
+                    members.push(Member {
+                        name: name_at(u32_at(base)?),
+                        type_id: u32_at(base + 4)?,
+                        // With kind_flag, the top 8 bits are a bitfield size.
+                        bit_offset: if kind_flag {
+                            offset & 0x00ff_ffff
+                        } else {
+                            offset
+                        },
+                    });
+                }
+                vlen * 12
+            }
+            KIND_ENUM | KIND_FUNC_PROTO => {
+                // enum: (name, value); func proto: (name, type) per entry.
+                for index in 0..vlen {
+                    let base = cursor + index * 8;
+                    let (name, second) = (u32_at(base)?, u32_at(base + 4)?);
+                    members.push(Member {
+                        name: name_at(name),
+                        type_id: if kind == KIND_FUNC_PROTO { second } else { 0 },
+                        bit_offset: if kind == KIND_ENUM { second } else { 0 },
+                    });
+                }
+                vlen * 8
+            }
+            KIND_ENUM64 => {
+                // (name, low 32 bits, high 32 bits) per value.
+                for index in 0..vlen {
+                    let base = cursor + index * 12;
+                    members.push(Member {
+                        name: name_at(u32_at(base)?),
+                        type_id: 0,
+                        bit_offset: u32_at(base + 4)?,
+                    });
+                }
+                vlen * 12
+            }
+            KIND_DATASEC => vlen * 12,
+            _ => 0,
+        };
+        cursor += extra;
+        types.push(Type {
+            kind,
+            name: name_at(name_off),
+            type_id: size_or_type,
+            members,
+        });
+    }
+    Ok(strings)
 }
 
 #[cfg(test)]
@@ -311,6 +461,86 @@ mod tests {
         assert!(btf.member_offset("missing", "x").is_err());
     }
 
+    /// A module blob on top of `blob()`: its ids start at 5 and its first string is the
+    /// base's `int`. 5: enum e { E_TWO = 2 }; 6: struct m { int v; struct inner *p; };
+    /// 7: ptr -> 2 (struct inner); 8: ptr -> 6; 9: func proto (void *, struct m *);
+    /// 10: ptr -> 9; 11: typedef btf_trace_ev -> 10; 12: ptr -> void.
+    fn module_blob(base: &[u8]) -> Vec<u8> {
+        let base_str_len = u32::from_le_bytes([base[20], base[21], base[22], base[23]]);
+        let base_strings = b"\0int\0inner\0a\0b\0outer\0x\0in\0";
+        assert_eq!(base_str_len as usize, base_strings.len());
+        let strings = b"e\0E_TWO\0m\0v\0p\0btf_trace_ev\0";
+        let name = |s: &str| -> u32 {
+            let needle = format!("{s}\0");
+            strings
+                .windows(needle.len())
+                .position(|w| w == needle.as_bytes())
+                .map(|p| p as u32 + base_str_len)
+                .expect("name in table")
+        };
+        let base_int = 1; // "int" at offset 1 of the base's strings
+        let mut types = Vec::new();
+        let mut push = |words: &[u32]| {
+            for word in words {
+                types.extend_from_slice(&word.to_le_bytes());
+            }
+        };
+        push(&[name("e"), KIND_ENUM << 24 | 1, 4, name("E_TWO"), 2]);
+        push(&[
+            name("m"),
+            KIND_STRUCT << 24 | 2,
+            16,
+            name("v"),
+            1,
+            0,
+            name("p"),
+            7,
+            64,
+        ]);
+        push(&[0, KIND_PTR << 24, 2]);
+        push(&[0, KIND_PTR << 24, 6]);
+        push(&[0, KIND_FUNC_PROTO << 24 | 2, 0, 0, 12, 0, 8]);
+        push(&[0, KIND_PTR << 24, 9]);
+        push(&[name("btf_trace_ev"), KIND_TYPEDEF << 24, 10]);
+        push(&[0, KIND_PTR << 24, 0]);
+        let _ = base_int;
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&BTF_MAGIC.to_le_bytes());
+        bytes.extend_from_slice(&[1, 0]);
+        for word in [
+            24u32,
+            0,
+            types.len() as u32,
+            types.len() as u32,
+            strings.len() as u32,
+        ] {
+            bytes.extend_from_slice(&word.to_le_bytes());
+        }
+        bytes.extend_from_slice(&types);
+        bytes.extend_from_slice(strings);
+        bytes
+    }
+
+    #[test]
+    fn split_btf_enums_pointers_and_raw_tracepoint_args() {
+        let base = blob();
+        let btf = Btf::parse_split(&base, &module_blob(&base)).expect("parse split");
+        assert_eq!(btf.member_offset("m", "v").expect("m.v"), 0);
+        assert_eq!(btf.member_pointer_offset("m", "p").expect("m.p"), 8);
+        assert!(btf.member_pointer_offset("m", "v").is_err(), "v is an int");
+        assert!(
+            btf.member_pointer_offset("outer", "in").is_err(),
+            "embedded"
+        );
+        assert_eq!(btf.member_offset("outer", "in.b").expect("base types"), 12);
+        assert_eq!(btf.enum_value("E_TWO"), Some(2));
+        assert_eq!(btf.enum_value("E_NONE"), None);
+        assert_eq!(btf.raw_tracepoint_args("ev").expect("args"), vec!["m"]);
+        assert_eq!(btf.raw_tracepoint_arg("ev", "m").expect("m"), 0);
+        assert!(btf.raw_tracepoint_arg("ev", "inner").is_err());
+        assert!(btf.raw_tracepoint_args("nope").is_err());
+    }
+
     #[test]
     fn garbage_is_an_error() {
         assert!(Btf::parse(b"nope").is_err());
@@ -340,5 +570,21 @@ mod tests {
         let tgid = btf.member_offset("task_struct", "tgid").expect("tgid");
         assert_eq!(tgid, pid + 4, "tgid follows pid");
         eprintln!("task_struct.mm={mm} mm_struct.mmap_lock={lock} pid={pid}");
+        // The block and FUSE raw tracepoints lockpath reads (5.11+: the request first).
+        assert_eq!(
+            btf.raw_tracepoint_arg("block_rq_issue", "request")
+                .expect("block_rq_issue"),
+            0
+        );
+        assert_eq!(btf.enum_value("REQ_OP_FLUSH"), Some(2));
+        assert!(btf.member_pointer_offset("request", "q").is_ok());
+        if let Ok(args) = btf.raw_tracepoint_args("fuse_request_send") {
+            assert_eq!(args, vec!["fuse_req"]);
+            let opcode = btf
+                .member_offset("fuse_req", "in.h.opcode")
+                .expect("fuse_req.in.h.opcode");
+            let pid = btf.member_offset("fuse_req", "in.h.pid").expect("pid");
+            assert!(pid > opcode, "{opcode} {pid}");
+        }
     }
 }

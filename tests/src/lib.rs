@@ -56,4 +56,5 @@ pub fn set_process_name(name: &str) {
     }
 }
 
+pub mod block;
 pub mod fuse;

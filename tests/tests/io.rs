@@ -584,3 +584,201 @@ fn io_survives_a_device_that_vanishes_mid_run() {
     }
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// A loop device on a scratch file, without a file system; detached and removed on drop.
+struct BareLoop {
+    dir: PathBuf,
+    device: String,
+}
+
+impl BareLoop {
+    fn new(test: &str, size_mb: u64) -> BareLoop {
+        let dir = scratch(test);
+        let image = dir.join("disk.img");
+        std::fs::File::create(&image)
+            .and_then(|file| file.set_len(size_mb << 20))
+            .expect("image file");
+        let device = run("losetup", &["--show", "-f", image.to_str().expect("path")]);
+        BareLoop { dir, device }
+    }
+
+    fn dev(&self) -> (u32, u32) {
+        let text = run("stat", &["-c", "%t %T", &self.device]);
+        let mut parts = text
+            .split_whitespace()
+            .map(|hex| u32::from_str_radix(hex, 16).expect("hex"));
+        (parts.next().expect("major"), parts.next().expect("minor"))
+    }
+}
+
+impl Drop for BareLoop {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.device]).status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Requests keyed by their `struct request` address: sector-less flushes (empty
+/// `REQ_OP_FLUSH` requests) are counted one per fsync; reads of one sector by four
+/// threads at once (requests a (dev, sector) key confuses: one replaced the other, one
+/// completion went unmatched) are each counted and credited to their process; direct
+/// writes are credited to the process that submitted them; and perf, counting
+/// `block:block_rq_issue` on the same device while lockpath's raw tracepoints are
+/// attached, sees exactly the requests lockpath counted (a classic tracepoint program
+/// returning 0 would blind it).
+#[test]
+fn sectorless_flushes_and_writes_match_perf_issue_counts() {
+    const TEST: &str = "sectorless_flushes_and_writes_match_perf_issue_counts";
+    if !can_load_programs(TEST) {
+        return;
+    }
+    let ci = std::env::var("CI")
+        .map(|v| v == "true" || v == "1")
+        .unwrap_or(false);
+    for tool in ["losetup", "perf"] {
+        if !have(tool) {
+            assert!(!ci, "{tool} is needed under CI=true");
+            eprintln!("SKIP {TEST}: no {tool}");
+            return;
+        }
+    }
+    let disk = BareLoop::new("io-flush", 16);
+    let (major, minor) = disk.dev();
+    let name = Path::new(&disk.device)
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    let cache =
+        std::fs::read_to_string(format!("/sys/block/{name}/queue/write_cache")).unwrap_or_default();
+    if !cache.contains("write back") {
+        eprintln!("SKIP {TEST}: {name} has no write-back cache ({cache:?}): fsync sends no flush");
+        return;
+    }
+    const FLUSHES: u64 = 40;
+    const WRITES: u64 = 16;
+    const READERS: u64 = 4;
+    const READS: u64 = 500;
+    let out = disk.dir.join("out");
+    std::fs::create_dir_all(&out).expect("out dir");
+    let profile_path = out.join("p.json");
+    let perf_path = out.join("perf.txt");
+    let filter = format!("dev == {}", (major << 20) | minor);
+    let output = Command::new("perf")
+        .args([
+            "stat",
+            "-e",
+            "block:block_rq_issue,block:block_rq_complete",
+            "--filter",
+            &filter,
+            "-a",
+            "-x",
+            ",",
+            "-o",
+        ])
+        .arg(&perf_path)
+        .arg("--")
+        .arg(lockpath_bin())
+        .args(["record", "-a", "--io", "-o"])
+        .arg(&profile_path)
+        .arg("--")
+        .arg(workload("ext4-dir"))
+        .args([
+            "block",
+            &disk.device,
+            &FLUSHES.to_string(),
+            &WRITES.to_string(),
+            &READERS.to_string(),
+            &READS.to_string(),
+        ])
+        .output()
+        .expect("run perf stat -- lockpath record");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "lockpath failed: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let pid: u64 = stdout
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix("pid="))
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("the workload ran: {stdout}"));
+    let profile = load_json(&profile_path);
+    assert!(
+        profile["probes"]
+            .as_array()
+            .expect("probes")
+            .iter()
+            .any(|probe| probe["family"] == "io"
+                && probe["method"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("raw_tracepoint")),
+        "{}",
+        profile["probes"]
+    );
+    let rows: Vec<&serde_json::Value> = profile["io"]
+        .as_array()
+        .expect("io rows")
+        .iter()
+        .filter(|row| {
+            row["major"].as_u64() == Some(major as u64)
+                && row["minor"].as_u64() == Some(minor as u64)
+        })
+        .collect();
+    let sum = |op: &str, field: &str, of_pid: Option<u64>| -> u64 {
+        rows.iter()
+            .filter(|row| row["op"] == op && of_pid.is_none_or(|pid| row["pid"] == pid))
+            .map(|row| row[field].as_u64().expect(field))
+            .sum()
+    };
+    let flushes = sum("flush", "count", None);
+    let writes = sum("write", "count", None);
+    let reads = sum("read", "count", Some(pid));
+    let ours: u64 = rows
+        .iter()
+        .map(|row| row["count"].as_u64().expect("count"))
+        .sum();
+    let issued = perf_count(&perf_path, "block:block_rq_issue");
+    let completed = perf_count(&perf_path, "block:block_rq_complete");
+    eprintln!(
+        "{name}: lockpath {ours} requests ({flushes} flushes, {writes} writes, {reads} reads \
+         of one sector by the workload), perf {issued} issued, {completed} completions"
+    );
+    assert_eq!(
+        reads,
+        READERS * READS,
+        "every read of the shared sector, credited to the workload: {rows:?}"
+    );
+    assert_eq!(flushes, FLUSHES, "one flush request per fsync: {rows:?}");
+    assert_eq!(sum("flush", "bytes", None), 0, "flushes carry no data");
+    assert_eq!(
+        sum("write", "bytes", None),
+        WRITES * 64 * 1024,
+        "every written byte, once: {rows:?}"
+    );
+    assert!(
+        sum("write", "count", Some(pid)) > 0,
+        "direct writes are credited to the submitting process {pid}: {rows:?}"
+    );
+    // perf is not blinded and agrees request for request. Its completions also count the
+    // submitter's side of each flush (completed by the flush machinery, never issued).
+    assert_eq!(
+        ours, issued,
+        "lockpath's requests = perf's block_rq_issue count"
+    );
+    assert!(
+        completed >= issued,
+        "perf completions {completed} < issues {issued}"
+    );
+    // (Unmatched completions are system-wide: another disk's requests in flight when
+    // the recording started may count there.)
+    let losses = &profile["losses"];
+    for loss in ["io_stale_replaced", "io_inflight_map_full"] {
+        assert!(
+            losses[loss].as_u64().unwrap_or(0) == 0,
+            "{loss} in a quiet run: {losses}"
+        );
+    }
+}

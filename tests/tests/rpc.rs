@@ -75,10 +75,14 @@ fn fuse_latency_per_opcode_matches_injected_delay() {
             .expect("probes")
             .iter()
             .filter(|probe| probe["family"] == "rpc")
-            .any(|probe| probe["method"]
-                .as_str()
-                .unwrap_or("")
-                .contains("fuse:fuse_request_send")),
+            .any(|probe| {
+                let method = probe["method"].as_str().unwrap_or("");
+                // Raw tracepoints keyed by the request's address: `unique` is not read
+                // (it is still 0 at fuse_request_send on some kernels).
+                method.contains("fuse:fuse_request_send")
+                    && method.contains("raw_tracepoint")
+                    && method.contains("struct fuse_req pointer")
+            }),
         "{}",
         profile["probes"]
     );

@@ -49,6 +49,7 @@ const KERNELS: &[LabKernel] = &[
             "hold-kprobe",
             "hold-bad-lock",
             "hold-symbol",
+            "io-requests",
         ],
     },
     LabKernel {
@@ -66,6 +67,7 @@ const KERNELS: &[LabKernel] = &[
             "hold-kprobe",
             "hold-bad-lock",
             "hold-symbol",
+            "io-requests",
         ],
     },
 ];
@@ -436,8 +438,9 @@ fn build_initramfs(vm_dir: &Path, binaries: &GuestBinaries) -> Result<PathBuf> {
 
 /// Kernel modules the checks need, from every unpacked lab kernel, as
 /// `/lib/modules/<release>/<name>.ko` (the guest's init loads them with insmod): FUSE,
-/// for the fixture whose delayed CREATE holds a directory's inode lock.
-const GUEST_MODULES: &[&str] = &["kernel/fs/fuse/fuse.ko"];
+/// for the fixture whose delayed CREATE holds a directory's inode lock; loop, for the
+/// block devices of the IO check (absent when built in).
+const GUEST_MODULES: &[&str] = &["kernel/fs/fuse/fuse.ko", "kernel/drivers/block/loop.ko"];
 
 fn copy_guest_modules(vm_dir: &Path, root: &Path) -> Result<()> {
     let Ok(kernels) = fs::read_dir(vm_dir.join("kernels")) else {

@@ -1,83 +1,189 @@
-//! Block IO: attach `block:block_rq_insert/issue/complete`, drain `IO_STATS`, name the
-//! devices, and the histogram arithmetic (percentiles from log2 buckets).
+//! Block IO: attach the block raw tracepoints, drain `IO_STATS`, name the devices, and
+//! the histogram arithmetic (percentiles from log2 buckets).
 
 use std::collections::HashMap as StdHashMap;
 
-use anyhow::{Context, Result};
-use aya::{maps::HashMap, programs::TracePoint, Ebpf, EbpfLoader};
-use profiler_common::io::{IoKey, IoStat, OP_DISCARD, OP_FLUSH, OP_READ, OP_WRITE};
+use anyhow::{bail, Context, Result};
+use aya::{maps::HashMap, programs::RawTracePoint, Ebpf, EbpfLoader};
+use profiler_common::io::{
+    IoKey, IoLayout, IoStat, IO_NO_OFFSET, IO_NO_OP, OP_DISCARD, OP_FLUSH, OP_PASSTHROUGH, OP_READ,
+    OP_WRITE,
+};
 
-use crate::{probes::shared::MapSet, profile::IoRow, profile::ProbeUse, tracefs};
+use crate::{btf::Btf, probes::shared::MapSet, profile::IoRow, profile::ProbeUse};
 
-/// Load-time globals of the IO programs: record offsets from the format files.
+/// Load-time layout of the IO programs, from the kernel's BTF, and which of the optional
+/// raw tracepoints this kernel has.
 pub struct IoGlobals {
-    values: Vec<(&'static str, u32)>,
-    /// `block_rq_insert` exists on this kernel.
-    insert: bool,
+    layout: IoLayout,
+    /// (program, raw tracepoint) to attach, in order (the completion first, so no
+    /// request is admitted that could not be closed).
+    events: Vec<(&'static str, &'static str)>,
 }
 
-/// (event, field, global) for every offset the programs read.
-const OFFSETS: [(&str, &str, &str); 10] = [
-    ("block_rq_issue", "dev", "RQ_ISSUE_DEV_OFFSET"),
-    ("block_rq_issue", "sector", "RQ_ISSUE_SECTOR_OFFSET"),
-    ("block_rq_issue", "bytes", "RQ_ISSUE_BYTES_OFFSET"),
-    ("block_rq_issue", "rwbs", "RQ_ISSUE_RWBS_OFFSET"),
-    ("block_rq_complete", "dev", "RQ_COMPLETE_DEV_OFFSET"),
-    ("block_rq_complete", "sector", "RQ_COMPLETE_SECTOR_OFFSET"),
-    ("block_rq_insert", "dev", "RQ_INSERT_DEV_OFFSET"),
-    ("block_rq_insert", "sector", "RQ_INSERT_SECTOR_OFFSET"),
-    ("block_rq_insert", "bytes", "RQ_INSERT_BYTES_OFFSET"),
-    ("block_rq_insert", "rwbs", "RQ_INSERT_RWBS_OFFSET"),
+/// (struct, member).
+type Member = (&'static str, &'static str);
+
+/// Chains to the disk's `dev_t` from a `struct request`, newest kernels first: each is
+/// (struct, member) pointer hops, then the final (struct, member) `dev_t`.
+const DEV_CHAINS: [(&[Member], Member); 3] = [
+    // 5.15+: rq->q->disk->part0->bd_dev (the tracepoints' disk_devt(rq->q->disk)).
+    (
+        &[
+            ("request", "q"),
+            ("request_queue", "disk"),
+            ("gendisk", "part0"),
+        ],
+        ("block_device", "bd_dev"),
+    ),
+    // 5.11 - 5.14: rq->rq_disk->part0->bd_dev.
+    (
+        &[("request", "rq_disk"), ("gendisk", "part0")],
+        ("block_device", "bd_dev"),
+    ),
+    // 5.10 and older: rq->rq_disk->part0.__dev.devt (part0 embedded).
+    (&[("request", "rq_disk")], ("gendisk", "part0.__dev.devt")),
+];
+
+/// ((program reading rq from argument 0, program reading it from argument 1), raw
+/// tracepoint, required), in attach order.
+type Programs = (&'static str, &'static str);
+const EVENTS: [(Programs, &str, bool); 5] = [
+    (("io_rq_complete", ""), "block_rq_complete", true),
+    (("io_rq_merge", "io_rq_merge_q"), "block_rq_merge", false),
+    (
+        ("io_rq_requeue", "io_rq_requeue_q"),
+        "block_rq_requeue",
+        false,
+    ),
+    (("io_rq_insert", "io_rq_insert_q"), "block_rq_insert", false),
+    (("io_rq_issue", "io_rq_issue_q"), "block_rq_issue", true),
 ];
 
 impl IoGlobals {
+    /// Reads the layout from /sys/kernel/btf/vmlinux. Without BTF there is no safe way
+    /// to read `struct request`: a clear error rather than guessed offsets.
     pub fn read() -> Result<Self> {
-        let insert = tracefs::event_exists("block", "block_rq_insert");
-        let mut values = Vec::new();
-        for (event, field, global) in OFFSETS {
-            if event == "block_rq_insert" && !insert {
-                continue;
+        let btf = Btf::from_sys_fs().context(
+            "--io reads the kernel's struct request at offsets from its BTF, and this kernel has none",
+        )?;
+        Self::from_btf(&btf).context("--io: cannot read the block layer's layout from kernel BTF")
+    }
+
+    pub fn from_btf(btf: &Btf) -> Result<Self> {
+        let mut layout = IoLayout {
+            cmd_flags: btf.member_offset("request", "cmd_flags")?,
+            data_len: btf.member_offset("request", "__data_len")?,
+            start_time_ns: btf
+                .member_offset("request", "start_time_ns")
+                .unwrap_or(IO_NO_OFFSET),
+            ..IoLayout::default()
+        };
+        let mut errors = Vec::new();
+        let mut found = false;
+        for (hops, last) in DEV_CHAINS {
+            match dev_chain(btf, hops, last) {
+                Ok(offsets) => {
+                    layout.dev_hops = hops.len() as u32;
+                    layout.dev_offsets = offsets;
+                    found = true;
+                    break;
+                }
+                Err(err) => errors.push(format!("{err:#}")),
             }
-            values.push((global, tracefs::field_offset("block", event, field)?));
         }
-        Ok(IoGlobals { values, insert })
+        if !found {
+            bail!(
+                "no known way from struct request to its disk's dev_t: {}",
+                errors.join("; ")
+            );
+        }
+        // REQ_OP_BITS is the first flag bit (__REQ_FAILFAST_DEV); 8 since 4.10.
+        let op_bits = btf.enum_value("__REQ_FAILFAST_DEV").unwrap_or(8);
+        layout.op_mask = (1u32 << op_bits.min(31)) - 1;
+        let op = |name: &str| btf.enum_value(name).unwrap_or(IO_NO_OP);
+        layout.op_read = op("REQ_OP_READ");
+        layout.op_write = op("REQ_OP_WRITE");
+        layout.op_flush = op("REQ_OP_FLUSH");
+        layout.op_discard = op("REQ_OP_DISCARD");
+        layout.op_secure_erase = op("REQ_OP_SECURE_ERASE");
+        // SCSI_IN/OUT: passthrough before 5.11 (merged into DRV_IN/OUT later).
+        layout.op_passthrough = [
+            op("REQ_OP_DRV_IN"),
+            op("REQ_OP_DRV_OUT"),
+            op("REQ_OP_SCSI_IN"),
+            op("REQ_OP_SCSI_OUT"),
+        ];
+        if layout.op_read == IO_NO_OP || layout.op_write == IO_NO_OP {
+            bail!("kernel BTF has no REQ_OP_READ/REQ_OP_WRITE");
+        }
+
+        let mut events = Vec::new();
+        for (program, event, required) in EVENTS {
+            let rq = match btf.raw_tracepoint_arg(event, "request") {
+                Ok(index) => index,
+                Err(_) if !required => continue,
+                Err(err) => return Err(err),
+            };
+            let program = match (event, rq) {
+                // (rq, error, nr_bytes): the program reads arguments 0 and 2.
+                ("block_rq_complete", 0) => {
+                    let args = btf.raw_tracepoint_args(event)?;
+                    if args.len() != 3 {
+                        bail!("raw tracepoint {event}: unexpected arguments {args:?}");
+                    }
+                    program.0
+                }
+                ("block_rq_complete", _) => {
+                    bail!("raw tracepoint {event}: struct request is argument {rq}")
+                }
+                (_, 0) => program.0,
+                // Before 5.11: (struct request_queue *q, struct request *rq).
+                (_, 1) => program.1,
+                _ => bail!("raw tracepoint {event}: struct request is argument {rq}"),
+            };
+            events.push((program, event));
+        }
+        Ok(IoGlobals { layout, events })
     }
 
     pub fn apply<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
-        for (name, value) in &self.values {
-            loader.override_global(name, value, true);
-        }
+        loader.override_global("IO_LAYOUT", &self.layout, true);
     }
 }
 
-pub fn attach(ebpf: &mut Ebpf, globals: &IoGlobals) -> Result<ProbeUse> {
-    let mut events = vec![
-        ("io_rq_issue", "block_rq_issue"),
-        ("io_rq_complete", "block_rq_complete"),
-    ];
-    if globals.insert {
-        events.insert(0, ("io_rq_insert", "block_rq_insert"));
+/// Offsets of one pointer chain, or why this kernel does not have it.
+fn dev_chain(btf: &Btf, hops: &[Member], last: Member) -> Result<[u32; 4]> {
+    let mut offsets = [0u32; 4];
+    for (index, (name, member)) in hops.iter().enumerate() {
+        offsets[index] = btf.member_pointer_offset(name, member)?;
     }
-    for (name, event) in &events {
-        let program: &mut TracePoint = ebpf
+    offsets[hops.len()] = btf.member_offset(last.0, last.1)?;
+    Ok(offsets)
+}
+
+pub fn attach(ebpf: &mut Ebpf, globals: &IoGlobals) -> Result<ProbeUse> {
+    for (name, event) in &globals.events {
+        let program: &mut RawTracePoint = ebpf
             .program_mut(name)
             .with_context(|| format!("program {name} missing from the eBPF object"))?
             .try_into()
-            .with_context(|| format!("program {name} is not a tracepoint"))?;
+            .with_context(|| format!("program {name} is not a raw tracepoint"))?;
         program
             .load()
             .map_err(|err| crate::probes::shared::load_error(name, err))?;
         program
-            .attach("block", event)
-            .with_context(|| format!("cannot attach to block:{event}"))?;
+            .attach(event)
+            .with_context(|| format!("cannot attach to raw tracepoint {event}"))?;
     }
     Ok(ProbeUse {
         family: "io".into(),
         method: format!(
-            "tracepoint {}",
-            events
+            "raw_tracepoint {}, key = struct request pointer",
+            globals
+                .events
                 .iter()
-                .map(|(_, event)| format!("block:{event}"))
+                .map(|(_, event)| *event)
                 .collect::<Vec<_>>()
                 .join("/")
         ),
@@ -142,6 +248,7 @@ pub fn op_name(op: u32) -> &'static str {
         OP_WRITE => "write",
         OP_FLUSH => "flush",
         OP_DISCARD => "discard",
+        OP_PASSTHROUGH => "passthrough",
         _ => "other",
     }
 }
@@ -241,6 +348,26 @@ mod tests {
         let p100 = percentile_ns(&hist, 1.0);
         assert!((1_024_000..=2_048_000).contains(&p100), "{p100}");
         assert_eq!(percentile_ns(&[], 0.5), 0);
+    }
+
+    #[test]
+    fn this_kernel_s_request_layout() {
+        let Ok(btf) = Btf::from_sys_fs() else {
+            eprintln!("SKIP: no /sys/kernel/btf/vmlinux here");
+            return;
+        };
+        let globals = IoGlobals::from_btf(&btf).expect("layout");
+        let layout = globals.layout;
+        assert!(layout.dev_hops >= 1, "{layout:?}");
+        assert_eq!(layout.op_flush, 2);
+        assert_ne!(layout.start_time_ns, IO_NO_OFFSET);
+        let events: Vec<&str> = globals.events.iter().map(|(_, event)| *event).collect();
+        assert_eq!(
+            events.first(),
+            Some(&"block_rq_complete"),
+            "completion first"
+        );
+        assert!(events.contains(&"block_rq_issue"), "{events:?}");
     }
 
     #[test]

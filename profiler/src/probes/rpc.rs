@@ -5,7 +5,7 @@
 use anyhow::{bail, Context, Result};
 use aya::{
     maps::HashMap,
-    programs::{KProbe, TracePoint},
+    programs::{KProbe, RawTracePoint, TracePoint},
     Ebpf,
 };
 use profiler_common::{
@@ -14,6 +14,7 @@ use profiler_common::{
 };
 
 use crate::{
+    btf::Btf,
     cli::RpcProvider,
     probes::shared::{kprobes_unavailable, latency_from, MapSet, StackResolver},
     profile::{ProbeUse, RpcRow, Unavailable},
@@ -197,16 +198,13 @@ pub fn resolve(
         if tracefs::event_exists("fuse", "fuse_request_send")
             && tracefs::event_exists("fuse", "fuse_request_end")
         {
-            let send = |name| field("fuse", "fuse_request_send", name);
-            let end = |name| field("fuse", "fuse_request_end", name);
-            setup.globals.extend([
-                ("FUSE_SEND_CONNECTION", send("connection")?.offset),
-                ("FUSE_SEND_UNIQUE", send("unique")?.offset),
-                ("FUSE_SEND_OPCODE", send("opcode")?.offset),
-                ("FUSE_END_CONNECTION", end("connection")?.offset),
-                ("FUSE_END_UNIQUE", end("unique")?.offset),
-            ]);
-            setup.fuse = true;
+            match fuse_globals() {
+                Ok(globals) => {
+                    setup.globals.extend(globals);
+                    setup.fuse = true;
+                }
+                Err(err) => missing("fuse", format!("{err:#}")),
+            }
         } else {
             missing(
                 "fuse",
@@ -330,6 +328,36 @@ pub fn resolve(
     Ok(setup)
 }
 
+/// `struct fuse_req` offsets for the FUSE raw tracepoints, from the BTF of vmlinux (FUSE
+/// built in) or of the fuse module (`/sys/kernel/btf/fuse`, split on vmlinux's).
+fn fuse_globals() -> Result<Vec<(&'static str, u32)>> {
+    let btf = Btf::from_sys_fs_with_module("fuse")
+        .context("its requests are read at offsets from kernel BTF, and it cannot be read")?;
+    fuse_globals_from(&btf)
+}
+
+fn fuse_globals_from(btf: &Btf) -> Result<Vec<(&'static str, u32)>> {
+    for event in ["fuse_request_send", "fuse_request_end"] {
+        let index = btf.raw_tracepoint_arg(event, "fuse_req")?;
+        if index != 0 {
+            bail!("raw tracepoint {event}: struct fuse_req is argument {index}, not the first");
+        }
+    }
+    Ok(vec![
+        (
+            "FUSE_REQ_OPCODE",
+            btf.member_offset("fuse_req", "in.h.opcode")?,
+        ),
+        ("FUSE_REQ_PID", btf.member_offset("fuse_req", "in.h.pid")?),
+        ("FUSE_REQ_FLAGS", btf.member_offset("fuse_req", "flags")?),
+        (
+            "FUSE_FR_BACKGROUND",
+            btf.enum_value("FR_BACKGROUND")
+                .context("kernel BTF has no FR_BACKGROUND (enum fuse_req_flag)")?,
+        ),
+    ])
+}
+
 /// A clear error for a kernel function that does not exist, with close names.
 pub fn check_kernel_function(symbols: &KernelSymbols, spec: &str) -> Result<()> {
     let (module, name) = match spec.split_once(':') {
@@ -443,13 +471,26 @@ fn attach_kprobe(ebpf: &mut Ebpf, program: &str, symbol: &str) -> Result<()> {
 pub fn attach(ebpf: &mut Ebpf, setup: &RpcSetup) -> Result<Vec<ProbeUse>> {
     let mut used = Vec::new();
     if setup.fuse {
-        attach_tracepoint(ebpf, "rpc_fuse_send", "fuse", "fuse_request_send")?;
-        attach_tracepoint(ebpf, "rpc_fuse_end", "fuse", "fuse_request_end")?;
+        // The end first: no request is started that could not be closed.
+        for (program, event) in [
+            ("rpc_fuse_end", "fuse_request_end"),
+            ("rpc_fuse_send", "fuse_request_send"),
+        ] {
+            let raw: &mut RawTracePoint = ebpf
+                .program_mut(program)
+                .with_context(|| format!("program {program} missing from the eBPF object"))?
+                .try_into()
+                .with_context(|| format!("program {program} is not a raw tracepoint"))?;
+            raw.load()
+                .with_context(|| format!("the kernel refused to load {program}"))?;
+            raw.attach(event)
+                .with_context(|| format!("cannot attach to raw tracepoint {event}"))?;
+        }
         used.push(ProbeUse {
             family: "rpc".into(),
-            method:
-                "fuse: tracepoint fuse:fuse_request_send/fuse_request_end, key (connection, unique)"
-                    .into(),
+            method: "fuse: raw_tracepoint fuse:fuse_request_send/fuse_request_end, \
+                     key = struct fuse_req pointer"
+                .into(),
         });
     }
     if let Some((_, name, begin, end)) = &setup.tp_pair {
@@ -608,6 +649,29 @@ mod tests {
         assert_eq!(fuse_opcode_name(35), "CREATE");
         assert_eq!(fuse_opcode_name(16), "WRITE");
         assert_eq!(fuse_opcode_name(999), "op999");
+    }
+
+    #[test]
+    fn this_kernel_s_fuse_layout() {
+        let Ok(btf) = Btf::from_sys_fs_with_module("fuse") else {
+            eprintln!("SKIP: no kernel BTF here");
+            return;
+        };
+        if btf.raw_tracepoint_args("fuse_request_send").is_err() {
+            eprintln!("SKIP: no FUSE tracepoints in this kernel");
+            return;
+        }
+        let globals = fuse_globals_from(&btf).expect("fuse layout");
+        let value = |name: &str| {
+            globals
+                .iter()
+                .find(|(global, _)| *global == name)
+                .map(|(_, value)| *value)
+                .expect(name)
+        };
+        // struct fuse_in_header { len, opcode, unique, nodeid, uid, gid, pid, ... }.
+        assert_eq!(value("FUSE_REQ_PID"), value("FUSE_REQ_OPCODE") + 28);
+        assert_eq!(value("FUSE_FR_BACKGROUND"), 2);
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! `ext4-dir populate DIR N`: creates DIR with N files of 4 KiB.
 //! `ext4-dir run DIR N`: looks up N missing names and creates N files, then lists DIR,
 //! stats and reads every file, then syncs the file system (so no IO is left for later). Prints `listed=.. created=..`.
+//! `ext4-dir block DEVICE FLUSHES WRITES [READERS READS]`: flushes, direct writes and
+//! same-sector reads on a raw block device (see `lockpath_tests::block`).
 
 use std::{
     fs,
@@ -51,6 +53,10 @@ fn run(dir: &Path, count: usize) {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("block") {
+        lockpath_tests::block::run(&args[2..]);
+        return;
+    }
     if args.len() != 4 {
         eprintln!("usage: ext4-dir populate|run DIR N");
         std::process::exit(2);

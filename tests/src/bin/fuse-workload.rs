@@ -12,6 +12,10 @@
 //!   STOPFILE exists (for several recordings against one directory inode).
 //! - `lockwait-client RESULTS DIR HEADSTART_MS TAG`: lockwait against a served mount,
 //!   with files `a-TAG`, `b-TAG`.
+//! - `holdchain RESULTS MOUNTPOINT CREATE_MS`: three threads create `t1`, `t2`, `t3` in
+//!   the directory at 0, +40 ms and +80 ms; each CREATE is delayed, so each holds the
+//!   directory's inode lock across it while the later ones wait. Writes when each create
+//!   returned (`tN_end_ns`, from a common start) and the threads' ids (`tN_tid`).
 
 use std::{
     fs::OpenOptions,
@@ -27,7 +31,8 @@ fn usage() -> ! {
         "usage: fuse-workload latency RESULTS MOUNTPOINT FILES CREATE_MS WRITE_MS\n       \
          fuse-workload lockwait RESULTS MOUNTPOINT CREATE_MS HEADSTART_MS\n       \
          fuse-workload serve STOPFILE MOUNTPOINT CREATE_MS\n       \
-         fuse-workload lockwait-client RESULTS DIR HEADSTART_MS TAG"
+         fuse-workload lockwait-client RESULTS DIR HEADSTART_MS TAG\n       \
+         fuse-workload holdchain RESULTS MOUNTPOINT CREATE_MS"
     );
     std::process::exit(2)
 }
@@ -115,6 +120,33 @@ fn main() {
             let fixture = FuseFixture::mount(&mountpoint, &[(FUSE_CREATE, create_delay)])
                 .expect("mount the FUSE fixture");
             lock_wait(fixture.path(), headstart, "1", &mut lines);
+            drop(fixture);
+        }
+        "holdchain" => {
+            let create_delay = Duration::from_millis(number(args.get(3)));
+            let fixture = FuseFixture::mount(&mountpoint, &[(FUSE_CREATE, create_delay)])
+                .expect("mount the FUSE fixture");
+            let start = Instant::now();
+            let creators: Vec<_> = (1..=3u64)
+                .map(|index| {
+                    let path = fixture.path().join(format!("t{index}"));
+                    std::thread::Builder::new()
+                        .name(format!("creator-{index}"))
+                        .spawn(move || {
+                            std::thread::sleep(Duration::from_millis(40 * (index - 1)));
+                            // SAFETY: gettid has no preconditions.
+                            let tid = unsafe { libc::gettid() };
+                            drop(create(&path));
+                            (index, tid, start.elapsed())
+                        })
+                        .expect("spawn a creator")
+                })
+                .collect();
+            for creator in creators {
+                let (index, tid, end) = creator.join().expect("creator");
+                lines.push(format!("t{index}_end_ns {}", end.as_nanos()));
+                lines.push(format!("t{index}_tid {tid}"));
+            }
             drop(fixture);
         }
         "lockwait-client" => {

@@ -29,6 +29,12 @@
 //! - the report's holds are of lock NAME; those of processes COMM add up to at least N,
 //!   and the one with the most hold time was acquired in FN.
 //!
+//! `lab-check io PROFILE --dev MAJ:MIN --issued N --flushes F --write-bytes B --reads R --pid P`
+//! - the io family was attached on raw tracepoints (key: the request pointer);
+//! - the requests on device MAJ:MIN add up to N, tracefs's count of `block_rq_issue` on it;
+//!   its flush requests to F, with no data; its writes to B bytes; and process P's reads
+//!   (of one sector, by two threads at once) to R.
+//!
 //! Prints what it measured; exits 1 with a `WHY:` line on the first failed assertion.
 
 use std::{collections::BTreeMap, process::exit};
@@ -54,6 +60,7 @@ fn main() {
         Some("hold-lock") => hold_lock(&args[1..]),
         Some("hold") => check_hold(&args[1..]),
         Some("hold-symbol") => check_hold_symbol(&args[1..]),
+        Some("io") => check_io(&args[1..]),
         _ => fail("usage: lab-check lock PROFILE REPORT --method WORD --types T1,T2 [--truth TYPE=N] [--tolerance F]".into()),
     }
 }
@@ -220,6 +227,95 @@ fn check_func(args: &[String]) {
     if count < min_count || total == 0 {
         fail(format!(
             "{function}: {count} calls ({total} ns), expected at least {min_count}"
+        ));
+    }
+}
+
+fn check_io(args: &[String]) {
+    let Some(profile_path) = args.first() else {
+        fail("lab-check io: PROFILE is required".into());
+    };
+    let mut dev = String::new();
+    let mut numbers: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut rest = args[1..].iter();
+    while let Some(flag) = rest.next() {
+        let value = rest.next().cloned().unwrap_or_default();
+        match flag.as_str() {
+            "--dev" => dev = value,
+            "--issued" | "--flushes" | "--write-bytes" | "--reads" | "--pid" => {
+                let number = value
+                    .parse()
+                    .unwrap_or_else(|_| fail(format!("{flag} {value}: not a number")));
+                numbers.insert(flag.trim_start_matches("--").to_owned().leak(), number);
+            }
+            other => fail(format!("lab-check io: unknown flag {other}")),
+        }
+    }
+    let number = |name: &str| -> u64 {
+        *numbers
+            .get(name)
+            .unwrap_or_else(|| fail(format!("lab-check io: --{name} is required")))
+    };
+    let profile = read_json(profile_path);
+    let used = profile["probes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|probe| probe["family"] == "io")
+        .and_then(|probe| probe["method"].as_str())
+        .unwrap_or_else(|| fail(format!("io was not attached: {}", profile["probes"])));
+    println!("io: {used}");
+    if !used.contains("raw_tracepoint") || !used.contains("struct request pointer") {
+        fail(format!("io was attached with {used:?}"));
+    }
+    let (major, minor) = dev
+        .split_once(':')
+        .and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?)))
+        .unwrap_or_else(|| fail(format!("--dev {dev:?}: expected MAJ:MIN")));
+    let rows: Vec<&Value> = profile["io"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|row| row["major"].as_u64() == Some(major) && row["minor"].as_u64() == Some(minor))
+        .collect();
+    let sum = |op: Option<&str>, field: &str, pid: Option<u64>| -> u64 {
+        rows.iter()
+            .filter(|row| op.is_none_or(|op| row["op"] == op))
+            .filter(|row| pid.is_none_or(|pid| row["pid"].as_u64() == Some(pid)))
+            .map(|row| row[field].as_u64().unwrap_or(0))
+            .sum()
+    };
+    let requests = sum(None, "count", None);
+    let flushes = sum(Some("flush"), "count", None);
+    let flush_bytes = sum(Some("flush"), "bytes", None);
+    let write_bytes = sum(Some("write"), "bytes", None);
+    let reads = sum(Some("read"), "count", Some(number("pid")));
+    println!(
+        "{dev}: {requests} requests ({flushes} flushes, {write_bytes} bytes written, \
+         {reads} reads by the workload); losses {}",
+        profile["losses"]
+    );
+    for (what, got, want) in [
+        (
+            "requests (tracefs block_rq_issue)",
+            requests,
+            number("issued"),
+        ),
+        ("flush requests", flushes, number("flushes")),
+        ("flush bytes", flush_bytes, 0),
+        ("bytes written", write_bytes, number("write-bytes")),
+        ("reads credited to the workload", reads, number("reads")),
+    ] {
+        if got != want {
+            fail(format!(
+                "{what}: lockpath {got}, expected {want}; rows {rows:?}"
+            ));
+        }
+    }
+    if profile["losses"]["io_stale_replaced"].as_u64().unwrap_or(0) != 0 {
+        fail(format!(
+            "stale requests replaced in a quiet run: {}",
+            profile["losses"]
         ));
     }
 }
