@@ -64,13 +64,15 @@ fn has_tracepoints() -> bool {
 }
 
 fn attach_tracepoints(ebpf: &mut Ebpf) -> Result<String> {
-    for event in TRACEPOINTS {
+    for event in TRACEPOINTS.iter().rev() {
         if !tracefs::event_exists("lock", event) {
             bail!(
                 "this kernel has no lock:{event} tracepoint (it arrived in Linux 5.19): \
                  use --lock-method kprobe (or auto) for the kprobe fallback"
             );
         }
+    }
+    for event in TRACEPOINTS {
         let name = format!("lock_{event}");
         let program: &mut RawTracePoint = program(ebpf, &name)?;
         program

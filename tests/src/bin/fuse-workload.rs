@@ -16,6 +16,8 @@
 //!   the directory at 0, +40 ms and +80 ms; each CREATE is delayed, so each holds the
 //!   directory's inode lock across it while the later ones wait. Writes when each create
 //!   returned (`tN_end_ns`, from a common start) and the threads' ids (`tN_tid`).
+//! - `holdchain-client RESULTS DIR TAG`: holdchain against a served mount, with files
+//!   `t1-TAG`, `t2-TAG`, `t3-TAG`.
 
 use std::{
     fs::OpenOptions,
@@ -32,7 +34,8 @@ fn usage() -> ! {
          fuse-workload lockwait RESULTS MOUNTPOINT CREATE_MS HEADSTART_MS\n       \
          fuse-workload serve STOPFILE MOUNTPOINT CREATE_MS\n       \
          fuse-workload lockwait-client RESULTS DIR HEADSTART_MS TAG\n       \
-         fuse-workload holdchain RESULTS MOUNTPOINT CREATE_MS"
+         fuse-workload holdchain RESULTS MOUNTPOINT CREATE_MS\n       \
+         fuse-workload holdchain-client RESULTS DIR TAG"
     );
     std::process::exit(2)
 }
@@ -85,6 +88,33 @@ fn lock_wait(dir: &Path, headstart: Duration, tag: &str, lines: &mut Vec<String>
     lines.push(format!("b_tid {b_tid}"));
 }
 
+/// Three threads create `t1TAG`, `t2TAG`, `t3TAG` in DIR at 0, +40 and +80 ms; with the
+/// CREATE delayed, each holds DIR's inode lock across its own create while the later
+/// ones wait. Notes when each create returned (from a common start) and the thread ids.
+fn hold_chain(dir: &Path, tag: &str, lines: &mut Vec<String>) {
+    let start = Instant::now();
+    let creators: Vec<_> = (1..=3u64)
+        .map(|index| {
+            let path = dir.join(format!("t{index}{tag}"));
+            std::thread::Builder::new()
+                .name(format!("creator-{index}"))
+                .spawn(move || {
+                    std::thread::sleep(Duration::from_millis(40 * (index - 1)));
+                    // SAFETY: gettid has no preconditions.
+                    let tid = unsafe { libc::gettid() };
+                    drop(create(&path));
+                    (index, tid, start.elapsed())
+                })
+                .expect("spawn a creator")
+        })
+        .collect();
+    for creator in creators {
+        let (index, tid, end) = creator.join().expect("creator");
+        lines.push(format!("t{index}_end_ns {}", end.as_nanos()));
+        lines.push(format!("t{index}_tid {tid}"));
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.len() < 3 {
@@ -126,28 +156,12 @@ fn main() {
             let create_delay = Duration::from_millis(number(args.get(3)));
             let fixture = FuseFixture::mount(&mountpoint, &[(FUSE_CREATE, create_delay)])
                 .expect("mount the FUSE fixture");
-            let start = Instant::now();
-            let creators: Vec<_> = (1..=3u64)
-                .map(|index| {
-                    let path = fixture.path().join(format!("t{index}"));
-                    std::thread::Builder::new()
-                        .name(format!("creator-{index}"))
-                        .spawn(move || {
-                            std::thread::sleep(Duration::from_millis(40 * (index - 1)));
-                            // SAFETY: gettid has no preconditions.
-                            let tid = unsafe { libc::gettid() };
-                            drop(create(&path));
-                            (index, tid, start.elapsed())
-                        })
-                        .expect("spawn a creator")
-                })
-                .collect();
-            for creator in creators {
-                let (index, tid, end) = creator.join().expect("creator");
-                lines.push(format!("t{index}_end_ns {}", end.as_nanos()));
-                lines.push(format!("t{index}_tid {tid}"));
-            }
+            hold_chain(fixture.path(), "", &mut lines);
             drop(fixture);
+        }
+        "holdchain-client" => {
+            let tag = args.get(3).unwrap_or_else(|| usage());
+            hold_chain(&mountpoint, &format!("-{tag}"), &mut lines);
         }
         "lockwait-client" => {
             let headstart = Duration::from_millis(number(args.get(3)));

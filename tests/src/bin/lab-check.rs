@@ -35,6 +35,14 @@
 //!   its flush requests to F, with no data; its writes to B bytes; and process P's reads
 //!   (of one sector, by two threads at once) to R.
 //!
+//! `lab-check hold-contended PROFILE RESULTS`
+//! - the second of three creators (`t2_tid` in RESULTS, fuse-workload holdchain) has one
+//!   hold under contention of the directory's inode lock (`rwsem:W`, from the lock
+//!   family's own events), within 10% of the workload's own time from the first create's
+//!   return to the second's, taken on the open path;
+//! - it agrees within 10% with `--hold`'s mean hold of that lock (fexit/fentry or
+//!   kprobes: every hold of the three creators, each one CREATE long).
+//!
 //! Prints what it measured; exits 1 with a `WHY:` line on the first failed assertion.
 
 use std::{collections::BTreeMap, process::exit};
@@ -60,6 +68,7 @@ fn main() {
         Some("hold-lock") => hold_lock(&args[1..]),
         Some("hold") => check_hold(&args[1..]),
         Some("hold-symbol") => check_hold_symbol(&args[1..]),
+        Some("hold-contended") => check_hold_contended(&args[1..]),
         Some("io") => check_io(&args[1..]),
         _ => fail("usage: lab-check lock PROFILE REPORT --method WORD --types T1,T2 [--truth TYPE=N] [--tolerance F]".into()),
     }
@@ -375,6 +384,61 @@ fn result(path: &str, name: &str) -> u64 {
         .find(|(key, _)| *key == name)
         .and_then(|(_, value)| value.trim().parse().ok())
         .unwrap_or_else(|| fail(format!("{path} has no {name}")))
+}
+
+fn check_hold_contended(args: &[String]) {
+    let (Some(profile_path), Some(results_path)) = (args.first(), args.get(1)) else {
+        fail("lab-check hold-contended: PROFILE and RESULTS are required".into());
+    };
+    let profile = read_json(profile_path);
+    let second = result(results_path, "t2_tid");
+    let expected = result(results_path, "t2_end_ns") as f64 - result(results_path, "t1_end_ns") as f64;
+    const LCB_F_WRITE: u64 = 4;
+    let contended: Vec<&Value> = profile["contended_holds"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|row| row["tid"].as_u64() == Some(second))
+        .filter(|row| row["flags"].as_u64() == Some(LCB_F_WRITE))
+        .collect();
+    let [hold] = contended[..] else {
+        fail(format!(
+            "expected one rwsem:W hold under contention by the second creator (tid {second}): {}",
+            profile["contended_holds"]
+        ));
+    };
+    let held = hold["latency"]["total_ns"].as_u64().unwrap_or(0) as f64;
+    let frames = stack_frames(&profile, &hold["stack"]);
+    let timed: Vec<&Value> = profile["holds"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|row| row["flags"].as_u64() == Some(LCB_F_WRITE))
+        .collect();
+    let (count, total) = timed.iter().fold((0u64, 0u64), |(count, total), row| {
+        (
+            count + row["latency"]["count"].as_u64().unwrap_or(0),
+            total + row["latency"]["total_ns"].as_u64().unwrap_or(0),
+        )
+    });
+    let mean = total as f64 / count.max(1) as f64;
+    println!(
+        "second creator's hold under contention {:.1} ms; the workload's own {:.1} ms; \
+         --hold's mean of {count} holds {:.1} ms; stack: {}",
+        held / 1e6,
+        expected / 1e6,
+        mean / 1e6,
+        frames.join(" < ")
+    );
+    if (held - expected).abs() > 0.1 * expected {
+        fail(format!("hold under contention {held} ns against the workload's {expected} ns"));
+    }
+    if count == 0 || (held - mean).abs() > 0.1 * mean {
+        fail(format!("hold under contention {held} ns against --hold's mean {mean} ns ({count} holds)"));
+    }
+    if !frames.iter().any(|frame| is_open_path(frame)) {
+        fail(format!("the hold was not taken on the open path: {frames:?}"));
+    }
 }
 
 fn check_hold(args: &[String]) {
