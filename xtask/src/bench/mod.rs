@@ -311,10 +311,13 @@ pub fn bench(args: Vec<std::ffi::OsString>) -> Result<()> {
         .as_deref()
         .is_some_and(|families| families.iter().all(|family| family == "hold"));
     // The lock probe beside bpftrace and perf lock: alone with --lock-cost, else with the
-    // lock family when peers are measured.
+    // lock family on the spinlock workload (lock-storm) when peers are measured.
     let lock_part = options.soak_minutes.is_none()
         && (options.lock_only
-            || (!hold_only && options.peers && wanted(options.families.as_deref(), "lock")));
+            || (!hold_only
+                && options.peers
+                && wanted(options.families.as_deref(), "lock")
+                && wanted(options.workloads.as_deref(), "spinlock")));
     let result = if let Some(minutes) = options.soak_minutes {
         soak(&bench, minutes)
     } else if options.lock_only {
