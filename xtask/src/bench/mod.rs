@@ -21,9 +21,12 @@ use anyhow::{anyhow, bail, Context as _, Result};
 
 use crate::{build, util};
 
+mod lock;
+
 const USAGE: &str = "\
 usage: cargo xtask bench [--runs N] [--seconds S] [--workloads a,b] [--families a,b]
-                         [--no-peers] [--out FILE] [--soak [MINUTES]]
+                         [--no-peers] [--out FILE] [--readme] [--lock-cost]
+                         [--soak [MINUTES]]
   --runs N         interleaved runs of every configuration (default 5, at least 5 advised)
   --seconds S      length of one workload run (default 2)
   --workloads      subset of: spinlock,rwsem,switch,cpu,io (default all)
@@ -32,6 +35,9 @@ usage: cargo xtask bench [--runs N] [--seconds S] [--workloads a,b] [--families 
   --no-peers       skip bpftrace and perf
   --out FILE       Markdown output (default target/bench/bench.md)
   --readme         also put the tables into README.md (between the bench markers)
+  --lock-cost      only the lock probe beside bpftrace and perf lock on lock-storm
+                   (per-event BPF cost, spin-wait accuracy, slowdown), a few minutes;
+                   a full run includes it when the lock family and peers are measured
   --soak [MIN]     instead: record system-wide under load for MIN minutes (default 10)
                    and check that lockpath's memory stays flat";
 
@@ -190,6 +196,7 @@ struct Options {
     peers: bool,
     out: Option<PathBuf>,
     readme: bool,
+    lock_only: bool,
     soak_minutes: Option<f64>,
 }
 
@@ -202,6 +209,7 @@ fn parse(args: &[std::ffi::OsString]) -> Result<Options> {
         peers: true,
         out: None,
         readme: false,
+        lock_only: false,
         soak_minutes: None,
     };
     let args: Vec<String> = args
@@ -233,6 +241,7 @@ fn parse(args: &[std::ffi::OsString]) -> Result<Options> {
             "--families" => options.families = list(value(&mut index, "--families")?),
             "--no-peers" => options.peers = false,
             "--readme" => options.readme = true,
+            "--lock-cost" => options.lock_only = true,
             "--out" => options.out = Some(value(&mut index, "--out")?.into()),
             "--soak" => {
                 let minutes = args
@@ -270,6 +279,9 @@ pub fn bench(args: Vec<std::ffi::OsString>) -> Result<()> {
     if !util::is_root()? {
         bail!("bench: needs root (eBPF, perf, loop mounts): run `sudo cargo xtask bench`");
     }
+    if options.lock_only {
+        lock::check_tools()?;
+    }
     let artifacts = build::build(build::Profile::Release)?;
     util::run(
         util::host_cargo().args(["build", "--release", "-p", "lockpath-tests", "--bins"]),
@@ -298,16 +310,34 @@ pub fn bench(args: Vec<std::ffi::OsString>) -> Result<()> {
         .families
         .as_deref()
         .is_some_and(|families| families.iter().all(|family| family == "hold"));
+    // The lock probe beside bpftrace and perf lock: alone with --lock-cost, else with the
+    // lock family on the spinlock workload (lock-storm) when peers are measured.
+    let lock_part = options.soak_minutes.is_none()
+        && (options.lock_only
+            || (!hold_only
+                && options.peers
+                && wanted(options.families.as_deref(), "lock")
+                && wanted(options.workloads.as_deref(), "spinlock")));
     let result = if let Some(minutes) = options.soak_minutes {
         soak(&bench, minutes)
+    } else if options.lock_only {
+        Ok(String::new())
     } else if hold_only {
         header(&options)
     } else {
         overhead_report(&bench, &options)
     };
+    let lock_markdown = match (&result, lock_part) {
+        (Ok(_), true) => {
+            util::say("lock probe beside bpftrace and perf lock on lock-storm");
+            Some(lock::section(&bench, options.runs))
+        }
+        _ => None,
+    };
     let _ = fs::remove_dir_all(&scratch);
     let host_markdown = result?;
     let hold_markdown = (options.soak_minutes.is_none()
+        && !options.lock_only
         && wanted(options.families.as_deref(), "hold"))
     .then(|| {
         util::say("cost of --hold, in the kernel lab's 6.1 guest (QEMU)");
@@ -316,7 +346,9 @@ pub fn bench(args: Vec<std::ffi::OsString>) -> Result<()> {
             format!("\n### Cost of `--hold`\n\nNot measured: {err:#}\n")
         })
     });
-    let markdown = host_markdown.clone() + hold_markdown.as_deref().unwrap_or("");
+    let markdown = host_markdown.clone()
+        + lock_markdown.as_deref().unwrap_or("")
+        + hold_markdown.as_deref().unwrap_or("");
     print!("{markdown}");
     if let Some(dir) = out.parent() {
         fs::create_dir_all(dir)
@@ -325,12 +357,15 @@ pub fn bench(args: Vec<std::ffi::OsString>) -> Result<()> {
     fs::write(&out, &markdown).with_context(|| format!("bench: cannot write {}", out.display()))?;
     util::say(format!("table written to {}", out.display()));
     if options.readme && options.soak_minutes.is_none() {
-        if !hold_only {
+        if !hold_only && !options.lock_only {
             // The README has its own "## Performance" heading above the markers.
             let body = host_markdown
                 .strip_prefix("## Performance\n\n")
                 .unwrap_or(&host_markdown);
             update_readme(README_START, README_END, body)?;
+        }
+        if let Some(lock) = &lock_markdown {
+            update_readme(lock::README_START, lock::README_END, lock)?;
         }
         if let Some(hold) = &hold_markdown {
             update_readme(
@@ -709,11 +744,26 @@ fn run_once(bench: &Bench, workload: &Workload, config: &Config) -> Result<u64> 
 }
 
 fn header(options: &Options) -> Result<String> {
+    let mut md = String::new();
+    let _ = writeln!(md, "## Performance\n");
+    let _ = writeln!(
+        md,
+        "{} Throughput is the workload's own ops/s, overhead = 1 - median / median of the \
+         baseline.\n",
+        run_context(options.runs, options.seconds)
+    );
+    Ok(md)
+}
+
+/// When and where the benchmark ran, and how many runs of what length.
+fn run_context(runs: usize, seconds: f64) -> String {
     let date = util::capture(
         Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"]),
         "bench: reading the date",
         "install coreutils",
-    )?;
+    )
+    .map(|date| date.trim().to_string())
+    .unwrap_or_else(|_| "an unknown date".into());
     let cpu = fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|info| {
@@ -729,18 +779,10 @@ fn header(options: &Options) -> Result<String> {
     let load = fs::read_to_string("/proc/loadavg")
         .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_default();
-    let mut md = String::new();
-    let _ = writeln!(md, "## Performance\n");
-    let _ = writeln!(
-        md,
-        "`cargo xtask bench` on {} — {nproc} CPUs ({cpu}), Linux {kernel}, load average at \
-         start {load}. {} interleaved runs of {} s per configuration; throughput is the \
-         workload's own ops/s, overhead = 1 - median / median of the baseline.\n",
-        date.trim(),
-        options.runs,
-        options.seconds
-    );
-    Ok(md)
+    format!(
+        "`cargo xtask bench` on {date} — {nproc} CPUs ({cpu}), Linux {kernel}, load average at \
+         start {load}. {runs} interleaved runs of {seconds} s per configuration."
+    )
 }
 
 fn overhead_table(workloads: &[Workload], rows: &[OverheadRow]) -> String {
