@@ -735,6 +735,27 @@ pub fn lock_family_recorded(profile: &Profile) -> bool {
             && profile.holds.is_empty())
 }
 
+/// What `lockpath report` prints (format text).
+pub fn text(profile: &Profile, by: GroupBy, top: usize) -> String {
+    let mut text = summary_header(profile);
+    if lock_family_recorded(profile) {
+        text.push_str(&lock_table(profile, by, top));
+        text.push_str(&holders_table(profile, 10));
+        if profile.is_merged() && by != GroupBy::Host {
+            text.push_str("\nby host:\n");
+            text.push_str(&lock_table(profile, GroupBy::Host, top));
+        }
+    }
+    text.push_str(&family_sections(profile, top));
+    if !profile.cpu.is_empty() {
+        text.push('\n');
+        text.push_str(&cpu_tables(profile, top));
+    }
+    text.push_str(&latency_sections(profile, top));
+    text.push_str(&losses(profile));
+    text
+}
+
 /// What `record` prints at the end.
 pub fn summary(profile: &Profile, top: usize) -> String {
     let mut out = summary_header(profile);
