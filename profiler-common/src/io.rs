@@ -75,5 +75,45 @@ pub struct IoInFlight {
     pub _pad: u32,
 }
 
+/// Entries of the requests in flight (`IO_INFLIGHT`).
+pub const IO_INFLIGHT_ENTRIES: u32 = 16384;
+
+pub mod names {
+    pub const IO_STATS: &str = "IO_STATS";
+    pub const IO_INFLIGHT: &str = "IO_INFLIGHT";
+    pub const RQ_INSERT_DEV_OFFSET: &str = "RQ_INSERT_DEV_OFFSET";
+    pub const RQ_INSERT_SECTOR_OFFSET: &str = "RQ_INSERT_SECTOR_OFFSET";
+    pub const RQ_INSERT_BYTES_OFFSET: &str = "RQ_INSERT_BYTES_OFFSET";
+    pub const RQ_INSERT_RWBS_OFFSET: &str = "RQ_INSERT_RWBS_OFFSET";
+    pub const RQ_ISSUE_DEV_OFFSET: &str = "RQ_ISSUE_DEV_OFFSET";
+    pub const RQ_ISSUE_SECTOR_OFFSET: &str = "RQ_ISSUE_SECTOR_OFFSET";
+    pub const RQ_ISSUE_BYTES_OFFSET: &str = "RQ_ISSUE_BYTES_OFFSET";
+    pub const RQ_ISSUE_RWBS_OFFSET: &str = "RQ_ISSUE_RWBS_OFFSET";
+    pub const RQ_COMPLETE_DEV_OFFSET: &str = "RQ_COMPLETE_DEV_OFFSET";
+    pub const RQ_COMPLETE_SECTOR_OFFSET: &str = "RQ_COMPLETE_SECTOR_OFFSET";
+    pub const IO_RQ_INSERT: &str = "io_rq_insert";
+    pub const IO_RQ_ISSUE: &str = "io_rq_issue";
+    pub const IO_RQ_COMPLETE: &str = "io_rq_complete";
+
+    /// Every name above (a name ending in `_` is a prefix: slot 0 is checked).
+    pub const ALL: &[&str] = &[
+        IO_STATS,
+        IO_INFLIGHT,
+        RQ_INSERT_DEV_OFFSET,
+        RQ_INSERT_SECTOR_OFFSET,
+        RQ_INSERT_BYTES_OFFSET,
+        RQ_INSERT_RWBS_OFFSET,
+        RQ_ISSUE_DEV_OFFSET,
+        RQ_ISSUE_SECTOR_OFFSET,
+        RQ_ISSUE_BYTES_OFFSET,
+        RQ_ISSUE_RWBS_OFFSET,
+        RQ_COMPLETE_DEV_OFFSET,
+        RQ_COMPLETE_SECTOR_OFFSET,
+        IO_RQ_INSERT,
+        IO_RQ_ISSUE,
+        IO_RQ_COMPLETE,
+    ];
+}
+
 #[cfg(feature = "user")]
 crate::impl_pod!(IoKey, IoStat, IoRequestKey, IoInFlight);

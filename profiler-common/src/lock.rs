@@ -74,5 +74,41 @@ pub struct LockWait {
     pub _pad: u32,
 }
 
+/// Entries of the sleeping-lock waits in progress (`LOCK_SLEEP_WAIT`), by thread.
+pub const LOCK_SLEEP_WAIT_ENTRIES: u32 = 16384;
+
+pub mod names {
+    pub const LOCK_STATS: &str = "LOCK_STATS";
+    pub const LOCK_SLEEP_WAIT: &str = "LOCK_SLEEP_WAIT";
+    pub const LOCK_SPIN_WAIT: &str = "LOCK_SPIN_WAIT";
+    pub const LOCK_SPIN_DEPTH: &str = "LOCK_SPIN_DEPTH";
+    pub const LOCK_LAYOUT: &str = "LOCK_LAYOUT";
+    pub const LOCK_CONTENTION_BEGIN: &str = "lock_contention_begin";
+    pub const LOCK_CONTENTION_END: &str = "lock_contention_end";
+    pub const LOCK_KPROBE_SPIN: &str = "lock_kprobe_spin";
+    pub const LOCK_KRETPROBE_SPIN: &str = "lock_kretprobe_spin";
+    pub const LOCK_KPROBE_MUTEX: &str = "lock_kprobe_mutex";
+    pub const LOCK_KPROBE_RWSEM_READ: &str = "lock_kprobe_rwsem_read";
+    pub const LOCK_KPROBE_RWSEM_WRITE: &str = "lock_kprobe_rwsem_write";
+    pub const LOCK_KRETPROBE_SLEEP: &str = "lock_kretprobe_sleep";
+
+    /// Every name above (a name ending in `_` is a prefix: slot 0 is checked).
+    pub const ALL: &[&str] = &[
+        LOCK_STATS,
+        LOCK_SLEEP_WAIT,
+        LOCK_SPIN_WAIT,
+        LOCK_SPIN_DEPTH,
+        LOCK_LAYOUT,
+        LOCK_CONTENTION_BEGIN,
+        LOCK_CONTENTION_END,
+        LOCK_KPROBE_SPIN,
+        LOCK_KRETPROBE_SPIN,
+        LOCK_KPROBE_MUTEX,
+        LOCK_KPROBE_RWSEM_READ,
+        LOCK_KPROBE_RWSEM_WRITE,
+        LOCK_KRETPROBE_SLEEP,
+    ];
+}
+
 #[cfg(feature = "user")]
 crate::impl_pod!(LockKey, LockStat, LockWait, LockLayout);

@@ -51,11 +51,13 @@ static RQ_COMPLETE_SECTOR_OFFSET: u32 = 16;
 
 /// The aggregate read by user space. Size set at load time (`--map-entries`).
 #[map]
-pub static IO_STATS: HashMap<IoKey, IoStat> = HashMap::with_max_entries(16384, 0);
+pub static IO_STATS: HashMap<IoKey, IoStat> =
+    HashMap::with_max_entries(profiler_common::STATS_ENTRIES, 0);
 
 /// Requests inserted or issued and not yet completed.
 #[map]
-static IO_INFLIGHT: HashMap<IoRequestKey, IoInFlight> = HashMap::with_max_entries(16384, 0);
+static IO_INFLIGHT: HashMap<IoRequestKey, IoInFlight> =
+    HashMap::with_max_entries(profiler_common::io::IO_INFLIGHT_ENTRIES, 0);
 
 const EEXIST: i32 = 17;
 const RWBS_LEN: usize = 10;

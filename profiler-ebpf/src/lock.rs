@@ -42,7 +42,8 @@ use crate::{
 
 /// The aggregate read by user space. Size set at load time (`--map-entries`).
 #[map]
-pub static LOCK_STATS: HashMap<LockKey, LockStat> = HashMap::with_max_entries(16384, 0);
+pub static LOCK_STATS: HashMap<LockKey, LockStat> =
+    HashMap::with_max_entries(profiler_common::STATS_ENTRIES, 0);
 
 /// Contention in progress of a spinning waiter, one per CPU.
 #[map]
@@ -50,7 +51,8 @@ static LOCK_SPIN_WAIT: PerCpuArray<LockWait> = PerCpuArray::with_max_entries(1, 
 
 /// Contention in progress of a sleeping waiter, by thread id.
 #[map]
-static LOCK_SLEEP_WAIT: HashMap<u32, LockWait> = HashMap::with_max_entries(16384, 0);
+static LOCK_SLEEP_WAIT: HashMap<u32, LockWait> =
+    HashMap::with_max_entries(profiler_common::lock::LOCK_SLEEP_WAIT_ENTRIES, 0);
 
 const EEXIST: i32 = 17;
 

@@ -28,10 +28,12 @@ use crate::{
 };
 
 #[map]
-pub static RPC_STATS: HashMap<RpcKey, LatencyStat> = HashMap::with_max_entries(16384, 0);
+pub static RPC_STATS: HashMap<RpcKey, LatencyStat> =
+    HashMap::with_max_entries(profiler_common::STATS_ENTRIES, 0);
 
 #[map]
-static RPC_INFLIGHT: HashMap<RpcId, RpcStart> = HashMap::with_max_entries(65536, 0);
+static RPC_INFLIGHT: HashMap<RpcId, RpcStart> =
+    HashMap::with_max_entries(profiler_common::rpc::RPC_INFLIGHT_ENTRIES, 0);
 
 // Field offsets of fuse:fuse_request_send / fuse_request_end, from the format files.
 #[unsafe(no_mangle)]

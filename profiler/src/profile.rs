@@ -301,6 +301,20 @@ pub struct IoRow {
 }
 
 impl Profile {
+    /// Every process some row refers to, once, in order.
+    pub fn row_pids(&self) -> Vec<u32> {
+        let mut pids: Vec<u32> = self.locks.iter().map(|row| row.pid).collect();
+        pids.extend(self.offcpu.iter().map(|row| row.pid));
+        pids.extend(self.io.iter().map(|row| row.pid));
+        pids.extend(self.rpcs.iter().map(|row| row.pid));
+        pids.extend(self.funcs.iter().map(|row| row.pid));
+        pids.extend(self.cpu.iter().map(|row| row.pid));
+        pids.extend(self.holds.iter().map(|row| row.pid));
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    }
+
     pub fn new() -> Self {
         Profile {
             format: FORMAT.to_string(),

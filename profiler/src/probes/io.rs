@@ -4,10 +4,85 @@
 use std::collections::HashMap as StdHashMap;
 
 use anyhow::{Context, Result};
-use aya::{maps::HashMap, programs::TracePoint, Ebpf, EbpfLoader};
-use profiler_common::io::{IoKey, IoStat, OP_DISCARD, OP_FLUSH, OP_READ, OP_WRITE};
+use aya::{maps::HashMap, Ebpf, EbpfLoader};
+use profiler_common::io::{
+    names, IoKey, IoStat, IO_INFLIGHT_ENTRIES, OP_DISCARD, OP_FLUSH, OP_READ, OP_WRITE,
+};
 
-use crate::{probes::shared::MapSet, profile::IoRow, profile::ProbeUse, tracefs};
+use crate::{
+    cli::{Kind, RecordArgs},
+    probes::{
+        progress_of,
+        shared::{attach_tracepoint, MapSet, StackResolver},
+        AttachContext, Family, MapSize, PlanContext, Planned, Registration,
+    },
+    profile::{IoRow, ProbeUse, Profile},
+    tracefs,
+};
+
+pub const FAMILY: Registration = Registration {
+    name: "io",
+    asked: |args| args.io,
+    check: |_| Ok(()),
+    plan: plan_family,
+    maps: &[
+        (names::IO_STATS, MapSize::Stats),
+        (names::IO_INFLIGHT, MapSize::Fixed(IO_INFLIGHT_ENTRIES)),
+    ],
+};
+
+fn plan_family(args: &RecordArgs, _ctx: &mut PlanContext) -> Result<Planned> {
+    if !args.io {
+        return Ok(None);
+    }
+    Ok(Some(Box::new(IoFamily {
+        globals: IoGlobals::read()?,
+        devices: DeviceNames::scan(),
+    })))
+}
+
+/// The block-IO family of one recording: offsets, and the device names seen.
+struct IoFamily {
+    globals: IoGlobals,
+    devices: DeviceNames,
+}
+
+impl Family for IoFamily {
+    fn name(&self) -> &'static str {
+        FAMILY.name
+    }
+
+    fn configure<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
+        self.globals.apply(loader);
+    }
+
+    fn attach(&mut self, ebpf: &mut Ebpf, _ctx: &mut AttachContext) -> Result<Vec<ProbeUse>> {
+        Ok(vec![attach(ebpf, &self.globals)?])
+    }
+
+    /// Devices that appeared during the run get their names too.
+    fn stopped(&mut self) {
+        self.devices.merge(DeviceNames::scan());
+    }
+
+    fn drain(
+        &self,
+        maps: &MapSet,
+        _stacks: &mut StackResolver,
+        profile: &mut Profile,
+    ) -> Result<()> {
+        profile.io = drain(maps, &self.devices)?;
+        Ok(())
+    }
+
+    fn progress(&self, live: &Profile) -> Option<String> {
+        progress_of(&live.io, |row| row.count, "IO requests")
+    }
+
+    fn flamegraph(&self) -> Option<Kind> {
+        Some(Kind::Io)
+    }
+}
 
 /// Load-time globals of the IO programs: record offsets from the format files.
 pub struct IoGlobals {
@@ -18,16 +93,20 @@ pub struct IoGlobals {
 
 /// (event, field, global) for every offset the programs read.
 const OFFSETS: [(&str, &str, &str); 10] = [
-    ("block_rq_issue", "dev", "RQ_ISSUE_DEV_OFFSET"),
-    ("block_rq_issue", "sector", "RQ_ISSUE_SECTOR_OFFSET"),
-    ("block_rq_issue", "bytes", "RQ_ISSUE_BYTES_OFFSET"),
-    ("block_rq_issue", "rwbs", "RQ_ISSUE_RWBS_OFFSET"),
-    ("block_rq_complete", "dev", "RQ_COMPLETE_DEV_OFFSET"),
-    ("block_rq_complete", "sector", "RQ_COMPLETE_SECTOR_OFFSET"),
-    ("block_rq_insert", "dev", "RQ_INSERT_DEV_OFFSET"),
-    ("block_rq_insert", "sector", "RQ_INSERT_SECTOR_OFFSET"),
-    ("block_rq_insert", "bytes", "RQ_INSERT_BYTES_OFFSET"),
-    ("block_rq_insert", "rwbs", "RQ_INSERT_RWBS_OFFSET"),
+    ("block_rq_issue", "dev", names::RQ_ISSUE_DEV_OFFSET),
+    ("block_rq_issue", "sector", names::RQ_ISSUE_SECTOR_OFFSET),
+    ("block_rq_issue", "bytes", names::RQ_ISSUE_BYTES_OFFSET),
+    ("block_rq_issue", "rwbs", names::RQ_ISSUE_RWBS_OFFSET),
+    ("block_rq_complete", "dev", names::RQ_COMPLETE_DEV_OFFSET),
+    (
+        "block_rq_complete",
+        "sector",
+        names::RQ_COMPLETE_SECTOR_OFFSET,
+    ),
+    ("block_rq_insert", "dev", names::RQ_INSERT_DEV_OFFSET),
+    ("block_rq_insert", "sector", names::RQ_INSERT_SECTOR_OFFSET),
+    ("block_rq_insert", "bytes", names::RQ_INSERT_BYTES_OFFSET),
+    ("block_rq_insert", "rwbs", names::RQ_INSERT_RWBS_OFFSET),
 ];
 
 impl IoGlobals {
@@ -52,27 +131,17 @@ impl IoGlobals {
 
 pub fn attach(ebpf: &mut Ebpf, globals: &IoGlobals) -> Result<ProbeUse> {
     let mut events = vec![
-        ("io_rq_issue", "block_rq_issue"),
-        ("io_rq_complete", "block_rq_complete"),
+        (names::IO_RQ_ISSUE, "block_rq_issue"),
+        (names::IO_RQ_COMPLETE, "block_rq_complete"),
     ];
     if globals.insert {
-        events.insert(0, ("io_rq_insert", "block_rq_insert"));
+        events.insert(0, (names::IO_RQ_INSERT, "block_rq_insert"));
     }
     for (name, event) in &events {
-        let program: &mut TracePoint = ebpf
-            .program_mut(name)
-            .with_context(|| format!("program {name} missing from the eBPF object"))?
-            .try_into()
-            .with_context(|| format!("program {name} is not a tracepoint"))?;
-        program
-            .load()
-            .map_err(|err| crate::probes::shared::load_error(name, err))?;
-        program
-            .attach("block", event)
-            .with_context(|| format!("cannot attach to block:{event}"))?;
+        attach_tracepoint(ebpf, name, "block", event)?;
     }
     Ok(ProbeUse {
-        family: "io".into(),
+        family: FAMILY.name.into(),
         method: format!(
             "tracepoint {}",
             events
@@ -147,9 +216,7 @@ pub fn op_name(op: u32) -> &'static str {
 }
 
 pub fn drain(maps: &MapSet, devices: &DeviceNames) -> Result<Vec<IoRow>> {
-    let map = maps.get("IO_STATS")?;
-    let stats: HashMap<_, IoKey, IoStat> =
-        HashMap::try_from(map).context("IO_STATS has an unexpected type")?;
+    let stats: HashMap<_, IoKey, IoStat> = maps.hash_map(names::IO_STATS)?;
     let mut rows = Vec::new();
     for entry in stats.iter() {
         let (key, stat) = entry.context("cannot read IO_STATS")?;

@@ -6,21 +6,88 @@ use anyhow::{bail, Context, Result};
 use aya::{
     maps::HashMap,
     programs::{KProbe, RawTracePoint},
-    Ebpf,
+    Ebpf, EbpfLoader,
 };
 use profiler_common::lock::{
-    LockKey, LockLayout, LockStat, LCB_F_MUTEX, LCB_F_PERCPU, LCB_F_READ, LCB_F_RT, LCB_F_SPIN,
-    LCB_F_WRITE, LOCK_CLASS_MMAP_LOCK,
+    names, LockKey, LockLayout, LockStat, LCB_F_MUTEX, LCB_F_PERCPU, LCB_F_READ, LCB_F_RT,
+    LCB_F_SPIN, LCB_F_WRITE, LOCK_CLASS_MMAP_LOCK, LOCK_SLEEP_WAIT_ENTRIES,
 };
 
 use crate::{
     btf::Btf,
-    cli::LockMethod,
-    probes::shared::{attach_kprobe_pair, program, MapSet, StackResolver},
-    profile::{Frame, LockRow, ProbeUse},
+    cli::{Kind, LockMethod, RecordArgs},
+    probes::{
+        progress_of,
+        shared::{attach_kprobe_pair, program, MapSet, StackResolver},
+        AttachContext, Family, MapSize, PlanContext, Planned, Registration,
+    },
+    profile::{Frame, LockRow, ProbeUse, Profile},
     symbolize::KernelSymbols,
     tracefs,
 };
+
+pub const FAMILY: Registration = Registration {
+    name: "lock",
+    asked: |args| args.lock,
+    check: |_| Ok(()),
+    plan: plan_family,
+    maps: &[
+        (names::LOCK_STATS, MapSize::Stats),
+        (
+            names::LOCK_SLEEP_WAIT,
+            MapSize::Fixed(LOCK_SLEEP_WAIT_ENTRIES),
+        ),
+    ],
+};
+
+/// The lock family of one recording: the hook method and the struct offsets.
+struct LockFamily {
+    method: LockMethod,
+    layout: LockLayout,
+}
+
+/// Recorded when asked for, and by default: when no other family is asked for.
+fn plan_family(args: &RecordArgs, ctx: &mut PlanContext) -> Result<Planned> {
+    if !args.lock && !ctx.asked.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Box::new(LockFamily {
+        method: args.lock_method,
+        layout: layout(),
+    })))
+}
+
+impl Family for LockFamily {
+    fn name(&self) -> &'static str {
+        FAMILY.name
+    }
+
+    fn configure<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
+        loader.override_global(names::LOCK_LAYOUT, &self.layout, true);
+    }
+
+    fn attach(&mut self, ebpf: &mut Ebpf, ctx: &mut AttachContext) -> Result<Vec<ProbeUse>> {
+        Ok(vec![attach(ebpf, self.method, ctx.symbols)?])
+    }
+
+    fn drain(
+        &self,
+        maps: &MapSet,
+        stacks: &mut StackResolver,
+        profile: &mut Profile,
+    ) -> Result<()> {
+        profile.locks = drain(maps, stacks)?;
+        Ok(())
+    }
+
+    fn progress(&self, live: &Profile) -> Option<String> {
+        progress_of(&live.locks, |row| row.count, "lock contentions")
+    }
+
+    fn flamegraph(&self) -> Option<Kind> {
+        Some(Kind::Lock)
+    }
+}
 
 /// Attaches lock-contention probes with `method` (auto: tracepoints when the kernel has
 /// them, else kprobes on the slow paths) and says which were used.
@@ -42,7 +109,7 @@ pub fn attach(ebpf: &mut Ebpf, method: LockMethod, symbols: &KernelSymbols) -> R
         }
     };
     Ok(ProbeUse {
-        family: "lock".into(),
+        family: FAMILY.name.into(),
         method: method_used,
     })
 }
@@ -63,11 +130,14 @@ fn attach_tracepoints(ebpf: &mut Ebpf) -> Result<String> {
                  use --lock-method kprobe (or auto) for the kprobe fallback"
             );
         }
-        let name = format!("lock_{event}");
-        let program: &mut RawTracePoint = program(ebpf, &name)?;
+        let name = match event {
+            "contention_begin" => names::LOCK_CONTENTION_BEGIN,
+            _ => names::LOCK_CONTENTION_END,
+        };
+        let program: &mut RawTracePoint = program(ebpf, name)?;
         program
             .load()
-            .map_err(|err| crate::probes::shared::load_error(&name, err))?;
+            .map_err(|err| crate::probes::shared::load_error(name, err))?;
         program
             .attach(event)
             .with_context(|| format!("cannot attach to lock:{event}"))?;
@@ -80,8 +150,8 @@ fn attach_tracepoints(ebpf: &mut Ebpf) -> Result<String> {
 /// which one is chosen at boot by paravirt patching).
 const SLOW_PATHS: &[(&str, &str, &[&str])] = &[
     (
-        "lock_kprobe_spin",
-        "lock_kretprobe_spin",
+        names::LOCK_KPROBE_SPIN,
+        names::LOCK_KRETPROBE_SPIN,
         &[
             "queued_spin_lock_slowpath",
             "native_queued_spin_lock_slowpath",
@@ -89,8 +159,8 @@ const SLOW_PATHS: &[(&str, &str, &[&str])] = &[
         ],
     ),
     (
-        "lock_kprobe_mutex",
-        "lock_kretprobe_sleep",
+        names::LOCK_KPROBE_MUTEX,
+        names::LOCK_KRETPROBE_SLEEP,
         &[
             "__mutex_lock_slowpath",
             "__mutex_lock_killable_slowpath",
@@ -98,13 +168,13 @@ const SLOW_PATHS: &[(&str, &str, &[&str])] = &[
         ],
     ),
     (
-        "lock_kprobe_rwsem_read",
-        "lock_kretprobe_sleep",
+        names::LOCK_KPROBE_RWSEM_READ,
+        names::LOCK_KRETPROBE_SLEEP,
         &["rwsem_down_read_slowpath"],
     ),
     (
-        "lock_kprobe_rwsem_write",
-        "lock_kretprobe_sleep",
+        names::LOCK_KPROBE_RWSEM_WRITE,
+        names::LOCK_KRETPROBE_SLEEP,
         &["rwsem_down_write_slowpath"],
     ),
 ];
@@ -175,9 +245,9 @@ fn attach_kprobes(ebpf: &mut Ebpf, symbols: &KernelSymbols) -> Result<String> {
 
 fn slow_path_type(entry: &str) -> &'static str {
     match entry {
-        "lock_kprobe_spin" => "spinlock",
-        "lock_kprobe_mutex" => "mutex",
-        "lock_kprobe_rwsem_read" => "rwsem:R",
+        names::LOCK_KPROBE_SPIN => "spinlock",
+        names::LOCK_KPROBE_MUTEX => "mutex",
+        names::LOCK_KPROBE_RWSEM_READ => "rwsem:R",
         _ => "rwsem:W",
     }
 }
@@ -210,9 +280,7 @@ pub fn layout() -> LockLayout {
 
 /// Reads the aggregate out of the kernel.
 pub fn drain(maps: &MapSet, stacks: &mut StackResolver) -> Result<Vec<LockRow>> {
-    let map = maps.get("LOCK_STATS")?;
-    let stats: HashMap<_, LockKey, LockStat> =
-        HashMap::try_from(map).context("LOCK_STATS has an unexpected type")?;
+    let stats: HashMap<_, LockKey, LockStat> = maps.hash_map(names::LOCK_STATS)?;
     let mut rows = Vec::new();
     for entry in stats.iter() {
         let (key, stat) = entry.context("cannot read LOCK_STATS")?;

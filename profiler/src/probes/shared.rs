@@ -10,6 +10,7 @@ use aya::{
 };
 use profiler_common::{
     loss::{LOSS_NAMES, LOSS_SLOTS},
+    shared::names,
     target::TaskInfo,
 };
 
@@ -40,6 +41,14 @@ impl MapSet {
             .with_context(|| format!("map {name} missing from the eBPF object"))
     }
 
+    /// A hash map of the set, typed (`K`, `V` as the eBPF side declares them).
+    pub fn hash_map<K: aya::Pod, V: aya::Pod>(
+        &self,
+        name: &str,
+    ) -> Result<HashMap<&MapData, K, V>> {
+        HashMap::try_from(self.get(name)?).with_context(|| format!("{name} has an unexpected type"))
+    }
+
     pub fn take(&mut self, name: &str) -> Result<Map> {
         self.maps
             .remove(name)
@@ -64,7 +73,7 @@ pub struct StackResolver {
 
 impl StackResolver {
     pub fn new(maps: &mut MapSet, kernel: KernelSymbols) -> Result<Self> {
-        let map = maps.take("STACKS")?;
+        let map = maps.take(names::STACKS)?;
         let stack_map = StackTraceMap::try_from(map).context("STACKS has an unexpected type")?;
         Ok(StackResolver {
             stack_map,
@@ -254,7 +263,7 @@ fn one_line(text: &str) -> String {
 
 /// Sums the per-CPU loss counters, by name; zero counters are left out.
 pub fn drain_losses(maps: &MapSet) -> Result<BTreeMap<String, u64>> {
-    let map = maps.get("LOSSES")?;
+    let map = maps.get(names::LOSSES)?;
     let losses: PerCpuArray<_, u64> =
         PerCpuArray::try_from(map).context("LOSSES has an unexpected type")?;
     let mut out = BTreeMap::new();
@@ -279,9 +288,7 @@ pub fn drain_losses(maps: &MapSet) -> Result<BTreeMap<String, u64>> {
 /// Processes and their threads, from the kernel's thread-name map, completed from
 /// /proc for processes still alive. `pids` lists every process some row refers to.
 pub fn drain_processes(maps: &MapSet, pids: &[u32]) -> Result<Vec<Process>> {
-    let map = maps.get("TASKS")?;
-    let tasks: HashMap<_, u32, TaskInfo> =
-        HashMap::try_from(map).context("TASKS has an unexpected type")?;
+    let tasks: HashMap<_, u32, TaskInfo> = maps.hash_map(names::TASKS)?;
     let mut by_pid: BTreeMap<u32, Process> = BTreeMap::new();
     for entry in tasks.iter() {
         let (tid, info) = entry.context("cannot read TASKS")?;
@@ -350,6 +357,19 @@ where
         .with_context(|| format!("program {name} missing from the eBPF object"))?
         .try_into()
         .with_context(|| format!("program {name} has an unexpected type"))
+}
+
+/// Loads the tracepoint program `name` (unless it is loaded already) and attaches it to
+/// `group:event`. Every tracepoint of every family goes through here.
+pub fn attach_tracepoint(ebpf: &mut Ebpf, name: &str, group: &str, event: &str) -> Result<()> {
+    let program: &mut TracePoint = program(ebpf, name)?;
+    if program.fd().is_err() {
+        program.load().map_err(|err| load_error(name, err))?;
+    }
+    program
+        .attach(group, event)
+        .with_context(|| format!("cannot attach to {group}:{event}"))?;
+    Ok(())
 }
 
 /// Attaches the loaded kprobe `entry` and kretprobe `ret` to `function`, the return
@@ -421,19 +441,9 @@ impl ProcessWatcher {
     /// Attaches the exec hook and takes the notice ring out of the object.
     pub fn start(ebpf: &mut Ebpf) -> Result<ProcessWatcher> {
         raise_open_file_limit();
-        let program: &mut TracePoint = ebpf
-            .program_mut("processes_exec")
-            .context("program processes_exec missing from the eBPF object")?
-            .try_into()
-            .context("program processes_exec is not a tracepoint")?;
-        program
-            .load()
-            .context("the kernel refused to load processes_exec")?;
-        program
-            .attach("sched", "sched_process_exec")
-            .context("cannot attach to sched:sched_process_exec")?;
+        attach_tracepoint(ebpf, names::PROCESSES_EXEC, "sched", "sched_process_exec")?;
         let map = ebpf
-            .take_map("NEW_PROCESSES")
+            .take_map(names::NEW_PROCESSES)
             .context("map NEW_PROCESSES missing from the eBPF object")?;
         let notes = RingBuf::try_from(map).context("NEW_PROCESSES has an unexpected type")?;
         Ok(ProcessWatcher {
