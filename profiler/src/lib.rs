@@ -4,6 +4,7 @@
 pub mod btf;
 pub mod cli;
 pub mod export;
+pub mod kind;
 pub mod metrics;
 pub mod probes;
 pub mod profile;

@@ -6,6 +6,8 @@ use std::{collections::BTreeMap, fs, io::Write, path::Path};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
+pub use crate::kind::{GroupBy, Kind, KINDS};
+
 /// Written into every profile; loading checks it.
 pub const FORMAT: &str = "lockpath/1";
 

@@ -8,19 +8,10 @@
 
 use std::path::{Path, PathBuf};
 
-use clap::ValueEnum;
 use lockpath::{
-    cli::{GroupBy, Kind},
     export,
-    profile::Profile,
+    profile::{GroupBy, Kind, Profile},
 };
-
-fn name<T: ValueEnum>(value: &T) -> String {
-    value
-        .to_possible_value()
-        .map(|value| value.get_name().to_string())
-        .unwrap_or_default()
-}
 
 fn inputs() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
@@ -44,23 +35,23 @@ fn inputs() -> Vec<PathBuf> {
 /// Every output of one profile, by expected file name.
 fn outputs(profile: &Profile) -> Vec<(&'static str, String)> {
     let mut report = String::new();
-    for &by in GroupBy::value_variants() {
-        report.push_str(&format!("==== report --by {}\n", name(&by)));
+    for by in GroupBy::ALL {
+        report.push_str(&format!("==== report --by {}\n", by.name()));
         report.push_str(&export::report::text(profile, by, 20));
     }
     report.push_str("==== record summary\n");
     report.push_str(&export::report::summary(profile, 20));
     let mut folded = String::new();
     let mut json = String::new();
-    for &kind in Kind::value_variants() {
+    for kind in Kind::ALL {
         folded.push_str(&format!(
             "==== export --format folded --kind {}\n",
-            name(&kind)
+            kind.name()
         ));
         folded.push_str(&export::folded::render(profile, kind));
         json.push_str(&format!(
             "==== export --format json --kind {}\n",
-            name(&kind)
+            kind.name()
         ));
         json.push_str(&export::json::render(profile, kind).expect("JSON export"));
         json.push('\n');

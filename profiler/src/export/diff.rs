@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::{
-    cli::{GroupBy, Kind},
     export::{
         offcpu::is_scheduler_frame,
         report::{cpu_functions, cpu_processes, fit, lock_groups},
     },
+    kind::{GroupBy, Kind},
     profile::{IoRow, OffcpuRow, Profile},
     units::format_ns,
 };
@@ -248,10 +248,7 @@ fn unit(kind: Kind) -> &'static str {
 }
 
 fn kind_name(kind: Kind) -> String {
-    use clap::ValueEnum;
-    kind.to_possible_value()
-        .map(|value| value.get_name().to_string())
-        .unwrap_or_default()
+    kind.name().to_string()
 }
 
 pub fn diff(base: &Profile, new: &Profile, kind: Kind) -> Vec<DiffTable> {

@@ -6,8 +6,8 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 use crate::{
-    cli::Kind,
     export::folded,
+    kind::Kind,
     profile::{write_atomically, Profile},
 };
 

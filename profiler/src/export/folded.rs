@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::{
-    cli::Kind,
+    kind::Kind,
     probes::lock::{is_lock_internal, lock_type_name},
     profile::{CpuRow, Profile},
     waitclass::IO_CLASSES,

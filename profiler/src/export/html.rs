@@ -6,8 +6,8 @@
 use anyhow::Result;
 
 use crate::{
-    cli::{GroupBy, Kind},
     export::{self, escape::html as esc, flamegraph, report},
+    kind::{GroupBy, Kind},
     profile::Profile,
     units::format_ns,
 };

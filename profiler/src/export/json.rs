@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::{cli::Kind, export::folded, profile::Profile};
+use crate::{export::folded, kind::Kind, profile::Profile};
 
 #[derive(Debug, Default, Serialize)]
 pub struct Node {
@@ -86,13 +86,9 @@ fn add(totals: &mut [u64], values: &[u64]) {
 }
 
 pub fn render(profile: &Profile, kind: Kind) -> serde_json::Result<String> {
-    use clap::ValueEnum;
     let mut text = serde_json::to_string_pretty(&Export {
         format: "lockpath-tree/1",
-        kind: kind
-            .to_possible_value()
-            .map(|value| value.get_name().to_string())
-            .unwrap_or_default(),
+        kind: kind.name().to_string(),
         host: &profile.host,
         duration_s: profile.duration_s,
         sample_types: folded::sample_types(kind)

@@ -160,7 +160,7 @@ pub fn merge(inputs: Vec<Profile>, command_line: Vec<String>) -> Result<Profile>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{cli::Kind, export::folded, export::report::tests::profile_with_two_locks};
+    use crate::{export::folded, export::report::tests::profile_with_two_locks, kind::Kind};
 
     #[test]
     fn merge_keeps_hosts_and_reindexes_stacks() {

@@ -13,35 +13,36 @@ pub mod pprof;
 pub mod prometheus;
 pub mod report;
 
-use crate::{cli::Kind, profile::Profile, waitclass::IO_CLASSES};
+use crate::{kind::Kind, profile::Profile, waitclass::IO_CLASSES};
 
-/// Whether a profile has data of `kind` (recorded, or rows present). A kind adds its arm.
+/// Whether a profile has data of `kind` (a family of the kind recorded, or rows present).
 pub fn has_kind(profile: &Profile, kind: Kind) -> bool {
-    let recorded = |family: &str| profile.probes.iter().any(|probe| probe.family == family);
-    match kind {
-        Kind::Lock => recorded("lock") || !profile.locks.is_empty(),
-        Kind::Rpc => recorded("rpc") || !profile.rpcs.is_empty(),
-        Kind::Func => recorded("func") || recorded("ufunc") || !profile.funcs.is_empty(),
-        Kind::Cpu => recorded("cpu") || !profile.cpu.is_empty(),
-        Kind::Offcpu => recorded("offcpu") || !profile.offcpu.is_empty(),
-        // Block-IO rows, or off-CPU waits in an IO class (the IO flamegraph).
-        Kind::Io => {
-            recorded("io")
-                || !profile.io.is_empty()
-                || profile
-                    .offcpu
-                    .iter()
-                    .any(|row| IO_CLASSES.contains(&row.class.as_str()))
+    let recorded = profile
+        .probes
+        .iter()
+        .any(|probe| kind.info().families.contains(&probe.family.as_str()));
+    recorded
+        || match kind {
+            Kind::Lock => !profile.locks.is_empty(),
+            Kind::Rpc => !profile.rpcs.is_empty(),
+            Kind::Func => !profile.funcs.is_empty(),
+            Kind::Cpu => !profile.cpu.is_empty(),
+            Kind::Offcpu => !profile.offcpu.is_empty(),
+            // Block-IO rows, or off-CPU waits in an IO class (the IO flamegraph).
+            Kind::Io => {
+                !profile.io.is_empty()
+                    || profile
+                        .offcpu
+                        .iter()
+                        .any(|row| IO_CLASSES.contains(&row.class.as_str()))
+            }
         }
-    }
 }
 
 /// Every kind the profile has, in the order of `Kind`.
 pub fn kinds_present(profile: &Profile) -> Vec<Kind> {
-    use clap::ValueEnum;
-    Kind::value_variants()
-        .iter()
-        .copied()
+    Kind::ALL
+        .into_iter()
         .filter(|&kind| has_kind(profile, kind))
         .collect()
 }

@@ -6,7 +6,7 @@ use std::{collections::HashMap, io::Write};
 
 use anyhow::{Context, Result};
 
-use crate::{cli::Kind, export::folded, profile::Profile};
+use crate::{export::folded, kind::Kind, profile::Profile};
 
 /// Protobuf wire encoding of the few field shapes profile.proto needs.
 #[derive(Default)]

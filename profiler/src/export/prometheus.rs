@@ -5,8 +5,8 @@
 use std::{collections::BTreeMap, fmt::Write};
 
 use crate::{
-    cli::GroupBy,
     export::{escape::prometheus_label as label, io::groups as io_groups, report::lock_groups},
+    kind::GroupBy,
     probes::io::bucket_us,
     profile::Profile,
 };
@@ -243,22 +243,22 @@ pub fn render(profile: &Profile) -> String {
     common_series(profile, &mut out);
     for kind in crate::export::kinds_present(profile) {
         match kind {
-            crate::cli::Kind::Lock => lock_series(profile, &mut out),
-            crate::cli::Kind::Offcpu => offcpu_series(profile, &mut out),
-            crate::cli::Kind::Io => io_series(profile, &mut out),
-            crate::cli::Kind::Rpc => latency_series(
+            crate::kind::Kind::Lock => lock_series(profile, &mut out),
+            crate::kind::Kind::Offcpu => offcpu_series(profile, &mut out),
+            crate::kind::Kind::Io => io_series(profile, &mut out),
+            crate::kind::Kind::Rpc => latency_series(
                 &mut out,
                 "rpc",
                 "request",
                 &crate::export::report::rpc_groups(profile),
             ),
-            crate::cli::Kind::Func => latency_series(
+            crate::kind::Kind::Func => latency_series(
                 &mut out,
                 "func",
                 "function",
                 &crate::export::report::func_groups(profile),
             ),
-            crate::cli::Kind::Cpu => cpu_series(profile, &mut out),
+            crate::kind::Kind::Cpu => cpu_series(profile, &mut out),
         }
     }
     out

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde::Serialize;
 
 use crate::{
-    cli::GroupBy,
+    kind::GroupBy,
     probes::lock::{caller, lock_type_name},
     profile::Profile,
     units::format_ns,

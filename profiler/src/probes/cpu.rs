@@ -14,7 +14,7 @@ use aya::{
 use profiler_common::cpu::{names, CpuKey};
 
 use crate::{
-    cli::Kind,
+    kind::Kind,
     probes::{
         progress_of,
         shared::{program, MapSet, StackResolver},
