@@ -399,21 +399,7 @@ pub fn explain(err: &str) -> String {
     }
 }
 
-/// Why kprobes cannot be used on this kernel, or `None` when they can.
-pub fn kprobes_unavailable() -> Option<String> {
-    let pmu = std::path::Path::new("/sys/bus/event_source/devices/kprobe/type").exists();
-    let legacy = [
-        "/sys/kernel/tracing/kprobe_events",
-        "/sys/kernel/debug/tracing/kprobe_events",
-    ]
-    .iter()
-    .any(|path| std::path::Path::new(path).exists());
-    if pmu || legacy {
-        None
-    } else {
-        Some("this kernel has no kprobe support (built without CONFIG_KPROBES)".into())
-    }
-}
+pub use crate::tracefs::kprobes_unavailable;
 
 /// Every mapped object of every profiled process is kept open until the end: allow as
 /// many descriptors as the hard limit does (a failure only means falling back to paths).
