@@ -331,8 +331,13 @@ fn drain_families(
     stacks: &mut StackResolver,
     profile: &mut Profile,
 ) -> Result<()> {
+    let mut out = probes::Drain {
+        maps,
+        stacks,
+        profile,
+    };
     for family in families {
-        family.drain(maps, stacks, profile)?;
+        family.drain(&mut out)?;
     }
     Ok(())
 }

@@ -18,7 +18,7 @@ use crate::{
     probes::{
         progress_of,
         shared::{program, MapSet, StackResolver},
-        AttachContext, Family, MapSize, Registration,
+        AttachContext, Drain, Family, MapSize, Registration,
     },
     profile::{CpuRow, ProbeUse, Profile},
 };
@@ -56,14 +56,9 @@ impl Family for CpuFamily {
         Ok(vec![attach(ebpf, self.freq_hz)?])
     }
 
-    fn drain(
-        &self,
-        maps: &MapSet,
-        stacks: &mut StackResolver,
-        profile: &mut Profile,
-    ) -> Result<()> {
-        profile.cpu_freq_hz = self.freq_hz;
-        profile.cpu = drain(maps, stacks)?;
+    fn drain(&self, out: &mut Drain) -> Result<()> {
+        out.profile.cpu_freq_hz = self.freq_hz;
+        out.profile.cpu = drain(out.maps, out.stacks)?;
         Ok(())
     }
 

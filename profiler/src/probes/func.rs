@@ -23,7 +23,7 @@ use crate::{
             attach_kprobe_pair, explain, kprobes_unavailable, latency_from, program, MapSet,
             StackResolver,
         },
-        AttachContext, Family, MapSize, PlanContext, Planned, Registration,
+        AttachContext, Drain, Family, MapSize, PlanContext, Planned, Registration,
     },
     profile::{FuncRow, ProbeUse, Profile, Unavailable},
     symbolize::{kallsyms::check_kernel_function, KernelSymbols},
@@ -84,13 +84,8 @@ impl Family for FuncFamily {
         Ok(used)
     }
 
-    fn drain(
-        &self,
-        maps: &MapSet,
-        stacks: &mut StackResolver,
-        profile: &mut Profile,
-    ) -> Result<()> {
-        profile.funcs = drain(maps, stacks, &self.targets)?;
+    fn drain(&self, out: &mut Drain) -> Result<()> {
+        out.profile.funcs = drain(out.maps, out.stacks, &self.targets)?;
         Ok(())
     }
 

@@ -30,7 +30,7 @@ use crate::{
             attach_kprobe_pair, explain, kprobes_unavailable, latency_from, program, MapSet,
             StackResolver,
         },
-        AttachContext, Family, MapSize, PlanContext, Planned, Registration,
+        AttachContext, Drain, Family, MapSize, PlanContext, Planned, Registration,
     },
     profile::{HoldRow, ProbeUse, Profile, Unavailable},
     symbolize::KernelSymbols,
@@ -98,13 +98,8 @@ impl Family for HoldFamily {
         )
     }
 
-    fn drain(
-        &self,
-        maps: &MapSet,
-        stacks: &mut StackResolver,
-        profile: &mut Profile,
-    ) -> Result<()> {
-        profile.holds = drain(maps, stacks, &self.plan)?;
+    fn drain(&self, out: &mut Drain) -> Result<()> {
+        out.profile.holds = drain(out.maps, out.stacks, &self.plan)?;
         Ok(())
     }
 

@@ -13,8 +13,8 @@ use crate::{
     cli::{Kind, RecordArgs},
     probes::{
         progress_of,
-        shared::{attach_tracepoint, MapSet, StackResolver},
-        AttachContext, Family, MapSize, PlanContext, Planned, Registration,
+        shared::{attach_tracepoint, MapSet},
+        AttachContext, Drain, Family, MapSize, PlanContext, Planned, Registration,
     },
     profile::{IoRow, ProbeUse, Profile},
     tracefs,
@@ -65,13 +65,8 @@ impl Family for IoFamily {
         self.devices.merge(DeviceNames::scan());
     }
 
-    fn drain(
-        &self,
-        maps: &MapSet,
-        _stacks: &mut StackResolver,
-        profile: &mut Profile,
-    ) -> Result<()> {
-        profile.io = drain(maps, &self.devices)?;
+    fn drain(&self, out: &mut Drain) -> Result<()> {
+        out.profile.io = drain(out.maps, &self.devices)?;
         Ok(())
     }
 

@@ -19,7 +19,7 @@ use crate::{
     probes::{
         progress_of,
         shared::{attach_kprobe_pair, program, MapSet, StackResolver},
-        AttachContext, Family, MapSize, PlanContext, Planned, Registration,
+        AttachContext, Drain, Family, MapSize, PlanContext, Planned, Registration,
     },
     profile::{Frame, LockRow, ProbeUse, Profile},
     symbolize::KernelSymbols,
@@ -70,13 +70,8 @@ impl Family for LockFamily {
         Ok(vec![attach(ebpf, self.method, ctx.symbols)?])
     }
 
-    fn drain(
-        &self,
-        maps: &MapSet,
-        stacks: &mut StackResolver,
-        profile: &mut Profile,
-    ) -> Result<()> {
-        profile.locks = drain(maps, stacks)?;
+    fn drain(&self, out: &mut Drain) -> Result<()> {
+        out.profile.locks = drain(out.maps, out.stacks)?;
         Ok(())
     }
 

@@ -79,6 +79,13 @@ pub struct AttachContext<'a> {
     pub unavailable: &'a mut Vec<Unavailable>,
 }
 
+/// Where a family drains to: the maps, the stack resolver and the profile being filled.
+pub struct Drain<'a> {
+    pub maps: &'a MapSet,
+    pub stacks: &'a mut StackResolver,
+    pub profile: &'a mut Profile,
+}
+
 /// A planned family during one recording.
 pub trait Family {
     /// The family's name, as in its registration.
@@ -99,9 +106,8 @@ pub trait Family {
     /// Called once the programs are detached, before the last drain.
     fn stopped(&mut self) {}
 
-    /// Reads its kernel maps into `profile` (while recording and at the end).
-    fn drain(&self, maps: &MapSet, stacks: &mut StackResolver, profile: &mut Profile)
-        -> Result<()>;
+    /// Reads its kernel maps into `out.profile` (while recording and at the end).
+    fn drain(&self, out: &mut Drain) -> Result<()>;
 
     /// Its part of the progress line (`3456 lock contentions`), once it has rows.
     fn progress(&self, live: &Profile) -> Option<String>;

@@ -12,7 +12,7 @@ use crate::{
     probes::{
         progress_of,
         shared::{attach_tracepoint, MapSet, StackResolver},
-        AttachContext, Family, MapSize, PlanContext, Planned, Registration,
+        AttachContext, Drain, Family, MapSize, PlanContext, Planned, Registration,
     },
     profile::{OffcpuRow, ProbeUse, Profile},
     tracefs,
@@ -80,13 +80,8 @@ impl Family for OffcpuFamily {
         Ok(vec![attach(ebpf, &self.options)?])
     }
 
-    fn drain(
-        &self,
-        maps: &MapSet,
-        stacks: &mut StackResolver,
-        profile: &mut Profile,
-    ) -> Result<()> {
-        profile.offcpu = drain(maps, stacks, &self.classifier)?;
+    fn drain(&self, out: &mut Drain) -> Result<()> {
+        out.profile.offcpu = drain(out.maps, out.stacks, &self.classifier)?;
         Ok(())
     }
 

@@ -19,7 +19,7 @@ use crate::{
         shared::{
             attach_tracepoint, kprobes_unavailable, latency_from, program, MapSet, StackResolver,
         },
-        AttachContext, Family, MapSize, PlanContext, Planned, Registration,
+        AttachContext, Drain, Family, MapSize, PlanContext, Planned, Registration,
     },
     profile::{ProbeUse, Profile, RpcRow, Unavailable},
     symbolize::KernelSymbols,
@@ -69,13 +69,8 @@ impl Family for RpcFamily {
         attach(ebpf, &self.setup)
     }
 
-    fn drain(
-        &self,
-        maps: &MapSet,
-        stacks: &mut StackResolver,
-        profile: &mut Profile,
-    ) -> Result<()> {
-        profile.rpcs = drain(maps, stacks, &self.setup)?;
+    fn drain(&self, out: &mut Drain) -> Result<()> {
+        out.profile.rpcs = drain(out.maps, out.stacks, &self.setup)?;
         Ok(())
     }
 
