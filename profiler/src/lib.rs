@@ -1,19 +1,17 @@
 //! lockpath: probes (profiler-ebpf) -> collector (record, probes/, symbolize/) ->
-//! profile (profile.rs) -> exporters (export/).
+//! profile and exporters (the `lockpath-profile` crate, re-exported here).
 
 pub mod btf;
 pub mod cli;
-pub mod export;
-pub mod kind;
 pub mod metrics;
 pub mod probes;
-pub mod profile;
 pub mod record;
 pub mod symbolize;
 pub mod target;
 pub mod tracefs;
-pub mod units;
-pub mod waitclass;
+
+/// The profile library, under the names this crate always used.
+pub use lockpath_profile::{export, histogram, kind, lock, profile, units, waitclass};
 
 use anyhow::{Context, Result};
 

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::{
     kind::Kind,
-    probes::lock::{is_lock_internal, lock_type_name},
+    lock::{is_lock_internal, lock_type_name},
     profile::{CpuRow, Profile},
     waitclass::IO_CLASSES,
 };

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::{
-    probes::io::{bucket_us, percentile_ns},
+    histogram::{bucket_us, percentile_ns},
     profile::Profile,
     units::format_ns,
 };

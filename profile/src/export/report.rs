@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use crate::{
     kind::GroupBy,
-    probes::lock::{caller, lock_type_name},
+    lock::{caller, lock_type_name},
     profile::Profile,
     units::format_ns,
 };

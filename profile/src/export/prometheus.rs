@@ -6,8 +6,8 @@ use std::{collections::BTreeMap, fmt::Write};
 
 use crate::{
     export::{escape::prometheus_label as label, io::groups as io_groups, report::lock_groups},
+    histogram::bucket_us,
     kind::GroupBy,
-    probes::io::bucket_us,
     profile::Profile,
 };
 

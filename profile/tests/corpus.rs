@@ -4,11 +4,7 @@
 
 use std::path::Path;
 
-use lockpath::{
-    cli::{GroupBy, Kind},
-    export,
-    profile::Profile,
-};
+use lockpath_profile::{export, profile::Profile, GroupBy, Kind};
 
 #[test]
 fn every_corpus_file_is_refused_with_one_clear_line() {
@@ -27,19 +23,16 @@ fn every_corpus_file_is_refused_with_one_clear_line() {
                     "{name} loaded but should have been refused"
                 );
                 let _ = export::report::summary(&profile, 5);
-                for by in [
-                    GroupBy::Lock,
-                    GroupBy::Caller,
-                    GroupBy::Process,
-                    GroupBy::Host,
-                ] {
+                for by in GroupBy::ALL {
                     export::report::json(&profile, by, 0).expect("json report");
                 }
-                let _ = export::folded::render(&profile, Kind::Lock);
-                export::flamegraph::render_svg(&profile, Kind::Lock).expect("svg");
-                export::pprof::render(&profile, Kind::Lock).expect("pprof");
-                export::json::render(&profile, Kind::Lock).expect("json tree");
-                let _ = export::diff::text(&profile, &profile, Kind::Lock, 5);
+                for kind in Kind::ALL {
+                    let _ = export::folded::render(&profile, kind);
+                    export::flamegraph::render_svg(&profile, kind).expect("svg");
+                    export::pprof::render(&profile, kind).expect("pprof");
+                    export::json::render(&profile, kind).expect("json tree");
+                    let _ = export::diff::text(&profile, &profile, kind, 5);
+                }
                 export::html::render(&profile).expect("html");
                 export::merge::merge(vec![profile.clone(), profile], vec!["test".into()])
                     .expect("merge of a profile with itself");

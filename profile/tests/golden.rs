@@ -3,12 +3,12 @@
 //! of tests/corpus/) are compared byte for byte with the files in tests/golden/expected/.
 //! A change that moves one byte of output shows here.
 //!
-//! Refresh after an intended change: `UPDATE_GOLDEN=1 cargo test --release -p profiler
-//! --test golden`, then read `git diff profiler/tests/golden/expected`.
+//! Refresh after an intended change: `UPDATE_GOLDEN=1 cargo test --release -p lockpath-profile
+//! --test golden`, then read `git diff profile/tests/golden/expected`.
 
 use std::path::{Path, PathBuf};
 
-use lockpath::{
+use lockpath_profile::{
     export,
     profile::{GroupBy, Kind, Profile},
 };
@@ -88,7 +88,7 @@ fn outputs_match_the_golden_files() {
             }
             let expected = std::fs::read_to_string(&path).unwrap_or_else(|err| {
                 panic!(
-                    "{}: {err} (UPDATE_GOLDEN=1 cargo test -p profiler --test golden writes it)",
+                    "{}: {err} (UPDATE_GOLDEN=1 cargo test -p lockpath-profile --test golden writes it)",
                     path.display()
                 )
             });
