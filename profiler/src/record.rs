@@ -21,7 +21,7 @@ use crate::{
     metrics::MetricsServer,
     probes::{
         self,
-        shared::{attach_tracepoint, MapSet, ProcessWatcher, StackResolver},
+        shared::{attach_tracepoint, object_load_error, MapSet, ProcessWatcher, StackResolver},
         AttachContext, Family, MapSize, PlanContext, FAMILIES,
     },
     profile::{ProbeUse, Profile, Unavailable},
@@ -436,7 +436,7 @@ fn start(
     configure(&mut loader, args, families, &globals);
     let mut ebpf = loader
         .load(EBPF_OBJECT)
-        .map_err(|err| anyhow::anyhow!(explain_load_error(&err.to_string())))?;
+        .map_err(|err| object_load_error(&err.to_string()))?;
     drop(loader);
 
     if globals.filter_mode == FILTER_PIDS {
@@ -490,26 +490,6 @@ fn start(
         stacks,
         watcher,
     })
-}
-
-fn explain_load_error(err: &str) -> String {
-    // A BTF or verifier log can follow the message: first line only, the rest to a file.
-    let (first, rest) = err.split_once('\n').unwrap_or((err, ""));
-    let err = if rest.trim().is_empty() {
-        first.to_string()
-    } else {
-        log::debug!("eBPF object load error in full:\n{err}");
-        let path = std::env::temp_dir().join(format!("lockpath-load-{}.log", std::process::id()));
-        match std::fs::write(&path, err) {
-            Ok(()) => format!("{} (full log in {})", first.trim(), path.display()),
-            Err(_) => format!("{} (RUST_LOG=debug prints the full log)", first.trim()),
-        }
-    };
-    if err.contains("Operation not permitted") || err.contains("EPERM") {
-        format!("the kernel refused to load lockpath's eBPF programs ({err}): run as root, or with CAP_BPF and CAP_PERFMON")
-    } else {
-        format!("cannot load lockpath's eBPF programs: {err}")
-    }
 }
 
 /// Root, or CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN), checked before anything is loaded.

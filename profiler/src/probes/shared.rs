@@ -216,6 +216,28 @@ fn strip_trampolines(frames: &mut Vec<Frame>) {
     });
 }
 
+/// The error of an object the kernel would not load, in one line (a BTF or verifier log
+/// goes to a file). Load and attach errors of programs: `load_error`, `explain`.
+pub fn object_load_error(err: &str) -> anyhow::Error {
+    // A BTF or verifier log can follow the message: first line only, the rest to a file.
+    let (first, rest) = err.split_once('\n').unwrap_or((err, ""));
+    let err = if rest.trim().is_empty() {
+        first.to_string()
+    } else {
+        log::debug!("eBPF object load error in full:\n{err}");
+        let path = std::env::temp_dir().join(format!("lockpath-load-{}.log", std::process::id()));
+        match std::fs::write(&path, err) {
+            Ok(()) => format!("{} (full log in {})", first.trim(), path.display()),
+            Err(_) => format!("{} (RUST_LOG=debug prints the full log)", first.trim()),
+        }
+    };
+    if err.contains("Operation not permitted") || err.contains("EPERM") {
+        anyhow::anyhow!("the kernel refused to load lockpath's eBPF programs ({err}): run as root, or with CAP_BPF and CAP_PERFMON")
+    } else {
+        anyhow::anyhow!("cannot load lockpath's eBPF programs: {err}")
+    }
+}
+
 /// The error of a program the kernel would not load, in one line. A verifier rejection
 /// carries a log of hundreds of lines: it goes to a file (named in the message) and to
 /// the debug log (`RUST_LOG=debug`), never into the one-line error.
