@@ -62,9 +62,9 @@ pub struct Profile {
 /// A requested probe that this kernel could not offer (the run went on without it).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Unavailable {
-    /// "rpc", "func", "ufunc".
+    /// "rpc", "func", "hold", ...
     pub family: String,
-    /// What was asked for: `sunrpc`, `vfs_read`, ...
+    /// What was asked for: `sunrpc`, `vfs_read`, `mutex:tasklist_lock`, ...
     pub what: String,
     pub reason: String,
 }
@@ -152,7 +152,7 @@ pub struct Targets {
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ProbeUse {
-    /// "lock", "offcpu", "io", "cpu", ...
+    /// "lock", "offcpu", "io", "rpc", "func", "ufunc", "cpu" or "hold".
     pub family: String,
     /// How it was attached, e.g. "raw_tracepoint lock:contention_begin/end".
     pub method: String,

@@ -7,8 +7,10 @@ use serde::Serialize;
 
 use crate::{
     export::{
+        cpu::{cpu_functions, cpu_processes},
+        lock::lock_groups,
         offcpu::is_scheduler_frame,
-        report::{cpu_functions, cpu_processes, fit, lock_groups},
+        table::fit,
     },
     kind::{GroupBy, Kind},
     profile::{IoRow, OffcpuRow, Profile},
@@ -120,9 +122,9 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
         }
         Kind::Rpc | Kind::Func => {
             let groups = if kind == Kind::Rpc {
-                crate::export::report::rpc_groups(profile)
+                crate::export::latency::rpc_groups(profile)
             } else {
-                crate::export::report::func_groups(profile)
+                crate::export::latency::func_groups(profile)
             };
             let what = if kind == Kind::Rpc {
                 "operation"
@@ -393,7 +395,7 @@ pub fn text(base: &Profile, new: &Profile, kind: Kind, top: usize) -> String {
                 fit(&row.key, 38),
             ));
         }
-        out.push_str(&super::report::more_rows(shown, table.rows.len()));
+        out.push_str(&super::table::more_rows(shown, table.rows.len()));
     }
     out
 }

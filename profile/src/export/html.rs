@@ -6,7 +6,7 @@
 use anyhow::Result;
 
 use crate::{
-    export::{self, escape::html as esc, flamegraph, report},
+    export::{self, cpu, escape::html as esc, flamegraph, latency, lock},
     kind::{GroupBy, Kind},
     profile::Profile,
     units::format_ns,
@@ -72,7 +72,7 @@ fn flamegraph_frame(svg: &[u8], title: &str) -> String {
 }
 
 fn lock_rows(profile: &Profile, by: GroupBy, top: usize) -> Vec<Vec<String>> {
-    report::lock_groups(profile, by)
+    lock::lock_groups(profile, by)
         .into_iter()
         .take(top)
         .map(|group| {
@@ -230,14 +230,14 @@ fn kind_section(profile: &Profile, kind: Kind) -> Result<String> {
                 (
                     "rpc",
                     "Request latency",
-                    report::rpc_groups(profile),
+                    latency::rpc_groups(profile),
                     "request",
                 )
             } else {
                 (
                     "func",
                     "Function latency",
-                    report::func_groups(profile),
+                    latency::func_groups(profile),
                     "function",
                 )
             };
@@ -281,7 +281,7 @@ fn kind_section(profile: &Profile, kind: Kind) -> Result<String> {
         }
         Kind::Cpu => {
             out.push_str("<section id=\"cpu\">\n<h2>On-CPU samples</h2>\n");
-            let processes: Vec<Vec<String>> = report::cpu_processes(profile)
+            let processes: Vec<Vec<String>> = cpu::cpu_processes(profile)
                 .into_iter()
                 .take(50)
                 .map(|process| {
@@ -298,7 +298,7 @@ fn kind_section(profile: &Profile, kind: Kind) -> Result<String> {
                 &[true, true, false],
                 &processes,
             ));
-            let functions: Vec<Vec<String>> = report::cpu_functions(profile)
+            let functions: Vec<Vec<String>> = cpu::cpu_functions(profile)
                 .into_iter()
                 .take(50)
                 .map(|function| {

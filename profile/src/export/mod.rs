@@ -1,5 +1,6 @@
 //! Exporters: everything here works from a saved `Profile`, never from the kernel.
 
+pub mod cpu;
 pub mod diff;
 pub mod escape;
 pub mod flamegraph;
@@ -7,11 +8,14 @@ pub mod folded;
 pub mod html;
 pub mod io;
 pub mod json;
+pub mod latency;
+pub mod lock;
 pub mod merge;
 pub mod offcpu;
 pub mod pprof;
 pub mod prometheus;
 pub mod report;
+pub mod table;
 
 use crate::{kind::Kind, profile::Profile, waitclass::IO_CLASSES};
 

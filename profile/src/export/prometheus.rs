@@ -5,7 +5,7 @@
 use std::{collections::BTreeMap, fmt::Write};
 
 use crate::{
-    export::{escape::prometheus_label as label, io::groups as io_groups, report::lock_groups},
+    export::{escape::prometheus_label as label, io::groups as io_groups, lock::lock_groups},
     histogram::bucket_us,
     kind::GroupBy,
     profile::Profile,
@@ -24,7 +24,7 @@ fn cpu_series(profile: &Profile, out: &mut String) {
         "counter",
         "On-CPU samples (perf cpu-clock, idle not counted), by process.",
     );
-    for process in crate::export::report::cpu_processes(profile) {
+    for process in crate::export::cpu::cpu_processes(profile) {
         let _ = writeln!(
             out,
             "lockpath_cpu_samples_total{{process=\"{}\",pid=\"{}\"}} {}",
@@ -202,7 +202,7 @@ fn latency_series(
     out: &mut String,
     family: &str,
     what: &str,
-    groups: &[crate::export::report::LatencyGroup],
+    groups: &[crate::export::latency::LatencyGroup],
 ) {
     let seconds = format!("lockpath_{family}_latency_seconds_total");
     header(
@@ -250,13 +250,13 @@ pub fn render(profile: &Profile) -> String {
                 &mut out,
                 "rpc",
                 "request",
-                &crate::export::report::rpc_groups(profile),
+                &crate::export::latency::rpc_groups(profile),
             ),
             crate::kind::Kind::Func => latency_series(
                 &mut out,
                 "func",
                 "function",
-                &crate::export::report::func_groups(profile),
+                &crate::export::latency::func_groups(profile),
             ),
             crate::kind::Kind::Cpu => cpu_series(profile, &mut out),
         }
