@@ -111,13 +111,10 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     let mut unavailable = Vec::new();
     let mut families = plan_families(&args, &asked, &kernel_symbols, &mut unavailable)?;
     // Bound before anything is loaded, so a busy port fails fast.
-    let metrics = match args.metrics {
-        Some(addr) => Some(MetricsServer::start(
-            addr,
-            export::prometheus::render(&Profile::new()),
-        )?),
-        None => None,
-    };
+    let metrics = args
+        .metrics
+        .map(|addr| MetricsServer::start(addr, export::prometheus::render(&Profile::new())))
+        .transpose()?;
 
     // Start the command before any thread exists; it waits until the probes are attached.
     let mut child = match args.command.is_empty() {
@@ -162,7 +159,35 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         metrics.as_ref(),
     );
 
-    // Detach first (numbers stop moving), then drain.
+    drop(metrics);
+    let profile = collect(
+        session,
+        &mut families,
+        &target,
+        start_wall,
+        duration_s,
+        unavailable,
+    )?;
+    for family in &families {
+        family.finish(&profile);
+    }
+    write_outputs(&args, &families, &profile)?;
+    if child.is_none() && STOP_SIGNAL.load(Ordering::SeqCst) == libc::SIGTERM {
+        return Ok(0);
+    }
+    Ok(exit_code)
+}
+
+/// Detaches (the numbers stop moving), then drains every family and what they share
+/// into the profile.
+fn collect(
+    session: Session,
+    families: &mut [Box<dyn Family>],
+    target: &Target,
+    start_wall: SystemTime,
+    duration_s: f64,
+    unavailable: Vec<Unavailable>,
+) -> Result<Profile> {
     let Session {
         ebpf,
         probes,
@@ -171,8 +196,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         watcher,
     } = session;
     drop(ebpf);
-    drop(metrics);
-    for family in &mut families {
+    for family in families.iter_mut() {
         family.stopped();
     }
     if let Some(watcher) = watcher {
@@ -190,18 +214,11 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     profile.targets = target.describe();
     profile.probes = probes;
     profile.unavailable = unavailable;
-    drain_families(&families, &maps, &mut stacks, &mut profile)?;
+    drain_families(families, &maps, &mut stacks, &mut profile)?;
     stacks.interner.finish(&mut profile);
     profile.losses = probes::shared::drain_losses(&maps)?;
     profile.processes = probes::shared::drain_processes(&maps, &profile.row_pids())?;
-    for family in &families {
-        family.finish(&profile);
-    }
-    write_outputs(&args, &families, &profile)?;
-    if child.is_none() && STOP_SIGNAL.load(Ordering::SeqCst) == libc::SIGTERM {
-        return Ok(0);
-    }
-    Ok(exit_code)
+    Ok(profile)
 }
 
 /// What is loaded and attached while recording.
