@@ -82,37 +82,9 @@ const STACK_LOST_ID: u32 = 0;
 pub(crate) const UNKNOWN: &str = "[unknown]";
 const UNKNOWN_ID: u32 = 1;
 
-/// A fast, non-cryptographic hasher (the Fx hash of rustc) for the grouping maps: a
-/// report of a million rows spends most of its time hashing keys.
-#[derive(Default, Clone, Copy)]
-struct FxHasher(u64);
-
-impl std::hash::Hasher for FxHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(word));
-        }
-    }
-    fn write_u8(&mut self, value: u8) {
-        self.write_u64(value.into());
-    }
-    fn write_u32(&mut self, value: u32) {
-        self.write_u64(value.into());
-    }
-    fn write_usize(&mut self, value: usize) {
-        self.write_u64(value as u64);
-    }
-    fn write_u64(&mut self, value: u64) {
-        self.0 = (self.0.rotate_left(5) ^ value).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-type FxBuild = std::hash::BuildHasherDefault<FxHasher>;
+/// A fast, non-cryptographic hasher (rustc's Fx hash) for the grouping maps: a report
+/// of a million rows spends most of its time hashing keys.
+type FxBuild = rustc_hash::FxBuildHasher;
 
 /// The `top` largest groups (0: all; only groups with a known holder if `need_holders`),
 /// and how many groups there are in total. Two passes: sums per group (keys borrow from
