@@ -12,6 +12,7 @@ pub mod histogram;
 pub mod kind;
 pub mod lock;
 pub mod profile;
+pub mod synthetic;
 pub mod units;
 pub mod waitclass;
 
