@@ -76,4 +76,3 @@ pub fn write_lock_profile(path: &Path, rows: usize) -> Result<()> {
     json.push_str("]}");
     fs::write(path, json).with_context(|| format!("cannot write {}", path.display()))
 }
-

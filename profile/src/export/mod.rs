@@ -13,6 +13,7 @@ pub mod lock;
 pub mod merge;
 pub mod offcpu;
 pub mod pprof;
+pub mod pprof_proto;
 pub mod prometheus;
 pub mod report;
 pub mod table;

@@ -1,60 +1,19 @@
 //! pprof export: the gzipped protobuf `perftools.profiles.Profile` that `go tool pprof`,
-//! Pyroscope and Parca read. Encoded by hand (the schema is small and stable); stacks
-//! come from `folded::samples`, one location and function per distinct frame name.
+//! Pyroscope and Parca read, encoded by prost from the schema's messages
+//! (pprof_proto.rs); stacks come from `folded::samples`, one location and function per
+//! distinct frame name.
 
 use std::{collections::HashMap, io::Write};
 
 use anyhow::{Context, Result};
+use prost::Message as _;
 
+use super::pprof_proto as proto;
 use crate::{export::folded, kind::Kind, profile::Profile};
-
-/// Protobuf wire encoding of the few field shapes profile.proto needs.
-#[derive(Default)]
-struct Message(Vec<u8>);
-
-impl Message {
-    fn varint(&mut self, mut value: u64) {
-        while value >= 0x80 {
-            self.0.push((value as u8) | 0x80);
-            value >>= 7;
-        }
-        self.0.push(value as u8);
-    }
-
-    fn key(&mut self, field: u32, wire_type: u8) {
-        self.varint(((field as u64) << 3) | wire_type as u64);
-    }
-
-    /// An int64/uint64 field; zero is the default and is left out.
-    fn uint(&mut self, field: u32, value: u64) {
-        if value != 0 {
-            self.key(field, 0);
-            self.varint(value);
-        }
-    }
-
-    fn bytes(&mut self, field: u32, bytes: &[u8]) {
-        self.key(field, 2);
-        self.varint(bytes.len() as u64);
-        self.0.extend_from_slice(bytes);
-    }
-
-    fn message(&mut self, field: u32, message: Message) {
-        self.bytes(field, &message.0);
-    }
-
-    fn packed(&mut self, field: u32, values: &[u64]) {
-        let mut inner = Message::default();
-        for &value in values {
-            inner.varint(value);
-        }
-        self.bytes(field, &inner.0);
-    }
-}
 
 /// The string table: index 0 is always "".
 struct Strings {
-    ids: HashMap<String, u64>,
+    ids: HashMap<String, i64>,
     list: Vec<String>,
 }
 
@@ -66,61 +25,42 @@ impl Strings {
         }
     }
 
-    fn id(&mut self, text: &str) -> u64 {
+    fn id(&mut self, text: &str) -> i64 {
         if let Some(&id) = self.ids.get(text) {
             return id;
         }
-        let id = self.list.len() as u64;
+        let id = self.list.len() as i64;
         self.list.push(text.to_string());
         self.ids.insert(text.to_string(), id);
         id
     }
 }
 
-// Field numbers of perftools.profiles.Profile and its messages.
-const PROFILE_SAMPLE_TYPE: u32 = 1;
-const PROFILE_SAMPLE: u32 = 2;
-const PROFILE_LOCATION: u32 = 4;
-const PROFILE_FUNCTION: u32 = 5;
-const PROFILE_STRING_TABLE: u32 = 6;
-const PROFILE_TIME_NANOS: u32 = 9;
-const PROFILE_DURATION_NANOS: u32 = 10;
-const PROFILE_PERIOD_TYPE: u32 = 11;
-const PROFILE_PERIOD: u32 = 12;
-const PROFILE_COMMENT: u32 = 13;
-const PROFILE_DEFAULT_SAMPLE_TYPE: u32 = 14;
-const VALUE_TYPE_TYPE: u32 = 1;
-const VALUE_TYPE_UNIT: u32 = 2;
-const SAMPLE_LOCATION_ID: u32 = 1;
-const SAMPLE_VALUE: u32 = 2;
-const LOCATION_ID: u32 = 1;
-const LOCATION_LINE: u32 = 4;
-const LINE_FUNCTION_ID: u32 = 1;
-const FUNCTION_ID: u32 = 1;
-const FUNCTION_NAME: u32 = 2;
-const FUNCTION_SYSTEM_NAME: u32 = 3;
-
-fn value_type(strings: &mut Strings, kind: &str, unit: &str) -> Message {
-    let mut message = Message::default();
-    message.uint(VALUE_TYPE_TYPE, strings.id(kind));
-    message.uint(VALUE_TYPE_UNIT, strings.id(unit));
-    message
+fn value_type(strings: &mut Strings, kind: &str, unit: &str) -> proto::ValueType {
+    proto::ValueType {
+        r#type: strings.id(kind),
+        unit: strings.id(unit),
+    }
 }
 
-/// The uncompressed protobuf encoding.
-pub fn encode(profile: &Profile, kind: Kind) -> Vec<u8> {
+/// pprof values are int64: a count beyond it (only a damaged profile has one) is cut.
+fn int64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// The profile as pprof's message.
+pub fn message(profile: &Profile, kind: Kind) -> proto::Profile {
     let mut strings = Strings::new();
-    let mut out = Message::default();
+    let mut out = proto::Profile::default();
     let types = folded::sample_types(kind);
     for (name, unit) in types {
-        let message = value_type(&mut strings, name, unit);
-        out.message(PROFILE_SAMPLE_TYPE, message);
+        out.sample_type.push(value_type(&mut strings, name, unit));
     }
     // One location (and function) per distinct frame name, ids from 1.
     let mut locations: HashMap<String, u64> = HashMap::new();
     let mut order: Vec<String> = Vec::new();
     for sample in folded::samples(profile, kind) {
-        let ids: Vec<u64> = sample
+        let location_id: Vec<u64> = sample
             .frames
             .iter()
             .rev() // pprof lists the leaf first
@@ -131,47 +71,50 @@ pub fn encode(profile: &Profile, kind: Kind) -> Vec<u8> {
                 })
             })
             .collect();
-        let mut message = Message::default();
-        message.packed(SAMPLE_LOCATION_ID, &ids);
-        message.packed(SAMPLE_VALUE, &sample.values);
-        out.message(PROFILE_SAMPLE, message);
+        out.sample.push(proto::Sample {
+            location_id,
+            value: sample.values.iter().map(|&value| int64(value)).collect(),
+            ..Default::default()
+        });
     }
     for (index, name) in order.iter().enumerate() {
         let id = index as u64 + 1;
-        let mut line = Message::default();
-        line.uint(LINE_FUNCTION_ID, id);
-        let mut location = Message::default();
-        location.uint(LOCATION_ID, id);
-        location.message(LOCATION_LINE, line);
-        out.message(PROFILE_LOCATION, location);
-        let mut function = Message::default();
-        function.uint(FUNCTION_ID, id);
+        out.location.push(proto::Location {
+            id,
+            line: vec![proto::Line {
+                function_id: id,
+                line: 0,
+            }],
+            ..Default::default()
+        });
         let name_id = strings.id(name);
-        function.uint(FUNCTION_NAME, name_id);
-        function.uint(FUNCTION_SYSTEM_NAME, name_id);
-        out.message(PROFILE_FUNCTION, function);
+        out.function.push(proto::Function {
+            id,
+            name: name_id,
+            system_name: name_id,
+            ..Default::default()
+        });
     }
-    out.uint(
-        PROFILE_TIME_NANOS,
-        profile.start_unix_s.saturating_mul(1_000_000_000),
-    );
-    out.uint(PROFILE_DURATION_NANOS, (profile.duration_s * 1e9) as u64);
+    out.time_nanos = int64(profile.start_unix_s.saturating_mul(1_000_000_000));
+    out.duration_nanos = (profile.duration_s * 1e9) as i64;
     let (flame_index, _) = folded::flame_value(kind);
     if let Some((name, unit)) = types.get(flame_index) {
-        let period_type = value_type(&mut strings, name, unit);
-        out.message(PROFILE_PERIOD_TYPE, period_type);
-        out.uint(PROFILE_PERIOD, 1);
-        out.uint(PROFILE_DEFAULT_SAMPLE_TYPE, strings.id(name));
+        out.period_type = Some(value_type(&mut strings, name, unit));
+        out.period = 1;
+        out.default_sample_type = strings.id(name);
     }
     let comment = strings.id(&format!(
         "lockpath {} on {} ({})",
         profile.targets.mode, profile.host, profile.kernel
     ));
-    out.uint(PROFILE_COMMENT, comment);
-    for text in &strings.list {
-        out.bytes(PROFILE_STRING_TABLE, text.as_bytes());
-    }
-    out.0
+    out.comment.push(comment);
+    out.string_table = strings.list;
+    out
+}
+
+/// The uncompressed protobuf encoding.
+pub fn encode(profile: &Profile, kind: Kind) -> Vec<u8> {
+    message(profile, kind).encode_to_vec()
 }
 
 /// The gzipped protobuf, as pprof files are stored.
@@ -189,6 +132,11 @@ pub fn render(profile: &Profile, kind: Kind) -> Result<Vec<u8>> {
 mod tests {
     use super::*;
     use crate::export::report::tests::profile_with_two_locks;
+
+    // Field numbers of profile.proto that the tests decode by hand.
+    const PROFILE_SAMPLE: u32 = 2;
+    const PROFILE_STRING_TABLE: u32 = 6;
+    const SAMPLE_VALUE: u32 = 2;
 
     /// Reads (field, wire type, varint or bytes) of one protobuf message.
     fn fields(mut bytes: &[u8]) -> Vec<(u32, u64, Vec<u8>)> {
