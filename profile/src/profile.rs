@@ -303,6 +303,11 @@ pub struct IoRow {
 }
 
 impl Profile {
+    /// Whether `family` was recorded (attached) in this profile's run.
+    pub fn recorded(&self, family: &str) -> bool {
+        self.probes.iter().any(|probe| probe.family == family)
+    }
+
     /// Every process some row refers to, once, in order.
     pub fn row_pids(&self) -> Vec<u32> {
         let mut pids: Vec<u32> = self.locks.iter().map(|row| row.pid).collect();

@@ -250,7 +250,7 @@ pub fn hold_table(profile: &Profile, top: usize) -> String {
 /// Every table the profile has data or probes for (summary and `report`).
 pub fn latency_sections(profile: &Profile, top: usize) -> String {
     let mut out = String::new();
-    let has = |family: &str| profile.probes.iter().any(|probe| probe.family == family);
+    let has = |family: &str| profile.recorded(family);
     if has("rpc") || !profile.rpcs.is_empty() {
         out.push_str("\nrequest latency, by operation and process (total time):\n");
         out.push_str(&latency_table(&rpc_groups(profile), "request", top));

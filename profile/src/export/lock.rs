@@ -370,7 +370,7 @@ pub fn holders_table(profile: &Profile, top: usize) -> String {
 /// has no rows of another family is read as a lock profile).
 pub fn lock_family_recorded(profile: &Profile) -> bool {
     !profile.locks.is_empty()
-        || profile.probes.iter().any(|probe| probe.family == "lock")
+        || profile.recorded("lock")
         || (profile.probes.is_empty()
             && profile.cpu.is_empty()
             && profile.offcpu.is_empty()

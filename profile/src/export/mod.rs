@@ -22,10 +22,11 @@ use crate::{kind::Kind, profile::Profile, waitclass::IO_CLASSES};
 
 /// Whether a profile has data of `kind` (a family of the kind recorded, or rows present).
 pub fn has_kind(profile: &Profile, kind: Kind) -> bool {
-    let recorded = profile
-        .probes
+    let recorded = kind
+        .info()
+        .families
         .iter()
-        .any(|probe| kind.info().families.contains(&probe.family.as_str()));
+        .any(|family| profile.recorded(family));
     recorded
         || match kind {
             Kind::Lock => !profile.locks.is_empty(),

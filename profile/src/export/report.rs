@@ -79,13 +79,13 @@ pub fn text(profile: &Profile, by: GroupBy, top: usize) -> String {
 /// What `record` prints at the end.
 pub fn summary(profile: &Profile, top: usize) -> String {
     let mut out = summary_header(profile);
-    if profile.probes.iter().any(|probe| probe.family == "lock") {
+    if profile.recorded("lock") {
         out.push_str("lock contention, by lock (total wait):\n");
         out.push_str(&lock_table(profile, GroupBy::Lock, top));
         out.push_str(&holders_table(profile, top.min(10)));
     }
     let mut sections = String::new();
-    if profile.probes.iter().any(|probe| probe.family == "cpu") {
+    if profile.recorded("cpu") {
         sections.push('\n');
         sections.push_str(&cpu_tables(profile, top));
     }
@@ -106,7 +106,7 @@ pub fn summary(profile: &Profile, top: usize) -> String {
 /// The off-CPU and block-IO sections, for the families the profile recorded.
 pub fn family_sections(profile: &Profile, top: usize) -> String {
     let mut out = String::new();
-    let recorded = |family: &str| profile.probes.iter().any(|probe| probe.family == family);
+    let recorded = |family: &str| profile.recorded(family);
     if recorded("offcpu") || !profile.offcpu.is_empty() {
         out.push_str("\noff-CPU time by process and wait class:\n");
         out.push_str(&super::offcpu::table(profile, top));
@@ -162,7 +162,7 @@ pub fn json(profile: &Profile, by: GroupBy, top: usize) -> serde_json::Result<St
 }
 
 fn json_cpu(profile: &Profile, top: usize) -> Option<JsonCpu> {
-    if !profile.probes.iter().any(|probe| probe.family == "cpu") && profile.cpu.is_empty() {
+    if !profile.recorded("cpu") && profile.cpu.is_empty() {
         return None;
     }
     let processes = cpu_processes(profile);

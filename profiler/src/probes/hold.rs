@@ -108,10 +108,7 @@ impl Family for HoldFamily {
     }
 
     fn finish(&self, profile: &Profile) {
-        let attached = profile
-            .probes
-            .iter()
-            .any(|probe| probe.family == FAMILY.name);
+        let attached = profile.recorded(FAMILY.name);
         if attached && profile.holds.is_empty() {
             eprintln!(
                 "lockpath: --hold {}: {} was not taken (no acquisition seen in {:.1} s); \
