@@ -16,5 +16,13 @@ pub struct CpuKey {
     pub ustack_id: i32,
 }
 
+pub mod names {
+    pub const CPU_SAMPLES: &str = "CPU_SAMPLES";
+    pub const CPU_SAMPLE: &str = "cpu_sample";
+
+    /// Every name above (a name ending in `_` is a prefix: slot 0 is checked).
+    pub const ALL: &[&str] = &[CPU_SAMPLES, CPU_SAMPLE];
+}
+
 #[cfg(feature = "user")]
 crate::impl_pod!(CpuKey);

@@ -1,10 +1,10 @@
 //! Hold times of one named lock (`lockpath record --hold LOCK`): from the return of a
 //! lock function (the lock is held) to the entry of its unlock, for that lock only.
 //!
-//! Each acquire entry point (`mutex_lock`, `down_write_killable`, `_raw_spin_trylock`,
+//! Each acquire entry point (`mutex_lock`, `down_write_killable`, `mutex_trylock`,
 //! ...) gets a slot: one fexit program, or a kprobe/kretprobe pair, per slot. What the
 //! slot's function is (lock type and mode, how its return value says "acquired") is
-//! the load-time global `HOLD_SLOTS`. Unlock entry points need no slot: their program
+//! the load-time global `HOLD_CONFIG`. Unlock entry points need no slot: their program
 //! only matches the lock address and closes the hold of the calling thread.
 
 /// Acquire slots: one per lock entry point of the timed types (mutex: 6, rwsem: 9).
@@ -73,6 +73,41 @@ pub struct HoldKey {
     pub kstack_id: i32,
     pub flags: u32,
     pub _pad: u32,
+}
+
+/// Entries of the holds in progress (`HOLD_OPEN`) and of the kprobe acquisitions in
+/// progress (`HOLD_PENDING`), by thread.
+pub const HOLD_OPEN_ENTRIES: u32 = 16384;
+pub const HOLD_PENDING_ENTRIES: u32 = 16384;
+
+pub mod names {
+    pub const HOLD_STATS: &str = "HOLD_STATS";
+    pub const HOLD_OPEN: &str = "HOLD_OPEN";
+    pub const HOLD_PENDING: &str = "HOLD_PENDING";
+    pub const HOLD_CONFIG: &str = "HOLD_CONFIG";
+    /// Program name prefixes; the slot number follows (`hold_fexit_0`).
+    pub const HOLD_FEXIT_: &str = "hold_fexit_";
+    pub const HOLD_FEXIT_VOID_: &str = "hold_fexit_void_";
+    pub const HOLD_FENTRY_: &str = "hold_fentry_";
+    pub const HOLD_KPROBE_: &str = "hold_kprobe_";
+    pub const HOLD_KRETPROBE_: &str = "hold_kretprobe_";
+    pub const HOLD_RELEASE_KPROBE: &str = "hold_release_kprobe";
+    /// Every hold program's name starts with this (not a symbol: not in `ALL`).
+    pub const HOLD_: &str = "hold_";
+
+    /// Every name above (a name ending in `_` is a prefix: slot 0 is checked).
+    pub const ALL: &[&str] = &[
+        HOLD_STATS,
+        HOLD_OPEN,
+        HOLD_PENDING,
+        HOLD_CONFIG,
+        HOLD_FEXIT_,
+        HOLD_FEXIT_VOID_,
+        HOLD_FENTRY_,
+        HOLD_KPROBE_,
+        HOLD_KRETPROBE_,
+        HOLD_RELEASE_KPROBE,
+    ];
 }
 
 #[cfg(feature = "user")]

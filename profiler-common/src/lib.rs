@@ -2,9 +2,13 @@
 //!
 //! Every type here is `#[repr(C)]` and plain old data: the kernel side writes it into
 //! maps, the user side reads it back byte for byte. One module per probe family.
+//!
+//! Each family's module also names, once for both sides, its maps, programs and
+//! load-time globals (`names`) and the sizes of its fixed-size maps (`*_ENTRIES`): the
+//! eBPF statics carry those names as their Rust names (a unit test of profiler checks
+//! the built object), user space refers to them only through these constants.
 #![no_std]
 
-pub mod config;
 pub mod cpu;
 pub mod func;
 pub mod hold;
@@ -14,7 +18,12 @@ pub mod lock;
 pub mod loss;
 pub mod offcpu;
 pub mod rpc;
+pub mod shared;
 pub mod target;
+
+/// Entries of every aggregation map (`*_STATS`, `CPU_SAMPLES`) unless `--map-entries`
+/// says otherwise; the eBPF statics are declared with it.
+pub const STATS_ENTRIES: u32 = 16384;
 
 /// Implements `aya::Pod` for the listed types on the user side.
 #[cfg(feature = "user")]

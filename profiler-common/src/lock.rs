@@ -173,6 +173,67 @@ pub struct LockWait {
     pub _pad: u32,
 }
 
+/// Entries of the sleeping-lock waits in progress (`LOCK_SLEEP_WAIT`), by thread.
+pub const LOCK_SLEEP_WAIT_ENTRIES: u32 = 16384;
+/// Entries of the last contended acquisition per lock (`LOCK_LAST_ACQUIRER`).
+pub const LOCK_LAST_ACQUIRER_ENTRIES: u32 = 16384;
+/// Entries of the stack cache (`LOCK_STACK_CACHE`): (lock, fingerprint) pairs.
+pub const LOCK_STACK_CACHE_ENTRIES: u32 = 16384;
+/// Threads whose sleeping wait the full wait map dropped (`LOCK_SLEEP_DROPPED`).
+pub const LOCK_SLEEP_DROPPED_ENTRIES: u32 = 1024;
+
+pub mod names {
+    pub const LOCK_STATS: &str = "LOCK_STATS";
+    pub const LOCK_SLEEP_WAIT: &str = "LOCK_SLEEP_WAIT";
+    pub const LOCK_SPIN_WAIT: &str = "LOCK_SPIN_WAIT";
+    pub const LOCK_SPIN_DEPTH: &str = "LOCK_SPIN_DEPTH";
+    pub const LOCK_LAYOUT: &str = "LOCK_LAYOUT";
+    pub const LOCK_HOLDS: &str = "LOCK_HOLDS";
+    pub const LOCK_LAST_ACQUIRER: &str = "LOCK_LAST_ACQUIRER";
+    pub const LOCK_STACK_CACHE: &str = "LOCK_STACK_CACHE";
+    pub const LOCK_SLEEP_DROPPED: &str = "LOCK_SLEEP_DROPPED";
+    pub const LOCK_CONTENTION_BEGIN: &str = "lock_contention_begin";
+    pub const LOCK_CONTENTION_END: &str = "lock_contention_end";
+    pub const LOCK_KPROBE_SPIN: &str = "lock_kprobe_spin";
+    pub const LOCK_KRETPROBE_SPIN: &str = "lock_kretprobe_spin";
+    pub const LOCK_KPROBE_MUTEX: &str = "lock_kprobe_mutex";
+    pub const LOCK_KPROBE_RWSEM_READ: &str = "lock_kprobe_rwsem_read";
+    pub const LOCK_KPROBE_RWSEM_WRITE: &str = "lock_kprobe_rwsem_write";
+    pub const LOCK_KRETPROBE_SLEEP: &str = "lock_kretprobe_sleep";
+
+    /// Every name above (a name ending in `_` is a prefix: slot 0 is checked).
+    pub const ALL: &[&str] = &[
+        LOCK_STATS,
+        LOCK_SLEEP_WAIT,
+        LOCK_SPIN_WAIT,
+        LOCK_SPIN_DEPTH,
+        LOCK_LAYOUT,
+        LOCK_HOLDS,
+        LOCK_LAST_ACQUIRER,
+        LOCK_STACK_CACHE,
+        LOCK_SLEEP_DROPPED,
+        LOCK_CONTENTION_BEGIN,
+        LOCK_CONTENTION_END,
+        LOCK_KPROBE_SPIN,
+        LOCK_KRETPROBE_SPIN,
+        LOCK_KPROBE_MUTEX,
+        LOCK_KPROBE_RWSEM_READ,
+        LOCK_KPROBE_RWSEM_WRITE,
+        LOCK_KRETPROBE_SLEEP,
+    ];
+}
+
+#[cfg(feature = "user")]
+crate::impl_pod!(
+    LockKey,
+    LockStat,
+    LockWait,
+    LockLayout,
+    StackCacheKey,
+    LockAcquirer,
+    ContendedHoldKey
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,14 +270,3 @@ mod tests {
         assert!(conflicts(LCB_F_MUTEX, LCB_F_MUTEX));
     }
 }
-
-#[cfg(feature = "user")]
-crate::impl_pod!(
-    LockKey,
-    LockStat,
-    LockWait,
-    LockLayout,
-    StackCacheKey,
-    LockAcquirer,
-    ContendedHoldKey
-);

@@ -43,5 +43,31 @@ pub struct OffcpuStart {
     pub state: u32,
 }
 
+/// Entries of the sleeps in progress (`OFFCPU_START`), by thread.
+pub const OFFCPU_START_ENTRIES: u32 = 65536;
+
+pub mod names {
+    pub const OFFCPU_STATS: &str = "OFFCPU_STATS";
+    pub const OFFCPU_START: &str = "OFFCPU_START";
+    pub const SWITCH_PREV_PID_OFFSET: &str = "SWITCH_PREV_PID_OFFSET";
+    pub const SWITCH_PREV_STATE_OFFSET: &str = "SWITCH_PREV_STATE_OFFSET";
+    pub const SWITCH_NEXT_PID_OFFSET: &str = "SWITCH_NEXT_PID_OFFSET";
+    pub const OFFCPU_STATES: &str = "OFFCPU_STATES";
+    pub const OFFCPU_MIN_NS: &str = "OFFCPU_MIN_NS";
+    pub const OFFCPU_SCHED_SWITCH: &str = "offcpu_sched_switch";
+
+    /// Every name above (a name ending in `_` is a prefix: slot 0 is checked).
+    pub const ALL: &[&str] = &[
+        OFFCPU_STATS,
+        OFFCPU_START,
+        SWITCH_PREV_PID_OFFSET,
+        SWITCH_PREV_STATE_OFFSET,
+        SWITCH_NEXT_PID_OFFSET,
+        OFFCPU_STATES,
+        OFFCPU_MIN_NS,
+        OFFCPU_SCHED_SWITCH,
+    ];
+}
+
 #[cfg(feature = "user")]
 crate::impl_pod!(OffcpuKey, OffcpuStat, OffcpuStart);

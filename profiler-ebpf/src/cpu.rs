@@ -28,7 +28,8 @@ use crate::{
 
 /// The aggregate read by user space. Size set at load time (`--map-entries`).
 #[map]
-pub static CPU_SAMPLES: HashMap<CpuKey, u64> = HashMap::with_max_entries(16384, 0);
+pub static CPU_SAMPLES: HashMap<CpuKey, u64> =
+    HashMap::with_max_entries(profiler_common::STATS_ENTRIES, 0);
 
 const EEXIST: i32 = 17;
 const EFAULT: i32 = 14;

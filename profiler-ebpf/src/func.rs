@@ -25,10 +25,12 @@ use crate::{
 };
 
 #[map]
-pub static FUNC_STATS: HashMap<FuncKey, LatencyStat> = HashMap::with_max_entries(16384, 0);
+pub static FUNC_STATS: HashMap<FuncKey, LatencyStat> =
+    HashMap::with_max_entries(profiler_common::STATS_ENTRIES, 0);
 
 #[map]
-static FUNC_CALLS: HashMap<FuncCall, FuncEntry> = HashMap::with_max_entries(65536, 0);
+static FUNC_CALLS: HashMap<FuncCall, FuncEntry> =
+    HashMap::with_max_entries(profiler_common::func::FUNC_CALLS_ENTRIES, 0);
 
 #[inline(always)]
 pub fn on_entry<C: StackIdContext>(ctx: &C, slot: u32, user: bool) {

@@ -28,15 +28,18 @@ static HOLD_CONFIG: HoldConfig = HoldConfig::DISABLED;
 
 /// The aggregate read by user space: per holder process, acquisition stack and mode.
 #[map]
-pub static HOLD_STATS: HashMap<HoldKey, LatencyStat> = HashMap::with_max_entries(4096, 0);
+pub static HOLD_STATS: HashMap<HoldKey, LatencyStat> =
+    HashMap::with_max_entries(profiler_common::STATS_ENTRIES, 0);
 
 /// Holds in progress, by thread id.
 #[map]
-static HOLD_OPEN: HashMap<u32, HoldOpen> = HashMap::with_max_entries(4096, 0);
+static HOLD_OPEN: HashMap<u32, HoldOpen> =
+    HashMap::with_max_entries(profiler_common::hold::HOLD_OPEN_ENTRIES, 0);
 
 /// kprobe method: acquisitions whose function has not returned yet, by thread id.
 #[map]
-static HOLD_PENDING: HashMap<u32, HoldPending> = HashMap::with_max_entries(4096, 0);
+static HOLD_PENDING: HashMap<u32, HoldPending> =
+    HashMap::with_max_entries(profiler_common::hold::HOLD_PENDING_ENTRIES, 0);
 
 /// True when `lock` is the lock asked for (the first thing every hold program does).
 #[inline(always)]

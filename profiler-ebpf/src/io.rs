@@ -57,11 +57,13 @@ static IO_LAYOUT: IoLayout = IoLayout {
 
 /// The aggregate read by user space. Size set at load time (`--map-entries`).
 #[map]
-pub static IO_STATS: HashMap<IoKey, IoStat> = HashMap::with_max_entries(16384, 0);
+pub static IO_STATS: HashMap<IoKey, IoStat> =
+    HashMap::with_max_entries(profiler_common::STATS_ENTRIES, 0);
 
 /// Requests inserted or issued and not yet completed, by `struct request` address.
 #[map]
-static IO_INFLIGHT: HashMap<u64, IoInFlight> = HashMap::with_max_entries(16384, 0);
+static IO_INFLIGHT: HashMap<u64, IoInFlight> =
+    HashMap::with_max_entries(profiler_common::io::IO_INFLIGHT_ENTRIES, 0);
 
 const EEXIST: i32 = 17;
 

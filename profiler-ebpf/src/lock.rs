@@ -62,7 +62,8 @@ use crate::{
 
 /// The aggregate read by user space. Size set at load time (`--map-entries`).
 #[map]
-pub static LOCK_STATS: HashMap<LockKey, LockStat> = HashMap::with_max_entries(16384, 0);
+pub static LOCK_STATS: HashMap<LockKey, LockStat> =
+    HashMap::with_max_entries(profiler_common::STATS_ENTRIES, 0);
 
 /// Contention in progress of a spinning waiter, one per CPU.
 #[map]
@@ -70,24 +71,29 @@ static LOCK_SPIN_WAIT: PerCpuArray<LockWait> = PerCpuArray::with_max_entries(1, 
 
 /// Contention in progress of a sleeping waiter, by thread id.
 #[map]
-static LOCK_SLEEP_WAIT: HashMap<u32, LockWait> = HashMap::with_max_entries(16384, 0);
+static LOCK_SLEEP_WAIT: HashMap<u32, LockWait> =
+    HashMap::with_max_entries(profiler_common::lock::LOCK_SLEEP_WAIT_ENTRIES, 0);
 
 /// Stack ids by (lock, fingerprint of the kernel stack): see the module comment.
 #[map]
-static LOCK_STACK_CACHE: LruHashMap<StackCacheKey, i32> = LruHashMap::with_max_entries(16384, 0);
+static LOCK_STACK_CACHE: LruHashMap<StackCacheKey, i32> =
+    LruHashMap::with_max_entries(profiler_common::lock::LOCK_STACK_CACHE_ENTRIES, 0);
 
 /// The last contended acquisition of each lock (holds under contention).
 #[map]
-static LOCK_LAST_ACQUIRER: LruHashMap<u64, LockAcquirer> = LruHashMap::with_max_entries(16384, 0);
+static LOCK_LAST_ACQUIRER: LruHashMap<u64, LockAcquirer> =
+    LruHashMap::with_max_entries(profiler_common::lock::LOCK_LAST_ACQUIRER_ENTRIES, 0);
 
 /// Holds under contention, per lock and holder. Size set at load time (`--map-entries`).
 #[map]
-pub static LOCK_HOLDS: HashMap<ContendedHoldKey, LatencyStat> = HashMap::with_max_entries(16384, 0);
+pub static LOCK_HOLDS: HashMap<ContendedHoldKey, LatencyStat> =
+    HashMap::with_max_entries(profiler_common::STATS_ENTRIES, 0);
 
 /// Threads whose sleeping wait was not recorded (LOCK_SLEEP_WAIT full, counted then):
 /// their end is not counted a second time as unmatched.
 #[map]
-static LOCK_SLEEP_DROPPED: LruHashMap<u32, u8> = LruHashMap::with_max_entries(1024, 0);
+static LOCK_SLEEP_DROPPED: LruHashMap<u32, u8> =
+    LruHashMap::with_max_entries(profiler_common::lock::LOCK_SLEEP_DROPPED_ENTRIES, 0);
 
 const EEXIST: i32 = 17;
 

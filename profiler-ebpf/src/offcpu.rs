@@ -43,11 +43,13 @@ static OFFCPU_MIN_NS: u64 = 0;
 
 /// The aggregate read by user space. Size set at load time (`--map-entries`).
 #[map]
-pub static OFFCPU_STATS: HashMap<OffcpuKey, OffcpuStat> = HashMap::with_max_entries(16384, 0);
+pub static OFFCPU_STATS: HashMap<OffcpuKey, OffcpuStat> =
+    HashMap::with_max_entries(profiler_common::STATS_ENTRIES, 0);
 
 /// Threads off the CPU in a recorded state, by thread id.
 #[map]
-pub static OFFCPU_START: HashMap<u32, OffcpuStart> = HashMap::with_max_entries(65536, 0);
+pub static OFFCPU_START: HashMap<u32, OffcpuStart> =
+    HashMap::with_max_entries(profiler_common::offcpu::OFFCPU_START_ENTRIES, 0);
 
 const EEXIST: i32 = 17;
 

@@ -31,10 +31,12 @@ use crate::{
 };
 
 #[map]
-pub static RPC_STATS: HashMap<RpcKey, LatencyStat> = HashMap::with_max_entries(16384, 0);
+pub static RPC_STATS: HashMap<RpcKey, LatencyStat> =
+    HashMap::with_max_entries(profiler_common::STATS_ENTRIES, 0);
 
 #[map]
-static RPC_INFLIGHT: HashMap<RpcId, RpcStart> = HashMap::with_max_entries(65536, 0);
+static RPC_INFLIGHT: HashMap<RpcId, RpcStart> =
+    HashMap::with_max_entries(profiler_common::rpc::RPC_INFLIGHT_ENTRIES, 0);
 
 // `struct fuse_req` offsets from the BTF of vmlinux or of the fuse module: the
 // request's `in.h.opcode`, `in.h.pid` and `flags`, and the bit number of FR_BACKGROUND.

@@ -14,7 +14,8 @@ use profiler_common::{
 /// Stack frames, stored once; every aggregation key holds ids into this map.
 /// Size is set by user space at load time (`--stack-entries`).
 #[map]
-pub static STACKS: StackTrace = StackTrace::with_max_entries(16384, 0);
+pub static STACKS: StackTrace =
+    StackTrace::with_max_entries(profiler_common::shared::STACKS_ENTRIES, 0);
 
 /// Loss counters, per CPU, indexed by `profiler_common::loss::*`.
 #[map]
@@ -23,7 +24,8 @@ pub static LOSSES: PerCpuArray<u64> = PerCpuArray::with_max_entries(LOSS_SLOTS, 
 /// Thread names: tid -> (tgid, comm). Written the first time a thread creates a key,
 /// so processes that exit before the end of the run keep their names.
 #[map]
-pub static TASKS: HashMap<u32, TaskInfo> = HashMap::with_max_entries(16384, 0);
+pub static TASKS: HashMap<u32, TaskInfo> =
+    HashMap::with_max_entries(profiler_common::shared::TASKS_ENTRIES, 0);
 
 /// `BPF_F_FAST_STACK_CMP`: compare stacks by hash only; a collision is -EEXIST and counted.
 pub const STACK_FLAGS_KERNEL: u64 = 1 << 9;
@@ -114,11 +116,13 @@ pub fn now_ns() -> u64 {
 /// it lives (it may exit before the end of the run). An exec empties its entry: the
 /// process then has a new map.
 #[map]
-pub static PROCESSES_SEEN: HashMap<u32, u8> = HashMap::with_max_entries(16384, 0);
+pub static PROCESSES_SEEN: HashMap<u32, u8> =
+    HashMap::with_max_entries(profiler_common::shared::PROCESSES_SEEN_ENTRIES, 0);
 
 /// Process ids whose memory map user space should snapshot now.
 #[map]
-pub static NEW_PROCESSES: RingBuf = RingBuf::with_byte_size(64 * 1024, 0);
+pub static NEW_PROCESSES: RingBuf =
+    RingBuf::with_byte_size(profiler_common::shared::NEW_PROCESSES_BYTES, 0);
 
 /// Tells user space about a process with user stacks the first time it is seen, so
 /// its user addresses can be symbolized even after it exits. Every family that records

@@ -35,11 +35,13 @@ static EXIT_GROUP_DEAD_OFFSET: u32 = 0;
 
 /// Tracked process ids (tgid -> 1). Threads of a tracked process share its tgid.
 #[map]
-pub static TARGETS: HashMap<u32, u8> = HashMap::with_max_entries(65536, 0);
+pub static TARGETS: HashMap<u32, u8> =
+    HashMap::with_max_entries(profiler_common::target::TARGETS_ENTRIES, 0);
 
 /// Tracked cgroup v2 ids (the inode numbers of the cgroup directories).
 #[map]
-pub static CGROUPS: HashMap<u64, u8> = HashMap::with_max_entries(1024, 0);
+pub static CGROUPS: HashMap<u64, u8> =
+    HashMap::with_max_entries(profiler_common::target::CGROUPS_ENTRIES, 0);
 
 #[inline(always)]
 fn load_u32(global: &u32) -> u32 {

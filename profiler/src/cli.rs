@@ -2,16 +2,23 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{
+    builder::{PossibleValue, PossibleValuesParser, TypedValueParser},
+    Args, Parser, Subcommand, ValueEnum,
+};
+
+use crate::kind::KINDS;
+pub use crate::kind::{GroupBy, Kind};
 
 #[derive(Debug, Parser)]
 #[command(
     name = "lockpath",
     version,
     about = "eBPF lock-contention and IO-path profiler",
-    long_about = "lockpath records where a Linux client's time goes (lock contention, and more \
-                  probe families as they land), aggregated in the kernel, into a profile file; \
-                  report, flamegraph and export work from that file anywhere."
+    long_about = "lockpath records where a Linux client's time goes (lock contention and \
+                  holds, off-CPU waits, block IO, request spans, function latency, on-CPU \
+                  samples), aggregated in the kernel, into a profile file; report, flamegraph, \
+                  export, diff and merge work from that file anywhere."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -22,7 +29,7 @@ pub struct Cli {
 pub enum Command {
     /// Record a profile (needs root, or CAP_BPF + CAP_PERFMON).
     Record(Box<RecordArgs>),
-    /// Print the per-lock table of a profile.
+    /// Print the tables of a profile (text, JSON or one HTML page).
     Report(ReportArgs),
     /// Render a flamegraph (SVG) from a profile.
     Flamegraph(FlamegraphArgs),
@@ -158,7 +165,7 @@ pub struct RecordArgs {
     pub map_entries: u32,
 
     /// Entries of the stack-trace map.
-    #[arg(long, value_name = "N", default_value_t = 16384, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", default_value_t = profiler_common::shared::STACKS_ENTRIES, value_parser = clap::value_parser!(u32).range(1..))]
     pub stack_entries: u32,
 
     /// Serve Prometheus metrics at this address while recording (PORT alone: 127.0.0.1:PORT).
@@ -236,18 +243,6 @@ pub enum LockMethod {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum GroupBy {
-    /// One row per lock (address or static symbol) and type.
-    Lock,
-    /// One row per calling function and lock type.
-    Caller,
-    /// One row per process and lock type.
-    Process,
-    /// One row per host (profiles merged with `lockpath merge`).
-    Host,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ReportFormat {
     Text,
     Json,
@@ -259,7 +254,7 @@ pub enum ReportFormat {
 pub struct ReportArgs {
     /// Profile file written by `lockpath record`.
     pub file: PathBuf,
-    #[arg(long, value_enum, default_value_t = GroupBy::Lock)]
+    #[arg(long, value_parser = group_by_parser(), default_value = "lock")]
     pub by: GroupBy,
     /// Rows to show (0: all).
     #[arg(long, default_value_t = 20)]
@@ -271,26 +266,30 @@ pub struct ReportArgs {
     pub output: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Kind {
-    /// Lock wait time by process, lock type and waiter stack.
-    Lock,
-    /// Request latency by process, provider, operation and completion stack.
-    Rpc,
-    /// Function latency by process, function and stack at entry.
-    Func,
-    /// On-CPU samples by process and stack (user frames, then kernel frames `_[k]`).
-    Cpu,
-    /// Off-CPU time by process, wait class and stack.
-    Offcpu,
-    /// Off-CPU time in IO waits only (classes buffer, page, block-io, journal).
-    Io,
+/// `--kind`: the names and meanings of `Kind`'s table.
+fn kind_parser() -> impl TypedValueParser<Value = Kind> {
+    PossibleValuesParser::new(
+        KINDS
+            .iter()
+            .map(|info| PossibleValue::new(info.name).help(info.about)),
+    )
+    .try_map(|name| Kind::from_name(&name).ok_or("unknown kind"))
+}
+
+/// `--by`: the names of `GroupBy`.
+fn group_by_parser() -> impl TypedValueParser<Value = GroupBy> {
+    PossibleValuesParser::new(
+        GroupBy::ALL
+            .iter()
+            .map(|by| PossibleValue::new(by.name()).help(by.about())),
+    )
+    .try_map(|name| GroupBy::from_name(&name).ok_or("unknown grouping"))
 }
 
 #[derive(Debug, Args)]
 pub struct FlamegraphArgs {
     pub file: PathBuf,
-    #[arg(long, value_enum, default_value_t = Kind::Lock)]
+    #[arg(long, value_parser = kind_parser(), default_value = "lock")]
     pub kind: Kind,
     /// Output SVG (default: FILE with .svg instead of .json, of the kind).
     #[arg(short = 'o', long = "output", value_name = "SVG")]
@@ -312,7 +311,7 @@ pub struct ExportArgs {
     pub file: PathBuf,
     #[arg(long, value_enum)]
     pub format: ExportFormat,
-    #[arg(long, value_enum, default_value_t = Kind::Lock)]
+    #[arg(long, value_parser = kind_parser(), default_value = "lock")]
     pub kind: Kind,
     /// Output file (default: standard output).
     #[arg(short = 'o', long = "output")]
@@ -331,7 +330,7 @@ pub struct DiffArgs {
     pub base: PathBuf,
     /// The profile compared with it (e.g. the slow client).
     pub new: PathBuf,
-    #[arg(long, value_enum, default_value_t = Kind::Lock)]
+    #[arg(long, value_parser = kind_parser(), default_value = "lock")]
     pub kind: Kind,
     /// Also write a differential flamegraph (red grew, blue shrank) to this SVG file.
     #[arg(short = 'o', long = "output", value_name = "SVG")]

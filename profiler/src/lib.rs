@@ -1,18 +1,17 @@
 //! lockpath: probes (profiler-ebpf) -> collector (record, probes/, symbolize/) ->
-//! profile (profile.rs) -> exporters (export/).
+//! profile and exporters (the `lockpath-profile` crate, re-exported here).
 
 pub mod btf;
 pub mod cli;
-pub mod export;
 pub mod metrics;
 pub mod probes;
-pub mod profile;
 pub mod record;
 pub mod symbolize;
 pub mod target;
 pub mod tracefs;
-pub mod units;
-pub mod waitclass;
+
+/// The profile library, under the names this crate always used.
+pub use lockpath_profile::{export, histogram, kind, lock, profile, units, waitclass};
 
 use anyhow::{Context, Result};
 
@@ -26,29 +25,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Report(args) => {
             let profile = Profile::load(&args.file)?;
             let text = match args.format {
-                cli::ReportFormat::Text => {
-                    let mut text = export::report::summary_header(&profile);
-                    if export::report::lock_family_recorded(&profile) {
-                        text.push_str(&export::report::lock_table(&profile, args.by, args.top));
-                        text.push_str(&export::report::holders_table(&profile, 10));
-                        if profile.is_merged() && args.by != cli::GroupBy::Host {
-                            text.push_str("\nby host:\n");
-                            text.push_str(&export::report::lock_table(
-                                &profile,
-                                cli::GroupBy::Host,
-                                args.top,
-                            ));
-                        }
-                    }
-                    text.push_str(&export::report::family_sections(&profile, args.top));
-                    if !profile.cpu.is_empty() {
-                        text.push('\n');
-                        text.push_str(&export::report::cpu_tables(&profile, args.top));
-                    }
-                    text.push_str(&export::report::latency_sections(&profile, args.top));
-                    text.push_str(&export::report::losses(&profile));
-                    text
-                }
+                cli::ReportFormat::Text => export::report::text(&profile, args.by, args.top),
                 cli::ReportFormat::Json => {
                     let mut json = export::report::json(&profile, args.by, args.top)
                         .context("cannot render the JSON report")?;

@@ -9,26 +9,25 @@ use std::{
 };
 
 use anyhow::{bail, Context, Result};
-use aya::{programs::TracePoint, Ebpf, EbpfLoader};
-use profiler_common::target::FILTER_PIDS;
+use aya::{Ebpf, EbpfLoader};
+use profiler_common::{
+    shared::names as shared_names,
+    target::{names as target_names, FILTER_PIDS},
+};
 
 use crate::{
-    cli::RecordArgs,
+    cli::{Kind, RecordArgs},
     export,
     metrics::MetricsServer,
     probes::{
         self,
-        shared::{MapSet, ProcessWatcher, StackResolver},
+        shared::{attach_tracepoint, object_load_error, MapSet, ProcessWatcher, StackResolver},
+        AttachContext, Family, MapSize, PlanContext, FAMILIES,
     },
-    probes::{
-        io::{DeviceNames, IoGlobals},
-        offcpu::{OffcpuGlobals, OffcpuOptions},
-    },
-    profile::{ProbeUse, Profile},
+    profile::{ProbeUse, Profile, Unavailable},
     symbolize::KernelSymbols,
     target::{Child, Target},
     tracefs,
-    waitclass::{self, Classifier},
 };
 
 /// The eBPF object built by `cargo xtask build` (empty when built without it).
@@ -43,50 +42,55 @@ extern "C" fn on_stop_signal(signal: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
-/// What `record` asks for, resolved from the flags.
-struct Plan {
-    lock: bool,
-    offcpu: Option<OffcpuOptions>,
-    io: bool,
-    classifier: Classifier,
-    rpc: probes::rpc::RpcSetup,
-    funcs: Vec<String>,
-    func_method: crate::cli::FuncMethod,
-    ufuncs: Vec<probes::func::UserFunction>,
-    /// On-CPU sampling frequency in Hz, when asked for.
-    cpu: Option<u64>,
-    /// `--hold`: the lock and its entry points, when the lock could be resolved.
-    hold: Option<probes::hold::HoldPlan>,
-    hold_method: crate::cli::FuncMethod,
-    /// `--hold` is the only thing asked for: failing to attach it fails the run.
-    hold_only: bool,
-}
-
-impl Plan {
-    /// Families that record user stacks need the process watcher (memory-map snapshots).
-    fn user_stacks(&self) -> bool {
-        self.cpu.is_some() || !self.ufuncs.is_empty() || self.offcpu.is_some()
+/// The families this recording asks for, checked: the arguments of each (bad input
+/// fails before anything else) and the target.
+fn check_arguments(args: &RecordArgs, target: &Target) -> Result<Vec<&'static str>> {
+    for family in FAMILIES {
+        (family.check)(args)?;
     }
+    target.validate()?;
+    Ok(FAMILIES
+        .iter()
+        .filter(|family| (family.asked)(args))
+        .map(|family| family.name)
+        .collect())
 }
 
-/// The off-CPU options from the flags, checked before anything is loaded.
-fn offcpu_options(args: &RecordArgs) -> Result<Option<OffcpuOptions>> {
-    waitclass::validate(&args.wait_class)?;
-    let offcpu = (args.offcpu || args.offcpu_all).then(|| OffcpuOptions {
-        all_states: args.offcpu_all,
-        min_wait_ns: args.min_wait.unwrap_or(0),
-    });
-    if offcpu.is_none() && (args.min_wait.is_some() || !args.wait_class.is_empty()) {
+/// What recording needs of this machine, checked before anything is loaded.
+fn check_environment(args: &RecordArgs) -> Result<()> {
+    check_privileges()?;
+    check_output(&args.output)?;
+    if EBPF_OBJECT.is_empty() {
         bail!(
-            "--min-wait and --wait-class apply to off-CPU recording: add --offcpu or --offcpu-all"
+            "this lockpath was built without its eBPF programs: build it with `cargo xtask build`"
         );
     }
-    Ok(offcpu)
+    tracefs::ensure_mounted()
 }
 
-pub fn run(args: RecordArgs) -> Result<i32> {
-    // `-a -- CMD`: the whole system, for as long as CMD runs (like `perf stat -a -- CMD`).
-    let target = if args.all && !args.command.is_empty() {
+/// The families of this run. Hooks this kernel lacks are one line each in
+/// `unavailable`, and the run goes on without them.
+fn plan_families(
+    args: &RecordArgs,
+    asked: &[&'static str],
+    symbols: &KernelSymbols,
+    unavailable: &mut Vec<Unavailable>,
+) -> Result<Vec<Box<dyn Family>>> {
+    let mut ctx = PlanContext {
+        symbols,
+        unavailable,
+        asked,
+    };
+    let mut families = Vec::new();
+    for family in FAMILIES {
+        families.extend((family.plan)(args, &mut ctx)?);
+    }
+    Ok(families)
+}
+
+/// `-a -- CMD`: the whole system, for as long as CMD runs (like `perf stat -a -- CMD`).
+fn target_of(args: &RecordArgs) -> Target {
+    if args.all && !args.command.is_empty() {
         Target::System
     } else if !args.command.is_empty() {
         Target::Command(args.command.clone())
@@ -96,102 +100,43 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         Target::Cgroup(cgroup.clone())
     } else {
         Target::System
-    };
-    let offcpu = offcpu_options(&args)?;
-    let rpc_plan = probes::rpc::RpcPlan::new(&args.rpc, args.span.clone())?;
-    let hold_spec = args.hold.as_deref().map(probes::hold::parse).transpose()?;
-    let other_family_but_hold = offcpu.is_some()
-        || args.io
-        || rpc_plan.any()
-        || !args.func.is_empty()
-        || !args.ufunc.is_empty()
-        || args.cpu;
-    let other_family = other_family_but_hold || hold_spec.is_some();
-    let cpu = args.cpu.then_some(args.freq);
+    }
+}
 
-    target.validate()?;
-    if let Some(freq) = cpu {
-        probes::cpu::check_frequency(freq)?;
-    }
-    check_privileges()?;
-    check_output(&args.output)?;
-    if EBPF_OBJECT.is_empty() {
-        bail!(
-            "this lockpath was built without its eBPF programs: build it with `cargo xtask build`"
-        );
-    }
-    tracefs::ensure_mounted()?;
+pub fn run(args: RecordArgs) -> Result<i32> {
+    let target = target_of(&args);
+    let asked = check_arguments(&args, &target)?;
+    check_environment(&args)?;
     let kernel_symbols = KernelSymbols::load()?;
-    let ufuncs = probes::func::validate(&args.func, &args.ufunc, &kernel_symbols)?;
-    // Hooks this kernel lacks: one line each, and the run goes on without them.
     let mut unavailable = Vec::new();
-    let rpc_setup = probes::rpc::resolve(&rpc_plan, &kernel_symbols, &mut unavailable)?;
-    // `--hold` alone: a lock that cannot be timed is the run's error, not a note.
-    let hold_only = hold_spec.is_some() && !args.lock && !other_family_but_hold;
-    let hold = match hold_spec {
-        Some(spec) => match probes::hold::plan(&spec, &kernel_symbols) {
-            Ok(plan) => Some(plan),
-            Err(reason) if hold_only => bail!("--hold {}: {reason}", spec.text),
-            Err(reason) => {
-                probes::hold::not_recorded(&spec.text, reason, &mut unavailable);
-                None
-            }
-        },
-        None => None,
-    };
-    let plan = Plan {
-        // The lock family is the default when no other family is asked for.
-        lock: args.lock || !other_family,
-        offcpu,
-        io: args.io,
-        classifier: Classifier::new(args.wait_class.clone()),
-        rpc: rpc_setup,
-        funcs: args.func.clone(),
-        func_method: args.func_method,
-        ufuncs,
-        cpu,
-        hold,
-        hold_method: args.hold_method,
-        hold_only,
-    };
+    let mut families = plan_families(&args, &asked, &kernel_symbols, &mut unavailable)?;
     // Bound before anything is loaded, so a busy port fails fast.
-    let metrics = match args.metrics {
-        Some(addr) => Some(MetricsServer::start(
-            addr,
-            export::prometheus::render(&Profile::new()),
-        )?),
-        None => None,
-    };
+    let metrics = args
+        .metrics
+        .map(|addr| MetricsServer::start(addr, export::prometheus::render(&Profile::new())))
+        .transpose()?;
 
     // Start the command before any thread exists; it waits until the probes are attached.
-    let command = (!args.command.is_empty()).then_some(&args.command);
-    let mut child = match command {
-        Some(command) => Some(Child::spawn(command)?),
-        None => None,
+    let mut child = match args.command.is_empty() {
+        false => Some(Child::spawn(&args.command)?),
+        true => None,
     };
-    let mut devices = plan.io.then(DeviceNames::scan);
+    let child_pid = child.as_ref().map(|child| child.pid);
     let started = start(
         &args,
-        &plan,
+        &mut families,
         &target,
-        child.as_ref().map(|child| child.pid),
-        &kernel_symbols,
+        child_pid,
+        kernel_symbols,
         &mut unavailable,
     )
-    .and_then(|(mut ebpf, probes, func_targets, watcher)| {
-        // The maps leave the object (the programs stay attached until it is dropped),
-        // so they can be read live and after the detach alike.
-        let mut maps = MapSet::take_all(&mut ebpf);
-        let stacks = StackResolver::new(&mut maps, kernel_symbols)?;
-        Ok((ebpf, probes, func_targets, maps, stacks, watcher))
-    })
-    .and_then(|started| {
+    .and_then(|session| {
         // A `-p` process that exited meanwhile: nothing of it could be recorded.
         target.check_alive()?;
-        Ok(started)
+        Ok(session)
     });
-    let (ebpf, probes, func_targets, maps, mut stacks, mut watcher) = match started {
-        Ok(started) => started,
+    let mut session = match started {
+        Ok(session) => session,
         Err(err) => {
             if let Some(child) = child.as_mut() {
                 child.kill();
@@ -201,107 +146,66 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     };
     install_signal_handlers();
     let start_wall = SystemTime::now();
-    let start = Instant::now();
-    if let (Some(child), Some(command)) = (child.as_mut(), command) {
-        child.release(&command[0])?;
+    if let Some(child) = child.as_mut() {
+        child.release(&args.command[0])?;
     }
-    eprintln!(
-        "lockpath: recording {} ({}); Ctrl-C to stop",
-        probes
-            .iter()
-            .map(|probe| probe.family.as_str())
-            .collect::<Vec<_>>()
-            .join(", "),
-        describe_target(&target)
+    announce(&session, &target, metrics.as_ref());
+    let (exit_code, duration_s) = record(
+        &args,
+        &target,
+        child.as_mut(),
+        &families,
+        &mut session,
+        metrics.as_ref(),
     );
-    if let Some(metrics) = &metrics {
-        eprintln!(
-            "lockpath: Prometheus metrics at http://{}/metrics",
-            metrics.addr
-        );
-    }
 
-    // Progress goes to a terminal only; scripts and logs stay clean.
-    let progress = std::io::stderr().is_terminal();
-    let mut progress_shown = false;
-    let mut next_refresh = Instant::now() + Duration::from_secs(1);
-    let deadline = args.duration.map(Duration::from_secs_f64);
-    let mut exit_code = 0;
-    let mut polls = 0u64;
-    loop {
-        if STOP.load(Ordering::SeqCst) {
-            break;
-        }
-        if let Some(deadline) = deadline {
-            if start.elapsed() >= deadline {
-                break;
-            }
-        }
-        if let Some(child) = child.as_mut() {
-            if let Some(code) = child.try_wait() {
-                exit_code = code;
-                break;
-            }
-        }
-        if let Target::Pids(pids) = &target {
-            polls += 1;
-            // About twice a second: reading /proc for every target is not free.
-            if polls.is_multiple_of(10) && !crate::target::any_target_alive(&maps, pids) {
-                eprintln!("lockpath: every target process has exited; stopping");
-                break;
-            }
-        }
-        if (progress || metrics.is_some()) && Instant::now() >= next_refresh {
-            next_refresh = Instant::now() + Duration::from_secs(1);
-            let elapsed = start.elapsed().as_secs_f64();
-            match snapshot(
-                &plan,
-                &func_targets,
-                &maps,
-                &mut stacks,
-                devices.as_ref(),
-                &probes,
-                elapsed,
-            ) {
-                Ok(live) => {
-                    if let Some(metrics) = &metrics {
-                        metrics.update(export::prometheus::render(&live));
-                    }
-                    if progress {
-                        eprint!("\r\x1b[K{}", progress_line(&live));
-                        progress_shown = true;
-                    }
-                }
-                Err(err) => log::warn!("cannot read the kernel maps while recording: {err:#}"),
-            }
-        }
-        if let Target::Pids(pids) = &target {
-            if pids.iter().all(|&pid| !crate::target::is_alive(pid)) {
-                eprintln!("lockpath: every target process has exited; stopping");
-                break;
-            }
-        }
-        // Short sleeps while watching processes: a snapshot must beat a quick exit.
-        match watcher.as_mut() {
-            Some(watcher) => {
-                watcher.poll(&mut stacks.user);
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            None => std::thread::sleep(Duration::from_millis(50)),
-        }
+    drop(metrics);
+    let profile = collect(
+        session,
+        &mut families,
+        &target,
+        start_wall,
+        duration_s,
+        unavailable,
+    )?;
+    for family in &families {
+        family.finish(&profile);
     }
-    if progress_shown {
-        eprint!("\r\x1b[K");
+    write_outputs(&args, &families, &profile)?;
+    if child.is_none() && STOP_SIGNAL.load(Ordering::SeqCst) == libc::SIGTERM {
+        return Ok(0);
     }
-    let duration_s = start.elapsed().as_secs_f64();
+    Ok(exit_code)
+}
 
+/// Detaches (the numbers stop moving), then drains every family and what they share
+/// into the profile.
+fn collect(
+    session: Session,
+    families: &mut [Box<dyn Family>],
+    target: &Target,
+    start_wall: SystemTime,
+    duration_s: f64,
+    unavailable: Vec<Unavailable>,
+) -> Result<Profile> {
+    let Session {
+        ebpf,
+        probes,
+        maps,
+        mut stacks,
+        watcher,
+    } = session;
     // Events the kernel dropped before any program ran (another BPF program was
     // running on the CPU): read while the programs are still loaded.
     let program_misses = probes::shared::program_misses(&ebpf);
     // Detach first (numbers stop moving), then drain.
     drop(ebpf);
-    drop(metrics);
-
+    for family in families.iter_mut() {
+        family.stopped();
+    }
+    if let Some(watcher) = watcher {
+        watcher.finish(&mut stacks.user);
+    }
     let mut profile = Profile::new();
     profile.host = hostname();
     profile.kernel = kernel_release();
@@ -314,164 +218,174 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     profile.targets = target.describe();
     profile.probes = probes;
     profile.unavailable = unavailable;
-
-    // Devices that appeared during the run get their names too.
-    if let Some(devices) = devices.as_mut() {
-        devices.merge(DeviceNames::scan());
-    }
-    if let Some(watcher) = watcher {
-        watcher.finish(&mut stacks.user);
-    }
-    drain_families(
-        &plan,
-        &func_targets,
-        &maps,
-        &mut stacks,
-        devices.as_ref(),
-        &mut profile,
-    )?;
+    drain_families(families, &maps, &mut stacks, &mut profile)?;
     stacks.interner.finish(&mut profile);
     profile.losses = probes::shared::drain_losses(&maps)?;
     profile.losses.extend(program_misses);
-    profile.processes = probes::shared::drain_processes(&maps, &row_pids(&profile))?;
-
-    if let Some(hold) = &plan.hold {
-        if profile.probes.iter().any(|probe| probe.family == "hold") && profile.holds.is_empty() {
-            eprintln!(
-                "lockpath: --hold {}: {} was not taken (no acquisition seen in {duration_s:.1} s); \
-                 check the address and the type against a report's lock and type columns",
-                hold.spec, hold.lock_name
-            );
-        }
-    }
-    save_or_fall_back(&profile, &args.output)?;
-    print!("{}", export::report::summary(&profile, args.top));
-    eprintln!("lockpath: profile written to {}", args.output.display());
-    if let Some(svg) = &args.flamegraph {
-        let kind = if plan.lock {
-            crate::cli::Kind::Lock
-        } else if plan.cpu.is_some() {
-            crate::cli::Kind::Cpu
-        } else if plan.offcpu.is_some() {
-            crate::cli::Kind::Offcpu
-        } else if plan.io {
-            crate::cli::Kind::Io
-        } else {
-            crate::cli::Kind::Cpu
-        };
-        export::flamegraph::write_svg(&profile, kind, svg)?;
-        eprintln!("lockpath: flamegraph written to {}", svg.display());
-    }
-    if child.is_none() {
-        let signal = STOP_SIGNAL.load(Ordering::SeqCst);
-        if signal == libc::SIGTERM {
-            exit_code = 0;
-        }
-    }
-    Ok(exit_code)
+    profile.processes = probes::shared::drain_processes(&maps, &profile.row_pids())?;
+    Ok(profile)
 }
 
-/// Reads every recorded family's aggregate out of the kernel maps into `profile`.
-/// A family adds its line.
-fn drain_families(
-    plan: &Plan,
-    func_targets: &[probes::func::FuncTarget],
-    maps: &MapSet,
-    stacks: &mut StackResolver,
-    devices: Option<&DeviceNames>,
-    profile: &mut Profile,
-) -> Result<()> {
-    if plan.lock {
-        profile.locks = probes::lock::drain(maps, stacks)?;
-        profile.contended_holds = probes::lock::drain_contended_holds(maps, stacks)?;
+/// What is loaded and attached while recording.
+struct Session {
+    ebpf: Ebpf,
+    probes: Vec<ProbeUse>,
+    /// Taken out of the object: readable live and after the detach alike.
+    maps: MapSet,
+    stacks: StackResolver,
+    /// Snapshots processes whose user stacks are recorded.
+    watcher: Option<ProcessWatcher>,
+}
+
+/// The first line of a recording (what, of whom) and where the metrics are.
+fn announce(session: &Session, target: &Target, metrics: Option<&MetricsServer>) {
+    eprintln!(
+        "lockpath: recording {} ({}); Ctrl-C to stop",
+        session
+            .probes
+            .iter()
+            .map(|probe| probe.family.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        describe_target(target)
+    );
+    if let Some(metrics) = metrics {
+        eprintln!(
+            "lockpath: Prometheus metrics at http://{}/metrics",
+            metrics.addr
+        );
     }
-    if plan.offcpu.is_some() {
-        profile.offcpu = probes::offcpu::drain(maps, stacks, &plan.classifier)?;
+}
+
+/// Records until the duration ends, a signal comes, the command exits or every target
+/// process is gone; shows progress and serves metrics meanwhile. Returns the exit code
+/// (the command's) and the seconds recorded.
+fn record(
+    args: &RecordArgs,
+    target: &Target,
+    mut child: Option<&mut Child>,
+    families: &[Box<dyn Family>],
+    session: &mut Session,
+    metrics: Option<&MetricsServer>,
+) -> (i32, f64) {
+    let start = Instant::now();
+    // Progress goes to a terminal only; scripts and logs stay clean.
+    let progress = std::io::stderr().is_terminal();
+    let mut progress_shown = false;
+    let mut next_refresh = Instant::now() + Duration::from_secs(1);
+    let deadline = args.duration.map(Duration::from_secs_f64);
+    let mut exit_code = 0;
+    let mut polls = 0u64;
+    loop {
+        if STOP.load(Ordering::SeqCst) || deadline.is_some_and(|d| start.elapsed() >= d) {
+            break;
+        }
+        if let Some(code) = child.as_mut().and_then(|child| child.try_wait()) {
+            exit_code = code;
+            break;
+        }
+        polls += 1;
+        // About twice a second (reading /proc for every target is not free): the given
+        // processes and every child the kernel follows for them.
+        if let Target::Pids(pids) = target {
+            if polls.is_multiple_of(10) && !crate::target::any_target_alive(&session.maps, pids) {
+                eprintln!("lockpath: every target process has exited; stopping");
+                break;
+            }
+        }
+        if (progress || metrics.is_some()) && Instant::now() >= next_refresh {
+            next_refresh = Instant::now() + Duration::from_secs(1);
+            match snapshot(families, session, start.elapsed().as_secs_f64()) {
+                Ok(live) => {
+                    if let Some(metrics) = metrics {
+                        metrics.update(export::prometheus::render(&live));
+                    }
+                    if progress {
+                        eprint!("\r\x1b[K{}", progress_line(families, &live));
+                        progress_shown = true;
+                    }
+                }
+                Err(err) => log::warn!("cannot read the kernel maps while recording: {err:#}"),
+            }
+        }
+        // Short sleeps while watching processes: a snapshot must beat a quick exit.
+        match session.watcher.as_mut() {
+            Some(watcher) => {
+                watcher.poll(&mut session.stacks.user);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            None => std::thread::sleep(Duration::from_millis(50)),
+        }
     }
-    if let Some(devices) = devices {
-        profile.io = probes::io::drain(maps, devices)?;
+    if progress_shown {
+        eprint!("\r\x1b[K");
     }
-    profile.rpcs = probes::rpc::drain(maps, stacks, &plan.rpc)?;
-    profile.funcs = probes::func::drain(maps, stacks, func_targets)?;
-    if let Some(freq) = plan.cpu {
-        profile.cpu_freq_hz = freq;
-        profile.cpu = probes::cpu::drain(maps, stacks)?;
-    }
-    if let Some(hold) = &plan.hold {
-        profile.holds = probes::hold::drain(maps, stacks, hold)?;
+    (exit_code, start.elapsed().as_secs_f64())
+}
+
+/// Writes the profile, prints the summary and draws the flamegraph when asked.
+fn write_outputs(args: &RecordArgs, families: &[Box<dyn Family>], profile: &Profile) -> Result<()> {
+    save_or_fall_back(profile, &args.output)?;
+    print!("{}", export::report::summary(profile, args.top));
+    eprintln!("lockpath: profile written to {}", args.output.display());
+    if let Some(svg) = &args.flamegraph {
+        let offered: Vec<Kind> = families.iter().filter_map(|f| f.flamegraph()).collect();
+        let kind = FLAMEGRAPH_PREFERENCE
+            .into_iter()
+            .find(|kind| offered.contains(kind))
+            .unwrap_or(Kind::Cpu);
+        export::flamegraph::write_svg(profile, kind, svg)?;
+        eprintln!("lockpath: flamegraph written to {}", svg.display());
     }
     Ok(())
 }
 
-/// Every process some row refers to, once.
-fn row_pids(profile: &Profile) -> Vec<u32> {
-    let mut pids: Vec<u32> = profile.locks.iter().map(|row| row.pid).collect();
-    pids.extend(profile.offcpu.iter().map(|row| row.pid));
-    pids.extend(profile.io.iter().map(|row| row.pid));
-    pids.extend(profile.rpcs.iter().map(|row| row.pid));
-    pids.extend(profile.funcs.iter().map(|row| row.pid));
-    pids.extend(profile.cpu.iter().map(|row| row.pid));
-    pids.extend(profile.holds.iter().map(|row| row.pid));
-    pids.sort_unstable();
-    pids.dedup();
-    pids
+/// The flamegraph of `record --flamegraph`: the first of these that a recorded family
+/// draws (on-CPU samples when none does).
+const FLAMEGRAPH_PREFERENCE: [Kind; 4] = [Kind::Lock, Kind::Cpu, Kind::Offcpu, Kind::Io];
+
+/// Reads every recorded family's aggregate out of the kernel maps into `profile`.
+fn drain_families(
+    families: &[Box<dyn Family>],
+    maps: &MapSet,
+    stacks: &mut StackResolver,
+    profile: &mut Profile,
+) -> Result<()> {
+    let mut out = probes::Drain {
+        maps,
+        stacks,
+        profile,
+    };
+    for family in families {
+        family.drain(&mut out)?;
+    }
+    Ok(())
 }
 
 /// The numbers so far, while the programs run (for metrics and progress).
 fn snapshot(
-    plan: &Plan,
-    func_targets: &[probes::func::FuncTarget],
-    maps: &MapSet,
-    stacks: &mut StackResolver,
-    devices: Option<&DeviceNames>,
-    probes: &[ProbeUse],
+    families: &[Box<dyn Family>],
+    session: &mut Session,
     elapsed_s: f64,
 ) -> Result<Profile> {
     let mut profile = Profile::new();
     profile.duration_s = elapsed_s;
     // Recorded families get their series from the first scrape on, even before events.
-    profile.probes = probes.to_vec();
-    drain_families(plan, func_targets, maps, stacks, devices, &mut profile)?;
-    stacks.interner.copy_into(&mut profile);
+    profile.probes = session.probes.clone();
+    drain_families(families, &session.maps, &mut session.stacks, &mut profile)?;
+    session.stacks.interner.copy_into(&mut profile);
     // Off-CPU and IO series are labelled by process name.
     if !profile.offcpu.is_empty() || !profile.io.is_empty() {
-        profile.processes = probes::shared::drain_processes(maps, &row_pids(&profile))?;
+        profile.processes = probes::shared::drain_processes(&session.maps, &profile.row_pids())?;
     }
-    profile.losses = probes::shared::drain_losses(maps)?;
+    profile.losses = probes::shared::drain_losses(&session.maps)?;
     Ok(profile)
 }
 
-/// `lockpath: 12 s, 3456 lock contentions`. A family adds its count.
-fn progress_line(live: &Profile) -> String {
+/// `lockpath: 12 s, 3456 lock contentions`: each family adds its count.
+fn progress_line(families: &[Box<dyn Family>], live: &Profile) -> String {
     let mut parts = vec![format!("lockpath: {:.0} s", live.duration_s)];
-    if !live.locks.is_empty() {
-        let contentions: u64 = live.locks.iter().map(|row| row.count).sum();
-        parts.push(format!("{contentions} lock contentions"));
-    }
-    if !live.offcpu.is_empty() {
-        let waits: u64 = live.offcpu.iter().map(|row| row.count).sum();
-        parts.push(format!("{waits} off-CPU waits"));
-    }
-    if !live.io.is_empty() {
-        let requests: u64 = live.io.iter().map(|row| row.count).sum();
-        parts.push(format!("{requests} IO requests"));
-    }
-    if !live.cpu.is_empty() {
-        let samples: u64 = live.cpu.iter().map(|row| row.samples).sum();
-        parts.push(format!("{samples} CPU samples"));
-    }
-    if !live.rpcs.is_empty() {
-        let requests: u64 = live.rpcs.iter().map(|row| row.latency.count).sum();
-        parts.push(format!("{requests} requests"));
-    }
-    if !live.funcs.is_empty() {
-        let calls: u64 = live.funcs.iter().map(|row| row.latency.count).sum();
-        parts.push(format!("{calls} calls"));
-    }
-    if !live.holds.is_empty() {
-        let holds: u64 = live.holds.iter().map(|row| row.latency.count).sum();
-        parts.push(format!("{holds} holds"));
-    }
+    parts.extend(families.iter().filter_map(|family| family.progress(live)));
     let lost: u64 = live.losses.values().sum();
     if lost > 0 {
         parts.push(format!("{lost} lost"));
@@ -479,150 +393,104 @@ fn progress_line(live: &Profile) -> String {
     parts.join(", ")
 }
 
-/// What `start` hands back: the loaded object, the probes in use, the function slots
-/// (`--func`/`--ufunc`) and the process watcher when user stacks are recorded.
-type Started = (
-    Ebpf,
-    Vec<ProbeUse>,
-    Vec<probes::func::FuncTarget>,
-    Option<ProcessWatcher>,
-);
+/// Sizes the maps (those of the families not recorded shrink to one entry each: a
+/// 16k-entry hash is megabytes) and sets the load-time globals.
+fn configure<'a>(
+    loader: &mut EbpfLoader<'a>,
+    args: &RecordArgs,
+    families: &'a [Box<dyn Family>],
+    globals: &'a TargetGlobals,
+) {
+    loader
+        .override_global(target_names::FILTER_MODE, &globals.filter_mode, true)
+        .override_global(
+            target_names::FORK_CHILD_PID_OFFSET,
+            &globals.fork_child_pid,
+            true,
+        )
+        .override_global(
+            target_names::EXIT_GROUP_DEAD_OFFSET,
+            &globals.exit_group_dead,
+            true,
+        )
+        .map_max_entries(shared_names::STACKS, args.stack_entries);
+    for registration in FAMILIES {
+        let recorded = families.iter().any(|f| f.name() == registration.name);
+        for &(map, size) in registration.maps {
+            let entries = match (recorded, size) {
+                (false, _) => 1,
+                (true, MapSize::Stats) => args.map_entries,
+                (true, MapSize::Fixed(entries)) => entries,
+            };
+            loader.map_max_entries(map, entries);
+        }
+    }
+    for family in families {
+        family.configure(loader);
+    }
+}
 
-/// Loads the object, installs the target filter and attaches the requested families.
+/// Load-time globals of the target filter.
+struct TargetGlobals {
+    filter_mode: u32,
+    fork_child_pid: u32,
+    exit_group_dead: u32,
+}
+
+/// Loads the object, installs the target filter and attaches the planned families.
 fn start(
     args: &RecordArgs,
-    plan: &Plan,
+    families: &mut [Box<dyn Family>],
     target: &Target,
     child: Option<u32>,
-    kernel_symbols: &KernelSymbols,
-    unavailable: &mut Vec<crate::profile::Unavailable>,
-) -> Result<Started> {
-    let filter_mode = target.filter_mode();
-    let fork_child_pid = tracefs::field_offset("sched", "sched_process_fork", "child_pid")?;
-    let exit_group_dead =
-        tracefs::field_offset("sched", "sched_process_exit", "group_dead").unwrap_or(0);
-    let offcpu_globals = plan.offcpu.as_ref().map(OffcpuGlobals::read).transpose()?;
-    let io_globals = if plan.io {
-        Some(IoGlobals::read()?)
-    } else {
-        None
+    kernel_symbols: KernelSymbols,
+    unavailable: &mut Vec<Unavailable>,
+) -> Result<Session> {
+    let globals = TargetGlobals {
+        filter_mode: target.filter_mode(),
+        fork_child_pid: tracefs::field_offset("sched", "sched_process_fork", "child_pid")?,
+        exit_group_dead: tracefs::field_offset("sched", "sched_process_exit", "group_dead")
+            .unwrap_or(0),
     };
-    let lock_layout = probes::lock::layout();
-    let hold_config = plan
-        .hold
-        .as_ref()
-        .map_or(profiler_common::hold::HoldConfig::DISABLED, |hold| {
-            hold.config
-        });
     let mut loader = EbpfLoader::new();
-    loader
-        .override_global("FILTER_MODE", &filter_mode, true)
-        .override_global("FORK_CHILD_PID_OFFSET", &fork_child_pid, true)
-        .override_global("EXIT_GROUP_DEAD_OFFSET", &exit_group_dead, true)
-        .override_global("LOCK_LAYOUT", &lock_layout, true)
-        .override_global("HOLD_CONFIG", &hold_config, true)
-        .map_max_entries("STACKS", args.stack_entries);
-    // The object is loaded whole: the maps of the families not recorded shrink to one
-    // entry each, so they cost no kernel memory (a 16k-entry hash is megabytes).
-    let functions = !plan.funcs.is_empty() || !plan.ufuncs.is_empty();
-    for (map, used, entries) in [
-        ("LOCK_STATS", plan.lock, args.map_entries),
-        ("LOCK_SLEEP_WAIT", plan.lock, 16384),
-        ("LOCK_HOLDS", plan.lock, args.map_entries),
-        ("LOCK_LAST_ACQUIRER", plan.lock, 16384),
-        ("LOCK_STACK_CACHE", plan.lock, 16384),
-        ("LOCK_SLEEP_DROPPED", plan.lock, 1024),
-        ("OFFCPU_STATS", plan.offcpu.is_some(), args.map_entries),
-        ("OFFCPU_START", plan.offcpu.is_some(), 65536),
-        ("IO_STATS", plan.io, args.map_entries),
-        ("IO_INFLIGHT", plan.io, 16384),
-        ("RPC_STATS", plan.rpc.any(), args.map_entries),
-        ("RPC_INFLIGHT", plan.rpc.any(), 65536),
-        ("FUNC_STATS", functions, args.map_entries),
-        ("FUNC_CALLS", functions, 65536),
-        ("CPU_SAMPLES", plan.cpu.is_some(), args.map_entries),
-        ("HOLD_STATS", plan.hold.is_some(), args.map_entries),
-        ("HOLD_OPEN", plan.hold.is_some(), 16384),
-        ("HOLD_PENDING", plan.hold.is_some(), 16384),
-    ] {
-        loader.map_max_entries(map, if used { entries } else { 1 });
-    }
-    if let Some(globals) = &offcpu_globals {
-        globals.apply(&mut loader);
-    }
-    if let Some(globals) = &io_globals {
-        globals.apply(&mut loader);
-    }
-    for (name, value) in &plan.rpc.globals {
-        loader.override_global(name, value, true);
-    }
+    configure(&mut loader, args, families, &globals);
     let mut ebpf = loader
         .load(EBPF_OBJECT)
-        .map_err(|err| anyhow::anyhow!(explain_load_error(&err.to_string())))?;
+        .map_err(|err| object_load_error(&err.to_string()))?;
+    drop(loader);
 
-    if filter_mode == FILTER_PIDS {
-        for (name, event) in [
-            ("target_fork", "sched_process_fork"),
-            ("target_exit", "sched_process_exit"),
-        ] {
-            let program: &mut TracePoint = ebpf
-                .program_mut(name)
-                .with_context(|| format!("program {name} missing from the eBPF object"))?
-                .try_into()
-                .with_context(|| format!("program {name} is not a tracepoint"))?;
-            program
-                .load()
-                .map_err(|err| crate::probes::shared::load_error(name, err))?;
-            program
-                .attach("sched", event)
-                .with_context(|| format!("cannot attach to sched:{event}"))?;
-        }
+    if globals.filter_mode == FILTER_PIDS {
+        attach_tracepoint(
+            &mut ebpf,
+            target_names::TARGET_FORK,
+            "sched",
+            "sched_process_fork",
+        )?;
+        attach_tracepoint(
+            &mut ebpf,
+            target_names::TARGET_EXIT,
+            "sched",
+            "sched_process_exit",
+        )?;
     }
     target.install(&mut ebpf, child)?;
 
     // The watcher first: a process must be noted before its first sample is counted.
-    let watcher = if plan.user_stacks() {
-        Some(ProcessWatcher::start(&mut ebpf)?)
-    } else {
-        None
+    let watcher = match families.iter().any(|family| family.user_stacks()) {
+        true => Some(ProcessWatcher::start(&mut ebpf)?),
+        false => None,
+    };
+    let mut ctx = AttachContext {
+        symbols: &kernel_symbols,
+        unavailable,
     };
     let mut probes = Vec::new();
-    if plan.lock {
-        probes.push(probes::lock::attach(
-            &mut ebpf,
-            args.lock_method,
-            kernel_symbols,
-        )?);
-    }
-    if let Some(options) = &plan.offcpu {
-        probes.push(probes::offcpu::attach(&mut ebpf, options)?);
-    }
-    if let Some(globals) = &io_globals {
-        probes.push(probes::io::attach(&mut ebpf, globals)?);
-    }
-    probes.extend(probes::rpc::attach(&mut ebpf, &plan.rpc)?);
-    let (func_probes, func_targets) = probes::func::attach(
-        &mut ebpf,
-        &plan.funcs,
-        plan.func_method,
-        &plan.ufuncs,
-        unavailable,
-    )?;
-    probes.extend(func_probes);
-    if let Some(freq) = plan.cpu {
-        probes.push(probes::cpu::attach(&mut ebpf, freq)?);
-    }
-    if let Some(hold) = &plan.hold {
-        probes.extend(probes::hold::attach(
-            &mut ebpf,
-            hold,
-            plan.hold_method,
-            plan.hold_only,
-            unavailable,
-        )?);
+    for family in families.iter_mut() {
+        probes.extend(family.attach(&mut ebpf, &mut ctx)?);
     }
     if probes.is_empty() {
-        let reasons: Vec<String> = unavailable
+        let reasons: Vec<String> = ctx
+            .unavailable
             .iter()
             .map(|missing| format!("{} {}: {}", missing.family, missing.what, missing.reason))
             .collect();
@@ -631,27 +499,17 @@ fn start(
             reasons.join("; ")
         );
     }
-    Ok((ebpf, probes, func_targets, watcher))
-}
-
-fn explain_load_error(err: &str) -> String {
-    // A BTF or verifier log can follow the message: first line only, the rest to a file.
-    let (first, rest) = err.split_once('\n').unwrap_or((err, ""));
-    let err = if rest.trim().is_empty() {
-        first.to_string()
-    } else {
-        log::debug!("eBPF object load error in full:\n{err}");
-        let path = std::env::temp_dir().join(format!("lockpath-load-{}.log", std::process::id()));
-        match std::fs::write(&path, err) {
-            Ok(()) => format!("{} (full log in {})", first.trim(), path.display()),
-            Err(_) => format!("{} (RUST_LOG=debug prints the full log)", first.trim()),
-        }
-    };
-    if err.contains("Operation not permitted") || err.contains("EPERM") {
-        format!("the kernel refused to load lockpath's eBPF programs ({err}): run as root, or with CAP_BPF and CAP_PERFMON")
-    } else {
-        format!("cannot load lockpath's eBPF programs: {err}")
-    }
+    // The maps leave the object (the programs stay attached until it is dropped), so
+    // they can be read live and after the detach alike.
+    let mut maps = MapSet::take_all(&mut ebpf);
+    let stacks = StackResolver::new(&mut maps, kernel_symbols)?;
+    Ok(Session {
+        ebpf,
+        probes,
+        maps,
+        stacks,
+        watcher,
+    })
 }
 
 /// Root, or CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN), checked before anything is loaded.
@@ -769,4 +627,57 @@ fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|release| release.trim().to_string())
         .unwrap_or_else(|_| "unknown".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every map, program and global name of profiler-common names a symbol of the built
+    /// eBPF object (its Rust static or function), and every family's sized map is one
+    /// of them.
+    #[test]
+    fn every_name_is_in_the_ebpf_object() {
+        use object::{Object, ObjectSymbol};
+        if EBPF_OBJECT.is_empty() {
+            // `cargo test` without `cargo xtask build`: no object to read (CI builds it).
+            eprintln!("every_name_is_in_the_ebpf_object: built without the eBPF object");
+            return;
+        }
+        let file = object::File::parse(EBPF_OBJECT).expect("the eBPF object is ELF");
+        let symbols: std::collections::HashSet<&str> =
+            file.symbols().filter_map(|s| s.name().ok()).collect();
+        let families: [&[&str]; 9] = [
+            profiler_common::shared::names::ALL,
+            profiler_common::target::names::ALL,
+            profiler_common::lock::names::ALL,
+            profiler_common::offcpu::names::ALL,
+            profiler_common::io::names::ALL,
+            profiler_common::rpc::names::ALL,
+            profiler_common::func::names::ALL,
+            profiler_common::cpu::names::ALL,
+            profiler_common::hold::names::ALL,
+        ];
+        let mut missing = Vec::new();
+        for name in families.into_iter().flatten() {
+            let symbol = match name.ends_with('_') {
+                true => format!("{name}0"),
+                false => name.to_string(),
+            };
+            if !symbols.contains(symbol.as_str()) {
+                missing.push(symbol);
+            }
+        }
+        for family in FAMILIES {
+            for (map, _) in family.maps {
+                if !families.iter().any(|names| names.contains(map)) {
+                    missing.push(format!(
+                        "{map} (a map of {} not in names::ALL)",
+                        family.name
+                    ));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "not in the eBPF object: {missing:?}");
+    }
 }

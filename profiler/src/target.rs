@@ -11,7 +11,7 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 use aya::{maps::HashMap, Ebpf};
-use profiler_common::target::{FILTER_ALL, FILTER_CGROUP, FILTER_PIDS};
+use profiler_common::target::{names, FILTER_ALL, FILTER_CGROUP, FILTER_PIDS};
 
 use crate::profile::Targets;
 
@@ -111,7 +111,9 @@ impl Target {
                 insert_pids(ebpf, &[pid])
             }
             Target::Cgroup(path) => {
-                let map = ebpf.map_mut("CGROUPS").context("map CGROUPS missing")?;
+                let map = ebpf
+                    .map_mut(names::CGROUPS)
+                    .context("map CGROUPS missing")?;
                 let mut cgroups: HashMap<_, u64, u8> =
                     HashMap::try_from(map).context("CGROUPS has an unexpected type")?;
                 for dir in cgroup_tree(path)? {
@@ -135,7 +137,7 @@ pub fn any_target_alive(maps: &crate::probes::shared::MapSet, pids: &[u32]) -> b
     if pids.iter().any(|&pid| is_alive(pid)) {
         return true;
     }
-    let Ok(map) = maps.get("TARGETS") else {
+    let Ok(map) = maps.get(names::TARGETS) else {
         return false;
     };
     let Ok(targets) = HashMap::<_, u32, u8>::try_from(map) else {
@@ -181,7 +183,9 @@ pub fn is_alive(pid: u32) -> bool {
 }
 
 fn insert_pids(ebpf: &mut Ebpf, pids: &[u32]) -> Result<()> {
-    let map = ebpf.map_mut("TARGETS").context("map TARGETS missing")?;
+    let map = ebpf
+        .map_mut(names::TARGETS)
+        .context("map TARGETS missing")?;
     let mut targets: HashMap<_, u32, u8> =
         HashMap::try_from(map).context("TARGETS has an unexpected type")?;
     for &pid in pids {

@@ -38,8 +38,21 @@ pub fn ensure_mounted() -> Result<()> {
 /// `kprobe_events` (aya uses the first, else the second). Both are missing when the kernel
 /// is built without CONFIG_KPROBES.
 pub fn kprobes_available() -> bool {
-    Path::new("/sys/bus/event_source/devices/kprobe/type").exists()
-        || root().join("kprobe_events").exists()
+    kprobes_unavailable().is_none()
+}
+
+/// Why kprobes cannot be used on this kernel, or `None` when they can. The one check of
+/// kprobe support.
+pub fn kprobes_unavailable() -> Option<String> {
+    let pmu = Path::new("/sys/bus/event_source/devices/kprobe/type").exists();
+    let legacy = [TRACEFS, DEBUGFS_TRACING]
+        .iter()
+        .any(|dir| Path::new(dir).join("kprobe_events").exists());
+    if pmu || legacy {
+        None
+    } else {
+        Some("this kernel has no kprobe support (built without CONFIG_KPROBES)".into())
+    }
 }
 
 pub fn event_exists(group: &str, event: &str) -> bool {

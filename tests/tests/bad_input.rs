@@ -175,7 +175,16 @@ fn failed_final_write_keeps_the_recording() {
         path_str(&storm)
     );
     let stderr = fails_with(
-        &["record", "--lock", "-o", path_str(&out), "--", "sh", "-c", &script],
+        &[
+            "record",
+            "--lock",
+            "-o",
+            path_str(&out),
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
         "the recording was saved to ",
     );
     let fallback = stderr
@@ -185,7 +194,9 @@ fn failed_final_write_keeps_the_recording() {
         .expect("fallback path in the error");
     let profile = load_json(std::path::Path::new(fallback));
     assert!(
-        profile["locks"].as_array().is_some_and(|rows| !rows.is_empty()),
+        profile["locks"]
+            .as_array()
+            .is_some_and(|rows| !rows.is_empty()),
         "the fallback profile {fallback} holds the recording"
     );
     let _ = std::fs::remove_file(fallback);

@@ -67,21 +67,18 @@ fn spin_waits(profile: &serde_json::Value, pid: u64) -> PerLock {
 }
 
 fn storm_args(mode: &str) -> Vec<String> {
-    [
-        "--seconds",
-        "3",
-        "--threads",
-        "4",
-        "--mode",
-        mode,
-    ]
-    .iter()
-    .map(|arg| arg.to_string())
-    .collect()
+    ["--seconds", "3", "--threads", "4", "--mode", mode]
+        .iter()
+        .map(|arg| arg.to_string())
+        .collect()
 }
 
 /// One lockpath run: (average spin wait ns, contentions, the profile).
-fn lockpath_round(dir: &std::path::Path, mode: &str, round: usize) -> (f64, u64, serde_json::Value) {
+fn lockpath_round(
+    dir: &std::path::Path,
+    mode: &str,
+    round: usize,
+) -> (f64, u64, serde_json::Value) {
     let path = dir.join(format!("{mode}-{round}.json"));
     let storm = workload("lock-storm");
     let mut args = vec![
@@ -217,7 +214,9 @@ fn spin_waits_match_a_stackless_reference() {
     {
         return;
     }
-    let _serial = SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let _stats = BpfStats::enable();
     let dir = scratch("lock-accuracy");
     for mode in ["open", "pipe"] {
@@ -272,7 +271,9 @@ fn spinlock_holders_are_the_open_and_close_paths() {
     if !can_load_programs("spinlock_holders_are_the_open_and_close_paths") {
         return;
     }
-    let _serial = SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let dir = scratch("lock-holders");
     let started = Instant::now();
     let mut last = String::new();
@@ -365,7 +366,9 @@ fn fuse_create_hold_matches_the_workload() {
     if !can_load_programs("fuse_create_hold_matches_the_workload") {
         return;
     }
-    let _serial = SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let dir = scratch("lock-hold-fuse");
     let profile_path = dir.join("hold.json");
     let results = dir.join("results.txt");
@@ -394,7 +397,9 @@ fn fuse_create_hold_matches_the_workload() {
     let expected_ns = value("t2_end_ns") as f64 - value("t1_end_ns") as f64;
     let second = value("t2_tid");
     let profile = load_json(&profile_path);
-    let holds = profile["contended_holds"].as_array().expect("contended_holds");
+    let holds = profile["contended_holds"]
+        .as_array()
+        .expect("contended_holds");
     let held: Vec<&serde_json::Value> = holds
         .iter()
         .filter(|hold| hold["tid"].as_u64() == Some(second))

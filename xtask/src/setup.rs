@@ -1,4 +1,5 @@
-//! `cargo xtask setup`: the toolchain pieces from docs/toolchain.md, installed
+//! `cargo xtask setup`: the toolchain pieces (nightly rust-src, bpf-linker built against
+//! the nightly toolchain's own LLVM; README "Two commands"), installed
 //! idempotently. A no-op run only asks rustup and bpf-linker two questions.
 
 use std::{

@@ -11,12 +11,65 @@ use aya::{
     util::online_cpus,
     Ebpf,
 };
-use profiler_common::cpu::CpuKey;
+use profiler_common::cpu::{names, CpuKey};
 
 use crate::{
-    probes::shared::{MapSet, StackResolver},
-    profile::{CpuRow, ProbeUse},
+    kind::Kind,
+    probes::{
+        progress_of,
+        shared::{program, MapSet, StackResolver},
+        AttachContext, Drain, Family, MapSize, Registration,
+    },
+    profile::{CpuRow, ProbeUse, Profile},
 };
+
+pub const FAMILY: Registration = Registration {
+    name: "cpu",
+    asked: |args| args.cpu,
+    check: |args| match args.cpu {
+        true => check_frequency(args.freq),
+        false => Ok(()),
+    },
+    plan: |args, _ctx| {
+        Ok(args
+            .cpu
+            .then(|| Box::new(CpuFamily { freq_hz: args.freq }) as Box<dyn Family>))
+    },
+    maps: &[(names::CPU_SAMPLES, MapSize::Stats)],
+};
+
+/// The on-CPU sampling family of one recording.
+struct CpuFamily {
+    freq_hz: u64,
+}
+
+impl Family for CpuFamily {
+    fn name(&self) -> &'static str {
+        FAMILY.name
+    }
+
+    fn user_stacks(&self) -> bool {
+        true
+    }
+
+    fn attach(&mut self, ebpf: &mut Ebpf, _ctx: &mut AttachContext) -> Result<Vec<ProbeUse>> {
+        Ok(vec![attach(ebpf, self.freq_hz)?])
+    }
+
+    fn drain(&self, out: &mut Drain) -> Result<()> {
+        out.profile.cpu_freq_hz = self.freq_hz;
+        out.profile.cpu = drain(out.maps, out.stacks)?;
+        Ok(())
+    }
+
+    fn progress(&self, live: &Profile) -> Option<String> {
+        progress_of(&live.cpu, |row| row.samples, "CPU samples")
+    }
+
+    fn flamegraph(&self) -> Option<Kind> {
+        Some(Kind::Cpu)
+    }
+}
 
 /// Highest sampling frequency the kernel accepts (`kernel.perf_event_max_sample_rate`).
 fn max_sample_rate() -> Option<u64> {
@@ -44,14 +97,10 @@ pub fn check_frequency(freq_hz: u64) -> Result<()> {
 pub fn attach(ebpf: &mut Ebpf, freq_hz: u64) -> Result<ProbeUse> {
     let cpus = online_cpus()
         .map_err(|(path, err)| anyhow::anyhow!("cannot read the online CPUs from {path}: {err}"))?;
-    let program: &mut PerfEvent = ebpf
-        .program_mut("cpu_sample")
-        .context("program cpu_sample missing from the eBPF object")?
-        .try_into()
-        .context("program cpu_sample is not a perf_event program")?;
+    let program: &mut PerfEvent = program(ebpf, names::CPU_SAMPLE)?;
     program
         .load()
-        .context("the kernel refused to load cpu_sample")?;
+        .map_err(|err| crate::probes::shared::load_error(names::CPU_SAMPLE, err))?;
     for &cpu in &cpus {
         program
             .attach(
@@ -65,7 +114,7 @@ pub fn attach(ebpf: &mut Ebpf, freq_hz: u64) -> Result<ProbeUse> {
             })?;
     }
     Ok(ProbeUse {
-        family: "cpu".into(),
+        family: FAMILY.name.into(),
         method: format!(
             "perf_event software cpu-clock at {freq_hz} Hz on {} CPUs",
             cpus.len()
@@ -75,9 +124,7 @@ pub fn attach(ebpf: &mut Ebpf, freq_hz: u64) -> Result<ProbeUse> {
 
 /// Reads the sample counts out of the kernel, with their stacks symbolized.
 pub fn drain(maps: &MapSet, stacks: &mut StackResolver) -> Result<Vec<CpuRow>> {
-    let map = maps.get("CPU_SAMPLES")?;
-    let samples: HashMap<_, CpuKey, u64> =
-        HashMap::try_from(map).context("CPU_SAMPLES has an unexpected type")?;
+    let samples: HashMap<_, CpuKey, u64> = maps.hash_map(names::CPU_SAMPLES)?;
     let mut rows = Vec::new();
     for entry in samples.iter() {
         let (key, count) = entry.context("cannot read CPU_SAMPLES")?;

@@ -11,22 +11,88 @@ use aya::{
     Btf, Ebpf,
 };
 use profiler_common::{
-    func::{FuncKey, FUNC_SLOTS, UFUNC_SLOT_BASE},
+    func::{names, FuncKey, FUNC_CALLS_ENTRIES, FUNC_SLOTS, UFUNC_SLOT_BASE},
     latency::LatencyStat,
 };
 
 use crate::{
-    cli::FuncMethod,
+    cli::{FuncMethod, RecordArgs},
     probes::{
-        rpc::check_kernel_function,
+        progress_of,
         shared::{
             attach_kprobe_pair, explain, kprobes_unavailable, latency_from, program, MapSet,
             StackResolver,
         },
+        AttachContext, Drain, Family, MapSize, PlanContext, Planned, Registration,
     },
-    profile::{FuncRow, ProbeUse, Unavailable},
-    symbolize::KernelSymbols,
+    profile::{FuncRow, ProbeUse, Profile, Unavailable},
+    symbolize::{kallsyms::check_kernel_function, KernelSymbols},
 };
+
+pub const FAMILY: Registration = Registration {
+    name: "func",
+    asked: |args| !args.func.is_empty() || !args.ufunc.is_empty(),
+    check: |_| Ok(()),
+    plan: plan_family,
+    maps: &[
+        (names::FUNC_STATS, MapSize::Stats),
+        (names::FUNC_CALLS, MapSize::Fixed(FUNC_CALLS_ENTRIES)),
+    ],
+};
+
+/// Recorded when kernel or user functions are named (checked here, before loading).
+fn plan_family(args: &RecordArgs, ctx: &mut PlanContext) -> Result<Planned> {
+    let ufuncs = validate(&args.func, &args.ufunc, ctx.symbols)?;
+    if args.func.is_empty() && ufuncs.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Box::new(FuncFamily {
+        funcs: args.func.clone(),
+        method: args.func_method,
+        ufuncs,
+        targets: Vec::new(),
+    })))
+}
+
+/// The function-latency family of one recording (`--func` and `--ufunc`).
+struct FuncFamily {
+    funcs: Vec<String>,
+    method: FuncMethod,
+    ufuncs: Vec<UserFunction>,
+    /// The functions attached, by slot (known once attached).
+    targets: Vec<FuncTarget>,
+}
+
+impl Family for FuncFamily {
+    fn name(&self) -> &'static str {
+        FAMILY.name
+    }
+
+    fn user_stacks(&self) -> bool {
+        !self.ufuncs.is_empty()
+    }
+
+    fn attach(&mut self, ebpf: &mut Ebpf, ctx: &mut AttachContext) -> Result<Vec<ProbeUse>> {
+        let (used, targets) = attach(
+            ebpf,
+            &self.funcs,
+            self.method,
+            &self.ufuncs,
+            ctx.unavailable,
+        )?;
+        self.targets = targets;
+        Ok(used)
+    }
+
+    fn drain(&self, out: &mut Drain) -> Result<()> {
+        out.profile.funcs = drain(out.maps, out.stacks, &self.targets)?;
+        Ok(())
+    }
+
+    fn progress(&self, live: &Profile) -> Option<String> {
+        progress_of(&live.funcs, |row| row.latency.count, "calls")
+    }
+}
 
 /// A traced function and its slot in the kernel maps.
 #[derive(Debug, Clone)]
@@ -131,8 +197,8 @@ fn try_fentry(
     btf: &Result<Btf, String>,
 ) -> Result<(), String> {
     let btf = btf.as_ref().map_err(|why| why.clone())?;
-    let entry = format!("func_fentry_{slot}");
-    let exit = format!("func_fexit_{slot}");
+    let entry = format!("{}{slot}", names::FUNC_FENTRY_);
+    let exit = format!("{}{slot}", names::FUNC_FEXIT_);
     let result = (|| -> Result<()> {
         let fentry: &mut FEntry = program(ebpf, &entry)?;
         fentry.load(name, btf).context("fentry load")?;
@@ -161,8 +227,8 @@ fn try_kprobe(ebpf: &mut Ebpf, slot: u32, name: &str) -> Result<(), String> {
     if let Some(why) = kprobes_unavailable() {
         return Err(why);
     }
-    let entry = format!("func_kprobe_{slot}");
-    let exit = format!("func_kretprobe_{slot}");
+    let entry = format!("{}{slot}", names::FUNC_KPROBE_);
+    let exit = format!("{}{slot}", names::FUNC_KRETPROBE_);
     let result = (|| -> Result<()> {
         for program_name in [&entry, &exit] {
             let kprobe: &mut KProbe = program(ebpf, program_name)?;
@@ -219,7 +285,7 @@ pub fn attach(
                     "lockpath: --func {spec}: not recorded: {reason}; the rest of the run goes on"
                 );
                 unavailable.push(Unavailable {
-                    family: "func".into(),
+                    family: FAMILY.name.into(),
                     what: spec.clone(),
                     reason,
                 });
@@ -234,7 +300,7 @@ pub fn attach(
                         format!("fentry/fexit: {fentry_why}; kprobe/kretprobe: {kprobe_why}");
                     eprintln!("lockpath: --func {spec}: not recorded: {reason}; the rest of the run goes on");
                     unavailable.push(Unavailable {
-                        family: "func".into(),
+                        family: FAMILY.name.into(),
                         what: spec.clone(),
                         reason,
                     });
@@ -244,7 +310,7 @@ pub fn attach(
         };
         if let Some(method) = used_method {
             used.push(ProbeUse {
-                family: "func".into(),
+                family: FAMILY.name.into(),
                 method: format!("{spec}: {method}"),
             });
             targets.push(FuncTarget {
@@ -258,8 +324,8 @@ pub fn attach(
         let slot = index as u32;
         let name = format!("{}:{}", function.binary.display(), function.symbol);
         for (program_name, what) in [
-            (format!("ufunc_entry_{slot}"), "uprobe"),
-            (format!("ufunc_return_{slot}"), "uretprobe"),
+            (format!("{}{slot}", names::UFUNC_ENTRY_), "uprobe"),
+            (format!("{}{slot}", names::UFUNC_RETURN_), "uretprobe"),
         ] {
             let uprobe: &mut UProbe = program(ebpf, &program_name)?;
             uprobe
@@ -294,9 +360,7 @@ pub fn drain(
     stacks: &mut StackResolver,
     targets: &[FuncTarget],
 ) -> Result<Vec<FuncRow>> {
-    let map = maps.get("FUNC_STATS")?;
-    let stats: HashMap<_, FuncKey, LatencyStat> =
-        HashMap::try_from(map).context("FUNC_STATS has an unexpected type")?;
+    let stats: HashMap<_, FuncKey, LatencyStat> = maps.hash_map(names::FUNC_STATS)?;
     let mut rows = Vec::new();
     for entry in stats.iter() {
         let (key, stat) = entry.context("cannot read FUNC_STATS")?;

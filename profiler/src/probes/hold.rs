@@ -11,26 +11,113 @@ use anyhow::{bail, Context, Result};
 use aya::{
     maps::HashMap,
     programs::{FEntry, FExit, KProbe},
-    Btf, Ebpf,
+    Btf, Ebpf, EbpfLoader,
 };
 use profiler_common::{
     hold::{
-        HoldConfig, HoldKey, HoldSlot, HOLD_ACQUIRE_SLOTS, HOLD_RELEASE_SLOTS, HOLD_RET_ANY,
-        HOLD_RET_ONE, HOLD_RET_ZERO,
+        names, HoldConfig, HoldKey, HoldSlot, HOLD_ACQUIRE_SLOTS, HOLD_OPEN_ENTRIES,
+        HOLD_PENDING_ENTRIES, HOLD_RELEASE_SLOTS, HOLD_RET_ANY, HOLD_RET_ONE, HOLD_RET_ZERO,
     },
     latency::LatencyStat,
     lock::{LCB_F_MUTEX, LCB_F_READ, LCB_F_WRITE},
 };
 
 use crate::{
-    cli::FuncMethod,
-    probes::shared::{
-        attach_kprobe_pair, explain, kprobes_unavailable, latency_from, program, MapSet,
-        StackResolver,
+    cli::{FuncMethod, RecordArgs},
+    probes::{
+        progress_of,
+        shared::{
+            attach_kprobe_pair, explain, kprobes_unavailable, latency_from, program, MapSet,
+            StackResolver,
+        },
+        AttachContext, Drain, Family, MapSize, PlanContext, Planned, Registration,
     },
-    profile::{HoldRow, ProbeUse, Unavailable},
+    profile::{HoldRow, ProbeUse, Profile, Unavailable},
     symbolize::KernelSymbols,
 };
+
+pub const FAMILY: Registration = Registration {
+    name: "hold",
+    asked: |args| args.hold.is_some(),
+    check: |args| match &args.hold {
+        Some(spec) => parse(spec).map(|_| ()),
+        None => Ok(()),
+    },
+    plan: plan_family,
+    maps: &[
+        (names::HOLD_STATS, MapSize::Stats),
+        (names::HOLD_OPEN, MapSize::Fixed(HOLD_OPEN_ENTRIES)),
+        (names::HOLD_PENDING, MapSize::Fixed(HOLD_PENDING_ENTRIES)),
+    ],
+};
+
+/// Resolves the lock. When `--hold` is all that was asked for, a lock that cannot be
+/// timed is the run's error; otherwise one line, and the run goes on without it.
+fn plan_family(args: &RecordArgs, ctx: &mut PlanContext) -> Result<Planned> {
+    let Some(text) = &args.hold else {
+        return Ok(None);
+    };
+    let spec = parse(text)?;
+    let only = ctx.asked == [FAMILY.name];
+    match plan(&spec, ctx.symbols) {
+        Ok(plan) => Ok(Some(Box::new(HoldFamily {
+            plan,
+            method: args.hold_method,
+            only,
+        }))),
+        Err(reason) if only => bail!("--hold {}: {reason}", spec.text),
+        Err(reason) => {
+            not_recorded(&spec.text, reason, ctx.unavailable);
+            Ok(None)
+        }
+    }
+}
+
+/// The hold family of one recording.
+struct HoldFamily {
+    plan: HoldPlan,
+    method: FuncMethod,
+    /// `--hold` is the only thing asked for: failing to attach it fails the run.
+    only: bool,
+}
+
+impl Family for HoldFamily {
+    fn name(&self) -> &'static str {
+        FAMILY.name
+    }
+
+    fn configure<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
+        loader.override_global(names::HOLD_CONFIG, &self.plan.config, true);
+    }
+
+    fn attach(&mut self, ebpf: &mut Ebpf, ctx: &mut AttachContext) -> Result<Vec<ProbeUse>> {
+        Ok(
+            attach(ebpf, &self.plan, self.method, self.only, ctx.unavailable)?
+                .into_iter()
+                .collect(),
+        )
+    }
+
+    fn drain(&self, out: &mut Drain) -> Result<()> {
+        out.profile.holds = drain(out.maps, out.stacks, &self.plan)?;
+        Ok(())
+    }
+
+    fn progress(&self, live: &Profile) -> Option<String> {
+        progress_of(&live.holds, |row| row.latency.count, "holds")
+    }
+
+    fn finish(&self, profile: &Profile) {
+        let attached = profile.recorded(FAMILY.name);
+        if attached && profile.holds.is_empty() {
+            eprintln!(
+                "lockpath: --hold {}: {} was not taken (no acquisition seen in {:.1} s); \
+                 check the address and the type against a report's lock and type columns",
+                self.plan.spec, self.plan.lock_name, profile.duration_s
+            );
+        }
+    }
+}
 
 /// Lock types `--hold` times, by the prefix a user writes (the order of HOOKS).
 const TYPES: [&str; 2] = ["mutex", "rwsem"];
@@ -260,9 +347,9 @@ fn try_fentry(ebpf: &mut Ebpf, plan: &HoldPlan) -> Result<(), String> {
             // A function whose return value does not matter may return nothing at all:
             // its program must not read the return value.
             let name = if plan.config.slots[slot].ret == HOLD_RET_ANY {
-                format!("hold_fexit_void_{slot}")
+                format!("{}{slot}", names::HOLD_FEXIT_VOID_)
             } else {
-                format!("hold_fexit_{slot}")
+                format!("{}{slot}", names::HOLD_FEXIT_)
             };
             let fexit: &mut FExit = program(ebpf, &name)?;
             fexit
@@ -273,7 +360,7 @@ fn try_fentry(ebpf: &mut Ebpf, plan: &HoldPlan) -> Result<(), String> {
                 .with_context(|| format!("fexit attach to {function}"))?;
         }
         for (slot, function) in plan.release.iter().enumerate() {
-            let fentry: &mut FEntry = program(ebpf, &format!("hold_fentry_{slot}"))?;
+            let fentry: &mut FEntry = program(ebpf, &format!("{}{slot}", names::HOLD_FENTRY_))?;
             fentry
                 .load(function, &btf)
                 .with_context(|| format!("fentry load on {function}"))?;
@@ -297,8 +384,8 @@ fn try_kprobe(ebpf: &mut Ebpf, plan: &HoldPlan) -> Result<(), String> {
     let result = (|| -> Result<()> {
         for (slot, function) in plan.acquire.iter().enumerate() {
             let (entry, ret) = (
-                format!("hold_kprobe_{slot}"),
-                format!("hold_kretprobe_{slot}"),
+                format!("{}{slot}", names::HOLD_KPROBE_),
+                format!("{}{slot}", names::HOLD_KRETPROBE_),
             );
             for name in [&entry, &ret] {
                 let kprobe: &mut KProbe = program(ebpf, name)?;
@@ -306,7 +393,7 @@ fn try_kprobe(ebpf: &mut Ebpf, plan: &HoldPlan) -> Result<(), String> {
             }
             attach_kprobe_pair(ebpf, &entry, &ret, function)?;
         }
-        let release: &mut KProbe = program(ebpf, "hold_release_kprobe")?;
+        let release: &mut KProbe = program(ebpf, names::HOLD_RELEASE_KPROBE)?;
         release.load().context("kprobe load")?;
         for function in &plan.release {
             release
@@ -326,7 +413,7 @@ fn unload_all(ebpf: &mut Ebpf) {
     let names: Vec<String> = ebpf
         .programs()
         .map(|(name, _)| name.to_string())
-        .filter(|name| name.starts_with("hold_"))
+        .filter(|name| name.starts_with(names::HOLD_))
         .collect();
     for name in names {
         if let Some(program) = ebpf.program_mut(&name) {
@@ -384,7 +471,7 @@ pub fn attach(
                 ));
             }
             Ok(Some(ProbeUse {
-                family: "hold".into(),
+                family: FAMILY.name.into(),
                 method: text,
             }))
         }
@@ -404,7 +491,7 @@ pub fn attach(
 pub fn not_recorded(spec: &str, reason: String, unavailable: &mut Vec<Unavailable>) {
     eprintln!("lockpath: --hold {spec}: not recorded: {reason}; the rest of the run goes on");
     unavailable.push(Unavailable {
-        family: "hold".into(),
+        family: FAMILY.name.into(),
         what: spec.to_string(),
         reason,
     });
@@ -412,9 +499,7 @@ pub fn not_recorded(spec: &str, reason: String, unavailable: &mut Vec<Unavailabl
 
 /// Reads the aggregate out of the kernel.
 pub fn drain(maps: &MapSet, stacks: &mut StackResolver, plan: &HoldPlan) -> Result<Vec<HoldRow>> {
-    let map = maps.get("HOLD_STATS")?;
-    let stats: HashMap<_, HoldKey, LatencyStat> =
-        HashMap::try_from(map).context("HOLD_STATS has an unexpected type")?;
+    let stats: HashMap<_, HoldKey, LatencyStat> = maps.hash_map(names::HOLD_STATS)?;
     let mut rows = Vec::new();
     for entry in stats.iter() {
         let (key, stat) = entry.context("cannot read HOLD_STATS")?;

@@ -1,16 +1,84 @@
-//! Block IO: attach the block raw tracepoints, drain `IO_STATS`, name the devices, and
-//! the histogram arithmetic (percentiles from log2 buckets).
+//! Block IO: attach the block raw tracepoints (requests keyed by their `struct request`
+//! pointer, fields read through offsets from BTF), drain `IO_STATS`, name the devices.
+//! (Percentiles of the histograms: `lockpath_profile::histogram`.)
 
 use std::collections::HashMap as StdHashMap;
 
 use anyhow::{bail, Context, Result};
 use aya::{maps::HashMap, programs::RawTracePoint, Ebpf, EbpfLoader};
 use profiler_common::io::{
-    IoKey, IoLayout, IoStat, IO_NO_OFFSET, IO_NO_OP, OP_DISCARD, OP_FLUSH, OP_PASSTHROUGH, OP_READ,
-    OP_WRITE,
+    names, IoKey, IoLayout, IoStat, IO_INFLIGHT_ENTRIES, IO_NO_OFFSET, IO_NO_OP, OP_DISCARD,
+    OP_FLUSH, OP_PASSTHROUGH, OP_READ, OP_WRITE,
 };
 
-use crate::{btf::Btf, probes::shared::MapSet, profile::IoRow, profile::ProbeUse};
+use crate::{
+    btf::Btf,
+    cli::{Kind, RecordArgs},
+    probes::{
+        progress_of, shared::MapSet, AttachContext, Drain, Family, MapSize, PlanContext, Planned,
+        Registration,
+    },
+    profile::{IoRow, ProbeUse, Profile},
+};
+
+pub const FAMILY: Registration = Registration {
+    name: "io",
+    asked: |args| args.io,
+    check: |_| Ok(()),
+    plan: plan_family,
+    maps: &[
+        (names::IO_STATS, MapSize::Stats),
+        (names::IO_INFLIGHT, MapSize::Fixed(IO_INFLIGHT_ENTRIES)),
+    ],
+};
+
+fn plan_family(args: &RecordArgs, _ctx: &mut PlanContext) -> Result<Planned> {
+    if !args.io {
+        return Ok(None);
+    }
+    Ok(Some(Box::new(IoFamily {
+        globals: IoGlobals::read()?,
+        devices: DeviceNames::scan(),
+    })))
+}
+
+/// The block-IO family of one recording: offsets, and the device names seen.
+struct IoFamily {
+    globals: IoGlobals,
+    devices: DeviceNames,
+}
+
+impl Family for IoFamily {
+    fn name(&self) -> &'static str {
+        FAMILY.name
+    }
+
+    fn configure<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
+        self.globals.apply(loader);
+    }
+
+    fn attach(&mut self, ebpf: &mut Ebpf, _ctx: &mut AttachContext) -> Result<Vec<ProbeUse>> {
+        Ok(vec![attach(ebpf, &self.globals)?])
+    }
+
+    /// Devices that appeared during the run get their names too.
+    fn stopped(&mut self) {
+        self.devices.merge(DeviceNames::scan());
+    }
+
+    fn drain(&self, out: &mut Drain) -> Result<()> {
+        out.profile.io = drain(out.maps, &self.devices)?;
+        Ok(())
+    }
+
+    fn progress(&self, live: &Profile) -> Option<String> {
+        progress_of(&live.io, |row| row.count, "IO requests")
+    }
+
+    fn flamegraph(&self) -> Option<Kind> {
+        Some(Kind::Io)
+    }
+}
 
 /// Load-time layout of the IO programs, from the kernel's BTF, and which of the optional
 /// raw tracepoints this kernel has.
@@ -49,15 +117,27 @@ const DEV_CHAINS: [(&[Member], Member); 3] = [
 /// tracepoint, required), in attach order.
 type Programs = (&'static str, &'static str);
 const EVENTS: [(Programs, &str, bool); 5] = [
-    (("io_rq_complete", ""), "block_rq_complete", true),
-    (("io_rq_merge", "io_rq_merge_q"), "block_rq_merge", false),
+    ((names::IO_RQ_COMPLETE, ""), "block_rq_complete", true),
     (
-        ("io_rq_requeue", "io_rq_requeue_q"),
+        (names::IO_RQ_MERGE, names::IO_RQ_MERGE_Q),
+        "block_rq_merge",
+        false,
+    ),
+    (
+        (names::IO_RQ_REQUEUE, names::IO_RQ_REQUEUE_Q),
         "block_rq_requeue",
         false,
     ),
-    (("io_rq_insert", "io_rq_insert_q"), "block_rq_insert", false),
-    (("io_rq_issue", "io_rq_issue_q"), "block_rq_issue", true),
+    (
+        (names::IO_RQ_INSERT, names::IO_RQ_INSERT_Q),
+        "block_rq_insert",
+        false,
+    ),
+    (
+        (names::IO_RQ_ISSUE, names::IO_RQ_ISSUE_Q),
+        "block_rq_issue",
+        true,
+    ),
 ];
 
 impl IoGlobals {
@@ -148,7 +228,7 @@ impl IoGlobals {
     }
 
     pub fn apply<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
-        loader.override_global("IO_LAYOUT", &self.layout, true);
+        loader.override_global(names::IO_LAYOUT, &self.layout, true);
     }
 }
 
@@ -254,9 +334,7 @@ pub fn op_name(op: u32) -> &'static str {
 }
 
 pub fn drain(maps: &MapSet, devices: &DeviceNames) -> Result<Vec<IoRow>> {
-    let map = maps.get("IO_STATS")?;
-    let stats: HashMap<_, IoKey, IoStat> =
-        HashMap::try_from(map).context("IO_STATS has an unexpected type")?;
+    let stats: HashMap<_, IoKey, IoStat> = maps.hash_map(names::IO_STATS)?;
     let mut rows = Vec::new();
     for entry in stats.iter() {
         let (key, stat) = entry.context("cannot read IO_STATS")?;
@@ -291,40 +369,6 @@ pub fn drain(maps: &MapSet, devices: &DeviceNames) -> Result<Vec<IoRow>> {
     Ok(rows)
 }
 
-/// Latency (ns) below which `fraction` of the requests of a log2 microsecond histogram
-/// fall, interpolated linearly inside the bucket (so within a factor of 2).
-pub fn percentile_ns(hist: &[u64], fraction: f64) -> u64 {
-    let total: u64 = hist.iter().sum();
-    if total == 0 {
-        return 0;
-    }
-    let rank = fraction * total as f64;
-    let mut seen = 0.0;
-    for (slot, &count) in hist.iter().enumerate() {
-        if count == 0 {
-            continue;
-        }
-        if seen + count as f64 >= rank {
-            let (low, high) = bucket_us(slot);
-            let inside = (rank - seen) / count as f64;
-            return ((low as f64 + inside * (high - low) as f64) * 1000.0) as u64;
-        }
-        seen += count as f64;
-    }
-    let (_, high) = bucket_us(hist.len().saturating_sub(1));
-    high * 1000
-}
-
-/// Bounds of bucket `slot` in microseconds, [low, high): [0, 2) for slot 0, then
-/// [2^slot, 2^(slot+1)).
-pub fn bucket_us(slot: usize) -> (u64, u64) {
-    if slot == 0 {
-        (0, 2)
-    } else {
-        (1u64 << slot, 1u64 << (slot + 1))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -333,21 +377,6 @@ mod tests {
     fn dev_t_split() {
         assert_eq!(split_dev((7 << 20) | 3), (7, 3));
         assert_eq!(split_dev((259 << 20) | 1), (259, 1));
-    }
-
-    #[test]
-    fn percentiles_from_buckets() {
-        // 100 requests in [64, 128) us, 1 in [1024, 2048) us.
-        let mut hist = vec![0u64; 12];
-        hist[6] = 100;
-        hist[10] = 1;
-        let p50 = percentile_ns(&hist, 0.5);
-        assert!((64_000..128_000).contains(&p50), "{p50}");
-        let p99 = percentile_ns(&hist, 0.99);
-        assert!((64_000..=128_000).contains(&p99), "{p99}");
-        let p100 = percentile_ns(&hist, 1.0);
-        assert!((1_024_000..=2_048_000).contains(&p100), "{p100}");
-        assert_eq!(percentile_ns(&[], 0.5), 0);
     }
 
     #[test]

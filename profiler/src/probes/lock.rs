@@ -1,32 +1,107 @@
 //! Lock contention: attach `lock:contention_begin/end` (or, on kernels before 5.19,
-//! kprobes on the contention slow paths), drain `LOCK_STATS`, and the
-//! naming rules (type names as `perf lock contention` prints them, the caller frame).
-
-use std::collections::BTreeMap;
+//! kprobes on the contention slow paths) and drain `LOCK_STATS`. The naming rules (type
+//! names as `perf lock contention` prints them, the caller frame) are the profile
+//! library's (`lockpath_profile::lock`).
 
 use anyhow::{bail, Context, Result};
 use aya::{
     maps::HashMap,
     programs::{KProbe, RawTracePoint},
-    Ebpf,
+    Ebpf, EbpfLoader,
 };
 use profiler_common::{
     latency::LatencyStat,
     lock::{
-        ContendedHoldKey, LockKey, LockLayout, LockStat, LCB_F_MUTEX, LCB_F_PERCPU, LCB_F_READ,
-        LCB_F_RT, LCB_F_SPIN, LCB_F_WRITE, LOCK_CLASS_MMAP_LOCK, LOCK_OUTCOME_DEADLOCK,
-        LOCK_OUTCOME_INTERRUPTED, LOCK_OUTCOME_TIMED_OUT, OUTCOME_SHIFT,
+        names, ContendedHoldKey, LockKey, LockLayout, LockStat, LOCK_CLASS_MMAP_LOCK,
+        LOCK_LAST_ACQUIRER_ENTRIES, LOCK_SLEEP_DROPPED_ENTRIES, LOCK_SLEEP_WAIT_ENTRIES,
+        LOCK_STACK_CACHE_ENTRIES, OUTCOME_SHIFT,
     },
 };
 
 use crate::{
     btf::Btf,
-    cli::LockMethod,
-    probes::shared::{attach_kprobe_pair, program, MapSet, StackResolver},
-    profile::{Frame, HoldRow, LockRow, ProbeUse},
+    cli::{Kind, LockMethod, RecordArgs},
+    probes::{
+        progress_of,
+        shared::{attach_kprobe_pair, latency_from, program, MapSet, StackResolver},
+        AttachContext, Drain, Family, MapSize, PlanContext, Planned, Registration,
+    },
+    profile::{HoldRow, LockRow, ProbeUse, Profile},
     symbolize::KernelSymbols,
     tracefs,
 };
+
+pub const FAMILY: Registration = Registration {
+    name: "lock",
+    asked: |args| args.lock,
+    check: |_| Ok(()),
+    plan: plan_family,
+    maps: &[
+        (names::LOCK_STATS, MapSize::Stats),
+        (
+            names::LOCK_SLEEP_WAIT,
+            MapSize::Fixed(LOCK_SLEEP_WAIT_ENTRIES),
+        ),
+        (names::LOCK_HOLDS, MapSize::Stats),
+        (
+            names::LOCK_LAST_ACQUIRER,
+            MapSize::Fixed(LOCK_LAST_ACQUIRER_ENTRIES),
+        ),
+        (
+            names::LOCK_STACK_CACHE,
+            MapSize::Fixed(LOCK_STACK_CACHE_ENTRIES),
+        ),
+        (
+            names::LOCK_SLEEP_DROPPED,
+            MapSize::Fixed(LOCK_SLEEP_DROPPED_ENTRIES),
+        ),
+    ],
+};
+
+/// The lock family of one recording: the hook method and the struct offsets.
+struct LockFamily {
+    method: LockMethod,
+    layout: LockLayout,
+}
+
+/// Recorded when asked for, and by default: when no other family is asked for.
+fn plan_family(args: &RecordArgs, ctx: &mut PlanContext) -> Result<Planned> {
+    if !args.lock && !ctx.asked.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Box::new(LockFamily {
+        method: args.lock_method,
+        layout: layout(),
+    })))
+}
+
+impl Family for LockFamily {
+    fn name(&self) -> &'static str {
+        FAMILY.name
+    }
+
+    fn configure<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
+        loader.override_global(names::LOCK_LAYOUT, &self.layout, true);
+    }
+
+    fn attach(&mut self, ebpf: &mut Ebpf, ctx: &mut AttachContext) -> Result<Vec<ProbeUse>> {
+        Ok(vec![attach(ebpf, self.method, ctx.symbols)?])
+    }
+
+    fn drain(&self, out: &mut Drain) -> Result<()> {
+        out.profile.locks = drain(out.maps, out.stacks)?;
+        out.profile.contended_holds = drain_contended_holds(out.maps, out.stacks)?;
+        Ok(())
+    }
+
+    fn progress(&self, live: &Profile) -> Option<String> {
+        progress_of(&live.locks, |row| row.count, "lock contentions")
+    }
+
+    fn flamegraph(&self) -> Option<Kind> {
+        Some(Kind::Lock)
+    }
+}
 
 /// Attaches lock-contention probes with `method` (auto: tracepoints when the kernel has
 /// them, else kprobes on the slow paths) and says which were used.
@@ -48,7 +123,7 @@ pub fn attach(ebpf: &mut Ebpf, method: LockMethod, symbols: &KernelSymbols) -> R
         }
     };
     Ok(ProbeUse {
-        family: "lock".into(),
+        family: FAMILY.name.into(),
         method: method_used,
     })
 }
@@ -73,11 +148,14 @@ fn attach_tracepoints(ebpf: &mut Ebpf) -> Result<String> {
         }
     }
     for event in TRACEPOINTS {
-        let name = format!("lock_{event}");
-        let program: &mut RawTracePoint = program(ebpf, &name)?;
+        let name = match event {
+            "contention_begin" => names::LOCK_CONTENTION_BEGIN,
+            _ => names::LOCK_CONTENTION_END,
+        };
+        let program: &mut RawTracePoint = program(ebpf, name)?;
         program
             .load()
-            .map_err(|err| crate::probes::shared::load_error(&name, err))?;
+            .map_err(|err| crate::probes::shared::load_error(name, err))?;
         program
             .attach(event)
             .with_context(|| format!("cannot attach to lock:{event}"))?;
@@ -90,8 +168,8 @@ fn attach_tracepoints(ebpf: &mut Ebpf) -> Result<String> {
 /// which one is chosen at boot by paravirt patching).
 const SLOW_PATHS: &[(&str, &str, &[&str])] = &[
     (
-        "lock_kprobe_spin",
-        "lock_kretprobe_spin",
+        names::LOCK_KPROBE_SPIN,
+        names::LOCK_KRETPROBE_SPIN,
         &[
             "queued_spin_lock_slowpath",
             "native_queued_spin_lock_slowpath",
@@ -99,8 +177,8 @@ const SLOW_PATHS: &[(&str, &str, &[&str])] = &[
         ],
     ),
     (
-        "lock_kprobe_mutex",
-        "lock_kretprobe_sleep",
+        names::LOCK_KPROBE_MUTEX,
+        names::LOCK_KRETPROBE_SLEEP,
         &[
             "__mutex_lock_slowpath",
             "__mutex_lock_killable_slowpath",
@@ -108,13 +186,13 @@ const SLOW_PATHS: &[(&str, &str, &[&str])] = &[
         ],
     ),
     (
-        "lock_kprobe_rwsem_read",
-        "lock_kretprobe_sleep",
+        names::LOCK_KPROBE_RWSEM_READ,
+        names::LOCK_KRETPROBE_SLEEP,
         &["rwsem_down_read_slowpath"],
     ),
     (
-        "lock_kprobe_rwsem_write",
-        "lock_kretprobe_sleep",
+        names::LOCK_KPROBE_RWSEM_WRITE,
+        names::LOCK_KRETPROBE_SLEEP,
         &["rwsem_down_write_slowpath"],
     ),
 ];
@@ -185,9 +263,9 @@ fn attach_kprobes(ebpf: &mut Ebpf, symbols: &KernelSymbols) -> Result<String> {
 
 fn slow_path_type(entry: &str) -> &'static str {
     match entry {
-        "lock_kprobe_spin" => "spinlock",
-        "lock_kprobe_mutex" => "mutex",
-        "lock_kprobe_rwsem_read" => "rwsem:R",
+        names::LOCK_KPROBE_SPIN => "spinlock",
+        names::LOCK_KPROBE_MUTEX => "mutex",
+        names::LOCK_KPROBE_RWSEM_READ => "rwsem:R",
         _ => "rwsem:W",
     }
 }
@@ -220,9 +298,7 @@ pub fn layout() -> LockLayout {
 
 /// Reads the aggregate out of the kernel.
 pub fn drain(maps: &MapSet, stacks: &mut StackResolver) -> Result<Vec<LockRow>> {
-    let map = maps.get("LOCK_STATS")?;
-    let stats: HashMap<_, LockKey, LockStat> =
-        HashMap::try_from(map).context("LOCK_STATS has an unexpected type")?;
+    let stats: HashMap<_, LockKey, LockStat> = maps.hash_map(names::LOCK_STATS)?;
     let mut rows = Vec::new();
     for entry in stats.iter() {
         let (key, stat) = entry.context("cannot read LOCK_STATS")?;
@@ -250,9 +326,7 @@ pub fn drain(maps: &MapSet, stacks: &mut StackResolver) -> Result<Vec<LockRow>> 
 
 /// Reads the holds under contention out of the kernel.
 pub fn drain_contended_holds(maps: &MapSet, stacks: &mut StackResolver) -> Result<Vec<HoldRow>> {
-    let map = maps.get("LOCK_HOLDS")?;
-    let holds: HashMap<_, ContendedHoldKey, LatencyStat> =
-        HashMap::try_from(map).context("LOCK_HOLDS has an unexpected type")?;
+    let holds: HashMap<_, ContendedHoldKey, LatencyStat> = maps.hash_map(names::LOCK_HOLDS)?;
     let mut rows = Vec::new();
     for entry in holds.iter() {
         let (key, stat) = entry.context("cannot read LOCK_HOLDS")?;
@@ -263,172 +337,9 @@ pub fn drain_contended_holds(maps: &MapSet, stacks: &mut StackResolver) -> Resul
             pid: key.tgid,
             tid: Some(key.tid),
             stack: stacks.kernel_stack(key.kstack_id),
-            latency: crate::probes::shared::latency_from(&stat),
+            latency: latency_from(&stat),
         });
     }
     rows.sort_by_key(|row| std::cmp::Reverse(row.latency.total_ns));
     Ok(rows)
-}
-
-/// Lock type from `LCB_F_*` flags, named as `perf lock contention` names them, with the
-/// outcome of waits that did not end with the lock taken (`mutex !EINTR`).
-pub fn lock_type_name(flags: u32) -> &'static str {
-    let base = base_type_name(flags & ((1 << OUTCOME_SHIFT) - 1));
-    let suffix = match flags >> OUTCOME_SHIFT {
-        0 => return base,
-        LOCK_OUTCOME_INTERRUPTED => "EINTR",
-        LOCK_OUTCOME_TIMED_OUT => "ETIMEDOUT",
-        LOCK_OUTCOME_DEADLOCK => "EDEADLK",
-        _ => "failed",
-    };
-    // Names with an outcome are made once per distinct flags value (a few dozen at
-    // most: 14 types times 4 outcomes) and kept, so every exporter can hold a &str.
-    static NAMES: std::sync::Mutex<BTreeMap<u32, &'static str>> =
-        std::sync::Mutex::new(BTreeMap::new());
-    let mut names = NAMES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    names
-        .entry(flags)
-        .or_insert_with(|| Box::leak(format!("{base} !{suffix}").into_boxed_str()))
-}
-
-fn base_type_name(flags: u32) -> &'static str {
-    const SPIN_READ: u32 = LCB_F_SPIN | LCB_F_READ;
-    const SPIN_WRITE: u32 = LCB_F_SPIN | LCB_F_WRITE;
-    const PERCPU_READ: u32 = LCB_F_PERCPU | LCB_F_READ;
-    const PERCPU_WRITE: u32 = LCB_F_PERCPU | LCB_F_WRITE;
-    const MUTEX_SPIN: u32 = LCB_F_MUTEX | LCB_F_SPIN;
-    const RT_READ: u32 = LCB_F_RT | LCB_F_READ;
-    const RT_WRITE: u32 = LCB_F_RT | LCB_F_WRITE;
-    match flags {
-        0 => "semaphore",
-        LCB_F_SPIN => "spinlock",
-        SPIN_READ => "rwlock:R",
-        SPIN_WRITE => "rwlock:W",
-        LCB_F_READ => "rwsem:R",
-        LCB_F_WRITE => "rwsem:W",
-        LCB_F_RT => "rt-mutex",
-        RT_READ => "rwlock-rt:R",
-        RT_WRITE => "rwlock-rt:W",
-        PERCPU_READ => "pcpu-sem:R",
-        PERCPU_WRITE => "pcpu-sem:W",
-        LCB_F_MUTEX => "mutex",
-        MUTEX_SPIN => "mutex:spin",
-        _ => "unknown",
-    }
-}
-
-/// Frames that belong to the locking code itself (and to the tracing machinery that
-/// took the stack), skipped when looking for the caller.
-pub fn is_lock_internal(name: &str) -> bool {
-    const PREFIXES: &[&str] = &[
-        "_raw_spin_",
-        "_raw_read_",
-        "_raw_write_",
-        "raw_spin_rq_lock",
-        "do_raw_spin_lock",
-        "queued_spin_lock_slowpath",
-        "native_queued_spin_lock_slowpath",
-        "pv_queued_spin_lock_slowpath",
-        "__pv_queued_spin_lock_slowpath",
-        "queued_read_lock_slowpath",
-        "queued_write_lock_slowpath",
-        "__mutex_lock",
-        "mutex_lock",
-        "__ww_mutex_lock",
-        "ww_mutex_lock",
-        "mutex_spin_on_owner",
-        "rwsem_down_",
-        "rwsem_optimistic_spin",
-        "rwsem_spin_on_owner",
-        "down_read",
-        "down_write",
-        "__down",
-        "down_killable",
-        "down_interruptible",
-        "down_timeout",
-        "rt_mutex_",
-        "__rt_mutex",
-        "rt_spin_lock",
-        "percpu_down_",
-        "__percpu_down_",
-        "percpu_rwsem_wait",
-        "osq_lock",
-        "bpf_",
-        "__bpf_",
-        "__traceiter_",
-        "trace_contention_",
-        "__trace_",
-        "perf_trace_",
-        "trace_call_bpf",
-    ];
-    name == "down" || PREFIXES.iter().any(|prefix| name.starts_with(prefix))
-}
-
-/// The first frame, from the leaf outward, that is not locking code: who took the lock.
-pub fn caller<'a>(frames_leaf_first: &[&'a Frame]) -> Option<&'a Frame> {
-    frames_leaf_first
-        .iter()
-        .copied()
-        .find(|frame| !is_lock_internal(&frame.name))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn type_names_follow_perf() {
-        assert_eq!(lock_type_name(LCB_F_SPIN), "spinlock");
-        assert_eq!(lock_type_name(LCB_F_SPIN | LCB_F_READ), "rwlock:R");
-        assert_eq!(lock_type_name(LCB_F_SPIN | LCB_F_WRITE), "rwlock:W");
-        assert_eq!(lock_type_name(LCB_F_READ), "rwsem:R");
-        assert_eq!(lock_type_name(LCB_F_WRITE), "rwsem:W");
-        assert_eq!(lock_type_name(LCB_F_MUTEX), "mutex");
-        assert_eq!(lock_type_name(LCB_F_MUTEX | LCB_F_SPIN), "mutex:spin");
-        assert_eq!(lock_type_name(LCB_F_PERCPU | LCB_F_WRITE), "pcpu-sem:W");
-        assert_eq!(lock_type_name(LCB_F_RT), "rt-mutex");
-        assert_eq!(lock_type_name(0), "semaphore");
-        assert_eq!(lock_type_name(0x400), "unknown");
-        assert_eq!(lock_type_name(LCB_F_RT | LCB_F_READ), "rwlock-rt:R");
-        assert_eq!(lock_type_name(LCB_F_RT | LCB_F_WRITE), "rwlock-rt:W");
-        assert_eq!(
-            lock_type_name(LCB_F_MUTEX | LOCK_OUTCOME_INTERRUPTED << OUTCOME_SHIFT),
-            "mutex !EINTR"
-        );
-        assert_eq!(
-            lock_type_name(LCB_F_WRITE | LOCK_OUTCOME_TIMED_OUT << OUTCOME_SHIFT),
-            "rwsem:W !ETIMEDOUT"
-        );
-        assert_eq!(
-            lock_type_name(LCB_F_SPIN | LOCK_OUTCOME_DEADLOCK << OUTCOME_SHIFT),
-            "spinlock !EDEADLK"
-        );
-    }
-
-    #[test]
-    fn caller_skips_lock_internals() {
-        let frame = |name: &str| Frame {
-            name: name.into(),
-            module: None,
-            kernel: true,
-        };
-        let stack = [
-            frame("queued_spin_lock_slowpath"),
-            frame("_raw_spin_lock"),
-            frame("after_reply"),
-            frame("ptlrpc_check_set"),
-        ];
-        let refs: Vec<&Frame> = stack.iter().collect();
-        assert_eq!(caller(&refs).map(|f| f.name.as_str()), Some("after_reply"));
-        let rwsem = [
-            frame("rwsem_down_write_slowpath"),
-            frame("down_write"),
-            frame("path_openat"),
-        ];
-        let refs: Vec<&Frame> = rwsem.iter().collect();
-        assert_eq!(caller(&refs).map(|f| f.name.as_str()), Some("path_openat"));
-        assert!(caller(&[]).is_none());
-        assert!(is_lock_internal("down"));
-        assert!(!is_lock_internal("download_firmware"));
-    }
 }

@@ -1,6 +1,8 @@
-//! One module per probe family: how it is attached, and how its kernel maps are
-//! drained into the profile. `shared` drains what every family uses (stacks, losses,
-//! thread names).
+//! One module per probe family, each behind one interface: the [`Family`] trait (what
+//! a planned family does during a recording) and its [`Registration`] (how it is asked
+//! for, checked and planned, and the maps it sizes). `record` loops over [`FAMILIES`];
+//! a new family is its own files plus one line there. `shared` holds what every family
+//! uses (maps, stacks, losses, thread names, attach helpers).
 
 pub mod cpu;
 pub mod func;
@@ -10,3 +12,116 @@ pub mod lock;
 pub mod offcpu;
 pub mod rpc;
 pub mod shared;
+
+use anyhow::Result;
+use aya::{Ebpf, EbpfLoader};
+
+use crate::{
+    cli::{Kind, RecordArgs},
+    profile::{ProbeUse, Profile, Unavailable},
+    symbolize::KernelSymbols,
+};
+use shared::{MapSet, StackResolver};
+
+/// Every family, in the order they are planned, attached and drained (the order of
+/// `probes` in a profile).
+pub const FAMILIES: &[Registration] = &[
+    lock::FAMILY,
+    offcpu::FAMILY,
+    io::FAMILY,
+    rpc::FAMILY,
+    func::FAMILY,
+    cpu::FAMILY,
+    hold::FAMILY,
+];
+
+/// How a family enters a recording.
+pub struct Registration {
+    /// The family's name, as in a profile's `probes[].family`.
+    pub name: &'static str,
+    /// Whether the arguments ask for the family.
+    pub asked: fn(&RecordArgs) -> bool,
+    /// Checks the family's arguments before anything is loaded (bad input fails here,
+    /// before the privilege check).
+    pub check: fn(&RecordArgs) -> Result<()>,
+    /// The family for this run, or `None` when it is not recorded (not asked for, or
+    /// nothing of it is available: the reasons are then in `ctx.unavailable`).
+    pub plan: fn(&RecordArgs, &mut PlanContext) -> Result<Planned>,
+    /// Its maps that need room when it is recorded; otherwise they shrink to one entry
+    /// each, so they cost no kernel memory (the object is loaded whole).
+    pub maps: &'static [(&'static str, MapSize)],
+}
+
+/// A family planned for this run, or `None` when it is not recorded.
+pub type Planned = Option<Box<dyn Family>>;
+
+/// How many entries a family's map gets when the family is recorded.
+#[derive(Debug, Clone, Copy)]
+pub enum MapSize {
+    /// An aggregation map: `--map-entries`.
+    Stats,
+    /// A map of events in progress, of a fixed size (a `*_ENTRIES` of profiler-common).
+    Fixed(u32),
+}
+
+/// What planning may use and report.
+pub struct PlanContext<'a> {
+    pub symbols: &'a KernelSymbols,
+    /// Hooks this kernel lacks: one entry each, and the run goes on without them.
+    pub unavailable: &'a mut Vec<Unavailable>,
+    /// The families the arguments ask for.
+    pub asked: &'a [&'static str],
+}
+
+/// What attaching may use and report.
+pub struct AttachContext<'a> {
+    pub symbols: &'a KernelSymbols,
+    pub unavailable: &'a mut Vec<Unavailable>,
+}
+
+/// Where a family drains to: the maps, the stack resolver and the profile being filled.
+pub struct Drain<'a> {
+    pub maps: &'a MapSet,
+    pub stacks: &'a mut StackResolver,
+    pub profile: &'a mut Profile,
+}
+
+/// A planned family during one recording.
+pub trait Family {
+    /// The family's name, as in its registration.
+    fn name(&self) -> &'static str;
+
+    /// Sets its load-time globals on the loader (before the object is loaded).
+    fn configure<'a>(&'a self, _loader: &mut EbpfLoader<'a>) {}
+
+    /// Whether its programs record user stacks (the process watcher then runs).
+    fn user_stacks(&self) -> bool {
+        false
+    }
+
+    /// Loads and attaches its programs; says how. Empty when nothing could be attached
+    /// and the run goes on (the reasons are in `ctx.unavailable`).
+    fn attach(&mut self, ebpf: &mut Ebpf, ctx: &mut AttachContext) -> Result<Vec<ProbeUse>>;
+
+    /// Called once the programs are detached, before the last drain.
+    fn stopped(&mut self) {}
+
+    /// Reads its kernel maps into `out.profile` (while recording and at the end).
+    fn drain(&self, out: &mut Drain) -> Result<()>;
+
+    /// Its part of the progress line (`3456 lock contentions`), once it has rows.
+    fn progress(&self, live: &Profile) -> Option<String>;
+
+    /// The flamegraph `record --flamegraph` draws for it, if any.
+    fn flamegraph(&self) -> Option<Kind> {
+        None
+    }
+
+    /// After the profile is written: what the user should know about the family's run.
+    fn finish(&self, _profile: &Profile) {}
+}
+
+/// The progress part of a family with `rows`: `N what`, N the sum of `count` over them.
+pub fn progress_of<T>(rows: &[T], count: impl Fn(&T) -> u64, what: &str) -> Option<String> {
+    (!rows.is_empty()).then(|| format!("{} {what}", rows.iter().map(count).sum::<u64>()))
+}

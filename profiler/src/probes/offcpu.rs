@@ -1,16 +1,98 @@
 //! Off-CPU waits: attach `sched:sched_switch`, drain `OFFCPU_STATS`, classify each
 //! stack into a wait class (waitclass.rs).
 
-use anyhow::{Context, Result};
-use aya::{maps::HashMap, programs::TracePoint, Ebpf, EbpfLoader};
-use profiler_common::offcpu::{OffcpuKey, OffcpuStat, STATE_INTERRUPTIBLE, STATE_UNINTERRUPTIBLE};
+use anyhow::{bail, Context, Result};
+use aya::{maps::HashMap, Ebpf, EbpfLoader};
+use profiler_common::offcpu::{
+    names, OffcpuKey, OffcpuStat, OFFCPU_START_ENTRIES, STATE_INTERRUPTIBLE, STATE_UNINTERRUPTIBLE,
+};
 
 use crate::{
-    probes::shared::{MapSet, StackResolver},
-    profile::{OffcpuRow, ProbeUse},
+    cli::{Kind, RecordArgs},
+    probes::{
+        progress_of,
+        shared::{attach_tracepoint, MapSet, StackResolver},
+        AttachContext, Drain, Family, MapSize, PlanContext, Planned, Registration,
+    },
+    profile::{OffcpuRow, ProbeUse, Profile},
     tracefs,
-    waitclass::Classifier,
+    waitclass::{self, Classifier},
 };
+
+pub const FAMILY: Registration = Registration {
+    name: "offcpu",
+    asked: |args| args.offcpu || args.offcpu_all,
+    check: |args| options(args).map(|_| ()),
+    plan: plan_family,
+    maps: &[
+        (names::OFFCPU_STATS, MapSize::Stats),
+        (names::OFFCPU_START, MapSize::Fixed(OFFCPU_START_ENTRIES)),
+    ],
+};
+
+/// The off-CPU options from the flags, checked before anything is loaded.
+fn options(args: &RecordArgs) -> Result<Option<OffcpuOptions>> {
+    waitclass::validate(&args.wait_class)?;
+    let offcpu = (args.offcpu || args.offcpu_all).then(|| OffcpuOptions {
+        all_states: args.offcpu_all,
+        min_wait_ns: args.min_wait.unwrap_or(0),
+    });
+    if offcpu.is_none() && (args.min_wait.is_some() || !args.wait_class.is_empty()) {
+        bail!(
+            "--min-wait and --wait-class apply to off-CPU recording: add --offcpu or --offcpu-all"
+        );
+    }
+    Ok(offcpu)
+}
+
+fn plan_family(args: &RecordArgs, _ctx: &mut PlanContext) -> Result<Planned> {
+    let Some(options) = options(args)? else {
+        return Ok(None);
+    };
+    Ok(Some(Box::new(OffcpuFamily {
+        globals: OffcpuGlobals::read(&options)?,
+        options,
+        classifier: Classifier::new(args.wait_class.clone()),
+    })))
+}
+
+/// The off-CPU family of one recording.
+struct OffcpuFamily {
+    options: OffcpuOptions,
+    globals: OffcpuGlobals,
+    classifier: Classifier,
+}
+
+impl Family for OffcpuFamily {
+    fn name(&self) -> &'static str {
+        FAMILY.name
+    }
+
+    fn configure<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
+        self.globals.apply(loader);
+    }
+
+    fn user_stacks(&self) -> bool {
+        true
+    }
+
+    fn attach(&mut self, ebpf: &mut Ebpf, _ctx: &mut AttachContext) -> Result<Vec<ProbeUse>> {
+        Ok(vec![attach(ebpf, &self.options)?])
+    }
+
+    fn drain(&self, out: &mut Drain) -> Result<()> {
+        out.profile.offcpu = drain(out.maps, out.stacks, &self.classifier)?;
+        Ok(())
+    }
+
+    fn progress(&self, live: &Profile) -> Option<String> {
+        progress_of(&live.offcpu, |row| row.count, "off-CPU waits")
+    }
+
+    fn flamegraph(&self) -> Option<Kind> {
+        Some(Kind::Offcpu)
+    }
+}
 
 /// What `record --offcpu` asks for.
 #[derive(Debug, Clone, Default)]
@@ -49,30 +131,19 @@ impl OffcpuGlobals {
 
     pub fn apply<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
         loader
-            .override_global("SWITCH_PREV_PID_OFFSET", &self.prev_pid, true)
-            .override_global("SWITCH_PREV_STATE_OFFSET", &self.prev_state, true)
-            .override_global("SWITCH_NEXT_PID_OFFSET", &self.next_pid, true)
-            .override_global("OFFCPU_STATES", &self.states, true)
-            .override_global("OFFCPU_MIN_NS", &self.min_ns, true);
+            .override_global(names::SWITCH_PREV_PID_OFFSET, &self.prev_pid, true)
+            .override_global(names::SWITCH_PREV_STATE_OFFSET, &self.prev_state, true)
+            .override_global(names::SWITCH_NEXT_PID_OFFSET, &self.next_pid, true)
+            .override_global(names::OFFCPU_STATES, &self.states, true)
+            .override_global(names::OFFCPU_MIN_NS, &self.min_ns, true);
     }
 }
 
 pub fn attach(ebpf: &mut Ebpf, options: &OffcpuOptions) -> Result<ProbeUse> {
-    let name = "offcpu_sched_switch";
-    let program: &mut TracePoint = ebpf
-        .program_mut(name)
-        .with_context(|| format!("program {name} missing from the eBPF object"))?
-        .try_into()
-        .with_context(|| format!("program {name} is not a tracepoint"))?;
-    program
-        .load()
-        .map_err(|err| crate::probes::shared::load_error(name, err))?;
-    program
-        .attach("sched", "sched_switch")
-        .context("cannot attach to sched:sched_switch")?;
+    attach_tracepoint(ebpf, names::OFFCPU_SCHED_SWITCH, "sched", "sched_switch")?;
     let states = if options.all_states { "D+S" } else { "D" };
     Ok(ProbeUse {
-        family: "offcpu".into(),
+        family: FAMILY.name.into(),
         method: format!(
             "tracepoint sched:sched_switch (states {states}, min wait {} ns)",
             options.min_wait_ns
@@ -85,9 +156,7 @@ pub fn drain(
     stacks: &mut StackResolver,
     classifier: &Classifier,
 ) -> Result<Vec<OffcpuRow>> {
-    let map = maps.get("OFFCPU_STATS")?;
-    let stats: HashMap<_, OffcpuKey, OffcpuStat> =
-        HashMap::try_from(map).context("OFFCPU_STATS has an unexpected type")?;
+    let stats: HashMap<_, OffcpuKey, OffcpuStat> = maps.hash_map(names::OFFCPU_STATS)?;
     let mut rows = Vec::new();
     for entry in stats.iter() {
         let (key, stat) = entry.context("cannot read OFFCPU_STATS")?;

@@ -5,22 +5,84 @@
 use anyhow::{bail, Context, Result};
 use aya::{
     maps::HashMap,
-    programs::{KProbe, RawTracePoint, TracePoint},
-    Ebpf,
+    programs::{KProbe, RawTracePoint},
+    Ebpf, EbpfLoader,
 };
 use profiler_common::{
     latency::LatencyStat,
-    rpc::{RpcKey, PROVIDER_FUSE, PROVIDER_LUSTRE, PROVIDER_SPAN, PROVIDER_SUNRPC},
+    rpc::{
+        names, RpcKey, PROVIDER_FUSE, PROVIDER_LUSTRE, PROVIDER_SPAN, PROVIDER_SUNRPC,
+        RPC_INFLIGHT_ENTRIES,
+    },
 };
 
 use crate::{
     btf::Btf,
-    cli::RpcProvider,
-    probes::shared::{kprobes_unavailable, latency_from, MapSet, StackResolver},
-    profile::{ProbeUse, RpcRow, Unavailable},
+    cli::{RecordArgs, RpcProvider},
+    probes::{
+        progress_of,
+        shared::{
+            attach_tracepoint, kprobes_unavailable, latency_from, program, MapSet, StackResolver,
+        },
+        AttachContext, Drain, Family, MapSize, PlanContext, Planned, Registration,
+    },
+    profile::{ProbeUse, Profile, RpcRow, Unavailable},
     symbolize::KernelSymbols,
     tracefs,
 };
+
+pub const FAMILY: Registration = Registration {
+    name: "rpc",
+    asked: |args| !args.rpc.is_empty() || args.span.is_some(),
+    check: |args| RpcPlan::new(&args.rpc, args.span.clone()).map(|_| ()),
+    plan: plan_family,
+    maps: &[
+        (names::RPC_STATS, MapSize::Stats),
+        (names::RPC_INFLIGHT, MapSize::Fixed(RPC_INFLIGHT_ENTRIES)),
+    ],
+};
+
+/// Recorded when some asked-for pair is usable on this kernel.
+fn plan_family(args: &RecordArgs, ctx: &mut PlanContext) -> Result<Planned> {
+    let plan = RpcPlan::new(&args.rpc, args.span.clone())?;
+    if !plan.any() {
+        return Ok(None);
+    }
+    let setup = resolve(&plan, ctx.symbols, ctx.unavailable)?;
+    Ok(setup
+        .any()
+        .then(|| Box::new(RpcFamily { setup }) as Box<dyn Family>))
+}
+
+/// The request-span family of one recording.
+struct RpcFamily {
+    setup: RpcSetup,
+}
+
+impl Family for RpcFamily {
+    fn name(&self) -> &'static str {
+        FAMILY.name
+    }
+
+    fn configure<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
+        for (name, value) in &self.setup.globals {
+            loader.override_global(name, value, true);
+        }
+    }
+
+    fn attach(&mut self, ebpf: &mut Ebpf, _ctx: &mut AttachContext) -> Result<Vec<ProbeUse>> {
+        attach(ebpf, &self.setup)
+    }
+
+    fn drain(&self, out: &mut Drain) -> Result<()> {
+        out.profile.rpcs = drain(out.maps, out.stacks, &self.setup)?;
+        Ok(())
+    }
+
+    fn progress(&self, live: &Profile) -> Option<String> {
+        progress_of(&live.rpcs, |row| row.latency.count, "requests")
+    }
+}
 
 /// One side of a `--span`.
 #[derive(Debug, Clone, PartialEq)]
@@ -189,7 +251,7 @@ pub fn resolve(
     let mut missing = |what: &str, reason: String| {
         eprintln!("lockpath: --rpc {what}: not recorded: {reason}; the rest of the run goes on");
         unavailable.push(Unavailable {
-            family: "rpc".into(),
+            family: FAMILY.name.into(),
             what: what.into(),
             reason,
         });
@@ -252,9 +314,9 @@ pub fn resolve(
             missing("lustre", format!("its hooks are kprobes and {why}"));
         } else {
             setup.globals.extend([
-                ("SPAN_KP_PROVIDER", PROVIDER_LUSTRE),
-                ("SPAN_KP_BEGIN_ARG", 0),
-                ("SPAN_KP_END_ARG", 0),
+                (names::SPAN_KP_PROVIDER, PROVIDER_LUSTRE),
+                (names::SPAN_KP_BEGIN_ARG, 0),
+                (names::SPAN_KP_END_ARG, 0),
             ]);
             setup.kp_pair = Some((
                 PROVIDER_LUSTRE,
@@ -305,15 +367,15 @@ pub fn resolve(
                 },
             ) => {
                 for symbol in [begin, end] {
-                    check_kernel_function(symbols, symbol)?;
+                    crate::symbolize::kallsyms::check_kernel_function(symbols, symbol)?;
                 }
                 if let Some(why) = kprobes_unavailable() {
                     missing(&span.text, format!("its hooks are kprobes and {why}"));
                 } else {
                     setup.globals.extend([
-                        ("SPAN_KP_PROVIDER", PROVIDER_SPAN),
-                        ("SPAN_KP_BEGIN_ARG", *begin_arg),
-                        ("SPAN_KP_END_ARG", *end_arg),
+                        (names::SPAN_KP_PROVIDER, PROVIDER_SPAN),
+                        (names::SPAN_KP_BEGIN_ARG, *begin_arg),
+                        (names::SPAN_KP_END_ARG, *end_arg),
                     ]);
                     setup.kp_pair =
                         Some((PROVIDER_SPAN, span.text.clone(), begin.clone(), end.clone()));
@@ -326,71 +388,6 @@ pub fn resolve(
         }
     }
     Ok(setup)
-}
-
-/// `struct fuse_req` offsets for the FUSE raw tracepoints, from the BTF of vmlinux (FUSE
-/// built in) or of the fuse module (`/sys/kernel/btf/fuse`, split on vmlinux's).
-fn fuse_globals() -> Result<Vec<(&'static str, u32)>> {
-    let btf = Btf::from_sys_fs_with_module("fuse")
-        .context("its requests are read at offsets from kernel BTF, and it cannot be read")?;
-    fuse_globals_from(&btf)
-}
-
-fn fuse_globals_from(btf: &Btf) -> Result<Vec<(&'static str, u32)>> {
-    for event in ["fuse_request_send", "fuse_request_end"] {
-        let index = btf.raw_tracepoint_arg(event, "fuse_req")?;
-        if index != 0 {
-            bail!("raw tracepoint {event}: struct fuse_req is argument {index}, not the first");
-        }
-    }
-    Ok(vec![
-        (
-            "FUSE_REQ_OPCODE",
-            btf.member_offset("fuse_req", "in.h.opcode")?,
-        ),
-        ("FUSE_REQ_PID", btf.member_offset("fuse_req", "in.h.pid")?),
-        ("FUSE_REQ_FLAGS", btf.member_offset("fuse_req", "flags")?),
-        (
-            "FUSE_FR_BACKGROUND",
-            btf.enum_value("FR_BACKGROUND")
-                .context("kernel BTF has no FR_BACKGROUND (enum fuse_req_flag)")?,
-        ),
-    ])
-}
-
-/// A clear error for a kernel function that does not exist, with close names.
-pub fn check_kernel_function(symbols: &KernelSymbols, spec: &str) -> Result<()> {
-    let (module, name) = match spec.split_once(':') {
-        Some((module, name)) => (Some(module), name),
-        None => (None, spec),
-    };
-    if symbols.find_function(name, module).is_some() {
-        return Ok(());
-    }
-    if let (Some(module), Some(found)) = (module, symbols.find_function(name, None)) {
-        let actual = match &found.module {
-            Some(actual) => format!("in module {actual}"),
-            None => "built into the kernel image".to_string(),
-        };
-        bail!(
-            "{name} is {actual}, not in module {module}: name it {}",
-            match &found.module {
-                Some(actual) => format!("{actual}:{name}"),
-                None => name.to_string(),
-            }
-        );
-    }
-    let close = symbols.close_functions(name, 8);
-    let where_ = module
-        .map(|module| format!(" in module {module}"))
-        .unwrap_or_default();
-    if close.is_empty() {
-        bail!("no kernel function {name}{where_} in /proc/kallsyms (and nothing close)");
-    }
-    bail!(
-        "no kernel function {name}{where_} in /proc/kallsyms; close matches: {}",
-        close.join(", ")
-    )
 }
 
 type TpSide<'a> = (&'a str, &'a str, &'a str, Option<&'a str>);
@@ -416,15 +413,15 @@ fn set_tp_pair(
     let (begin_conn, begin_conn_size) = conn(begin)?;
     let (end_conn, end_conn_size) = conn(end)?;
     setup.globals.extend([
-        ("SPAN_TP_PROVIDER", provider),
-        ("SPAN_TP_BEGIN_KEY", begin_key.offset),
-        ("SPAN_TP_BEGIN_KEY_SIZE", begin_key.size),
-        ("SPAN_TP_BEGIN_CONN", begin_conn),
-        ("SPAN_TP_BEGIN_CONN_SIZE", begin_conn_size),
-        ("SPAN_TP_END_KEY", end_key.offset),
-        ("SPAN_TP_END_KEY_SIZE", end_key.size),
-        ("SPAN_TP_END_CONN", end_conn),
-        ("SPAN_TP_END_CONN_SIZE", end_conn_size),
+        (names::SPAN_TP_PROVIDER, provider),
+        (names::SPAN_TP_BEGIN_KEY, begin_key.offset),
+        (names::SPAN_TP_BEGIN_KEY_SIZE, begin_key.size),
+        (names::SPAN_TP_BEGIN_CONN, begin_conn),
+        (names::SPAN_TP_BEGIN_CONN_SIZE, begin_conn_size),
+        (names::SPAN_TP_END_KEY, end_key.offset),
+        (names::SPAN_TP_END_KEY_SIZE, end_key.size),
+        (names::SPAN_TP_END_CONN, end_conn),
+        (names::SPAN_TP_END_CONN_SIZE, end_conn_size),
     ]);
     setup.tp_pair = Some((
         provider,
@@ -435,36 +432,51 @@ fn set_tp_pair(
     Ok(())
 }
 
-fn attach_tracepoint(ebpf: &mut Ebpf, program: &str, group: &str, event: &str) -> Result<()> {
-    let tracepoint: &mut TracePoint = ebpf
-        .program_mut(program)
-        .with_context(|| format!("program {program} missing from the eBPF object"))?
-        .try_into()
-        .with_context(|| format!("program {program} is not a tracepoint"))?;
-    if tracepoint.fd().is_err() {
-        tracepoint
-            .load()
-            .with_context(|| format!("the kernel refused to load {program}"))?;
-    }
-    tracepoint
-        .attach(group, event)
-        .with_context(|| format!("cannot attach to {group}:{event}"))?;
-    Ok(())
-}
-
-fn attach_kprobe(ebpf: &mut Ebpf, program: &str, symbol: &str) -> Result<()> {
-    let kprobe: &mut KProbe = ebpf
-        .program_mut(program)
-        .with_context(|| format!("program {program} missing from the eBPF object"))?
-        .try_into()
-        .with_context(|| format!("program {program} is not a kprobe"))?;
+fn attach_kprobe(ebpf: &mut Ebpf, name: &str, symbol: &str) -> Result<()> {
+    let kprobe: &mut KProbe = program(ebpf, name)?;
     kprobe
         .load()
-        .with_context(|| format!("the kernel refused to load {program}"))?;
+        .map_err(|err| crate::probes::shared::load_error(name, err))?;
     kprobe
         .attach(symbol, 0)
         .with_context(|| format!("cannot attach a kprobe to {symbol}"))?;
     Ok(())
+}
+
+/// `struct fuse_req` offsets for the FUSE raw tracepoints, from the BTF of vmlinux (FUSE
+/// built in) or of the fuse module (`/sys/kernel/btf/fuse`, split on vmlinux's).
+fn fuse_globals() -> Result<Vec<(&'static str, u32)>> {
+    let btf = Btf::from_sys_fs_with_module("fuse")
+        .context("its requests are read at offsets from kernel BTF, and it cannot be read")?;
+    fuse_globals_from(&btf)
+}
+
+fn fuse_globals_from(btf: &Btf) -> Result<Vec<(&'static str, u32)>> {
+    for event in ["fuse_request_send", "fuse_request_end"] {
+        let index = btf.raw_tracepoint_arg(event, "fuse_req")?;
+        if index != 0 {
+            bail!("raw tracepoint {event}: struct fuse_req is argument {index}, not the first");
+        }
+    }
+    Ok(vec![
+        (
+            names::FUSE_REQ_OPCODE,
+            btf.member_offset("fuse_req", "in.h.opcode")?,
+        ),
+        (
+            names::FUSE_REQ_PID,
+            btf.member_offset("fuse_req", "in.h.pid")?,
+        ),
+        (
+            names::FUSE_REQ_FLAGS,
+            btf.member_offset("fuse_req", "flags")?,
+        ),
+        (
+            names::FUSE_FR_BACKGROUND,
+            btf.enum_value("FR_BACKGROUND")
+                .context("kernel BTF has no FR_BACKGROUND (enum fuse_req_flag)")?,
+        ),
+    ])
 }
 
 /// Attaches what `resolve` found usable.
@@ -473,8 +485,8 @@ pub fn attach(ebpf: &mut Ebpf, setup: &RpcSetup) -> Result<Vec<ProbeUse>> {
     if setup.fuse {
         // The end first: no request is started that could not be closed.
         for (program, event) in [
-            ("rpc_fuse_end", "fuse_request_end"),
-            ("rpc_fuse_send", "fuse_request_send"),
+            (names::RPC_FUSE_END, "fuse_request_end"),
+            (names::RPC_FUSE_SEND, "fuse_request_send"),
         ] {
             let raw: &mut RawTracePoint = ebpf
                 .program_mut(program)
@@ -487,17 +499,17 @@ pub fn attach(ebpf: &mut Ebpf, setup: &RpcSetup) -> Result<Vec<ProbeUse>> {
                 .with_context(|| format!("cannot attach to raw tracepoint {event}"))?;
         }
         used.push(ProbeUse {
-            family: "rpc".into(),
+            family: FAMILY.name.into(),
             method: "fuse: raw_tracepoint fuse:fuse_request_send/fuse_request_end, \
                      key = struct fuse_req pointer"
                 .into(),
         });
     }
     if let Some((_, name, begin, end)) = &setup.tp_pair {
-        attach_tracepoint(ebpf, "rpc_span_begin_tp", &begin.0, &begin.1)?;
-        attach_tracepoint(ebpf, "rpc_span_end_tp", &end.0, &end.1)?;
+        attach_tracepoint(ebpf, names::RPC_SPAN_BEGIN_TP, &begin.0, &begin.1)?;
+        attach_tracepoint(ebpf, names::RPC_SPAN_END_TP, &end.0, &end.1)?;
         used.push(ProbeUse {
-            family: "rpc".into(),
+            family: FAMILY.name.into(),
             method: format!(
                 "{name}: tracepoint {}:{} / {}:{}",
                 begin.0, begin.1, end.0, end.1
@@ -505,10 +517,10 @@ pub fn attach(ebpf: &mut Ebpf, setup: &RpcSetup) -> Result<Vec<ProbeUse>> {
         });
     }
     if let Some((_, name, begin, end)) = &setup.kp_pair {
-        attach_kprobe(ebpf, "rpc_span_begin_kp", begin)?;
-        attach_kprobe(ebpf, "rpc_span_end_kp", end)?;
+        attach_kprobe(ebpf, names::RPC_SPAN_BEGIN_KP, begin)?;
+        attach_kprobe(ebpf, names::RPC_SPAN_END_KP, end)?;
         used.push(ProbeUse {
-            family: "rpc".into(),
+            family: FAMILY.name.into(),
             method: format!("{name}: kprobe {begin} / {end}, key = request pointer argument"),
         });
     }
@@ -517,9 +529,7 @@ pub fn attach(ebpf: &mut Ebpf, setup: &RpcSetup) -> Result<Vec<ProbeUse>> {
 
 /// Reads the aggregate out of the kernel.
 pub fn drain(maps: &MapSet, stacks: &mut StackResolver, setup: &RpcSetup) -> Result<Vec<RpcRow>> {
-    let map = maps.get("RPC_STATS")?;
-    let stats: HashMap<_, RpcKey, LatencyStat> =
-        HashMap::try_from(map).context("RPC_STATS has an unexpected type")?;
+    let stats: HashMap<_, RpcKey, LatencyStat> = maps.hash_map(names::RPC_STATS)?;
     let span_name = |provider: u32| -> String {
         [
             &setup.tp_pair.as_ref().map(|pair| (pair.0, pair.1.clone())),
@@ -652,6 +662,14 @@ mod tests {
     }
 
     #[test]
+    fn conflicting_pairs_are_refused() {
+        let span = SpanSpec::parse("kprobe:a,kprobe:b").ok();
+        assert!(RpcPlan::new(&[RpcProvider::Lustre], span).is_err());
+        let span = SpanSpec::parse("kprobe:a,kprobe:b").ok();
+        assert!(RpcPlan::new(&[RpcProvider::Sunrpc], span).is_ok());
+    }
+
+    #[test]
     fn this_kernel_s_fuse_layout() {
         let Ok(btf) = Btf::from_sys_fs_with_module("fuse") else {
             eprintln!("SKIP: no kernel BTF here");
@@ -670,15 +688,10 @@ mod tests {
                 .expect(name)
         };
         // struct fuse_in_header { len, opcode, unique, nodeid, uid, gid, pid, ... }.
-        assert_eq!(value("FUSE_REQ_PID"), value("FUSE_REQ_OPCODE") + 28);
-        assert_eq!(value("FUSE_FR_BACKGROUND"), 2);
-    }
-
-    #[test]
-    fn conflicting_pairs_are_refused() {
-        let span = SpanSpec::parse("kprobe:a,kprobe:b").ok();
-        assert!(RpcPlan::new(&[RpcProvider::Lustre], span).is_err());
-        let span = SpanSpec::parse("kprobe:a,kprobe:b").ok();
-        assert!(RpcPlan::new(&[RpcProvider::Sunrpc], span).is_ok());
+        assert_eq!(
+            value(names::FUSE_REQ_PID),
+            value(names::FUSE_REQ_OPCODE) + 28
+        );
+        assert_eq!(value(names::FUSE_FR_BACKGROUND), 2);
     }
 }

@@ -283,6 +283,41 @@ fn edit_distance(a: &str, b: &str) -> usize {
     previous[b.len()]
 }
 
+/// A clear error for a kernel function that does not exist, with close names.
+pub fn check_kernel_function(symbols: &KernelSymbols, spec: &str) -> anyhow::Result<()> {
+    let (module, name) = match spec.split_once(':') {
+        Some((module, name)) => (Some(module), name),
+        None => (None, spec),
+    };
+    if symbols.find_function(name, module).is_some() {
+        return Ok(());
+    }
+    if let (Some(module), Some(found)) = (module, symbols.find_function(name, None)) {
+        let actual = match &found.module {
+            Some(actual) => format!("in module {actual}"),
+            None => "built into the kernel image".to_string(),
+        };
+        anyhow::bail!(
+            "{name} is {actual}, not in module {module}: name it {}",
+            match &found.module {
+                Some(actual) => format!("{actual}:{name}"),
+                None => name.to_string(),
+            }
+        );
+    }
+    let close = symbols.close_functions(name, 8);
+    let where_ = module
+        .map(|module| format!(" in module {module}"))
+        .unwrap_or_default();
+    if close.is_empty() {
+        anyhow::bail!("no kernel function {name}{where_} in /proc/kallsyms (and nothing close)");
+    }
+    anyhow::bail!(
+        "no kernel function {name}{where_} in /proc/kallsyms; close matches: {}",
+        close.join(", ")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -392,7 +392,8 @@ fn check_hold_contended(args: &[String]) {
     };
     let profile = read_json(profile_path);
     let second = result(results_path, "t2_tid");
-    let expected = result(results_path, "t2_end_ns") as f64 - result(results_path, "t1_end_ns") as f64;
+    let expected =
+        result(results_path, "t2_end_ns") as f64 - result(results_path, "t1_end_ns") as f64;
     const LCB_F_WRITE: u64 = 4;
     let contended: Vec<&Value> = profile["contended_holds"]
         .as_array()
@@ -431,13 +432,19 @@ fn check_hold_contended(args: &[String]) {
         frames.join(" < ")
     );
     if (held - expected).abs() > 0.1 * expected {
-        fail(format!("hold under contention {held} ns against the workload's {expected} ns"));
+        fail(format!(
+            "hold under contention {held} ns against the workload's {expected} ns"
+        ));
     }
     if count == 0 || (held - mean).abs() > 0.1 * mean {
-        fail(format!("hold under contention {held} ns against --hold's mean {mean} ns ({count} holds)"));
+        fail(format!(
+            "hold under contention {held} ns against --hold's mean {mean} ns ({count} holds)"
+        ));
     }
     if !frames.iter().any(|frame| is_open_path(frame)) {
-        fail(format!("the hold was not taken on the open path: {frames:?}"));
+        fail(format!(
+            "the hold was not taken on the open path: {frames:?}"
+        ));
     }
 }
 

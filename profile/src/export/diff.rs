@@ -1,0 +1,555 @@
+//! `lockpath diff BASE NEW`: what grew, per lock, caller, process (and host), each
+//! value per second of its run so runs of different length compare.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::{
+    export::{
+        cpu::{cpu_functions, cpu_processes},
+        lock::lock_groups,
+        offcpu::is_scheduler_frame,
+        table::fit,
+    },
+    kind::{GroupBy, Kind},
+    profile::{IoRow, OffcpuRow, Profile},
+    units::format_ns,
+};
+
+/// A value and an event count (lock: wait ns and contentions) under one key.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Measure {
+    pub value: u64,
+    pub events: u64,
+}
+
+/// One way of splitting a kind's totals: "lock", "caller", "process", "host".
+pub struct Breakdown {
+    pub by: &'static str,
+    pub entries: BTreeMap<String, Measure>,
+}
+
+/// How a breakdown names a row (its table key).
+type RowKey<'a, R> = Box<dyn Fn(&R) -> String + 'a>;
+
+/// Keys stay comparable across runs: names, never pids (lock addresses of dynamic
+/// locks differ between runs; static locks keep their symbol).
+pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
+    let mut out = Vec::new();
+    match kind {
+        Kind::Lock => {
+            let mut ways = vec![
+                ("lock", GroupBy::Lock),
+                ("caller", GroupBy::Caller),
+                ("process", GroupBy::Process),
+            ];
+            if profile.is_merged() {
+                ways.push(("host", GroupBy::Host));
+            }
+            for (by, group_by) in ways {
+                let mut entries: BTreeMap<String, Measure> = BTreeMap::new();
+                for group in lock_groups(profile, group_by) {
+                    let key = match group_by {
+                        GroupBy::Lock => format!("{} {}", group.lock_type, group.lock),
+                        GroupBy::Caller => format!("{} {}", group.lock_type, group.caller),
+                        GroupBy::Process => format!(
+                            "{} {}",
+                            group.lock_type,
+                            group.processes.first().cloned().unwrap_or_default()
+                        ),
+                        GroupBy::Host => group.host.clone(),
+                    };
+                    let entry = entries.entry(key).or_default();
+                    entry.value = entry.value.saturating_add(group.total_wait_ns);
+                    entry.events = entry.events.saturating_add(group.contended);
+                }
+                out.push(Breakdown { by, entries });
+            }
+        }
+        Kind::Offcpu => {
+            let mut ways: Vec<(&'static str, RowKey<OffcpuRow>)> = vec![
+                ("class", Box::new(|row: &OffcpuRow| row.class.clone())),
+                (
+                    "process",
+                    Box::new(|row: &OffcpuRow| profile.process_name(row.pid)),
+                ),
+                (
+                    "function",
+                    Box::new(|row: &OffcpuRow| {
+                        format!("{} {}", row.class, wait_site(profile, row.stack))
+                    }),
+                ),
+            ];
+            if profile.is_merged() {
+                ways.push(("host", Box::new(|row: &OffcpuRow| profile.host_of(row.pid))));
+            }
+            for (by, key) in ways {
+                let mut entries: BTreeMap<String, Measure> = BTreeMap::new();
+                for row in &profile.offcpu {
+                    let entry = entries.entry(key(row)).or_default();
+                    entry.value += row.total_ns;
+                    entry.events += row.count;
+                }
+                out.push(Breakdown { by, entries });
+            }
+        }
+        Kind::Io => {
+            let mut ways: Vec<(&'static str, RowKey<IoRow>)> = vec![
+                (
+                    "device",
+                    Box::new(|row: &IoRow| format!("{} {}", row.device, row.op)),
+                ),
+                (
+                    "process",
+                    Box::new(|row: &IoRow| {
+                        format!("{} {}", row.device, profile.process_name(row.pid))
+                    }),
+                ),
+            ];
+            if profile.is_merged() {
+                ways.push(("host", Box::new(|row: &IoRow| profile.host_of(row.pid))));
+            }
+            for (by, key) in ways {
+                let mut entries: BTreeMap<String, Measure> = BTreeMap::new();
+                for row in &profile.io {
+                    let entry = entries.entry(key(row)).or_default();
+                    entry.value += row.total_ns;
+                    entry.events += row.count;
+                }
+                out.push(Breakdown { by, entries });
+            }
+        }
+        Kind::Rpc | Kind::Func => {
+            let groups = if kind == Kind::Rpc {
+                crate::export::latency::rpc_groups(profile)
+            } else {
+                crate::export::latency::func_groups(profile)
+            };
+            let what = if kind == Kind::Rpc {
+                "operation"
+            } else {
+                "function"
+            };
+            let mut by_name: BTreeMap<String, Measure> = BTreeMap::new();
+            let mut by_process: BTreeMap<String, Measure> = BTreeMap::new();
+            for group in groups {
+                for (entries, key) in [
+                    (&mut by_name, group.name.clone()),
+                    (&mut by_process, format!("{} {}", group.name, group.process)),
+                ] {
+                    let entry = entries.entry(key).or_default();
+                    entry.value += group.total_ns;
+                    entry.events += group.count;
+                }
+            }
+            out.push(Breakdown {
+                by: what,
+                entries: by_name,
+            });
+            out.push(Breakdown {
+                by: "process",
+                entries: by_process,
+            });
+        }
+        Kind::Cpu => {
+            let mut processes: BTreeMap<String, Measure> = BTreeMap::new();
+            for process in cpu_processes(profile) {
+                let entry = processes.entry(process.process).or_default();
+                entry.value += process.samples;
+                entry.events += process.samples;
+            }
+            out.push(Breakdown {
+                by: "process",
+                entries: processes,
+            });
+            let mut functions: BTreeMap<String, Measure> = BTreeMap::new();
+            for function in cpu_functions(profile) {
+                let entry = functions.entry(function.function).or_default();
+                entry.value += function.self_samples;
+                entry.events += function.total_samples;
+            }
+            out.push(Breakdown {
+                by: "function (self, total)",
+                entries: functions,
+            });
+        }
+    }
+    out
+}
+
+/// Where a thread waited: the first two kernel frames from the leaf below the scheduler
+/// (`__wait_on_buffer < ext4_read_bh`), comparable across runs (names, no addresses).
+fn wait_site(profile: &Profile, stack: Option<u32>) -> String {
+    if stack.is_none() {
+        return "[stack lost]".into();
+    }
+    let site: Vec<String> = profile
+        .stack_frames(stack)
+        .iter()
+        .filter(|frame| !is_scheduler_frame(&frame.name))
+        .take(2)
+        .map(|frame| frame.display())
+        .collect();
+    if site.is_empty() {
+        "[scheduler only]".into()
+    } else {
+        site.join(" < ")
+    }
+}
+
+/// Column names of a kind's value and events, and how a per-second value is shown.
+fn value_names(kind: Kind) -> (&'static str, &'static str) {
+    match kind {
+        Kind::Lock => ("wait/s", "cont/s"),
+        Kind::Offcpu => ("off/s", "waits/s"),
+        Kind::Io => ("lat/s", "req/s"),
+        Kind::Rpc => ("latency/s", "req/s"),
+        Kind::Func => ("time/s", "calls/s"),
+        Kind::Cpu => ("samples/s", "total/s"),
+    }
+}
+
+fn format_value(kind: Kind, per_second: f64) -> String {
+    match kind {
+        Kind::Lock | Kind::Offcpu | Kind::Io | Kind::Rpc | Kind::Func => {
+            format_ns(per_second.abs().round() as u64)
+        }
+        Kind::Cpu => format!("{:.1}", per_second.abs()),
+    }
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct DiffRow {
+    pub key: String,
+    pub base_per_s: f64,
+    pub new_per_s: f64,
+    pub change_per_s: f64,
+    /// NEW / BASE; `None` when BASE is zero (new).
+    pub ratio: Option<f64>,
+    pub base_events_per_s: f64,
+    pub new_events_per_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct DiffTable {
+    pub kind: String,
+    pub by: String,
+    /// Unit of the `*_per_s` values: nanoseconds per second of run (lock: of wait,
+    /// offcpu: off the CPU, io: of summed request latency).
+    pub unit: String,
+    /// Largest growth first.
+    pub rows: Vec<DiffRow>,
+}
+
+fn unit(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Lock | Kind::Offcpu | Kind::Io | Kind::Rpc | Kind::Func => "ns/s",
+        Kind::Cpu => "samples/s",
+    }
+}
+
+fn kind_name(kind: Kind) -> String {
+    kind.name().to_string()
+}
+
+pub fn diff(base: &Profile, new: &Profile, kind: Kind) -> Vec<DiffTable> {
+    let base_s = base.duration_s.max(1e-3);
+    let new_s = new.duration_s.max(1e-3);
+    let new_breakdowns = breakdowns(new, kind);
+    let mut tables = Vec::new();
+    for base_breakdown in breakdowns(base, kind) {
+        let empty = BTreeMap::new();
+        let new_entries = new_breakdowns
+            .iter()
+            .find(|breakdown| breakdown.by == base_breakdown.by)
+            .map(|breakdown| &breakdown.entries)
+            .unwrap_or(&empty);
+        let mut keys: Vec<&String> = base_breakdown.entries.keys().collect();
+        keys.extend(new_entries.keys());
+        keys.sort();
+        keys.dedup();
+        let mut rows: Vec<DiffRow> = keys
+            .into_iter()
+            .map(|key| {
+                let before = base_breakdown.entries.get(key).copied().unwrap_or_default();
+                let after = new_entries.get(key).copied().unwrap_or_default();
+                let base_per_s = before.value as f64 / base_s;
+                let new_per_s = after.value as f64 / new_s;
+                DiffRow {
+                    key: key.clone(),
+                    base_per_s,
+                    new_per_s,
+                    change_per_s: new_per_s - base_per_s,
+                    ratio: (before.value > 0).then(|| new_per_s / base_per_s),
+                    base_events_per_s: before.events as f64 / base_s,
+                    new_events_per_s: after.events as f64 / new_s,
+                }
+            })
+            .collect();
+        rows.sort_by(|a, b| {
+            b.change_per_s
+                .total_cmp(&a.change_per_s)
+                .then_with(|| a.key.cmp(&b.key))
+        });
+        tables.push(DiffTable {
+            kind: kind_name(kind),
+            by: base_breakdown.by.to_string(),
+            unit: unit(kind).to_string(),
+            rows,
+        });
+    }
+    // A table only NEW has (e.g. hosts of a merged NEW against a single-host BASE).
+    for breakdown in &new_breakdowns {
+        if !tables.iter().any(|table| table.by == breakdown.by) {
+            let mut rows: Vec<DiffRow> = breakdown
+                .entries
+                .iter()
+                .map(|(key, after)| {
+                    let new_per_s = after.value as f64 / new_s;
+                    DiffRow {
+                        key: key.clone(),
+                        base_per_s: 0.0,
+                        new_per_s,
+                        change_per_s: new_per_s,
+                        ratio: None,
+                        base_events_per_s: 0.0,
+                        new_events_per_s: after.events as f64 / new_s,
+                    }
+                })
+                .collect();
+            rows.sort_by(|a, b| b.change_per_s.total_cmp(&a.change_per_s));
+            tables.push(DiffTable {
+                kind: kind_name(kind),
+                by: breakdown.by.to_string(),
+                unit: unit(kind).to_string(),
+                rows,
+            });
+        }
+    }
+    tables
+}
+
+fn format_ratio(row: &DiffRow) -> String {
+    match row.ratio {
+        None => "new".into(),
+        Some(_) if row.new_per_s == 0.0 => "gone".into(),
+        Some(ratio) if ratio >= 100.0 => format!("x{ratio:.0}"),
+        Some(ratio) => format!("x{ratio:.2}"),
+    }
+}
+
+fn format_rate(events: f64) -> String {
+    if events >= 1e6 {
+        format!("{:.1}M", events / 1e6)
+    } else if events >= 1e4 {
+        format!("{:.1}k", events / 1e3)
+    } else if events >= 10.0 {
+        format!("{events:.0}")
+    } else {
+        format!("{events:.1}")
+    }
+}
+
+/// The tables as text, within 100 columns; `top` rows each (0: all).
+pub fn text(base: &Profile, new: &Profile, kind: Kind, top: usize) -> String {
+    let (value_name, events_name) = value_names(kind);
+    let mut out = format!(
+        "BASE {} ({:.1} s) -> NEW {} ({:.1} s); per second of run, largest growth first\n",
+        fit(&base.host, 20),
+        base.duration_s,
+        fit(&new.host, 20),
+        new.duration_s
+    );
+    for table in diff(base, new, kind) {
+        out.push_str(&format!("\n{} by {}:\n", table.kind, table.by));
+        if table.rows.is_empty() {
+            out.push_str("  nothing recorded in either run\n");
+            continue;
+        }
+        out.push_str(&format!(
+            "{:>10} {:>10} {:>11} {:>7} {:>8} {:>8}  {}\n",
+            format!("base {value_name}"),
+            format!("new {value_name}"),
+            "change",
+            "ratio",
+            format!("b {events_name}"),
+            format!("n {events_name}"),
+            table.by
+        ));
+        let shown = if top == 0 {
+            table.rows.len()
+        } else {
+            top.min(table.rows.len())
+        };
+        for row in &table.rows[..shown] {
+            let sign = if row.change_per_s < 0.0 { "-" } else { "+" };
+            out.push_str(&format!(
+                "{:>10} {:>10} {:>11} {:>7} {:>8} {:>8}  {}\n",
+                format_value(kind, row.base_per_s),
+                format_value(kind, row.new_per_s),
+                format!("{sign}{}", format_value(kind, row.change_per_s)),
+                format_ratio(row),
+                format_rate(row.base_events_per_s),
+                format_rate(row.new_events_per_s),
+                fit(&row.key, 38),
+            ));
+        }
+        out.push_str(&super::table::more_rows(shown, table.rows.len()));
+    }
+    out
+}
+
+#[derive(Serialize)]
+struct JsonDiff<'a> {
+    base: JsonRun<'a>,
+    new: JsonRun<'a>,
+    tables: Vec<DiffTable>,
+}
+
+#[derive(Serialize)]
+struct JsonRun<'a> {
+    host: &'a str,
+    duration_s: f64,
+}
+
+pub fn json(base: &Profile, new: &Profile, kind: Kind) -> serde_json::Result<String> {
+    serde_json::to_string_pretty(&JsonDiff {
+        base: JsonRun {
+            host: &base.host,
+            duration_s: base.duration_s,
+        },
+        new: JsonRun {
+            host: &new.host,
+            duration_s: new.duration_s,
+        },
+        tables: diff(base, new, kind),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::report::tests::profile_with_two_locks;
+
+    #[test]
+    fn grown_lock_comes_first_normalized_per_second() {
+        let mut base = profile_with_two_locks();
+        base.duration_s = 10.0;
+        let mut new = profile_with_two_locks();
+        new.duration_s = 5.0;
+        // mmap_lock: 6 ms in 10 s -> 60 ms in 5 s (x20 per second).
+        new.locks[2].total_ns = 60_000_000;
+        // The spinlock halves its absolute time, so per second it stays the same.
+        new.locks[0].total_ns /= 2;
+        new.locks[1].total_ns /= 2;
+        let tables = diff(&base, &new, Kind::Lock);
+        let by_lock = &tables[0];
+        assert_eq!(by_lock.by, "lock");
+        assert_eq!(by_lock.rows[0].key, "rwsem:W mmap_lock");
+        assert!((by_lock.rows[0].base_per_s - 600_000.0).abs() < 1.0);
+        assert!((by_lock.rows[0].new_per_s - 12_000_000.0).abs() < 1.0);
+        assert!((by_lock.rows[0].ratio.expect("ratio") - 20.0).abs() < 1e-9);
+        assert!(
+            by_lock.rows[1].change_per_s.abs() < 1.0,
+            "{:?}",
+            by_lock.rows[1]
+        );
+        let callers = tables
+            .iter()
+            .find(|table| table.by == "caller")
+            .expect("callers");
+        assert_eq!(callers.rows[0].key, "rwsem:W vm_mmap_pgoff");
+    }
+
+    #[test]
+    fn text_fits_100_columns_and_names_new_and_gone() {
+        let base = profile_with_two_locks();
+        let mut new = profile_with_two_locks();
+        new.locks.remove(2);
+        new.locks[0].lock_name = "a_very_long_static_lock_symbol_name+0x1234567".into();
+        let text = text(&base, &new, Kind::Lock, 0);
+        for line in text.lines() {
+            assert!(
+                line.chars().count() <= 100,
+                "too wide ({}): {line}",
+                line.chars().count()
+            );
+        }
+        assert!(text.contains("new"), "{text}");
+        assert!(text.contains("gone"), "{text}");
+    }
+
+    #[test]
+    fn merged_profiles_get_a_host_table() {
+        let mut new = profile_with_two_locks();
+        new.processes[0].host = Some("node-a".into());
+        new.processes[1].host = Some("node-b".into());
+        let tables = diff(&profile_with_two_locks(), &new, Kind::Lock);
+        let hosts = tables
+            .iter()
+            .find(|table| table.by == "host")
+            .expect("host table");
+        assert_eq!(hosts.rows.len(), 2);
+        assert_eq!(hosts.rows[0].key, "node-a");
+    }
+
+    #[test]
+    fn offcpu_tables_per_class_process_and_function() {
+        use crate::export::offcpu::tests::profile_with_waits_and_io;
+        let base = profile_with_waits_and_io();
+        let mut new = profile_with_waits_and_io();
+        // NEW: buffer waits tripled over a run twice as long (x1.5 per second).
+        new.duration_s = 4.0;
+        for row in &mut new.offcpu {
+            if row.class == "buffer" {
+                row.total_ns *= 3;
+            }
+        }
+        let tables = diff(&base, &new, Kind::Offcpu);
+        let bys: Vec<&str> = tables.iter().map(|table| table.by.as_str()).collect();
+        assert_eq!(bys, ["class", "process", "function"]);
+        let class = &tables[0];
+        assert_eq!(class.rows[0].key, "buffer", "grew most, first");
+        assert!(
+            (class.rows[0].base_per_s - 30e6).abs() < 1.0,
+            "{:?}",
+            class.rows[0]
+        );
+        assert!(
+            (class.rows[0].new_per_s - 45e6).abs() < 1.0,
+            "{:?}",
+            class.rows[0]
+        );
+        assert_eq!(class.rows[0].ratio, Some(1.5));
+        assert_eq!(tables[1].rows[0].key, "mdtest");
+        assert_eq!(
+            tables[2].rows[0].key,
+            "buffer __wait_on_buffer < ext4_read_bh"
+        );
+        let text = text(&base, &new, Kind::Offcpu, 0);
+        assert!(text.contains("offcpu by class"), "{text}");
+        for line in text.lines() {
+            assert!(line.chars().count() <= 100, "too wide: {line}");
+        }
+    }
+
+    #[test]
+    fn io_tables_per_device_and_op() {
+        use crate::export::offcpu::tests::profile_with_waits_and_io;
+        let base = profile_with_waits_and_io();
+        let mut new = profile_with_waits_and_io();
+        for row in &mut new.io {
+            row.count *= 2;
+            row.total_ns *= 4;
+        }
+        let tables = diff(&base, &new, Kind::Io);
+        assert_eq!(tables[0].by, "device");
+        let row = &tables[0].rows[0];
+        assert_eq!(row.key, "loop0 read");
+        // 100 requests, 10 ms of latency in 2 s: 50 req/s, 5 ms/s; NEW x2 and x4.
+        assert!((row.base_events_per_s - 50.0).abs() < 1e-9, "{row:?}");
+        assert!((row.new_events_per_s - 100.0).abs() < 1e-9, "{row:?}");
+        assert_eq!(row.ratio, Some(4.0));
+    }
+}

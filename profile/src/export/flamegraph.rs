@@ -1,0 +1,218 @@
+//! Flamegraphs through inferno, from the samples of `folded.rs`: one kind of one
+//! profile, or the differential flamegraph of two profiles.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use crate::{
+    export::folded,
+    kind::Kind,
+    profile::{write_atomically, Profile},
+};
+
+/// Title, count unit and the factor applied to the folded values of `folded::lines`.
+fn labels(kind: Kind) -> (&'static str, &'static str, f64) {
+    match kind {
+        Kind::Lock => ("Lock wait time (width: time waiting, ms)", "ms", 0.001),
+        Kind::Offcpu => (
+            "Off-CPU time by process and wait class (width: time off CPU, ms)",
+            "ms",
+            0.001,
+        ),
+        Kind::Io => (
+            "IO wait time: buffer, page, block-io, journal (width: time off CPU, ms)",
+            "ms",
+            0.001,
+        ),
+        Kind::Rpc => (
+            "Request latency by completion stack (width: request time, ms)",
+            "ms",
+            0.001,
+        ),
+        Kind::Func => (
+            "Function latency by stack at entry (width: time in the function, ms)",
+            "ms",
+            0.001,
+        ),
+        Kind::Cpu => (
+            "On-CPU samples (width: CPU time; kernel frames _[k], orange)",
+            "samples",
+            1.0,
+        ),
+    }
+}
+
+/// Same for the differential flamegraph, whose values are the flame value of
+/// `folded::flame_value` (undivided) per second of run time.
+fn diff_labels(kind: Kind) -> (&'static str, &'static str, f64) {
+    match kind {
+        Kind::Lock => (
+            "Lock wait, NEW against BASE (width: NEW wait in ms per second of run; red grew, blue shrank)",
+            "ms/s",
+            1e-6,
+        ),
+        Kind::Offcpu => (
+            "Off-CPU time, NEW against BASE (width: NEW time off CPU in ms per second of run; red grew, blue shrank)",
+            "ms/s",
+            1e-6,
+        ),
+        Kind::Io => (
+            "IO wait time, NEW against BASE (width: NEW IO wait in ms per second of run; red grew, blue shrank)",
+            "ms/s",
+            1e-6,
+        ),
+        Kind::Rpc => (
+            "Request latency, NEW against BASE (width: NEW latency in ms per second of run; red grew, blue shrank)",
+            "ms/s",
+            1e-6,
+        ),
+        Kind::Func => (
+            "Function latency, NEW against BASE (width: NEW time in ms per second of run; red grew, blue shrank)",
+            "ms/s",
+            1e-6,
+        ),
+        Kind::Cpu => (
+            "On-CPU samples, NEW against BASE (width: NEW samples per second of run; red grew, blue shrank)",
+            "samples/s",
+            1.0,
+        ),
+    }
+}
+
+fn render_lines(
+    lines: &[String],
+    kind: Kind,
+    title: String,
+    subtitle: Option<String>,
+    count_name: &str,
+    factor: f64,
+) -> Result<Vec<u8>> {
+    let mut options = inferno::flamegraph::Options::default();
+    options.title = title;
+    options.count_name = count_name.to_string();
+    options.factor = factor;
+    options.name_type = "Function:".to_string();
+    // Lines that come sorted (as `folded::lines` returns them) are not sorted again:
+    // inferno's own sort costs seconds on big profiles. Checking is one cheap pass.
+    options.no_sort = lines.windows(2).all(|pair| pair[0] <= pair[1]);
+    if kind == Kind::Cpu {
+        // Kernel frames (`_[k]`) orange, Rust/C++ (`::`) yellow, C red.
+        options.colors = inferno::flamegraph::color::Palette::Multi(
+            inferno::flamegraph::color::MultiPalette::Perl,
+        );
+    }
+    options.subtitle = subtitle;
+    let mut svg = Vec::new();
+    if lines.is_empty() {
+        // inferno refuses empty input (and a total of 0); an empty profile still gets a
+        // readable file: one placeholder frame of width 1, and the title says why.
+        options.title = format!("{} (no samples recorded)", options.title);
+        inferno::flamegraph::from_lines(
+            &mut options,
+            ["[nothing recorded] 1"].iter().copied(),
+            &mut svg,
+        )
+        .context("cannot render the flamegraph")?;
+        return Ok(svg);
+    }
+    inferno::flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), &mut svg)
+        .context("cannot render the flamegraph")?;
+    Ok(svg)
+}
+
+pub fn render_svg(profile: &Profile, kind: Kind) -> Result<Vec<u8>> {
+    let lines: Vec<String> = folded::lines(profile, kind)
+        .into_iter()
+        .map(|(stack, value)| format!("{stack} {value}"))
+        .collect();
+    let (title, count_name, factor) = labels(kind);
+    let title = format!("{title} — {} — {:.1} s", profile.host, profile.duration_s);
+    let subtitle = (kind == Kind::Cpu && profile.cpu_freq_hz > 0).then(|| {
+        format!(
+            "{} Hz per CPU: one sample is about {:.1} ms of CPU",
+            profile.cpu_freq_hz,
+            1000.0 / profile.cpu_freq_hz as f64
+        )
+    });
+    render_lines(&lines, kind, title, subtitle, count_name, factor)
+}
+
+pub fn write_svg(profile: &Profile, kind: Kind, path: &Path) -> Result<()> {
+    let svg = render_svg(profile, kind)?;
+    write_atomically(path, &svg)
+}
+
+/// Differential folded lines `stack BASE NEW`, both per second of each run's length.
+pub fn diff_lines(base: &Profile, new: &Profile, kind: Kind) -> Vec<String> {
+    let (index, _) = folded::flame_value(kind);
+    let per_second = |profile: &Profile| {
+        let seconds = profile.duration_s.max(1e-3);
+        folded::samples(profile, kind)
+            .into_iter()
+            .map(move |sample| {
+                let value = sample.values.get(index).copied().unwrap_or(0) as f64;
+                (sample.frames.join(";"), (value / seconds).round() as u64)
+            })
+    };
+    let mut both: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+    for (stack, value) in per_second(base) {
+        both.entry(stack).or_default().0 += value;
+    }
+    for (stack, value) in per_second(new) {
+        both.entry(stack).or_default().1 += value;
+    }
+    both.into_iter()
+        .filter(|(_, (before, after))| *before > 0 || *after > 0)
+        .map(|(stack, (before, after))| format!("{stack} {before} {after}"))
+        .collect()
+}
+
+pub fn render_diff_svg(base: &Profile, new: &Profile, kind: Kind) -> Result<Vec<u8>> {
+    let (title, count_name, factor) = diff_labels(kind);
+    render_lines(
+        &diff_lines(base, new, kind),
+        kind,
+        title.to_string(),
+        None,
+        count_name,
+        factor,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::report::tests::profile_with_two_locks;
+
+    #[test]
+    fn svg_names_the_callers() {
+        let svg = render_svg(&profile_with_two_locks(), Kind::Lock).expect("svg");
+        let text = String::from_utf8(svg).expect("utf8");
+        assert!(text.starts_with("<?xml"), "an SVG document");
+        assert!(text.contains("do_pipe2"));
+        assert!(text.contains("vm_mmap_pgoff"));
+        assert!(text.contains("Lock wait time"));
+    }
+
+    #[test]
+    fn diff_lines_are_per_second() {
+        let mut base = profile_with_two_locks();
+        base.duration_s = 2.0;
+        let mut new = profile_with_two_locks();
+        new.duration_s = 1.0;
+        new.locks[2].total_ns *= 4;
+        let lines = diff_lines(&base, &new, Kind::Lock);
+        assert!(
+            lines.contains(&"ior;spinlock;do_pipe2 3500000 7000000".to_string()),
+            "{lines:?}"
+        );
+        assert!(
+            lines.contains(&"ior;rwsem:W;vm_mmap_pgoff 3000000 24000000".to_string()),
+            "{lines:?}"
+        );
+        let svg = String::from_utf8(render_diff_svg(&base, &new, Kind::Lock).expect("svg"))
+            .expect("utf8");
+        assert!(svg.contains("vm_mmap_pgoff"));
+    }
+}

@@ -1,0 +1,353 @@
+//! Stacks of every kind, built once here: `samples()` turns a profile into root-first
+//! frame paths with one value per sample type; the flamegraph, the differential
+//! flamegraph, pprof and the folded / JSON exports all start from it.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::{
+    kind::Kind,
+    lock::{is_lock_internal, lock_type_name},
+    profile::{CpuRow, Profile},
+    waitclass::IO_CLASSES,
+};
+
+/// One kind's sample: frames from the root (process) to the leaf, one value per
+/// entry of `sample_types(kind)`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    pub frames: Vec<String>,
+    pub values: Vec<u64>,
+}
+
+/// What the values of a kind's samples are, pprof style: (type, unit).
+pub fn sample_types(kind: Kind) -> &'static [(&'static str, &'static str)] {
+    match kind {
+        Kind::Lock => &[("contentions", "count"), ("delay", "nanoseconds")],
+        Kind::Rpc => &[("requests", "count"), ("latency", "nanoseconds")],
+        Kind::Func => &[("calls", "count"), ("latency", "nanoseconds")],
+        Kind::Cpu => &[("samples", "count")],
+        Kind::Offcpu => &[("waits", "count"), ("off_cpu", "nanoseconds")],
+        Kind::Io => &[("waits", "count"), ("io_wait", "nanoseconds")],
+    }
+}
+
+/// Which sample value the flamegraph width is, and the divisor that turns it into the
+/// folded unit (delay or time off CPU in nanoseconds, folded in microseconds).
+pub fn flame_value(kind: Kind) -> (usize, u64) {
+    match kind {
+        Kind::Lock | Kind::Offcpu | Kind::Io | Kind::Rpc | Kind::Func => (1, 1_000),
+        Kind::Cpu => (0, 1),
+    }
+}
+
+/// Folded frames may not contain `;` (separator) or line breaks; the count follows the
+/// last space, so frames keep their spaces.
+pub fn clean(frame: &str) -> String {
+    frame.replace([';', '\n', '\r'], "_")
+}
+
+/// The samples of `kind`, merged by frame path (sorted by it).
+pub fn samples(profile: &Profile, kind: Kind) -> Vec<Sample> {
+    let mut merged: BTreeMap<Vec<String>, Vec<u64>> = BTreeMap::new();
+    let mut add = |frames: Vec<String>, values: &[u64]| {
+        let slot = merged
+            .entry(frames)
+            .or_insert_with(|| vec![0; values.len()]);
+        for (total, value) in slot.iter_mut().zip(values) {
+            // Saturating: a damaged or hand-made profile must not wrap around.
+            *total = total.saturating_add(*value);
+        }
+    };
+    match kind {
+        // Process; lock type; stack from the outermost frame to the caller (the locking
+        // code itself is left out, so the caller is on top).
+        Kind::Lock => {
+            // Sum by (process, type, stack) with integer keys first, then build the
+            // frames of each distinct key once: rows (one per lock address) far
+            // outnumber paths, and a million rows must not cost a million frame lists.
+            let mut sums: HashMap<(u32, u32, Option<u32>), [u64; 2]> = HashMap::new();
+            for row in &profile.locks {
+                let sum = sums.entry((row.pid, row.flags, row.stack)).or_default();
+                sum[0] = sum[0].saturating_add(row.count);
+                sum[1] = sum[1].saturating_add(row.total_ns);
+            }
+            let mut stack_parts: HashMap<Option<u32>, Vec<String>> = HashMap::new();
+            let mut process_parts: HashMap<u32, String> = HashMap::new();
+            for ((pid, flags, stack), values) in sums {
+                let process = process_parts
+                    .entry(pid)
+                    .or_insert_with(|| clean(&profile.process_name(pid)));
+                let stack_frames = stack_parts
+                    .entry(stack)
+                    .or_insert_with(|| lock_stack_frames(profile, stack));
+                let mut frames = Vec::with_capacity(stack_frames.len() + 2);
+                frames.push(process.clone());
+                frames.push(clean(lock_type_name(flags)));
+                frames.extend(stack_frames.iter().cloned());
+                add(frames, &values);
+            }
+        }
+        // Process; wait class; user stack from main inward; kernel stack from the
+        // system call down to the scheduler. `io`: the IO wait classes only.
+        Kind::Offcpu | Kind::Io => {
+            for row in &profile.offcpu {
+                if kind == Kind::Io && !IO_CLASSES.contains(&row.class.as_str()) {
+                    continue;
+                }
+                let mut frames = vec![clean(&profile.process_name(row.pid)), clean(&row.class)];
+                if row.ustack.is_some() && profile.stack_truncated(row.ustack) {
+                    frames.push("[truncated]".into());
+                }
+                frames.extend(
+                    profile
+                        .stack_frames(row.ustack)
+                        .iter()
+                        .rev()
+                        .map(|frame| clean(&frame.display())),
+                );
+                if row.stack.is_none() {
+                    frames.push("[stack lost]".into());
+                }
+                frames.extend(
+                    profile
+                        .stack_frames(row.stack)
+                        .iter()
+                        .rev()
+                        .map(|frame| clean(&frame.display())),
+                );
+                add(frames, &[row.count, row.total_ns]);
+            }
+        }
+        Kind::Rpc => {
+            // Who runs the completion path, weighted by the latency of the requests.
+            for row in &profile.rpcs {
+                let mut parts = vec![
+                    clean(&profile.process_name(row.pid)),
+                    clean(&format!("{} {}", row.provider, row.op_name)),
+                ];
+                push_stack(&mut parts, profile, row.end_stack);
+                add(parts, &[row.latency.count, row.latency.total_ns]);
+            }
+        }
+        Kind::Func => {
+            for row in &profile.funcs {
+                let mut parts = vec![clean(&profile.process_name(row.pid)), clean(&row.function)];
+                push_stack(&mut parts, profile, row.stack);
+                add(parts, &[row.latency.count, row.latency.total_ns]);
+            }
+        }
+        Kind::Cpu => {
+            for row in &profile.cpu {
+                add(cpu_frames(profile, row), &[row.samples]);
+            }
+        }
+    }
+    merged
+        .into_iter()
+        .map(|(frames, values)| Sample { frames, values })
+        .collect()
+}
+
+/// Frames of a lock stack from the outermost to the caller (the locking code itself
+/// is left out, so the caller is on top), or `[stack lost]`.
+fn lock_stack_frames(profile: &Profile, stack: Option<u32>) -> Vec<String> {
+    if stack.is_none() {
+        return vec!["[stack lost]".to_string()];
+    }
+    let frames = profile.stack_frames(stack);
+    let outside_lock = frames
+        .iter()
+        .position(|frame| !is_lock_internal(&frame.name))
+        .unwrap_or(frames.len());
+    frames[outside_lock..]
+        .iter()
+        .rev()
+        .map(|frame| clean(&frame.display()))
+        .collect()
+}
+
+/// Suffix of kernel frames in CPU stacks, as perf and inferno write it (inferno's
+/// palettes color such frames apart).
+pub const KERNEL_SUFFIX: &str = "_[k]";
+
+/// On-CPU sample: process; user frames from the outermost; kernel frames (`_[k]`) from
+/// the system call or interrupt entry to the leaf. A user stack that stops short of the
+/// program's entry point starts with `[truncated]`, so it does not pose as complete.
+pub fn cpu_frames(profile: &Profile, row: &CpuRow) -> Vec<String> {
+    let mut frames = vec![clean(&profile.process_name(row.pid))];
+    let user = profile.stack_frames(row.user_stack);
+    if row.user_stack.is_some() && profile.stack_truncated(row.user_stack) {
+        frames.push("[truncated]".into());
+    }
+    frames.extend(user.iter().rev().map(|frame| clean(&frame.display())));
+    let kernel = profile.stack_frames(row.kernel_stack);
+    frames.extend(
+        kernel
+            .iter()
+            .rev()
+            .map(|frame| format!("{}{KERNEL_SUFFIX}", clean(&frame.display()))),
+    );
+    if user.is_empty() && kernel.is_empty() {
+        frames.push("[stack lost]".into());
+    }
+    frames
+}
+
+/// Folded lines (`root;...;leaf`, value in the kind's folded unit), zero lines left out.
+pub fn lines(profile: &Profile, kind: Kind) -> Vec<(String, u64)> {
+    let (index, divisor) = flame_value(kind);
+    let mut lines: Vec<(String, u64)> = samples(profile, kind)
+        .into_iter()
+        .filter_map(|sample| {
+            let value = sample.values.get(index).copied().unwrap_or(0) / divisor;
+            (value > 0).then(|| (sample.frames.join(";"), value))
+        })
+        .collect();
+    // Sorted as text (not as frame lists): inferno is told the input is sorted, which
+    // spares it a second sort of a possibly huge input.
+    lines.sort_unstable();
+    lines
+}
+
+/// Appends a stack, outermost frame first (`[stack lost]` when it was lost).
+fn push_stack(parts: &mut Vec<String>, profile: &Profile, stack: Option<u32>) {
+    if stack.is_none() {
+        parts.push("[stack lost]".into());
+        return;
+    }
+    parts.extend(
+        profile
+            .stack_frames(stack)
+            .iter()
+            .rev()
+            .map(|frame| clean(&frame.display())),
+    );
+}
+
+pub fn render(profile: &Profile, kind: Kind) -> String {
+    lines(profile, kind)
+        .into_iter()
+        .map(|(stack, value)| format!("{stack} {value}\n"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::report::tests::profile_with_two_locks;
+
+    #[test]
+    fn lock_lines_have_process_type_and_caller_on_top() {
+        let text = render(&profile_with_two_locks(), Kind::Lock);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines.contains(&"ior;spinlock;do_pipe2 7000"), "{text}");
+        assert!(lines.contains(&"ior;rwsem:W;vm_mmap_pgoff 6000"), "{text}");
+        assert!(
+            !text.contains("_raw_spin_lock"),
+            "lock internals are left out: {text}"
+        );
+    }
+
+    #[test]
+    fn samples_carry_every_value() {
+        let samples = samples(&profile_with_two_locks(), Kind::Lock);
+        let spin = samples
+            .iter()
+            .find(|sample| sample.frames.last().map(String::as_str) == Some("do_pipe2"))
+            .expect("spin sample");
+        assert_eq!(spin.values, vec![150, 7_000_000]);
+        assert_eq!(spin.values.len(), sample_types(Kind::Lock).len());
+    }
+
+    #[test]
+    fn offcpu_lines_have_process_class_and_stack_root_first() {
+        let profile = crate::export::offcpu::tests::profile_with_waits();
+        let text = render(&profile, Kind::Offcpu);
+        assert!(
+            text.contains(
+                "mdtest;buffer;ext4_bread;ext4_read_bh;__wait_on_buffer;io_schedule;__schedule 60000"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("mdtest;sleep;do_nanosleep;schedule 40000"),
+            "{text}"
+        );
+        let io = render(&profile, Kind::Io);
+        assert!(io.contains("buffer") && !io.contains("sleep"), "{io}");
+    }
+
+    #[test]
+    fn offcpu_lines_sum_nanoseconds_and_round_once() {
+        let mut profile = crate::export::offcpu::tests::profile_with_waits();
+        // Two threads on the same path, 1.5 us each: one line of 3 us, not 2.
+        for row in &mut profile.offcpu {
+            if row.class == "buffer" {
+                row.total_ns = 1_500;
+            }
+        }
+        let text = render(&profile, Kind::Offcpu);
+        assert!(text.contains("__schedule 3\n"), "{text}");
+        let samples = samples(&profile, Kind::Io);
+        assert_eq!(samples.len(), 1, "IO classes only");
+        assert_eq!(samples[0].values, vec![8, 3_000]);
+        assert_eq!(samples[0].values.len(), sample_types(Kind::Io).len());
+    }
+
+    #[test]
+    fn cpu_lines_put_user_under_kernel_and_mark_truncation() {
+        use crate::profile::{CpuRow, Frame, Process, StackInterner};
+        let mut profile = Profile::new();
+        let mut interner = StackInterner::default();
+        let user = |name: &str| Frame {
+            name: name.into(),
+            module: Some("/bin/app".into()),
+            kernel: false,
+        };
+        let kernel = |name: &str| Frame {
+            name: name.into(),
+            module: None,
+            kernel: true,
+        };
+        let complete = interner.stack(vec![user("app::hot"), user("main"), user("_start")], false);
+        let cut = interner.stack(vec![user("app::cold"), user("0x1234")], true);
+        let syscall = interner.stack(vec![kernel("_raw_spin_lock"), kernel("do_pipe2")], false);
+        interner.finish(&mut profile);
+        profile.processes = vec![Process {
+            pid: 5,
+            comm: "app".into(),
+            ..Default::default()
+        }];
+        let row = |user_stack, kernel_stack, samples| CpuRow {
+            pid: 5,
+            tid: 5,
+            kernel_stack,
+            user_stack,
+            samples,
+        };
+        profile.cpu = vec![
+            row(Some(complete), Some(syscall), 7),
+            row(Some(cut), None, 3),
+            row(None, Some(syscall), 2),
+        ];
+        let text = render(&profile, Kind::Cpu);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines.contains(&"app;_start;main;app::hot;do_pipe2_[k];_raw_spin_lock_[k] 7"),
+            "{text}"
+        );
+        assert!(
+            lines.contains(&"app;[truncated];0x1234;app::cold 3"),
+            "{text}"
+        );
+        assert!(
+            lines.contains(&"app;do_pipe2_[k];_raw_spin_lock_[k] 2"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn separators_in_names_are_replaced() {
+        assert_eq!(clean("a;b\nc"), "a_b_c");
+    }
+}

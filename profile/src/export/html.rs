@@ -1,0 +1,510 @@
+//! `report --format html`: one self-contained page (no network: a CSP forbids it) with
+//! the tables of every kind present and its flamegraph inline. Each inferno SVG sits in
+//! its own `srcdoc` iframe so its script (search, zoom) runs as in the standalone file,
+//! without clashing with the other flamegraphs' ids and globals. Every name is escaped.
+
+use anyhow::Result;
+
+use crate::{
+    export::{self, cpu, escape::html as esc, flamegraph, latency, lock},
+    kind::{GroupBy, Kind},
+    profile::Profile,
+    units::format_ns,
+};
+
+const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}\
+h1{font-size:1.4em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #ccc}\
+h3{font-size:1em}table{border-collapse:collapse;font-size:0.9em;margin-bottom:1em}\
+th,td{padding:2px 8px;border-bottom:1px solid #eee;text-align:left}\
+td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}\
+dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px}dt{font-weight:bold}\
+dd{margin:0;font-family:monospace}\
+iframe.flamegraph{width:100%;border:1px solid #ccc}pre.histogram{font-size:0.85em}";
+
+/// A table; cells are escaped here. `numeric[i]` right-aligns column i.
+fn table(headers: &[&str], numeric: &[bool], rows: &[Vec<String>]) -> String {
+    let class = |index: usize| {
+        if numeric.get(index).copied().unwrap_or(false) {
+            " class=\"n\""
+        } else {
+            ""
+        }
+    };
+    let mut out = String::from("<table>\n<thead><tr>");
+    for (index, header) in headers.iter().enumerate() {
+        out.push_str(&format!("<th{}>{}</th>", class(index), esc(header)));
+    }
+    out.push_str("</tr></thead>\n<tbody>\n");
+    for row in rows {
+        out.push_str("<tr>");
+        for (index, cell) in row.iter().enumerate() {
+            out.push_str(&format!("<td{}>{}</td>", class(index), esc(cell)));
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</tbody>\n</table>\n");
+    out
+}
+
+/// The inferno SVG inside an iframe document of its own.
+fn flamegraph_frame(svg: &[u8], title: &str) -> String {
+    let svg = String::from_utf8_lossy(svg);
+    // Drop the XML prolog and doctype: the iframe document is HTML with inline SVG.
+    let body = svg.find("<svg").map(|start| &svg[start..]).unwrap_or(&svg);
+    let height = body
+        .split_once("height=\"")
+        .and_then(|(_, rest)| rest.split('"').next())
+        .and_then(|height| height.parse::<u32>().ok())
+        .unwrap_or(600);
+    // inferno keeps zoom and search in the page URL with history.replaceState, which an
+    // about:srcdoc document may not do: the state stays in the page instead.
+    let document = format!(
+        "<!DOCTYPE html><html><head><meta charset=\"utf-8\">\
+         <style>html,body{{margin:0}}</style>\
+         <script>history.replaceState=function(){{}};</script></head><body>{body}</body></html>"
+    );
+    format!(
+        "<iframe class=\"flamegraph\" title=\"{}\" style=\"height:{}px\" srcdoc=\"{}\"></iframe>\n",
+        esc(title),
+        height + 8,
+        esc(&document)
+    )
+}
+
+fn lock_rows(profile: &Profile, by: GroupBy, top: usize) -> Vec<Vec<String>> {
+    lock::lock_groups(profile, by)
+        .into_iter()
+        .take(top)
+        .map(|group| {
+            let third = match by {
+                GroupBy::Process => group.processes.join(", "),
+                GroupBy::Host => group.host.clone(),
+                _ => group.lock.clone(),
+            };
+            vec![
+                group.contended.to_string(),
+                format_ns(group.total_wait_ns),
+                format_ns(group.max_wait_ns),
+                format_ns(group.avg_wait_ns),
+                group.lock_type,
+                third,
+                group
+                    .callers
+                    .iter()
+                    .take(3)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                group
+                    .pids
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ]
+        })
+        .collect()
+}
+
+/// The section of one kind: its tables and its flamegraph. A kind adds its arm.
+fn kind_section(profile: &Profile, kind: Kind) -> Result<String> {
+    let mut out = String::new();
+    match kind {
+        Kind::Lock => {
+            out.push_str("<section id=\"lock\">\n<h2>Lock contention</h2>\n");
+            let numeric = [true, true, true, true, false, false, false, false];
+            let mut ways = vec![
+                ("By lock", GroupBy::Lock, "lock"),
+                ("By caller", GroupBy::Caller, "lock"),
+                (
+                    "Per process (wait by process and lock type)",
+                    GroupBy::Process,
+                    "process",
+                ),
+            ];
+            if profile.is_merged() {
+                ways.push(("Per host", GroupBy::Host, "host"));
+            }
+            for (title, by, third) in ways {
+                out.push_str(&format!("<h3>{}</h3>\n", esc(title)));
+                let rows = lock_rows(profile, by, 50);
+                if rows.is_empty() {
+                    out.push_str("<p>No lock contention recorded.</p>\n");
+                    break;
+                }
+                out.push_str(&table(
+                    &[
+                        "contended",
+                        "total wait",
+                        "max wait",
+                        "avg wait",
+                        "type",
+                        third,
+                        "callers",
+                        "pids",
+                    ],
+                    &numeric,
+                    &rows,
+                ));
+            }
+            out.push_str("<h3>Flamegraph (width: wait time)</h3>\n");
+            let svg = flamegraph::render_svg(profile, kind)?;
+            out.push_str(&flamegraph_frame(&svg, "lock wait flamegraph"));
+            out.push_str("</section>\n");
+        }
+        Kind::Offcpu => {
+            out.push_str("<section id=\"offcpu\">\n<h2>Off-CPU waits</h2>\n");
+            out.push_str("<h3>Per process (wait breakdown by class)</h3>\n");
+            let rows = offcpu_rows(profile, 50);
+            if rows.is_empty() {
+                out.push_str("<p>No off-CPU waits recorded.</p>\n");
+            } else {
+                out.push_str(&table(
+                    &[
+                        "process",
+                        "pid",
+                        "off-CPU",
+                        "class",
+                        "time",
+                        "%",
+                        "waits",
+                        "max",
+                        "top stack",
+                    ],
+                    &[false, true, true, false, true, true, true, true, false],
+                    &rows,
+                ));
+            }
+            out.push_str("<h3>Flamegraph (width: time off CPU)</h3>\n");
+            let svg = flamegraph::render_svg(profile, kind)?;
+            out.push_str(&flamegraph_frame(&svg, "off-CPU flamegraph"));
+            out.push_str("</section>\n");
+        }
+        Kind::Io => {
+            out.push_str("<section id=\"io\">\n<h2>Block IO</h2>\n");
+            let groups = export::io::groups(profile);
+            if groups.is_empty() {
+                out.push_str("<p>No block-IO requests recorded.</p>\n");
+            } else {
+                let rows: Vec<Vec<String>> = groups
+                    .iter()
+                    .map(|group| {
+                        vec![
+                            format!("{} ({})", group.device, group.dev),
+                            group.op.clone(),
+                            group.count.to_string(),
+                            export::io::format_bytes(group.bytes),
+                            format_ns(group.avg_ns),
+                            format_ns(group.p50_ns),
+                            format_ns(group.p99_ns),
+                            format_ns(group.max_ns),
+                        ]
+                    })
+                    .collect();
+                out.push_str(&table(
+                    &[
+                        "device", "op", "requests", "bytes", "avg", "p50", "p99", "max",
+                    ],
+                    &[false, false, true, true, true, true, true, true],
+                    &rows,
+                ));
+                for group in &groups {
+                    out.push_str(&format!(
+                        "<h3>Latency histogram: {} ({}) {}</h3>\n<pre class=\"histogram\">{}</pre>\n",
+                        esc(&group.device),
+                        esc(&group.dev),
+                        esc(&group.op),
+                        esc(&export::io::histogram(&group.histogram))
+                    ));
+                }
+            }
+            out.push_str(
+                "<h3>IO wait flamegraph (off-CPU in buffer, page, block-io, journal)</h3>\n",
+            );
+            let svg = flamegraph::render_svg(profile, kind)?;
+            out.push_str(&flamegraph_frame(&svg, "IO wait flamegraph"));
+            out.push_str("</section>\n");
+        }
+        Kind::Rpc | Kind::Func => {
+            let (id, title, groups, what) = if kind == Kind::Rpc {
+                (
+                    "rpc",
+                    "Request latency",
+                    latency::rpc_groups(profile),
+                    "request",
+                )
+            } else {
+                (
+                    "func",
+                    "Function latency",
+                    latency::func_groups(profile),
+                    "function",
+                )
+            };
+            out.push_str(&format!("<section id=\"{id}\">\n<h2>{title}</h2>\n"));
+            let rows: Vec<Vec<String>> = groups
+                .iter()
+                .take(50)
+                .map(|group| {
+                    vec![
+                        group.count.to_string(),
+                        crate::units::format_ns(group.total_ns),
+                        crate::units::format_ns(group.mean_ns),
+                        crate::units::format_ns(group.max_ns),
+                        group.name.clone(),
+                        group.process.clone(),
+                        group.completed_in.clone().unwrap_or_default(),
+                    ]
+                })
+                .collect();
+            if rows.is_empty() {
+                out.push_str(&format!("<p>No {what} recorded.</p>\n"));
+            } else {
+                out.push_str(&table(
+                    &[
+                        "count",
+                        "total",
+                        "mean",
+                        "max",
+                        what,
+                        "process",
+                        "completed in",
+                    ],
+                    &[true, true, true, true, false, false, false],
+                    &rows,
+                ));
+            }
+            out.push_str("<h3>Flamegraph (width: latency)</h3>\n");
+            let svg = flamegraph::render_svg(profile, kind)?;
+            out.push_str(&flamegraph_frame(&svg, &format!("{id} latency flamegraph")));
+            out.push_str("</section>\n");
+        }
+        Kind::Cpu => {
+            out.push_str("<section id=\"cpu\">\n<h2>On-CPU samples</h2>\n");
+            let processes: Vec<Vec<String>> = cpu::cpu_processes(profile)
+                .into_iter()
+                .take(50)
+                .map(|process| {
+                    vec![
+                        process.samples.to_string(),
+                        process.pid.to_string(),
+                        process.process,
+                    ]
+                })
+                .collect();
+            out.push_str("<h3>By process</h3>\n");
+            out.push_str(&table(
+                &["samples", "pid", "process"],
+                &[true, true, false],
+                &processes,
+            ));
+            let functions: Vec<Vec<String>> = cpu::cpu_functions(profile)
+                .into_iter()
+                .take(50)
+                .map(|function| {
+                    let suffix = if function.kernel { " [k]" } else { "" };
+                    vec![
+                        function.self_samples.to_string(),
+                        function.total_samples.to_string(),
+                        format!("{}{suffix}", function.function),
+                    ]
+                })
+                .collect();
+            out.push_str("<h3>Top functions (self, total)</h3>\n");
+            out.push_str(&table(
+                &["self", "total", "function"],
+                &[true, true, false],
+                &functions,
+            ));
+            out.push_str("<h3>Flamegraph (width: CPU samples; kernel frames _[k])</h3>\n");
+            let svg = flamegraph::render_svg(profile, kind)?;
+            out.push_str(&flamegraph_frame(&svg, "on-CPU flamegraph"));
+            out.push_str("</section>\n");
+        }
+    }
+    Ok(out)
+}
+
+/// One row per (process, class), most off-CPU time first; the process columns on its
+/// first row only.
+fn offcpu_rows(profile: &Profile, top: usize) -> Vec<Vec<String>> {
+    let mut rows = Vec::new();
+    for process in export::offcpu::processes(profile).into_iter().take(top) {
+        for (index, class) in process.classes.iter().enumerate() {
+            let first = index == 0;
+            let top_stack = class
+                .stacks
+                .first()
+                .map(|stack| export::offcpu::short_stack(&stack.kernel, 120))
+                .unwrap_or_default();
+            rows.push(vec![
+                if first {
+                    process.process.clone()
+                } else {
+                    String::new()
+                },
+                if first {
+                    process.pid.to_string()
+                } else {
+                    String::new()
+                },
+                if first {
+                    format_ns(process.total_ns)
+                } else {
+                    String::new()
+                },
+                class.class.clone(),
+                format_ns(class.total_ns),
+                format!("{:.1}", class.percent),
+                class.count.to_string(),
+                format_ns(class.max_ns),
+                top_stack,
+            ]);
+        }
+    }
+    rows
+}
+
+fn overview(profile: &Profile) -> String {
+    let mut out = String::from("<dl>\n");
+    let mut item = |name: &str, value: String| {
+        out.push_str(&format!("<dt>{}</dt><dd>{}</dd>\n", esc(name), esc(&value)));
+    };
+    item("host", profile.host.clone());
+    item("kernel", profile.kernel.clone());
+    item("start (Unix time)", profile.start_unix_s.to_string());
+    item("duration", format!("{:.1} s", profile.duration_s));
+    let mut target = profile.targets.mode.clone();
+    if !profile.targets.pids.is_empty() {
+        target.push_str(&format!(" {:?}", profile.targets.pids));
+    }
+    if !profile.targets.command.is_empty() {
+        target.push_str(&format!(": {}", profile.targets.command.join(" ")));
+    }
+    if let Some(cgroup) = &profile.targets.cgroup {
+        target.push_str(&format!(": {cgroup}"));
+    }
+    item("target", target);
+    for probe in &profile.probes {
+        item(&format!("probe {}", probe.family), probe.method.clone());
+    }
+    item("command line", profile.command_line.join(" "));
+    item("processes", profile.processes.len().to_string());
+    out.push_str("</dl>\n");
+    out
+}
+
+fn losses(profile: &Profile) -> String {
+    let mut out = String::from("<section id=\"losses\">\n<h2>Lost events</h2>\n");
+    if profile.losses.is_empty() {
+        out.push_str("<p>None: every event was recorded.</p>\n");
+    } else {
+        out.push_str("<p>Numbers above are lower bounds.</p>\n");
+        let rows: Vec<Vec<String>> = profile
+            .losses
+            .iter()
+            .map(|(name, count)| {
+                let why = profiler_common::loss::loss_meaning(name).to_string();
+                vec![count.to_string(), name.clone(), why]
+            })
+            .collect();
+        out.push_str(&table(&["count", "cause", "meaning"], &[true], &rows));
+    }
+    out.push_str("</section>\n");
+    out
+}
+
+pub fn render(profile: &Profile) -> Result<String> {
+    let title = format!(
+        "lockpath report — {} — {:.1} s",
+        profile.host, profile.duration_s
+    );
+    let mut out = format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; \
+         script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:\">\n\
+         <title>{}</title>\n<style>{STYLE}</style></head>\n<body>\n<h1>{}</h1>\n",
+        esc(&title),
+        esc(&title)
+    );
+    out.push_str(&overview(profile));
+    let kinds = export::kinds_present(profile);
+    if kinds.is_empty() {
+        out.push_str("<p>This profile has no recorded events.</p>\n");
+    }
+    for kind in kinds {
+        out.push_str(&kind_section(profile, kind)?);
+    }
+    out.push_str(&losses(profile));
+    out.push_str("</body></html>\n");
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::report::tests::profile_with_two_locks;
+
+    fn hostile_profile() -> Profile {
+        let mut profile = profile_with_two_locks();
+        profile.processes[0].comm = "<svg onload=x>".into();
+        profile.frames[2].name = "ns::f<\"q'\">&<script>alert(1)</script>".into();
+        profile.host = "<b>host</b>".into();
+        profile
+    }
+
+    #[test]
+    fn page_is_self_contained_with_tables_and_flamegraph() {
+        let page = render(&profile_with_two_locks()).expect("html");
+        assert!(page.starts_with("<!DOCTYPE html>"));
+        assert!(page.contains("default-src 'none'"), "no network");
+        assert!(
+            !page.contains("http://") || !page.contains("src=\"http"),
+            "no remote resources"
+        );
+        assert!(page.contains("<iframe class=\"flamegraph\""));
+        assert!(page.contains("<td>do_pipe2</td>") || page.contains("do_pipe2"));
+        assert!(page.contains("<td class=\"n\">7.00 ms</td>"), "{page}");
+    }
+
+    #[test]
+    fn offcpu_and_io_sections_with_breakdown_histograms_and_flamegraphs() {
+        let page =
+            render(&crate::export::offcpu::tests::profile_with_waits_and_io()).expect("html");
+        assert!(page.contains("<section id=\"offcpu\">"), "{page}");
+        assert!(page.contains("<section id=\"io\">"), "{page}");
+        // mdtest: 100 ms off CPU, 60% buffer with its top stack.
+        assert!(page.contains("<td>mdtest</td>"), "{page}");
+        assert!(page.contains("<td class=\"n\">60.0</td>"), "{page}");
+        assert!(
+            page.contains("__wait_on_buffer &lt; ext4_read_bh"),
+            "{page}"
+        );
+        // The loop0 histogram, biolatency style.
+        assert!(page.contains("loop0 (7:0)"), "{page}");
+        assert!(page.contains("64 -&gt; 127"), "{page}");
+        assert!(page.contains("title=\"off-CPU flamegraph\""), "{page}");
+        assert!(page.contains("title=\"IO wait flamegraph\""), "{page}");
+    }
+
+    #[test]
+    fn hostile_names_are_escaped() {
+        let page = render(&hostile_profile()).expect("html");
+        assert!(!page.contains("<svg onload=x>"), "raw process name in page");
+        assert!(!page.contains("<script>alert"), "raw symbol in page");
+        assert!(!page.contains("<b>host"), "raw host name in page");
+        assert!(page.contains("&lt;svg onload=x&gt;"));
+        // Inside the srcdoc attribute the SVG's own escaping is escaped once more.
+        assert!(
+            page.contains("&amp;lt;svg onload=x&amp;gt;"),
+            "escaped in the flamegraph"
+        );
+        // No attribute value is broken out of: every quote inside srcdoc is an entity.
+        let srcdoc = page.split("srcdoc=\"").nth(1).expect("srcdoc");
+        let value = srcdoc.split('"').next().expect("value");
+        assert!(
+            value.ends_with("</html>") || value.contains("&lt;/html&gt;"),
+            "srcdoc ends where it should"
+        );
+    }
+}

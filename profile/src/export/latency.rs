@@ -1,0 +1,275 @@
+//! Latency tables: request spans (`--rpc`, `--span`), function latency (`--func`,
+//! `--ufunc`) and hold times (`--hold`).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::{
+    lock::{STACK_LOST, UNKNOWN},
+    report::unavailable,
+    table::{fit, more_rows, shown_rows},
+};
+use crate::{
+    lock::{caller, lock_type_name},
+    profile::Profile,
+    units::format_ns,
+};
+
+/// One row of a latency table: profile rows grouped by (what, process).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LatencyGroup {
+    /// `fuse CREATE`, `sunrpc rpc_task`, `vfs_read`, `/usr/bin/x:work`.
+    pub name: String,
+    pub pid: u32,
+    pub process: String,
+    pub count: u64,
+    pub total_ns: u64,
+    pub mean_ns: u64,
+    pub max_ns: u64,
+    pub min_ns: u64,
+    /// log2 histogram: `hist[i]` counts latencies in [2^i, 2^(i+1)) ns.
+    pub hist: Vec<u64>,
+    /// rpc: the function that ran the completion most (leaf of its stack).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completed_in: Option<String>,
+}
+
+fn group_latency<'a>(
+    profile: &Profile,
+    rows: impl Iterator<Item = (String, u32, &'a crate::profile::Latency, Option<u32>)>,
+) -> Vec<LatencyGroup> {
+    let mut groups: BTreeMap<(String, u32), (crate::profile::Latency, BTreeMap<String, u64>)> =
+        BTreeMap::new();
+    for (name, pid, latency, stack) in rows {
+        let entry = groups.entry((name, pid)).or_default();
+        entry.0.merge(latency);
+        if let Some(stack) = stack {
+            if let Some(frame) = profile.stack_frames(Some(stack)).first() {
+                *entry.1.entry(frame.display()).or_default() += latency.total_ns;
+            }
+        }
+    }
+    let mut out: Vec<LatencyGroup> = groups
+        .into_iter()
+        .map(|((name, pid), (latency, leaves))| LatencyGroup {
+            process: profile.process_name(pid),
+            name,
+            pid,
+            count: latency.count,
+            total_ns: latency.total_ns,
+            mean_ns: latency.mean_ns(),
+            max_ns: latency.max_ns,
+            min_ns: latency.min_ns,
+            hist: latency.hist.clone(),
+            completed_in: leaves
+                .into_iter()
+                .max_by_key(|(_, total)| *total)
+                .map(|(leaf, _)| leaf),
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        b.total_ns
+            .cmp(&a.total_ns)
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    out
+}
+
+/// Request latency grouped by provider, operation and process.
+pub fn rpc_groups(profile: &Profile) -> Vec<LatencyGroup> {
+    group_latency(
+        profile,
+        profile.rpcs.iter().map(|row| {
+            (
+                format!("{} {}", row.provider, row.op_name),
+                row.pid,
+                &row.latency,
+                row.end_stack,
+            )
+        }),
+    )
+}
+
+/// Function latency grouped by function and process.
+pub fn func_groups(profile: &Profile) -> Vec<LatencyGroup> {
+    let mut groups = group_latency(
+        profile,
+        profile
+            .funcs
+            .iter()
+            .map(|row| (short_function_name(row), row.pid, &row.latency, None)),
+    );
+    for group in &mut groups {
+        group.completed_in = None;
+    }
+    groups
+}
+
+/// `vfs_read`, or `binary:symbol` without the binary's directory for user functions.
+fn short_function_name(row: &crate::profile::FuncRow) -> String {
+    if !row.user {
+        return row.function.clone();
+    }
+    match row.function.rsplit_once(':') {
+        Some((binary, symbol)) => {
+            let file = binary.rsplit('/').next().unwrap_or(binary);
+            format!("{file}:{symbol}")
+        }
+        None => row.function.clone(),
+    }
+}
+
+/// A latency table as text, within 100 columns.
+pub fn latency_table(groups: &[LatencyGroup], what: &str, top: usize) -> String {
+    let mut out = String::new();
+    if groups.is_empty() {
+        out.push_str(&format!("no {what} recorded\n"));
+        return out;
+    }
+    out.push_str(&format!(
+        "{:>7} {:>9} {:>9} {:>9}  {:<28} {:<14} {}\n",
+        "count", "total", "mean", "max", what, "process", "completed in"
+    ));
+    let shown = shown_rows(top, groups.len());
+    for group in &groups[..shown] {
+        out.push_str(&format!(
+            "{:>7} {:>9} {:>9} {:>9}  {:<28} {:<14} {}\n",
+            group.count,
+            format_ns(group.total_ns),
+            format_ns(group.mean_ns),
+            format_ns(group.max_ns),
+            fit(&group.name, 28),
+            fit(&group.process, 14),
+            fit(group.completed_in.as_deref().unwrap_or(""), 17),
+        ));
+    }
+    out.push_str(&more_rows(shown, groups.len()));
+    out
+}
+
+/// Hold times of the `--hold` lock by one holder: process, acquisition stack and mode.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct HoldGroup {
+    #[serde(rename = "type")]
+    pub lock_type: String,
+    pub lock: String,
+    pub pid: u32,
+    pub process: String,
+    /// The first frame of the holder's stack outside the locking code.
+    pub acquired_in: String,
+    /// The holder's kernel stack where it took the lock, leaf first.
+    pub stack: Vec<String>,
+    pub count: u64,
+    pub total_ns: u64,
+    pub mean_ns: u64,
+    pub max_ns: u64,
+    pub min_ns: u64,
+    /// log2 histogram: `hist[i]` counts holds in [2^i, 2^(i+1)) ns.
+    pub hist: Vec<u64>,
+}
+
+/// One group per hold row, most total hold time first.
+pub fn hold_groups(profile: &Profile) -> Vec<HoldGroup> {
+    let mut groups: Vec<HoldGroup> = profile
+        .holds
+        .iter()
+        .map(|row| {
+            let frames = profile.stack_frames(row.stack);
+            HoldGroup {
+                lock_type: lock_type_name(row.flags).to_string(),
+                lock: row.lock_name.clone(),
+                pid: row.pid,
+                process: profile.process_name(row.pid),
+                acquired_in: match (row.stack, caller(&frames)) {
+                    (None, _) => STACK_LOST.to_string(),
+                    (Some(_), Some(frame)) => frame.display(),
+                    (Some(_), None) => UNKNOWN.to_string(),
+                },
+                stack: frames.iter().map(|frame| frame.display()).collect(),
+                count: row.latency.count,
+                total_ns: row.latency.total_ns,
+                mean_ns: row.latency.mean_ns(),
+                max_ns: row.latency.max_ns,
+                min_ns: row.latency.min_ns,
+                hist: row.latency.hist.clone(),
+            }
+        })
+        .collect();
+    groups.sort_by(|a, b| {
+        b.total_ns
+            .cmp(&a.total_ns)
+            .then_with(|| a.pid.cmp(&b.pid))
+            .then_with(|| a.acquired_in.cmp(&b.acquired_in))
+    });
+    groups
+}
+
+/// The hold table: one row per holder, then the stack of the holder with the most hold
+/// time (where the lock is taken, leaf first).
+pub fn hold_table(profile: &Profile, top: usize) -> String {
+    let groups = hold_groups(profile);
+    let Some(first) = groups.first() else {
+        return "no acquisition of the lock was seen\n".to_string();
+    };
+    let mut out = format!(
+        "{:>7} {:>9} {:>9} {:>9}  {:<9} {:<22} {}\n",
+        "count", "total", "mean", "max", "type", "holder", "acquired in"
+    );
+    let shown = shown_rows(top, groups.len());
+    for group in &groups[..shown] {
+        out.push_str(&format!(
+            "{:>7} {:>9} {:>9} {:>9}  {:<9} {:<22} {}\n",
+            group.count,
+            format_ns(group.total_ns),
+            format_ns(group.mean_ns),
+            format_ns(group.max_ns),
+            group.lock_type,
+            fit(&format!("{}[{}]", group.process, group.pid), 22),
+            fit(&group.acquired_in, 30),
+        ));
+    }
+    out.push_str(&more_rows(shown, groups.len()));
+    if !first.stack.is_empty() {
+        out.push_str(&format!(
+            "stack of {}[{}], leaf first: {}\n",
+            first.process,
+            first.pid,
+            first
+                .stack
+                .iter()
+                .take(12)
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(" < ")
+        ));
+    }
+    out
+}
+
+/// Every table the profile has data or probes for (summary and `report`).
+pub fn latency_sections(profile: &Profile, top: usize) -> String {
+    let mut out = String::new();
+    let has = |family: &str| profile.recorded(family);
+    if has("rpc") || !profile.rpcs.is_empty() {
+        out.push_str("\nrequest latency, by operation and process (total time):\n");
+        out.push_str(&latency_table(&rpc_groups(profile), "request", top));
+    }
+    if has("func") || has("ufunc") || !profile.funcs.is_empty() {
+        out.push_str("\nfunction latency, by function and process (total time):\n");
+        out.push_str(&latency_table(&func_groups(profile), "function", top));
+    }
+    if has("hold") || !profile.holds.is_empty() {
+        let lock = profile
+            .holds
+            .first()
+            .map(|row| row.lock_name.as_str())
+            .unwrap_or("the --hold lock");
+        out.push_str(&format!(
+            "\nhold times of {lock}, by holder (acquisition to release, total time):\n"
+        ));
+        out.push_str(&hold_table(profile, top));
+    }
+    out.push_str(&unavailable(profile));
+    out
+}

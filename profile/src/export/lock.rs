@@ -1,0 +1,381 @@
+//! The lock table: contention rows grouped by lock, caller, process or host, and the
+//! holders of the sleeping locks.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::Serialize;
+
+use super::table::{fit, more_rows};
+use crate::{
+    kind::GroupBy,
+    lock::{caller, lock_type_name},
+    profile::Profile,
+    units::format_ns,
+};
+
+/// One row of the lock table: rows of the profile grouped by lock, caller or process.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LockGroup {
+    #[serde(rename = "type")]
+    pub lock_type: String,
+    pub lock: String,
+    /// The caller with the most wait time in this group.
+    pub caller: String,
+    pub contended: u64,
+    pub total_wait_ns: u64,
+    pub max_wait_ns: u64,
+    pub min_wait_ns: u64,
+    pub avg_wait_ns: u64,
+    /// Every caller, most wait first.
+    pub callers: Vec<String>,
+    pub pids: Vec<u32>,
+    /// Process names, in the order of `pids`.
+    pub processes: Vec<String>,
+    /// Host of the first process (profiles merged from several hosts differ here).
+    pub host: String,
+    /// Who held the lock while these waits began (sleeping locks with a known owner),
+    /// most wait first: "waiters wait on X, held by Y".
+    pub holders: Vec<Holder>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Holder {
+    pub pid: u32,
+    pub process: String,
+    /// Wait of this group's waiters that began while this process held the lock.
+    pub wait_ns: u64,
+    /// Where the holder slept while the waits began (its kernel stack at switch-out,
+    /// scheduler frames left out, leaf first), for the stack with the most wait; empty
+    /// when unknown (the holder was running, or off-CPU was not recorded).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sleeping_in: Vec<String>,
+}
+
+/// Groups lock rows and sorts them by total wait, largest first.
+pub fn lock_groups(profile: &Profile, by: GroupBy) -> Vec<LockGroup> {
+    top_lock_groups(profile, by, 0, false).0
+}
+
+/// The caller of every stack (the first frame outside the locking code), computed once
+/// per stack rather than once per row, as ids into a table of distinct caller names.
+fn stack_callers(profile: &Profile) -> (Vec<u32>, Vec<String>) {
+    let mut names: Vec<String> = vec![STACK_LOST.to_string(), UNKNOWN.to_string()];
+    let mut ids: HashMap<String, u32> = HashMap::new();
+    let per_stack = (0..profile.stacks.len())
+        .map(|id| {
+            let frames = profile.stack_frames(Some(id as u32));
+            let Some(frame) = caller(&frames) else {
+                return UNKNOWN_ID;
+            };
+            let name = frame.display();
+            *ids.entry(name.clone()).or_insert_with(|| {
+                names.push(name);
+                (names.len() - 1) as u32
+            })
+        })
+        .collect();
+    (per_stack, names)
+}
+
+pub(crate) const STACK_LOST: &str = "[stack lost]";
+const STACK_LOST_ID: u32 = 0;
+pub(crate) const UNKNOWN: &str = "[unknown]";
+const UNKNOWN_ID: u32 = 1;
+
+/// A fast, non-cryptographic hasher (rustc's Fx hash) for the grouping maps: a report
+/// of a million rows spends most of its time hashing keys.
+type FxBuild = rustc_hash::FxBuildHasher;
+
+/// The `top` largest groups (0: all; only groups with a known holder if `need_holders`),
+/// and how many groups there are in total. Two passes: sums per group (keys borrow from
+/// the profile, callers are ids), then callers, processes and holders only for the
+/// groups that are shown, so a million rows cost no million allocations.
+pub fn top_lock_groups(
+    profile: &Profile,
+    by: GroupBy,
+    top: usize,
+    need_holders: bool,
+) -> (Vec<LockGroup>, usize) {
+    #[derive(PartialEq, Eq, Hash)]
+    enum Key<'a> {
+        Name(&'a str),
+        Caller(u32),
+        Pid(u32),
+    }
+    struct Sums<'a> {
+        lock_type: &'static str,
+        lock: &'a str,
+        several_locks: bool,
+        has_holder: bool,
+        count: u64,
+        total: u64,
+        max: u64,
+        min: u64,
+    }
+    fn lock_of<'a>(sums: &Sums<'a>) -> &'a str {
+        if sums.several_locks {
+            "(several)"
+        } else {
+            sums.lock
+        }
+    }
+    let (stack_caller, caller_names) = stack_callers(profile);
+    let caller_of = |stack: Option<u32>| match stack {
+        None => STACK_LOST_ID,
+        Some(id) => stack_caller.get(id as usize).copied().unwrap_or(UNKNOWN_ID),
+    };
+    // Hosts by pid, computed once (only grouping by host needs them).
+    let hosts: HashMap<u32, String> = match by {
+        GroupBy::Host => profile
+            .locks
+            .iter()
+            .map(|row| row.pid)
+            .collect::<BTreeSet<u32>>()
+            .into_iter()
+            .map(|pid| (pid, profile.host_of(pid)))
+            .collect(),
+        _ => HashMap::new(),
+    };
+    let mut ids: HashMap<(Key, &'static str), u32, FxBuild> = HashMap::default();
+    let mut groups: Vec<Sums> = Vec::new();
+    let mut row_group: Vec<u32> = Vec::with_capacity(profile.locks.len());
+    for row in &profile.locks {
+        let lock_type = lock_type_name(row.flags);
+        let key = match by {
+            GroupBy::Lock => (Key::Name(&row.lock_name), lock_type),
+            GroupBy::Caller => (Key::Caller(caller_of(row.stack)), lock_type),
+            GroupBy::Process => (Key::Pid(row.pid), lock_type),
+            GroupBy::Host => (
+                Key::Name(hosts.get(&row.pid).map_or("", String::as_str)),
+                "",
+            ),
+        };
+        let id = *ids.entry(key).or_insert_with(|| {
+            groups.push(Sums {
+                lock_type,
+                lock: &row.lock_name,
+                several_locks: false,
+                has_holder: false,
+                count: 0,
+                total: 0,
+                max: 0,
+                min: u64::MAX,
+            });
+            (groups.len() - 1) as u32
+        });
+        row_group.push(id);
+        let sums = &mut groups[id as usize];
+        if sums.lock != row.lock_name {
+            sums.several_locks = true;
+        }
+        sums.has_holder |= row.owner_pid.is_some();
+        // Saturating: a damaged or hand-made profile must not wrap around.
+        sums.count = sums.count.saturating_add(row.count);
+        sums.total = sums.total.saturating_add(row.total_ns);
+        sums.max = sums.max.max(row.max_ns);
+        sums.min = sums.min.min(row.min_ns);
+    }
+    drop(ids);
+    let total_groups = groups.len();
+    let order = |a: &u32, b: &u32| {
+        let (a, b) = (&groups[*a as usize], &groups[*b as usize]);
+        b.total
+            .cmp(&a.total)
+            .then_with(|| b.count.cmp(&a.count))
+            .then_with(|| lock_of(a).cmp(lock_of(b)))
+            .then_with(|| a.lock_type.cmp(b.lock_type))
+    };
+    let mut shown: Vec<u32> = (0..groups.len() as u32)
+        .filter(|&id| !need_holders || groups[id as usize].has_holder)
+        .collect();
+    if top != 0 && shown.len() > top {
+        // Only the top rows are shown: select them, then sort only those.
+        shown.select_nth_unstable_by(top - 1, order);
+        shown.truncate(top);
+    }
+    shown.sort_unstable_by(order);
+
+    // Second pass: callers, processes and holders of the shown groups.
+    const HIDDEN: u32 = u32::MAX;
+    let mut slot_of_group = vec![HIDDEN; groups.len()];
+    for (slot, &group) in shown.iter().enumerate() {
+        slot_of_group[group as usize] = slot as u32;
+    }
+    let mut callers: Vec<HashMap<u32, u64, FxBuild>> = vec![HashMap::default(); shown.len()];
+    let mut pids: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); shown.len()];
+    // owner pid -> (wait, owner stack -> wait)
+    type HolderSums = BTreeMap<u32, (u64, BTreeMap<Option<u32>, u64>)>;
+    let mut holders: Vec<HolderSums> = vec![BTreeMap::new(); shown.len()];
+    for (row, &group) in profile.locks.iter().zip(&row_group) {
+        let slot = slot_of_group[group as usize] as usize;
+        if slot == HIDDEN as usize {
+            continue;
+        }
+        let total = callers[slot].entry(caller_of(row.stack)).or_default();
+        *total = total.saturating_add(row.total_ns);
+        pids[slot].insert(row.pid);
+        if let Some(owner) = row.owner_pid {
+            let (wait, stacks) = holders[slot].entry(owner).or_default();
+            *wait = wait.saturating_add(row.total_ns);
+            let stack_wait = stacks.entry(row.owner_stack).or_default();
+            *stack_wait = stack_wait.saturating_add(row.total_ns);
+        }
+    }
+    let mut names: HashMap<u32, String> = HashMap::new();
+    let mut name_of = |pid: u32| {
+        names
+            .entry(pid)
+            .or_insert_with(|| profile.process_name(pid))
+            .clone()
+    };
+    let caller_name = |id: u32| {
+        caller_names
+            .get(id as usize)
+            .map_or(UNKNOWN, String::as_str)
+    };
+    let mut out = Vec::with_capacity(shown.len());
+    for (((&group, callers), pids), holders) in shown.iter().zip(callers).zip(pids).zip(holders) {
+        let sums = &groups[group as usize];
+        let mut callers: Vec<(&str, u64)> = callers
+            .into_iter()
+            .map(|(id, total)| (caller_name(id), total))
+            .collect();
+        callers.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+        let pids: Vec<u32> = pids.into_iter().collect();
+        let mut holders: Vec<Holder> = holders
+            .into_iter()
+            .map(|(pid, (wait_ns, stacks))| Holder {
+                pid,
+                process: name_of(pid),
+                wait_ns,
+                sleeping_in: stacks
+                    .into_iter()
+                    .filter(|(stack, _)| stack.is_some())
+                    .max_by_key(|(_, wait)| *wait)
+                    .map(|(stack, _)| sleeping_frames(profile, stack))
+                    .unwrap_or_default(),
+            })
+            .collect();
+        holders.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then_with(|| a.pid.cmp(&b.pid)));
+        out.push(LockGroup {
+            holders,
+            lock_type: sums.lock_type.to_string(),
+            lock: lock_of(sums).to_string(),
+            caller: callers.first().map(|c| c.0.to_string()).unwrap_or_default(),
+            contended: sums.count,
+            total_wait_ns: sums.total,
+            max_wait_ns: sums.max,
+            min_wait_ns: if sums.count == 0 { 0 } else { sums.min },
+            avg_wait_ns: sums.total.checked_div(sums.count).unwrap_or(0),
+            callers: callers.into_iter().map(|c| c.0.to_string()).collect(),
+            processes: pids.iter().map(|&pid| name_of(pid)).collect(),
+            host: pids
+                .first()
+                .map(|&pid| profile.host_of(pid))
+                .unwrap_or_default(),
+            pids,
+        });
+    }
+    (out, total_groups)
+}
+
+/// The frames of a sleeping task's stack that say where it sleeps: scheduler frames
+/// left out, leaf first.
+fn sleeping_frames(profile: &Profile, stack: Option<u32>) -> Vec<String> {
+    profile
+        .stack_frames(stack)
+        .into_iter()
+        .filter(|frame| !super::offcpu::is_scheduler_frame(&frame.name))
+        .map(|frame| frame.display())
+        .collect()
+}
+
+/// The lock table as text, within 100 columns.
+pub fn lock_table(profile: &Profile, by: GroupBy, top: usize) -> String {
+    let (groups, total_groups) = top_lock_groups(profile, by, top, false);
+    let mut out = String::new();
+    if groups.is_empty() {
+        out.push_str("no lock contention recorded\n");
+        return out;
+    }
+    let third = match by {
+        GroupBy::Process => "process",
+        GroupBy::Host => "host",
+        _ => "lock",
+    };
+    out.push_str(&format!(
+        "{:>10} {:>10} {:>10} {:>10}  {:<10} {:<20} {}\n",
+        "contended", "total wait", "max wait", "avg wait", "type", third, "caller"
+    ));
+    let shown = groups.len();
+    for group in &groups {
+        let third_value = match by {
+            GroupBy::Process => group.processes.first().cloned().unwrap_or_default(),
+            GroupBy::Host => group.host.clone(),
+            _ => group.lock.clone(),
+        };
+        out.push_str(&format!(
+            "{:>10} {:>10} {:>10} {:>10}  {:<10} {:<20} {}\n",
+            group.contended,
+            format_ns(group.total_wait_ns),
+            format_ns(group.max_wait_ns),
+            format_ns(group.avg_wait_ns),
+            group.lock_type,
+            fit(&third_value, 20),
+            fit(&group.caller, 30),
+        ));
+    }
+    out.push_str(&more_rows(shown, total_groups));
+    out
+}
+
+/// "Waiters wait on X, held by Y": the holders of the top sleeping locks, when the
+/// kernel side could read the owner. Empty when no owner is known.
+pub fn holders_table(profile: &Profile, top: usize) -> String {
+    if profile.locks.iter().all(|row| row.owner_pid.is_none()) {
+        // No owner known anywhere: spare a second grouping pass over every row.
+        return String::new();
+    }
+    let (groups, _) = top_lock_groups(profile, GroupBy::Lock, top.max(1), true);
+    if groups.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("\nheld by (owner of the sleeping lock when the waits began):\n");
+    for group in groups {
+        out.push_str(&format!("  {:<9} {}\n", group.lock_type, group.lock));
+        for holder in group.holders.iter().take(3) {
+            let mut line = format!(
+                "      {}[{}] {} of waits",
+                holder.process,
+                holder.pid,
+                format_ns(holder.wait_ns)
+            );
+            if !holder.sleeping_in.is_empty() {
+                let path: Vec<&str> = holder
+                    .sleeping_in
+                    .iter()
+                    .take(4)
+                    .map(String::as_str)
+                    .collect();
+                line.push_str(&format!(", sleeping in {}", path.join(" < ")));
+            }
+            out.push_str(&fit(&line, 120));
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// Whether the lock family is part of this profile (a profile that names no family and
+/// has no rows of another family is read as a lock profile).
+pub fn lock_family_recorded(profile: &Profile) -> bool {
+    !profile.locks.is_empty()
+        || profile.recorded("lock")
+        || (profile.probes.is_empty()
+            && profile.cpu.is_empty()
+            && profile.offcpu.is_empty()
+            && profile.io.is_empty()
+            && profile.rpcs.is_empty()
+            && profile.funcs.is_empty()
+            && profile.holds.is_empty())
+}

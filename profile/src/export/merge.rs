@@ -1,0 +1,249 @@
+//! `lockpath merge A B ... -o ALL`: one profile from the profiles of many hosts. Every
+//! process keeps its host (`Process::host`); frames and stacks are interned again, and
+//! each family's rows get their stack and process ids rewritten (`remap_rows`).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use anyhow::{bail, Result};
+
+use crate::profile::{ProbeUse, Profile, StackInterner, FORMAT};
+
+/// Pids of the host's processes are kept when no other host used them; a clash gets
+/// `input_index << 22 | pid` (pids are below 2^22 on Linux), documented in the format.
+const PID_BITS: u32 = 22;
+
+/// Rewrites the process and stack ids of every family's rows. A family adds its block.
+fn remap_rows(profile: &mut Profile, pid: &dyn Fn(u32) -> u32, stack: &dyn Fn(u32) -> u32) {
+    for row in &mut profile.locks {
+        row.pid = pid(row.pid);
+        row.stack = row.stack.map(stack);
+        row.owner_pid = row.owner_pid.map(pid);
+        row.owner_stack = row.owner_stack.map(stack);
+    }
+    for row in &mut profile.holds {
+        row.pid = pid(row.pid);
+        row.stack = row.stack.map(stack);
+    }
+    // Thread ids stay: they are looked up inside their (remapped) process.
+    for row in &mut profile.offcpu {
+        row.pid = pid(row.pid);
+        row.stack = row.stack.map(stack);
+        row.ustack = row.ustack.map(stack);
+    }
+    for row in &mut profile.io {
+        row.pid = pid(row.pid);
+    }
+    for row in &mut profile.cpu {
+        row.pid = pid(row.pid);
+        row.kernel_stack = row.kernel_stack.map(stack);
+        row.user_stack = row.user_stack.map(stack);
+    }
+    for row in &mut profile.rpcs {
+        row.pid = pid(row.pid);
+        row.start_stack = row.start_stack.map(stack);
+        row.end_stack = row.end_stack.map(stack);
+    }
+    for row in &mut profile.funcs {
+        row.pid = pid(row.pid);
+        row.stack = row.stack.map(stack);
+    }
+}
+
+/// Appends `input`'s rows of every family to `merged`. A family adds its line.
+fn append_rows(merged: &mut Profile, input: Profile) {
+    merged.locks.extend(input.locks);
+    merged.offcpu.extend(input.offcpu);
+    merged.io.extend(input.io);
+    // Hosts sampled at different rates: the highest is kept (samples stay counts).
+    merged.cpu_freq_hz = merged.cpu_freq_hz.max(input.cpu_freq_hz);
+    merged.cpu.extend(input.cpu);
+    merged.rpcs.extend(input.rpcs);
+    merged.funcs.extend(input.funcs);
+    merged.holds.extend(input.holds);
+    merged.unavailable.extend(input.unavailable);
+}
+
+pub fn merge(inputs: Vec<Profile>, command_line: Vec<String>) -> Result<Profile> {
+    if inputs.len() < 2 {
+        bail!("merge needs at least two profiles");
+    }
+    let mut merged = Profile::new();
+    merged.command_line = command_line;
+    merged.targets.mode = "merged".into();
+    let mut hosts: Vec<String> = Vec::new();
+    let mut kernels: Vec<String> = Vec::new();
+    let mut used_pids: HashSet<u32> = HashSet::new();
+    let mut interner = StackInterner::default();
+    let mut probes: Vec<ProbeUse> = Vec::new();
+    let mut losses: BTreeMap<String, u64> = BTreeMap::new();
+    merged.start_unix_s = inputs
+        .iter()
+        .map(|p| p.start_unix_s)
+        .filter(|&s| s > 0)
+        .min()
+        .unwrap_or(0);
+    // The runs overlap in time on different hosts: the merged run lasts as long as the longest.
+    merged.duration_s = inputs.iter().map(|p| p.duration_s).fold(0.0, f64::max);
+
+    for (index, mut input) in inputs.into_iter().enumerate() {
+        if input.format != FORMAT {
+            bail!(
+                "input {} has format {:?}, not {FORMAT:?}",
+                index + 1,
+                input.format
+            );
+        }
+        for host in std::iter::once(input.host.clone())
+            .chain(input.processes.iter().filter_map(|p| p.host.clone()))
+        {
+            if !hosts.contains(&host) {
+                hosts.push(host);
+            }
+        }
+        if !kernels.contains(&input.kernel) {
+            kernels.push(input.kernel.clone());
+        }
+        // Stacks: intern the input's again; old id -> new id.
+        let stack_ids: Vec<u32> = input
+            .stacks
+            .iter()
+            .map(|stack| {
+                let frames = stack
+                    .frames
+                    .iter()
+                    .map(|&frame| input.frames[frame as usize].clone())
+                    .collect();
+                interner.stack(frames, stack.truncated)
+            })
+            .collect();
+        // Processes: keep their pid unless another input already has it.
+        let mut pid_map: HashMap<u32, u32> = HashMap::new();
+        for process in &mut input.processes {
+            let original = process.pid;
+            let mut pid = original;
+            if used_pids.contains(&pid) {
+                pid = ((index as u32 + 1) << PID_BITS) | (original & ((1 << PID_BITS) - 1));
+            }
+            used_pids.insert(pid);
+            pid_map.insert(original, pid);
+            process.pid = pid;
+            if process.host.is_none() {
+                process.host = Some(input.host.clone());
+            }
+        }
+        // Rows of processes without an entry (should not happen) keep their pid.
+        let pid = |old: u32| pid_map.get(&old).copied().unwrap_or(old);
+        let stack = |old: u32| stack_ids.get(old as usize).copied().unwrap_or(old);
+        remap_rows(&mut input, &pid, &stack);
+        for probe in &input.probes {
+            if !probes.contains(probe) {
+                probes.push(probe.clone());
+            }
+        }
+        for (name, count) in &input.losses {
+            let total = losses.entry(name.clone()).or_default();
+            // Saturating: a damaged input must not wrap the sum around (or panic).
+            *total = total.saturating_add(*count);
+        }
+        merged.processes.append(&mut input.processes);
+        append_rows(&mut merged, input);
+    }
+    interner.finish(&mut merged);
+    merged.host = hosts.join(",");
+    merged.kernel = kernels.join(",");
+    merged.probes = probes;
+    merged.losses = losses;
+    merged.targets.command = Vec::new();
+    Ok(merged)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{export::folded, export::report::tests::profile_with_two_locks, kind::Kind};
+
+    #[test]
+    fn merge_keeps_hosts_and_reindexes_stacks() {
+        let mut a = profile_with_two_locks();
+        a.host = "node-a".into();
+        a.duration_s = 2.0;
+        let mut b = profile_with_two_locks();
+        b.host = "node-b".into();
+        b.duration_s = 3.0;
+        // b has its stacks in another order, so indices must be rewritten.
+        b.stacks.reverse();
+        for row in &mut b.locks {
+            row.stack = row.stack.map(|id| 1 - id);
+        }
+        let expected_b = folded::render(&b, Kind::Lock);
+        let merged = merge(vec![a, b], vec!["lockpath".into()]).expect("merge");
+        let bytes = serde_json::to_vec(&merged).expect("serialize");
+        let merged = Profile::from_bytes(&bytes).expect("valid profile");
+        assert_eq!(merged.host, "node-a,node-b");
+        assert_eq!(merged.duration_s, 3.0);
+        assert_eq!(merged.stacks.len(), 2, "identical stacks are stored once");
+        assert_eq!(merged.locks.len(), 6);
+        assert_eq!(merged.processes.len(), 4);
+        let folded = folded::render(&merged, Kind::Lock);
+        for line in expected_b.lines() {
+            assert!(
+                folded.contains(&format!("node-b:{line}")),
+                "{line} in\n{folded}"
+            );
+        }
+        assert!(
+            folded.contains("node-a:ior;spinlock;do_pipe2 7000"),
+            "{folded}"
+        );
+        // Pid 10 of node-b clashed with node-a's and was moved.
+        let moved = merged
+            .processes
+            .iter()
+            .find(|p| p.host.as_deref() == Some("node-b") && p.pid != 10 && p.pid & 0x3fffff == 10)
+            .expect("moved pid");
+        assert!(merged.locks.iter().any(|row| row.pid == moved.pid));
+    }
+
+    #[test]
+    fn merge_remaps_offcpu_and_io_rows() {
+        use crate::export::offcpu::tests::profile_with_waits_and_io;
+        let mut a = profile_with_waits_and_io();
+        a.host = "node-a".into();
+        let mut b = profile_with_waits_and_io();
+        b.host = "node-b".into();
+        b.stacks.reverse();
+        for row in &mut b.offcpu {
+            row.stack = row.stack.map(|id| 1 - id);
+        }
+        let expected_b = folded::render(&b, Kind::Offcpu);
+        let merged = merge(vec![a, b], vec!["lockpath".into()]).expect("merge");
+        let merged = Profile::from_bytes(&serde_json::to_vec(&merged).expect("json"))
+            .expect("valid profile");
+        assert_eq!(merged.offcpu.len(), 6);
+        assert_eq!(merged.io.len(), 4);
+        let folded = folded::render(&merged, Kind::Offcpu);
+        for line in expected_b.lines() {
+            assert!(
+                folded.contains(&format!("node-b:{line}")),
+                "{line} in\n{folded}"
+            );
+        }
+        let moved = merged
+            .processes
+            .iter()
+            .find(|p| p.host.as_deref() == Some("node-b"))
+            .expect("node-b process")
+            .pid;
+        assert_ne!(moved, 10);
+        assert_eq!(
+            merged.offcpu.iter().filter(|row| row.pid == moved).count(),
+            3
+        );
+        assert_eq!(merged.io.iter().filter(|row| row.pid == moved).count(), 2);
+    }
+
+    #[test]
+    fn merge_needs_two() {
+        assert!(merge(vec![profile_with_two_locks()], vec![]).is_err());
+    }
+}

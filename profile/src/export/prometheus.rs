@@ -1,0 +1,378 @@
+//! Prometheus text exposition format (version 0.0.4) of a profile: what
+//! `record --metrics` serves, rendered from a live snapshot of the kernel maps.
+//! One function per family; label values are escaped.
+
+use std::{collections::BTreeMap, fmt::Write};
+
+use crate::{
+    export::{escape::prometheus_label as label, io::groups as io_groups, lock::lock_groups},
+    histogram::bucket_us,
+    kind::GroupBy,
+    profile::Profile,
+};
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// Lock wait seconds and contentions per lock type and caller.
+fn cpu_series(profile: &Profile, out: &mut String) {
+    header(
+        out,
+        "lockpath_cpu_samples_total",
+        "counter",
+        "On-CPU samples (perf cpu-clock, idle not counted), by process.",
+    );
+    for process in crate::export::cpu::cpu_processes(profile) {
+        let _ = writeln!(
+            out,
+            "lockpath_cpu_samples_total{{process=\"{}\",pid=\"{}\"}} {}",
+            label(&process.process),
+            process.pid,
+            process.samples
+        );
+    }
+}
+
+fn lock_series(profile: &Profile, out: &mut String) {
+    let groups = lock_groups(profile, GroupBy::Caller);
+    header(
+        out,
+        "lockpath_lock_wait_seconds_total",
+        "counter",
+        "Time threads waited for contended kernel locks, by lock type and calling function.",
+    );
+    for group in &groups {
+        let _ = writeln!(
+            out,
+            "lockpath_lock_wait_seconds_total{{type=\"{}\",caller=\"{}\"}} {}",
+            label(&group.lock_type),
+            label(&group.caller),
+            group.total_wait_ns as f64 / 1e9
+        );
+    }
+    header(
+        out,
+        "lockpath_lock_contentions_total",
+        "counter",
+        "Contended kernel lock acquisitions, by lock type and calling function.",
+    );
+    for group in &groups {
+        let _ = writeln!(
+            out,
+            "lockpath_lock_contentions_total{{type=\"{}\",caller=\"{}\"}} {}",
+            label(&group.lock_type),
+            label(&group.caller),
+            group.contended
+        );
+    }
+}
+
+/// Off-CPU seconds and waits per wait class and process name (names, not pids: the
+/// series stay few and survive restarts).
+fn offcpu_series(profile: &Profile, out: &mut String) {
+    let mut totals: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
+    for row in &profile.offcpu {
+        let total = totals
+            .entry((row.class.clone(), profile.process_name(row.pid)))
+            .or_default();
+        total.0 += row.total_ns;
+        total.1 += row.count;
+    }
+    header(
+        out,
+        "lockpath_offcpu_seconds_total",
+        "counter",
+        "Time threads spent off the CPU, by wait class and process.",
+    );
+    for ((class, process), (total_ns, _)) in &totals {
+        let _ = writeln!(
+            out,
+            "lockpath_offcpu_seconds_total{{class=\"{}\",process=\"{}\"}} {}",
+            label(class),
+            label(process),
+            *total_ns as f64 / 1e9
+        );
+    }
+    header(
+        out,
+        "lockpath_offcpu_waits_total",
+        "counter",
+        "Times threads left the CPU to wait, by wait class and process.",
+    );
+    for ((class, process), (_, count)) in &totals {
+        let _ = writeln!(
+            out,
+            "lockpath_offcpu_waits_total{{class=\"{}\",process=\"{}\"}} {count}",
+            label(class),
+            label(process)
+        );
+    }
+}
+
+/// Highest log2 bucket given its own `le`: 2^25 us (33.6 s); slower requests land in
+/// `+Inf`. Fixed, so every scrape has the same buckets.
+const IO_LAST_BUCKET: usize = 24;
+
+/// Block-IO latency per device and operation as a Prometheus histogram (the kernel's
+/// log2 microsecond buckets, cumulative), and bytes.
+fn io_series(profile: &Profile, out: &mut String) {
+    let groups = io_groups(profile);
+    header(
+        out,
+        "lockpath_io_latency_seconds",
+        "histogram",
+        "Block-IO request latency, issue to completion, by device and operation.",
+    );
+    for group in &groups {
+        let labels = format!(
+            "device=\"{}\",op=\"{}\"",
+            label(&group.device),
+            label(&group.op)
+        );
+        let mut cumulative = 0;
+        for slot in 0..=IO_LAST_BUCKET {
+            cumulative += group.histogram.get(slot).map_or(0, |bucket| bucket.count);
+            let (_, high_us) = bucket_us(slot);
+            let _ = writeln!(
+                out,
+                "lockpath_io_latency_seconds_bucket{{{labels},le=\"{}\"}} {cumulative}",
+                high_us as f64 / 1e6
+            );
+        }
+        let _ = writeln!(
+            out,
+            "lockpath_io_latency_seconds_bucket{{{labels},le=\"+Inf\"}} {}",
+            group.count
+        );
+        let _ = writeln!(
+            out,
+            "lockpath_io_latency_seconds_sum{{{labels}}} {}",
+            group.total_ns as f64 / 1e9
+        );
+        let _ = writeln!(
+            out,
+            "lockpath_io_latency_seconds_count{{{labels}}} {}",
+            group.count
+        );
+    }
+    header(
+        out,
+        "lockpath_io_bytes_total",
+        "counter",
+        "Bytes of completed block-IO requests, by device and operation.",
+    );
+    for group in &groups {
+        let _ = writeln!(
+            out,
+            "lockpath_io_bytes_total{{device=\"{}\",op=\"{}\"}} {}",
+            label(&group.device),
+            label(&group.op),
+            group.bytes
+        );
+    }
+}
+
+fn common_series(profile: &Profile, out: &mut String) {
+    header(
+        out,
+        "lockpath_recording_seconds",
+        "gauge",
+        "Seconds since the recording started.",
+    );
+    let _ = writeln!(out, "lockpath_recording_seconds {}", profile.duration_s);
+    header(
+        out,
+        "lockpath_lost_events_total",
+        "counter",
+        "Events the kernel side could not record, by cause (the other series are lower bounds).",
+    );
+    for (cause, count) in &profile.losses {
+        let _ = writeln!(
+            out,
+            "lockpath_lost_events_total{{cause=\"{}\"}} {count}",
+            label(cause)
+        );
+    }
+}
+
+/// Latency totals and counts of the rpc or func tables, by name and process.
+fn latency_series(
+    out: &mut String,
+    family: &str,
+    what: &str,
+    groups: &[crate::export::latency::LatencyGroup],
+) {
+    let seconds = format!("lockpath_{family}_latency_seconds_total");
+    header(
+        out,
+        &seconds,
+        "counter",
+        &format!("Time spent in each {what}, by {what} and process."),
+    );
+    for group in groups {
+        let _ = writeln!(
+            out,
+            "{seconds}{{{what}=\"{}\",process=\"{}\"}} {}",
+            label(&group.name),
+            label(&group.process),
+            group.total_ns as f64 / 1e9
+        );
+    }
+    let count = format!("lockpath_{family}_total");
+    header(
+        out,
+        &count,
+        "counter",
+        &format!("Completed {what}s, by {what} and process."),
+    );
+    for group in groups {
+        let _ = writeln!(
+            out,
+            "{count}{{{what}=\"{}\",process=\"{}\"}} {}",
+            label(&group.name),
+            label(&group.process),
+            group.count
+        );
+    }
+}
+
+pub fn render(profile: &Profile) -> String {
+    let mut out = String::new();
+    common_series(profile, &mut out);
+    for kind in crate::export::kinds_present(profile) {
+        match kind {
+            crate::kind::Kind::Lock => lock_series(profile, &mut out),
+            crate::kind::Kind::Offcpu => offcpu_series(profile, &mut out),
+            crate::kind::Kind::Io => io_series(profile, &mut out),
+            crate::kind::Kind::Rpc => latency_series(
+                &mut out,
+                "rpc",
+                "request",
+                &crate::export::latency::rpc_groups(profile),
+            ),
+            crate::kind::Kind::Func => latency_series(
+                &mut out,
+                "func",
+                "function",
+                &crate::export::latency::func_groups(profile),
+            ),
+            crate::kind::Kind::Cpu => cpu_series(profile, &mut out),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::report::tests::profile_with_two_locks;
+
+    #[test]
+    fn cpu_series_per_process() {
+        let mut profile = Profile::new();
+        profile.processes = vec![crate::profile::Process {
+            pid: 9,
+            comm: "app".into(),
+            ..Default::default()
+        }];
+        profile.cpu = vec![crate::profile::CpuRow {
+            pid: 9,
+            tid: 9,
+            kernel_stack: None,
+            user_stack: None,
+            samples: 42,
+        }];
+        let text = render(&profile);
+        assert!(
+            text.contains("lockpath_cpu_samples_total{process=\"app\",pid=\"9\"} 42\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn lock_series_per_type_and_caller() {
+        let mut profile = profile_with_two_locks();
+        profile.losses.insert("stack_lost".into(), 3);
+        profile.duration_s = 1.5;
+        let text = render(&profile);
+        assert!(
+            text.contains(
+                "lockpath_lock_wait_seconds_total{type=\"spinlock\",caller=\"do_pipe2\"} 0.007\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "lockpath_lock_contentions_total{type=\"rwsem:W\",caller=\"vm_mmap_pgoff\"} 10\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("lockpath_lost_events_total{cause=\"stack_lost\"} 3\n"));
+        assert!(text.contains("# TYPE lockpath_lock_wait_seconds_total counter\n"));
+        assert!(text.contains("lockpath_recording_seconds 1.5\n"));
+    }
+
+    #[test]
+    fn offcpu_seconds_per_class_and_io_histogram_per_device() {
+        let mut profile = crate::export::offcpu::tests::profile_with_waits_and_io();
+        profile.losses.insert("io_unmatched_complete".into(), 2);
+        let text = render(&profile);
+        assert!(
+            text.contains(
+                "lockpath_offcpu_seconds_total{class=\"buffer\",process=\"mdtest\"} 0.06\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("lockpath_offcpu_waits_total{class=\"sleep\",process=\"mdtest\"} 4\n"),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE lockpath_io_latency_seconds histogram\n"));
+        let bucket = |le: &str| {
+            format!(
+                "lockpath_io_latency_seconds_bucket{{device=\"loop0\",op=\"read\",le=\"{le}\"}} "
+            )
+        };
+        // Cumulative: 0 below 64 us, 90 up to 128 us, all 100 from 4096 us on.
+        assert!(
+            text.contains(&format!("{}0\n", bucket("0.000064"))),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("{}90\n", bucket("0.000128"))),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("{}90\n", bucket("0.002048"))),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("{}100\n", bucket("0.004096"))),
+            "{text}"
+        );
+        assert!(text.contains(&format!("{}100\n", bucket("+Inf"))), "{text}");
+        assert!(
+            text.contains("lockpath_io_latency_seconds_sum{device=\"loop0\",op=\"read\"} 0.01\n")
+        );
+        assert!(
+            text.contains("lockpath_io_latency_seconds_count{device=\"loop0\",op=\"read\"} 100\n")
+        );
+        assert!(text.contains("lockpath_lost_events_total{cause=\"io_unmatched_complete\"} 2\n"));
+    }
+
+    #[test]
+    fn hostile_caller_is_escaped() {
+        let mut profile = profile_with_two_locks();
+        profile.frames[2].name = "f<\"x\">\\\n".into();
+        let text = render(&profile);
+        assert!(text.contains("caller=\"f<\\\"x\\\">\\\\\\n\""), "{text}");
+        for line in text.lines() {
+            assert!(
+                line.starts_with('#') || line.starts_with("lockpath_"),
+                "broken line: {line}"
+            );
+        }
+    }
+}

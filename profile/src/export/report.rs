@@ -1,0 +1,455 @@
+//! The text report (every family's tables, assembled here), the JSON report (for
+//! scripts) and the end-of-run summary of `record`. The tables are in lock.rs,
+//! latency.rs, cpu.rs, offcpu.rs and io.rs beside this file.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::{
+    cpu::{cpu_functions, cpu_processes, cpu_tables, CpuFunction, CpuProcess},
+    latency::{func_groups, hold_groups, latency_sections, rpc_groups, HoldGroup, LatencyGroup},
+    lock::{holders_table, lock_family_recorded, lock_table, top_lock_groups, LockGroup},
+};
+use crate::{kind::GroupBy, profile::Profile};
+
+/// Probes asked for but not available on this kernel, one line each.
+pub fn unavailable(profile: &Profile) -> String {
+    let mut out = String::new();
+    if profile.unavailable.is_empty() {
+        return out;
+    }
+    out.push_str(
+        "\nnot recorded (asked for, but this kernel or the arguments did not allow it):\n",
+    );
+    for missing in &profile.unavailable {
+        out.push_str(&format!(
+            "  {} {}: {}\n",
+            missing.family, missing.what, missing.reason
+        ));
+    }
+    out
+}
+
+/// Losses, explained; empty when nothing was lost.
+pub fn losses(profile: &Profile) -> String {
+    if profile.losses.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("\nlost events (numbers above are lower bounds):\n");
+    for (name, count) in &profile.losses {
+        let why = profiler_common::loss::loss_meaning(name);
+        out.push_str(&format!("  {count:>10}  {name}: {why}\n"));
+    }
+    out
+}
+
+pub fn summary_header(profile: &Profile) -> String {
+    format!(
+        "lockpath: {} on {} ({}), {:.1} s\n\n",
+        profile.targets.mode, profile.host, profile.kernel, profile.duration_s
+    )
+}
+
+/// What `lockpath report` prints (format text).
+pub fn text(profile: &Profile, by: GroupBy, top: usize) -> String {
+    let mut text = summary_header(profile);
+    if lock_family_recorded(profile) {
+        text.push_str(&lock_table(profile, by, top));
+        text.push_str(&holders_table(profile, 10));
+        if profile.is_merged() && by != GroupBy::Host {
+            text.push_str("\nby host:\n");
+            text.push_str(&lock_table(profile, GroupBy::Host, top));
+        }
+    }
+    text.push_str(&family_sections(profile, top));
+    if !profile.cpu.is_empty() {
+        text.push('\n');
+        text.push_str(&cpu_tables(profile, top));
+    }
+    text.push_str(&latency_sections(profile, top));
+    text.push_str(&losses(profile));
+    text
+}
+
+/// What `record` prints at the end.
+pub fn summary(profile: &Profile, top: usize) -> String {
+    let mut out = summary_header(profile);
+    if profile.recorded("lock") {
+        out.push_str("lock contention, by lock (total wait):\n");
+        out.push_str(&lock_table(profile, GroupBy::Lock, top));
+        out.push_str(&holders_table(profile, top.min(10)));
+    }
+    let mut sections = String::new();
+    if profile.recorded("cpu") {
+        sections.push('\n');
+        sections.push_str(&cpu_tables(profile, top));
+    }
+    sections.push_str(&family_sections(profile, top));
+    sections.push_str(&latency_sections(profile, top));
+    // The header ends with a blank line already.
+    out.push_str(
+        if profile.locks.is_empty() && !out.contains("lock contention") {
+            sections.trim_start_matches('\n')
+        } else {
+            &sections
+        },
+    );
+    out.push_str(&losses(profile));
+    out
+}
+
+/// The off-CPU and block-IO sections, for the families the profile recorded.
+pub fn family_sections(profile: &Profile, top: usize) -> String {
+    let mut out = String::new();
+    let recorded = |family: &str| profile.recorded(family);
+    if recorded("offcpu") || !profile.offcpu.is_empty() {
+        out.push_str("\noff-CPU time by process and wait class:\n");
+        out.push_str(&super::offcpu::table(profile, top));
+    }
+    if recorded("io") || !profile.io.is_empty() {
+        out.push_str("\nblock IO by device and operation (issue to completion):\n");
+        out.push_str(&super::io::table(profile, top));
+    }
+    out
+}
+
+#[derive(Serialize)]
+struct JsonReport<'a> {
+    format: &'a str,
+    host: &'a str,
+    duration_s: f64,
+    locks: Vec<LockGroup>,
+    offcpu: Vec<super::offcpu::OffcpuProcess>,
+    io: Vec<super::io::IoGroup>,
+    rpcs: Vec<LatencyGroup>,
+    funcs: Vec<LatencyGroup>,
+    holds: Vec<HoldGroup>,
+    unavailable: &'a [crate::profile::Unavailable],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpu: Option<JsonCpu>,
+    lost: &'a BTreeMap<String, u64>,
+}
+
+#[derive(Serialize)]
+struct JsonCpu {
+    freq_hz: u64,
+    samples: u64,
+    processes: Vec<CpuProcess>,
+    functions: Vec<CpuFunction>,
+}
+
+pub fn json(profile: &Profile, by: GroupBy, top: usize) -> serde_json::Result<String> {
+    let (locks, _) = top_lock_groups(profile, by, top, false);
+    serde_json::to_string_pretty(&JsonReport {
+        format: &profile.format,
+        host: &profile.host,
+        duration_s: profile.duration_s,
+        locks,
+        offcpu: super::offcpu::processes(profile),
+        io: super::io::groups(profile),
+        rpcs: rpc_groups(profile),
+        funcs: func_groups(profile),
+        holds: hold_groups(profile),
+        unavailable: &profile.unavailable,
+        cpu: json_cpu(profile, top),
+        lost: &profile.losses,
+    })
+}
+
+fn json_cpu(profile: &Profile, top: usize) -> Option<JsonCpu> {
+    if !profile.recorded("cpu") && profile.cpu.is_empty() {
+        return None;
+    }
+    let processes = cpu_processes(profile);
+    let mut functions = cpu_functions(profile);
+    if top != 0 {
+        functions.truncate(top);
+    }
+    Some(JsonCpu {
+        freq_hz: profile.cpu_freq_hz,
+        samples: processes.iter().map(|process| process.samples).sum(),
+        processes,
+        functions,
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::{
+        export::lock::lock_groups,
+        profile::{Frame, LockRow, Process, StackInterner},
+    };
+
+    pub(crate) fn profile_with_two_locks() -> Profile {
+        let mut profile = Profile::new();
+        let mut interner = StackInterner::default();
+        let frame = |name: &str| Frame {
+            name: name.into(),
+            module: None,
+            kernel: true,
+        };
+        let spin = interner.stack(
+            vec![
+                frame("queued_spin_lock_slowpath"),
+                frame("_raw_spin_lock"),
+                frame("do_pipe2"),
+            ],
+            false,
+        );
+        let rwsem = interner.stack(
+            vec![
+                frame("rwsem_down_write_slowpath"),
+                frame("down_write"),
+                frame("vm_mmap_pgoff"),
+            ],
+            false,
+        );
+        interner.finish(&mut profile);
+        let row = |pid, name: &str, flags, stack, count, total| LockRow {
+            pid,
+            lock_addr: 1,
+            lock_name: name.into(),
+            flags,
+            stack: Some(stack),
+            count,
+            total_ns: total,
+            max_ns: total / count,
+            min_ns: 1,
+            owner_pid: None,
+            owner_stack: None,
+        };
+        profile.locks = vec![
+            row(10, "0xffff1", 1, spin, 100, 5_000_000),
+            row(11, "0xffff1", 1, spin, 50, 2_000_000),
+            row(10, "mmap_lock", 4, rwsem, 10, 6_000_000),
+        ];
+        profile.processes = vec![
+            Process {
+                pid: 10,
+                comm: "ior".into(),
+                ..Default::default()
+            },
+            Process {
+                pid: 11,
+                comm: "ior".into(),
+                ..Default::default()
+            },
+        ];
+        profile
+    }
+
+    #[test]
+    fn groups_by_lock_sorted_by_total_wait() {
+        let groups = lock_groups(&profile_with_two_locks(), GroupBy::Lock);
+        assert_eq!(groups.len(), 2);
+        assert_eq!(groups[0].lock, "0xffff1");
+        assert_eq!(groups[0].total_wait_ns, 7_000_000);
+        assert_eq!(groups[0].contended, 150);
+        assert_eq!(groups[0].lock_type, "spinlock");
+        assert_eq!(groups[0].caller, "do_pipe2");
+        assert_eq!(groups[0].pids, vec![10, 11]);
+        assert_eq!(groups[1].lock_type, "rwsem:W");
+        assert_eq!(groups[1].caller, "vm_mmap_pgoff");
+        assert_eq!(groups[1].avg_wait_ns, 600_000);
+    }
+
+    #[test]
+    fn holders_name_who_held_the_lock() {
+        let mut profile = profile_with_two_locks();
+        profile.locks[2].owner_pid = Some(11);
+        let groups = lock_groups(&profile, GroupBy::Lock);
+        let mmap = groups
+            .iter()
+            .find(|g| g.lock == "mmap_lock")
+            .expect("mmap_lock group");
+        assert_eq!(mmap.holders.len(), 1);
+        assert_eq!(mmap.holders[0].pid, 11);
+        assert_eq!(mmap.holders[0].wait_ns, 6_000_000);
+        let text = holders_table(&profile, 10);
+        assert!(
+            text.contains("mmap_lock") && text.contains("ior[11] 6.00 ms"),
+            "{text}"
+        );
+        assert!(!text.contains("sleeping in"), "no owner stack yet: {text}");
+        // The owner was off-CPU: where it slept is named, scheduler frames left out.
+        profile.locks[2].owner_stack = profile.locks[0].stack;
+        let text = holders_table(&profile, 10);
+        assert!(
+            text.contains("sleeping in queued_spin_lock_slowpath < _raw_spin_lock < do_pipe2"),
+            "{text}"
+        );
+        let groups = lock_groups(&profile, GroupBy::Lock);
+        let mmap = groups.iter().find(|g| g.lock == "mmap_lock").expect("mmap");
+        assert_eq!(mmap.holders[0].sleeping_in.len(), 3);
+        let spin = groups
+            .iter()
+            .find(|g| g.lock_type == "spinlock")
+            .expect("spin");
+        assert!(spin.holders.is_empty());
+        profile.locks[2].owner_pid = None;
+        assert_eq!(
+            holders_table(&profile, 10),
+            "",
+            "nothing when no owner is known"
+        );
+    }
+
+    #[test]
+    fn groups_by_process() {
+        let groups = lock_groups(&profile_with_two_locks(), GroupBy::Process);
+        assert_eq!(groups.len(), 3);
+        assert_eq!(groups[0].pids, vec![10]);
+        assert_eq!(groups[0].lock_type, "rwsem:W");
+        assert_eq!(groups[0].total_wait_ns, 6_000_000);
+    }
+
+    #[test]
+    fn table_fits_100_columns() {
+        let table = lock_table(&profile_with_two_locks(), GroupBy::Lock, 20);
+        for line in table.lines() {
+            assert!(line.chars().count() <= 100, "too wide: {line}");
+        }
+        assert!(table.contains("7.00 ms"), "{table}");
+    }
+
+    #[test]
+    fn latency_tables_group_and_fit() {
+        use crate::profile::{FuncRow, Latency, RpcRow};
+        let mut profile = profile_with_two_locks();
+        let latency = |count, total| Latency {
+            count,
+            total_ns: total,
+            max_ns: total / count,
+            min_ns: 1,
+            hist: vec![0, count],
+        };
+        profile.rpcs = vec![
+            RpcRow {
+                provider: "fuse".into(),
+                op: 35,
+                op_name: "CREATE".into(),
+                pid: 10,
+                start_stack: Some(0),
+                end_stack: Some(1),
+                latency: latency(2, 200_000_000),
+            },
+            RpcRow {
+                provider: "fuse".into(),
+                op: 35,
+                op_name: "CREATE".into(),
+                pid: 10,
+                start_stack: Some(1),
+                end_stack: Some(1),
+                latency: latency(1, 100_000_000),
+            },
+        ];
+        profile.funcs = vec![FuncRow {
+            function: "/very/long/directory/name/of/a/binary:a_rather_long_function_name".into(),
+            user: true,
+            pid: 11,
+            stack: None,
+            latency: latency(4, 4_000),
+        }];
+        let rpcs = rpc_groups(&profile);
+        assert_eq!(rpcs.len(), 1);
+        assert_eq!(rpcs[0].count, 3);
+        assert_eq!(rpcs[0].mean_ns, 100_000_000);
+        assert_eq!(rpcs[0].hist, vec![0, 3]);
+        // The leaf of the completion stack that carried the most latency.
+        assert_eq!(
+            rpcs[0].completed_in.as_deref(),
+            Some("rwsem_down_write_slowpath")
+        );
+        let text = latency_sections(&profile, 20);
+        assert!(text.contains("fuse CREATE"), "{text}");
+        assert!(text.contains("binary:a_rather_long"), "{text}");
+        for line in text.lines() {
+            assert!(line.chars().count() <= 100, "too wide: {line}");
+        }
+    }
+
+    #[test]
+    fn cpu_functions_count_self_and_total() {
+        use crate::profile::{CpuRow, Frame, ProbeUse};
+        let mut profile = Profile::new();
+        let mut interner = StackInterner::default();
+        let user = |name: &str| Frame {
+            name: name.into(),
+            module: None,
+            kernel: false,
+        };
+        // A recursive caller is counted once per sample in total.
+        let hot = interner.stack(
+            vec![user("hot"), user("walk"), user("walk"), user("main")],
+            false,
+        );
+        let cold = interner.stack(vec![user("cold"), user("main")], false);
+        interner.finish(&mut profile);
+        profile.probes.push(ProbeUse {
+            family: "cpu".into(),
+            method: "test".into(),
+        });
+        profile.cpu_freq_hz = 99;
+        profile.cpu = vec![
+            CpuRow {
+                pid: 1,
+                tid: 1,
+                kernel_stack: None,
+                user_stack: Some(hot),
+                samples: 7,
+            },
+            CpuRow {
+                pid: 2,
+                tid: 2,
+                kernel_stack: None,
+                user_stack: Some(cold),
+                samples: 3,
+            },
+        ];
+        let functions = cpu_functions(&profile);
+        let get = |name: &str| functions.iter().find(|f| f.function == name).expect(name);
+        assert_eq!((get("hot").self_samples, get("hot").total_samples), (7, 7));
+        assert_eq!(
+            (get("walk").self_samples, get("walk").total_samples),
+            (0, 7)
+        );
+        assert_eq!(
+            (get("main").self_samples, get("main").total_samples),
+            (0, 10)
+        );
+        assert_eq!(functions[0].function, "hot");
+        let processes = cpu_processes(&profile);
+        assert_eq!((processes[0].pid, processes[0].samples), (1, 7));
+        let table = cpu_tables(&profile, 20);
+        assert!(table.contains("70.0%"), "{table}");
+        for line in table.lines() {
+            assert!(line.chars().count() <= 100, "too wide: {line}");
+        }
+        let json: serde_json::Value =
+            serde_json::from_str(&json(&profile, GroupBy::Lock, 0).expect("json")).expect("parse");
+        assert_eq!(json["cpu"]["samples"], 10);
+        assert_eq!(json["cpu"]["functions"][0]["function"], "hot");
+    }
+
+    #[test]
+    fn json_has_documented_fields() {
+        let text = json(&profile_with_two_locks(), GroupBy::Lock, 0).expect("json");
+        let value: serde_json::Value = serde_json::from_str(&text).expect("parse");
+        let first = &value["locks"][0];
+        for field in [
+            "type",
+            "lock",
+            "contended",
+            "total_wait_ns",
+            "max_wait_ns",
+            "avg_wait_ns",
+            "callers",
+            "pids",
+        ] {
+            assert!(!first[field].is_null(), "missing {field}");
+        }
+        assert!(value["lost"].is_object());
+    }
+}

@@ -1,0 +1,30 @@
+//! Text-table helpers shared by every table of the text report.
+
+/// How many of `len` rows a table shows for `--top top` (0: all).
+pub fn shown_rows(top: usize, len: usize) -> usize {
+    if top == 0 {
+        len
+    } else {
+        top.min(len)
+    }
+}
+
+/// The line under a table that does not show all its rows; empty when it does.
+pub fn more_rows(shown: usize, len: usize) -> String {
+    if shown < len {
+        format!("({} more rows: --top 0 shows all)\n", len - shown)
+    } else {
+        String::new()
+    }
+}
+
+/// Cuts `text` to `width` characters, marking the cut with `…`.
+pub fn fit(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        text.to_string()
+    } else {
+        let mut cut: String = text.chars().take(width.saturating_sub(1)).collect();
+        cut.push('…');
+        cut
+    }
+}

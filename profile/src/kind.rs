@@ -1,0 +1,164 @@
+//! The views of a profile that exporters take: `Kind` (what is weighed) and `GroupBy`
+//! (how lock rows are grouped). Plain types: the command line parses its words into
+//! them (cli.rs), the exporters never see clap.
+
+/// What a flamegraph, export or diff weighs. One row of [`KINDS`] says what each means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Lock,
+    Rpc,
+    Func,
+    Cpu,
+    Offcpu,
+    Io,
+}
+
+/// What a kind means: its name on the command line, what it weighs, and the families
+/// whose recording makes a profile have it.
+#[derive(Debug)]
+pub struct KindInfo {
+    pub kind: Kind,
+    pub name: &'static str,
+    pub about: &'static str,
+    pub families: &'static [&'static str],
+}
+
+/// Every kind, in the order of `Kind` (the order of the HTML report's sections).
+///
+/// `io` has two faces: block requests carry no stacks, so the stack views (flamegraph,
+/// folded, pprof, JSON tree) weigh the off-CPU time in IO wait classes, while the
+/// tables (diff, HTML) list the block-IO requests by device, operation and process.
+/// `hold` has no kind yet: its rows are in the text, JSON and HTML reports.
+pub const KINDS: [KindInfo; 6] = [
+    KindInfo {
+        kind: Kind::Lock,
+        name: "lock",
+        about: "Lock wait time by process, lock type and waiter stack",
+        families: &["lock"],
+    },
+    KindInfo {
+        kind: Kind::Rpc,
+        name: "rpc",
+        about: "Request latency by process, provider, operation and completion stack",
+        families: &["rpc"],
+    },
+    KindInfo {
+        kind: Kind::Func,
+        name: "func",
+        about: "Function latency by process, function and stack at entry",
+        families: &["func", "ufunc"],
+    },
+    KindInfo {
+        kind: Kind::Cpu,
+        name: "cpu",
+        about: "On-CPU samples by process and stack (user frames, then kernel frames `_[k]`)",
+        families: &["cpu"],
+    },
+    KindInfo {
+        kind: Kind::Offcpu,
+        name: "offcpu",
+        about: "Off-CPU time by process, wait class and stack",
+        families: &["offcpu"],
+    },
+    KindInfo {
+        kind: Kind::Io,
+        name: "io",
+        about: "IO waits: in flamegraph, folded, pprof and JSON exports the off-CPU time in IO \
+                wait classes (buffer, page, block-io, journal); in diff and HTML the block-IO \
+                requests by device, operation and process",
+        families: &["io"],
+    },
+];
+
+impl Kind {
+    /// Every kind, in table order.
+    pub const ALL: [Kind; 6] = [
+        Kind::Lock,
+        Kind::Rpc,
+        Kind::Func,
+        Kind::Cpu,
+        Kind::Offcpu,
+        Kind::Io,
+    ];
+
+    pub fn info(self) -> &'static KindInfo {
+        // Every kind has its row: the table is in the order of the enum.
+        &KINDS[self as usize]
+    }
+
+    pub fn name(self) -> &'static str {
+        self.info().name
+    }
+
+    pub fn about(self) -> &'static str {
+        self.info().about
+    }
+
+    pub fn from_name(name: &str) -> Option<Kind> {
+        KINDS
+            .iter()
+            .find(|info| info.name == name)
+            .map(|info| info.kind)
+    }
+}
+
+/// How the lock table groups its rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GroupBy {
+    /// One row per lock (address or static symbol) and type.
+    Lock,
+    /// One row per calling function and lock type.
+    Caller,
+    /// One row per process and lock type.
+    Process,
+    /// One row per host (profiles merged with `lockpath merge`).
+    Host,
+}
+
+impl GroupBy {
+    pub const ALL: [GroupBy; 4] = [
+        GroupBy::Lock,
+        GroupBy::Caller,
+        GroupBy::Process,
+        GroupBy::Host,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupBy::Lock => "lock",
+            GroupBy::Caller => "caller",
+            GroupBy::Process => "process",
+            GroupBy::Host => "host",
+        }
+    }
+
+    pub fn about(self) -> &'static str {
+        match self {
+            GroupBy::Lock => "One row per lock (address or static symbol) and type",
+            GroupBy::Caller => "One row per calling function and lock type",
+            GroupBy::Process => "One row per process and lock type",
+            GroupBy::Host => "One row per host (profiles merged with `lockpath merge`)",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<GroupBy> {
+        GroupBy::ALL.into_iter().find(|by| by.name() == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_is_in_the_order_of_the_enum() {
+        for (index, kind) in Kind::ALL.into_iter().enumerate() {
+            assert_eq!(KINDS[index].kind, kind);
+            assert_eq!(Kind::from_name(kind.name()), Some(kind));
+        }
+        assert_eq!(Kind::from_name("hold"), None);
+        for by in GroupBy::ALL {
+            assert_eq!(GroupBy::from_name(by.name()), Some(by));
+        }
+    }
+}

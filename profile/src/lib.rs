@@ -1,0 +1,20 @@
+//! lockpath's profile and everything that reads it, without the kernel: the data model
+//! (`profile`: JSON "lockpath/1", loading and validation), its views (`kind`), the
+//! domain rules every view follows (`lock`: type names and callers; `histogram`:
+//! percentiles; `waitclass`: off-CPU wait classes) and the exporters (`export`: text and
+//! JSON reports, flamegraphs, folded, JSON tree, pprof, HTML, diff, merge, Prometheus).
+//!
+//! No aya, no clap: `lockpath` (the CLI and recorder) and the fuzz target use it, and so
+//! can any tool that reads profiles.
+
+pub mod export;
+pub mod histogram;
+pub mod kind;
+pub mod lock;
+pub mod profile;
+pub mod synthetic;
+pub mod units;
+pub mod waitclass;
+
+pub use kind::{GroupBy, Kind};
+pub use profile::Profile;

@@ -1,0 +1,736 @@
+//! The profile: one data model, saved as JSON. It is the contract between `record`
+//! (on the machine being profiled) and every exporter (anywhere). See docs/profile-format.md.
+
+use std::{collections::BTreeMap, fs, io::Write, path::Path};
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+pub use crate::kind::{GroupBy, Kind, KINDS};
+
+/// Written into every profile; loading checks it.
+pub const FORMAT: &str = "lockpath/1";
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Profile {
+    pub format: String,
+    pub host: String,
+    pub kernel: String,
+    /// Start of the recording, seconds since the Unix epoch.
+    pub start_unix_s: u64,
+    pub duration_s: f64,
+    /// lockpath's own command line.
+    pub command_line: Vec<String>,
+    pub targets: Targets,
+    /// Probe families recorded and how each was attached.
+    pub probes: Vec<ProbeUse>,
+    /// Events the kernel side could not record, by cause (see `profiler_common::loss`).
+    pub losses: BTreeMap<String, u64>,
+    pub processes: Vec<Process>,
+    /// Symbolized frames, stored once; stacks refer to them by index.
+    pub frames: Vec<Frame>,
+    /// Stacks as frame indices, innermost (leaf) frame first.
+    pub stacks: Vec<Stack>,
+    #[serde(default)]
+    pub locks: Vec<LockRow>,
+    /// Off-CPU waits (`record --offcpu`).
+    #[serde(default)]
+    pub offcpu: Vec<OffcpuRow>,
+    /// Block-IO requests (`record --io`).
+    #[serde(default)]
+    pub io: Vec<IoRow>,
+    /// On-CPU sampling frequency in Hz (0: not sampled).
+    #[serde(default)]
+    pub cpu_freq_hz: u64,
+    /// On-CPU samples by (process, thread, kernel stack, user stack).
+    #[serde(default)]
+    pub cpu: Vec<CpuRow>,
+    /// Request / reply spans (`--rpc`, `--span`).
+    #[serde(default)]
+    pub rpcs: Vec<RpcRow>,
+    /// Function latencies (`--func`, `--ufunc`).
+    #[serde(default)]
+    pub funcs: Vec<FuncRow>,
+    /// Hold times of the lock named by `--hold`.
+    #[serde(default)]
+    pub holds: Vec<HoldRow>,
+    /// Holds under contention, from the lock family's own events: how long each
+    /// contended acquirer held a lock while the next waiter waited (`--lock`).
+    #[serde(default)]
+    pub contended_holds: Vec<HoldRow>,
+    /// Probes that were asked for but could not be used on this kernel, and why.
+    #[serde(default)]
+    pub unavailable: Vec<Unavailable>,
+}
+
+/// A requested probe that this kernel could not offer (the run went on without it).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Unavailable {
+    /// "rpc", "func", "hold", ...
+    pub family: String,
+    /// What was asked for: `sunrpc`, `vfs_read`, `mutex:tasklist_lock`, ...
+    pub what: String,
+    pub reason: String,
+}
+
+/// Latency aggregate of one row: count, total, extremes and a log2 histogram.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Latency {
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+    pub min_ns: u64,
+    /// `hist[i]` counts latencies in [2^i, 2^(i+1)) ns; trailing empty buckets left out.
+    #[serde(default)]
+    pub hist: Vec<u64>,
+}
+
+impl Latency {
+    pub fn mean_ns(&self) -> u64 {
+        self.total_ns.checked_div(self.count).unwrap_or(0)
+    }
+
+    /// Adds another aggregate (rows grouped for a table).
+    pub fn merge(&mut self, other: &Latency) {
+        self.min_ns = if self.count == 0 {
+            other.min_ns
+        } else {
+            self.min_ns.min(other.min_ns)
+        };
+        self.count += other.count;
+        self.total_ns += other.total_ns;
+        self.max_ns = self.max_ns.max(other.max_ns);
+        if self.hist.len() < other.hist.len() {
+            self.hist.resize(other.hist.len(), 0);
+        }
+        for (mine, theirs) in self.hist.iter_mut().zip(&other.hist) {
+            *mine += theirs;
+        }
+    }
+}
+
+/// One aggregated request/reply row: (provider, operation, issuing process, stacks).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct RpcRow {
+    /// "fuse", "sunrpc", "lustre" or "span".
+    pub provider: String,
+    /// Operation number (FUSE opcode, ...), 0 when the provider has none.
+    pub op: u32,
+    /// Operation name: `CREATE`, `WRITE`, ... (the number when unknown).
+    pub op_name: String,
+    /// Process that issued the request.
+    pub pid: u32,
+    /// Kernel stack of the issuer at the start.
+    pub start_stack: Option<u32>,
+    /// Kernel stack of whoever ran the completion.
+    pub end_stack: Option<u32>,
+    #[serde(flatten)]
+    pub latency: Latency,
+}
+
+/// One aggregated function-latency row: (function, process, stack at entry).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct FuncRow {
+    /// `vfs_read`, `ptlrpc:after_reply`, or `BINARY:SYMBOL` for user functions.
+    pub function: String,
+    /// A user-space function (`--ufunc`).
+    pub user: bool,
+    pub pid: u32,
+    /// Stack at entry (kernel stack, or user stack for user functions).
+    pub stack: Option<u32>,
+    #[serde(flatten)]
+    pub latency: Latency,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Targets {
+    /// "system", "pids", "command" or "cgroup".
+    pub mode: String,
+    #[serde(default)]
+    pub pids: Vec<u32>,
+    #[serde(default)]
+    pub command: Vec<String>,
+    #[serde(default)]
+    pub cgroup: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ProbeUse {
+    /// "lock", "offcpu", "io", "rpc", "func", "ufunc", "cpu" or "hold".
+    pub family: String,
+    /// How it was attached, e.g. "raw_tracepoint lock:contention_begin/end".
+    pub method: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Process {
+    pub pid: u32,
+    pub comm: String,
+    /// Host the process ran on, when profiles of several hosts are merged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    #[serde(default)]
+    pub threads: Vec<Thread>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Thread {
+    pub tid: u32,
+    pub comm: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Frame {
+    /// Function name (demangled), or `0x...` when it could not be symbolized.
+    pub name: String,
+    /// Kernel module (`ext4`) or user object (`/usr/lib/libc.so.6`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+    pub kernel: bool,
+}
+
+impl Frame {
+    /// How a frame is shown: `name [module]` for kernel modules, `name` otherwise.
+    pub fn display(&self) -> String {
+        match (&self.module, self.kernel) {
+            (Some(module), true) => format!("{} [{}]", self.name, module),
+            _ => self.name.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Stack {
+    /// Indices into `Profile::frames`, leaf first.
+    pub frames: Vec<u32>,
+    /// The walk stopped before the outermost frame (depth limit or missing frame pointers).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+}
+
+/// Hold times of one lock (`--hold`) by one holder: (process, acquisition stack, mode).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct HoldRow {
+    pub lock_addr: u64,
+    /// Static lock symbol, or the address in hex.
+    pub lock_name: String,
+    /// `LCB_F_*` flags of the lock type and mode (`mutex`, `rwsem:W`, `spinlock`, ...).
+    pub flags: u32,
+    /// Process of the holder.
+    pub pid: u32,
+    /// Thread of the holder (holds under contention, which know it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tid: Option<u32>,
+    /// Kernel stack where the holder took the lock; `None` when it was lost.
+    pub stack: Option<u32>,
+    /// Hold time, acquisition to release.
+    pub latency: Latency,
+}
+
+/// One aggregated lock-contention row: (process, lock, lock flags, waiter stack).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct LockRow {
+    pub pid: u32,
+    pub lock_addr: u64,
+    /// Static lock symbol (`rcu_state+0x40`), `mmap_lock`, or the address in hex.
+    pub lock_name: String,
+    /// `LCB_F_*` flags; the type name is derived (`lock_type_name`).
+    pub flags: u32,
+    /// Kernel stack of the waiter, `None` when it was lost (counted in losses).
+    pub stack: Option<u32>,
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+    pub min_ns: u64,
+    /// Process holding the sleeping lock (mutex, writer-held rwsem) when the wait
+    /// began, read from the lock's owner field; absent when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_pid: Option<u32>,
+    /// Kernel stack where that owner was sleeping (it was off-CPU, and the off-CPU
+    /// family recorded its switch-out); absent when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_stack: Option<u32>,
+}
+
+/// On-CPU samples of one (process, thread, kernel stack, user stack).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct CpuRow {
+    pub pid: u32,
+    pub tid: u32,
+    /// Kernel part of the stack, `None` when the sample was taken in user mode (or lost).
+    pub kernel_stack: Option<u32>,
+    /// User part of the stack, `None` for kernel threads (or when lost).
+    pub user_stack: Option<u32>,
+    pub samples: u64,
+}
+
+/// One aggregated off-CPU row: (thread, state, kernel stack, user stack).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct OffcpuRow {
+    pub pid: u32,
+    pub tid: u32,
+    /// "D" (uninterruptible) or "S" (interruptible sleep).
+    pub state: String,
+    /// Wait class from the kernel frames (docs/wait-classes.md).
+    pub class: String,
+    /// Kernel stack, `None` when it was lost.
+    pub stack: Option<u32>,
+    /// User stack, `None` when not symbolized (or the thread is a kernel thread).
+    #[serde(default)]
+    pub ustack: Option<u32>,
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+}
+
+/// One aggregated block-IO row: (device, operation, issuing process).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct IoRow {
+    pub major: u32,
+    pub minor: u32,
+    /// Device name from /sys/dev/block (`loop0`), or `MAJ:MIN` when unknown.
+    pub device: String,
+    /// "read", "write", "flush", "discard" or "other".
+    pub op: String,
+    /// Process that inserted or issued the requests (may be a kernel thread).
+    pub pid: u32,
+    pub count: u64,
+    pub bytes: u64,
+    /// Issue to completion, summed over the requests.
+    pub total_ns: u64,
+    pub max_ns: u64,
+    /// Requests whose insert was seen, and their summed time in the queue.
+    #[serde(default)]
+    pub queued: u64,
+    #[serde(default)]
+    pub queue_ns: u64,
+    /// log2 histogram of issue-to-completion latency in microseconds: `hist[i]` counts
+    /// requests in [2^i, 2^(i+1)) us (`hist[0]`: under 2 us).
+    pub hist: Vec<u64>,
+}
+
+impl Profile {
+    /// Whether `family` was recorded (attached) in this profile's run.
+    pub fn recorded(&self, family: &str) -> bool {
+        self.probes.iter().any(|probe| probe.family == family)
+    }
+
+    /// Every process some row refers to, once, in order.
+    pub fn row_pids(&self) -> Vec<u32> {
+        let mut pids: Vec<u32> = self.locks.iter().map(|row| row.pid).collect();
+        pids.extend(self.offcpu.iter().map(|row| row.pid));
+        pids.extend(self.io.iter().map(|row| row.pid));
+        pids.extend(self.rpcs.iter().map(|row| row.pid));
+        pids.extend(self.funcs.iter().map(|row| row.pid));
+        pids.extend(self.cpu.iter().map(|row| row.pid));
+        pids.extend(self.holds.iter().map(|row| row.pid));
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    }
+
+    pub fn new() -> Self {
+        Profile {
+            format: FORMAT.to_string(),
+            ..Default::default()
+        }
+    }
+
+    /// Frames of a stack, leaf first.
+    pub fn stack_frames(&self, stack: Option<u32>) -> Vec<&Frame> {
+        stack
+            .and_then(|id| self.stacks.get(id as usize))
+            .map(|stack| {
+                stack
+                    .frames
+                    .iter()
+                    .filter_map(|&frame| self.frames.get(frame as usize))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    pub fn process(&self, pid: u32) -> Option<&Process> {
+        self.processes.iter().find(|process| process.pid == pid)
+    }
+
+    /// The name a process is shown under: `comm` (host:comm when merged).
+    pub fn process_name(&self, pid: u32) -> String {
+        match self.process(pid) {
+            Some(process) => match &process.host {
+                Some(host) => format!("{host}:{}", process.comm),
+                None => process.comm.clone(),
+            },
+            None => format!("pid {pid}"),
+        }
+    }
+
+    /// The host a process ran on: its own (merged profiles) or the profile's.
+    pub fn host_of(&self, pid: u32) -> String {
+        self.process(pid)
+            .and_then(|process| process.host.clone())
+            .unwrap_or_else(|| self.host.clone())
+    }
+
+    /// Profiles combined by `lockpath merge` name the host of each process.
+    pub fn is_merged(&self) -> bool {
+        self.processes.iter().any(|process| process.host.is_some())
+    }
+
+    /// Loads and validates a profile file.
+    pub fn load(path: &Path) -> Result<Profile> {
+        let bytes =
+            fs::read(path).with_context(|| format!("cannot read profile {}", path.display()))?;
+        Self::from_bytes(&bytes)
+            .with_context(|| format!("{} is not a usable profile", path.display()))
+    }
+
+    /// Parses and validates a profile. It goes straight into the model (no intermediate
+    /// JSON tree: a profile of a million rows loads in a fraction of a second); only when
+    /// that fails is the file looked at again to say why in the most useful terms.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Profile> {
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            bail!("the file is empty; record it again");
+        }
+        let profile = match serde_json::from_slice::<Profile>(bytes) {
+            Ok(profile) => profile,
+            Err(err) => return Err(explain_parse_error(bytes, err)),
+        };
+        check_format(Some(&profile.format))?;
+        profile.validate()?;
+        Ok(profile)
+    }
+
+    /// Checks every index, so exporters can trust them.
+    fn validate(&self) -> Result<()> {
+        if !(self.duration_s.is_finite() && self.duration_s >= 0.0) {
+            bail!("duration_s is {}, not a duration", self.duration_s);
+        }
+        for (index, stack) in self.stacks.iter().enumerate() {
+            if let Some(bad) = stack
+                .frames
+                .iter()
+                .find(|&&f| f as usize >= self.frames.len())
+            {
+                bail!(
+                    "stack {index} refers to frame {bad}, but there are {} frames",
+                    self.frames.len()
+                );
+            }
+        }
+        for row in &self.locks {
+            if let Some(stack) = row.stack {
+                if stack as usize >= self.stacks.len() {
+                    bail!(
+                        "a lock row refers to stack {stack}, but there are {} stacks",
+                        self.stacks.len()
+                    );
+                }
+            }
+        }
+        for row in &self.offcpu {
+            for stack in [row.stack, row.ustack].into_iter().flatten() {
+                if stack as usize >= self.stacks.len() {
+                    bail!(
+                        "an offcpu row refers to stack {stack}, but there are {} stacks",
+                        self.stacks.len()
+                    );
+                }
+            }
+        }
+        let rpc_stacks = self
+            .rpcs
+            .iter()
+            .flat_map(|row| [("an rpc", row.start_stack), ("an rpc", row.end_stack)]);
+        let func_stacks = self.funcs.iter().map(|row| ("a func", row.stack));
+        let hold_stacks = self
+            .holds
+            .iter()
+            .chain(&self.contended_holds)
+            .map(|row| ("a hold", row.stack));
+        let owner_stacks = self
+            .locks
+            .iter()
+            .map(|row| ("a lock owner", row.owner_stack));
+        for (what, stack) in rpc_stacks
+            .chain(func_stacks)
+            .chain(hold_stacks)
+            .chain(owner_stacks)
+        {
+            if let Some(stack) = stack {
+                if stack as usize >= self.stacks.len() {
+                    bail!(
+                        "{what} row refers to stack {stack}, but there are {} stacks",
+                        self.stacks.len()
+                    );
+                }
+            }
+        }
+        for row in &self.cpu {
+            for stack in [row.kernel_stack, row.user_stack].into_iter().flatten() {
+                if stack as usize >= self.stacks.len() {
+                    bail!(
+                        "a cpu row refers to stack {stack}, but there are {} stacks",
+                        self.stacks.len()
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a stack was cut short (depth limit or a frame without frame pointers).
+    pub fn stack_truncated(&self, stack: Option<u32>) -> bool {
+        stack
+            .and_then(|id| self.stacks.get(id as usize))
+            .map(|stack| stack.truncated)
+            .unwrap_or(false)
+    }
+
+    /// Writes the profile atomically: a complete file or none (temporary file, fsync, rename).
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let json = serde_json::to_vec(self).context("cannot serialize the profile")?;
+        write_atomically(path, &json)
+    }
+}
+
+/// Only the format field, to name a foreign or damaged file.
+#[derive(Deserialize)]
+struct FormatOnly {
+    #[serde(default)]
+    format: Option<serde_json::Value>,
+}
+
+fn check_format(format: Option<&str>) -> Result<()> {
+    match format {
+        Some(FORMAT) => Ok(()),
+        Some(other) => bail!(
+            "its format is {other:?}, this lockpath reads {FORMAT:?}; use the lockpath version that wrote it"
+        ),
+        None => bail!("no \"format\" field: not a lockpath profile"),
+    }
+}
+
+fn explain_parse_error(bytes: &[u8], err: serde_json::Error) -> anyhow::Error {
+    use serde_json::error::Category;
+    match err.classify() {
+        Category::Eof => anyhow::anyhow!("the file is truncated ({err}); record it again"),
+        Category::Syntax | Category::Io => anyhow::anyhow!("not JSON ({err})"),
+        Category::Data => {
+            let format = serde_json::from_slice::<FormatOnly>(bytes)
+                .ok()
+                .and_then(|header| header.format);
+            let format_text = format.as_ref().map(|value| match value.as_str() {
+                Some(text) => text.to_string(),
+                None => value.to_string(),
+            });
+            match check_format(format_text.as_deref()) {
+                Err(format_error) => format_error,
+                Ok(()) => anyhow::anyhow!("a {FORMAT} profile with invalid fields ({err})"),
+            }
+        }
+    }
+}
+
+/// The temporary file `write_atomically` writes before renaming it to `path`.
+fn temporary_path(path: &Path) -> Result<std::path::PathBuf> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    let file_name = path
+        .file_name()
+        .with_context(|| format!("{} is not a file path", path.display()))?;
+    Ok(dir.join(format!(
+        ".{}.tmp.{}",
+        file_name.to_string_lossy(),
+        std::process::id()
+    )))
+}
+
+/// Checks, before a long recording, that `write_atomically(path, ..)` can create its
+/// temporary file: creates it and removes it.
+pub fn check_writable(path: &Path) -> Result<()> {
+    let tmp = temporary_path(path)?;
+    fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    fs::remove_file(&tmp).with_context(|| format!("cannot remove {}", tmp.display()))
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same directory and a rename,
+/// so a reader (or a crash) never sees a half-written file.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = temporary_path(path)?;
+    let result = (|| -> Result<()> {
+        let mut file =
+            fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+        file.write_all(bytes)
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
+        file.sync_all()
+            .with_context(|| format!("cannot sync {}", tmp.display()))?;
+        fs::rename(&tmp, path)
+            .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Interns frames and stacks while a profile is built.
+#[derive(Default)]
+pub struct StackInterner {
+    frame_ids: std::collections::HashMap<Frame, u32>,
+    stack_ids: std::collections::HashMap<(Vec<u32>, bool), u32>,
+    pub frames: Vec<Frame>,
+    pub stacks: Vec<Stack>,
+}
+
+impl StackInterner {
+    pub fn frame(&mut self, frame: Frame) -> u32 {
+        if let Some(&id) = self.frame_ids.get(&frame) {
+            return id;
+        }
+        let id = self.frames.len() as u32;
+        self.frames.push(frame.clone());
+        self.frame_ids.insert(frame, id);
+        id
+    }
+
+    pub fn stack(&mut self, frames: Vec<Frame>, truncated: bool) -> u32 {
+        let ids: Vec<u32> = frames.into_iter().map(|frame| self.frame(frame)).collect();
+        let key = (ids, truncated);
+        if let Some(&id) = self.stack_ids.get(&key) {
+            return id;
+        }
+        let id = self.stacks.len() as u32;
+        self.stacks.push(Stack {
+            frames: key.0.clone(),
+            truncated,
+        });
+        self.stack_ids.insert(key, id);
+        id
+    }
+
+    /// Frames of an interned stack, leaf first (empty for `None`).
+    pub fn frames_of(&self, stack: Option<u32>) -> Vec<Frame> {
+        stack
+            .and_then(|id| self.stacks.get(id as usize))
+            .map(|stack| {
+                stack
+                    .frames
+                    .iter()
+                    .filter_map(|&frame| self.frames.get(frame as usize).cloned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Copies the frames and stacks so far into `profile` (live snapshots while recording).
+    pub fn copy_into(&self, profile: &mut Profile) {
+        profile.frames = self.frames.clone();
+        profile.stacks = self.stacks.clone();
+    }
+
+    pub fn finish(self, profile: &mut Profile) {
+        profile.frames = self.frames;
+        profile.stacks = self.stacks;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Profile {
+        let mut profile = Profile::new();
+        profile.host = "node1".into();
+        let mut interner = StackInterner::default();
+        let frame = |name: &str| Frame {
+            name: name.into(),
+            module: None,
+            kernel: true,
+        };
+        let stack = interner.stack(vec![frame("_raw_spin_lock"), frame("do_pipe2")], false);
+        let again = interner.stack(vec![frame("_raw_spin_lock"), frame("do_pipe2")], false);
+        assert_eq!(stack, again);
+        interner.finish(&mut profile);
+        profile.locks.push(LockRow {
+            pid: 7,
+            lock_addr: 0xffff_0000,
+            lock_name: "0xffff0000".into(),
+            flags: 1,
+            stack: Some(stack),
+            count: 3,
+            total_ns: 300,
+            max_ns: 200,
+            min_ns: 50,
+            owner_pid: Some(9),
+            owner_stack: Some(stack),
+        });
+        profile
+    }
+
+    #[test]
+    fn json_round_trip_keeps_everything() {
+        let profile = sample();
+        let bytes = serde_json::to_vec(&profile).expect("serialize");
+        let loaded = Profile::from_bytes(&bytes).expect("load");
+        assert_eq!(loaded, profile);
+        assert_eq!(loaded.frames.len(), 2, "frames are interned once");
+    }
+
+    #[test]
+    fn truncated_file_says_truncated() {
+        let bytes = serde_json::to_vec(&sample()).expect("serialize");
+        let err = Profile::from_bytes(&bytes[..bytes.len() / 2]).expect_err("must fail");
+        assert!(format!("{err:#}").contains("truncated"), "{err:#}");
+    }
+
+    #[test]
+    fn every_truncation_is_a_clear_error() {
+        let bytes = serde_json::to_vec(&sample()).expect("serialize");
+        for len in 0..bytes.len() {
+            let err = Profile::from_bytes(&bytes[..len]).expect_err("a cut file must fail");
+            let text = format!("{err:#}");
+            assert!(
+                text.contains("truncated") || text.contains("empty"),
+                "cut at {len}: {text}"
+            );
+            assert_eq!(text.lines().count(), 1, "one line: {text}");
+        }
+    }
+
+    #[test]
+    fn foreign_format_is_named() {
+        let err = Profile::from_bytes(br#"{"format":"lockpath/0"}"#).expect_err("must fail");
+        assert!(format!("{err:#}").contains("lockpath/0"), "{err:#}");
+        let err = Profile::from_bytes(br#"{"a":1}"#).expect_err("must fail");
+        assert!(
+            format!("{err:#}").contains("not a lockpath profile"),
+            "{err:#}"
+        );
+    }
+
+    #[test]
+    fn bad_index_is_rejected() {
+        let mut profile = sample();
+        profile.locks[0].stack = Some(99);
+        let bytes = serde_json::to_vec(&profile).expect("serialize");
+        assert!(Profile::from_bytes(&bytes).is_err());
+    }
+
+    #[test]
+    fn atomic_write_leaves_no_temporary() {
+        let dir = std::env::temp_dir().join(format!("lockpath-test-{}", std::process::id()));
+        fs::create_dir_all(&dir).expect("mkdir");
+        let path = dir.join("p.json");
+        sample().save(&path).expect("save");
+        let names: Vec<_> = fs::read_dir(&dir)
+            .expect("readdir")
+            .map(|entry| entry.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("p.json")]);
+        assert_eq!(Profile::load(&path).expect("load"), sample());
+        fs::remove_dir_all(&dir).expect("cleanup");
+    }
+}

@@ -1,0 +1,116 @@
+//! Golden outputs: the text report, the end-of-record summary, the folded export and the
+//! JSON export of every test profile (tests/golden/*.json and the loadable `ok_*` files
+//! of tests/corpus/) are compared byte for byte with the files in tests/golden/expected/.
+//! A change that moves one byte of output shows here.
+//!
+//! Refresh after an intended change: `UPDATE_GOLDEN=1 cargo test --release -p lockpath-profile
+//! --test golden`, then read `git diff profile/tests/golden/expected`.
+
+use std::path::{Path, PathBuf};
+
+use lockpath_profile::{
+    export,
+    profile::{GroupBy, Kind, Profile},
+};
+
+fn inputs() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let mut inputs = Vec::new();
+    for (dir, only_ok) in [(root.join("golden"), false), (root.join("corpus"), true)] {
+        for entry in std::fs::read_dir(&dir).expect("test profile folder") {
+            let path = entry.expect("entry").path();
+            let name = path
+                .file_name()
+                .map(|name| name.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if name.ends_with(".json") && (!only_ok || name.starts_with("ok_")) {
+                inputs.push(path);
+            }
+        }
+    }
+    inputs.sort();
+    inputs
+}
+
+/// Every output of one profile, by expected file name.
+fn outputs(profile: &Profile) -> Vec<(&'static str, String)> {
+    let mut report = String::new();
+    for by in GroupBy::ALL {
+        report.push_str(&format!("==== report --by {}\n", by.name()));
+        report.push_str(&export::report::text(profile, by, 20));
+    }
+    report.push_str("==== record summary\n");
+    report.push_str(&export::report::summary(profile, 20));
+    let mut folded = String::new();
+    let mut json = String::new();
+    for kind in Kind::ALL {
+        folded.push_str(&format!(
+            "==== export --format folded --kind {}\n",
+            kind.name()
+        ));
+        folded.push_str(&export::folded::render(profile, kind));
+        json.push_str(&format!(
+            "==== export --format json --kind {}\n",
+            kind.name()
+        ));
+        json.push_str(&export::json::render(profile, kind).expect("JSON export"));
+        json.push('\n');
+    }
+    json.push_str("==== report --format json\n");
+    json.push_str(&export::report::json(profile, GroupBy::Lock, 20).expect("JSON report"));
+    json.push('\n');
+    vec![
+        ("report.txt", report),
+        ("folded.txt", folded),
+        ("json.txt", json),
+    ]
+}
+
+#[test]
+fn outputs_match_the_golden_files() {
+    let update = std::env::var_os("UPDATE_GOLDEN").is_some();
+    let expected_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/expected");
+    let inputs = inputs();
+    assert!(inputs.len() >= 5, "the test profiles are there: {inputs:?}");
+    let mut differ = Vec::new();
+    for input in &inputs {
+        let profile = Profile::load(input).expect("a test profile loads");
+        let stem = input
+            .file_stem()
+            .map(|stem| stem.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        for (suffix, actual) in outputs(&profile) {
+            let path = expected_dir.join(format!("{stem}.{suffix}"));
+            if update {
+                std::fs::create_dir_all(&expected_dir).expect("expected folder");
+                std::fs::write(&path, &actual).expect("write a golden file");
+                continue;
+            }
+            let expected = std::fs::read_to_string(&path).unwrap_or_else(|err| {
+                panic!(
+                    "{}: {err} (UPDATE_GOLDEN=1 cargo test -p lockpath-profile --test golden writes it)",
+                    path.display()
+                )
+            });
+            if expected != actual {
+                let line = expected
+                    .lines()
+                    .zip(actual.lines())
+                    .position(|(a, b)| a != b)
+                    .unwrap_or_else(|| expected.lines().count().min(actual.lines().count()));
+                differ.push(format!(
+                    "{} differs from line {}: expected {:?}, got {:?}",
+                    path.display(),
+                    line + 1,
+                    expected.lines().nth(line).unwrap_or("<end>"),
+                    actual.lines().nth(line).unwrap_or("<end>")
+                ));
+            }
+        }
+    }
+    assert!(
+        differ.is_empty(),
+        "golden outputs changed (UPDATE_GOLDEN=1 to accept an intended change):\n{}",
+        differ.join("\n")
+    );
+}

@@ -1,0 +1,141 @@
+//! The kernel maps of a recording, and the drains every family shares: loss counters,
+//! thread names, latency aggregates.
+
+use std::collections::{BTreeMap, HashMap as StdHashMap};
+
+use anyhow::{Context, Result};
+use aya::{
+    maps::{HashMap, Map, MapData, PerCpuArray},
+    Ebpf,
+};
+use profiler_common::{
+    loss::{LOSS_NAMES, LOSS_SLOTS},
+    shared::names,
+    target::TaskInfo,
+};
+
+use crate::profile::{Process, Thread};
+
+/// The kernel maps, taken out of the loaded object so that dropping the object detaches
+/// every program and link while the maps stay readable for the drain.
+pub struct MapSet {
+    maps: StdHashMap<String, Map>,
+}
+
+impl MapSet {
+    pub fn take_all(ebpf: &mut Ebpf) -> MapSet {
+        let names: Vec<String> = ebpf.maps().map(|(name, _)| name.to_string()).collect();
+        let maps = names
+            .into_iter()
+            .filter_map(|name| ebpf.take_map(&name).map(|map| (name, map)))
+            .collect();
+        MapSet { maps }
+    }
+
+    pub fn get(&self, name: &str) -> Result<&Map> {
+        self.maps
+            .get(name)
+            .with_context(|| format!("map {name} missing from the eBPF object"))
+    }
+
+    /// A hash map of the set, typed (`K`, `V` as the eBPF side declares them).
+    pub fn hash_map<K: aya::Pod, V: aya::Pod>(
+        &self,
+        name: &str,
+    ) -> Result<HashMap<&MapData, K, V>> {
+        HashMap::try_from(self.get(name)?).with_context(|| format!("{name} has an unexpected type"))
+    }
+
+    pub fn take(&mut self, name: &str) -> Result<Map> {
+        self.maps
+            .remove(name)
+            .with_context(|| format!("map {name} missing from the eBPF object"))
+    }
+}
+
+/// Sums the per-CPU loss counters, by name; zero counters are left out.
+pub fn drain_losses(maps: &MapSet) -> Result<BTreeMap<String, u64>> {
+    let map = maps.get(names::LOSSES)?;
+    let losses: PerCpuArray<_, u64> =
+        PerCpuArray::try_from(map).context("LOSSES has an unexpected type")?;
+    let mut out = BTreeMap::new();
+    for slot in 0..LOSS_SLOTS {
+        let values = losses
+            .get(&slot, 0)
+            .with_context(|| format!("cannot read LOSSES[{slot}]"))?;
+        let total: u64 = values.iter().sum();
+        if total == 0 {
+            continue;
+        }
+        let name = LOSS_NAMES
+            .iter()
+            .find(|(index, _, _)| *index == slot)
+            .map(|(_, name, _)| name.to_string())
+            .unwrap_or_else(|| format!("loss_{slot}"));
+        out.insert(name, total);
+    }
+    Ok(out)
+}
+
+/// Processes and their threads, from the kernel's thread-name map, completed from
+/// /proc for processes still alive. `pids` lists every process some row refers to.
+pub fn drain_processes(maps: &MapSet, pids: &[u32]) -> Result<Vec<Process>> {
+    let tasks: HashMap<_, u32, TaskInfo> = maps.hash_map(names::TASKS)?;
+    let mut by_pid: BTreeMap<u32, Process> = BTreeMap::new();
+    for entry in tasks.iter() {
+        let (tid, info) = entry.context("cannot read TASKS")?;
+        let process = by_pid.entry(info.tgid).or_insert_with(|| Process {
+            pid: info.tgid,
+            ..Default::default()
+        });
+        let comm = comm_to_string(&info.comm);
+        if tid == info.tgid {
+            process.comm = comm.clone();
+        }
+        process.threads.push(Thread { tid, comm });
+    }
+    for &pid in pids {
+        by_pid.entry(pid).or_insert_with(|| Process {
+            pid,
+            ..Default::default()
+        });
+    }
+    for process in by_pid.values_mut() {
+        if process.comm.is_empty() {
+            process.comm = std::fs::read_to_string(format!("/proc/{}/comm", process.pid))
+                .map(|comm| comm.trim_end().to_string())
+                .ok()
+                .or_else(|| process.threads.first().map(|thread| thread.comm.clone()))
+                .unwrap_or_else(|| format!("pid {}", process.pid));
+        }
+        if process.pid == 0 {
+            process.comm = "swapper".into();
+        }
+        process.threads.sort_by_key(|thread| thread.tid);
+    }
+    Ok(by_pid.into_values().collect())
+}
+
+pub fn comm_to_string(comm: &[u8]) -> String {
+    let end = comm
+        .iter()
+        .position(|&byte| byte == 0)
+        .unwrap_or(comm.len());
+    String::from_utf8_lossy(&comm[..end]).into_owned()
+}
+
+/// The profile's form of an in-kernel latency aggregate (trailing empty buckets cut).
+pub fn latency_from(stat: &profiler_common::latency::LatencyStat) -> crate::profile::Latency {
+    let used = stat
+        .hist
+        .iter()
+        .rposition(|&count| count != 0)
+        .map_or(0, |last| last + 1);
+    crate::profile::Latency {
+        count: stat.count,
+        total_ns: stat.total_ns,
+        max_ns: stat.max_ns,
+        min_ns: if stat.count == 0 { 0 } else { stat.min_ns },
+        hist: stat.hist[..used].to_vec(),
+    }
+}

@@ -1,0 +1,16 @@
+//! What every probe family shares: the maps (`maps`), stack resolution (`stacks`),
+//! loading and attaching with one error path (`attach`) and the process watcher
+//! (`processes`).
+
+mod attach;
+mod maps;
+mod processes;
+mod stacks;
+
+pub use attach::{
+    attach_kprobe_pair, attach_tracepoint, explain, kprobes_unavailable, load_error,
+    object_load_error, program, program_misses,
+};
+pub use maps::{comm_to_string, drain_losses, drain_processes, latency_from, MapSet};
+pub use processes::ProcessWatcher;
+pub use stacks::{strip_tracing_frames, StackResolver};

@@ -1,0 +1,285 @@
+//! Stack resolution: stack ids from the kernel into symbolized, interned profile
+//! stacks, without the tracing machinery's own frames.
+
+use std::collections::HashMap as StdHashMap;
+
+use anyhow::{Context, Result};
+use aya::maps::{MapData, StackTraceMap};
+use profiler_common::shared::names;
+
+use super::MapSet;
+use crate::{
+    profile::{Frame, StackInterner},
+    symbolize::{user::reaches_root, KernelSymbols, UserSymbols},
+};
+
+/// Deepest stack the kernel walks (`PERF_MAX_STACK_DEPTH`); a stack this deep was cut.
+const MAX_STACK_DEPTH: usize = 127;
+
+/// Turns stack ids from the kernel into symbolized, interned profile stacks.
+pub struct StackResolver {
+    stack_map: StackTraceMap<MapData>,
+    kernel: KernelSymbols,
+    kernel_cache: StdHashMap<i32, Option<u32>>,
+    /// User symbols; `record` hands over the one that snapshotted processes during the run.
+    pub user: UserSymbols,
+    /// Stack ids are shared by processes with identical frames: cache per process.
+    user_cache: StdHashMap<(u32, i32), Option<u32>>,
+    pub interner: StackInterner,
+}
+
+impl StackResolver {
+    pub fn new(maps: &mut MapSet, kernel: KernelSymbols) -> Result<Self> {
+        let map = maps.take(names::STACKS)?;
+        let stack_map = StackTraceMap::try_from(map).context("STACKS has an unexpected type")?;
+        Ok(StackResolver {
+            stack_map,
+            kernel,
+            kernel_cache: StdHashMap::new(),
+            user: UserSymbols::new(),
+            user_cache: StdHashMap::new(),
+            interner: StackInterner::default(),
+        })
+    }
+
+    /// The profile stack for a kernel stack id; `None` when the id is an error (lost).
+    pub fn kernel_stack(&mut self, stack_id: i32) -> Option<u32> {
+        if stack_id < 0 {
+            return None;
+        }
+        if let Some(&cached) = self.kernel_cache.get(&stack_id) {
+            return cached;
+        }
+        let resolved = self.stack_map.get(&(stack_id as u32), 0).ok().map(|trace| {
+            let mut frames: Vec<Frame> = trace
+                .frames()
+                .iter()
+                .map(|frame| self.kernel.frame(frame.ip))
+                .collect();
+            strip_tracing_frames(&mut frames);
+            let truncated = frames.len() >= MAX_STACK_DEPTH;
+            self.interner.stack(frames, truncated)
+        });
+        self.kernel_cache.insert(stack_id, resolved);
+        resolved
+    }
+
+    /// The profile stack for a user stack id of process `tgid` (frames `kernel: false`,
+    /// module = object path); `None` when the id is an error (lost, or a kernel thread).
+    /// A stack that does not reach the program's or thread's entry point is marked
+    /// truncated (a function without frame pointers, or the depth limit).
+    pub fn user_stack(&mut self, tgid: u32, stack_id: i32) -> Option<u32> {
+        if stack_id < 0 {
+            return None;
+        }
+        if let Some(&cached) = self.user_cache.get(&(tgid, stack_id)) {
+            return cached;
+        }
+        let resolved = self.stack_map.get(&(stack_id as u32), 0).ok().map(|trace| {
+            let addrs: Vec<u64> = trace.frames().iter().map(|frame| frame.ip).collect();
+            let frames = self.user.frames(tgid, &addrs);
+            let truncated = addrs.len() >= MAX_STACK_DEPTH || !reaches_root(&frames);
+            self.interner.stack(frames, truncated)
+        });
+        self.user_cache.insert((tgid, stack_id), resolved);
+        resolved
+    }
+
+    /// Static locks by symbol, the rest by address.
+    pub fn lock_name(&self, lock_addr: u64) -> String {
+        self.kernel
+            .data_name(lock_addr)
+            .unwrap_or_else(|| format!("0x{lock_addr:x}"))
+    }
+}
+
+/// The tracing machinery between the traced kernel code and the BPF program: always
+/// tracing frames, whatever comes before them.
+fn is_tracing_machinery(name: &str) -> bool {
+    name.starts_with("bpf_trace_run")
+        || name.starts_with("__bpf_trace_")
+        || name.starts_with("__traceiter_")
+        || name.starts_with("bpf_prog_")
+        || name.starts_with("__bpf_prog_run")
+        || name == "trace_call_bpf"
+        || name == "perf_trace_run_bpf_submit"
+}
+
+/// How far into a stack (leaf first) the tracing machinery can reach.
+const TRACING_DEPTH: usize = 8;
+
+/// Removes the leaf frames of the tracing machinery (the BPF program, `bpf_trace_run2`,
+/// `__traceiter_*`, and for classic tracepoints `perf_trace_run_bpf_submit` and the
+/// event's `perf_trace_<class>` handler) so a stack starts at the traced kernel
+/// function. Only an unbroken run from the leaf, within the first frames, is removed:
+/// real functions with a tracing-like name (`perf_trace_destroy`, `perf_trace_init`)
+/// deeper in the stack stay, and a `perf_trace_*` frame counts only right above
+/// `perf_trace_run_bpf_submit`, which it called.
+pub fn strip_tracing_frames(frames: &mut Vec<Frame>) {
+    let mut cut = 0;
+    let mut previous = "";
+    for (index, frame) in frames.iter().enumerate().take(TRACING_DEPTH) {
+        let name = frame.name.as_str();
+        let event_handler =
+            previous == "perf_trace_run_bpf_submit" && name.starts_with("perf_trace_");
+        if is_tracing_machinery(name) || event_handler {
+            cut = index + 1;
+        } else if !(cut == 0 && name.starts_with("0x")) {
+            // An unsymbolized leaf (a BPF program without a symbol) may precede the
+            // machinery; anything else ends it.
+            break;
+        }
+        previous = name;
+    }
+    frames.drain(..cut);
+    strip_trampolines(frames);
+    // What is left unsymbolized at the leaf is BPF code (a trampoline image, a program)
+    // that was not in kallsyms when it was read: not part of the traced kernel path.
+    let jit = frames
+        .iter()
+        .take_while(|frame| frame.kernel && frame.name.starts_with("0x"))
+        .count();
+    if jit < frames.len() {
+        frames.drain(..jit);
+    }
+}
+
+/// fentry/fexit trampolines (`--hold`, `--func`) sit between a traced function and its
+/// caller: `ftrace_trampoline` and the BPF trampoline image, which has no symbol. They
+/// are not the caller; the frames on both sides are kept.
+fn strip_trampolines(frames: &mut Vec<Frame>) {
+    let is_trampoline = |frame: &Frame| {
+        frame.name == "ftrace_trampoline" || frame.name.starts_with("bpf_trampoline_")
+    };
+    if !frames.iter().any(is_trampoline) {
+        return;
+    }
+    let unsymbolized = |frame: &Frame| frame.name.starts_with("0x");
+    let keep: Vec<bool> = (0..frames.len())
+        .map(|index| {
+            let frame = &frames[index];
+            let next_to_trampoline = frames.get(index + 1).is_some_and(is_trampoline)
+                || index
+                    .checked_sub(1)
+                    .and_then(|previous| frames.get(previous))
+                    .is_some_and(is_trampoline);
+            !(is_trampoline(frame) || unsymbolized(frame) && next_to_trampoline)
+        })
+        .collect();
+    let mut index = 0;
+    frames.retain(|_| {
+        index += 1;
+        keep[index - 1]
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(names: &[&str]) -> Vec<Frame> {
+        names
+            .iter()
+            .map(|name| Frame {
+                name: name.to_string(),
+                module: None,
+                kernel: true,
+            })
+            .collect()
+    }
+
+    fn stripped(names: &[&str]) -> Vec<String> {
+        let mut stack = frames(names);
+        strip_tracing_frames(&mut stack);
+        stack.into_iter().map(|frame| frame.name).collect()
+    }
+
+    #[test]
+    fn fentry_trampolines_are_removed() {
+        // A --hold fexit stack, and a waiter's stack through a traced down_write.
+        assert_eq!(
+            stripped(&[
+                "0xffffffffc0034ac5",
+                "ftrace_trampoline",
+                "down_write",
+                "path_openat",
+            ]),
+            ["down_write", "path_openat"]
+        );
+        assert_eq!(
+            stripped(&[
+                "rwsem_down_write_slowpath",
+                "down_write",
+                "0xffffffffc0034ac5",
+                "ftrace_trampoline",
+                "path_openat",
+            ]),
+            ["rwsem_down_write_slowpath", "down_write", "path_openat"]
+        );
+        // 5.10 names no trampoline: the unsymbolized leaf frames are dropped.
+        assert_eq!(
+            stripped(&[
+                "0xffffffffc0201000",
+                "0xffffffffc0201080",
+                "mutex_lock",
+                "m_start"
+            ]),
+            ["mutex_lock", "m_start"]
+        );
+        // An unsymbolized frame away from any trampoline stays.
+        assert_eq!(
+            stripped(&["do_pipe2", "0xffffffffc0001234", "ksys_read"]),
+            ["do_pipe2", "0xffffffffc0001234", "ksys_read"]
+        );
+    }
+
+    #[test]
+    fn raw_tracepoint_machinery_is_removed() {
+        assert_eq!(
+            stripped(&[
+                "bpf_prog_6deef7357e7b4530_lock_begin",
+                "bpf_trace_run2",
+                "__bpf_trace_contention_begin",
+                "queued_spin_lock_slowpath",
+                "do_pipe2",
+            ]),
+            ["queued_spin_lock_slowpath", "do_pipe2"]
+        );
+    }
+
+    #[test]
+    fn classic_tracepoint_handler_is_removed_after_submit() {
+        assert_eq!(
+            stripped(&[
+                "0xffffffffc0a01234",
+                "trace_call_bpf",
+                "perf_trace_run_bpf_submit",
+                "perf_trace_sched_switch",
+                "__traceiter_sched_switch",
+                "__schedule",
+                "schedule",
+            ]),
+            ["__schedule", "schedule"]
+        );
+    }
+
+    #[test]
+    fn real_functions_with_tracing_names_stay() {
+        // perf_trace_destroy is a real kernel function, not the machinery.
+        let real = [
+            "__schedule",
+            "schedule",
+            "perf_trace_destroy",
+            "_free_event",
+            "perf_event_release_kernel",
+        ];
+        assert_eq!(stripped(&real), real);
+        let leaf = ["perf_trace_destroy", "_free_event", "bpf_trace_run2"];
+        assert_eq!(stripped(&leaf), leaf, "not at the leaf run");
+        // After the machinery, a perf_trace_ frame not called by the submit stays.
+        assert_eq!(
+            stripped(&["bpf_trace_run1", "perf_trace_destroy", "x"]),
+            ["perf_trace_destroy", "x"]
+        );
+    }
+}
