@@ -1,9 +1,9 @@
-# Holds under contention (from --lock's own events) against --hold (fexit/fentry) on one
+# Holds under contention (from --lock's own events) against --hold (kprobes) on one
 # lock: three threads create files in a FUSE directory whose CREATE is delayed 200 ms,
 # at 0, +40 and +80 ms; the second holds the directory's inode lock while the third
 # waits. Its hold under contention must match the workload's clock and --hold.
 . /checks/lib
-need fentry
+need kprobe
 dir=/tmp/hold-contended
 mkdir -p $dir
 grep -qw fuse /proc/filesystems || fail "no FUSE in this kernel (fuse.ko not loaded)"
@@ -20,7 +20,7 @@ lockpath report $dir/find.json --format json --top 0 > $dir/find-report.json \
     || fail "lockpath report exited with $?"
 lock=$(lab-check hold-lock $dir/find-report.json) || { echo "$lock"; exit 1; }
 echo "the directory's inode lock: $lock"
-run lockpath record --hold rwsem:$lock --hold-method fentry --lock \
+run lockpath record --hold rwsem:$lock --hold-method kprobe --lock \
     -o $dir/hold.json -- /bin/fuse-workload holdchain-client $dir/r2 $dir/mnt 2
 touch $dir/stop
 wait $server
