@@ -11,6 +11,7 @@ pub enum Kind {
     Cpu,
     Offcpu,
     Io,
+    Hold,
 }
 
 /// What a kind means: its name on the command line, what it weighs, and the families
@@ -28,8 +29,9 @@ pub struct KindInfo {
 /// `io` has two faces: block requests carry no stacks, so the stack views (flamegraph,
 /// folded, pprof, JSON tree) weigh the off-CPU time in IO wait classes, while the
 /// tables (diff, HTML) list the block-IO requests by device, operation and process.
-/// `hold` has no kind yet: its rows are in the text, JSON and HTML reports.
-pub const KINDS: [KindInfo; 6] = [
+/// `hold` weighs the holds under contention the lock family records by itself; the
+/// timings of `--hold` (every hold of one lock) are in the text, JSON and HTML reports.
+pub const KINDS: [KindInfo; 7] = [
     KindInfo {
         kind: Kind::Lock,
         name: "lock",
@@ -68,17 +70,26 @@ pub const KINDS: [KindInfo; 6] = [
                 requests by device, operation and process",
         families: &["io"],
     },
+    KindInfo {
+        kind: Kind::Hold,
+        name: "hold",
+        about: "Holds under contention by lock, holder process and acquisition stack (from \
+                --lock: how long each contended acquirer held the lock while the next \
+                waiter waited); --hold's own timings are in the report and JSON",
+        families: &["lock"],
+    },
 ];
 
 impl Kind {
     /// Every kind, in table order.
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 7] = [
         Kind::Lock,
         Kind::Rpc,
         Kind::Func,
         Kind::Cpu,
         Kind::Offcpu,
         Kind::Io,
+        Kind::Hold,
     ];
 
     pub fn info(self) -> &'static KindInfo {
@@ -156,7 +167,8 @@ mod tests {
             assert_eq!(KINDS[index].kind, kind);
             assert_eq!(Kind::from_name(kind.name()), Some(kind));
         }
-        assert_eq!(Kind::from_name("hold"), None);
+        assert_eq!(Kind::from_name("hold"), Some(Kind::Hold));
+        assert_eq!(Kind::from_name("holds"), None);
         for by in GroupBy::ALL {
             assert_eq!(GroupBy::from_name(by.name()), Some(by));
         }

@@ -39,10 +39,11 @@ use aya_ebpf::{
 use profiler_common::{
     latency::LatencyStat,
     lock::{
-        ContendedHoldKey, FINGERPRINT_TEXT_WORDS, FINGERPRINT_WORDS, KERNEL_TEXT_START, LCB_F_MUTEX, LCB_F_PERCPU,
-        LCB_F_READ, LCB_F_RT, LCB_F_SPIN, LCB_F_WRITE, LOCK_CLASS_MMAP_LOCK, LOCK_CLASS_UNKNOWN,
-        LOCK_OUTCOME_ACQUIRED, LockAcquirer, LockKey, LockLayout, LockStat, LockWait,
-        STACK_REFRESH_ONE_IN, StackCacheKey, conflicts, outcome_of, sticky_flags,
+        ContendedHoldKey, FINGERPRINT_TEXT_WORDS, FINGERPRINT_WORDS, KERNEL_TEXT_START,
+        LCB_F_MUTEX, LCB_F_PERCPU, LCB_F_READ, LCB_F_RT, LCB_F_SPIN, LCB_F_WRITE,
+        LOCK_CLASS_MMAP_LOCK, LOCK_CLASS_UNKNOWN, LOCK_OUTCOME_ACQUIRED, LockAcquirer, LockKey,
+        LockLayout, LockStat, LockWait, STACK_REFRESH_ONE_IN, StackCacheKey, conflicts, outcome_of,
+        sticky_flags,
     },
     loss::{
         LOCK_HOLD_MAP_FULL, LOCK_KPROBE_RETURN_LOST, LOCK_MAP_FULL, LOCK_NEGATIVE_DELTA,
@@ -203,7 +204,9 @@ pub fn on_contention_end(ctx: &RawTracePointContext) {
 
     let spin_slot = LOCK_SPIN_WAIT.get_ptr_mut(0);
     // SAFETY: per-CPU slot from a successful lookup, written only by this CPU.
-    let spin_open = spin_slot.map(|slot| unsafe { (*slot).lock_addr }).unwrap_or(0);
+    let spin_open = spin_slot
+        .map(|slot| unsafe { (*slot).lock_addr })
+        .unwrap_or(0);
     if let Some(slot) = spin_slot
         && spin_open == lock_addr
     {
@@ -399,8 +402,9 @@ fn walk_stack<C: StackIdContext>(ctx: &C) -> (i32, Option<u64>) {
 fn stack_fingerprint(base: u64) -> Option<u64> {
     let mut words = [0u64; FINGERPRINT_WORDS];
     // SAFETY: the byte view covers exactly the local array.
-    let bytes =
-        unsafe { core::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, FINGERPRINT_WORDS * 8) };
+    let bytes = unsafe {
+        core::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, FINGERPRINT_WORDS * 8)
+    };
     // SAFETY: bpf_probe_read_kernel checks the source address; a bad one is an error.
     unsafe { aya_ebpf::helpers::bpf_probe_read_kernel_buf(base as *const u8, bytes) }.ok()?;
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;

@@ -347,6 +347,7 @@ fn spinlock_holders_are_the_open_and_close_paths() {
                 other_holders, 0,
                 "every contended holder of the fd table's lock took it in alloc_fd or file_close_fd"
             );
+            check_hold_views(&dir, &dir.join(format!("open-{round}.json")));
             return;
         }
         // On 2 CPUs a handoff between contended acquirers needs a third party (an
@@ -354,6 +355,57 @@ fn spinlock_holders_are_the_open_and_close_paths() {
         std::thread::sleep(Duration::from_millis(100));
     }
     panic!("no hold under contention of the fd table's lock in three rounds: {last}");
+}
+
+/// The views of holds under contention: the text report's holders table, the JSON
+/// report's `contended_holds` under the lock, and the `hold` flamegraph rooted at the
+/// lock with the holder's acquisition path on top.
+fn check_hold_views(dir: &std::path::Path, profile_path: &std::path::Path) {
+    let report = lockpath_ok(&["report", path_str(profile_path)]);
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        text.contains("held while others waited"),
+        "the report has a holders table:\n{text}"
+    );
+    let json = lockpath_ok(&["report", "--format", "json", path_str(profile_path)]);
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).expect("report JSON");
+    let holders: Vec<&serde_json::Value> = json["locks"]
+        .as_array()
+        .expect("locks")
+        .iter()
+        .filter_map(|group| group["contended_holds"]["holders"].as_array())
+        .flatten()
+        .collect();
+    assert!(
+        holders
+            .iter()
+            .any(|holder| holder["caller"] == "alloc_fd" || holder["caller"] == "file_close_fd"),
+        "JSON holders name the open/close paths: {holders:?}"
+    );
+    let folded = lockpath_ok(&[
+        "export",
+        path_str(profile_path),
+        "--format",
+        "folded",
+        "--kind",
+        "hold",
+    ]);
+    let folded = String::from_utf8_lossy(&folded.stdout);
+    assert!(
+        folded.lines().any(|line| line.starts_with("spinlock ")
+            && (line.contains(";alloc_fd ") || line.contains(";file_close_fd "))),
+        "hold stacks are rooted at the lock with the acquisition path on top:\n{folded}"
+    );
+    let svg = dir.join("hold.svg");
+    lockpath_ok(&[
+        "flamegraph",
+        path_str(profile_path),
+        "--kind",
+        "hold",
+        "-o",
+        path_str(&svg),
+    ]);
+    assert!(std::fs::metadata(&svg).is_ok_and(|meta| meta.len() > 0));
 }
 
 /// Holds under contention against the workload's own clock: three threads create files

@@ -120,6 +120,32 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
                 out.push(Breakdown { by, entries });
             }
         }
+        // Holders compared between two runs: who held which lock, taken where.
+        Kind::Hold => {
+            let mut by_holder: BTreeMap<String, Measure> = BTreeMap::new();
+            let mut by_lock: BTreeMap<String, Measure> = BTreeMap::new();
+            for group in crate::export::lock::contended_hold_groups(profile) {
+                for (entries, key) in [
+                    (
+                        &mut by_holder,
+                        format!("{} {} {}", group.lock_type, group.caller, group.process),
+                    ),
+                    (&mut by_lock, format!("{} {}", group.lock_type, group.lock)),
+                ] {
+                    let entry = entries.entry(key).or_default();
+                    entry.value += group.total_ns;
+                    entry.events += group.count;
+                }
+            }
+            out.push(Breakdown {
+                by: "holder",
+                entries: by_holder,
+            });
+            out.push(Breakdown {
+                by: "lock",
+                entries: by_lock,
+            });
+        }
         Kind::Rpc | Kind::Func => {
             let groups = if kind == Kind::Rpc {
                 crate::export::latency::rpc_groups(profile)
@@ -206,13 +232,14 @@ fn value_names(kind: Kind) -> (&'static str, &'static str) {
         Kind::Io => ("lat/s", "req/s"),
         Kind::Rpc => ("latency/s", "req/s"),
         Kind::Func => ("time/s", "calls/s"),
+        Kind::Hold => ("held/s", "holds/s"),
         Kind::Cpu => ("samples/s", "total/s"),
     }
 }
 
 fn format_value(kind: Kind, per_second: f64) -> String {
     match kind {
-        Kind::Lock | Kind::Offcpu | Kind::Io | Kind::Rpc | Kind::Func => {
+        Kind::Lock | Kind::Offcpu | Kind::Io | Kind::Rpc | Kind::Func | Kind::Hold => {
             format_ns(per_second.abs().round() as u64)
         }
         Kind::Cpu => format!("{:.1}", per_second.abs()),
@@ -244,7 +271,7 @@ pub struct DiffTable {
 
 fn unit(kind: Kind) -> &'static str {
     match kind {
-        Kind::Lock | Kind::Offcpu | Kind::Io | Kind::Rpc | Kind::Func => "ns/s",
+        Kind::Lock | Kind::Offcpu | Kind::Io | Kind::Rpc | Kind::Func | Kind::Hold => "ns/s",
         Kind::Cpu => "samples/s",
     }
 }

@@ -40,6 +40,11 @@ fn labels(kind: Kind) -> (&'static str, &'static str, f64) {
             "samples",
             1.0,
         ),
+        Kind::Hold => (
+            "Holds under contention by lock, holder and acquisition stack (width: hold time while others waited, ms)",
+            "ms",
+            0.001,
+        ),
     }
 }
 
@@ -76,6 +81,11 @@ fn diff_labels(kind: Kind) -> (&'static str, &'static str, f64) {
             "On-CPU samples, NEW against BASE (width: NEW samples per second of run; red grew, blue shrank)",
             "samples/s",
             1.0,
+        ),
+        Kind::Hold => (
+            "Holds under contention, NEW against BASE (width: NEW hold time in ms per second of run; red grew, blue shrank)",
+            "ms/s",
+            1e-6,
         ),
     }
 }

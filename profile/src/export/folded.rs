@@ -28,6 +28,7 @@ pub fn sample_types(kind: Kind) -> &'static [(&'static str, &'static str)] {
         Kind::Cpu => &[("samples", "count")],
         Kind::Offcpu => &[("waits", "count"), ("off_cpu", "nanoseconds")],
         Kind::Io => &[("waits", "count"), ("io_wait", "nanoseconds")],
+        Kind::Hold => &[("holds", "count"), ("hold", "nanoseconds")],
     }
 }
 
@@ -35,7 +36,7 @@ pub fn sample_types(kind: Kind) -> &'static [(&'static str, &'static str)] {
 /// folded unit (delay or time off CPU in nanoseconds, folded in microseconds).
 pub fn flame_value(kind: Kind) -> (usize, u64) {
     match kind {
-        Kind::Lock | Kind::Offcpu | Kind::Io | Kind::Rpc | Kind::Func => (1, 1_000),
+        Kind::Lock | Kind::Offcpu | Kind::Io | Kind::Rpc | Kind::Func | Kind::Hold => (1, 1_000),
         Kind::Cpu => (0, 1),
     }
 }
@@ -139,6 +140,18 @@ pub fn samples(profile: &Profile, kind: Kind) -> Vec<Sample> {
         Kind::Cpu => {
             for row in &profile.cpu {
                 add(cpu_frames(profile, row), &[row.samples]);
+            }
+        }
+        // Lock type and lock; holder process; the holder's acquisition stack from the
+        // outermost frame to where it took the lock. Width: hold time under contention.
+        Kind::Hold => {
+            for row in &profile.contended_holds {
+                let mut frames = vec![
+                    clean(&format!("{} {}", lock_type_name(row.flags), row.lock_name)),
+                    clean(&profile.process_name(row.pid)),
+                ];
+                frames.extend(lock_stack_frames(profile, row.stack));
+                add(frames, &[row.latency.count, row.latency.total_ns]);
             }
         }
     }

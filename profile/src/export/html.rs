@@ -110,6 +110,31 @@ fn lock_rows(profile: &Profile, by: GroupBy, top: usize) -> Vec<Vec<String>> {
 fn kind_section(profile: &Profile, kind: Kind) -> Result<String> {
     let mut out = String::new();
     match kind {
+        Kind::Hold => {
+            out.push_str("<section id=\"hold\">\n<h2>Held while others waited</h2>\n");
+            let rows: Vec<Vec<String>> = crate::export::lock::contended_hold_groups(profile)
+                .into_iter()
+                .take(50)
+                .map(|group| {
+                    vec![
+                        group.count.to_string(),
+                        crate::units::format_ns(group.total_ns),
+                        crate::units::format_ns(group.max_ns),
+                        format!("{} {}", group.lock_type, group.lock),
+                        format!("{}[{}/{}]", group.process, group.pid, group.tid),
+                        group.caller,
+                    ]
+                })
+                .collect();
+            out.push_str(&table(
+                &["holds", "total", "max", "lock", "holder", "acquired in"],
+                &[true, true, true, false, false, false],
+                &rows,
+            ));
+            let svg = flamegraph::render_svg(profile, kind)?;
+            out.push_str(&flamegraph_frame(&svg, "Holds under contention flamegraph"));
+            out.push_str("</section>\n");
+        }
         Kind::Lock => {
             out.push_str("<section id=\"lock\">\n<h2>Lock contention</h2>\n");
             let numeric = [true, true, true, true, false, false, false, false];

@@ -36,6 +36,151 @@ pub struct LockGroup {
     /// Who held the lock while these waits began (sleeping locks with a known owner),
     /// most wait first: "waiters wait on X, held by Y".
     pub holders: Vec<Holder>,
+    /// How long the lock's contended acquirers held it while the next waiter waited
+    /// (grouped by lock only; absent when none was seen).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub contended_holds: Option<ContendedHolds>,
+}
+
+/// Holds under contention of one lock: totals and the holders, most hold time first.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ContendedHolds {
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+    pub holders: Vec<HoldGroup>,
+}
+
+/// The holds under contention of one holder (thread and acquisition stack) of a lock.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct HoldGroup {
+    #[serde(rename = "type")]
+    pub lock_type: String,
+    pub lock: String,
+    pub pid: u32,
+    pub tid: u32,
+    pub process: String,
+    /// Where the holder took the lock: the first frame outside the locking code.
+    pub caller: String,
+    /// The holder's acquisition stack, leaf first, locking code left out.
+    pub frames: Vec<String>,
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+}
+
+/// Holds under contention by (lock, type, holder thread, acquisition stack), most hold
+/// time first.
+pub fn contended_hold_groups(profile: &Profile) -> Vec<HoldGroup> {
+    let mut sums: BTreeMap<(&str, u32, u32, u32, Option<u32>), (u64, u64, u64)> = BTreeMap::new();
+    for row in &profile.contended_holds {
+        let key = (
+            row.lock_name.as_str(),
+            row.flags,
+            row.pid,
+            row.tid.unwrap_or(0),
+            row.stack,
+        );
+        let sum = sums.entry(key).or_default();
+        sum.0 = sum.0.saturating_add(row.latency.count);
+        sum.1 = sum.1.saturating_add(row.latency.total_ns);
+        sum.2 = sum.2.max(row.latency.max_ns);
+    }
+    let mut groups: Vec<HoldGroup> = sums
+        .into_iter()
+        .map(
+            |((lock, flags, pid, tid, stack), (count, total_ns, max_ns))| {
+                let frames = profile.stack_frames(stack);
+                let outside: Vec<String> = frames
+                    .iter()
+                    .skip_while(|frame| crate::lock::is_lock_internal(&frame.name))
+                    .map(|frame| frame.display())
+                    .collect();
+                HoldGroup {
+                    lock_type: lock_type_name(flags).to_string(),
+                    lock: lock.to_string(),
+                    pid,
+                    tid,
+                    process: profile.process_name(pid),
+                    caller: caller(&frames)
+                        .map(|frame| frame.display())
+                        .unwrap_or_else(|| UNKNOWN.to_string()),
+                    frames: outside,
+                    count,
+                    total_ns,
+                    max_ns,
+                }
+            },
+        )
+        .collect();
+    groups.sort_by(|a, b| {
+        b.total_ns
+            .cmp(&a.total_ns)
+            .then_with(|| a.lock.cmp(&b.lock))
+            .then_with(|| a.tid.cmp(&b.tid))
+    });
+    groups
+}
+
+/// The holds under contention of the lock named `lock`, with its top holders.
+fn contended_holds_of(groups: &[HoldGroup], lock: &str) -> Option<ContendedHolds> {
+    let of_lock: Vec<&HoldGroup> = groups.iter().filter(|group| group.lock == lock).collect();
+    if of_lock.is_empty() {
+        return None;
+    }
+    Some(ContendedHolds {
+        count: of_lock.iter().map(|group| group.count).sum(),
+        total_ns: of_lock.iter().map(|group| group.total_ns).sum(),
+        max_ns: of_lock.iter().map(|group| group.max_ns).max().unwrap_or(0),
+        holders: of_lock.into_iter().take(10).cloned().collect(),
+    })
+}
+
+/// "Held while others waited": for the locks with the most hold time under contention,
+/// who held them, where they took them, and for how long. Empty when none was seen.
+pub fn contended_holds_table(profile: &Profile, top: usize) -> String {
+    let groups = contended_hold_groups(profile);
+    if groups.is_empty() {
+        return String::new();
+    }
+    let mut locks: Vec<(&str, &str, u64)> = Vec::new();
+    for group in &groups {
+        match locks.iter_mut().find(|(lock, _, _)| *lock == group.lock) {
+            Some(entry) => entry.2 += group.total_ns,
+            None => locks.push((&group.lock, &group.lock_type, group.total_ns)),
+        }
+    }
+    locks.sort_by(|a, b| b.2.cmp(&a.2));
+    let mut out = String::from(
+        "
+held while others waited (holds under contention: acquisition to the next waiter's):
+",
+    );
+    out.push_str(&format!(
+        "  {:>8} {:>10} {:>10}  {:<24} {}
+",
+        "holds", "total", "max", "holder", "acquired in"
+    ));
+    for (lock, lock_type, total) in locks.iter().take(top.clamp(1, 10)) {
+        out.push_str(&format!(
+            "  {lock_type} {lock}: {} held
+",
+            format_ns(*total)
+        ));
+        for group in groups.iter().filter(|group| group.lock == *lock).take(5) {
+            let holder = format!("{}[{}/{}]", group.process, group.pid, group.tid);
+            out.push_str(&format!(
+                "  {:>8} {:>10} {:>10}  {:<24} {}
+",
+                group.count,
+                format_ns(group.total_ns),
+                format_ns(group.max_ns),
+                fit(&holder, 24),
+                fit(&group.caller, 40)
+            ));
+        }
+    }
+    out
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -233,6 +378,11 @@ pub fn top_lock_groups(
             .get(id as usize)
             .map_or(UNKNOWN, String::as_str)
     };
+    let hold_groups = if by == GroupBy::Lock && !profile.contended_holds.is_empty() {
+        contended_hold_groups(profile)
+    } else {
+        Vec::new()
+    };
     let mut out = Vec::with_capacity(shown.len());
     for (((&group, callers), pids), holders) in shown.iter().zip(callers).zip(pids).zip(holders) {
         let sums = &groups[group as usize];
@@ -258,6 +408,11 @@ pub fn top_lock_groups(
             .collect();
         holders.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then_with(|| a.pid.cmp(&b.pid)));
         out.push(LockGroup {
+            contended_holds: if by == GroupBy::Lock && !sums.several_locks {
+                contended_holds_of(&hold_groups, lock_of(sums))
+            } else {
+                None
+            },
             holders,
             lock_type: sums.lock_type.to_string(),
             lock: lock_of(sums).to_string(),

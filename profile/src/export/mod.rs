@@ -30,6 +30,7 @@ pub fn has_kind(profile: &Profile, kind: Kind) -> bool {
     recorded
         || match kind {
             Kind::Lock => !profile.locks.is_empty(),
+            Kind::Hold => !profile.contended_holds.is_empty(),
             Kind::Rpc => !profile.rpcs.is_empty(),
             Kind::Func => !profile.funcs.is_empty(),
             Kind::Cpu => !profile.cpu.is_empty(),

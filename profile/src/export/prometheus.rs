@@ -259,6 +259,8 @@ pub fn render(profile: &Profile) -> String {
                 &crate::export::latency::func_groups(profile),
             ),
             crate::kind::Kind::Cpu => cpu_series(profile, &mut out),
+            // Holds under contention are in the report, JSON and flamegraphs; no series yet.
+            crate::kind::Kind::Hold => {}
         }
     }
     out

@@ -9,7 +9,10 @@ use serde::Serialize;
 use super::{
     cpu::{cpu_functions, cpu_processes, cpu_tables, CpuFunction, CpuProcess},
     latency::{func_groups, hold_groups, latency_sections, rpc_groups, HoldGroup, LatencyGroup},
-    lock::{holders_table, lock_family_recorded, lock_table, top_lock_groups, LockGroup},
+    lock::{
+        contended_holds_table, holders_table, lock_family_recorded, lock_table, top_lock_groups,
+        LockGroup,
+    },
 };
 use crate::{kind::GroupBy, profile::Profile};
 
@@ -57,6 +60,7 @@ pub fn text(profile: &Profile, by: GroupBy, top: usize) -> String {
     if lock_family_recorded(profile) {
         text.push_str(&lock_table(profile, by, top));
         text.push_str(&holders_table(profile, 10));
+        text.push_str(&contended_holds_table(profile, 10));
         if profile.is_merged() && by != GroupBy::Host {
             text.push_str("\nby host:\n");
             text.push_str(&lock_table(profile, GroupBy::Host, top));
@@ -79,6 +83,7 @@ pub fn summary(profile: &Profile, top: usize) -> String {
         out.push_str("lock contention, by lock (total wait):\n");
         out.push_str(&lock_table(profile, GroupBy::Lock, top));
         out.push_str(&holders_table(profile, top.min(10)));
+        out.push_str(&contended_holds_table(profile, top.min(10)));
     }
     let mut sections = String::new();
     if profile.recorded("cpu") {
