@@ -377,13 +377,13 @@ fn waiter_stack<C: LockContext>(ctx: &C, lock_addr: u64) -> (i32, Option<u64>) {
     let refresh = unsafe { bpf_get_prandom_u32() } % STACK_REFRESH_ONE_IN == 0;
     if !refresh {
         // SAFETY: lookup in a map of plain data; the value is copied out.
-        if let Some(kstack_id) = unsafe { LOCK_STACK_CACHE.get(&key) } {
+        if let Some(kstack_id) = unsafe { LOCK_STACK_CACHE.get(key) } {
             return (*kstack_id, None);
         }
     }
     let walked = walk_stack(ctx);
     if walked.0 >= 0 {
-        let _ = LOCK_STACK_CACHE.insert(&key, &walked.0, 0);
+        let _ = LOCK_STACK_CACHE.insert(key, walked.0, 0);
     }
     walked
 }
@@ -608,8 +608,8 @@ fn note_acquisition(wait: &LockWait, end_ns: u64, pid_tgid: u64) {
         kstack_id: wait.kstack_id,
         flags: wait.flags,
     };
-    let Some(previous) = LOCK_LAST_ACQUIRER.get_ptr_mut(&wait.lock_addr) else {
-        let _ = LOCK_LAST_ACQUIRER.insert(&wait.lock_addr, &current, 0);
+    let Some(previous) = LOCK_LAST_ACQUIRER.get_ptr_mut(wait.lock_addr) else {
+        let _ = LOCK_LAST_ACQUIRER.insert(wait.lock_addr, current, 0);
         return;
     };
     // SAFETY: map value from a successful lookup, valid for this program run. Exclusive

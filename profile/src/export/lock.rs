@@ -72,7 +72,9 @@ pub struct HoldGroup {
 /// Holds under contention by (lock, type, holder thread, acquisition stack), most hold
 /// time first.
 pub fn contended_hold_groups(profile: &Profile) -> Vec<HoldGroup> {
-    let mut sums: BTreeMap<(&str, u32, u32, u32, Option<u32>), (u64, u64, u64)> = BTreeMap::new();
+    // (lock, flags, pid, tid, stack) -> (count, total, max).
+    type Holder<'a> = (&'a str, u32, u32, u32, Option<u32>);
+    let mut sums: BTreeMap<Holder, (u64, u64, u64)> = BTreeMap::new();
     for row in &profile.contended_holds {
         let key = (
             row.lock_name.as_str(),
@@ -150,7 +152,7 @@ pub fn contended_holds_table(profile: &Profile, top: usize) -> String {
             None => locks.push((&group.lock, &group.lock_type, group.total_ns)),
         }
     }
-    locks.sort_by(|a, b| b.2.cmp(&a.2));
+    locks.sort_by_key(|lock| std::cmp::Reverse(lock.2));
     let mut out = String::from(
         "
 held while others waited (holds under contention: acquisition to the next waiter's):

@@ -124,26 +124,6 @@ pub fn explain(err: &str) -> String {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn verifier_rejection_is_one_line_naming_the_log() {
-        let path = std::path::Path::new("/tmp/lockpath-verifier-x-1.log");
-        let text = verifier_message(
-            "offcpu_sched_switch",
-            "Permission denied\n(os error 13)",
-            Some(path),
-        );
-        assert!(!text.contains('\n'), "{text}");
-        assert!(text.contains("offcpu_sched_switch"), "{text}");
-        assert!(text.contains("/tmp/lockpath-verifier-x-1.log"), "{text}");
-        let text = verifier_message("p", "EINVAL", None);
-        assert!(text.contains("RUST_LOG=debug"), "{text}");
-    }
-}
-
 /// Runs each loaded program missed because another BPF program was already running on
 /// the CPU (`recursion_misses` of `bpf_prog_info`, Linux 5.12+): events lost before any
 /// of lockpath's code ran, so no in-kernel counter can see them. Read before detaching.
@@ -196,4 +176,24 @@ fn prog_info(fd: std::os::fd::BorrowedFd<'_>) -> Option<aya_obj::generated::bpf_
         )
     };
     (ret == 0).then_some(info)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verifier_rejection_is_one_line_naming_the_log() {
+        let path = std::path::Path::new("/tmp/lockpath-verifier-x-1.log");
+        let text = verifier_message(
+            "offcpu_sched_switch",
+            "Permission denied\n(os error 13)",
+            Some(path),
+        );
+        assert!(!text.contains('\n'), "{text}");
+        assert!(text.contains("offcpu_sched_switch"), "{text}");
+        assert!(text.contains("/tmp/lockpath-verifier-x-1.log"), "{text}");
+        let text = verifier_message("p", "EINVAL", None);
+        assert!(text.contains("RUST_LOG=debug"), "{text}");
+    }
 }
