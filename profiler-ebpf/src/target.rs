@@ -10,7 +10,7 @@ use core::ffi::c_void;
 use aya_ebpf::{
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid},
     macros::map,
-    maps::HashMap,
+    maps::{Array, HashMap, PerCpuArray},
     programs::TracePointContext,
 };
 use profiler_common::{
@@ -54,7 +54,7 @@ fn load_u32(global: &u32) -> u32 {
 #[inline(always)]
 pub fn is_target() -> bool {
     match load_u32(&FILTER_MODE) {
-        FILTER_PIDS => is_tracked((bpf_get_current_pid_tgid() >> 32) as u32),
+        FILTER_PIDS => is_tracked_current((bpf_get_current_pid_tgid() >> 32) as u32),
         FILTER_CGROUP => {
             // SAFETY: helper without arguments.
             let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
@@ -83,6 +83,64 @@ fn is_tracked(tgid: u32) -> bool {
     unsafe { TARGETS.get(tgid) }.is_some()
 }
 
+/// The last verdict of this CPU: a lock storm asks about the same process on every
+/// event, and an array slot costs a load where the hash lookup costs a hash.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct TargetVerdict {
+    tgid: u32,
+    generation: u32,
+    tracked: u32,
+}
+
+#[map]
+static TARGET_VERDICT: PerCpuArray<TargetVerdict> = PerCpuArray::with_max_entries(1, 0);
+
+/// Bumped whenever `TARGETS` changes in the kernel (fork, exit): cached verdicts of an
+/// older generation are asked again. (User space fills `TARGETS` before attaching.)
+#[map]
+static TARGET_GENERATION: Array<u32> = Array::with_max_entries(1, 0);
+
+/// `is_tracked` for the current task's process, through this CPU's last verdict.
+#[inline(always)]
+fn is_tracked_current(tgid: u32) -> bool {
+    let generation = match TARGET_GENERATION.get_ptr(0) {
+        // SAFETY: array element from a successful lookup; a plain u32.
+        Some(generation) => unsafe { core::ptr::read_volatile(generation) },
+        None => return is_tracked(tgid),
+    };
+    let Some(verdict) = TARGET_VERDICT.get_ptr_mut(0) else {
+        return is_tracked(tgid);
+    };
+    // SAFETY: this CPU's slot; programs do not migrate while they run. A program in an
+    // interrupt may rewrite it meanwhile, which at worst costs one more lookup.
+    let verdict = unsafe { &mut *verdict };
+    if verdict.tgid == tgid && verdict.generation == generation && tgid != 0 {
+        return verdict.tracked != 0;
+    }
+    let tracked = is_tracked(tgid);
+    *verdict = TargetVerdict {
+        tgid,
+        generation,
+        tracked: tracked as u32,
+    };
+    tracked
+}
+
+/// Marks `TARGETS` as changed.
+#[inline(always)]
+fn targets_changed() {
+    if let Some(generation) = TARGET_GENERATION.get_ptr_mut(0) {
+        // SAFETY: array element from a successful lookup; the add is atomic (several
+        // CPUs fork and exit at once).
+        unsafe {
+            core::intrinsics::atomic_xadd::<u32, u32, { core::intrinsics::AtomicOrdering::Relaxed }>(
+                generation, 1,
+            )
+        };
+    }
+}
+
 /// `sched:sched_process_fork`, runs in the parent. A new process of a tracked parent
 /// is tracked; a new thread needs nothing (it shares the tgid), but inserting its id is
 /// harmless and cheaper than telling the two apart here.
@@ -100,6 +158,7 @@ pub extern "C" fn target_fork(ctx: *mut c_void) -> u32 {
             {
                 count_loss(TARGET_MAP_FULL);
             }
+            targets_changed();
         }
     }
     // 1: let perf and other tracers see the event too.
@@ -128,6 +187,7 @@ pub extern "C" fn target_exit(ctx: *mut c_void) -> u32 {
         };
         if process_ends {
             let _ = TARGETS.remove(tgid);
+            targets_changed();
         }
     }
     1
