@@ -145,38 +145,31 @@ pub fn contended_holds_table(profile: &Profile, top: usize) -> String {
     if groups.is_empty() {
         return String::new();
     }
-    let mut locks: Vec<(&str, &str, u64)> = Vec::new();
+    let mut locks: Vec<(&str, u64)> = Vec::new();
     for group in &groups {
-        match locks.iter_mut().find(|(lock, _, _)| *lock == group.lock) {
-            Some(entry) => entry.2 += group.total_ns,
-            None => locks.push((&group.lock, &group.lock_type, group.total_ns)),
+        match locks.iter_mut().find(|(lock, _)| *lock == group.lock) {
+            Some(entry) => entry.1 += group.total_ns,
+            None => locks.push((&group.lock, group.total_ns)),
         }
     }
-    locks.sort_by_key(|lock| std::cmp::Reverse(lock.2));
+    locks.sort_by_key(|lock| std::cmp::Reverse(lock.1));
     let mut out = String::from(
-        "
-held while others waited (holds under contention: acquisition to the next waiter's):
-",
+        "\nheld while others waited (holds under contention: acquisition to the next waiter's):\n",
     );
     out.push_str(&format!(
-        "  {:>8} {:>10} {:>10}  {:<24} {}
-",
-        "holds", "total", "max", "holder", "acquired in"
+        "  {:>8} {:>10} {:>10}  {:<10} {:<24} {}\n",
+        "holds", "total", "max", "type", "holder", "acquired in"
     ));
-    for (lock, lock_type, total) in locks.iter().take(top.clamp(1, 10)) {
-        out.push_str(&format!(
-            "  {lock_type} {lock}: {} held
-",
-            format_ns(*total)
-        ));
+    for (lock, total) in locks.iter().take(top.clamp(1, 10)) {
+        out.push_str(&format!("  {lock}: {} held\n", format_ns(*total)));
         for group in groups.iter().filter(|group| group.lock == *lock).take(5) {
             let holder = format!("{}[{}/{}]", group.process, group.pid, group.tid);
             out.push_str(&format!(
-                "  {:>8} {:>10} {:>10}  {:<24} {}
-",
+                "  {:>8} {:>10} {:>10}  {:<10} {:<24} {}\n",
                 group.count,
                 format_ns(group.total_ns),
                 format_ns(group.max_ns),
+                group.lock_type,
                 fit(&holder, 24),
                 fit(&group.caller, 40)
             ));

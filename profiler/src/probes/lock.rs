@@ -90,7 +90,15 @@ impl Family for LockFamily {
 
     fn drain(&self, out: &mut Drain) -> Result<()> {
         out.profile.locks = drain(out.maps, out.stacks)?;
-        out.profile.contended_holds = drain_contended_holds(out.maps, out.stacks)?;
+        // Holds are named like the waits on the same lock (`mmap_lock` is known from the
+        // waiter's side only).
+        let names: std::collections::HashMap<u64, String> = out
+            .profile
+            .locks
+            .iter()
+            .map(|row| (row.lock_addr, row.lock_name.clone()))
+            .collect();
+        out.profile.contended_holds = drain_contended_holds(out.maps, out.stacks, &names)?;
         Ok(())
     }
 
@@ -325,14 +333,21 @@ pub fn drain(maps: &MapSet, stacks: &mut StackResolver) -> Result<Vec<LockRow>> 
 }
 
 /// Reads the holds under contention out of the kernel.
-pub fn drain_contended_holds(maps: &MapSet, stacks: &mut StackResolver) -> Result<Vec<HoldRow>> {
+pub fn drain_contended_holds(
+    maps: &MapSet,
+    stacks: &mut StackResolver,
+    names: &std::collections::HashMap<u64, String>,
+) -> Result<Vec<HoldRow>> {
     let holds: HashMap<_, ContendedHoldKey, LatencyStat> = maps.hash_map(names::LOCK_HOLDS)?;
     let mut rows = Vec::new();
     for entry in holds.iter() {
         let (key, stat) = entry.context("cannot read LOCK_HOLDS")?;
         rows.push(HoldRow {
             lock_addr: key.lock_addr,
-            lock_name: stacks.lock_name(key.lock_addr),
+            lock_name: match names.get(&key.lock_addr) {
+                Some(name) => name.clone(),
+                None => stacks.lock_name(key.lock_addr),
+            },
             flags: key.flags,
             pid: key.tgid,
             tid: Some(key.tid),
