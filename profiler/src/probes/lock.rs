@@ -38,6 +38,7 @@ pub const FAMILY: Registration = Registration {
             MapSize::Fixed(LOCK_SLEEP_WAIT_ENTRIES),
         ),
     ],
+    names: names::ALL,
 };
 
 /// The lock family of one recording: the hook method and the struct offsets.
