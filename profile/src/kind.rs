@@ -28,7 +28,9 @@ pub struct KindInfo {
 /// `io` has two faces: block requests carry no stacks, so the stack views (flamegraph,
 /// folded, pprof, JSON tree) weigh the off-CPU time in IO wait classes, while the
 /// tables (diff, HTML) list the block-IO requests by device, operation and process.
-/// `hold` has no kind yet: its rows are in the text, JSON and HTML reports.
+/// `hold` has no kind yet: its rows are in the text and JSON reports only. A kind is a row
+/// here plus one arm in folded, flamegraph, diff, HTML and Prometheus; hold's arms are
+/// not written yet.
 pub const KINDS: [KindInfo; 6] = [
     KindInfo {
         kind: Kind::Lock,
