@@ -152,11 +152,7 @@ mod tests {
 
     #[test]
     fn caller_skips_lock_internals() {
-        let frame = |name: &str| Frame {
-            name: name.into(),
-            module: None,
-            kernel: true,
-        };
+        let frame = Frame::kernel;
         let stack = [
             frame("queued_spin_lock_slowpath"),
             frame("_raw_spin_lock"),

@@ -190,6 +190,15 @@ pub struct Frame {
 }
 
 impl Frame {
+    /// A kernel frame of the image (no module).
+    pub fn kernel(name: &str) -> Frame {
+        Frame {
+            name: name.into(),
+            module: None,
+            kernel: true,
+        }
+    }
+
     /// How a frame is shown: `name [module]` for kernel modules, `name` otherwise.
     pub fn display(&self) -> String {
         match (&self.module, self.kernel) {
@@ -645,11 +654,7 @@ mod tests {
         let mut profile = Profile::new();
         profile.host = "node1".into();
         let mut interner = StackInterner::default();
-        let frame = |name: &str| Frame {
-            name: name.into(),
-            module: None,
-            kernel: true,
-        };
+        let frame = Frame::kernel;
         let stack = interner.stack(vec![frame("_raw_spin_lock"), frame("do_pipe2")], false);
         let again = interner.stack(vec![frame("_raw_spin_lock"), frame("do_pipe2")], false);
         assert_eq!(stack, again);

@@ -201,14 +201,7 @@ mod tests {
     use super::*;
 
     fn frames(names: &[&str]) -> Vec<Frame> {
-        names
-            .iter()
-            .map(|name| Frame {
-                name: name.to_string(),
-                module: None,
-                kernel: true,
-            })
-            .collect()
+        names.iter().map(|name| Frame::kernel(name)).collect()
     }
 
     fn class_of(classifier: &Classifier, names: &[&str]) -> String {

@@ -3,6 +3,13 @@
 //! the programs as load-time constants. Only what lockpath needs: struct member offsets,
 //! through anonymous structs and unions, and through nested members (`a.b.c`); enum
 //! values; the arguments of raw tracepoints; a module's split BTF on top of vmlinux's.
+//!
+//! Why not aya-obj's BTF parser (aya-obj 0.3.0, what aya 0.14 uses): it parses the same
+//! file, but what a member-offset lookup needs is not public there. `Btf::type_by_id`
+//! and `Btf::string_at` are `pub(crate)`, and the members of `Struct`/`Union`
+//! (`BtfMember { name_offset, btf_type, offset }`) are `pub(crate)` fields with no public
+//! accessor; only `id_by_type_name_kind` (a type's id by name) is public. So a struct's
+//! members, their names and their bit offsets cannot be read through it.
 
 use std::{collections::HashMap, path::Path};
 

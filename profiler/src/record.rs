@@ -647,19 +647,17 @@ mod tests {
         let file = object::File::parse(EBPF_OBJECT).expect("the eBPF object is ELF");
         let symbols: std::collections::HashSet<&str> =
             file.symbols().filter_map(|s| s.name().ok()).collect();
-        let families: [&[&str]; 9] = [
+        // What every family shares, and each family's names.
+        let shared = [
             profiler_common::shared::names::ALL,
             profiler_common::target::names::ALL,
-            profiler_common::lock::names::ALL,
-            profiler_common::offcpu::names::ALL,
-            profiler_common::io::names::ALL,
-            profiler_common::rpc::names::ALL,
-            profiler_common::func::names::ALL,
-            profiler_common::cpu::names::ALL,
-            profiler_common::hold::names::ALL,
         ];
+        let families: Vec<&[&str]> = shared
+            .into_iter()
+            .chain(FAMILIES.iter().map(|family| family.names))
+            .collect();
         let mut missing = Vec::new();
-        for name in families.into_iter().flatten() {
+        for name in families.iter().copied().flatten() {
             let symbol = match name.ends_with('_') {
                 true => format!("{name}0"),
                 false => name.to_string(),

@@ -556,9 +556,7 @@ mod tests {
         );
         let text = text(&base, &new, Kind::Offcpu, 0);
         assert!(text.contains("offcpu by class"), "{text}");
-        for line in text.lines() {
-            assert!(line.chars().count() <= 100, "too wide: {line}");
-        }
+        crate::export::table::assert_fits_100_columns(&text);
     }
 
     #[test]

@@ -66,14 +66,17 @@ pub fn samples(profile: &Profile, kind: Kind) -> Vec<Sample> {
             // Sum by (process, type, stack) with integer keys first, then build the
             // frames of each distinct key once: rows (one per lock address) far
             // outnumber paths, and a million rows must not cost a million frame lists.
-            let mut sums: HashMap<(u32, u32, Option<u32>), [u64; 2]> = HashMap::new();
+            let mut sums: HashMap<(u32, u32, Option<u32>), [u64; 2], rustc_hash::FxBuildHasher> =
+                HashMap::default();
             for row in &profile.locks {
                 let sum = sums.entry((row.pid, row.flags, row.stack)).or_default();
                 sum[0] = sum[0].saturating_add(row.count);
                 sum[1] = sum[1].saturating_add(row.total_ns);
             }
-            let mut stack_parts: HashMap<Option<u32>, Vec<String>> = HashMap::new();
-            let mut process_parts: HashMap<u32, String> = HashMap::new();
+            let mut stack_parts: HashMap<Option<u32>, Vec<String>, rustc_hash::FxBuildHasher> =
+                HashMap::default();
+            let mut process_parts: HashMap<u32, String, rustc_hash::FxBuildHasher> =
+                HashMap::default();
             for ((pid, flags, stack), values) in sums {
                 let process = process_parts
                     .entry(pid)

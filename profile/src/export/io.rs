@@ -271,8 +271,6 @@ mod tests {
             text.contains("|****************************************|"),
             "{text}"
         );
-        for line in text.lines() {
-            assert!(line.chars().count() <= 100, "too wide: {line}");
-        }
+        crate::export::table::assert_fits_100_columns(&text);
     }
 }

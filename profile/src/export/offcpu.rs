@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::table::fit;
 use crate::{profile::Profile, units::format_ns};
 
 /// Per process: total and classes, most time first.
@@ -220,16 +221,6 @@ pub fn table(profile: &Profile, top: usize) -> String {
     out
 }
 
-fn fit(text: &str, width: usize) -> String {
-    if text.chars().count() <= width {
-        text.to_string()
-    } else {
-        let mut cut: String = text.chars().take(width.saturating_sub(1)).collect();
-        cut.push('…');
-        cut
-    }
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -238,11 +229,7 @@ pub(crate) mod tests {
     pub(crate) fn profile_with_waits() -> Profile {
         let mut profile = Profile::new();
         let mut interner = StackInterner::default();
-        let frame = |name: &str| Frame {
-            name: name.into(),
-            module: None,
-            kernel: true,
-        };
+        let frame = Frame::kernel;
         let buffer = interner.stack(
             vec![
                 frame("__schedule"),
@@ -332,8 +319,6 @@ pub(crate) mod tests {
             text.contains("top: __wait_on_buffer < ext4_read_bh < ext4_bread"),
             "{text}"
         );
-        for line in text.lines() {
-            assert!(line.chars().count() <= 100, "too wide: {line}");
-        }
+        crate::export::table::assert_fits_100_columns(&text);
     }
 }

@@ -232,6 +232,32 @@ mod tests {
     }
 
     #[test]
+    fn decodes_back_to_the_same_message() {
+        let profile = profile_with_two_locks();
+        let decoded =
+            proto::Profile::decode(encode(&profile, Kind::Lock).as_slice()).expect("decode");
+        assert_eq!(decoded, message(&profile, Kind::Lock));
+        assert_eq!(decoded.sample.len(), 2);
+        assert_eq!(decoded.string_table[0], "");
+        // Every sample's locations and every location's function exist.
+        let ids: Vec<u64> = decoded
+            .location
+            .iter()
+            .map(|location| location.id)
+            .collect();
+        for sample in &decoded.sample {
+            assert!(sample.location_id.iter().all(|id| ids.contains(id)));
+            assert_eq!(sample.value.len(), decoded.sample_type.len());
+        }
+        for location in &decoded.location {
+            assert!(decoded
+                .function
+                .iter()
+                .any(|function| function.id == location.line[0].function_id));
+        }
+    }
+
+    #[test]
     fn offcpu_and_io_sample_types() {
         let profile = crate::export::offcpu::tests::profile_with_waits_and_io();
         for (kind, expected, samples) in [

@@ -190,11 +190,7 @@ pub(crate) mod tests {
     pub(crate) fn profile_with_two_locks() -> Profile {
         let mut profile = Profile::new();
         let mut interner = StackInterner::default();
-        let frame = |name: &str| Frame {
-            name: name.into(),
-            module: None,
-            kernel: true,
-        };
+        let frame = Frame::kernel;
         let spin = interner.stack(
             vec![
                 frame("queued_spin_lock_slowpath"),
@@ -313,9 +309,7 @@ pub(crate) mod tests {
     #[test]
     fn table_fits_100_columns() {
         let table = lock_table(&profile_with_two_locks(), GroupBy::Lock, 20);
-        for line in table.lines() {
-            assert!(line.chars().count() <= 100, "too wide: {line}");
-        }
+        crate::export::table::assert_fits_100_columns(&table);
         assert!(table.contains("7.00 ms"), "{table}");
     }
 
@@ -370,9 +364,7 @@ pub(crate) mod tests {
         let text = latency_sections(&profile, 20);
         assert!(text.contains("fuse CREATE"), "{text}");
         assert!(text.contains("binary:a_rather_long"), "{text}");
-        for line in text.lines() {
-            assert!(line.chars().count() <= 100, "too wide: {line}");
-        }
+        crate::export::table::assert_fits_100_columns(&text);
     }
 
     #[test]
@@ -429,9 +421,7 @@ pub(crate) mod tests {
         assert_eq!((processes[0].pid, processes[0].samples), (1, 7));
         let table = cpu_tables(&profile, 20);
         assert!(table.contains("70.0%"), "{table}");
-        for line in table.lines() {
-            assert!(line.chars().count() <= 100, "too wide: {line}");
-        }
+        crate::export::table::assert_fits_100_columns(&table);
         let json: serde_json::Value =
             serde_json::from_str(&json(&profile, GroupBy::Lock, 0).expect("json")).expect("parse");
         assert_eq!(json["cpu"]["samples"], 10);

@@ -28,3 +28,11 @@ pub fn fit(text: &str, width: usize) -> String {
         cut
     }
 }
+
+/// Test helper: every line of `text` fits the report's 100 columns.
+#[cfg(test)]
+pub(crate) fn assert_fits_100_columns(text: &str) {
+    for line in text.lines() {
+        assert!(line.chars().count() <= 100, "too wide: {line}");
+    }
+}

@@ -36,6 +36,7 @@ pub const FAMILY: Registration = Registration {
             .then(|| Box::new(CpuFamily { freq_hz: args.freq }) as Box<dyn Family>))
     },
     maps: &[(names::CPU_SAMPLES, MapSize::Stats)],
+    names: names::ALL,
 };
 
 /// The on-CPU sampling family of one recording.

@@ -38,6 +38,7 @@ pub const FAMILY: Registration = Registration {
         (names::FUNC_STATS, MapSize::Stats),
         (names::FUNC_CALLS, MapSize::Fixed(FUNC_CALLS_ENTRIES)),
     ],
+    names: names::ALL,
 };
 
 /// Recorded when kernel or user functions are named (checked here, before loading).

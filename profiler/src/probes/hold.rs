@@ -49,6 +49,7 @@ pub const FAMILY: Registration = Registration {
         (names::HOLD_OPEN, MapSize::Fixed(HOLD_OPEN_ENTRIES)),
         (names::HOLD_PENDING, MapSize::Fixed(HOLD_PENDING_ENTRIES)),
     ],
+    names: names::ALL,
 };
 
 /// Resolves the lock. When `--hold` is all that was asked for, a lock that cannot be

@@ -30,6 +30,7 @@ pub const FAMILY: Registration = Registration {
         (names::IO_STATS, MapSize::Stats),
         (names::IO_INFLIGHT, MapSize::Fixed(IO_INFLIGHT_ENTRIES)),
     ],
+    names: names::ALL,
 };
 
 fn plan_family(args: &RecordArgs, _ctx: &mut PlanContext) -> Result<Planned> {

@@ -56,6 +56,7 @@ pub const FAMILY: Registration = Registration {
             MapSize::Fixed(LOCK_SLEEP_DROPPED_ENTRIES),
         ),
     ],
+    names: names::ALL,
 };
 
 /// The lock family of one recording: the hook method and the struct offsets.

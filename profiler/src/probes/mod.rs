@@ -50,6 +50,9 @@ pub struct Registration {
     /// Its maps that need room when it is recorded; otherwise they shrink to one entry
     /// each, so they cost no kernel memory (the object is loaded whole).
     pub maps: &'static [(&'static str, MapSize)],
+    /// Every name of its kernel side (`profiler_common::<family>::names::ALL`), checked
+    /// against the built object by a unit test.
+    pub names: &'static [&'static str],
 }
 
 /// A family planned for this run, or `None` when it is not recorded.

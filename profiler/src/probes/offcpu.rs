@@ -28,6 +28,7 @@ pub const FAMILY: Registration = Registration {
         (names::OFFCPU_STATS, MapSize::Stats),
         (names::OFFCPU_START, MapSize::Fixed(OFFCPU_START_ENTRIES)),
     ],
+    names: names::ALL,
 };
 
 /// The off-CPU options from the flags, checked before anything is loaded.

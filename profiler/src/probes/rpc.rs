@@ -40,6 +40,7 @@ pub const FAMILY: Registration = Registration {
         (names::RPC_STATS, MapSize::Stats),
         (names::RPC_INFLIGHT, MapSize::Fixed(RPC_INFLIGHT_ENTRIES)),
     ],
+    names: names::ALL,
 };
 
 /// Recorded when some asked-for pair is usable on this kernel.

@@ -1,0 +1,238 @@
+//! The lab's kernels: Debian packages, downloaded and unpacked once under target/vm/.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{anyhow, bail, Context as _, Result};
+
+use crate::util;
+
+use super::apt;
+
+/// A kernel of the lab and what the checks may expect of it.
+pub(super) struct LabKernel {
+    /// Short name, passed to the guest as `lockpath.lab=`.
+    pub(super) name: &'static str,
+    pub(super) package: &'static str,
+    /// Debian suite to add temporarily when the package is not in the host's lists.
+    pub(super) suite: Option<&'static str>,
+    /// Hooks this kernel offers, passed as `lockpath.features=`; checks skip (exit 77)
+    /// only when a hook they need is not listed here.
+    pub(super) features: &'static [&'static str],
+    /// Checks that must PASS on this kernel (a SKIP of one of them is a failure).
+    pub(super) required: &'static [&'static str],
+}
+
+pub(super) const KERNELS: &[LabKernel] = &[
+    LabKernel {
+        name: "6.1",
+        package: "linux-image-6.1.0-50-cloud-amd64-unsigned",
+        suite: None,
+        features: &["lock_tracepoint", "kprobe", "fentry"],
+        required: &[
+            "lock-auto",
+            "lock-tracepoint",
+            "lock-kprobe",
+            "func-fentry",
+            "func-kprobe",
+            "hold-fentry",
+            "hold-kprobe",
+            "hold-bad-lock",
+            "hold-symbol",
+            "hold-contended",
+            "io-requests",
+        ],
+    },
+    LabKernel {
+        name: "5.10",
+        package: "linux-image-5.10.0-32-cloud-amd64-unsigned",
+        suite: Some("bullseye"),
+        features: &["kprobe", "fentry"],
+        required: &[
+            "lock-auto",
+            "lock-kprobe",
+            "lock-no-tracepoint",
+            "func-fentry",
+            "func-kprobe",
+            "hold-fentry",
+            "hold-kprobe",
+            "hold-bad-lock",
+            "hold-symbol",
+            "hold-contended",
+            "io-requests",
+        ],
+    },
+];
+
+/// `target/vm/kernels/<package>/boot/vmlinuz-*`, downloading and unpacking once.
+pub(super) fn kernel_image(vm_dir: &Path, kernel: &LabKernel) -> Result<PathBuf> {
+    let unpacked = vm_dir.join("kernels").join(kernel.package);
+    if let Some(vmlinuz) = find_vmlinuz(&unpacked) {
+        return Ok(vmlinuz);
+    }
+    let deb = download_deb(&vm_dir.join("debs"), kernel)?;
+    let partial = vm_dir
+        .join("kernels")
+        .join(format!("{}.partial", kernel.package));
+    if partial.exists() {
+        fs::remove_dir_all(&partial)
+            .with_context(|| format!("cannot remove {}", partial.display()))?;
+    }
+    fs::create_dir_all(&partial).with_context(|| format!("cannot create {}", partial.display()))?;
+    util::say(format!("unpacking {}", deb.display()));
+    util::run(
+        Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&partial),
+        "vm-test (unpacking the kernel)",
+        "remove target/vm/debs and rerun to download it again",
+    )?;
+    fs::rename(&partial, &unpacked).with_context(|| {
+        format!(
+            "cannot rename {} to {}",
+            partial.display(),
+            unpacked.display()
+        )
+    })?;
+    find_vmlinuz(&unpacked).ok_or_else(|| {
+        anyhow!(
+            "vm-test: {} has no boot/vmlinuz-*; remove it and rerun",
+            unpacked.display()
+        )
+    })
+}
+
+fn find_vmlinuz(unpacked: &Path) -> Option<PathBuf> {
+    fs::read_dir(unpacked.join("boot"))
+        .ok()?
+        .filter_map(|entry| entry.ok())
+        .map(|entry| entry.path())
+        .find(|path| {
+            path.file_name()
+                .is_some_and(|name| name.to_string_lossy().starts_with("vmlinuz-"))
+        })
+}
+
+fn cached_deb(debs: &Path, package: &str) -> Option<PathBuf> {
+    let prefix = format!("{package}_");
+    fs::read_dir(debs)
+        .ok()?
+        .filter_map(|entry| entry.ok())
+        .map(|entry| entry.path())
+        .find(|path| {
+            path.file_name().is_some_and(|name| {
+                let name = name.to_string_lossy();
+                name.starts_with(&prefix) && name.ends_with(".deb")
+            })
+        })
+}
+
+fn download_deb(debs: &Path, kernel: &LabKernel) -> Result<PathBuf> {
+    if let Some(deb) = cached_deb(debs, kernel.package) {
+        return Ok(deb);
+    }
+    fs::create_dir_all(debs).with_context(|| format!("cannot create {}", debs.display()))?;
+    if !util::is_root().unwrap_or(false) {
+        bail!(
+            "vm-test: kernel {} is not cached in {} and downloading it needs root (apt-get); rerun as root",
+            kernel.package,
+            debs.display()
+        );
+    }
+    let _suite = match kernel.suite {
+        Some(suite) => Some(TemporarySuite::add(suite)?),
+        None => None,
+    };
+    util::say(format!("downloading {}", kernel.package));
+    let mut cmd = Command::new("apt-get");
+    cmd.args(["download", "-q", kernel.package])
+        .current_dir(debs);
+    util::run(
+        &mut cmd,
+        "vm-test (downloading the kernel)",
+        "check network access to deb.debian.org and rerun",
+    )?;
+    cached_deb(debs, kernel.package).ok_or_else(|| {
+        anyhow!(
+            "vm-test: apt-get download succeeded but no {}_*.deb is in {}",
+            kernel.package,
+            debs.display()
+        )
+    })
+}
+
+/// A Debian suite in its own list file, for as long as this value lives. Dropping it
+/// removes the file and refreshes the lists, so the host's sources are as before
+/// (debian.sources is never touched).
+pub(super) struct TemporarySuite {
+    list: PathBuf,
+}
+
+const LIST_DIR: &str = "/etc/apt/sources.list.d";
+const LIST_PREFIX: &str = "lockpath-vm-";
+
+impl TemporarySuite {
+    fn add(suite: &str) -> Result<Self> {
+        let list = Path::new(LIST_DIR).join(format!("{LIST_PREFIX}{suite}.list"));
+        fs::write(
+            &list,
+            format!("deb http://deb.debian.org/debian {suite} main\n"),
+        )
+        .with_context(|| format!("cannot write {}", list.display()))?;
+        let added = TemporarySuite { list };
+        // On failure `added` is dropped here, which removes the list again.
+        apt(
+            &["update", "-q"],
+            "apt-get update (with the temporary suite)",
+        )?;
+        Ok(added)
+    }
+}
+
+impl TemporarySuite {
+    /// A run killed while downloading (SIGKILL, Ctrl-C) cannot run `drop`: its list file
+    /// is removed here, at the start of the next run, and the lists refreshed.
+    pub(super) fn remove_leftovers() {
+        let Ok(entries) = fs::read_dir(LIST_DIR) else {
+            return;
+        };
+        let leftovers: Vec<PathBuf> = entries
+            .filter_map(|entry| entry.ok())
+            .filter(|entry| entry.file_name().to_string_lossy().starts_with(LIST_PREFIX))
+            .map(|entry| entry.path())
+            .collect();
+        if leftovers.is_empty() {
+            return;
+        }
+        for list in &leftovers {
+            util::say(format!(
+                "removing {} left by an interrupted run",
+                list.display()
+            ));
+            if let Err(err) = fs::remove_file(list) {
+                util::say(format!("warning: cannot remove {} ({err})", list.display()));
+            }
+        }
+        if let Err(err) = apt(&["update", "-q"], "apt-get update (leftover suite removed)") {
+            util::say(format!("warning: {err:#}"));
+        }
+    }
+}
+
+impl Drop for TemporarySuite {
+    fn drop(&mut self) {
+        if let Err(err) = fs::remove_file(&self.list) {
+            util::say(format!(
+                "warning: cannot remove {} ({err}); remove it by hand and run apt-get update",
+                self.list.display()
+            ));
+        }
+        if let Err(err) = apt(
+            &["update", "-q"],
+            "apt-get update (temporary suite removed)",
+        ) {
+            util::say(format!("warning: {err:#}"));
+        }
+    }
+}
