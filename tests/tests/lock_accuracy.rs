@@ -91,14 +91,7 @@ fn lockpath_round(
     ];
     args.extend(storm_args(mode));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (child, programs) = spawn_recording(&args);
-    let output = child.wait_with_output().expect("wait for lockpath");
-    assert!(
-        output.status.success(),
-        "lockpath failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert_programs_gone(&programs);
+    record_ok(&args);
     let profile = load_json(&path);
     // The command is the only process recorded (no fork): the one with lock rows.
     let pid = profile["locks"]
