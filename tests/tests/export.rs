@@ -459,7 +459,17 @@ fn check_html_in_chromium(dir: &Path, new: &Path) {
         main["tables"].as_u64().expect("tables") >= 3,
         "per-lock, per-caller, per-process"
     );
-    assert_eq!(main["frames"].as_u64(), Some(1), "the lock flamegraph");
+    // The lock flamegraph, and the holds-under-contention one when the run saw any.
+    let hold_frames = u64::from(
+        profile["contended_holds"]
+            .as_array()
+            .is_some_and(|holds| !holds.is_empty()),
+    );
+    assert_eq!(
+        main["frames"].as_u64(),
+        Some(1 + hold_frames),
+        "the lock flamegraph (and the hold one)"
+    );
     assert_eq!(
         main["injected"].as_u64(),
         Some(0),
