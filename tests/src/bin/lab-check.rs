@@ -452,7 +452,9 @@ fn check_hold_contended(args: &[String]) {
             .iter()
             .any(|frame| frame == "rwsem_down_write_slowpath");
     if cut_by_kretprobe {
-        println!("stack cut at --hold's kretprobe on down_write (this kernel cannot unwind past it)");
+        println!(
+            "stack cut at --hold's kretprobe on down_write (this kernel cannot unwind past it)"
+        );
     } else if !frames.iter().any(|frame| is_open_path(frame)) {
         fail(format!(
             "the hold was not taken on the open path: {frames:?}"
