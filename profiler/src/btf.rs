@@ -395,6 +395,25 @@ fn parse_types<'a>(
 mod tests {
     use super::*;
 
+    /// A BTF blob: the header, then the type and string sections.
+    fn assemble(types: &[u8], strings: &[u8]) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&BTF_MAGIC.to_le_bytes());
+        bytes.extend_from_slice(&[1, 0]);
+        for word in [
+            24u32,
+            0,
+            types.len() as u32,
+            types.len() as u32,
+            strings.len() as u32,
+        ] {
+            bytes.extend_from_slice(&word.to_le_bytes());
+        }
+        bytes.extend_from_slice(types);
+        bytes.extend_from_slice(strings);
+        bytes
+    }
+
     /// A hand-built BTF blob: struct inner { int a; int b; }; struct outer { int x;
     /// union { struct inner in; }; };
     fn blob() -> Vec<u8> {
@@ -441,21 +460,7 @@ mod tests {
             3,
             64,
         ]);
-        let mut bytes = Vec::new();
-        bytes.extend_from_slice(&BTF_MAGIC.to_le_bytes());
-        bytes.extend_from_slice(&[1, 0]);
-        for word in [
-            24u32,
-            0,
-            types.len() as u32,
-            types.len() as u32,
-            strings.len() as u32,
-        ] {
-            bytes.extend_from_slice(&word.to_le_bytes());
-        }
-        bytes.extend_from_slice(&types);
-        bytes.extend_from_slice(strings);
-        bytes
+        assemble(&types, strings)
     }
 
     #[test]
@@ -511,21 +516,7 @@ mod tests {
         push(&[name("btf_trace_ev"), KIND_TYPEDEF << 24, 10]);
         push(&[0, KIND_PTR << 24, 0]);
         let _ = base_int;
-        let mut bytes = Vec::new();
-        bytes.extend_from_slice(&BTF_MAGIC.to_le_bytes());
-        bytes.extend_from_slice(&[1, 0]);
-        for word in [
-            24u32,
-            0,
-            types.len() as u32,
-            types.len() as u32,
-            strings.len() as u32,
-        ] {
-            bytes.extend_from_slice(&word.to_le_bytes());
-        }
-        bytes.extend_from_slice(&types);
-        bytes.extend_from_slice(strings);
-        bytes
+        assemble(&types, strings)
     }
 
     #[test]

@@ -99,11 +99,7 @@ impl Ext4Loop {
 
     /// (major, minor) of the loop device.
     fn dev(&self) -> (u32, u32) {
-        let text = run("stat", &["-c", "%t %T", self.device()]);
-        let mut parts = text
-            .split_whitespace()
-            .map(|hex| u32::from_str_radix(hex, 16).expect("hex"));
-        (parts.next().expect("major"), parts.next().expect("minor"))
+        device_numbers(self.device())
     }
 }
 
@@ -603,11 +599,7 @@ impl BareLoop {
     }
 
     fn dev(&self) -> (u32, u32) {
-        let text = run("stat", &["-c", "%t %T", &self.device]);
-        let mut parts = text
-            .split_whitespace()
-            .map(|hex| u32::from_str_radix(hex, 16).expect("hex"));
-        (parts.next().expect("major"), parts.next().expect("minor"))
+        device_numbers(&self.device)
     }
 }
 
@@ -781,4 +773,13 @@ fn sectorless_flushes_and_writes_match_perf_issue_counts() {
             "{loss} in a quiet run: {losses}"
         );
     }
+}
+
+/// (major, minor) of a block device node.
+fn device_numbers(device: &str) -> (u32, u32) {
+    let text = run("stat", &["-c", "%t %T", device]);
+    let mut parts = text
+        .split_whitespace()
+        .map(|hex| u32::from_str_radix(hex, 16).expect("hex"));
+    (parts.next().expect("major"), parts.next().expect("minor"))
 }

@@ -347,28 +347,19 @@ fn bpftool_counters() -> Result<BTreeMap<u64, Counters>> {
 /// cheap enough to poll while a measured workload runs.
 fn fdinfo_counters(pid: u32) -> BTreeMap<u64, Counters> {
     let mut counters = BTreeMap::new();
-    let Ok(entries) = fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
-        return counters;
-    };
-    for entry in entries.flatten() {
-        let Ok(info) = fs::read_to_string(entry.path()) else {
-            continue;
-        };
-        let field = |name: &str| {
-            info.lines()
-                .find_map(|line| line.strip_prefix(name))
-                .and_then(|value| value.trim().parse::<u64>().ok())
-        };
+    for fields in super::fdinfo_fields(pid) {
         // Link descriptors name a program too, but only program descriptors count.
-        if let (Some(id), Some(run_time_ns), Some(run_cnt)) =
-            (field("prog_id:"), field("run_time_ns:"), field("run_cnt:"))
-        {
+        if let (Some(&id), Some(&run_time_ns), Some(&run_cnt)) = (
+            fields.get("prog_id"),
+            fields.get("run_time_ns"),
+            fields.get("run_cnt"),
+        ) {
             counters.insert(
                 id,
                 Counters {
                     run_time_ns,
                     run_cnt,
-                    recursion_misses: field("recursion_misses:").unwrap_or(0),
+                    recursion_misses: fields.get("recursion_misses").copied().unwrap_or(0),
                 },
             );
         }

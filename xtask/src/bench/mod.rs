@@ -957,28 +957,37 @@ fn wait_for_programs(pid: u32) -> Result<()> {
     Ok(())
 }
 
+/// The numeric fields of each of a process's `/proc/PID/fdinfo` entries (`prog_id`,
+/// `run_time_ns`, `map_id`, `memlock`, ...), one map per file descriptor.
+pub(crate) fn fdinfo_fields(pid: u32) -> Vec<BTreeMap<String, u64>> {
+    let Ok(entries) = fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| fs::read_to_string(entry.path()).ok())
+        .map(|info| {
+            info.lines()
+                .filter_map(|line| {
+                    let (name, value) = line.split_once(':')?;
+                    Some((name.trim().to_string(), value.trim().parse().ok()?))
+                })
+                .collect()
+        })
+        .collect()
+}
+
 /// Program ids and map ids (with their memlock bytes) that a process holds.
 fn held_objects(pid: u32) -> (Vec<u64>, BTreeMap<u64, u64>) {
     let mut programs = Vec::new();
     let mut maps = BTreeMap::new();
-    let Ok(entries) = fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
-        return (programs, maps);
-    };
-    for entry in entries.flatten() {
-        let Ok(info) = fs::read_to_string(entry.path()) else {
-            continue;
-        };
-        let field = |name: &str| {
-            info.lines()
-                .find_map(|line| line.strip_prefix(name))
-                .and_then(|value| value.trim().parse::<u64>().ok())
-        };
-        if let Some(id) = field("prog_id:") {
+    for fields in fdinfo_fields(pid) {
+        if let Some(&id) = fields.get("prog_id") {
             if !programs.contains(&id) {
                 programs.push(id);
             }
         }
-        if let (Some(id), Some(memlock)) = (field("map_id:"), field("memlock:")) {
+        if let (Some(&id), Some(&memlock)) = (fields.get("map_id"), fields.get("memlock")) {
             maps.insert(id, memlock);
         }
     }
