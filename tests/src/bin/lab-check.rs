@@ -35,7 +35,7 @@
 //!   its flush requests to F, with no data; its writes to B bytes; and process P's reads
 //!   (of one sector, by two threads at once) to R.
 //!
-//! `lab-check hold-contended PROFILE RESULTS`
+//! `lab-check hold-contended PROFILE RESULTS LOCK`
 //! - the second of three creators (`t2_tid` in RESULTS, fuse-workload holdchain) has one
 //!   hold under contention of the directory's inode lock (`rwsem:W`, from the lock
 //!   family's own events), within 10% of the workload's own time from the first create's
@@ -387,8 +387,10 @@ fn result(path: &str, name: &str) -> u64 {
 }
 
 fn check_hold_contended(args: &[String]) {
-    let (Some(profile_path), Some(results_path)) = (args.first(), args.get(1)) else {
-        fail("lab-check hold-contended: PROFILE and RESULTS are required".into());
+    let (Some(profile_path), Some(results_path), Some(lock)) =
+        (args.first(), args.get(1), args.get(2))
+    else {
+        fail("lab-check hold-contended: PROFILE, RESULTS and LOCK are required".into());
     };
     let profile = read_json(profile_path);
     let second = result(results_path, "t2_tid");
@@ -401,10 +403,13 @@ fn check_hold_contended(args: &[String]) {
         .flatten()
         .filter(|row| row["tid"].as_u64() == Some(second))
         .filter(|row| row["flags"].as_u64() == Some(LCB_F_WRITE))
+        // The same thread also takes other locks under contention (mmap_lock while it
+        // faults its stack in): only the directory's inode lock is the subject.
+        .filter(|row| row["lock_name"].as_str() == Some(lock.as_str()))
         .collect();
     let [hold] = contended[..] else {
         fail(format!(
-            "expected one rwsem:W hold under contention by the second creator (tid {second}): {}",
+            "expected one rwsem:W hold of {lock} under contention by the second creator (tid {second}): {}",
             profile["contended_holds"]
         ));
     };

@@ -24,4 +24,4 @@ run lockpath record --hold rwsem:$lock --hold-method kprobe --lock \
     -o $dir/hold.json -- /bin/fuse-workload holdchain-client $dir/r2 $dir/mnt 2
 touch $dir/stop
 wait $server
-exec lab-check hold-contended $dir/hold.json $dir/r2
+exec lab-check hold-contended $dir/hold.json $dir/r2 "$lock"
