@@ -1,0 +1,127 @@
+//! Root integration test of the wait classes on file locks: processes contending on
+//! POSIX (fcntl F_SETLKW), OFD and flock locks of one file (the `file-locks` workload,
+//! which measures each process's own blocked time).
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::*;
+
+/// One worker of the workload: its pid, lock kind and measured blocked time.
+struct Worker {
+    pid: u64,
+    kind: String,
+    blocked_ns: u64,
+}
+
+/// `file-locks pid=P kind=K rounds=R blocked_ns=T` lines of the workload's output.
+fn workers(stdout: &str) -> Vec<Worker> {
+    stdout
+        .lines()
+        .filter(|line| line.starts_with("file-locks pid="))
+        .map(|line| {
+            let field = |name: &str| -> String {
+                line.split_whitespace()
+                    .find_map(|part| part.strip_prefix(name))
+                    .unwrap_or_else(|| panic!("no {name} in {line}"))
+                    .to_string()
+            };
+            Worker {
+                pid: field("pid=").parse().expect("pid"),
+                kind: field("kind="),
+                blocked_ns: field("blocked_ns=").parse().expect("blocked_ns"),
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn file_lock_waits_are_classed_timed_and_their_holders_named() {
+    if !can_load_programs("file_lock_waits_are_classed_timed_and_their_holders_named") {
+        return;
+    }
+    let dir = scratch("file-locks");
+    let profile_path = dir.join("locks.json");
+    let lock_file = dir.join("the-file");
+    let workload = workload("file-locks");
+    let (stdout, _) = record_ok(&[
+        "record",
+        "--offcpu-all",
+        "-o",
+        path_str(&profile_path),
+        "--",
+        path_str(&workload),
+        "--procs",
+        "3",
+        "--rounds",
+        "40",
+        "--hold-us",
+        "2000",
+        "--path",
+        path_str(&lock_file),
+    ]);
+    let workers = workers(&stdout);
+    assert_eq!(workers.len(), 9, "3 workers of each kind:\n{stdout}");
+    let profile = load_json(&profile_path);
+    let rows = profile["offcpu"].as_array().expect("offcpu rows");
+
+    // pid -> class -> off-CPU ns.
+    let mut by_pid: BTreeMap<u64, BTreeMap<String, u64>> = BTreeMap::new();
+    for row in rows {
+        let pid = row["pid"].as_u64().expect("pid");
+        let class = row["class"].as_str().expect("class").to_string();
+        *by_pid.entry(pid).or_default().entry(class).or_default() +=
+            row["total_ns"].as_u64().expect("total_ns");
+    }
+    let mut all_ns = 0;
+    let mut other_ns = 0;
+    for worker in &workers {
+        let classes = by_pid
+            .get(&worker.pid)
+            .unwrap_or_else(|| panic!("no off-CPU rows of worker {}", worker.pid));
+        all_ns += classes.values().sum::<u64>();
+        other_ns += classes.get("other").copied().unwrap_or(0);
+        let file_lock = classes.get("file-lock").copied().unwrap_or(0);
+        // Every worker waits: 3 to 6 workers take turns holding the lock 2 ms, 40 times.
+        assert!(
+            worker.blocked_ns >= 20_000_000,
+            "{} worker {} blocked only {} ns",
+            worker.kind,
+            worker.pid,
+            worker.blocked_ns
+        );
+        // The worker's own clock includes the system-call entry and exit around the
+        // wait, lockpath's only the time off the CPU: within 5%.
+        let error = file_lock.abs_diff(worker.blocked_ns) as f64 / worker.blocked_ns as f64;
+        assert!(
+            error <= 0.05,
+            "{} worker {}: file-lock off-CPU {file_lock} ns against its own {} ns ({:.1}% apart); classes {classes:?}",
+            worker.kind,
+            worker.pid,
+            worker.blocked_ns,
+            error * 100.0
+        );
+    }
+    assert!(
+        other_ns * 10 <= all_ns,
+        "`other` is {other_ns} ns of the workers' {all_ns} ns off the CPU"
+    );
+    // The parent (the one other process) waits for its workers' start, output and exit:
+    // child and pipe waits, not `other`.
+    let parents: Vec<_> = by_pid
+        .iter()
+        .filter(|(pid, _)| !workers.iter().any(|worker| worker.pid == **pid))
+        .collect();
+    assert_eq!(parents.len(), 1, "one parent: {parents:?}");
+    let parent = parents[0].1;
+    assert!(
+        parent.contains_key("child") && parent.contains_key("pipe"),
+        "the parent's waits: {parent:?}"
+    );
+    let parent_all: u64 = parent.values().sum();
+    assert!(
+        parent.get("other").copied().unwrap_or(0) * 10 <= parent_all,
+        "the parent's waits: {parent:?}"
+    );
+}
