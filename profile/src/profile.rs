@@ -290,6 +290,10 @@ pub struct OffcpuRow {
     pub count: u64,
     pub total_ns: u64,
     pub max_ns: u64,
+    /// Owner process of the file lock waited for (`file-lock` waits whose blocker the
+    /// kernel named); absent when unknown or not a file-lock wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_by: Option<u32>,
 }
 
 /// One aggregated block-IO row: (device, operation, issuing process).
@@ -328,6 +332,7 @@ impl Profile {
     pub fn row_pids(&self) -> Vec<u32> {
         let mut pids: Vec<u32> = self.locks.iter().map(|row| row.pid).collect();
         pids.extend(self.offcpu.iter().map(|row| row.pid));
+        pids.extend(self.offcpu.iter().filter_map(|row| row.held_by));
         pids.extend(self.io.iter().map(|row| row.pid));
         pids.extend(self.rpcs.iter().map(|row| row.pid));
         pids.extend(self.funcs.iter().map(|row| row.pid));

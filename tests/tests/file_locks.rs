@@ -66,14 +66,33 @@ fn file_lock_waits_are_classed_timed_and_their_holders_named() {
     let profile = load_json(&profile_path);
     let rows = profile["offcpu"].as_array().expect("offcpu rows");
 
-    // pid -> class -> off-CPU ns.
+    // pid -> class -> off-CPU ns; pid -> holder -> file-lock ns.
     let mut by_pid: BTreeMap<u64, BTreeMap<String, u64>> = BTreeMap::new();
+    let mut held: BTreeMap<u64, BTreeMap<u64, u64>> = BTreeMap::new();
     for row in rows {
         let pid = row["pid"].as_u64().expect("pid");
         let class = row["class"].as_str().expect("class").to_string();
-        *by_pid.entry(pid).or_default().entry(class).or_default() +=
-            row["total_ns"].as_u64().expect("total_ns");
+        let total_ns = row["total_ns"].as_u64().expect("total_ns");
+        if let Some(holder) = row["held_by"].as_u64() {
+            assert_eq!(class, "file-lock", "a holder on a {class} wait: {row}");
+            *held.entry(pid).or_default().entry(holder).or_default() += total_ns;
+        }
+        *by_pid.entry(pid).or_default().entry(class).or_default() += total_ns;
     }
+    let has_holders = profile["probes"]
+        .as_array()
+        .expect("probes")
+        .iter()
+        .any(|probe| {
+            probe["method"]
+                .as_str()
+                .is_some_and(|method| method.contains("file-lock holders"))
+        });
+    assert!(
+        has_holders,
+        "this kernel has the filelock tracepoints: {}",
+        profile["unavailable"]
+    );
     let mut all_ns = 0;
     let mut other_ns = 0;
     for worker in &workers {
@@ -103,6 +122,67 @@ fn file_lock_waits_are_classed_timed_and_their_holders_named() {
             error * 100.0
         );
     }
+    // Who held the lock: a worker of the same lock space (POSIX and OFD locks conflict
+    // with each other, flock locks only with flock locks), never the waiter itself,
+    // named for at least 90% of each worker's file-lock time.
+    let flock = |pid: u64| {
+        workers
+            .iter()
+            .find(|worker| worker.pid == pid)
+            .map(|worker| worker.kind == "flock")
+    };
+    for worker in &workers {
+        let file_lock = by_pid[&worker.pid].get("file-lock").copied().unwrap_or(0);
+        let holders = held.get(&worker.pid).cloned().unwrap_or_default();
+        for holder in holders.keys() {
+            assert_ne!(*holder, worker.pid, "{} holds its own lock", worker.pid);
+            assert_eq!(
+                flock(*holder),
+                Some(worker.kind == "flock"),
+                "{} worker {} waited behind {holder}, not a worker of its lock space: {holders:?}",
+                worker.kind,
+                worker.pid
+            );
+        }
+        let named: u64 = holders.values().sum();
+        assert!(
+            named * 10 >= file_lock * 9,
+            "{} worker {}: holder named for {named} of {file_lock} ns",
+            worker.kind,
+            worker.pid
+        );
+    }
+    // The summary, the report's JSON and its HTML page say it too.
+    assert!(stdout.contains("held by: file-locks["), "{stdout}");
+    let report = lockpath_ok(&["report", "--format", "json", path_str(&profile_path)]);
+    let report: serde_json::Value = serde_json::from_slice(&report.stdout).expect("report JSON");
+    let json_holders: Vec<u64> = report["offcpu"]
+        .as_array()
+        .expect("offcpu processes")
+        .iter()
+        .flat_map(|process| process["classes"].as_array().cloned().unwrap_or_default())
+        .filter(|class| class["class"] == "file-lock")
+        .flat_map(|class| class["held_by"].as_array().cloned().unwrap_or_default())
+        .filter_map(|holder| holder["pid"].as_u64())
+        .collect();
+    assert!(
+        workers
+            .iter()
+            .all(|worker| json_holders.contains(&worker.pid)),
+        "every worker held the lock some time: {json_holders:?}"
+    );
+    let html_path = dir.join("report.html");
+    lockpath_ok(&[
+        "report",
+        "--format",
+        "html",
+        "-o",
+        path_str(&html_path),
+        path_str(&profile_path),
+    ]);
+    let html = std::fs::read_to_string(&html_path).expect("html report");
+    assert!(html.contains("<th>held by</th>"), "no held-by column");
+    assert!(html.contains(&format!("file-locks[{}]", workers[0].pid)));
     assert!(
         other_ns * 10 <= all_ns,
         "`other` is {other_ns} ns of the workers' {all_ns} ns off the CPU"

@@ -5,6 +5,7 @@
 //! uses (maps, stacks, losses, thread names, attach helpers).
 
 pub mod cpu;
+pub mod filelock;
 pub mod func;
 pub mod hold;
 pub mod io;
