@@ -243,6 +243,11 @@ pub struct LockRow {
     pub lock_addr: u64,
     /// Static lock symbol (`rcu_state+0x40`), `mmap_lock`, or the address in hex.
     pub lock_name: String,
+    /// How the name was found: `task` (the waiting task's structures), `task_struct`
+    /// (another task's), `runqueue`, `kallsyms`, or `address` (not named); empty in
+    /// profiles of older versions.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub lock_name_source: String,
     /// `LCB_F_*` flags; the type name is derived (`lock_type_name`).
     pub flags: u32,
     /// Kernel stack of the waiter, `None` when it was lost (counted in losses).
@@ -668,6 +673,7 @@ mod tests {
             pid: 7,
             lock_addr: 0xffff_0000,
             lock_name: "0xffff0000".into(),
+            lock_name_source: "address".into(),
             flags: 1,
             stack: Some(stack),
             count: 3,

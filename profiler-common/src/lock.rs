@@ -220,6 +220,8 @@ pub mod names {
         LOCK_KPROBE_RWSEM_READ,
         LOCK_KPROBE_RWSEM_WRITE,
         LOCK_KRETPROBE_SLEEP,
+        crate::lockname::names::LOCK_NAME_LAYOUT,
+        crate::lockname::names::LOCK_RQ_ADDRS,
     ];
 }
 

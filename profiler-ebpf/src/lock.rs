@@ -45,6 +45,7 @@ use profiler_common::{
         LockLayout, LockStat, LockWait, STACK_REFRESH_ONE_IN, StackCacheKey, conflicts, outcome_of,
         sticky_flags,
     },
+    lockname::StackCacheValue,
     loss::{
         LOCK_HOLD_MAP_FULL, LOCK_KPROBE_RETURN_LOST, LOCK_MAP_FULL, LOCK_NEGATIVE_DELTA,
         LOCK_NESTED, LOCK_STACK_CACHE_FAILED, LOCK_STALE_WAIT, LOCK_UNMATCHED_END,
@@ -77,7 +78,7 @@ static LOCK_SLEEP_WAIT: HashMap<u32, LockWait> =
 
 /// Stack ids by (lock, fingerprint of the kernel stack): see the module comment.
 #[map]
-static LOCK_STACK_CACHE: LruHashMap<StackCacheKey, i32> =
+static LOCK_STACK_CACHE: LruHashMap<StackCacheKey, StackCacheValue> =
     LruHashMap::with_max_entries(profiler_common::lock::LOCK_STACK_CACHE_ENTRIES, 0);
 
 /// The last contended acquisition of each lock (holds under contention).
@@ -362,12 +363,15 @@ pub fn on_sleep_slowpath_return(_ctx: &RetProbeContext) {
 // ---- shared by both methods ----
 
 /// The waiter's kernel stack id, and whether it was walked now (then the wait starts
-/// after the walk, `walked_ns`), or taken from the cache.
+/// after the walk, `walked_ns`), or taken from the cache; and the lock's class
+/// (`lockname.rs`), decided with the walk and cached with the stack.
 #[inline(always)]
-fn waiter_stack<C: LockContext>(ctx: &C, lock_addr: u64) -> (i32, Option<u64>) {
+fn waiter_stack<C: LockContext>(ctx: &C, lock_addr: u64) -> (i32, Option<u64>, u32) {
     let Some(fingerprint) = stack_fingerprint(ctx.stack_base()) else {
         count_loss(LOCK_STACK_CACHE_FAILED);
-        return walk_stack(ctx);
+        let lock_class = crate::lockname::classify(lock_addr);
+        let (kstack_id, walked_ns) = walk_stack(ctx);
+        return (kstack_id, walked_ns, lock_class);
     };
     let key = StackCacheKey {
         lock_addr,
@@ -377,15 +381,20 @@ fn waiter_stack<C: LockContext>(ctx: &C, lock_addr: u64) -> (i32, Option<u64>) {
     let refresh = unsafe { bpf_get_prandom_u32() } % STACK_REFRESH_ONE_IN == 0;
     if !refresh {
         // SAFETY: lookup in a map of plain data; the value is copied out.
-        if let Some(kstack_id) = unsafe { LOCK_STACK_CACHE.get(key) } {
-            return (*kstack_id, None);
+        if let Some(cached) = unsafe { LOCK_STACK_CACHE.get(key) } {
+            return (cached.kstack_id, None, cached.lock_class);
         }
     }
-    let walked = walk_stack(ctx);
-    if walked.0 >= 0 {
-        let _ = LOCK_STACK_CACHE.insert(key, walked.0, 0);
+    let lock_class = crate::lockname::classify(lock_addr);
+    let (kstack_id, walked_ns) = walk_stack(ctx);
+    if kstack_id >= 0 {
+        let value = StackCacheValue {
+            kstack_id,
+            lock_class,
+        };
+        let _ = LOCK_STACK_CACHE.insert(key, value, 0);
     }
-    walked
+    (kstack_id, walked_ns, lock_class)
 }
 
 #[inline(always)]
@@ -428,14 +437,14 @@ fn open_spin_wait<C: LockContext>(
     flags: u32,
     start_ns: u64,
 ) {
-    let (kstack_id, walked_ns) = waiter_stack(ctx, lock_addr);
+    let (kstack_id, walked_ns, lock_class) = waiter_stack(ctx, lock_addr);
     // SAFETY: the caller passes this CPU's slot of LOCK_SPIN_WAIT.
     let wait = unsafe { &mut *slot };
     wait.start_ns = walked_ns.unwrap_or(start_ns);
     wait.lock_addr = lock_addr;
     wait.flags = flags;
     wait.kstack_id = kstack_id;
-    wait.lock_class = LOCK_CLASS_UNKNOWN;
+    wait.lock_class = lock_class;
     wait.owner_tgid = 0;
     wait.owner_kstack_id = -1;
 }
@@ -452,7 +461,12 @@ fn open_sleep_wait<C: LockContext>(ctx: &C, tid: u32, lock_addr: u64, flags: u32
     } else {
         (LOCK_CLASS_UNKNOWN, NO_OWNER)
     };
-    let (kstack_id, walked_ns) = waiter_stack(ctx, lock_addr);
+    let (kstack_id, walked_ns, cached_class) = waiter_stack(ctx, lock_addr);
+    let lock_class = if lock_class == LOCK_CLASS_UNKNOWN {
+        cached_class
+    } else {
+        lock_class
+    };
     let wait = LockWait {
         start_ns: walked_ns.unwrap_or(start_ns),
         lock_addr,

@@ -14,6 +14,7 @@ mod hold;
 mod io;
 mod latency;
 mod lock;
+mod lockname;
 mod offcpu;
 mod rpc;
 mod shared;

@@ -27,6 +27,10 @@ pub const FAMILY: Registration = Registration {
     maps: &[
         (names::OFFCPU_STATS, MapSize::Stats),
         (names::OFFCPU_START, MapSize::Fixed(OFFCPU_START_ENTRIES)),
+        (
+            names::FILELOCK_WAITERS,
+            MapSize::Fixed(profiler_common::offcpu::FILELOCK_WAITERS_ENTRIES),
+        ),
     ],
     names: names::ALL,
 };
