@@ -13,7 +13,7 @@ fn record_storm(mode: &str) -> (BTreeMap<String, (u64, String)>, u64) {
     let dir = scratch(&format!("lock-names-{mode}"));
     let profile_path = dir.join("lock.json");
     let storm = workload("lock-storm");
-    record_ok(&[
+    let (stdout, _) = record_ok(&[
         "record",
         "--lock",
         "-o",
@@ -27,6 +27,15 @@ fn record_storm(mode: &str) -> (BTreeMap<String, (u64, String)>, u64) {
         "--mode",
         mode,
     ]);
+    // The summary says how the locks were named.
+    let named_by = stdout
+        .lines()
+        .find(|line| line.starts_with("named by "))
+        .unwrap_or_else(|| panic!("no `named by` line in:\n{stdout}"));
+    assert!(
+        named_by.contains("task: ") && named_by.contains("file_lock"),
+        "{named_by}"
+    );
     let profile = load_json(&profile_path);
     let mut by_name: BTreeMap<String, (u64, String)> = BTreeMap::new();
     let mut total = 0;
