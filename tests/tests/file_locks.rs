@@ -205,3 +205,82 @@ fn file_lock_waits_are_classed_timed_and_their_holders_named() {
         "the parent's waits: {parent:?}"
     );
 }
+
+/// Records the workload with only `kind` locks; returns the profile path.
+fn record_kind(dir: &std::path::Path, kind: &str) -> std::path::PathBuf {
+    let profile_path = dir.join(format!("{kind}.json"));
+    let workload = workload("file-locks");
+    record_ok(&[
+        "record",
+        "--offcpu-all",
+        "-o",
+        path_str(&profile_path),
+        "--",
+        path_str(&workload),
+        "--kinds",
+        kind,
+        "--procs",
+        "3",
+        "--rounds",
+        "30",
+        "--path",
+        path_str(&dir.join(format!("{kind}-file"))),
+    ]);
+    profile_path
+}
+
+#[test]
+fn diff_of_posix_against_flock_shows_the_class_and_the_lock_calls() {
+    if !can_load_programs("diff_of_posix_against_flock_shows_the_class_and_the_lock_calls") {
+        return;
+    }
+    let dir = scratch("file-locks-diff");
+    let posix = record_kind(&dir, "posix");
+    let flock = record_kind(&dir, "flock");
+    let output = lockpath_ok(&[
+        "diff",
+        "--kind",
+        "offcpu",
+        "--format",
+        "json",
+        path_str(&posix),
+        path_str(&flock),
+    ]);
+    let diff: serde_json::Value = serde_json::from_slice(&output.stdout).expect("diff JSON");
+    // Both runs wait on file locks: the class is in both, per second of run.
+    let classes = diff_rows(&diff, "class");
+    let file_lock = classes
+        .iter()
+        .find(|row| row["key"] == "file-lock")
+        .unwrap_or_else(|| panic!("no file-lock class in {classes:?}"));
+    for side in ["base_per_s", "new_per_s"] {
+        let per_s = file_lock[side].as_f64().expect("per second");
+        // 3 workers, two of them waiting 2 ms of each 3 ms round: well over 100 ms/s.
+        assert!(per_s > 1e8, "{side} {per_s} ns/s: {file_lock}");
+    }
+    // The lock calls changed: fcntl's POSIX wait is gone, flock's is new.
+    let functions = diff_rows(&diff, "function");
+    let row_of = |prefix: &str| {
+        functions
+            .iter()
+            .find(|row| {
+                row["key"]
+                    .as_str()
+                    .is_some_and(|key| key.starts_with(prefix))
+            })
+            .unwrap_or_else(|| panic!("no {prefix} row in {functions:?}"))
+    };
+    let fcntl = row_of("file-lock fcntl_setlk");
+    assert!(fcntl["base_per_s"].as_f64() > Some(1e8), "{fcntl}");
+    assert_eq!(fcntl["new_per_s"].as_f64(), Some(0.0), "{fcntl}");
+    let flock_wait = functions
+        .iter()
+        .find(|row| {
+            row["key"]
+                .as_str()
+                .is_some_and(|key| key.starts_with("file-lock") && key.contains("flock"))
+        })
+        .unwrap_or_else(|| panic!("no flock wait in {functions:?}"));
+    assert_eq!(flock_wait["base_per_s"].as_f64(), Some(0.0), "{flock_wait}");
+    assert!(flock_wait["new_per_s"].as_f64() > Some(1e8), "{flock_wait}");
+}
