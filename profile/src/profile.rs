@@ -246,6 +246,11 @@ pub struct LockRow {
     pub lock_addr: u64,
     /// Static lock symbol (`rcu_state+0x40`), `mmap_lock`, or the address in hex.
     pub lock_name: String,
+    /// How the name was found: `task` (the waiting task's structures), `task_struct`
+    /// (another task's), `runqueue`, `kallsyms`, or `address` (not named); empty in
+    /// profiles of older versions.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub lock_name_source: String,
     /// `LCB_F_*` flags; the type name is derived (`lock_type_name`).
     pub flags: u32,
     /// Kernel stack of the waiter, `None` when it was lost (counted in losses).
@@ -293,6 +298,10 @@ pub struct OffcpuRow {
     pub count: u64,
     pub total_ns: u64,
     pub max_ns: u64,
+    /// Owner process of the file lock waited for (`file-lock` waits whose blocker the
+    /// kernel named); absent when unknown or not a file-lock wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_by: Option<u32>,
 }
 
 /// One aggregated block-IO row: (device, operation, issuing process).
@@ -331,6 +340,7 @@ impl Profile {
     pub fn row_pids(&self) -> Vec<u32> {
         let mut pids: Vec<u32> = self.locks.iter().map(|row| row.pid).collect();
         pids.extend(self.offcpu.iter().map(|row| row.pid));
+        pids.extend(self.offcpu.iter().filter_map(|row| row.held_by));
         pids.extend(self.io.iter().map(|row| row.pid));
         pids.extend(self.rpcs.iter().map(|row| row.pid));
         pids.extend(self.funcs.iter().map(|row| row.pid));
@@ -686,6 +696,7 @@ mod tests {
             pid: 7,
             lock_addr: 0xffff_0000,
             lock_name: "0xffff0000".into(),
+            lock_name_source: "address".into(),
             flags: 1,
             stack: Some(stack),
             count: 3,

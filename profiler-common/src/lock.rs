@@ -90,15 +90,6 @@ pub const FINGERPRINT_TEXT_WORDS: u32 = 4;
 /// range are return addresses (or static data addresses, which are constant per site).
 pub const KERNEL_TEXT_START: u64 = 0xffff_ffff_8000_0000;
 
-/// Value of the stack cache: the walked stack and when it was walked.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StackCacheEntry {
-    pub walked_ns: u64,
-    pub kstack_id: i32,
-    pub _pad: u32,
-}
-
 /// Key of the stack cache.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -232,6 +223,8 @@ pub mod names {
         LOCK_KPROBE_RWSEM_READ,
         LOCK_KPROBE_RWSEM_WRITE,
         LOCK_KRETPROBE_SLEEP,
+        crate::lockname::names::LOCK_NAME_LAYOUT,
+        crate::lockname::names::LOCK_RQ_ADDRS,
     ];
 }
 

@@ -28,6 +28,19 @@ pub struct OffcpuClass {
     pub percent: f64,
     /// Stacks of this class, most time first.
     pub stacks: Vec<OffcpuStack>,
+    /// Owners of the file locks waited for (`file-lock` waits), most wait first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held_by: Vec<OffcpuHolder>,
+}
+
+/// A process holding the file locks some waits of a class were queued behind.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct OffcpuHolder {
+    pub pid: u32,
+    pub process: String,
+    /// Off-CPU time of the waits it held the lock for.
+    pub total_ns: u64,
+    pub count: u64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -66,10 +79,24 @@ pub(crate) fn is_scheduler_frame(name: &str) -> bool {
 /// class -> (kernel stack, user stack) -> merged stack, for one process.
 type ClassTree = BTreeMap<String, BTreeMap<(Option<u32>, Option<u32>), OffcpuStack>>;
 
+/// Holder pid -> (off-CPU time, waits).
+type HolderSums = BTreeMap<u32, (u64, u64)>;
+
 pub fn processes(profile: &Profile) -> Vec<OffcpuProcess> {
     // pid -> class -> (kernel stack, user stack) -> stack
     let mut tree: BTreeMap<u32, ClassTree> = BTreeMap::new();
+    // (pid, class) -> holder pid -> (time, waits)
+    let mut holders: BTreeMap<(u32, &str), HolderSums> = BTreeMap::new();
     for row in &profile.offcpu {
+        if let Some(holder) = row.held_by {
+            let sums = holders
+                .entry((row.pid, row.class.as_str()))
+                .or_default()
+                .entry(holder)
+                .or_default();
+            sums.0 += row.total_ns;
+            sums.1 += row.count;
+        }
         let stack = tree
             .entry(row.pid)
             .or_default()
@@ -114,7 +141,20 @@ pub fn processes(profile: &Profile) -> Vec<OffcpuProcess> {
                     for stack in &mut stacks {
                         stack.threads.sort_unstable();
                     }
+                    let mut held_by: Vec<OffcpuHolder> = holders
+                        .get(&(pid, class.as_str()))
+                        .into_iter()
+                        .flatten()
+                        .map(|(&holder, &(total_ns, count))| OffcpuHolder {
+                            pid: holder,
+                            process: profile.process_name(holder),
+                            total_ns,
+                            count,
+                        })
+                        .collect();
+                    held_by.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.pid.cmp(&b.pid)));
                     OffcpuClass {
+                        held_by,
                         class,
                         total_ns: stacks.iter().map(|s| s.total_ns).sum(),
                         count: stacks.iter().map(|s| s.count).sum(),
@@ -167,6 +207,26 @@ pub(crate) fn short_stack(frames: &[String], width: usize) -> String {
     out
 }
 
+/// `name[pid] 12.3 ms, ...`: the first `top` holders of a class.
+pub fn holders_text(holders: &[OffcpuHolder], top: usize) -> String {
+    let mut parts: Vec<String> = holders
+        .iter()
+        .take(top)
+        .map(|holder| {
+            let who = if holder.process == format!("pid {}", holder.pid) {
+                holder.process.clone()
+            } else {
+                format!("{}[{}]", holder.process, holder.pid)
+            };
+            format!("{who} {}", format_ns(holder.total_ns))
+        })
+        .collect();
+    if holders.len() > top {
+        parts.push(format!("{} more", holders.len() - top));
+    }
+    parts.join(", ")
+}
+
 /// The per-process table of the summary, within 100 columns.
 pub fn table(profile: &Profile, top: usize) -> String {
     let processes = processes(profile);
@@ -208,6 +268,13 @@ pub fn table(profile: &Profile, top: usize) -> String {
                     "{:>24}top: {}\n",
                     "",
                     short_stack(&stack.kernel, 64)
+                ));
+            }
+            if !class.held_by.is_empty() {
+                out.push_str(&format!(
+                    "{:>24}held by: {}\n",
+                    "",
+                    fit(&holders_text(&class.held_by, 3), 67)
                 ));
             }
         }
@@ -252,6 +319,7 @@ pub(crate) mod tests {
             count: 4,
             total_ns: total,
             max_ns: total / 2,
+            held_by: None,
         };
         profile.offcpu = vec![
             row(10, "buffer", buffer, 30_000_000),
@@ -308,6 +376,54 @@ pub(crate) mod tests {
         );
         assert_eq!(process.classes[0].stacks[0].threads, vec![10, 11]);
         assert_eq!(process.classes[1].class, "sleep");
+    }
+
+    #[test]
+    fn file_lock_holders_per_class() {
+        let mut profile = profile_with_waits();
+        let wait = |tid, holder, total| OffcpuRow {
+            pid: 10,
+            tid,
+            state: "S".into(),
+            class: "file-lock".into(),
+            stack: None,
+            ustack: None,
+            count: 2,
+            total_ns: total,
+            max_ns: total,
+            held_by: Some(holder),
+        };
+        profile.offcpu.push(wait(10, 20, 5_000_000));
+        profile.offcpu.push(wait(11, 21, 7_000_000));
+        profile.offcpu.push(wait(11, 20, 1_000_000));
+        profile.processes.push(Process {
+            pid: 20,
+            comm: "holder".into(),
+            ..Default::default()
+        });
+        let processes = processes(&profile);
+        let class = processes[0]
+            .classes
+            .iter()
+            .find(|class| class.class == "file-lock")
+            .expect("file-lock class");
+        let holders: Vec<(u32, u64, u64)> = class
+            .held_by
+            .iter()
+            .map(|holder| (holder.pid, holder.total_ns, holder.count))
+            .collect();
+        assert_eq!(holders, vec![(21, 7_000_000, 2), (20, 6_000_000, 4)]);
+        assert!(
+            processes[0].classes[0].held_by.is_empty(),
+            "buffer waits have none"
+        );
+        let text = table(&profile, 20);
+        assert!(text.contains("held by: "), "{text}");
+        assert!(
+            text.contains("held by: pid 21 7.00 ms, holder[20] 6.00 ms"),
+            "{text}"
+        );
+        crate::export::table::assert_fits_100_columns(&text);
     }
 
     #[test]
