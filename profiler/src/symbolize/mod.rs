@@ -3,6 +3,7 @@
 //! probe family asks one place.
 
 pub mod kallsyms;
+pub mod stackcheck;
 pub mod user;
 
 pub use kallsyms::KernelSymbols;

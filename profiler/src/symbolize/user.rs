@@ -240,6 +240,11 @@ impl UserSymbols {
         Some(id)
     }
 
+    /// Whether `addr` lies in an executable mapping of `pid` (any snapshot).
+    pub fn in_code(&self, pid: u32, addr: u64) -> bool {
+        self.mapping(pid, addr).is_some()
+    }
+
     /// The mapping containing `addr` in the newest snapshot that has one.
     fn mapping(&self, pid: u32, addr: u64) -> Option<&Mapping> {
         self.processes.get(&pid)?.iter().rev().find_map(|snapshot| {
