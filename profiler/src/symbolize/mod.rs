@@ -4,6 +4,7 @@
 
 pub mod kallsyms;
 pub mod stackcheck;
+pub mod unwind;
 pub mod user;
 
 pub use kallsyms::KernelSymbols;

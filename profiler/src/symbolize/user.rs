@@ -36,6 +36,19 @@ pub struct Mapping {
     pub name: String,
 }
 
+/// An executable mapping of an object file, for unwinders (see `code_mappings`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CodeMapping {
+    pub start: u64,
+    pub end: u64,
+    /// Offset of `start` in the file.
+    pub offset: u64,
+    /// Index of the object (the same file in every process has the same index).
+    pub object: usize,
+    /// Where the file is read (the kept descriptor, or the path).
+    pub read_path: PathBuf,
+}
+
 /// One line of `/proc/PID/maps`, executable mappings only.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MapsLine {
@@ -238,6 +251,27 @@ impl UserSymbols {
         });
         self.object_ids.insert(key, id);
         Some(id)
+    }
+
+    /// The executable file mappings of `pid` in its newest snapshot, with the path each
+    /// object is read from, and the number of snapshots so far (a new one changes it).
+    pub fn code_mappings(&self, pid: u32) -> Option<(usize, Vec<CodeMapping>)> {
+        let snapshots = self.processes.get(&pid)?;
+        let newest = snapshots.last()?;
+        let mappings = newest
+            .iter()
+            .filter_map(|mapping| {
+                let object = mapping.object?;
+                Some(CodeMapping {
+                    start: mapping.start,
+                    end: mapping.end,
+                    offset: mapping.offset,
+                    object,
+                    read_path: self.objects[object].read_path.clone(),
+                })
+            })
+            .collect();
+        Some((snapshots.len(), mappings))
     }
 
     /// Whether `addr` lies in an executable mapping of `pid` (any snapshot).

@@ -77,7 +77,7 @@ impl StackResolver {
         }
         let resolved = self.stack_map.get(&(stack_id as u32), 0).ok().map(|trace| {
             let addrs: Vec<u64> = trace.frames().iter().map(|frame| frame.ip).collect();
-            self.user_addrs_stack(tgid, &addrs, addrs.len() >= MAX_STACK_DEPTH)
+            self.user_addrs_stack(tgid, &addrs, addrs.len() >= MAX_STACK_DEPTH, false)
         });
         self.user_cache.insert((tgid, stack_id), resolved);
         resolved
@@ -86,8 +86,15 @@ impl StackResolver {
     /// The profile stack for user addresses of process `tgid` (leaf first) from any
     /// unwinder: a walk that left the process's code or looped is cut at its last good
     /// frame and ends in `[unwind stopped]` (see symbolize::stackcheck); one that does
-    /// not reach an entry point is truncated (`at_limit`: the walk hit its depth limit).
-    pub fn user_addrs_stack(&mut self, tgid: u32, addrs: &[u64], at_limit: bool) -> u32 {
+    /// not reach an entry point is truncated (`at_limit`: the walk hit its depth limit),
+    /// or ends in `[unwind stopped]` when the unwinder says it `stopped` early.
+    pub fn user_addrs_stack(
+        &mut self,
+        tgid: u32,
+        addrs: &[u64],
+        at_limit: bool,
+        stopped: bool,
+    ) -> u32 {
         let mut frames = self.user.frames(tgid, addrs);
         let user = &self.user;
         let in_code = |addr: u64| user.in_code(tgid, addr);
@@ -100,8 +107,26 @@ impl StackResolver {
             frames.push(stackcheck::unwind_stopped_frame());
             return self.interner.stack(frames, false);
         }
-        let truncated = at_limit || !reaches_root(&frames);
-        self.interner.stack(frames, truncated)
+        let complete = reaches_root(&frames);
+        if stopped && !complete {
+            frames.push(stackcheck::unwind_stopped_frame());
+            return self.interner.stack(frames, false);
+        }
+        self.interner.stack(frames, at_limit || !complete)
+    }
+
+    /// Whether an interned user stack is whole: it reaches an entry point, neither cut
+    /// nor truncated.
+    pub fn user_stack_complete(&self, stack: u32) -> bool {
+        let Some(interned) = self.interner.stacks.get(stack as usize) else {
+            return false;
+        };
+        let stopped = interned
+            .frames
+            .last()
+            .and_then(|&frame| self.interner.frames.get(frame as usize))
+            .is_some_and(|frame| frame.name == stackcheck::UNWIND_STOPPED);
+        !interned.truncated && !stopped && !interned.frames.is_empty()
     }
 
     /// Static locks by symbol, the rest by address.
