@@ -305,3 +305,99 @@ fn packaged_fio_stacks_are_clean_and_reach_their_start() {
         "only {reached} of {samples} fio samples reach main or a start frame: {fio:?}"
     );
 }
+
+/// Removes a file when dropped (a debug file installed for one test).
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn run_ok(program: &str, args: &[&str]) -> String {
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|err| panic!("cannot run {program}: {err}"));
+    assert!(
+        output.status.success(),
+        "{program} {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn stripped_binary_is_named_from_its_build_id_debug_file() {
+    let test = "stripped_binary_is_named_from_its_build_id_debug_file";
+    if !can_load_programs(test) || !require_tool(test, "objcopy") {
+        return;
+    }
+    let dir = scratch("ustacks-debugfile");
+    let Some(binary) = build_nofp_chain(test, &dir) else {
+        return;
+    };
+    let binary = path_str(&binary);
+    // What a -dbgsym package does: the symbols go to a file named by the build id,
+    // the binary ships stripped (its .eh_frame stays: it is loaded).
+    let notes = run_ok("readelf", &["-n", binary]);
+    let build_id = notes
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("Build ID: "))
+        .expect("the compiler wrote a build id")
+        .trim()
+        .to_string();
+    let debug_dir = PathBuf::from("/usr/lib/debug/.build-id").join(&build_id[..2]);
+    std::fs::create_dir_all(&debug_dir).expect("create the debug directory");
+    let debug_file = debug_dir.join(format!("{}.debug", &build_id[2..]));
+    let _cleanup = RemoveOnDrop(debug_file.clone());
+    run_ok(
+        "objcopy",
+        &["--only-keep-debug", binary, path_str(&debug_file)],
+    );
+    run_ok("strip", &["--strip-all", binary]);
+    // As Debian's dh_strip: the stripped binary links to its debug file.
+    run_ok(
+        "objcopy",
+        &[
+            &format!("--add-gnu-debuglink={}", debug_file.display()),
+            binary,
+        ],
+    );
+    let symbols = run_ok("readelf", &["-s", binary]);
+    assert!(
+        !symbols.contains("spin_major_part"),
+        "the binary is stripped"
+    );
+    let profile_path = dir.join("cpu.json");
+    let (stdout, _) = record_ok(&[
+        "record",
+        "--cpu",
+        "--freq",
+        "499",
+        "-o",
+        path_str(&profile_path),
+        "--",
+        binary,
+        "2",
+    ]);
+    let pid = report(&stdout, "major_ns")["pid"];
+    let profile = load_json(&profile_path);
+    let stacks = user_stacks(&profile, Some(pid));
+    let samples: u64 = stacks.iter().map(|(samples, _)| samples).sum();
+    let named: u64 = stacks
+        .iter()
+        .filter(|(_, names)| {
+            names.first().is_some_and(|leaf| leaf.starts_with("spin_"))
+                && names.iter().any(|name| name == "worker_loop")
+                && names.iter().any(|name| name == "main")
+        })
+        .map(|(samples, _)| samples)
+        .sum();
+    eprintln!("stripped nofp-chain: {named} of {samples} samples named through the debug file");
+    assert!(
+        samples > 300 && named as f64 >= 0.9 * samples as f64,
+        "{named} of {samples} samples named: {stacks:?}"
+    );
+}

@@ -9,8 +9,10 @@
 //! of the process nor the deletion or replacement of its binary loses the symbols.
 //! Processes that were never snapshotted are read from /proc at the end, if alive.
 //!
-//! Symbols come from `.symtab`, or `.dynsym` when the binary is stripped; Rust and C++
-//! names are demangled.
+//! Symbols come from `.symtab`, or `.dynsym` when the binary is stripped, then from a
+//! separate debug file (by build id under /usr/lib/debug/.build-id/, or debug link);
+//! outside file mappings from the vDSO and JIT perf maps (/tmp/perf-PID.map) of live
+//! processes. Rust and C++ names are demangled.
 
 use std::{
     collections::HashMap,
@@ -19,7 +21,13 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use blazesym::symbolize::{source::Elf, source::Source, Input, Symbolized, Symbolizer};
+use blazesym::{
+    symbolize::{
+        source::{Elf, Process, Source},
+        Input, Symbolized, Symbolizer,
+    },
+    Pid,
+};
 
 use crate::profile::Frame;
 
@@ -163,6 +171,8 @@ pub struct UserSymbols {
     object_ids: HashMap<(String, u64), usize>,
     /// Symbol names by (object, file offset).
     names: HashMap<(usize, u64), Option<String>>,
+    /// Symbol names outside file mappings (vDSO, perf maps) by (process, address).
+    live_names: HashMap<(u32, u64), Option<String>>,
 }
 
 impl Default for UserSymbols {
@@ -183,6 +193,7 @@ impl UserSymbols {
             objects: Vec::new(),
             object_ids: HashMap::new(),
             names: HashMap::new(),
+            live_names: HashMap::new(),
         }
     }
 
@@ -317,11 +328,21 @@ impl UserSymbols {
             };
         };
         let Some(object) = mapping.object else {
-            // [vdso], [anon:...], JIT code: the mapping's name is all there is.
-            let name = if mapping.name.is_empty() {
-                format!("0x{addr:x}")
-            } else {
-                mapping.name.clone()
+            // [vdso], [anon:...], JIT code: the live process's vDSO or its perf map
+            // (/tmp/perf-PID.map, written by JIT runtimes) may name it; otherwise the
+            // mapping's name is all there is.
+            let live = match self.live_names.get(&(pid, lookup)) {
+                Some(name) => name.clone(),
+                None => {
+                    let name = self.symbolize_live(pid, lookup);
+                    self.live_names.insert((pid, lookup), name.clone());
+                    name
+                }
+            };
+            let name = match live {
+                Some(name) => name,
+                None if mapping.name.is_empty() => format!("0x{addr:x}"),
+                None => mapping.name.clone(),
             };
             return Frame {
                 name,
@@ -352,13 +373,35 @@ impl UserSymbols {
         }
     }
 
+    /// The symbol at a file offset: from the object's `.symtab` or `.dynsym`, else from
+    /// its separate debug file (found by build id under /usr/lib/debug/.build-id/, what
+    /// Debian's -dbgsym packages install, or by its debug link).
     fn symbolize(&self, object: usize, file_offset: u64) -> Option<String> {
-        let mut elf = Elf::new(self.objects[object].read_path.clone());
-        elf.debug_syms = false;
-        let source = Source::Elf(elf);
+        [false, true].into_iter().find_map(|debug_syms| {
+            let mut elf = Elf::new(self.objects[object].read_path.clone());
+            elf.debug_syms = debug_syms;
+            let source = Source::Elf(elf);
+            match self
+                .symbolizer
+                .symbolize_single(&source, Input::FileOffset(file_offset))
+            {
+                Ok(Symbolized::Sym(sym)) => Some(sym.name.into_owned()),
+                _ => None,
+            }
+        })
+    }
+
+    /// The symbol at an address outside any file mapping of a live process: its vDSO,
+    /// or JIT code its runtime listed in /tmp/perf-PID.map.
+    fn symbolize_live(&self, pid: u32, addr: u64) -> Option<String> {
+        let mut process = Process::new(Pid::from(pid));
+        process.debug_syms = false;
+        process.perf_map = true;
+        process.vdso = true;
+        let source = Source::Process(process);
         match self
             .symbolizer
-            .symbolize_single(&source, Input::FileOffset(file_offset))
+            .symbolize_single(&source, Input::AbsAddr(addr))
         {
             Ok(Symbolized::Sym(sym)) => Some(sym.name.into_owned()),
             _ => None,
@@ -427,6 +470,45 @@ mod tests {
         assert!(frames[0].name.contains("getpid"), "{frames:?}");
         let module = frames[0].module.as_deref().unwrap_or("");
         assert!(module.contains("libc"), "{frames:?}");
+    }
+
+    #[test]
+    fn jit_code_is_named_from_the_perf_map() {
+        // An anonymous executable mapping, as a JIT runtime makes, listed in the
+        // process's perf map.
+        let len = 4096;
+        // SAFETY: a fresh private anonymous mapping, unmapped below.
+        let page = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_EXEC,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(page, libc::MAP_FAILED);
+        let start = page as u64;
+        let pid = std::process::id();
+        let map = PathBuf::from(format!("/tmp/perf-{pid}.map"));
+        std::fs::write(
+            &map,
+            format!(
+                "{:x} 100 jitted_marker_function\n{:x} 80 other_jitted\n",
+                start,
+                start + 0x100
+            ),
+        )
+        .expect("write the perf map");
+        let mut symbols = UserSymbols::new();
+        assert!(symbols.remember(pid));
+        let frames = symbols.frames(pid, &[start + 0x10, start + 0x111]);
+        let _ = std::fs::remove_file(&map);
+        // SAFETY: unmapping the mapping made above.
+        unsafe { libc::munmap(page, len) };
+        assert_eq!(frames[0].name, "jitted_marker_function", "{frames:?}");
+        assert_eq!(frames[1].name, "other_jitted", "{frames:?}");
     }
 
     #[test]
