@@ -265,14 +265,30 @@ mod tests {
                     bp = out(reg) bp,
                 );
             }
-            let len = 16 * 1024;
+            // As the sampler does: the top of the stack, up to the end of its mapping.
+            let top = thread_stack_top();
+            let len = (16 * 1024).min(top.saturating_sub(sp) as usize);
             let mut copy = vec![0u8; len];
-            // SAFETY: reads this thread's own stack above the current stack pointer; the
-            // test threads' stacks are 2 MiB, far more than len.
+            // SAFETY: reads this thread's own stack from the stack pointer up, within
+            // the thread's stack (bounded by its top above).
             unsafe {
                 std::ptr::copy_nonoverlapping(sp as *const u8, copy.as_mut_ptr(), len);
             }
             (Regs { ip, sp, bp }, copy)
+        }
+        /// The highest address of this thread's stack.
+        fn thread_stack_top() -> u64 {
+            // SAFETY: pthread_getattr_np fills an attribute object we own and destroy;
+            // pthread_attr_getstack reads it.
+            unsafe {
+                let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+                assert_eq!(libc::pthread_getattr_np(libc::pthread_self(), &mut attr), 0);
+                let mut addr: *mut libc::c_void = std::ptr::null_mut();
+                let mut size: libc::size_t = 0;
+                assert_eq!(libc::pthread_attr_getstack(&attr, &mut addr, &mut size), 0);
+                libc::pthread_attr_destroy(&mut attr);
+                addr as u64 + size as u64
+            }
         }
         #[inline(never)]
         fn marker_caller_of_capture() -> (Regs, Vec<u8>) {
