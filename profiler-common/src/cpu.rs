@@ -26,7 +26,8 @@ pub const STACK_RING_MIN_BYTES: u32 = 4096;
 
 /// What one on-CPU sample with a user stack copy says besides the stack bytes: sent
 /// through `CPU_STACK_SAMPLES` (header, then `len` bytes read from `sp` upwards), so user
-/// space can unwind without frame pointers. Only samples taken in user mode have one.
+/// space can unwind without frame pointers. The registers are the user ones: of the
+/// sample when it was taken in user mode, else those the task entered the kernel with.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StackSampleHeader {
@@ -64,6 +65,8 @@ pub mod names {
     /// Load-time global (u32): bytes of user stack to copy per sample; 0 = frame
     /// pointers only.
     pub const CPU_USER_STACK_BYTES: &str = "CPU_USER_STACK_BYTES";
+    /// Load-time global (u32): offset of `task_struct.stack`; 0 = unknown.
+    pub const CPU_TASK_STACK_OFFSET: &str = "CPU_TASK_STACK_OFFSET";
 
     /// Every name above (a name ending in `_` is a prefix: slot 0 is checked).
     pub const ALL: &[&str] = &[
@@ -72,6 +75,7 @@ pub mod names {
         CPU_STACK_SAMPLES,
         CPU_STACK_SCRATCH,
         CPU_USER_STACK_BYTES,
+        CPU_TASK_STACK_OFFSET,
     ];
 }
 

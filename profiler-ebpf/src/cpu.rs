@@ -10,10 +10,10 @@ use core::{
 };
 
 use aya_ebpf::{
-    bindings::BPF_NOEXIST,
+    bindings::{BPF_NOEXIST, pt_regs},
     helpers::{
-        bpf_get_current_pid_tgid,
-        generated::{bpf_get_smp_processor_id, bpf_probe_read_user},
+        bpf_get_current_pid_tgid, bpf_probe_read_kernel,
+        generated::{bpf_get_current_task, bpf_get_smp_processor_id, bpf_probe_read_user},
     },
     macros::map,
     maps::{Array, HashMap, RingBuf},
@@ -102,9 +102,16 @@ fn send_stack_sample(ctx: &PerfEventContext, key: &CpuKey) -> bool {
         let regs = &(*ctx.ctx).regs;
         (regs.rip, regs.rsp, regs.rbp, regs.cs)
     };
-    if cs & 3 != 3 {
-        return false;
-    }
+    // Taken in kernel mode (a system call, a fault): the registers are the kernel's;
+    // the task's user registers are at the top of its kernel stack.
+    let (ip, sp, bp) = if cs & 3 == 3 {
+        (ip, sp, bp)
+    } else {
+        match user_regs_of_current_task() {
+            Some(regs) => regs,
+            None => return false,
+        }
+    };
     // SAFETY: helper without arguments.
     let cpu = unsafe { bpf_get_smp_processor_id() };
     let Some(sample) = CPU_STACK_SCRATCH.get_ptr_mut(cpu) else {
@@ -207,6 +214,49 @@ fn increment(count: *mut u64) {
     unsafe {
         atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(count, 1);
     }
+}
+
+/// Offset of `task_struct.stack` (from the kernel's BTF); 0: unknown, samples taken in
+/// kernel mode keep frame pointers.
+#[unsafe(no_mangle)]
+static CPU_TASK_STACK_OFFSET: u32 = 0;
+
+/// x86_64's kernel stacks (without KASAN, which doubles them: then no registers match
+/// and the sample keeps its frame-pointer stack).
+const THREAD_SIZE: u64 = 16 * 1024;
+/// x86_64's user code and stack segment selectors.
+const USER_CS: u64 = 0x33;
+const USER_SS: u64 = 0x2b;
+
+/// The user registers the current task entered the kernel with (`task_pt_regs`): the
+/// `pt_regs` at the top of its kernel stack, below 16 bytes of padding on kernels with
+/// FRED. Only registers with the user segment selectors are taken.
+#[inline(always)]
+fn user_regs_of_current_task() -> Option<(u64, u64, u64)> {
+    let offset = load_u32(&CPU_TASK_STACK_OFFSET) as u64;
+    if offset == 0 {
+        return None;
+    }
+    // SAFETY: helper without arguments; the task pointer is only read through
+    // bpf_probe_read_kernel.
+    let task = unsafe { bpf_get_current_task() };
+    // SAFETY: fault-safe read of the task's `stack` member.
+    let stack = unsafe { bpf_probe_read_kernel((task + offset) as *const u64) }.ok()?;
+    if stack == 0 {
+        return None;
+    }
+    let size = core::mem::size_of::<pt_regs>() as u64;
+    for padding in [0u64, 16] {
+        let at = stack + THREAD_SIZE - padding - size;
+        // SAFETY: fault-safe read of kernel memory into a local.
+        let Ok(regs) = (unsafe { bpf_probe_read_kernel(at as *const pt_regs) }) else {
+            continue;
+        };
+        if regs.cs == USER_CS && regs.ss == USER_SS {
+            return Some((regs.rip, regs.rsp, regs.rbp));
+        }
+    }
+    None
 }
 
 /// Copies `len` bytes of user stack from `sp` into the sample; false when the read

@@ -273,18 +273,9 @@ fn packaged_fio_stacks_are_clean_and_reach_their_start() {
         "--output-format=terse",
     ]);
     let profile = load_json(&profile_path);
-    // Every process named fio (the main process and its job processes).
-    let fio_pids: Vec<u64> = profile["processes"]
-        .as_array()
-        .expect("processes")
-        .iter()
-        .filter(|process| process["comm"].as_str() == Some("fio"))
-        .filter_map(|process| process["pid"].as_u64())
-        .collect();
-    assert!(!fio_pids.is_empty(), "no fio process in the profile");
-    let fio: Vec<(u64, Vec<String>)> = fio_pids
-        .iter()
-        .flat_map(|&pid| user_stacks(&profile, Some(pid)))
+    let fio: Vec<(u64, Vec<String>)> = fio_rows(&profile)
+        .into_iter()
+        .map(|(samples, names, _)| (samples, names))
         .collect();
     let samples: u64 = fio.iter().map(|(samples, _)| samples).sum();
     assert!(samples > 300, "3 s of 2 fio jobs: only {samples} samples");
@@ -304,6 +295,95 @@ fn packaged_fio_stacks_are_clean_and_reach_their_start() {
         reached * 2 > samples,
         "only {reached} of {samples} fio samples reach main or a start frame: {fio:?}"
     );
+}
+
+#[test]
+fn packaged_fio_in_system_calls_reaches_its_start() {
+    // Samples taken in kernel mode (fio's pread calls): the user registers come from
+    // the top of the task's kernel stack, the user stack is unwound all the same.
+    let test = "packaged_fio_in_system_calls_reaches_its_start";
+    if !can_load_programs(test) || !require_tool(test, "fio") {
+        return;
+    }
+    let dir = scratch("ustacks-fio-psync");
+    let profile_path = dir.join("cpu.json");
+    let directory = format!("--directory={}", dir.display());
+    record_ok(&[
+        "record",
+        "--cpu",
+        "--freq",
+        "499",
+        "-o",
+        path_str(&profile_path),
+        "--",
+        "fio",
+        "--name=rw",
+        &directory,
+        "--size=8m",
+        "--bs=4k",
+        "--rw=randrw",
+        "--ioengine=psync",
+        "--numjobs=2",
+        "--time_based",
+        "--runtime=3",
+        "--output-format=terse",
+    ]);
+    let profile = load_json(&profile_path);
+    let (mut in_kernel, mut reached, mut all) = (0u64, 0u64, Vec::new());
+    for (samples, names, kernel) in fio_rows(&profile) {
+        if kernel {
+            in_kernel += samples;
+            if reaches_start(&names) {
+                reached += samples;
+            }
+        }
+        all.push((samples, names));
+    }
+    assert_no_garbage(&all);
+    eprintln!(
+        "fio psync: {reached} of {in_kernel} samples taken in the kernel ({:.1}%) reach main or a start frame",
+        reached as f64 * 100.0 / in_kernel.max(1) as f64
+    );
+    assert!(
+        in_kernel > 100,
+        "only {in_kernel} fio samples in the kernel"
+    );
+    assert!(
+        reached * 2 > in_kernel,
+        "only {reached} of {in_kernel} samples in the kernel reach their start: {all:?}"
+    );
+}
+
+/// (samples, user stack names leaf first, taken in the kernel) of every CPU row with a
+/// user stack of fio's processes: those with any frame of fio's own binary (not only the
+/// stacks that reached it, which would favour the good ones).
+fn fio_rows(profile: &serde_json::Value) -> Vec<(u64, Vec<String>, bool)> {
+    let rows = profile["cpu"].as_array().expect("cpu rows");
+    let in_fio = |id: u64| {
+        profile["stacks"][id as usize]["frames"]
+            .as_array()
+            .expect("stack frames")
+            .iter()
+            .filter_map(|frame| frame.as_u64())
+            .filter_map(|frame| profile["frames"][frame as usize]["module"].as_str())
+            .any(|module| module.ends_with("/fio"))
+    };
+    let pids: Vec<u64> = rows
+        .iter()
+        .filter(|row| row["user_stack"].as_u64().is_some_and(in_fio))
+        .filter_map(|row| row["pid"].as_u64())
+        .collect();
+    rows.iter()
+        .filter(|row| row["pid"].as_u64().is_some_and(|pid| pids.contains(&pid)))
+        .filter_map(|row| {
+            let id = row["user_stack"].as_u64()?;
+            Some((
+                row["samples"].as_u64().expect("samples"),
+                stack_names(profile, id),
+                row["kernel_stack"].as_u64().is_some(),
+            ))
+        })
+        .collect()
 }
 
 /// Removes a file when dropped (a debug file installed for one test).

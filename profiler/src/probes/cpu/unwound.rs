@@ -1,9 +1,11 @@
 //! On-CPU samples with a copy of the user stack (`--user-stack-bytes`): the sampler
 //! sends each sample taken in user mode with its registers and the top of its stack
-//! through `CPU_STACK_SAMPLES`; they are unwound here as they arrive (the process is
-//! usually still alive, its map snapshot fresh) with framehop from the objects' unwind
-//! information, and counted by (thread, kernel stack, unwound user stack). Samples taken
-//! in kernel mode, and those the ring had no room for, keep the in-kernel count and its
+//! through `CPU_STACK_SAMPLES` (a sample taken in kernel mode, in a system call, sends
+//! the user registers the task entered the kernel with, found at the top of its kernel
+//! stack); they are unwound here as they arrive (the process is usually still alive, its
+//! map snapshot fresh) with framehop from the objects' unwind information, and counted by
+//! (thread, kernel stack, unwound user stack). Samples whose user registers cannot be
+//! found, and those the ring had no room for, keep the in-kernel count and its
 //! frame-pointer user stack.
 
 use std::{cell::RefCell, collections::HashMap, time::Instant};
@@ -17,6 +19,7 @@ use aya::{
 use profiler_common::cpu::{names, StackSampleHeader, USER_STACK_MAX};
 
 use crate::{
+    btf::Btf,
     probes::shared::StackResolver,
     profile::CpuRow,
     symbolize::{
@@ -80,13 +83,26 @@ struct State {
 pub struct StackCopies {
     /// Bytes copied per sample; 0: off.
     bytes: u32,
+    /// Offset of `task_struct.stack` from the kernel's BTF (0: unknown), to find the user
+    /// registers of samples taken in kernel mode.
+    task_stack_offset: u32,
     state: RefCell<State>,
 }
 
 impl StackCopies {
     pub fn new(bytes: u32) -> StackCopies {
+        let task_stack_offset = match bytes {
+            0 => 0,
+            _ => Btf::from_sys_fs()
+                .and_then(|btf| btf.member_pointer_offset("task_struct", "stack"))
+                .unwrap_or_else(|err| {
+                    log::info!("samples in kernel mode keep frame-pointer user stacks: {err:#}");
+                    0
+                }),
+        };
         StackCopies {
             bytes,
+            task_stack_offset,
             state: RefCell::new(State {
                 ring: None,
                 unwinder: DwarfUnwinder::new(),
@@ -110,6 +126,7 @@ impl StackCopies {
         let slots = aya::util::nr_cpus().unwrap_or(1) as u32;
         loader
             .override_global(names::CPU_USER_STACK_BYTES, &self.bytes, true)
+            .override_global(names::CPU_TASK_STACK_OFFSET, &self.task_stack_offset, true)
             .map_max_entries(names::CPU_STACK_SAMPLES, ring)
             .map_max_entries(names::CPU_STACK_SCRATCH, slots);
     }
