@@ -481,3 +481,75 @@ fn stripped_binary_is_named_from_its_build_id_debug_file() {
         "{named} of {samples} samples named: {stacks:?}"
     );
 }
+
+#[test]
+fn minidebuginfo_names_a_stripped_binary() {
+    // Fedora's MiniDebugInfo: the binary is stripped, an xz-compressed ELF holding the
+    // symbols of its functions rides along in .gnu_debugdata.
+    let test = "minidebuginfo_names_a_stripped_binary";
+    if !can_load_programs(test) || !require_tool(test, "objcopy") || !require_tool(test, "xz") {
+        return;
+    }
+    let dir = scratch("ustacks-minidebuginfo");
+    let Some(binary) = build_nofp_chain(test, &dir) else {
+        return;
+    };
+    let binary = path_str(&binary);
+    let mini = dir.join("mini.debug");
+    let mini = path_str(&mini);
+    run_ok("objcopy", &["--only-keep-debug", binary, mini]);
+    run_ok(
+        "objcopy",
+        &[
+            "-S",
+            "--remove-section",
+            ".comment",
+            "--keep-symbol=spin_major_part",
+            "--keep-symbol=spin_minor_part",
+            "--keep-symbol=worker_loop",
+            "--keep-symbol=main",
+            mini,
+        ],
+    );
+    run_ok("xz", &["-f", mini]);
+    run_ok("strip", &["--strip-all", binary]);
+    run_ok(
+        "objcopy",
+        &[&format!("--add-section=.gnu_debugdata={mini}.xz"), binary],
+    );
+    let symbols = run_ok("readelf", &["-s", binary]);
+    assert!(
+        !symbols.contains("spin_major_part"),
+        "the binary is stripped"
+    );
+    let profile_path = dir.join("cpu.json");
+    let (stdout, _) = record_ok(&[
+        "record",
+        "--cpu",
+        "--freq",
+        "499",
+        "-o",
+        path_str(&profile_path),
+        "--",
+        binary,
+        "2",
+    ]);
+    let pid = report(&stdout, "major_ns")["pid"];
+    let profile = load_json(&profile_path);
+    let stacks = user_stacks(&profile, Some(pid));
+    let samples: u64 = stacks.iter().map(|(samples, _)| samples).sum();
+    let named: u64 = stacks
+        .iter()
+        .filter(|(_, names)| {
+            names.first().is_some_and(|leaf| leaf.starts_with("spin_"))
+                && names.iter().any(|name| name == "worker_loop")
+                && names.iter().any(|name| name == "main")
+        })
+        .map(|(samples, _)| samples)
+        .sum();
+    eprintln!("MiniDebugInfo nofp-chain: {named} of {samples} samples named");
+    assert!(
+        samples > 300 && named as f64 >= 0.9 * samples as f64,
+        "{named} of {samples} samples named: {stacks:?}"
+    );
+}

@@ -236,6 +236,8 @@ const TEST_TOOLS: &[(&str, &str)] = &[
     // User stacks without frame pointers: a C workload built in the test, and a
     // packaged program built without frame pointers.
     ("cc", "gcc"),
+    ("objcopy", "binutils"),
+    ("xz", "xz-utils"),
     ("fio", "fio"),
 ];
 

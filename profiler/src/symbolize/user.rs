@@ -12,7 +12,9 @@
 //! Symbols come from `.symtab`, or `.dynsym` when the binary is stripped, then from a
 //! separate debug file (by build id under /usr/lib/debug/.build-id/, or debug link);
 //! outside file mappings from the vDSO and JIT perf maps (/tmp/perf-PID.map) of live
-//! processes. Rust and C++ names are demangled.
+//! processes. A binary stripped of `.symtab` that carries MiniDebugInfo
+//! (`.gnu_debugdata`, an xz-compressed symbol table, as Fedora ships) is read through it.
+//! Rust and C++ names are demangled.
 
 use std::{
     collections::HashMap,
