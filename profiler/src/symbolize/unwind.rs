@@ -7,12 +7,18 @@
 //! Objects are the ones `UserSymbols` keeps open for the run (its memory-map snapshots
 //! and descriptors), so a process is unwound with the same view it is symbolized with.
 
-use std::{collections::HashMap, ops::Deref, path::Path, sync::Arc};
+use std::{
+    collections::HashMap,
+    ops::{Deref, Range},
+    path::Path,
+    sync::Arc,
+};
 
 use framehop::{
     x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
     ExplicitModuleSectionInfo, Module, Unwinder,
 };
+use memmap2::Mmap;
 use object::{Object, ObjectSection, ObjectSegment};
 
 use super::user::{CodeMapping, UserSymbols};
@@ -20,14 +26,28 @@ use super::user::{CodeMapping, UserSymbols};
 /// Deepest stack unwound, as deep as the kernel's frame-pointer walks.
 pub const MAX_FRAMES: usize = 127;
 
-/// Section bytes shared by every process that maps the object.
-#[derive(Clone, Default)]
-pub struct Bytes(Arc<[u8]>);
+/// Section bytes shared by every process that maps the object: a range of the file
+/// mapped read-only (only the pages unwinding looks at are read: `.eh_frame_hdr` is a
+/// binary-search table), or an owned copy of a compressed section.
+#[derive(Clone)]
+pub enum Bytes {
+    Mapped(Arc<Mmap>, Range<usize>),
+    Owned(Arc<[u8]>),
+}
+
+impl Default for Bytes {
+    fn default() -> Self {
+        Bytes::Owned(Arc::from(&[][..]))
+    }
+}
 
 impl Deref for Bytes {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        &self.0
+        match self {
+            Bytes::Mapped(map, range) => map.get(range.clone()).unwrap_or(&[]),
+            Bytes::Owned(bytes) => bytes,
+        }
     }
 }
 
@@ -98,6 +118,21 @@ impl DwarfUnwinder {
         }
         let (_, unwinder) = self.processes.get(&pid)?;
         Some(unwind_with(unwinder, &mut self.cache, regs, stack))
+    }
+
+    /// Bytes of unwind sections held for every object read so far, and their count.
+    pub fn held_bytes(&self) -> (usize, usize) {
+        let objects = self.objects.values().flatten();
+        let bytes = objects
+            .clone()
+            .map(|info| {
+                let section = |data: &Option<Bytes>| data.as_ref().map_or(0, |data| data.len());
+                section(&info.sections.eh_frame)
+                    + section(&info.sections.eh_frame_hdr)
+                    + section(&info.sections.debug_frame)
+            })
+            .sum();
+        (bytes, objects.count())
     }
 
     /// Forgets a process (it exited): its unwinder is rebuilt if it is seen again.
@@ -178,9 +213,15 @@ fn base_avma(segments: &[(u64, u64, u64)], mapping: &CodeMapping) -> Option<u64>
 }
 
 /// Reads the unwind sections of an ELF file; `None` when it cannot be read or parsed.
+/// The file is mapped, not read: only the pages unwinding touches are read in. `.text`
+/// is not given to framehop: the CFI describes prologues and epilogues itself.
 fn read_object(path: &Path) -> Option<ObjectInfo> {
-    let data = std::fs::read(path).ok()?;
-    let file = object::File::parse(&*data).ok()?;
+    let opened = std::fs::File::open(path).ok()?;
+    // SAFETY: a read-only private mapping of an object file that processes have mapped
+    // to run; such files are replaced by renaming a new one in place, not rewritten (a
+    // truncated file would fault on access, as it would for the processes themselves).
+    let map = Arc::new(unsafe { Mmap::map(&opened) }.ok()?);
+    let file = object::File::parse(&map[..]).ok()?;
     let segments = file
         .segments()
         .map(|segment| {
@@ -195,12 +236,21 @@ fn read_object(path: &Path) -> Option<ObjectInfo> {
     let bytes = |name: &str| {
         let section = file.section_by_name(name)?;
         let data = section.uncompressed_data().ok()?;
-        (!data.is_empty()).then(|| Bytes(Arc::from(&*data)))
+        if data.is_empty() {
+            return None;
+        }
+        match (&data, section.file_range()) {
+            (std::borrow::Cow::Borrowed(_), Some((offset, size))) => {
+                let start = usize::try_from(offset).ok()?;
+                let end = start.checked_add(usize::try_from(size).ok()?)?;
+                Some(Bytes::Mapped(Arc::clone(&map), start..end))
+            }
+            _ => Some(Bytes::Owned(Arc::from(&*data))),
+        }
     };
     let sections = ExplicitModuleSectionInfo {
         base_svma: 0,
         text_svma: range(".text"),
-        text: bytes(".text"),
         got_svma: range(".got"),
         eh_frame_svma: range(".eh_frame"),
         eh_frame: bytes(".eh_frame"),

@@ -245,12 +245,14 @@ impl StackCopies {
             return;
         }
         let stats = self.stats();
+        let (bytes, objects) = self.state.borrow().unwinder.held_bytes();
         log::info!(
-            "user stack copies: {} samples unwound ({} to the outermost frame, {} of exited processes) in {:.1} ms",
+            "user stack copies: {} samples unwound ({} to the outermost frame, {} of exited processes) in {:.1} ms; unwind sections of {objects} objects held: {:.1} MiB",
             stats.samples,
             stats.complete,
             stats.unknown_process,
-            stats.unwind_ns as f64 / 1e6
+            stats.unwind_ns as f64 / 1e6,
+            bytes as f64 / (1024.0 * 1024.0)
         );
     }
 }
