@@ -66,6 +66,8 @@ pub fn on_sample(ctx: &PerfEventContext) {
     // be unwound there; when the ring is full it is counted here with its frame-pointer
     // stack, like every sample taken in kernel mode.
     if send_stack_sample(ctx, &key) {
+        // The thread's name, as add_sample notes it for the rows it creates.
+        remember_current_task();
         return;
     }
     add_sample(&key);

@@ -279,6 +279,17 @@ fn packaged_fio_stacks_are_clean_and_reach_their_start() {
         .collect();
     let samples: u64 = fio.iter().map(|(samples, _)| samples).sum();
     assert!(samples > 300, "3 s of 2 fio jobs: only {samples} samples");
+    // Unwound samples name their processes like the others: every process with fio's
+    // frames is named fio.
+    for pid in fio_pids(&profile) {
+        let comm = profile["processes"]
+            .as_array()
+            .expect("processes")
+            .iter()
+            .find(|process| process["pid"].as_u64() == Some(pid))
+            .and_then(|process| process["comm"].as_str());
+        assert_eq!(comm, Some("fio"), "the name of fio process {pid}");
+    }
     assert_no_garbage(&fio);
     let reached: u64 = fio
         .iter()
@@ -358,22 +369,11 @@ fn packaged_fio_in_system_calls_reaches_its_start() {
 /// user stack of fio's processes: those with any frame of fio's own binary (not only the
 /// stacks that reached it, which would favour the good ones).
 fn fio_rows(profile: &serde_json::Value) -> Vec<(u64, Vec<String>, bool)> {
-    let rows = profile["cpu"].as_array().expect("cpu rows");
-    let in_fio = |id: u64| {
-        profile["stacks"][id as usize]["frames"]
-            .as_array()
-            .expect("stack frames")
-            .iter()
-            .filter_map(|frame| frame.as_u64())
-            .filter_map(|frame| profile["frames"][frame as usize]["module"].as_str())
-            .any(|module| module.ends_with("/fio"))
-    };
-    let pids: Vec<u64> = rows
+    let pids = fio_pids(profile);
+    profile["cpu"]
+        .as_array()
+        .expect("cpu rows")
         .iter()
-        .filter(|row| row["user_stack"].as_u64().is_some_and(in_fio))
-        .filter_map(|row| row["pid"].as_u64())
-        .collect();
-    rows.iter()
         .filter(|row| row["pid"].as_u64().is_some_and(|pid| pids.contains(&pid)))
         .filter_map(|row| {
             let id = row["user_stack"].as_u64()?;
@@ -384,6 +384,29 @@ fn fio_rows(profile: &serde_json::Value) -> Vec<(u64, Vec<String>, bool)> {
             ))
         })
         .collect()
+}
+
+/// The processes with a user stack that has a frame of fio's own binary.
+fn fio_pids(profile: &serde_json::Value) -> Vec<u64> {
+    let in_fio = |id: u64| {
+        profile["stacks"][id as usize]["frames"]
+            .as_array()
+            .expect("stack frames")
+            .iter()
+            .filter_map(|frame| frame.as_u64())
+            .filter_map(|frame| profile["frames"][frame as usize]["module"].as_str())
+            .any(|module| module.ends_with("/fio"))
+    };
+    let mut pids: Vec<u64> = profile["cpu"]
+        .as_array()
+        .expect("cpu rows")
+        .iter()
+        .filter(|row| row["user_stack"].as_u64().is_some_and(in_fio))
+        .filter_map(|row| row["pid"].as_u64())
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    pids
 }
 
 /// Removes a file when dropped (a debug file installed for one test).
