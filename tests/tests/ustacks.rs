@@ -576,3 +576,37 @@ fn minidebuginfo_names_a_stripped_binary() {
         "{named} of {samples} samples named: {stacks:?}"
     );
 }
+
+#[test]
+fn bad_user_stack_bytes_are_refused_in_one_line() {
+    if !lockpath_bin().exists() {
+        eprintln!("SKIP bad_user_stack_bytes_are_refused_in_one_line: no lockpath binary");
+        return;
+    }
+    fails_with(
+        &[
+            "record",
+            "--cpu",
+            "--user-stack-bytes",
+            "70000",
+            "--",
+            "true",
+        ],
+        "more than one sample can carry (65488)",
+    );
+    fails_with(
+        &["record", "--cpu", "--user-stack-bytes", "8k", "--", "true"],
+        "is not a number of bytes",
+    );
+    fails_with(
+        &[
+            "record",
+            "--lock",
+            "--user-stack-bytes",
+            "4096",
+            "--",
+            "true",
+        ],
+        "--cpu",
+    );
+}
