@@ -26,6 +26,9 @@ use super::user::{CodeMapping, UserSymbols};
 /// Deepest stack unwound, as deep as the kernel's frame-pointer walks.
 pub const MAX_FRAMES: usize = 127;
 
+/// Per-process unwinders kept before those of exited processes are dropped.
+const MAX_PROCESSES: usize = 1024;
+
 /// Section bytes shared by every process that maps the object: a range of the file
 /// mapped read-only (only the pages unwinding looks at are read: `.eh_frame_hdr` is a
 /// binary-search table), or an owned copy of a compressed section.
@@ -115,6 +118,12 @@ impl DwarfUnwinder {
         if rebuild {
             let unwinder = self.build(&mappings);
             self.processes.insert(pid, (generation, unwinder));
+            // A long system-wide run sees many short processes: drop the unwinders of
+            // those that exited (rebuilt from the snapshots if a late sample comes).
+            if self.processes.len() > MAX_PROCESSES {
+                self.processes
+                    .retain(|pid, _| Path::new(&format!("/proc/{pid}")).exists());
+            }
         }
         let (_, unwinder) = self.processes.get(&pid)?;
         Some(unwind_with(unwinder, &mut self.cache, regs, stack))
@@ -133,11 +142,6 @@ impl DwarfUnwinder {
             })
             .sum();
         (bytes, objects.count())
-    }
-
-    /// Forgets a process (it exited): its unwinder is rebuilt if it is seen again.
-    pub fn forget(&mut self, pid: u32) {
-        self.processes.remove(&pid);
     }
 
     fn build(&mut self, mappings: &[CodeMapping]) -> UnwinderX86_64<Bytes> {
