@@ -211,6 +211,9 @@ fn collect(
     if let Some(watcher) = watcher {
         watcher.finish(&mut stacks.user);
     }
+    for family in families.iter() {
+        family.poll(&mut stacks.user);
+    }
     let mut profile = Profile::new();
     profile.host = hostname();
     profile.kernel = kernel_release();
@@ -329,6 +332,9 @@ fn record(
         match session.watcher.as_mut() {
             Some(watcher) => {
                 watcher.poll(&mut session.stacks.user);
+                for family in families {
+                    family.poll(&mut session.stacks.user);
+                }
                 std::thread::sleep(Duration::from_millis(10));
             }
             None => std::thread::sleep(Duration::from_millis(50)),
