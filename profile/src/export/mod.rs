@@ -4,6 +4,7 @@ pub mod cpu;
 pub mod diff;
 pub mod escape;
 pub mod flamegraph;
+pub mod fleet;
 pub mod folded;
 pub mod html;
 pub mod io;
