@@ -1,11 +1,13 @@
 //! lockpath: probes (profiler-ebpf) -> collector (record, probes/, symbolize/) ->
 //! profile and exporters (the `lockpath-profile` crate, re-exported here).
 
+pub mod agent;
 pub mod btf;
 pub mod cli;
 pub mod metrics;
 pub mod probes;
 pub mod record;
+pub mod rotate;
 pub mod symbolize;
 pub mod target;
 pub mod tracefs;
@@ -23,8 +25,16 @@ pub fn run(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Record(args) => record::run(*args),
         Command::Report(args) => {
-            let profile = Profile::load(&args.file)?;
+            let filter = lockpath_profile::filter::LockFilter {
+                locks: args.lock.clone(),
+                types: args.lock_type.clone(),
+                callers: args.caller.clone(),
+            };
+            filter.check()?;
+            let mut profile = Profile::load(&args.file)?;
+            filter.apply(&mut profile);
             let text = match args.format {
+                cli::ReportFormat::Csv => export::csv::render(&profile, args.by, args.top)?,
                 cli::ReportFormat::Text => export::report::text(&profile, args.by, args.top),
                 cli::ReportFormat::Json => {
                     let mut json = export::report::json(&profile, args.by, args.top)

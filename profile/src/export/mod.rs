@@ -1,6 +1,7 @@
 //! Exporters: everything here works from a saved `Profile`, never from the kernel.
 
 pub mod cpu;
+pub mod csv;
 pub mod diff;
 pub mod escape;
 pub mod flamegraph;

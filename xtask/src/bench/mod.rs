@@ -1319,6 +1319,21 @@ fn soak(bench: &Bench, minutes: f64) -> Result<String> {
         .context("cannot start lockpath")?;
     let pid = child.id();
     wait_for_programs(pid)?;
+    // Beside it, the always-on agent as a fleet runs it: its CPU per hour.
+    let agent_dir = bench.scratch.join("soak-agent");
+    let _ = fs::remove_dir_all(&agent_dir);
+    let agent = Command::new(&bench.lockpath)
+        .args(["record", "--lock", "--offcpu", "-a", "--rotate", "1m"])
+        .args(["--metrics", "127.0.0.1:0", "-o"])
+        .arg(&agent_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("cannot start the always-on agent")?;
+    let agent_pid = agent.id();
+    wait_for_programs(agent_pid)?;
+    let agent_start = Instant::now();
     let total = Duration::from_secs_f64(minutes * 60.0);
     let storm = Command::new(bench.bin_dir.join("lock-storm"))
         .args(["--mode", "both", "--threads", "4", "--seconds"])
@@ -1347,6 +1362,12 @@ fn soak(bench: &Bench, minutes: f64) -> Result<String> {
     for workload in [storm, pong].into_iter().flatten() {
         let _ = workload.wait_with_output();
     }
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(agent_pid as i32, libc::SIGTERM) };
+    let agent_usage = wait_usage(agent_pid)?;
+    let agent_hours = agent_start.elapsed().as_secs_f64() / 3600.0;
+    let agent_periods = fs::read_dir(&agent_dir).map_or(0, |dir| dir.count());
+    drop(agent);
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(pid as i32, libc::SIGINT) };
     let max_rss_kib = wait_rusage(pid)?;
@@ -1386,6 +1407,20 @@ fn soak(bench: &Bench, minutes: f64) -> Result<String> {
         if growth < 0.10 { "flat" } else { "**growing**" },
         max_rss_kib as f64 / 1024.0,
         if profile_ok { "yes" } else { "**no**" }
+    );
+    let _ = writeln!(
+        md,
+        "Always-on agent beside it (`record --lock --offcpu -a --rotate 1m --metrics`): \
+         {:.1} CPU s per hour ({:.3}% of one CPU; user space: drains, files, metrics), \
+         {agent_periods} periods written, exit {}; peak RSS {:.1} MiB\n",
+        agent_usage.cpu_s / agent_hours,
+        agent_usage.cpu_s / (agent_hours * 3600.0) * 100.0,
+        if agent_usage.success {
+            "clean"
+        } else {
+            "**failed**"
+        },
+        agent_usage.max_rss_kib as f64 / 1024.0
     );
     Ok(md)
 }
