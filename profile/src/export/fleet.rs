@@ -163,6 +163,10 @@ pub struct FleetCounters {
     periods: u64,
     /// Seconds recorded in the finished periods.
     seconds: f64,
+    /// Process names of the period in progress, by pid, as first seen: a process that
+    /// is renamed (exec) within a period keeps one label until the period ends, so a
+    /// reading of the period in progress never moves counts between series.
+    names: HashMap<u32, String>,
 }
 
 impl FleetCounters {
@@ -174,17 +178,19 @@ impl FleetCounters {
             losses: BTreeMap::new(),
             periods: 0,
             seconds: 0.0,
+            names: HashMap::new(),
         }
     }
 
     /// Adds a finished period.
     pub fn add_period(&mut self, period: &Profile) {
         let top = self.top;
-        for (metric, rows) in rows_of(period).into_iter().enumerate() {
+        for (metric, rows) in rows_of(period, &mut self.names).into_iter().enumerate() {
             for (labels, totals) in rows {
                 self.series[metric].add(labels, &totals, top);
             }
         }
+        self.names.clear();
         for (cause, count) in &period.losses {
             *self.losses.entry(cause.clone()).or_default() += count;
         }
@@ -199,7 +205,7 @@ impl FleetCounters {
         let mut view = self.clone();
         if let Some(live) = live {
             let top = self.top;
-            for (metric, rows) in rows_of(live).into_iter().enumerate() {
+            for (metric, rows) in rows_of(live, &mut self.names).into_iter().enumerate() {
                 for (labels, totals) in rows {
                     match self.series[metric].admit(&labels, top) {
                         true => view.series[metric].own.entry(labels).or_default(),
@@ -330,7 +336,13 @@ fn histogram(out: &mut String, metric: &Metric, rows: &[(String, &Totals)]) {
 
 /// The rows of each metric in a profile, summed by label set, most wait first (the
 /// order in which new label sets are admitted).
-fn rows_of(profile: &Profile) -> [Vec<(Vec<String>, Totals)>; 6] {
+fn rows_of(profile: &Profile, names: &mut HashMap<u32, String>) -> [Vec<(Vec<String>, Totals)>; 6] {
+    let mut process = |pid: u32| {
+        names
+            .entry(pid)
+            .or_insert_with(|| profile.process_name(pid))
+            .clone()
+    };
     let mut sums: [HashMap<Vec<String>, Totals>; 6] = Default::default();
     let mut put = |metric: usize, labels: Vec<String>, totals: Totals| {
         sums[metric].entry(labels).or_default().add(&totals);
@@ -349,7 +361,7 @@ fn rows_of(profile: &Profile) -> [Vec<(Vec<String>, Totals)>; 6] {
             row.lock_name.clone(),
             lock_type_name(row.flags).to_string(),
             caller,
-            profile.process_name(row.pid),
+            process(row.pid),
         ];
         let totals = Totals {
             count: row.count,
@@ -359,7 +371,7 @@ fn rows_of(profile: &Profile) -> [Vec<(Vec<String>, Totals)>; 6] {
         put(LOCK, labels, totals);
     }
     for row in &profile.offcpu {
-        let labels = vec![row.class.clone(), profile.process_name(row.pid)];
+        let labels = vec![row.class.clone(), process(row.pid)];
         let totals = Totals {
             count: row.count,
             total_ns: row.total_ns,
@@ -368,11 +380,7 @@ fn rows_of(profile: &Profile) -> [Vec<(Vec<String>, Totals)>; 6] {
         put(OFFCPU, labels, totals);
     }
     for row in &profile.io {
-        let labels = vec![
-            row.device.clone(),
-            row.op.clone(),
-            profile.process_name(row.pid),
-        ];
+        let labels = vec![row.device.clone(), row.op.clone(), process(row.pid)];
         let totals = Totals {
             count: row.count,
             total_ns: row.total_ns,
@@ -381,15 +389,11 @@ fn rows_of(profile: &Profile) -> [Vec<(Vec<String>, Totals)>; 6] {
         put(IO, labels, totals);
     }
     for row in &profile.rpcs {
-        let labels = vec![
-            row.provider.clone(),
-            row.op_name.clone(),
-            profile.process_name(row.pid),
-        ];
+        let labels = vec![row.provider.clone(), row.op_name.clone(), process(row.pid)];
         put(RPC, labels, Totals::of_latency(&row.latency));
     }
     for row in &profile.funcs {
-        let labels = vec![row.function.clone(), profile.process_name(row.pid)];
+        let labels = vec![row.function.clone(), process(row.pid)];
         put(FUNC, labels, Totals::of_latency(&row.latency));
     }
     for row in &profile.cpu {
@@ -398,7 +402,7 @@ fn rows_of(profile: &Profile) -> [Vec<(Vec<String>, Totals)>; 6] {
             total_ns: 0,
             hist: Vec::new(),
         };
-        put(CPU, vec![profile.process_name(row.pid)], totals);
+        put(CPU, vec![process(row.pid)], totals);
     }
     sums.map(|sums| {
         let mut rows: Vec<(Vec<String>, Totals)> = sums.into_iter().collect();
