@@ -354,6 +354,9 @@ pub struct ExportArgs {
 pub enum DiffFormat {
     Text,
     Json,
+    /// One self-contained page: the tables and the differential flamegraph (written to
+    /// -o, default diff.html).
+    Html,
 }
 
 #[derive(Debug, Args)]
@@ -364,7 +367,8 @@ pub struct DiffArgs {
     pub new: PathBuf,
     #[arg(long, value_parser = kind_parser(), default_value = "lock")]
     pub kind: Kind,
-    /// Also write a differential flamegraph (red grew, blue shrank) to this SVG file.
+    /// Also write a differential flamegraph (red grew, blue shrank) to this SVG file;
+    /// with --format html, the page (default diff.html).
     #[arg(short = 'o', long = "output", value_name = "SVG")]
     pub output: Option<PathBuf>,
     /// Rows per table (0: all).

@@ -91,6 +91,16 @@ pub fn run(cli: Cli) -> Result<i32> {
             let base = Profile::load(&args.base)?;
             let new = Profile::load(&args.new)?;
             let text = match args.format {
+                cli::DiffFormat::Html => {
+                    let page = export::html::render_diff(&base, &new, args.kind)?;
+                    let output = args
+                        .output
+                        .clone()
+                        .unwrap_or_else(|| std::path::PathBuf::from("diff.html"));
+                    profile::write_atomically(&output, page.as_bytes())?;
+                    eprintln!("lockpath: diff page written to {}", output.display());
+                    return Ok(0);
+                }
                 cli::DiffFormat::Text => export::diff::text(&base, &new, args.kind, args.top),
                 cli::DiffFormat::Json => {
                     let mut json = export::diff::json(&base, &new, args.kind)
