@@ -510,6 +510,7 @@ fn check_html_in_chromium(dir: &Path, new: &Path) {
                      frameHeight: frame.clientHeight, left: title.left, right: title.right}",
         );
         let number = |key: &str| fit[key].as_f64().unwrap_or(f64::NAN);
+        eprintln!("window {width}: flamegraph {fit}");
         assert!(
             number("svg") >= 0.9 * number("frame"),
             "window {width}: the flamegraph is {} px wide in a {} px frame",

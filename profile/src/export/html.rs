@@ -90,19 +90,18 @@ fn flamegraph_frame(svg: &[u8], title: &str) -> String {
             .and_then(|value| value.parse::<u32>().ok())
     };
     let height = attribute("height").unwrap_or(600);
-    let width = attribute("width").unwrap_or(1200);
     // inferno keeps zoom and search in the page URL with history.replaceState, which an
     // about:srcdoc document may not do: the state stays in the page instead.
     let document = format!(
         "<!DOCTYPE html><html><head><meta charset=\"utf-8\">\
-         <style>html,body{{margin:0}}svg{{display:block;width:100%;height:auto}}</style>\
+         <style>html,body{{margin:0}}svg{{display:block;width:100%}}</style>\
          <script>history.replaceState=function(){{}};</script></head><body>{body}</body></html>"
     );
     format!(
-        // The SVG scales to the frame's width (its viewBox keeps the proportions, and
-        // zoom and search work in its own coordinates); the frame keeps the SVG's
-        // aspect ratio.
-        "<iframe class=\"flamegraph\" title=\"{}\" style=\"aspect-ratio:{width}/{}\" srcdoc=\"{}\"></iframe>\n",
+        // inferno's SVG is fluid: its script sets the width to 100% (frames and text in
+        // percent) and keeps the height; the style does the same before (or without)
+        // the script, so the graph fills its frame whatever the window's width.
+        "<iframe class=\"flamegraph\" title=\"{}\" style=\"height:{}px\" srcdoc=\"{}\"></iframe>\n",
         esc(title),
         height + 8,
         esc(&document)
@@ -640,15 +639,15 @@ mod tests {
     }
 
     #[test]
-    fn start_is_iso_8601_and_frames_keep_the_svg_proportions() {
+    fn start_is_iso_8601_and_the_svg_takes_the_frame_width() {
         let mut profile = hostile_profile();
         profile.start_unix_s = 1_796_272_703;
         let page = render(&profile).expect("page");
         assert!(page.contains("2026-12-03T04:38:23Z (UTC)"), "no ISO start");
         assert!(!page.contains("1796272703"), "raw Unix time in the page");
         assert!(
-            page.contains("aspect-ratio:1200/"),
-            "frame without the SVG's ratio"
+            page.contains("svg{display:block;width:100%}"),
+            "the SVG does not take the frame's width"
         );
     }
 
