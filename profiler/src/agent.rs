@@ -4,8 +4,8 @@
 //! SIGTERM or Ctrl-C (the period in progress is written, then everything detaches), the
 //! duration, or the command's exit. SIGHUP ends the period in progress early and goes
 //! on. Signals and the period timer run on a tokio runtime; `--metrics` serves counters
-//! that only grow (export/fleet.rs), refreshed every second from the finished periods
-//! plus a reading of the period in progress.
+//! that only grow (export/fleet.rs): the finished periods, plus a reading of the period
+//! in progress every few seconds.
 
 use std::{
     collections::BTreeMap,
@@ -31,6 +31,9 @@ use crate::{
     target::{Child, Target},
     tracefs, units,
 };
+
+/// How often `--metrics` adds a reading of the period in progress.
+const METRICS_REFRESH: Duration = Duration::from_secs(5);
 
 /// Shortest period: a period costs a drain and a file.
 const MIN_PERIOD: Duration = Duration::from_secs(1);
@@ -222,7 +225,9 @@ impl Agent {
         self.begin_period();
         let mut rotation = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         rotation.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut metrics_refresh = tokio::time::interval(Duration::from_secs(1));
+        // The period in progress joins the counters every few seconds (a reading costs
+        // a drain of the maps); finished periods join at once.
+        let mut metrics_refresh = tokio::time::interval(METRICS_REFRESH);
         metrics_refresh.set_missed_tick_behavior(MissedTickBehavior::Delay);
         // Short polls while watching processes: a snapshot must beat a quick exit.
         let watch = self.watcher.is_some();

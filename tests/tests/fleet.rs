@@ -193,19 +193,23 @@ fn rotate_soak_matches_a_long_recording() {
         "SIGHUP did not end the period at once"
     );
     // On to 62 s of storm; the last full period, then SIGTERM (agent) and SIGINT (the
-    // reference) together, mid-period and mid-storm.
+    // reference) together, mid-period.
     while started.elapsed() < Duration::from_secs(62) {
         std::thread::sleep(Duration::from_millis(50));
     }
     count = wait_for_period(&out, count, Duration::from_secs(5), &mut agent.0);
     let last = (rss_kib(agent_pid), map_memory(agent_pid, "LOCK_STATS"));
+    // The storm ends 0.7 s into the last period, so that no wait is in flight when the
+    // two recordings stop (a sleeping wait that spans one detach but not the other would
+    // count in one only): the last period must still hold those 0.7 s.
     std::thread::sleep(Duration::from_millis(700));
+    let _ = storm.0.kill();
+    let _ = storm.0.wait();
+    std::thread::sleep(Duration::from_millis(300));
     signal(agent_pid, "TERM");
     signal(long.0.id(), "INT");
     let agent_status = agent.0.wait().expect("wait for the agent");
     let long_status = long.0.wait().expect("wait for the reference");
-    let _ = storm.0.kill();
-    let _ = storm.0.wait();
     assert!(
         agent_status.success(),
         "agent exit after SIGTERM: {agent_status}"
@@ -217,6 +221,11 @@ fn rotate_soak_matches_a_long_recording() {
     // are shorter), in order, the last one written after SIGTERM.
     let files = periods(&out);
     assert!(files.len() > count, "SIGTERM wrote no last period");
+    let (last_count, _) = lock_totals(&load_json(files.last().expect("a period")), storm_pid);
+    assert!(
+        last_count > 0,
+        "the period SIGTERM ended lost the storm's last 0.7 s"
+    );
     assert!(files.len() >= 30, "{} periods in 62 s", files.len());
     let leftovers: Vec<_> = std::fs::read_dir(&out)
         .expect("read dir")
