@@ -300,7 +300,10 @@ fn rotate_soak_matches_a_long_recording() {
         count_error < 0.02,
         "sum of periods {count_sum} vs reference {long_count}"
     );
-    assert!(ns_error < 0.02, "wait: sum {ns_sum} vs reference {long_ns}");
+    // Wait time: a few sleeping mmap_lock waits of tens of ms each weigh percents of the
+    // total; the two recordings measured 0.1-2.2% apart over several runs (the count
+    // agreeing within 0.03% meanwhile), so the bound here is looser than the count's.
+    assert!(ns_error < 0.05, "wait: sum {ns_sum} vs reference {long_ns}");
 
     // Flat memory: user RSS and kernel maps after the last period vs after the second.
     let ((rss2, (mem2, entries2)), (rss_last, (mem_last, entries_last))) = (second, last);
@@ -522,7 +525,8 @@ fn prometheus_ranks_the_contended_agent_first() {
         let up = query("up{job=\"lockpath\"} == 1");
         let periods = query("lockpath_periods_total >= 3");
         let ranking = query(SLOWEST_CLIENTS);
-        if up.len() == 3 && periods.len() == 3 && !ranking.is_empty() {
+        // Both lock-storm agents ranked (rate() needs two scrapes of a series).
+        if up.len() == 3 && periods.len() == 3 && ranking.len() >= 2 {
             break ranking;
         }
         assert!(
