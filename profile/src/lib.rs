@@ -8,6 +8,7 @@
 //! can any tool that reads profiles.
 
 pub mod export;
+pub mod filter;
 pub mod histogram;
 pub mod kind;
 pub mod lock;

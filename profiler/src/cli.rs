@@ -180,6 +180,25 @@ pub struct RecordArgs {
     #[arg(long, value_name = "ADDR:PORT", value_parser = parse_metrics_addr)]
     pub metrics: Option<std::net::SocketAddr>,
 
+    /// Always on: record until stopped (SIGTERM, Ctrl-C), writing one complete profile
+    /// per period DUR (e.g. 30s, 10m, 1h) into the directory given with -o, named
+    /// HOST-STARTTIME.json; the kernel maps are emptied every period, so memory stays
+    /// flat. SIGHUP ends the current period early (its profile is written) and goes on.
+    #[arg(long, value_name = "DUR", value_parser = crate::agent::parse_period,
+          conflicts_with = "flamegraph")]
+    pub rotate: Option<std::time::Duration>,
+
+    /// With --rotate: keep only the newest N profiles of this host in the directory.
+    #[arg(long, value_name = "N", requires = "rotate",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub keep: Option<u32>,
+
+    /// With --rotate --metrics: label sets per metric with a series of their own (the
+    /// first seen, most wait first); the rest add into one series labelled `other`.
+    #[arg(long, value_name = "N", default_value_t = 50,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub metrics_top: u32,
+
     /// Command to start and profile, with its children; recording stops when it exits
     /// and lockpath exits with its status.
     #[arg(last = true, value_name = "CMD")]
@@ -256,6 +275,8 @@ pub enum ReportFormat {
     Json,
     /// One self-contained page with tables and flamegraphs (needs -o, or writes FILE.html).
     Html,
+    /// The lock table as CSV (the JSON report's numbers, one row per group).
+    Csv,
 }
 
 #[derive(Debug, Args)]
@@ -272,6 +293,17 @@ pub struct ReportArgs {
     /// Output file (default: standard output; for html: FILE with .html).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Only the waits on this lock: a name (`mmap_lock`, a static lock's symbol) or an
+    /// address as the lock column prints it; repeatable.
+    #[arg(long = "lock", value_name = "NAME|ADDR")]
+    pub lock: Vec<String>,
+    /// Only locks of this type (spinlock, mutex, rwsem, rwsem:W, ...); repeatable.
+    #[arg(long = "type", value_name = "TYPE")]
+    pub lock_type: Vec<String>,
+    /// Only waits whose stack has a frame containing PATTERN (`*` is a wildcard);
+    /// repeatable.
+    #[arg(long = "caller", value_name = "PATTERN")]
+    pub caller: Vec<String>,
 }
 
 /// `--kind`: the names and meanings of `Kind`'s table.
@@ -330,6 +362,9 @@ pub struct ExportArgs {
 pub enum DiffFormat {
     Text,
     Json,
+    /// One self-contained page: the tables and the differential flamegraph (written to
+    /// -o, default diff.html).
+    Html,
 }
 
 #[derive(Debug, Args)]
@@ -340,7 +375,8 @@ pub struct DiffArgs {
     pub new: PathBuf,
     #[arg(long, value_parser = kind_parser(), default_value = "lock")]
     pub kind: Kind,
-    /// Also write a differential flamegraph (red grew, blue shrank) to this SVG file.
+    /// Also write a differential flamegraph (red grew, blue shrank) to this SVG file;
+    /// with --format html, the page (default diff.html).
     #[arg(short = 'o', long = "output", value_name = "SVG")]
     pub output: Option<PathBuf>,
     /// Rows per table (0: all).

@@ -1,11 +1,13 @@
 //! lockpath: probes (profiler-ebpf) -> collector (record, probes/, symbolize/) ->
 //! profile and exporters (the `lockpath-profile` crate, re-exported here).
 
+pub mod agent;
 pub mod btf;
 pub mod cli;
 pub mod metrics;
 pub mod probes;
 pub mod record;
+pub mod rotate;
 pub mod symbolize;
 pub mod target;
 pub mod tracefs;
@@ -23,8 +25,16 @@ pub fn run(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Record(args) => record::run(*args),
         Command::Report(args) => {
-            let profile = Profile::load(&args.file)?;
+            let filter = lockpath_profile::filter::LockFilter {
+                locks: args.lock.clone(),
+                types: args.lock_type.clone(),
+                callers: args.caller.clone(),
+            };
+            filter.check()?;
+            let mut profile = Profile::load(&args.file)?;
+            filter.apply(&mut profile);
             let text = match args.format {
+                cli::ReportFormat::Csv => export::csv::render(&profile, args.by, args.top)?,
                 cli::ReportFormat::Text => export::report::text(&profile, args.by, args.top),
                 cli::ReportFormat::Json => {
                     let mut json = export::report::json(&profile, args.by, args.top)
@@ -81,6 +91,16 @@ pub fn run(cli: Cli) -> Result<i32> {
             let base = Profile::load(&args.base)?;
             let new = Profile::load(&args.new)?;
             let text = match args.format {
+                cli::DiffFormat::Html => {
+                    let page = export::html::render_diff(&base, &new, args.kind)?;
+                    let output = args
+                        .output
+                        .clone()
+                        .unwrap_or_else(|| std::path::PathBuf::from("diff.html"));
+                    profile::write_atomically(&output, page.as_bytes())?;
+                    eprintln!("lockpath: diff page written to {}", output.display());
+                    return Ok(0);
+                }
                 cli::DiffFormat::Text => export::diff::text(&base, &new, args.kind, args.top),
                 cli::DiffFormat::Json => {
                     let mut json = export::diff::json(&base, &new, args.kind)

@@ -1,30 +1,40 @@
-//! `record --metrics ADDR`: a tiny HTTP server that serves the latest Prometheus text
-//! (rendered by export/prometheus.rs from a live snapshot of the kernel maps) on
-//! `GET /metrics`. The record loop refreshes it; this thread only serves it.
+//! `record --metrics ADDR`: an HTTP server (hyper on a tokio runtime of its own thread)
+//! that serves the latest Prometheus text on `GET /metrics`. The recording refreshes
+//! the text (rendered by export/prometheus.rs, or by `agent` in always-on mode); this
+//! thread only serves it.
 
 use std::{
-    io::{Read, Write},
-    net::{SocketAddr, TcpListener, TcpStream},
-    sync::{
-        atomic::{AtomicBool, Ordering},
-        Arc, Mutex,
-    },
+    convert::Infallible,
+    net::SocketAddr,
+    sync::{Arc, Mutex},
     thread::JoinHandle,
-    time::Duration,
 };
 
 use anyhow::{Context, Result};
+use http_body_util::Full;
+use hyper::{
+    body::{Bytes, Incoming},
+    header::{HeaderValue, CONTENT_TYPE},
+    Method, Request, Response, StatusCode,
+};
+use hyper_util::rt::TokioIo;
+use tokio::sync::oneshot;
+
+/// The Prometheus text exposition format's content type.
+const EXPOSITION: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 pub struct MetricsServer {
     pub addr: SocketAddr,
-    body: Arc<Mutex<String>>,
-    stop: Arc<AtomicBool>,
+    body: Arc<Mutex<Bytes>>,
+    stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl MetricsServer {
+    /// Binds `addr` now (a busy port fails here, before anything is loaded) and serves
+    /// `initial` until the first update.
     pub fn start(addr: SocketAddr, initial: String) -> Result<Self> {
-        let listener = TcpListener::bind(addr).with_context(|| {
+        let listener = std::net::TcpListener::bind(addr).with_context(|| {
             format!(
                 "cannot serve metrics on {addr}: choose a free port with --metrics 127.0.0.1:PORT"
             )
@@ -33,112 +43,124 @@ impl MetricsServer {
         listener
             .set_nonblocking(true)
             .context("cannot make the metrics socket non-blocking")?;
-        let body = Arc::new(Mutex::new(initial));
-        let stop = Arc::new(AtomicBool::new(false));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .context("cannot start the metrics runtime")?;
+        let body = Arc::new(Mutex::new(Bytes::from(initial)));
+        let (stop, stopped) = oneshot::channel();
         let thread = {
             let body = body.clone();
-            let stop = stop.clone();
             std::thread::Builder::new()
                 .name("lockpath-metrics".into())
-                .spawn(move || serve(listener, body, stop))
+                .spawn(move || runtime.block_on(serve(listener, body, stopped)))
                 .context("cannot start the metrics thread")?
         };
         Ok(MetricsServer {
             addr,
             body,
-            stop,
+            stop: Some(stop),
             thread: Some(thread),
         })
     }
 
     pub fn update(&self, text: String) {
         if let Ok(mut body) = self.body.lock() {
-            *body = text;
+            *body = Bytes::from(text);
         }
     }
 }
 
 impl Drop for MetricsServer {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
     }
 }
 
-fn serve(listener: TcpListener, body: Arc<Mutex<String>>, stop: Arc<AtomicBool>) {
-    while !stop.load(Ordering::SeqCst) {
-        match listener.accept() {
-            Ok((stream, _)) => {
-                let text = body.lock().map(|body| body.clone()).unwrap_or_default();
-                // A misbehaving client only loses its own answer.
-                let _ = answer(stream, &text);
-            }
-            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(err) => {
-                log::warn!("metrics: accept failed: {err}");
-                std::thread::sleep(Duration::from_millis(100));
-            }
+/// Accepts connections until told to stop; each connection is served by its own task
+/// (a slow or misbehaving client only delays its own answer).
+async fn serve(
+    listener: std::net::TcpListener,
+    body: Arc<Mutex<Bytes>>,
+    mut stopped: oneshot::Receiver<()>,
+) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(listener) => listener,
+        Err(err) => {
+            log::warn!("metrics: cannot use the listening socket: {err}");
+            return;
         }
+    };
+    loop {
+        let stream = tokio::select! {
+            _ = &mut stopped => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(err) => {
+                    log::warn!("metrics: accept failed: {err}");
+                    continue;
+                }
+            },
+        };
+        let body = body.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request| {
+                let body = body.clone();
+                async move { Ok::<_, Infallible>(answer(&request, &body)) }
+            });
+            let connection = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service);
+            if let Err(err) = connection.await {
+                log::debug!("metrics: connection ended: {err}");
+            }
+        });
     }
 }
 
-/// Reads the request head and answers `GET /metrics`; 404 for other paths.
-fn answer(mut stream: TcpStream, metrics: &str) -> std::io::Result<()> {
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
-    let mut head = Vec::new();
-    let mut buffer = [0u8; 1024];
-    while !head.windows(4).any(|window| window == b"\r\n\r\n") && head.len() < 16 * 1024 {
-        let read = stream.read(&mut buffer)?;
-        if read == 0 {
-            break;
-        }
-        head.extend_from_slice(&buffer[..read]);
-    }
-    let request = String::from_utf8_lossy(&head);
-    let mut parts = request.split_whitespace();
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let path = path.split('?').next().unwrap_or("");
-    let (status, content_type, body) = match (method, path) {
-        ("GET", "/metrics") => (
-            "200 OK",
-            "text/plain; version=0.0.4; charset=utf-8",
-            metrics,
+/// `GET /metrics` (or HEAD): the latest text; `/`: where the metrics are; else 404.
+fn answer(request: &Request<Incoming>, metrics: &Mutex<Bytes>) -> Response<Full<Bytes>> {
+    let (status, content_type, body) = match (request.method(), request.uri().path()) {
+        (&Method::GET | &Method::HEAD, "/metrics") => (
+            StatusCode::OK,
+            EXPOSITION,
+            metrics.lock().map(|body| body.clone()).unwrap_or_default(),
         ),
-        ("GET", "/") => (
-            "200 OK",
+        (&Method::GET | &Method::HEAD, "/") => (
+            StatusCode::OK,
             "text/plain; charset=utf-8",
-            "lockpath: metrics at /metrics\n",
+            Bytes::from_static(b"lockpath: metrics at /metrics\n"),
         ),
         _ => (
-            "404 Not Found",
+            StatusCode::NOT_FOUND,
             "text/plain; charset=utf-8",
-            "not found: try /metrics\n",
+            Bytes::from_static(b"not found: try /metrics\n"),
         ),
     };
-    let response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(response.as_bytes())?;
-    if method != "HEAD" {
-        stream.write_all(body.as_bytes())?;
-    }
-    stream.flush()
+    let mut response = Response::new(Full::new(body));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read, Write};
 
     fn get(addr: SocketAddr, path: &str) -> String {
-        let mut stream = TcpStream::connect(addr).expect("connect");
-        write!(stream, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").expect("send");
+        let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .expect("send");
         let mut text = String::new();
         stream.read_to_string(&mut text).expect("read");
         text
@@ -155,5 +177,21 @@ mod tests {
         assert!(reply.contains("version=0.0.4"));
         assert!(reply.ends_with("a 2\n"), "{reply}");
         assert!(get(server.addr, "/nope").starts_with("HTTP/1.1 404"));
+        // HTTP/1.0 clients (curl -0, old scrapers) are answered too.
+        let mut stream = std::net::TcpStream::connect(server.addr).expect("connect");
+        write!(stream, "GET /metrics HTTP/1.0\r\n\r\n").expect("send");
+        let mut text = String::new();
+        stream.read_to_string(&mut text).expect("read");
+        assert!(text.ends_with("a 2\n"), "{text}");
+    }
+
+    #[test]
+    fn a_busy_port_is_one_clear_error() {
+        let first = MetricsServer::start("127.0.0.1:0".parse().expect("addr"), String::new())
+            .expect("start");
+        let err = MetricsServer::start(first.addr, String::new())
+            .err()
+            .expect("second bind fails");
+        assert!(format!("{err:#}").contains("choose a free port"), "{err:#}");
     }
 }

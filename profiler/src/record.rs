@@ -32,7 +32,7 @@ use crate::{
 };
 
 /// The eBPF object built by `cargo xtask build` (empty when built without it).
-static EBPF_OBJECT: &[u8] =
+pub(crate) static EBPF_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler-ebpf.o"));
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -45,7 +45,7 @@ extern "C" fn on_stop_signal(signal: libc::c_int) {
 
 /// The families this recording asks for, checked: the arguments of each (bad input
 /// fails before anything else) and the target.
-fn check_arguments(args: &RecordArgs, target: &Target) -> Result<Vec<&'static str>> {
+pub(crate) fn check_arguments(args: &RecordArgs, target: &Target) -> Result<Vec<&'static str>> {
     for family in FAMILIES {
         (family.check)(args)?;
     }
@@ -71,7 +71,7 @@ fn check_environment(args: &RecordArgs) -> Result<()> {
 
 /// The families of this run. Hooks this kernel lacks are one line each in
 /// `unavailable`, and the run goes on without them.
-fn plan_families(
+pub(crate) fn plan_families(
     args: &RecordArgs,
     asked: &[&'static str],
     symbols: &KernelSymbols,
@@ -90,7 +90,7 @@ fn plan_families(
 }
 
 /// `-a -- CMD`: the whole system, for as long as CMD runs (like `perf stat -a -- CMD`).
-fn target_of(args: &RecordArgs) -> Target {
+pub(crate) fn target_of(args: &RecordArgs) -> Target {
     if args.all && !args.command.is_empty() {
         Target::System
     } else if !args.command.is_empty() {
@@ -105,6 +105,9 @@ fn target_of(args: &RecordArgs) -> Target {
 }
 
 pub fn run(args: RecordArgs) -> Result<i32> {
+    if args.rotate.is_some() {
+        return crate::agent::run(args);
+    }
     let target = target_of(&args);
     let asked = check_arguments(&args, &target)?;
     check_environment(&args)?;
@@ -235,21 +238,21 @@ fn collect(
 }
 
 /// What is loaded and attached while recording.
-struct Session {
-    ebpf: Ebpf,
-    probes: Vec<ProbeUse>,
+pub(crate) struct Session {
+    pub(crate) ebpf: Ebpf,
+    pub(crate) probes: Vec<ProbeUse>,
     /// Taken out of the object: readable live and after the detach alike.
-    maps: MapSet,
-    stacks: StackResolver,
+    pub(crate) maps: MapSet,
+    pub(crate) stacks: StackResolver,
     /// Snapshots processes whose user stacks are recorded.
-    watcher: Option<ProcessWatcher>,
+    pub(crate) watcher: Option<ProcessWatcher>,
     /// The eBPF side's rare diagnostics (aya-log: error paths only, never per event).
-    logs: Option<EbpfLogger<&'static dyn log::Log>>,
+    pub(crate) logs: Option<EbpfLogger<&'static dyn log::Log>>,
 }
 
 impl Session {
     /// Passes the eBPF side's diagnostics on to the log (stderr, `lockpath: warning: ...`).
-    fn flush_logs(&mut self) {
+    pub(crate) fn flush_logs(&mut self) {
         if let Some(logs) = self.logs.as_mut() {
             logs.flush();
         }
@@ -368,7 +371,7 @@ fn write_outputs(args: &RecordArgs, families: &[Box<dyn Family>], profile: &Prof
 const FLAMEGRAPH_PREFERENCE: [Kind; 4] = [Kind::Lock, Kind::Cpu, Kind::Offcpu, Kind::Io];
 
 /// Reads every recorded family's aggregate out of the kernel maps into `profile`.
-fn drain_families(
+pub(crate) fn drain_families(
     families: &[Box<dyn Family>],
     maps: &MapSet,
     stacks: &mut StackResolver,
@@ -461,7 +464,7 @@ struct TargetGlobals {
 }
 
 /// Loads the object, installs the target filter and attaches the planned families.
-fn start(
+pub(crate) fn start(
     args: &RecordArgs,
     families: &mut [Box<dyn Family>],
     target: &Target,
@@ -542,7 +545,7 @@ fn start(
 }
 
 /// Root, or CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN), checked before anything is loaded.
-fn check_privileges() -> Result<()> {
+pub(crate) fn check_privileges() -> Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         return Ok(());
@@ -637,7 +640,7 @@ fn install_signal_handlers() {
     }
 }
 
-fn describe_target(target: &Target) -> String {
+pub(crate) fn describe_target(target: &Target) -> String {
     match target {
         Target::System => "whole system".into(),
         Target::Pids(pids) => format!("pids {pids:?}"),
@@ -646,13 +649,13 @@ fn describe_target(target: &Target) -> String {
     }
 }
 
-fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|name| name.trim().to_string())
         .unwrap_or_else(|_| "unknown".into())
 }
 
-fn kernel_release() -> String {
+pub(crate) fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|release| release.trim().to_string())
         .unwrap_or_else(|_| "unknown".into())

@@ -481,6 +481,88 @@ fn check_html_in_chromium(dir: &Path, new: &Path) {
         "names shown as text"
     );
 
+    // The start is a date with its zone, not a Unix number.
+    let start = browser.run(
+        "const dt = Array.from(document.querySelectorAll('dt')).find(d => d.textContent === 'start');
+         return dt ? dt.nextElementSibling.textContent : null",
+    );
+    let start = start.as_str().expect("a start item");
+    assert!(
+        start.len() >= 20
+            && start.as_bytes()[4] == b'-'
+            && start.as_bytes()[10] == b'T'
+            && start.contains("Z (UTC)"),
+        "start shown as {start:?}"
+    );
+    // The embedded flamegraph fills its frame, title included, at two window widths.
+    for width in [800, 1600] {
+        browser.call(
+            "POST",
+            "/window/rect",
+            json!({"width": width, "height": 900}),
+        );
+        let fit = browser.run(
+            "const frame = document.querySelector('iframe.flamegraph');
+             const doc = frame.contentDocument;
+             const svg = doc.querySelector('svg').getBoundingClientRect();
+             const title = doc.getElementById('title').getBoundingClientRect();
+             return {frame: frame.clientWidth, svg: svg.width, height: svg.height,
+                     frameHeight: frame.clientHeight, left: title.left, right: title.right}",
+        );
+        let number = |key: &str| fit[key].as_f64().unwrap_or(f64::NAN);
+        eprintln!("window {width}: flamegraph {fit}");
+        assert!(
+            number("svg") >= 0.9 * number("frame"),
+            "window {width}: the flamegraph is {} px wide in a {} px frame",
+            number("svg"),
+            number("frame")
+        );
+        assert!(
+            number("left") >= 0.0 && number("right") <= number("frame") + 1.0,
+            "window {width}: the title is cut: {fit}"
+        );
+        assert!(
+            number("height") <= number("frameHeight") + 1.0,
+            "window {width}: the frame cuts the graph's bottom: {fit}"
+        );
+    }
+    // Tables sort by a click on a header: numbers with units as numbers.
+    let sorted = browser.run(
+        "const table = document.querySelector('table');
+         const header = Array.from(table.querySelectorAll('th')).findIndex(th => th.classList.contains('n'));
+         table.querySelectorAll('th')[header].click();
+         const first = Array.from(table.tBodies[0].rows).map(r => r.cells[header].textContent);
+         table.querySelectorAll('th')[header].click();
+         const second = Array.from(table.tBodies[0].rows).map(r => r.cells[header].textContent);
+         return {first: first, second: second,
+                 sort: table.querySelectorAll('th')[header].getAttribute('aria-sort')}",
+    );
+    let column = |key: &str| -> Vec<f64> {
+        sorted[key]
+            .as_array()
+            .expect("cells")
+            .iter()
+            .map(|cell| {
+                let text = cell.as_str().expect("cell");
+                let (number, unit) = text.split_once(' ').unwrap_or((text, ""));
+                let scale = match unit {
+                    "ns" => 1e-9,
+                    "us" => 1e-6,
+                    "ms" => 1e-3,
+                    _ => 1.0,
+                };
+                number.parse::<f64>().expect("a number") * scale
+            })
+            .collect()
+    };
+    let (down, up) = (column("first"), column("second"));
+    assert!(
+        down.windows(2).all(|w| w[0] >= w[1]),
+        "descending: {down:?}"
+    );
+    assert!(up.windows(2).all(|w| w[0] <= w[1]), "ascending: {up:?}");
+    assert_eq!(sorted["sort"], "ascending");
+
     // Inside the flamegraph: it rendered, search highlights, a click zooms.
     browser.call("POST", "/frame", json!({"id": 0}));
     let rendered = browser.run(

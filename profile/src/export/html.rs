@@ -19,7 +19,40 @@ th,td{padding:2px 8px;border-bottom:1px solid #eee;text-align:left}\
 td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}\
 dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px}dt{font-weight:bold}\
 dd{margin:0;font-family:monospace}\
-iframe.flamegraph{width:100%;border:1px solid #ccc}pre.histogram{font-size:0.85em}";
+iframe.flamegraph{width:100%;border:1px solid #ccc}pre.histogram{font-size:0.85em}\
+th{cursor:pointer;user-select:none}th[aria-sort=ascending]::after{content:\" \\25B2\"}\
+th[aria-sort=descending]::after{content:\" \\25BC\"}\
+table.collapsed tr.more{display:none}button.more{margin:0 0 1em 0}";
+
+/// Rows a table shows before the rest are collapsed behind a button.
+const SHOWN_ROWS: usize = 15;
+
+/// Sortable tables (click a header; numbers with units compare as numbers) and long
+/// tables collapsed after the first rows. Inline: the page loads nothing.
+const SCRIPT: &str = r#"(function(){
+const UNIT={ns:1e-9,us:1e-6,"\u00b5s":1e-6,ms:1e-3,s:1,min:60,h:3600,B:1,KiB:1024,MiB:1048576,GiB:1073741824,"%":1};
+function key(text){const m=text.trim().match(/^([-+]?[0-9.]+(?:e[-+]?[0-9]+)?)\s*([a-zA-Z%\u00b5]*)/);
+ if(!m)return null;const u=m[2]===""?1:UNIT[m[2]];return u===undefined?null:parseFloat(m[1])*u;}
+function fold(table){const rows=table.tBodies[0].rows;
+ for(let i=0;i<rows.length;i++)rows[i].classList.toggle("more",i>=SHOWN);}
+const SHOWN=%SHOWN%;
+for(const table of document.querySelectorAll("table")){
+ const body=table.tBodies[0];if(!body)continue;
+ table.querySelectorAll("th").forEach(function(th,col){th.addEventListener("click",function(){
+  const down=th.getAttribute("aria-sort")!=="descending";
+  table.querySelectorAll("th").forEach(function(h){h.removeAttribute("aria-sort");});
+  th.setAttribute("aria-sort",down?"descending":"ascending");
+  const rows=Array.from(body.rows);
+  rows.sort(function(a,b){const x=a.cells[col].textContent,y=b.cells[col].textContent;
+   const kx=key(x),ky=key(y);const c=(kx!==null&&ky!==null)?kx-ky:x.localeCompare(y);return down?-c:c;});
+  rows.forEach(function(r){body.appendChild(r);});fold(table);});});
+ if(body.rows.length>SHOWN){fold(table);table.classList.add("collapsed");
+  const button=document.createElement("button");button.className="more";
+  const more=body.rows.length-SHOWN;button.textContent="show "+more+" more rows";
+  button.addEventListener("click",function(){const c=table.classList.toggle("collapsed");
+   button.textContent=c?"show "+more+" more rows":"show the top "+SHOWN+" only";});
+  table.after(button);}}
+})();"#;
 
 /// A table; cells are escaped here. `numeric[i]` right-aligns column i.
 fn table(headers: &[&str], numeric: &[bool], rows: &[Vec<String>]) -> String {
@@ -51,19 +84,23 @@ fn flamegraph_frame(svg: &[u8], title: &str) -> String {
     let svg = String::from_utf8_lossy(svg);
     // Drop the XML prolog and doctype: the iframe document is HTML with inline SVG.
     let body = svg.find("<svg").map(|start| &svg[start..]).unwrap_or(&svg);
-    let height = body
-        .split_once("height=\"")
-        .and_then(|(_, rest)| rest.split('"').next())
-        .and_then(|height| height.parse::<u32>().ok())
-        .unwrap_or(600);
+    let attribute = |name: &str| {
+        body.split_once(&format!(" {name}=\""))
+            .and_then(|(_, rest)| rest.split('"').next())
+            .and_then(|value| value.parse::<u32>().ok())
+    };
+    let height = attribute("height").unwrap_or(600);
     // inferno keeps zoom and search in the page URL with history.replaceState, which an
     // about:srcdoc document may not do: the state stays in the page instead.
     let document = format!(
         "<!DOCTYPE html><html><head><meta charset=\"utf-8\">\
-         <style>html,body{{margin:0}}</style>\
+         <style>html,body{{margin:0}}svg{{display:block;width:100%}}</style>\
          <script>history.replaceState=function(){{}};</script></head><body>{body}</body></html>"
     );
     format!(
+        // inferno's SVG is fluid: its script sets the width to 100% (frames and text in
+        // percent) and keeps the height; the style does the same before (or without)
+        // the script, so the graph fills its frame whatever the window's width.
         "<iframe class=\"flamegraph\" title=\"{}\" style=\"height:{}px\" srcdoc=\"{}\"></iframe>\n",
         esc(title),
         height + 8,
@@ -412,7 +449,10 @@ fn overview(profile: &Profile) -> String {
     };
     item("host", profile.host.clone());
     item("kernel", profile.kernel.clone());
-    item("start (Unix time)", profile.start_unix_s.to_string());
+    item(
+        "start",
+        format!("{} (UTC)", crate::units::iso8601_utc(profile.start_unix_s)),
+    );
     item("duration", format!("{:.1} s", profile.duration_s));
     let mut target = profile.targets.mode.clone();
     if !profile.targets.pids.is_empty() {
@@ -459,14 +499,7 @@ pub fn render(profile: &Profile) -> Result<String> {
         "lockpath report — {} — {:.1} s",
         profile.host, profile.duration_s
     );
-    let mut out = format!(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n\
-         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; \
-         script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:\">\n\
-         <title>{}</title>\n<style>{STYLE}</style></head>\n<body>\n<h1>{}</h1>\n",
-        esc(&title),
-        esc(&title)
-    );
+    let mut out = page_head(&title);
     out.push_str(&overview(profile));
     let kinds = export::kinds_present(profile);
     if kinds.is_empty() {
@@ -476,7 +509,88 @@ pub fn render(profile: &Profile) -> Result<String> {
         out.push_str(&kind_section(profile, kind)?);
     }
     out.push_str(&losses(profile));
-    out.push_str("</body></html>\n");
+    out.push_str(&format!(
+        "<script>{}</script>\n</body></html>\n",
+        SCRIPT.replace("%SHOWN%", &SHOWN_ROWS.to_string())
+    ));
+    Ok(out)
+}
+
+/// The page head: CSP (nothing loads), title, style.
+fn page_head(title: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; \
+         script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:\">\n\
+         <title>{}</title>\n<style>{STYLE}</style></head>\n<body>\n<h1>{}</h1>\n",
+        esc(title),
+        esc(title)
+    )
+}
+
+/// `diff --format html`: two profiles side by side, per second of run: every table of
+/// the kind (largest growth first, sortable), and the differential flamegraph (red grew,
+/// blue shrank).
+pub fn render_diff(base: &Profile, new: &Profile, kind: Kind) -> Result<String> {
+    let title = format!(
+        "lockpath diff — {} ({:.1} s) vs {} ({:.1} s) — {}",
+        base.host,
+        base.duration_s,
+        new.host,
+        new.duration_s,
+        kind.name()
+    );
+    let mut out = page_head(&title);
+    out.push_str("<dl>\n");
+    for (name, profile) in [("base", base), ("new", new)] {
+        out.push_str(&format!(
+            "<dt>{name}</dt><dd>{} — {} (UTC) — {:.1} s</dd>\n",
+            esc(&profile.host),
+            crate::units::iso8601_utc(profile.start_unix_s),
+            profile.duration_s
+        ));
+    }
+    out.push_str("</dl>\n");
+    let per_second = |value: f64| match kind {
+        Kind::Cpu => format!("{value:.1}"),
+        _ => format!("{}/s", format_ns(value.abs() as u64)),
+    };
+    for table_data in export::diff::diff(base, new, kind) {
+        out.push_str(&format!(
+            "<h2>By {} ({}, per second of run)</h2>\n",
+            esc(&table_data.by),
+            esc(&table_data.unit)
+        ));
+        let rows: Vec<Vec<String>> = table_data
+            .rows
+            .iter()
+            .map(|row| {
+                let sign = if row.change_per_s < 0.0 { "-" } else { "+" };
+                vec![
+                    row.key.clone(),
+                    per_second(row.base_per_s),
+                    per_second(row.new_per_s),
+                    format!("{sign}{}", per_second(row.change_per_s)),
+                    row.ratio
+                        .map_or("new".to_string(), |ratio| format!("{ratio:.2}x")),
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            &[table_data.by.as_str(), "base", "new", "change", "new/base"],
+            &[false, true, true, true, true],
+            &rows,
+        ));
+    }
+    if export::has_kind(base, kind) || export::has_kind(new, kind) {
+        let svg = flamegraph::render_diff_svg(base, new, kind)?;
+        out.push_str("<h2>Differential flamegraph (red grew, blue shrank)</h2>\n");
+        out.push_str(&flamegraph_frame(&svg, "differential flamegraph"));
+    }
+    out.push_str(&format!(
+        "<script>{}</script>\n</body></html>\n",
+        SCRIPT.replace("%SHOWN%", &SHOWN_ROWS.to_string())
+    ));
     Ok(out)
 }
 
@@ -525,6 +639,31 @@ mod tests {
         assert!(page.contains("64 -&gt; 127"), "{page}");
         assert!(page.contains("title=\"off-CPU flamegraph\""), "{page}");
         assert!(page.contains("title=\"IO wait flamegraph\""), "{page}");
+    }
+
+    #[test]
+    fn diff_page_has_tables_dates_and_the_differential_flamegraph() {
+        let base = crate::export::report::tests::profile_with_two_locks();
+        let mut new = crate::export::report::tests::profile_with_two_locks();
+        new.locks[0].total_ns *= 10;
+        let page = render_diff(&base, &new, Kind::Lock).expect("page");
+        assert!(page.contains("<h2>By lock"), "{page}");
+        assert!(page.contains("<iframe class=\"flamegraph\""));
+        assert!(page.contains("T") && page.contains("(UTC)"));
+        assert!(page.contains("aria-sort") || page.contains("<script>"));
+    }
+
+    #[test]
+    fn start_is_iso_8601_and_the_svg_takes_the_frame_width() {
+        let mut profile = hostile_profile();
+        profile.start_unix_s = 1_796_272_703;
+        let page = render(&profile).expect("page");
+        assert!(page.contains("2026-12-03T04:38:23Z (UTC)"), "no ISO start");
+        assert!(!page.contains("1796272703"), "raw Unix time in the page");
+        assert!(
+            page.contains("svg{display:block;width:100%}"),
+            "the SVG does not take the frame's width"
+        );
     }
 
     #[test]

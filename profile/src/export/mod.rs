@@ -1,9 +1,11 @@
 //! Exporters: everything here works from a saved `Profile`, never from the kernel.
 
 pub mod cpu;
+pub mod csv;
 pub mod diff;
 pub mod escape;
 pub mod flamegraph;
+pub mod fleet;
 pub mod folded;
 pub mod html;
 pub mod io;

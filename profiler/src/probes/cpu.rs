@@ -78,6 +78,10 @@ impl Family for CpuFamily {
         self.stacks.poll(user);
     }
 
+    fn new_period(&self) {
+        self.stacks.new_period();
+    }
+
     fn drain(&self, out: &mut Drain) -> Result<()> {
         out.profile.cpu_freq_hz = self.freq_hz;
         let mut rows = drain(out.maps, out.stacks)?;

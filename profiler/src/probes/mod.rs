@@ -113,6 +113,10 @@ pub trait Family {
     /// snapshots in `user` are fresh then).
     fn poll(&self, _user: &mut UserSymbols) {}
 
+    /// `record --rotate`: a period was drained into its profile; what the family keeps
+    /// in user space per event starts afresh (the kernel maps were emptied already).
+    fn new_period(&self) {}
+
     /// Called once the programs are detached, before the last drain.
     fn stopped(&mut self) {}
 

@@ -1329,6 +1329,23 @@ fn soak(bench: &Bench, minutes: f64) -> Result<String> {
         .context("cannot start lockpath")?;
     let pid = child.id();
     wait_for_programs(pid)?;
+    // Beside it, the always-on agent as a fleet runs it: its CPU per hour.
+    let agent_dir = bench.scratch.join("soak-agent");
+    let _ = fs::remove_dir_all(&agent_dir);
+    let agent = Command::new(&bench.lockpath)
+        .args(["record", "--lock", "--offcpu", "-a", "--rotate", "1m"])
+        .args(["--metrics", "127.0.0.1:0", "-o"])
+        .arg(&agent_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("cannot start the always-on agent")?;
+    let agent_pid = agent.id();
+    wait_for_programs(agent_pid)?;
+    // Steady state: from when it records (kernel symbols and BTF are loaded by then).
+    let agent_start = Instant::now();
+    let agent_cpu_start = cpu_seconds(agent_pid);
     let total = Duration::from_secs_f64(minutes * 60.0);
     let storm = Command::new(bench.bin_dir.join("lock-storm"))
         .args(["--mode", "both", "--threads", "4", "--seconds"])
@@ -1357,6 +1374,13 @@ fn soak(bench: &Bench, minutes: f64) -> Result<String> {
     for workload in [storm, pong].into_iter().flatten() {
         let _ = workload.wait_with_output();
     }
+    let agent_hours = agent_start.elapsed().as_secs_f64() / 3600.0;
+    let agent_cpu = cpu_seconds(agent_pid) - agent_cpu_start;
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(agent_pid as i32, libc::SIGTERM) };
+    let agent_usage = wait_usage(agent_pid)?;
+    let agent_periods = fs::read_dir(&agent_dir).map_or(0, |dir| dir.count());
+    drop(agent);
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(pid as i32, libc::SIGINT) };
     let max_rss_kib = wait_rusage(pid)?;
@@ -1397,7 +1421,43 @@ fn soak(bench: &Bench, minutes: f64) -> Result<String> {
         max_rss_kib as f64 / 1024.0,
         if profile_ok { "yes" } else { "**no**" }
     );
+    let _ = writeln!(
+        md,
+        "Always-on agent beside it (`record --lock --offcpu -a --rotate 1m --metrics`), \
+         once recording: {:.1} CPU s per hour ({:.3}% of one CPU; user space: drains, \
+         files, metrics; start-up and the last drain: {:.1} s more), {agent_periods} \
+         periods written, exit {}; peak RSS {:.1} MiB\n",
+        agent_cpu / agent_hours,
+        agent_cpu / (agent_hours * 3600.0) * 100.0,
+        agent_usage.cpu_s - agent_cpu,
+        if agent_usage.success {
+            "clean"
+        } else {
+            "**failed**"
+        },
+        agent_usage.max_rss_kib as f64 / 1024.0
+    );
     Ok(md)
+}
+
+/// User + system CPU seconds of a live process so far (/proc/PID/stat).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // After the command name (in parentheses, may hold spaces): state is field 3,
+    // utime and stime are fields 14 and 15.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |index: usize| {
+        fields
+            .get(index)
+            .and_then(|value| value.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    (ticks(11) + ticks(12)) / per_second
 }
 
 fn vm_kib(pid: u32, field: &str) -> u64 {

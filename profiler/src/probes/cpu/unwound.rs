@@ -234,6 +234,11 @@ impl StackCopies {
             .collect()
     }
 
+    /// A period was drained (`record --rotate`): its unwound samples are in its profile.
+    pub fn new_period(&self) {
+        self.state.borrow_mut().counts.clear();
+    }
+
     /// What the unwinding did so far.
     pub fn stats(&self) -> UnwindStats {
         self.state.borrow().stats

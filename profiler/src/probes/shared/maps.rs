@@ -46,6 +46,16 @@ impl MapSet {
         HashMap::try_from(self.get(name)?).with_context(|| format!("{name} has an unexpected type"))
     }
 
+    /// Puts `map` under `name` and returns the map it replaces (`record --rotate`
+    /// swaps a period's copy of an aggregation map in for the drain).
+    pub fn replace(&mut self, name: &str, map: Map) -> Result<Map> {
+        let slot = self
+            .maps
+            .get_mut(name)
+            .with_context(|| format!("map {name} missing from the eBPF object"))?;
+        Ok(std::mem::replace(slot, map))
+    }
+
     pub fn take(&mut self, name: &str) -> Result<Map> {
         self.maps
             .remove(name)

@@ -129,6 +129,14 @@ impl StackResolver {
         !interned.truncated && !stopped && !interned.frames.is_empty()
     }
 
+    /// Hands over the stacks interned so far and starts afresh (`record --rotate`: each
+    /// period's profile has its own stack table; the symbols stay cached).
+    pub fn take_period(&mut self) -> crate::profile::StackInterner {
+        self.kernel_cache.clear();
+        self.user_cache.clear();
+        std::mem::take(&mut self.interner)
+    }
+
     /// Static locks by symbol, the rest by address.
     pub fn lock_name(&self, lock_addr: u64) -> String {
         self.kernel
