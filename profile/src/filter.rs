@@ -150,6 +150,7 @@ mod tests {
             pid: 1,
             lock_addr: addr,
             lock_name: name.into(),
+            lock_name_source: "address".into(),
             flags,
             stack,
             count: 1,

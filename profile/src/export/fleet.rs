@@ -428,6 +428,7 @@ mod tests {
                 pid,
                 lock_addr: index as u64 + 1,
                 lock_name: lock.into(),
+                lock_name_source: "address".into(),
                 flags: 0,
                 stack: None,
                 count,
