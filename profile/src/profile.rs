@@ -290,6 +290,31 @@ pub struct OffcpuRow {
     pub count: u64,
     pub total_ns: u64,
     pub max_ns: u64,
+    /// Who woke these waits (`record --wakers`), most time first; the rest of the
+    /// row's time had no waker seen (woken before the recording, or the entry lost).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wakers: Vec<WakerRow>,
+}
+
+/// The waits of one off-CPU row that one task woke (`record --wakers`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct WakerRow {
+    /// Process and thread of the waker (0/0: an interrupt on an idle CPU).
+    pub pid: u32,
+    pub tid: u32,
+    /// Kernel stack of the waker at the wake-up, `None` when it was lost.
+    pub stack: Option<u32>,
+    /// User stack of the waker, `None` when not symbolized (or a kernel thread).
+    #[serde(default)]
+    pub ustack: Option<u32>,
+    pub count: u64,
+    /// The waits' time (switch-out to switch-in of the waiter).
+    pub wait_ns: u64,
+    pub max_ns: u64,
+    /// Woken from an interrupt (a timer, a completion): `pid` and `tid` are 0 and the
+    /// stack ends at the interrupt's entry (what ran below it was only interrupted).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interrupt: bool,
 }
 
 /// One aggregated block-IO row: (device, operation, issuing process).
@@ -328,6 +353,11 @@ impl Profile {
     pub fn row_pids(&self) -> Vec<u32> {
         let mut pids: Vec<u32> = self.locks.iter().map(|row| row.pid).collect();
         pids.extend(self.offcpu.iter().map(|row| row.pid));
+        pids.extend(
+            self.offcpu
+                .iter()
+                .flat_map(|row| row.wakers.iter().map(|waker| waker.pid)),
+        );
         pids.extend(self.io.iter().map(|row| row.pid));
         pids.extend(self.rpcs.iter().map(|row| row.pid));
         pids.extend(self.funcs.iter().map(|row| row.pid));
@@ -438,7 +468,11 @@ impl Profile {
             }
         }
         for row in &self.offcpu {
-            for stack in [row.stack, row.ustack].into_iter().flatten() {
+            let wakers = row
+                .wakers
+                .iter()
+                .flat_map(|waker| [waker.stack, waker.ustack]);
+            for stack in [row.stack, row.ustack].into_iter().chain(wakers).flatten() {
                 if stack as usize >= self.stacks.len() {
                     bail!(
                         "an offcpu row refers to stack {stack}, but there are {} stacks",

@@ -17,6 +17,7 @@ mod offcpu;
 mod rpc;
 mod shared;
 mod target;
+mod wakers;
 
 use core::ffi::c_void;
 
@@ -104,6 +105,15 @@ pub fn lock_kretprobe_sleep(ctx: RetProbeContext) -> u32 {
 #[unsafe(link_section = "tracepoint/sched/sched_switch")]
 pub extern "C" fn offcpu_sched_switch(ctx: *mut c_void) -> u32 {
     offcpu::on_sched_switch(&TracePointContext::new(ctx));
+    1
+}
+
+/// `sched:sched_waking` (`--wakers`), a classic tracepoint like sched_switch (the woken
+/// pid from the format file). Returns 1 so perf and other tracers keep the event.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "tracepoint/sched/sched_waking")]
+pub extern "C" fn wakers_sched_waking(ctx: *mut c_void) -> u32 {
+    wakers::on_sched_waking(&TracePointContext::new(ctx));
     1
 }
 

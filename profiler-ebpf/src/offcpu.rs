@@ -121,6 +121,12 @@ fn switch_in(next_pid: u32, now: u64) {
     // SAFETY: element of a hash map from a successful lookup; copied at once.
     let start = unsafe { *start };
     let _ = OFFCPU_START.remove(next_pid);
+    // `--wakers`: who woke this wait (taken out whatever happens to the wait).
+    let waker = if crate::wakers::enabled() {
+        crate::wakers::take_waker(next_pid)
+    } else {
+        None
+    };
     if now < start.start_ns {
         count_loss(OFFCPU_NEGATIVE_DELTA);
         return;
@@ -138,6 +144,9 @@ fn switch_in(next_pid: u32, now: u64) {
         _pad: 0,
     };
     add_wait(&key, wait_ns);
+    if let Some(waker) = waker {
+        crate::wakers::add_waker_wait(&key, waker, wait_ns);
+    }
 }
 
 #[inline(always)]

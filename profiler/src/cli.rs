@@ -112,6 +112,12 @@ pub struct RecordArgs {
     #[arg(long)]
     pub offcpu_all: bool,
 
+    /// Who woke each off-CPU wait (with --offcpu or --offcpu-all): the waker's process,
+    /// thread and stacks from sched:sched_waking, aggregated in the kernel per (waiter
+    /// stack, waker stack); the report's "woken by" lines and `--kind offwake`.
+    #[arg(long)]
+    pub wakers: bool,
+
     /// Drop off-CPU waits shorter than this, in the kernel (e.g. 100us, 2ms).
     #[arg(long, value_name = "DUR", value_parser = crate::probes::offcpu::parse_min_wait)]
     pub min_wait: Option<u64>,

@@ -22,7 +22,7 @@ dd{margin:0;font-family:monospace}\
 iframe.flamegraph{width:100%;border:1px solid #ccc}pre.histogram{font-size:0.85em}";
 
 /// A table; cells are escaped here. `numeric[i]` right-aligns column i.
-fn table(headers: &[&str], numeric: &[bool], rows: &[Vec<String>]) -> String {
+pub(crate) fn table(headers: &[&str], numeric: &[bool], rows: &[Vec<String>]) -> String {
     let class = |index: usize| {
         if numeric.get(index).copied().unwrap_or(false) {
             " class=\"n\""
@@ -47,7 +47,7 @@ fn table(headers: &[&str], numeric: &[bool], rows: &[Vec<String>]) -> String {
 }
 
 /// The inferno SVG inside an iframe document of its own.
-fn flamegraph_frame(svg: &[u8], title: &str) -> String {
+pub(crate) fn flamegraph_frame(svg: &[u8], title: &str) -> String {
     let svg = String::from_utf8_lossy(svg);
     // Drop the XML prolog and doctype: the iframe document is HTML with inline SVG.
     let body = svg.find("<svg").map(|start| &svg[start..]).unwrap_or(&svg);
@@ -346,6 +346,7 @@ fn kind_section(profile: &Profile, kind: Kind) -> Result<String> {
             out.push_str(&flamegraph_frame(&svg, "on-CPU flamegraph"));
             out.push_str("</section>\n");
         }
+        Kind::Offwake => out.push_str(&crate::export::wakers::html_section(profile)?),
     }
     Ok(out)
 }

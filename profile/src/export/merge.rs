@@ -29,6 +29,11 @@ fn remap_rows(profile: &mut Profile, pid: &dyn Fn(u32) -> u32, stack: &dyn Fn(u3
         row.pid = pid(row.pid);
         row.stack = row.stack.map(stack);
         row.ustack = row.ustack.map(stack);
+        for waker in &mut row.wakers {
+            waker.pid = pid(waker.pid);
+            waker.stack = waker.stack.map(stack);
+            waker.ustack = waker.ustack.map(stack);
+        }
     }
     for row in &mut profile.io {
         row.pid = pid(row.pid);

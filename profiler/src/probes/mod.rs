@@ -12,6 +12,7 @@ pub mod lock;
 pub mod offcpu;
 pub mod rpc;
 pub mod shared;
+pub mod wakers;
 
 use anyhow::Result;
 use aya::{Ebpf, EbpfLoader};
@@ -28,6 +29,8 @@ use shared::{MapSet, StackResolver};
 pub const FAMILIES: &[Registration] = &[
     lock::FAMILY,
     offcpu::FAMILY,
+    // After offcpu: its drain adds to the off-CPU rows.
+    wakers::FAMILY,
     io::FAMILY,
     rpc::FAMILY,
     func::FAMILY,

@@ -174,6 +174,7 @@ pub fn drain(
             count: stat.count,
             total_ns: stat.total_ns,
             max_ns: stat.max_ns,
+            wakers: Vec::new(),
         });
     }
     rows.sort_by_key(|row| std::cmp::Reverse(row.total_ns));
