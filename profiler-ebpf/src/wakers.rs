@@ -113,7 +113,7 @@ pub fn add_waker_wait(waiter: &OffcpuKey, waker: WakeInfo, wait_ns: u64) {
         waiter: *waiter,
         waker,
     };
-    if let Some(stat) = WAKER_STATS.get_ptr_mut(&key) {
+    if let Some(stat) = WAKER_STATS.get_ptr_mut(key) {
         accumulate(stat, wait_ns);
         return;
     }
@@ -122,11 +122,11 @@ pub fn add_waker_wait(waiter: &OffcpuKey, waker: WakeInfo, wait_ns: u64) {
         total_ns: wait_ns,
         max_ns: wait_ns,
     };
-    match WAKER_STATS.insert(&key, first, BPF_NOEXIST as u64) {
+    match WAKER_STATS.insert(key, first, BPF_NOEXIST as u64) {
         Ok(()) => {}
         // Another CPU inserted the same key in between.
         Err(errno) if errno == -EEXIST => {
-            if let Some(stat) = WAKER_STATS.get_ptr_mut(&key) {
+            if let Some(stat) = WAKER_STATS.get_ptr_mut(key) {
                 accumulate(stat, wait_ns);
             }
         }
