@@ -13,6 +13,7 @@ pub mod kind;
 pub mod lock;
 pub mod profile;
 pub mod synthetic;
+pub mod timeline;
 pub mod units;
 pub mod waitclass;
 

@@ -61,6 +61,9 @@ pub struct Profile {
     /// Probes that were asked for but could not be used on this kernel, and why.
     #[serde(default)]
     pub unavailable: Vec<Unavailable>,
+    /// Wait time per interval (`record --interval`), for every lock, class and process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<crate::timeline::Timeline>,
 }
 
 /// A requested probe that this kernel could not offer (the run went on without it).
@@ -507,6 +510,20 @@ impl Profile {
                         self.stacks.len()
                     );
                 }
+            }
+        }
+        if let Some(timeline) = &self.timeline {
+            let intervals = timeline.ends_s.len();
+            if let Some(bad) = timeline
+                .series
+                .iter()
+                .find(|series| series.wait_ns.len() != intervals || series.count.len() != intervals)
+            {
+                bail!(
+                    "timeline series {:?} has {} values, but there are {intervals} intervals",
+                    bad.name,
+                    bad.wait_ns.len()
+                );
             }
         }
         for row in &self.cpu {

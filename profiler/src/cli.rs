@@ -127,6 +127,12 @@ pub struct RecordArgs {
     #[arg(long, value_name = "NAME=FRAME_PATTERN", value_parser = crate::waitclass::parse_rule)]
     pub wait_class: Vec<crate::waitclass::Rule>,
 
+    /// Keep the lock and off-CPU wait time per interval of this length (e.g. 500ms, 1s)
+    /// for every lock, wait class and process: the profile's timeline, `report
+    /// --timeline`, and charts in the HTML report. A wait counts in the interval it ended in.
+    #[arg(long, value_name = "DUR", value_parser = crate::probes::offcpu::parse_min_wait)]
+    pub interval: Option<u64>,
+
     /// Record block-IO requests: latency histograms per device, operation and process.
     #[arg(long)]
     pub io: bool,
@@ -267,6 +273,10 @@ pub struct ReportArgs {
     pub top: usize,
     #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
     pub format: ReportFormat,
+    /// Also the timeline (`record --interval`): wait time per interval for every lock,
+    /// wait class and process (text format).
+    #[arg(long)]
+    pub timeline: bool,
     /// Output file (default: standard output; for html: FILE with .html).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,

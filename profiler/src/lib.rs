@@ -8,6 +8,7 @@ pub mod probes;
 pub mod record;
 pub mod symbolize;
 pub mod target;
+pub mod timeline;
 pub mod tracefs;
 
 /// The profile library, under the names this crate always used.
@@ -24,7 +25,17 @@ pub fn run(cli: Cli) -> Result<i32> {
         Command::Record(args) => record::run(*args),
         Command::Report(args) => {
             let profile = Profile::load(&args.file)?;
+            if args.timeline && profile.timeline.is_none() {
+                anyhow::bail!(
+                    "{} has no timeline: record it with --interval DUR (e.g. --interval 1s)",
+                    args.file.display()
+                );
+            }
             let text = match args.format {
+                cli::ReportFormat::Text if args.timeline => {
+                    export::report::text(&profile, args.by, args.top)
+                        + &lockpath_profile::timeline::text(&profile, args.top)
+                }
                 cli::ReportFormat::Text => export::report::text(&profile, args.by, args.top),
                 cli::ReportFormat::Json => {
                     let mut json = export::report::json(&profile, args.by, args.top)

@@ -49,11 +49,13 @@ fn check_arguments(args: &RecordArgs, target: &Target) -> Result<Vec<&'static st
         (family.check)(args)?;
     }
     target.validate()?;
-    Ok(FAMILIES
+    let asked: Vec<&'static str> = FAMILIES
         .iter()
         .filter(|family| (family.asked)(args))
         .map(|family| family.name)
-        .collect())
+        .collect();
+    crate::timeline::check(args, &asked)?;
+    Ok(asked)
 }
 
 /// What recording needs of this machine, checked before anything is loaded.
@@ -150,6 +152,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         child.release(&args.command[0])?;
     }
     announce(&session, &target, metrics.as_ref());
+    let mut timeline = args.interval.map(crate::timeline::Recorder::new);
     let (exit_code, duration_s) = record(
         &args,
         &target,
@@ -157,10 +160,11 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         &families,
         &mut session,
         metrics.as_ref(),
+        timeline.as_mut(),
     );
 
     drop(metrics);
-    let profile = collect(
+    let mut profile = collect(
         session,
         &mut families,
         &target,
@@ -168,6 +172,9 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         duration_s,
         unavailable,
     )?;
+    if let Some(timeline) = timeline {
+        timeline.finish(&mut profile);
+    }
     for family in &families {
         family.finish(&profile);
     }
@@ -267,6 +274,7 @@ fn record(
     families: &[Box<dyn Family>],
     session: &mut Session,
     metrics: Option<&MetricsServer>,
+    mut timeline: Option<&mut crate::timeline::Recorder>,
 ) -> (i32, f64) {
     let start = Instant::now();
     // Progress goes to a terminal only; scripts and logs stay clean.
@@ -306,6 +314,14 @@ fn record(
                     }
                 }
                 Err(err) => log::warn!("cannot read the kernel maps while recording: {err:#}"),
+            }
+        }
+        if let Some(timeline) = timeline.as_deref_mut() {
+            if timeline.due(start.elapsed()) {
+                match snapshot(families, session, start.elapsed().as_secs_f64()) {
+                    Ok(live) => timeline.sample(&live),
+                    Err(err) => log::warn!("cannot read the kernel maps for the timeline: {err:#}"),
+                }
             }
         }
         // Short sleeps while watching processes: a snapshot must beat a quick exit.

@@ -134,6 +134,9 @@ struct JsonReport<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     cpu: Option<JsonCpu>,
     lost: &'a BTreeMap<String, u64>,
+    /// Wait time per interval (`record --interval`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timeline: Option<&'a crate::timeline::Timeline>,
 }
 
 #[derive(Serialize)]
@@ -159,6 +162,7 @@ pub fn json(profile: &Profile, by: GroupBy, top: usize) -> serde_json::Result<St
         unavailable: &profile.unavailable,
         cpu: json_cpu(profile, top),
         lost: &profile.losses,
+        timeline: profile.timeline.as_ref(),
     })
 }
 
