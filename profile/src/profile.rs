@@ -61,6 +61,10 @@ pub struct Profile {
     /// Probes that were asked for but could not be used on this kernel, and why.
     #[serde(default)]
     pub unavailable: Vec<Unavailable>,
+    /// Wait chains (`record --wakers`): waits whose waker was itself off the CPU during
+    /// them, followed up to three waits deep.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chains: Vec<ChainRow>,
     /// Wait time per interval (`record --interval`), for every lock, class and process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeline: Option<crate::timeline::Timeline>,
@@ -320,6 +324,41 @@ pub struct WakerRow {
     pub interrupt: bool,
 }
 
+/// A wait chain: the waits of one off-CPU row whose waker was itself off the CPU during
+/// them (the first link), whose own waker may have been too (the second link).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ChainRow {
+    /// The waiting thread and its wait (as its off-CPU row).
+    pub pid: u32,
+    pub tid: u32,
+    pub state: String,
+    pub class: String,
+    pub stack: Option<u32>,
+    pub count: u64,
+    /// The waiter's time off the CPU in these waits.
+    pub wait_ns: u64,
+    /// The wakers that were waiting too, in order: the first woke the waiter.
+    pub links: Vec<ChainLinkRow>,
+    /// Who woke the last link (0/0: not seen, or an interrupt).
+    pub last_waker_pid: u32,
+    pub last_waker_tid: u32,
+}
+
+/// One link of a chain: a thread off the CPU during the wait before it, until it woke
+/// that waiter.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ChainLinkRow {
+    pub pid: u32,
+    pub tid: u32,
+    pub state: String,
+    /// Wait class of its wait (docs/wait-classes.md).
+    pub class: String,
+    /// Kernel stack of its wait.
+    pub stack: Option<u32>,
+    /// The part of its wait that overlapped the wait before it, summed over the chains.
+    pub wait_ns: u64,
+}
+
 /// One aggregated block-IO row: (device, operation, issuing process).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct IoRow {
@@ -360,6 +399,11 @@ impl Profile {
             self.offcpu
                 .iter()
                 .flat_map(|row| row.wakers.iter().map(|waker| waker.pid)),
+        );
+        pids.extend(
+            self.chains
+                .iter()
+                .flat_map(|chain| chain.links.iter().map(|link| link.pid)),
         );
         pids.extend(self.io.iter().map(|row| row.pid));
         pids.extend(self.rpcs.iter().map(|row| row.pid));
@@ -507,6 +551,17 @@ impl Profile {
                 if stack as usize >= self.stacks.len() {
                     bail!(
                         "{what} row refers to stack {stack}, but there are {} stacks",
+                        self.stacks.len()
+                    );
+                }
+            }
+        }
+        for chain in &self.chains {
+            let links = chain.links.iter().map(|link| link.stack);
+            for stack in std::iter::once(chain.stack).chain(links).flatten() {
+                if stack as usize >= self.stacks.len() {
+                    bail!(
+                        "a chain refers to stack {stack}, but there are {} stacks",
                         self.stacks.len()
                     );
                 }

@@ -41,6 +41,7 @@ pub const IO_STALE_REPLACED: u32 = 33;
 // wakers (--wakers): 40..=41.
 pub const WAKER_MAP_FULL: u32 = 40;
 pub const WAKER_PENDING_FULL: u32 = 41;
+pub const CHAIN_MAP_FULL: u32 = 42;
 
 // lock accuracy: 30..=32.
 pub const LOCK_STALE_WAIT: u32 = 30;
@@ -51,7 +52,7 @@ pub const LOCK_STACK_CACHE_FAILED: u32 = 32;
 pub const LOSS_SLOTS: u32 = 48;
 
 /// Names for the report, by index. `None` slots are unused.
-pub const LOSS_NAMES: [(u32, &str, &str); 35] = [
+pub const LOSS_NAMES: [(u32, &str, &str); 36] = [
     (
         STACK_COLLISION,
         "stack_collision",
@@ -226,6 +227,11 @@ pub const LOSS_NAMES: [(u32, &str, &str); 35] = [
         WAKER_PENDING_FULL,
         "waker_pending_full",
         "map of wake-ups awaiting their thread full: a wait's waker dropped (the wait itself is kept)",
+    ),
+    (
+        CHAIN_MAP_FULL,
+        "chain_map_full",
+        "wait-chain aggregation map full: a chain dropped (the wait and its waker are kept)",
     ),
 ];
 

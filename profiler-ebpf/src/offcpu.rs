@@ -147,6 +147,9 @@ fn switch_in(next_pid: u32, now: u64) {
     if let Some(waker) = waker {
         crate::wakers::add_waker_wait(&key, waker, wait_ns);
     }
+    if crate::wakers::enabled() {
+        crate::wakers::on_wait_closed(next_pid, &key, start.start_ns, now, waker);
+    }
 }
 
 #[inline(always)]

@@ -8,13 +8,20 @@
 use core::intrinsics::{AtomicOrdering, atomic_xadd};
 
 use aya_ebpf::{
-    bindings::BPF_NOEXIST, helpers::bpf_get_current_pid_tgid, macros::map, maps::HashMap,
-    programs::TracePointContext, programs::tracing::StackIdContext,
+    bindings::BPF_NOEXIST,
+    helpers::bpf_get_current_pid_tgid,
+    macros::map,
+    maps::{HashMap, LruHashMap},
+    programs::TracePointContext,
+    programs::tracing::StackIdContext,
 };
 use profiler_common::{
-    loss::{WAKER_MAP_FULL, WAKER_PENDING_FULL},
+    loss::{CHAIN_MAP_FULL, WAKER_MAP_FULL, WAKER_PENDING_FULL},
     offcpu::{OffcpuKey, OffcpuStat},
-    wakers::{WakeInfo, WakerKey},
+    wakers::{
+        CHAIN_LINKS, ChainKey, ChainLink, ChainStat, LastWait, RECENT_WAITS, RecentWaits, WakeInfo,
+        WakerKey,
+    },
 };
 
 use crate::{
@@ -41,6 +48,16 @@ pub static WAKER_STATS: HashMap<WakerKey, OffcpuStat> =
 #[map]
 pub static WAKER_PENDING: HashMap<u32, WakeInfo> =
     HashMap::with_max_entries(profiler_common::wakers::WAKER_PENDING_ENTRIES, 0);
+
+/// The last closed wait of each thread, for wait chains (least recently used go).
+#[map]
+pub static LAST_WAIT: LruHashMap<u32, RecentWaits> =
+    LruHashMap::with_max_entries(profiler_common::wakers::LAST_WAIT_ENTRIES, 0);
+
+/// Wait chains: (waiter row, links) -> times. Size set at load time (`--map-entries`).
+#[map]
+pub static CHAIN_STATS: HashMap<ChainKey, ChainStat> =
+    HashMap::with_max_entries(profiler_common::STATS_ENTRIES, 0);
 
 const EEXIST: i32 = 17;
 
@@ -131,6 +148,161 @@ pub fn add_waker_wait(waiter: &OffcpuKey, waker: WakeInfo, wait_ns: u64) {
             }
         }
         Err(_) => count_loss(WAKER_MAP_FULL),
+    }
+}
+
+/// A wait of thread `tid` (row `key`, from `start_ns` to `end_ns`) closed, woken by
+/// `waker`: remembers it as the thread's last wait, and when the waker was itself off
+/// the CPU during it, adds the chain (up to `CHAIN_LINKS` wakers deep).
+// A counted loop over link indices: the verifier bounds it as written.
+#[allow(clippy::needless_range_loop)]
+#[inline(always)]
+pub fn on_wait_closed(
+    tid: u32,
+    key: &OffcpuKey,
+    start_ns: u64,
+    end_ns: u64,
+    waker: Option<WakeInfo>,
+) {
+    let last = LastWait {
+        start_ns,
+        end_ns,
+        tgid: key.tgid,
+        kstack_id: key.kstack_id,
+        state: key.state,
+        waker_tgid: waker.map_or(0, |w| w.tgid),
+        waker_tid: waker.map_or(0, |w| w.tid),
+        waker_kstack_id: waker.map_or(-1, |w| w.kstack_id),
+    };
+    remember_wait(tid, last);
+    let Some(waker) = waker else {
+        return;
+    };
+    let mut chain = ChainKey {
+        waiter: *key,
+        links: [ChainLink {
+            tgid: 0,
+            tid: 0,
+            kstack_id: -1,
+            state: 0,
+        }; CHAIN_LINKS],
+        last_waker_tgid: waker.tgid,
+        last_waker_tid: waker.tid,
+        waker_kstacks: [-1; CHAIN_LINKS + 1],
+        _pad: 0,
+    };
+    chain.waker_kstacks[0] = waker.kstack_id;
+    let mut times = [0u64; CHAIN_LINKS];
+    // The window of the previous wait the next link must overlap.
+    let (mut from, mut to) = (start_ns, end_ns);
+    let mut next = waker.tid;
+    let mut depth = 0;
+    for index in 0..CHAIN_LINKS {
+        // The idle task, an interrupt, or the thread itself: no link.
+        if next == 0 || next == tid {
+            break;
+        }
+        let Some(recent) = LAST_WAIT.get_ptr(next) else {
+            break;
+        };
+        // Of its recent waits, the one that overlapped the window the most.
+        let mut best = LastWait::default();
+        let (mut best_begin, mut best_end) = (0u64, 0u64);
+        for slot in 0..RECENT_WAITS {
+            // SAFETY: element of a map from a successful lookup; copied (another CPU
+            // may be writing it: at worst one stale wait).
+            let wait = unsafe { (*recent).waits[slot] };
+            if wait.end_ns <= from || wait.start_ns >= to || wait.start_ns >= wait.end_ns {
+                continue;
+            }
+            let begin = if wait.start_ns > from {
+                wait.start_ns
+            } else {
+                from
+            };
+            let end = if wait.end_ns < to { wait.end_ns } else { to };
+            if end - begin > best_end - best_begin {
+                best = wait;
+                (best_begin, best_end) = (begin, end);
+            }
+        }
+        if best_end == 0 {
+            break;
+        }
+        times[index] = best_end - best_begin;
+        chain.links[index] = ChainLink {
+            tgid: best.tgid,
+            tid: next,
+            kstack_id: best.kstack_id,
+            state: best.state,
+        };
+        chain.last_waker_tgid = best.waker_tgid;
+        chain.last_waker_tid = best.waker_tid;
+        chain.waker_kstacks[index + 1] = best.waker_kstack_id;
+        depth = index + 1;
+        from = best_begin;
+        to = best_end;
+        next = best.waker_tid;
+    }
+    if depth == 0 {
+        return;
+    }
+    let wait_ns = end_ns - start_ns;
+    if let Some(stat) = CHAIN_STATS.get_ptr_mut(chain) {
+        add_chain(stat, wait_ns, &times);
+        return;
+    }
+    let first = ChainStat {
+        count: 1,
+        wait_ns,
+        link_ns: times,
+    };
+    match CHAIN_STATS.insert(chain, first, BPF_NOEXIST as u64) {
+        Ok(()) => {}
+        Err(errno) if errno == -EEXIST => {
+            if let Some(stat) = CHAIN_STATS.get_ptr_mut(chain) {
+                add_chain(stat, wait_ns, &times);
+            }
+        }
+        Err(_) => count_loss(CHAIN_MAP_FULL),
+    }
+}
+
+/// Puts a closed wait into the thread's ring of recent waits.
+#[inline(always)]
+fn remember_wait(tid: u32, wait: LastWait) {
+    if let Some(recent) = LAST_WAIT.get_ptr_mut(tid) {
+        // SAFETY: element of a map from a successful lookup; only the thread's own
+        // switch-in writes its ring.
+        unsafe {
+            let slot = ((*recent).next as usize) & (RECENT_WAITS - 1);
+            (*recent).waits[slot] = wait;
+            (*recent).next = (*recent).next.wrapping_add(1);
+        }
+        return;
+    }
+    let mut fresh = RecentWaits {
+        waits: [LastWait::default(); RECENT_WAITS],
+        next: 1,
+        _pad: 0,
+    };
+    fresh.waits[0] = wait;
+    let _ = LAST_WAIT.insert(tid, fresh, 0);
+}
+
+#[inline(always)]
+fn add_chain(stat: *mut ChainStat, wait_ns: u64, times: &[u64; CHAIN_LINKS]) {
+    // SAFETY: `stat` points into a map value valid for this program run; the adds are
+    // atomic (CPUs share keys).
+    unsafe {
+        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).count, 1);
+        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).wait_ns, wait_ns);
+        for (index, time) in times.iter().enumerate() {
+            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
+                &raw mut (*stat).link_ns[index],
+                *time,
+            );
+        }
     }
 }
 

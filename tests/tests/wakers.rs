@@ -374,3 +374,129 @@ fn pthread_mutex_waits_are_woken_by_the_holder_with_its_time() {
 fn wakers_need_offcpu() {
     fails_with(&["record", "--wakers", "-d", "1"], "add --offcpu");
 }
+
+/// The FUSE fixture's hold chain: three threads create files in one directory whose
+/// CREATE reply is delayed 200 ms (at 0, +40 and +80 ms). The third waits on the
+/// directory's inode lock (rwsem) held by the second, which waits in the FUSE request
+/// for the fixture's reply thread, which sleeps the injected delay.
+#[test]
+fn fuse_hold_chain_follows_the_holder_to_the_daemon() {
+    if !can_load_programs("fuse_hold_chain_follows_the_holder_to_the_daemon") {
+        return;
+    }
+    let dir = scratch("wakers-chain");
+    let profile_path = dir.join("chain.json");
+    let results = dir.join("results.txt");
+    let mountpoint = dir.join("mnt");
+    std::fs::create_dir_all(&mountpoint).expect("mountpoint");
+    let fuse = workload("fuse-workload");
+    let (stdout, _) = record_ok(&[
+        "record",
+        "--offcpu-all",
+        "--wakers",
+        "-o",
+        path_str(&profile_path),
+        "--",
+        path_str(&fuse),
+        "holdchain",
+        path_str(&results),
+        path_str(&mountpoint),
+        "200",
+    ]);
+    let text = std::fs::read_to_string(&results).expect("workload results");
+    let value = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|line| line.strip_prefix(&format!("{name} ")))
+            .and_then(|value| value.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+    };
+    let (second, third) = (value("t2_tid"), value("t3_tid"));
+    // The second creator's FUSE wait: from the first's return (it then took the lock and
+    // sent its CREATE) to its own return.
+    let second_rpc_ns = value("t2_end_ns") - value("t1_end_ns");
+    let injected_ns = 200_000_000u64;
+    let profile = load_json(&profile_path);
+    let chains = profile["chains"].as_array().expect("chains in the profile");
+    let chain = chains
+        .iter()
+        .find(|chain| {
+            chain["tid"].as_u64() == Some(third)
+                && stack_of(&profile, chain, "stack")
+                    .iter()
+                    .any(|name| name.starts_with("rwsem_down_write"))
+        })
+        .unwrap_or_else(|| panic!("a chain from the third creator's rwsem wait: {chains:?}"));
+    let links = chain["links"].as_array().expect("links");
+    eprintln!("third creator's chain: {chain}");
+    assert_eq!(
+        links.len(),
+        2,
+        "rwsem -> holder in FUSE -> daemon thread: {chain}"
+    );
+    // Link 1: the holder (second creator) in the FUSE request.
+    assert_eq!(
+        links[0]["tid"].as_u64(),
+        Some(second),
+        "held by the second creator"
+    );
+    assert_eq!(
+        links[0]["class"], "rpc",
+        "the holder waited on its FUSE request"
+    );
+    let frames = stack_of(&profile, &links[0], "stack");
+    assert!(
+        frames.iter().any(
+            |name| name.contains("request_wait_answer") || name.contains("fuse_simple_request")
+        ),
+        "the FUSE request wait: {frames:?}"
+    );
+    let link1 = links[0]["wait_ns"].as_u64().expect("link 1 time");
+    // Link 2: the fixture's reply thread, asleep for the injected delay.
+    let daemon = links[1]["tid"].as_u64().expect("daemon tid");
+    assert!(
+        daemon != second && daemon != third,
+        "a thread of the FUSE server"
+    );
+    assert_eq!(
+        links[1]["class"], "sleep",
+        "the daemon thread slept the delay"
+    );
+    let link2 = links[1]["wait_ns"].as_u64().expect("link 2 time");
+    eprintln!(
+        "link 1 {:.1} ms (workload: {:.1} ms in FUSE), link 2 {:.1} ms (injected {:.1} ms)",
+        link1 as f64 / 1e6,
+        second_rpc_ns as f64 / 1e6,
+        link2 as f64 / 1e6,
+        injected_ns as f64 / 1e6
+    );
+    for (what, got, want) in [
+        ("holder in FUSE", link1, second_rpc_ns),
+        ("holder in FUSE vs the injected delay", link1, injected_ns),
+        ("daemon's sleep", link2, injected_ns),
+    ] {
+        let error = (got as f64 - want as f64).abs() / want as f64;
+        assert!(
+            error <= 0.10,
+            "{what}: {got} ns vs {want} ns ({:.1}%)",
+            error * 100.0
+        );
+    }
+    // The summary shows it.
+    assert!(stdout.contains("wait chains"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("creator-3[{third}] waited"))
+            && stdout.contains(&format!("woken by creator-2[{second}]")),
+        "{stdout}"
+    );
+    let json = lockpath_ok(&["report", path_str(&profile_path), "--format", "json"]);
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON report");
+    assert!(
+        json["chains"]
+            .as_array()
+            .is_some_and(|chains| chains.iter().any(|chain| {
+                chain["waits"][0]["tid"].as_u64() == Some(third)
+                    && chain["waits"][1]["class"] == "rpc"
+            })),
+        "the chain in the JSON report"
+    );
+}

@@ -461,6 +461,7 @@ pub fn render(profile: &Profile) -> Result<String> {
     for kind in kinds {
         out.push_str(&kind_section(profile, kind)?);
     }
+    out.push_str(&export::chains::html_section(profile));
     out.push_str(&crate::timeline::html_section(profile));
     out.push_str(&losses(profile));
     out.push_str("</body></html>\n");

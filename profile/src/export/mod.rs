@@ -1,5 +1,6 @@
 //! Exporters: everything here works from a saved `Profile`, never from the kernel.
 
+pub mod chains;
 pub mod cpu;
 pub mod diff;
 pub mod escape;

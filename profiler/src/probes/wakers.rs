@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use aya::{maps::HashMap, Ebpf, EbpfLoader};
 use profiler_common::{
     offcpu::{OffcpuStat, STATE_INTERRUPTIBLE, STATE_UNINTERRUPTIBLE},
-    wakers::{names, WakerKey, WAKER_PENDING_ENTRIES},
+    wakers::{names, ChainKey, ChainStat, WakerKey, LAST_WAIT_ENTRIES, WAKER_PENDING_ENTRIES},
 };
 
 use crate::export::wakers::interrupt_entry;
@@ -17,8 +17,9 @@ use crate::{
         shared::{attach_tracepoint, MapSet, StackResolver},
         AttachContext, Drain, Family, MapSize, PlanContext, Planned, Registration,
     },
-    profile::{OffcpuRow, ProbeUse, Profile, Unavailable, WakerRow},
+    profile::{ChainLinkRow, ChainRow, OffcpuRow, ProbeUse, Profile, Unavailable, WakerRow},
     tracefs,
+    waitclass::Classifier,
 };
 
 pub const FAMILY: Registration = Registration {
@@ -29,6 +30,8 @@ pub const FAMILY: Registration = Registration {
     maps: &[
         (names::WAKER_STATS, MapSize::Stats),
         (names::WAKER_PENDING, MapSize::Fixed(WAKER_PENDING_ENTRIES)),
+        (names::LAST_WAIT, MapSize::Fixed(LAST_WAIT_ENTRIES)),
+        (names::CHAIN_STATS, MapSize::Stats),
     ],
     names: names::ALL,
 };
@@ -48,7 +51,11 @@ fn plan_family(args: &RecordArgs, ctx: &mut PlanContext) -> Result<Planned> {
         return Ok(None);
     }
     match tracefs::field_offset("sched", "sched_waking", "pid") {
-        Ok(pid_offset) => Ok(Some(Box::new(WakersFamily { on: 1, pid_offset }))),
+        Ok(pid_offset) => Ok(Some(Box::new(WakersFamily {
+            on: 1,
+            pid_offset,
+            classifier: Classifier::new(args.wait_class.clone()),
+        }))),
         Err(err) => {
             ctx.unavailable.push(Unavailable {
                 family: FAMILY.name.into(),
@@ -65,6 +72,8 @@ struct WakersFamily {
     /// `WAKERS_ON`, 1 once planned.
     on: u32,
     pid_offset: u32,
+    /// The off-CPU family's classes, for the waits of chain links.
+    classifier: Classifier,
 }
 
 impl Family for WakersFamily {
@@ -100,7 +109,9 @@ impl Family for WakersFamily {
     }
 
     fn drain(&self, out: &mut Drain) -> Result<()> {
-        drain(out.maps, out.stacks, &mut out.profile.offcpu)
+        drain(out.maps, out.stacks, &mut out.profile.offcpu)?;
+        out.profile.chains = drain_chains(out.maps, out.stacks, &self.classifier)?;
+        Ok(())
     }
 
     fn progress(&self, _live: &Profile) -> Option<String> {
@@ -217,4 +228,96 @@ pub fn drain(maps: &MapSet, stacks: &mut StackResolver, rows: &mut Vec<OffcpuRow
             .sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then(a.tid.cmp(&b.tid)));
     }
     Ok(())
+}
+
+fn state_name(state: u32) -> &'static str {
+    match state {
+        STATE_UNINTERRUPTIBLE => "D",
+        STATE_INTERRUPTIBLE => "S",
+        _ => "?",
+    }
+}
+
+/// The wait chains of `CHAIN_STATS`, merged where the stacks symbolize alike, most
+/// waiter time first.
+pub fn drain_chains(
+    maps: &MapSet,
+    stacks: &mut StackResolver,
+    classifier: &Classifier,
+) -> Result<Vec<ChainRow>> {
+    let stats: HashMap<_, ChainKey, ChainStat> = maps.hash_map(names::CHAIN_STATS)?;
+    let mut rows: Vec<ChainRow> = Vec::new();
+    // Chains whose stacks symbolize alike are one row.
+    type ChainIdentity = ((u32, u32, Option<u32>, u32), Vec<(u32, Option<u32>)>);
+    let mut index: StdHashMap<ChainIdentity, usize> = StdHashMap::new();
+    let class_of = |stacks: &mut StackResolver, stack: Option<u32>| {
+        let frames = stacks.interner.frames_of(stack);
+        classifier.classify(&frames.iter().collect::<Vec<_>>())
+    };
+    for entry in stats.iter() {
+        let (key, stat) = entry.context("cannot read CHAIN_STATS")?;
+        let stack = stacks.kernel_stack(key.waiter.kstack_id);
+        // A waker in an interrupt only interrupted its task: the chain ends there.
+        let from_interrupt = |stacks: &mut StackResolver, id: i32| {
+            let stack = stacks.kernel_stack(id);
+            interrupt_entry(&stacks.interner.frames_of(stack)).is_some()
+        };
+        if from_interrupt(stacks, key.waker_kstacks[0]) {
+            continue;
+        }
+        let mut links = Vec::new();
+        let (mut last_pid, mut last_tid) = (key.last_waker_tgid, key.last_waker_tid);
+        for (index, (link, &wait_ns)) in key.links.iter().zip(&stat.link_ns).enumerate() {
+            if link.tid == 0 {
+                break;
+            }
+            let link_stack = stacks.kernel_stack(link.kstack_id);
+            links.push(ChainLinkRow {
+                pid: link.tgid,
+                tid: link.tid,
+                state: state_name(link.state).into(),
+                class: class_of(stacks, link_stack),
+                stack: link_stack,
+                wait_ns,
+            });
+            if from_interrupt(stacks, key.waker_kstacks[index + 1]) {
+                (last_pid, last_tid) = (0, 0);
+                break;
+            }
+        }
+        let row = ChainRow {
+            pid: key.waiter.tgid,
+            tid: key.waiter.tid,
+            state: state_name(key.waiter.state).into(),
+            class: class_of(stacks, stack),
+            stack,
+            count: stat.count,
+            wait_ns: stat.wait_ns,
+            links,
+            last_waker_pid: last_pid,
+            last_waker_tid: last_tid,
+        };
+        let identity: ChainIdentity = (
+            (row.pid, row.tid, row.stack, row.last_waker_tid),
+            row.links
+                .iter()
+                .map(|link| (link.tid, link.stack))
+                .collect(),
+        );
+        match index.get(&identity).map(|&at| &mut rows[at]) {
+            Some(known) => {
+                known.count += row.count;
+                known.wait_ns += row.wait_ns;
+                for (mine, theirs) in known.links.iter_mut().zip(&row.links) {
+                    mine.wait_ns += theirs.wait_ns;
+                }
+            }
+            None => {
+                index.insert(identity, rows.len());
+                rows.push(row);
+            }
+        }
+    }
+    rows.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then(a.tid.cmp(&b.tid)));
+    Ok(rows)
 }
