@@ -55,6 +55,8 @@ pub mod names {
     pub const OFFCPU_STATES: &str = "OFFCPU_STATES";
     pub const OFFCPU_MIN_NS: &str = "OFFCPU_MIN_NS";
     pub const OFFCPU_SCHED_SWITCH: &str = "offcpu_sched_switch";
+    /// The same program with the waker join and wait chains (`--wakers`).
+    pub const OFFCPU_SCHED_SWITCH_WAKERS: &str = "offcpu_sched_switch_wakers";
 
     /// Every name above (a name ending in `_` is a prefix: slot 0 is checked).
     pub const ALL: &[&str] = &[
@@ -66,6 +68,7 @@ pub mod names {
         OFFCPU_STATES,
         OFFCPU_MIN_NS,
         OFFCPU_SCHED_SWITCH,
+        OFFCPU_SCHED_SWITCH_WAKERS,
     ];
 }
 

@@ -104,7 +104,15 @@ pub fn lock_kretprobe_sleep(ctx: RetProbeContext) -> u32 {
 #[unsafe(no_mangle)]
 #[unsafe(link_section = "tracepoint/sched/sched_switch")]
 pub extern "C" fn offcpu_sched_switch(ctx: *mut c_void) -> u32 {
-    offcpu::on_sched_switch(&TracePointContext::new(ctx));
+    offcpu::on_sched_switch::<false>(&TracePointContext::new(ctx));
+    1
+}
+
+/// The same with `--wakers`: closes each wait with its waker and follows wait chains.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "tracepoint/sched/sched_switch")]
+pub extern "C" fn offcpu_sched_switch_wakers(ctx: *mut c_void) -> u32 {
+    offcpu::on_sched_switch::<true>(&TracePointContext::new(ctx));
     1
 }
 

@@ -63,6 +63,9 @@ const EEXIST: i32 = 17;
 
 /// `sched_waking(comm, pid, prio, target_cpu)`, in the waker's context.
 pub fn on_sched_waking(ctx: &TracePointContext) {
+    if load_u32(&WAKERS_ON) == 0 {
+        return;
+    }
     // SAFETY: offset from this kernel's format file of sched_waking; the read is checked.
     let Ok(woken) = (unsafe { ctx.read_at::<i32>(load_u32(&WAKING_PID_OFFSET) as usize) }) else {
         return;
@@ -105,12 +108,6 @@ pub fn on_sched_waking(ctx: &TracePointContext) {
     if tid != 0 {
         remember_current_task();
     }
-}
-
-/// Whether `--wakers` is recorded (the off-CPU program asks before any lookup).
-#[inline(always)]
-pub fn enabled() -> bool {
-    load_u32(&WAKERS_ON) != 0
 }
 
 /// The waker of thread `tid`'s wait, taken out of `WAKER_PENDING` (its wait is closed).

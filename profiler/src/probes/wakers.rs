@@ -6,7 +6,7 @@ use std::collections::HashMap as StdHashMap;
 use anyhow::{bail, Context, Result};
 use aya::{maps::HashMap, Ebpf, EbpfLoader};
 use profiler_common::{
-    offcpu::{OffcpuStat, STATE_INTERRUPTIBLE, STATE_UNINTERRUPTIBLE},
+    offcpu::{names as offcpu_names, OffcpuStat, STATE_INTERRUPTIBLE, STATE_UNINTERRUPTIBLE},
     wakers::{names, ChainKey, ChainStat, WakerKey, LAST_WAIT_ENTRIES, WAKER_PENDING_ENTRIES},
 };
 
@@ -92,6 +92,14 @@ impl Family for WakersFamily {
     }
 
     fn attach(&mut self, ebpf: &mut Ebpf, ctx: &mut AttachContext) -> Result<Vec<ProbeUse>> {
+        // The off-CPU family attached first: without its program with the waker join
+        // (refused by this kernel: the reason is in `unavailable`), nothing to join to.
+        let joined = ebpf
+            .program(offcpu_names::OFFCPU_SCHED_SWITCH_WAKERS)
+            .is_some_and(|program| program.fd().is_ok());
+        if !joined {
+            return Ok(Vec::new());
+        }
         if let Err(err) =
             attach_tracepoint(ebpf, names::WAKERS_SCHED_WAKING, "sched", "sched_waking")
         {
