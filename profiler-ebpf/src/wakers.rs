@@ -148,11 +148,13 @@ pub fn add_waker_wait(waiter: &OffcpuKey, waker: WakeInfo, wait_ns: u64) {
     }
 }
 
+// The chain walk below is written out for these sizes.
+const _: () = assert!(RECENT_WAITS == 4 && CHAIN_LINKS == 2);
+
 /// A wait of thread `tid` (row `key`, from `start_ns` to `end_ns`) closed, woken by
-/// `waker`: remembers it as the thread's last wait, and when the waker was itself off
-/// the CPU during it, adds the chain (up to `CHAIN_LINKS` wakers deep).
-// A counted loop over link indices: the verifier bounds it as written.
-#[allow(clippy::needless_range_loop)]
+/// `waker`: remembers it among the thread's recent waits, and when the waker was itself
+/// off the CPU during it, adds the chain (up to `CHAIN_LINKS` wakers deep). Written
+/// without loops: 6.1's verifier refuses the loops the compiler made of them.
 #[inline(always)]
 pub fn on_wait_closed(
     tid: u32,
@@ -175,74 +177,43 @@ pub fn on_wait_closed(
     let Some(waker) = waker else {
         return;
     };
+    // The first link: the waker's wait that overlapped this one the most.
+    let Some((first, first_begin, first_end)) = link_of(tid, waker.tid, start_ns, end_ns) else {
+        return;
+    };
+    let unused = ChainLink {
+        tgid: 0,
+        tid: 0,
+        kstack_id: -1,
+        state: 0,
+    };
     let mut chain = ChainKey {
         waiter: *key,
-        links: [ChainLink {
-            tgid: 0,
-            tid: 0,
-            kstack_id: -1,
-            state: 0,
-        }; CHAIN_LINKS],
-        last_waker_tgid: waker.tgid,
-        last_waker_tid: waker.tid,
-        waker_kstacks: [-1; CHAIN_LINKS + 1],
+        links: [unused; CHAIN_LINKS],
+        last_waker_tgid: first.waker_tgid,
+        last_waker_tid: first.waker_tid,
+        waker_kstacks: [waker.kstack_id, first.waker_kstack_id, -1],
         _pad: 0,
     };
-    chain.waker_kstacks[0] = waker.kstack_id;
-    let mut times = [0u64; CHAIN_LINKS];
-    // The window of the previous wait the next link must overlap.
-    let (mut from, mut to) = (start_ns, end_ns);
-    let mut next = waker.tid;
-    let mut depth = 0;
-    for index in 0..CHAIN_LINKS {
-        // The idle task, an interrupt, or the thread itself: no link.
-        if next == 0 || next == tid {
-            break;
-        }
-        let Some(recent) = LAST_WAIT.get_ptr(next) else {
-            break;
+    chain.links[0] = ChainLink {
+        tgid: first.tgid,
+        tid: waker.tid,
+        kstack_id: first.kstack_id,
+        state: first.state,
+    };
+    let mut times = [first_end - first_begin, 0];
+    // The second link: the first link's waker, inside the first link's overlap.
+    if let Some((second, begin, end)) = link_of(tid, first.waker_tid, first_begin, first_end) {
+        chain.links[1] = ChainLink {
+            tgid: second.tgid,
+            tid: first.waker_tid,
+            kstack_id: second.kstack_id,
+            state: second.state,
         };
-        // Of its recent waits, the one that overlapped the window the most.
-        let mut best = LastWait::default();
-        let (mut best_begin, mut best_end) = (0u64, 0u64);
-        for slot in 0..RECENT_WAITS {
-            // SAFETY: element of a map from a successful lookup; copied (another CPU
-            // may be writing it: at worst one stale wait).
-            let wait = unsafe { (*recent).waits[slot] };
-            if wait.end_ns <= from || wait.start_ns >= to || wait.start_ns >= wait.end_ns {
-                continue;
-            }
-            let begin = if wait.start_ns > from {
-                wait.start_ns
-            } else {
-                from
-            };
-            let end = if wait.end_ns < to { wait.end_ns } else { to };
-            if end - begin > best_end - best_begin {
-                best = wait;
-                (best_begin, best_end) = (begin, end);
-            }
-        }
-        if best_end == 0 {
-            break;
-        }
-        times[index] = best_end - best_begin;
-        chain.links[index] = ChainLink {
-            tgid: best.tgid,
-            tid: next,
-            kstack_id: best.kstack_id,
-            state: best.state,
-        };
-        chain.last_waker_tgid = best.waker_tgid;
-        chain.last_waker_tid = best.waker_tid;
-        chain.waker_kstacks[index + 1] = best.waker_kstack_id;
-        depth = index + 1;
-        from = best_begin;
-        to = best_end;
-        next = best.waker_tid;
-    }
-    if depth == 0 {
-        return;
+        chain.last_waker_tgid = second.waker_tgid;
+        chain.last_waker_tid = second.waker_tid;
+        chain.waker_kstacks[2] = second.waker_kstack_id;
+        times[1] = end - begin;
     }
     let wait_ns = end_ns - start_ns;
     if let Some(stat) = CHAIN_STATS.get_ptr_mut(chain) {
@@ -262,6 +233,41 @@ pub fn on_wait_closed(
             }
         }
         Err(_) => count_loss(CHAIN_MAP_FULL),
+    }
+}
+
+/// Of thread `thread`'s recent waits, the one that overlapped [from, to] the most, with
+/// the overlap; none for the idle task (an interrupt), the waiter itself, or no overlap.
+#[inline(always)]
+fn link_of(waiter: u32, thread: u32, from: u64, to: u64) -> Option<(LastWait, u64, u64)> {
+    if thread == 0 || thread == waiter {
+        return None;
+    }
+    let recent = LAST_WAIT.get_ptr(thread)?;
+    // SAFETY: element of a map from a successful lookup; copied (another CPU may be
+    // writing it: at worst one stale wait).
+    let waits = unsafe { (*recent).waits };
+    let mut best = (LastWait::default(), 0u64, 0u64);
+    consider(&waits[0], from, to, &mut best);
+    consider(&waits[1], from, to, &mut best);
+    consider(&waits[2], from, to, &mut best);
+    consider(&waits[3], from, to, &mut best);
+    (best.2 != 0).then_some(best)
+}
+
+#[inline(always)]
+fn consider(wait: &LastWait, from: u64, to: u64, best: &mut (LastWait, u64, u64)) {
+    if wait.end_ns <= from || wait.start_ns >= to || wait.start_ns >= wait.end_ns {
+        return;
+    }
+    let begin = if wait.start_ns > from {
+        wait.start_ns
+    } else {
+        from
+    };
+    let end = if wait.end_ns < to { wait.end_ns } else { to };
+    if end - begin > best.2 - best.1 {
+        *best = (*wait, begin, end);
     }
 }
 
@@ -294,12 +300,8 @@ fn add_chain(stat: *mut ChainStat, wait_ns: u64, times: &[u64; CHAIN_LINKS]) {
     unsafe {
         atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).count, 1);
         atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).wait_ns, wait_ns);
-        for (index, time) in times.iter().enumerate() {
-            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
-                &raw mut (*stat).link_ns[index],
-                *time,
-            );
-        }
+        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).link_ns[0], times[0]);
+        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).link_ns[1], times[1]);
     }
 }
 
