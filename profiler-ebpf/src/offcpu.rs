@@ -124,10 +124,10 @@ fn switch_in<const WAKERS: bool>(next_pid: u32, now: u64) {
     let start = unsafe { *start };
     let _ = OFFCPU_START.remove(next_pid);
     // `--wakers`: who woke this wait (taken out whatever happens to the wait).
-    let waker = if WAKERS {
+    let (found, waker) = if WAKERS {
         crate::wakers::take_waker(next_pid)
     } else {
-        None
+        (false, crate::wakers::no_waker())
     };
     if now < start.start_ns {
         count_loss(OFFCPU_NEGATIVE_DELTA);
@@ -146,11 +146,11 @@ fn switch_in<const WAKERS: bool>(next_pid: u32, now: u64) {
         _pad: 0,
     };
     add_wait(&key, wait_ns);
-    if let Some(waker) = waker {
-        crate::wakers::add_waker_wait(&key, waker, wait_ns);
-    }
     if WAKERS {
-        crate::wakers::on_wait_closed(next_pid, &key, start.start_ns, now, waker);
+        if found {
+            crate::wakers::add_waker_wait(&key, waker, wait_ns);
+        }
+        crate::wakers::on_wait_closed(next_pid, &key, start.start_ns, now, found, waker);
     }
 }
 

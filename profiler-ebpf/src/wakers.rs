@@ -110,14 +110,29 @@ pub fn on_sched_waking(ctx: &TracePointContext) {
     }
 }
 
-/// The waker of thread `tid`'s wait, taken out of `WAKER_PENDING` (its wait is closed).
+/// The waker of thread `tid`'s wait, taken out of `WAKER_PENDING` (its wait is closed):
+/// (found, waker). No `Option` here: the verifier of 6.1 refuses the read of an `Option`'s
+/// uninitialised payload that the compiler may emit on the `None` path.
 #[inline(always)]
-pub fn take_waker(tid: u32) -> Option<WakeInfo> {
-    let info = WAKER_PENDING.get_ptr(tid)?;
+pub fn take_waker(tid: u32) -> (bool, WakeInfo) {
+    let Some(info) = WAKER_PENDING.get_ptr(tid) else {
+        return (false, no_waker());
+    };
     // SAFETY: element of a hash map from a successful lookup; copied at once.
     let info = unsafe { *info };
     let _ = WAKER_PENDING.remove(tid);
-    Some(info)
+    (true, info)
+}
+
+/// The waker of a wait none was seen for.
+#[inline(always)]
+pub fn no_waker() -> WakeInfo {
+    WakeInfo {
+        tgid: 0,
+        tid: 0,
+        kstack_id: -1,
+        ustack_id: -1,
+    }
 }
 
 /// Adds a closed wait's time to its (waiter, waker) row.
@@ -161,26 +176,29 @@ pub fn on_wait_closed(
     key: &OffcpuKey,
     start_ns: u64,
     end_ns: u64,
-    waker: Option<WakeInfo>,
+    found: bool,
+    waker: WakeInfo,
 ) {
+    // `waker` is `no_waker()` when none was found: tid 0, stack -1.
     let last = LastWait {
         start_ns,
         end_ns,
         tgid: key.tgid,
         kstack_id: key.kstack_id,
         state: key.state,
-        waker_tgid: waker.map_or(0, |w| w.tgid),
-        waker_tid: waker.map_or(0, |w| w.tid),
-        waker_kstack_id: waker.map_or(-1, |w| w.kstack_id),
+        waker_tgid: waker.tgid,
+        waker_tid: waker.tid,
+        waker_kstack_id: waker.kstack_id,
     };
     remember_wait(tid, last);
-    let Some(waker) = waker else {
+    if !found {
         return;
-    };
+    }
     // The first link: the waker's wait that overlapped this one the most.
-    let Some((first, first_begin, first_end)) = link_of(tid, waker.tid, start_ns, end_ns) else {
+    let (first, first_begin, first_end) = link_of(tid, waker.tid, start_ns, end_ns);
+    if first_end == 0 {
         return;
-    };
+    }
     let unused = ChainLink {
         tgid: 0,
         tid: 0,
@@ -203,7 +221,8 @@ pub fn on_wait_closed(
     };
     let mut times = [first_end - first_begin, 0];
     // The second link: the first link's waker, inside the first link's overlap.
-    if let Some((second, begin, end)) = link_of(tid, first.waker_tid, first_begin, first_end) {
+    let (second, begin, end) = link_of(tid, first.waker_tid, first_begin, first_end);
+    if end != 0 {
         chain.links[1] = ChainLink {
             tgid: second.tgid,
             tid: first.waker_tid,
@@ -237,13 +256,17 @@ pub fn on_wait_closed(
 }
 
 /// Of thread `thread`'s recent waits, the one that overlapped [from, to] the most, with
-/// the overlap; none for the idle task (an interrupt), the waiter itself, or no overlap.
+/// the overlap (begin, end); end 0 for none: the idle task (an interrupt), the waiter
+/// itself, or no overlap.
 #[inline(always)]
-fn link_of(waiter: u32, thread: u32, from: u64, to: u64) -> Option<(LastWait, u64, u64)> {
+fn link_of(waiter: u32, thread: u32, from: u64, to: u64) -> (LastWait, u64, u64) {
+    let none = (LastWait::default(), 0u64, 0u64);
     if thread == 0 || thread == waiter {
-        return None;
+        return none;
     }
-    let recent = LAST_WAIT.get_ptr(thread)?;
+    let Some(recent) = LAST_WAIT.get_ptr(thread) else {
+        return none;
+    };
     // SAFETY: element of a map from a successful lookup; copied (another CPU may be
     // writing it: at worst one stale wait).
     let waits = unsafe { (*recent).waits };
@@ -252,7 +275,7 @@ fn link_of(waiter: u32, thread: u32, from: u64, to: u64) -> Option<(LastWait, u6
     consider(&waits[1], from, to, &mut best);
     consider(&waits[2], from, to, &mut best);
     consider(&waits[3], from, to, &mut best);
-    (best.2 != 0).then_some(best)
+    best
 }
 
 #[inline(always)]
