@@ -16,6 +16,16 @@ pub const JOURNAL: &str = "journal";
 pub const LOCK: &str = "lock";
 pub const RPC: &str = "rpc";
 pub const SLEEP: &str = "sleep";
+pub const LOCK_MANAGER: &str = "lock-manager";
+pub const RECLAIM: &str = "reclaim";
+pub const WRITEBACK_THROTTLE: &str = "writeback-throttle";
+pub const CGROUP_THROTTLE: &str = "cgroup-throttle";
+pub const FUTEX: &str = "futex";
+pub const FILE_LOCK: &str = "file-lock";
+pub const CHILD: &str = "child";
+pub const PIPE: &str = "pipe";
+pub const SOCKET: &str = "socket";
+pub const POLL: &str = "poll";
 pub const OTHER: &str = "other";
 
 /// Classes whose waits are IO waits (`flamegraph --kind io`).
@@ -24,6 +34,32 @@ pub const IO_CLASSES: [&str; 4] = [BUFFER, PAGE, BLOCK_IO, JOURNAL];
 /// The built-in rules, in the order they are tried: (class, frame pattern).
 /// Patterns: `*` matches any run of characters; otherwise the whole name must match.
 pub const BUILTIN_RULES: &[(&str, &str)] = &[
+    // Remote lock managers (their waits are RPCs too: tried first).
+    (LOCK_MANAGER, "dlm_posix_*"),
+    (LOCK_MANAGER, "dlm_lock*"),
+    (LOCK_MANAGER, "gdlm_*"),
+    (LOCK_MANAGER, "nlmclnt_*"),
+    (LOCK_MANAGER, "nfs4_*lock*"),
+    (LOCK_MANAGER, "ldlm_*"),
+    // Memory pressure: direct reclaim and compaction, whatever they wait for below.
+    (RECLAIM, "__alloc_pages_direct_reclaim"),
+    (RECLAIM, "__perform_reclaim"),
+    (RECLAIM, "try_to_free_pages"),
+    (RECLAIM, "do_try_to_free_pages"),
+    (RECLAIM, "try_to_free_mem_cgroup_pages"),
+    (RECLAIM, "throttle_direct_reclaim"),
+    (RECLAIM, "reclaim_throttle"),
+    (RECLAIM, "__alloc_pages_direct_compact"),
+    (RECLAIM, "try_to_compact_pages"),
+    // Dirty-page throttling of writers (vm.dirty_ratio / dirty_bytes), block-layer
+    // writeback throttling.
+    (WRITEBACK_THROTTLE, "balance_dirty_pages*"),
+    (WRITEBACK_THROTTLE, "wbt_wait"),
+    // Cgroup limits: memory.high penalties, blkcg IO latency and cost throttling.
+    (CGROUP_THROTTLE, "*mem_cgroup_handle_over_high"),
+    (CGROUP_THROTTLE, "blkcg_maybe_throttle_current"),
+    (CGROUP_THROTTLE, "blkcg_iolatency_throttle"),
+    (CGROUP_THROTTLE, "ioc_rqos_throttle"),
     // Waiting for a reply from a server.
     (RPC, "request_wait_answer"),
     (RPC, "fuse_simple_request"),
@@ -71,7 +107,7 @@ pub const BUILTIN_RULES: &[(&str, &str)] = &[
     (BLOCK_IO, "wait_for_completion_io*"),
     (BLOCK_IO, "wb_wait_for_completion"),
     (BLOCK_IO, "io_schedule*"),
-    // Sleeping locks, in the kernel and (futex) in user space.
+    // Sleeping locks of the kernel.
     (LOCK, "__mutex_lock*"),
     (LOCK, "mutex_lock*"),
     (LOCK, "rwsem_down_*"),
@@ -81,7 +117,69 @@ pub const BUILTIN_RULES: &[(&str, &str)] = &[
     (LOCK, "__percpu_down_*"),
     (LOCK, "rt_mutex_*"),
     (LOCK, "__rt_mutex_*"),
-    (LOCK, "futex_wait*"),
+    // User-space locks and condition variables.
+    (FUTEX, "futex_wait*"),
+    (FUTEX, "__futex_wait*"),
+    (FUTEX, "futex_lock_pi*"),
+    (FUTEX, "*sys_futex*"),
+    // File locks: POSIX (fcntl), OFD, flock, leases. After `lock`: a kernel lock taken
+    // inside the file-lock code (file_rwsem) is a lock wait.
+    (FILE_LOCK, "fcntl_setlk*"),
+    (FILE_LOCK, "do_lock_file_wait"),
+    (FILE_LOCK, "posix_lock_inode_wait"),
+    (FILE_LOCK, "locks_lock_inode_wait"),
+    (FILE_LOCK, "locks_lock_file_wait"),
+    (FILE_LOCK, "flock_lock_inode_wait"),
+    (FILE_LOCK, "*sys_flock"),
+    (FILE_LOCK, "__break_lease"),
+    // A parent waiting for its children.
+    (CHILD, "do_wait"),
+    (CHILD, "kernel_wait4"),
+    (CHILD, "kernel_waitid"),
+    (CHILD, "*sys_wait4"),
+    (CHILD, "*sys_waitid"),
+    (CHILD, "*sys_waitpid"),
+    // vfork (posix_spawn): the parent waits until the child execs or exits.
+    (CHILD, "wait_for_vfork_done"),
+    (CHILD, "kernel_clone"),
+    // Pipes and FIFOs.
+    (PIPE, "*pipe_read"),
+    (PIPE, "*pipe_write"),
+    (PIPE, "pipe_wait*"),
+    (PIPE, "wait_for_partner"),
+    // Sockets: receive, send buffer space, accept, connect.
+    (SOCKET, "sk_wait_*"),
+    (SOCKET, "sk_stream_wait_*"),
+    (SOCKET, "__skb_wait_for_more_packets"),
+    (SOCKET, "__skb_recv_datagram"),
+    (SOCKET, "inet_csk_accept"),
+    (SOCKET, "inet_csk_wait_for_connect"),
+    (SOCKET, "inet_wait_for_connect"),
+    (SOCKET, "unix_stream_data_wait"),
+    (SOCKET, "unix_stream_read_generic"),
+    (SOCKET, "unix_wait_for_peer"),
+    (SOCKET, "unix_dgram_recvmsg"),
+    (SOCKET, "sock_alloc_send_pskb"),
+    (SOCKET, "tcp_recvmsg*"),
+    (SOCKET, "*sys_recvfrom"),
+    (SOCKET, "*sys_recvmsg"),
+    (SOCKET, "*sys_recvmmsg"),
+    (SOCKET, "*sys_sendto"),
+    (SOCKET, "*sys_sendmsg"),
+    (SOCKET, "*sys_accept*"),
+    (SOCKET, "*sys_connect"),
+    // Waiting for any of several descriptors.
+    (POLL, "do_sys_poll"),
+    (POLL, "do_poll*"),
+    (POLL, "do_select"),
+    (POLL, "core_sys_select"),
+    (POLL, "ep_poll"),
+    (POLL, "do_epoll_wait"),
+    (POLL, "*sys_poll"),
+    (POLL, "*sys_ppoll*"),
+    (POLL, "*sys_select"),
+    (POLL, "*sys_pselect6*"),
+    (POLL, "*sys_epoll_*wait*"),
     // Sleeping on purpose.
     (SLEEP, "do_nanosleep"),
     (SLEEP, "hrtimer_nanosleep"),
@@ -282,8 +380,128 @@ mod tests {
             "__x64_sys_clock_nanosleep",
         ];
         assert_eq!(class_of(&c, &sleep), SLEEP);
-        assert_eq!(class_of(&c, &["schedule", "pipe_read"]), OTHER);
+        assert_eq!(class_of(&c, &["schedule", "pipe_read"]), PIPE);
+        assert_eq!(
+            class_of(&c, &["schedule", "rcu_gp_kthread", "kthread"]),
+            OTHER
+        );
         assert_eq!(class_of(&c, &[]), OTHER);
+    }
+
+    #[test]
+    fn every_wait_family_has_its_class() {
+        let c = Classifier::default();
+        let cases: &[(&str, &[&str])] = &[
+            (
+                FILE_LOCK,
+                &[
+                    "__schedule",
+                    "schedule",
+                    "posix_lock_inode_wait",
+                    "do_lock_file_wait",
+                    "fcntl_setlk",
+                    "do_fcntl",
+                    "__x64_sys_fcntl",
+                ],
+            ),
+            (
+                FILE_LOCK,
+                &[
+                    "schedule",
+                    "locks_lock_inode_wait",
+                    "__do_sys_flock",
+                    "__x64_sys_flock",
+                ],
+            ),
+            (
+                LOCK,
+                &[
+                    "schedule",
+                    "percpu_rwsem_wait",
+                    "__percpu_down_read",
+                    "flock_lock_inode",
+                    "locks_lock_inode_wait",
+                ],
+            ),
+            (
+                LOCK_MANAGER,
+                &[
+                    "schedule",
+                    "rpc_wait_bit_killable",
+                    "__rpc_execute",
+                    "nlmclnt_call",
+                ],
+            ),
+            (
+                CHILD,
+                &["schedule", "do_wait", "kernel_wait4", "__do_sys_wait4"],
+            ),
+            (
+                PIPE,
+                &["schedule", "anon_pipe_read", "vfs_read", "ksys_read"],
+            ),
+            (
+                CHILD,
+                &[
+                    "__wait_for_common",
+                    "wait_for_completion_state",
+                    "kernel_clone",
+                    "__do_sys_clone3",
+                ],
+            ),
+            (
+                SOCKET,
+                &["schedule", "schedule_timeout", "unix_stream_read_generic"],
+            ),
+            (
+                SOCKET,
+                &["schedule_timeout", "sk_wait_data", "tcp_recvmsg_locked"],
+            ),
+            (
+                POLL,
+                &["schedule_hrtimeout_range", "do_sys_poll", "__x64_sys_poll"],
+            ),
+            (
+                POLL,
+                &["schedule_hrtimeout_range", "ep_poll", "do_epoll_wait"],
+            ),
+            (
+                FUTEX,
+                &["schedule", "futex_wait_queue", "__futex_wait", "futex_wait"],
+            ),
+            (
+                RECLAIM,
+                &[
+                    "io_schedule",
+                    "folio_wait_bit_common",
+                    "shrink_folio_list",
+                    "try_to_free_pages",
+                    "__alloc_pages_slowpath",
+                ],
+            ),
+            (
+                WRITEBACK_THROTTLE,
+                &[
+                    "io_schedule_timeout",
+                    "balance_dirty_pages",
+                    "balance_dirty_pages_ratelimited_flags",
+                    "generic_perform_write",
+                ],
+            ),
+            (
+                CGROUP_THROTTLE,
+                &[
+                    "schedule_timeout_killable",
+                    "__mem_cgroup_handle_over_high",
+                    "irqentry_exit_to_user_mode",
+                ],
+            ),
+        ];
+        for (class, stack) in cases {
+            assert_eq!(class_of(&c, stack), *class, "{stack:?}");
+        }
+        // A futex is not a kernel lock any more.
+        assert_ne!(class_of(&c, &["futex_wait_queue"]), LOCK);
     }
 
     #[test]

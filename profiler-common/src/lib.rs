@@ -15,6 +15,7 @@ pub mod hold;
 pub mod io;
 pub mod latency;
 pub mod lock;
+pub mod lockname;
 pub mod loss;
 pub mod offcpu;
 pub mod rpc;

@@ -20,7 +20,9 @@ pub struct OffcpuKey {
     pub ustack_id: i32,
     /// `STATE_*` bit the thread left the CPU in.
     pub state: u32,
-    pub _pad: u32,
+    /// Owner process of the file lock the thread waits for (file-lock waits whose
+    /// blocker the `filelock` tracepoints named), else 0.
+    pub holder_tgid: u32,
 }
 
 /// Aggregated off-CPU time of one key, in nanoseconds.
@@ -41,7 +43,23 @@ pub struct OffcpuStart {
     pub kstack_id: i32,
     pub ustack_id: i32,
     pub state: u32,
+    /// See `OffcpuKey::holder_tgid`.
+    pub holder_tgid: u32,
+    pub _pad: u32,
 }
+
+/// The holder of the file lock a thread was just queued behind (`filelock` tracepoints).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FilelockWait {
+    pub holder_tgid: u32,
+    pub _pad: u32,
+    /// When the tracepoint named it.
+    pub at_ns: u64,
+}
+
+/// Entries of the file-lock waiters noted by the `filelock` tracepoints, by thread.
+pub const FILELOCK_WAITERS_ENTRIES: u32 = 16384;
 
 /// Entries of the sleeps in progress (`OFFCPU_START`), by thread.
 pub const OFFCPU_START_ENTRIES: u32 = 65536;
@@ -57,6 +75,12 @@ pub mod names {
     pub const OFFCPU_SCHED_SWITCH: &str = "offcpu_sched_switch";
     /// The same program with the waker join and wait chains (`--wakers`).
     pub const OFFCPU_SCHED_SWITCH_WAKERS: &str = "offcpu_sched_switch_wakers";
+    pub const FILELOCK_WAITERS: &str = "FILELOCK_WAITERS";
+    pub const FILELOCK_TP_BLOCKER_OFFSET: &str = "FILELOCK_TP_BLOCKER_OFFSET";
+    pub const FILELOCK_TP_RET_OFFSET: &str = "FILELOCK_TP_RET_OFFSET";
+    pub const FILELOCK_LOCK_BLOCKER_OFFSET: &str = "FILELOCK_LOCK_BLOCKER_OFFSET";
+    pub const FILELOCK_LOCK_PID_OFFSET: &str = "FILELOCK_LOCK_PID_OFFSET";
+    pub const OFFCPU_FILELOCK: &str = "offcpu_filelock";
 
     /// Every name above (a name ending in `_` is a prefix: slot 0 is checked).
     pub const ALL: &[&str] = &[
@@ -69,8 +93,14 @@ pub mod names {
         OFFCPU_MIN_NS,
         OFFCPU_SCHED_SWITCH,
         OFFCPU_SCHED_SWITCH_WAKERS,
+        FILELOCK_WAITERS,
+        FILELOCK_TP_BLOCKER_OFFSET,
+        FILELOCK_TP_RET_OFFSET,
+        FILELOCK_LOCK_BLOCKER_OFFSET,
+        FILELOCK_LOCK_PID_OFFSET,
+        OFFCPU_FILELOCK,
     ];
 }
 
 #[cfg(feature = "user")]
-crate::impl_pod!(OffcpuKey, OffcpuStat, OffcpuStart);
+crate::impl_pod!(OffcpuKey, OffcpuStat, OffcpuStart, FilelockWait);

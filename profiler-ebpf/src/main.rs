@@ -8,11 +8,13 @@
 #![no_main]
 
 mod cpu;
+mod filelock;
 mod func;
 mod hold;
 mod io;
 mod latency;
 mod lock;
+mod lockname;
 mod offcpu;
 mod rpc;
 mod shared;
@@ -122,6 +124,16 @@ pub extern "C" fn offcpu_sched_switch_wakers(ctx: *mut c_void) -> u32 {
 #[unsafe(link_section = "tracepoint/sched/sched_waking")]
 pub extern "C" fn wakers_sched_waking(ctx: *mut c_void) -> u32 {
     wakers::on_sched_waking(&TracePointContext::new(ctx));
+    1
+}
+
+/// `filelock:posix_lock_inode` and `filelock:flock_lock_inode` (one record format): the
+/// holder of the file lock a thread is about to wait for (off-CPU family). Returns 1 so
+/// perf and other tracers still get the event.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "tracepoint/filelock/posix_lock_inode")]
+pub extern "C" fn offcpu_filelock(ctx: *mut c_void) -> u32 {
+    filelock::on_lock_inode(&TracePointContext::new(ctx));
     1
 }
 

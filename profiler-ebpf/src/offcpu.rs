@@ -105,6 +105,8 @@ fn switch_out(ctx: &TracePointContext, prev_pid: u32, prev_state: u32, now: u64)
         } else {
             state
         },
+        holder_tgid: crate::filelock::take_holder(prev_pid, now),
+        _pad: 0,
     };
     if OFFCPU_START.insert(prev_pid, start, 0).is_err() {
         count_loss(OFFCPU_START_MAP_FULL);
@@ -143,7 +145,7 @@ fn switch_in<const WAKERS: bool>(next_pid: u32, now: u64) {
         kstack_id: start.kstack_id,
         ustack_id: start.ustack_id,
         state: start.state,
-        _pad: 0,
+        holder_tgid: start.holder_tgid,
     };
     add_wait(&key, wait_ns);
     if WAKERS {

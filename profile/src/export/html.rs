@@ -184,21 +184,31 @@ fn kind_section(profile: &Profile, kind: Kind) -> Result<String> {
             if rows.is_empty() {
                 out.push_str("<p>No off-CPU waits recorded.</p>\n");
             } else {
-                out.push_str(&table(
-                    &[
-                        "process",
-                        "pid",
-                        "off-CPU",
-                        "class",
-                        "time",
-                        "%",
-                        "waits",
-                        "max",
-                        "top stack",
-                    ],
-                    &[false, true, true, false, true, true, true, true, false],
-                    &rows,
-                ));
+                let mut headers = vec![
+                    "process",
+                    "pid",
+                    "off-CPU",
+                    "class",
+                    "time",
+                    "%",
+                    "waits",
+                    "max",
+                    "top stack",
+                ];
+                let mut numeric = vec![false, true, true, false, true, true, true, true, false];
+                // File-lock holders: a column only when the profile names some.
+                if rows.iter().any(|row| row.len() > headers.len()) {
+                    headers.push("held by");
+                    numeric.push(false);
+                }
+                let rows: Vec<Vec<String>> = rows
+                    .into_iter()
+                    .map(|mut row| {
+                        row.resize(headers.len(), String::new());
+                        row
+                    })
+                    .collect();
+                out.push_str(&table(&headers, &numeric, &rows));
             }
             out.push_str("<h3>Flamegraph (width: time off CPU)</h3>\n");
             let svg = flamegraph::render_svg(profile, kind)?;
@@ -386,6 +396,11 @@ fn offcpu_rows(profile: &Profile, top: usize) -> Vec<Vec<String>> {
                 format_ns(class.max_ns),
                 top_stack,
             ]);
+            if !class.held_by.is_empty() {
+                if let Some(row) = rows.last_mut() {
+                    row.push(export::offcpu::holders_text(&class.held_by, 5));
+                }
+            }
         }
     }
     rows

@@ -19,6 +19,10 @@ pub struct LockGroup {
     #[serde(rename = "type")]
     pub lock_type: String,
     pub lock: String,
+    /// How the lock was named (`LockRow::lock_name_source`); empty for a group of
+    /// several locks and in profiles of older versions.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub lock_name_source: String,
     /// The caller with the most wait time in this group.
     pub caller: String,
     pub contended: u64,
@@ -245,6 +249,7 @@ pub fn top_lock_groups(
     struct Sums<'a> {
         lock_type: &'static str,
         lock: &'a str,
+        lock_name_source: &'a str,
         several_locks: bool,
         has_holder: bool,
         count: u64,
@@ -294,6 +299,7 @@ pub fn top_lock_groups(
             groups.push(Sums {
                 lock_type,
                 lock: &row.lock_name,
+                lock_name_source: &row.lock_name_source,
                 several_locks: false,
                 has_holder: false,
                 count: 0,
@@ -411,6 +417,11 @@ pub fn top_lock_groups(
             holders,
             lock_type: sums.lock_type.to_string(),
             lock: lock_of(sums).to_string(),
+            lock_name_source: if sums.several_locks {
+                String::new()
+            } else {
+                sums.lock_name_source.to_string()
+            },
             caller: callers.first().map(|c| c.0.to_string()).unwrap_or_default(),
             contended: sums.count,
             total_wait_ns: sums.total,
@@ -453,8 +464,15 @@ pub fn lock_table(profile: &Profile, by: GroupBy, top: usize) -> String {
         GroupBy::Host => "host",
         _ => "lock",
     };
+    // Wider only when a row's type carries an outcome (`rwsem:R !EINTR`).
+    let type_width = groups
+        .iter()
+        .map(|group| group.lock_type.len())
+        .max()
+        .unwrap_or(0)
+        .max(10);
     out.push_str(&format!(
-        "{:>10} {:>10} {:>10} {:>10}  {:<10} {:<20} {}\n",
+        "{:>10} {:>10} {:>10} {:>10}  {:<type_width$} {:<20} {}\n",
         "contended", "total wait", "max wait", "avg wait", "type", third, "caller"
     ));
     let shown = groups.len();
@@ -465,7 +483,7 @@ pub fn lock_table(profile: &Profile, by: GroupBy, top: usize) -> String {
             _ => group.lock.clone(),
         };
         out.push_str(&format!(
-            "{:>10} {:>10} {:>10} {:>10}  {:<10} {:<20} {}\n",
+            "{:>10} {:>10} {:>10} {:>10}  {:<type_width$} {:<20} {}\n",
             group.contended,
             format_ns(group.total_wait_ns),
             format_ns(group.max_wait_ns),
@@ -476,7 +494,38 @@ pub fn lock_table(profile: &Profile, by: GroupBy, top: usize) -> String {
         ));
     }
     out.push_str(&more_rows(shown, total_groups));
+    if by == GroupBy::Lock {
+        out.push_str(&name_sources(&groups));
+    }
     out
+}
+
+/// How the shown locks were named, one line within 100 columns: `named by task:
+/// file_lock, mmap_lock; runqueue: rq_lock:cpu0; not named: 2 addresses`. Empty for
+/// profiles that do not say (older versions).
+pub fn name_sources(groups: &[LockGroup]) -> String {
+    let mut by_source: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for group in groups {
+        if group.lock_name_source.is_empty() {
+            continue;
+        }
+        let names = by_source.entry(&group.lock_name_source).or_default();
+        if !names.contains(&group.lock.as_str()) {
+            names.push(&group.lock);
+        }
+    }
+    if by_source.is_empty() {
+        return String::new();
+    }
+    let addresses = by_source.remove("address").map_or(0, |names| names.len());
+    let mut parts: Vec<String> = by_source
+        .into_iter()
+        .map(|(source, names)| format!("{source}: {}", names.join(", ")))
+        .collect();
+    if addresses > 0 {
+        parts.push(format!("not named: {addresses} addresses"));
+    }
+    format!("{}\n", fit(&format!("named by {}", parts.join("; ")), 100))
 }
 
 /// "Waiters wait on X, held by Y": the holders of the top sleeping locks, when the
@@ -528,4 +577,43 @@ pub fn lock_family_recorded(profile: &Profile) -> bool {
             && profile.rpcs.is_empty()
             && profile.funcs.is_empty()
             && profile.holds.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn name_sources_line_groups_names_by_method() {
+        let group = |lock: &str, source: &str| LockGroup {
+            lock_type: "spinlock".into(),
+            lock: lock.into(),
+            lock_name_source: source.into(),
+            caller: String::new(),
+            contended: 1,
+            total_wait_ns: 1,
+            max_wait_ns: 1,
+            min_wait_ns: 1,
+            avg_wait_ns: 1,
+            callers: Vec::new(),
+            pids: Vec::new(),
+            processes: Vec::new(),
+            host: String::new(),
+            holders: Vec::new(),
+            contended_holds: None,
+        };
+        let groups = [
+            group("file_lock", "task"),
+            group("rq_lock:cpu0", "runqueue"),
+            group("mmap_lock", "task"),
+            group("0xffff1", "address"),
+            group("0xffff2", "address"),
+            group("mmap_lock", "task"),
+        ];
+        assert_eq!(
+            name_sources(&groups),
+            "named by runqueue: rq_lock:cpu0; task: file_lock, mmap_lock; not named: 2 addresses\n"
+        );
+        assert_eq!(name_sources(&[group("0xffff1", "")]), "");
+    }
 }

@@ -27,6 +27,7 @@ fn remap_rows(profile: &mut Profile, pid: &dyn Fn(u32) -> u32, stack: &dyn Fn(u3
     // Thread ids stay: they are looked up inside their (remapped) process.
     for row in &mut profile.offcpu {
         row.pid = pid(row.pid);
+        row.held_by = row.held_by.map(pid);
         row.stack = row.stack.map(stack);
         row.ustack = row.ustack.map(stack);
         for waker in &mut row.wakers {

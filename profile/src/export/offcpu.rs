@@ -34,6 +34,19 @@ pub struct OffcpuClass {
     /// Who woke this class's waits (`record --wakers`), most time first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub wakers: Vec<super::wakers::WakerShare>,
+    /// Owners of the file locks waited for (`file-lock` waits), most wait first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held_by: Vec<OffcpuHolder>,
+}
+
+/// A process holding the file locks some waits of a class were queued behind.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct OffcpuHolder {
+    pub pid: u32,
+    pub process: String,
+    /// Off-CPU time of the waits it held the lock for.
+    pub total_ns: u64,
+    pub count: u64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -77,18 +90,31 @@ type ClassTree = BTreeMap<String, BTreeMap<(Option<u32>, Option<u32>), OffcpuSta
 
 /// (pid, class, kernel stack, user stack).
 type StackKey = (u32, String, Option<u32>, Option<u32>);
+/// Holder pid -> (off-CPU time, waits).
+type HolderSums = BTreeMap<u32, (u64, u64)>;
 
 pub fn processes(profile: &Profile) -> Vec<OffcpuProcess> {
     // pid -> class -> (kernel stack, user stack) -> stack
     let mut tree: BTreeMap<u32, ClassTree> = BTreeMap::new();
     // The rows of each stack, for their wakers.
     let mut rows_of: BTreeMap<StackKey, Vec<&OffcpuRow>> = BTreeMap::new();
+    // (pid, class) -> holder pid -> (time, waits)
+    let mut holders: BTreeMap<(u32, &str), HolderSums> = BTreeMap::new();
     for row in &profile.offcpu {
         if !row.wakers.is_empty() {
             rows_of
                 .entry((row.pid, row.class.clone(), row.stack, row.ustack))
                 .or_default()
                 .push(row);
+        }
+        if let Some(holder) = row.held_by {
+            let sums = holders
+                .entry((row.pid, row.class.as_str()))
+                .or_default()
+                .entry(holder)
+                .or_default();
+            sums.0 += row.total_ns;
+            sums.1 += row.count;
         }
         let stack = tree
             .entry(row.pid)
@@ -146,12 +172,25 @@ pub fn processes(profile: &Profile) -> Vec<OffcpuProcess> {
                     for stack in &mut stacks {
                         stack.threads.sort_unstable();
                     }
+                    let mut held_by: Vec<OffcpuHolder> = holders
+                        .get(&(pid, class.as_str()))
+                        .into_iter()
+                        .flatten()
+                        .map(|(&holder, &(total_ns, count))| OffcpuHolder {
+                            pid: holder,
+                            process: profile.process_name(holder),
+                            total_ns,
+                            count,
+                        })
+                        .collect();
+                    held_by.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.pid.cmp(&b.pid)));
                     let class_total: u64 = stacks.iter().map(|s| s.total_ns).sum();
                     let mut wakers = super::wakers::shares(profile, rows_of_class);
                     // Shares of the class's time (not only of its rows with wakers).
                     super::wakers::rescale(&mut wakers, class_total);
                     OffcpuClass {
                         wakers,
+                        held_by,
                         class,
                         total_ns: stacks.iter().map(|s| s.total_ns).sum(),
                         count: stacks.iter().map(|s| s.count).sum(),
@@ -204,6 +243,26 @@ pub(crate) fn short_stack(frames: &[String], width: usize) -> String {
     out
 }
 
+/// `name[pid] 12.3 ms, ...`: the first `top` holders of a class.
+pub fn holders_text(holders: &[OffcpuHolder], top: usize) -> String {
+    let mut parts: Vec<String> = holders
+        .iter()
+        .take(top)
+        .map(|holder| {
+            let who = if holder.process == format!("pid {}", holder.pid) {
+                holder.process.clone()
+            } else {
+                format!("{}[{}]", holder.process, holder.pid)
+            };
+            format!("{who} {}", format_ns(holder.total_ns))
+        })
+        .collect();
+    if holders.len() > top {
+        parts.push(format!("{} more", holders.len() - top));
+    }
+    parts.join(", ")
+}
+
 /// The per-process table of the summary, within 100 columns.
 pub fn table(profile: &Profile, top: usize) -> String {
     let processes = processes(profile);
@@ -248,6 +307,13 @@ pub fn table(profile: &Profile, top: usize) -> String {
                 ));
             }
             out.push_str(&super::wakers::woken_by_lines(&class.wakers, 3, 24));
+            if !class.held_by.is_empty() {
+                out.push_str(&format!(
+                    "{:>24}held by: {}\n",
+                    "",
+                    fit(&holders_text(&class.held_by, 3), 67)
+                ));
+            }
         }
     }
     if shown < processes.len() {
@@ -290,6 +356,7 @@ pub(crate) mod tests {
             count: 4,
             total_ns: total,
             max_ns: total / 2,
+            held_by: None,
             wakers: Vec::new(),
         };
         profile.offcpu = vec![
@@ -347,6 +414,55 @@ pub(crate) mod tests {
         );
         assert_eq!(process.classes[0].stacks[0].threads, vec![10, 11]);
         assert_eq!(process.classes[1].class, "sleep");
+    }
+
+    #[test]
+    fn file_lock_holders_per_class() {
+        let mut profile = profile_with_waits();
+        let wait = |tid, holder, total| OffcpuRow {
+            pid: 10,
+            tid,
+            state: "S".into(),
+            class: "file-lock".into(),
+            stack: None,
+            ustack: None,
+            count: 2,
+            total_ns: total,
+            max_ns: total,
+            held_by: Some(holder),
+            wakers: Vec::new(),
+        };
+        profile.offcpu.push(wait(10, 20, 5_000_000));
+        profile.offcpu.push(wait(11, 21, 7_000_000));
+        profile.offcpu.push(wait(11, 20, 1_000_000));
+        profile.processes.push(Process {
+            pid: 20,
+            comm: "holder".into(),
+            ..Default::default()
+        });
+        let processes = processes(&profile);
+        let class = processes[0]
+            .classes
+            .iter()
+            .find(|class| class.class == "file-lock")
+            .expect("file-lock class");
+        let holders: Vec<(u32, u64, u64)> = class
+            .held_by
+            .iter()
+            .map(|holder| (holder.pid, holder.total_ns, holder.count))
+            .collect();
+        assert_eq!(holders, vec![(21, 7_000_000, 2), (20, 6_000_000, 4)]);
+        assert!(
+            processes[0].classes[0].held_by.is_empty(),
+            "buffer waits have none"
+        );
+        let text = table(&profile, 20);
+        assert!(text.contains("held by: "), "{text}");
+        assert!(
+            text.contains("held by: pid 21 7.00 ms, holder[20] 6.00 ms"),
+            "{text}"
+        );
+        crate::export::table::assert_fits_100_columns(&text);
     }
 
     #[test]

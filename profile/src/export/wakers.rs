@@ -380,6 +380,7 @@ pub(crate) mod tests {
             count: 10,
             total_ns: 100_000_000,
             max_ns: 20_000_000,
+            held_by: None,
             wakers: vec![WakerRow {
                 pid: 20,
                 tid: 22,

@@ -12,9 +12,9 @@ use aya::{
 use profiler_common::{
     latency::LatencyStat,
     lock::{
-        names, ContendedHoldKey, LockKey, LockLayout, LockStat, LOCK_CLASS_MMAP_LOCK,
-        LOCK_LAST_ACQUIRER_ENTRIES, LOCK_SLEEP_DROPPED_ENTRIES, LOCK_SLEEP_WAIT_ENTRIES,
-        LOCK_STACK_CACHE_ENTRIES, OUTCOME_SHIFT,
+        names, ContendedHoldKey, LockKey, LockLayout, LockStat, LOCK_LAST_ACQUIRER_ENTRIES,
+        LOCK_SLEEP_DROPPED_ENTRIES, LOCK_SLEEP_WAIT_ENTRIES, LOCK_STACK_CACHE_ENTRIES,
+        OUTCOME_SHIFT,
     },
 };
 
@@ -55,6 +55,10 @@ pub const FAMILY: Registration = Registration {
             names::LOCK_SLEEP_DROPPED,
             MapSize::Fixed(LOCK_SLEEP_DROPPED_ENTRIES),
         ),
+        (
+            profiler_common::lockname::names::LOCK_RQ_ADDRS,
+            MapSize::Fixed(profiler_common::lockname::LOCK_RQ_ADDRS_ENTRIES),
+        ),
     ],
     names: names::ALL,
 };
@@ -63,6 +67,7 @@ pub const FAMILY: Registration = Registration {
 struct LockFamily {
     method: LockMethod,
     layout: LockLayout,
+    names: profiler_common::lockname::LockNameLayout,
 }
 
 /// Recorded when asked for, and by default: when no other family is asked for.
@@ -73,6 +78,7 @@ fn plan_family(args: &RecordArgs, ctx: &mut PlanContext) -> Result<Planned> {
     Ok(Some(Box::new(LockFamily {
         method: args.lock_method,
         layout: layout(),
+        names: super::lockname::layout(),
     })))
 }
 
@@ -83,6 +89,11 @@ impl Family for LockFamily {
 
     fn configure<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
         loader.override_global(names::LOCK_LAYOUT, &self.layout, true);
+        loader.override_global(
+            profiler_common::lockname::names::LOCK_NAME_LAYOUT,
+            &self.names,
+            true,
+        );
     }
 
     fn attach(&mut self, ebpf: &mut Ebpf, ctx: &mut AttachContext) -> Result<Vec<ProbeUse>> {
@@ -308,17 +319,16 @@ pub fn layout() -> LockLayout {
 /// Reads the aggregate out of the kernel.
 pub fn drain(maps: &MapSet, stacks: &mut StackResolver) -> Result<Vec<LockRow>> {
     let stats: HashMap<_, LockKey, LockStat> = maps.hash_map(names::LOCK_STATS)?;
+    let namer = super::lockname::LockNamer::new(maps)?;
     let mut rows = Vec::new();
     for entry in stats.iter() {
         let (key, stat) = entry.context("cannot read LOCK_STATS")?;
+        let (lock_name, source) = namer.name(key.lock_class, key.lock_addr, stacks);
         rows.push(LockRow {
             pid: key.tgid,
             lock_addr: key.lock_addr,
-            lock_name: if key.lock_class == LOCK_CLASS_MMAP_LOCK {
-                "mmap_lock".to_string()
-            } else {
-                stacks.lock_name(key.lock_addr)
-            },
+            lock_name,
+            lock_name_source: source.into(),
             flags: key.flags | key.outcome << OUTCOME_SHIFT,
             stack: stacks.kernel_stack(key.kstack_id),
             count: stat.count,

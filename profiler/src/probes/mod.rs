@@ -5,10 +5,12 @@
 //! uses (maps, stacks, losses, thread names, attach helpers).
 
 pub mod cpu;
+pub mod filelock;
 pub mod func;
 pub mod hold;
 pub mod io;
 pub mod lock;
+pub mod lockname;
 pub mod offcpu;
 pub mod rpc;
 pub mod shared;

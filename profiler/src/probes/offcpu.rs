@@ -10,7 +10,7 @@ use profiler_common::offcpu::{
 use crate::{
     cli::{Kind, RecordArgs},
     probes::{
-        progress_of,
+        filelock, progress_of,
         shared::{attach_tracepoint, MapSet, StackResolver},
         AttachContext, Drain, Family, MapSize, PlanContext, Planned, Registration,
     },
@@ -27,6 +27,10 @@ pub const FAMILY: Registration = Registration {
     maps: &[
         (names::OFFCPU_STATS, MapSize::Stats),
         (names::OFFCPU_START, MapSize::Fixed(OFFCPU_START_ENTRIES)),
+        (
+            names::FILELOCK_WAITERS,
+            MapSize::Fixed(profiler_common::offcpu::FILELOCK_WAITERS_ENTRIES),
+        ),
     ],
     names: names::ALL,
 };
@@ -53,6 +57,7 @@ fn plan_family(args: &RecordArgs, _ctx: &mut PlanContext) -> Result<Planned> {
     };
     Ok(Some(Box::new(OffcpuFamily {
         globals: OffcpuGlobals::read(&options)?,
+        filelock: filelock::FilelockGlobals::read(),
         options,
         classifier: Classifier::new(args.wait_class.clone()),
     })))
@@ -62,6 +67,8 @@ fn plan_family(args: &RecordArgs, _ctx: &mut PlanContext) -> Result<Planned> {
 struct OffcpuFamily {
     options: OffcpuOptions,
     globals: OffcpuGlobals,
+    /// Offsets of the file-lock holders' program, or why it cannot run here.
+    filelock: Result<filelock::FilelockGlobals>,
     classifier: Classifier,
 }
 
@@ -72,6 +79,9 @@ impl Family for OffcpuFamily {
 
     fn configure<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
         self.globals.apply(loader);
+        if let Ok(filelock) = &self.filelock {
+            filelock.apply(loader);
+        }
     }
 
     fn user_stacks(&self) -> bool {
@@ -79,7 +89,7 @@ impl Family for OffcpuFamily {
     }
 
     fn attach(&mut self, ebpf: &mut Ebpf, ctx: &mut AttachContext) -> Result<Vec<ProbeUse>> {
-        if self.options.wakers {
+        let mut used = if self.options.wakers {
             // A kernel that refuses the program with the waker join still records the
             // waits with the plain one; the wakers family then says why it is missing.
             match attach_tracepoint(
@@ -88,15 +98,29 @@ impl Family for OffcpuFamily {
                 "sched",
                 "sched_switch",
             ) {
-                Ok(()) => return Ok(vec![probe_use(&self.options, " with wakers")]),
-                Err(err) => ctx.unavailable.push(crate::profile::Unavailable {
-                    family: "wakers".into(),
-                    what: "off-CPU waits joined to their wakers".into(),
-                    reason: format!("{err:#}; off-CPU waits are recorded without their wakers"),
-                }),
+                Ok(()) => probe_use(&self.options, " with wakers"),
+                Err(err) => {
+                    ctx.unavailable.push(crate::profile::Unavailable {
+                        family: "wakers".into(),
+                        what: "off-CPU waits joined to their wakers".into(),
+                        reason: format!("{err:#}; off-CPU waits are recorded without their wakers"),
+                    });
+                    attach(ebpf, &self.options)?
+                }
             }
+        } else {
+            attach(ebpf, &self.options)?
+        };
+        match self
+            .filelock
+            .as_ref()
+            .map_err(|err| anyhow::anyhow!("{err:#}"))
+            .and_then(|_| filelock::attach(ebpf))
+        {
+            Ok(method) => used.method.push_str(&format!("; {method}")),
+            Err(err) => ctx.unavailable.push(filelock::unavailable(&err)),
         }
-        Ok(vec![attach(ebpf, &self.options)?])
+        Ok(vec![used])
     }
 
     fn drain(&self, out: &mut Drain) -> Result<()> {
@@ -198,6 +222,7 @@ pub fn drain(
             count: stat.count,
             total_ns: stat.total_ns,
             max_ns: stat.max_ns,
+            held_by: (key.holder_tgid != 0).then_some(key.holder_tgid),
             wakers: Vec::new(),
         });
     }

@@ -146,7 +146,7 @@ fn state_bit(state: &str) -> u32 {
 /// row's wakers are the wakers of exactly its waits.
 pub fn drain(maps: &MapSet, stacks: &mut StackResolver, rows: &mut Vec<OffcpuRow>) -> Result<()> {
     let stats: HashMap<_, WakerKey, OffcpuStat> = maps.hash_map(names::WAKER_STATS)?;
-    type RowKey = (u32, u32, u32, Option<u32>, Option<u32>);
+    type RowKey = (u32, u32, u32, Option<u32>, Option<u32>, Option<u32>);
     let mut index: StdHashMap<RowKey, usize> = StdHashMap::new();
     let mut merged: Vec<OffcpuRow> = Vec::with_capacity(rows.len());
     for row in rows.drain(..) {
@@ -156,6 +156,7 @@ pub fn drain(maps: &MapSet, stacks: &mut StackResolver, rows: &mut Vec<OffcpuRow
             state_bit(&row.state),
             row.stack,
             row.ustack,
+            row.held_by,
         );
         match index.get(&key) {
             Some(&at) => {
@@ -180,6 +181,7 @@ pub fn drain(maps: &MapSet, stacks: &mut StackResolver, rows: &mut Vec<OffcpuRow
             waiter.state,
             stacks.kernel_stack(waiter.kstack_id),
             stacks.user_stack(waiter.tgid, waiter.ustack_id),
+            (waiter.holder_tgid != 0).then_some(waiter.holder_tgid),
         );
         let Some(&at) = index.get(&row_key) else {
             continue;

@@ -43,6 +43,12 @@
 //! - it agrees within 10% with `--hold`'s mean hold of that lock (fexit/fentry or
 //!   kprobes: every hold of the three creators, each one CREATE long).
 //!
+//! `lab-check file-lock PROFILE OUTPUT`
+//! - the off-CPU family attached the `filelock` tracepoints (file-lock holders);
+//! - each worker of the `file-locks` workload (its lines in OUTPUT) has `file-lock` waits
+//!   within 10% of its own blocked time, with a holder named for at least 90% of them,
+//!   never itself and always a worker of its lock space (POSIX/OFD or flock).
+//!
 //! Prints what it measured; exits 1 with a `WHY:` line on the first failed assertion.
 
 use std::{collections::BTreeMap, process::exit};
@@ -70,6 +76,7 @@ fn main() {
         Some("hold-symbol") => check_hold_symbol(&args[1..]),
         Some("hold-contended") => check_hold_contended(&args[1..]),
         Some("io") => check_io(&args[1..]),
+        Some("file-lock") => check_file_lock(&args[1..]),
         _ => fail("usage: lab-check lock PROFILE REPORT --method WORD --types T1,T2 [--truth TYPE=N] [--tolerance F]".into()),
     }
 }
@@ -646,4 +653,88 @@ fn check_hold_symbol(args: &[String]) {
             top["acquired_in"]
         ));
     }
+}
+
+fn check_file_lock(args: &[String]) {
+    let (Some(profile_path), Some(output_path)) = (args.first(), args.get(1)) else {
+        fail("lab-check file-lock: PROFILE and OUTPUT are required".into());
+    };
+    let profile = read_json(profile_path);
+    let output = std::fs::read_to_string(output_path)
+        .unwrap_or_else(|err| fail(format!("cannot read {output_path}: {err}")));
+    let attached = profile["probes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|probe| {
+            probe["method"]
+                .as_str()
+                .is_some_and(|method| method.contains("file-lock holders"))
+        });
+    if !attached {
+        fail(format!(
+            "the filelock tracepoints were not attached: {}",
+            profile["unavailable"]
+        ));
+    }
+    // pid -> (kind, blocked ns)
+    let mut workers: BTreeMap<u64, (String, u64)> = BTreeMap::new();
+    for line in output.lines().filter(|l| l.starts_with("file-locks pid=")) {
+        let field = |name: &str| {
+            line.split_whitespace()
+                .find_map(|part| part.strip_prefix(name))
+                .unwrap_or_else(|| fail(format!("no {name} in {line}")))
+                .to_string()
+        };
+        let pid = field("pid=").parse().unwrap_or(0);
+        let blocked = field("blocked_ns=").parse().unwrap_or(0);
+        workers.insert(pid, (field("kind="), blocked));
+    }
+    if workers.len() < 4 {
+        fail(format!("too few workers in {output_path}: {workers:?}"));
+    }
+    // pid -> (file-lock ns, ns with a holder)
+    let mut waits: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    for row in profile["offcpu"].as_array().into_iter().flatten() {
+        if row["class"] != "file-lock" {
+            continue;
+        }
+        let pid = row["pid"].as_u64().unwrap_or(0);
+        let total = row["total_ns"].as_u64().unwrap_or(0);
+        let entry = waits.entry(pid).or_default();
+        entry.0 += total;
+        if let Some(holder) = row["held_by"].as_u64() {
+            entry.1 += total;
+            let Some((kind, _)) = workers.get(&pid) else {
+                continue;
+            };
+            match workers.get(&holder) {
+                Some((holder_kind, _))
+                    if holder != pid && (holder_kind == "flock") == (kind == "flock") => {}
+                _ => fail(format!(
+                    "{kind} worker {pid} waited behind {holder}, not a worker of its lock space"
+                )),
+            }
+        }
+    }
+    for (pid, (kind, blocked)) in &workers {
+        let (file_lock, held) = waits.get(pid).copied().unwrap_or_default();
+        println!(
+            "{kind} worker {pid}: blocked {blocked} ns by its clock, file-lock off-CPU {file_lock} ns, holder named for {held} ns"
+        );
+        if *blocked < 10_000_000 {
+            continue;
+        }
+        if file_lock.abs_diff(*blocked) as f64 > 0.1 * *blocked as f64 {
+            fail(format!(
+                "{kind} worker {pid}: file-lock {file_lock} ns against its own {blocked} ns"
+            ));
+        }
+        if held * 10 < file_lock * 9 {
+            fail(format!(
+                "{kind} worker {pid}: holder named for {held} of {file_lock} ns"
+            ));
+        }
+    }
+    println!("WHY: ok");
 }

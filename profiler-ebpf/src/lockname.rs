@@ -1,0 +1,138 @@
+//! What a contended lock is (lock family), from the waiting task's structures: its
+//! mm's `mmap_lock` and `page_table_lock`, its fd table's `file_lock`, `siglock`,
+//! `fs->lock`, `cred_guard_mutex`, a task's `pi_lock` or `alloc_lock` (its own, or
+//! another task's found by checking the task structure around the lock), and the
+//! runqueue lock of the CPU it runs on. Run on the stack cache's misses only (the class
+//! is cached with the stack), so the reads cost nothing on the common path. Each CPU's
+//! runqueue lock address is noted in `LOCK_RQ_ADDRS`, so user space also names the
+//! runqueue locks of other CPUs (taken by wake-ups and load balancing).
+
+use aya_ebpf::{
+    helpers::{
+        bpf_probe_read_kernel,
+        generated::{bpf_get_current_task, bpf_get_smp_processor_id},
+    },
+    macros::map,
+    maps::Array,
+};
+use profiler_common::{
+    lock::{LOCK_CLASS_MMAP_LOCK, LOCK_CLASS_UNKNOWN},
+    lockname::{
+        LOCK_CLASS_ALLOC_LOCK, LOCK_CLASS_CRED_GUARD, LOCK_CLASS_FILE_LOCK, LOCK_CLASS_FS_LOCK,
+        LOCK_CLASS_PAGE_TABLE_LOCK, LOCK_CLASS_PI_LOCK, LOCK_CLASS_RQ_LOCK, LOCK_CLASS_SIGLOCK,
+        LOCK_RQ_ADDRS_ENTRIES, LockNameLayout, NO_OFFSET,
+    },
+};
+
+/// Struct offsets from the kernel's BTF, set at load time.
+#[unsafe(no_mangle)]
+static LOCK_NAME_LAYOUT: LockNameLayout = LockNameLayout::OFF;
+
+/// The runqueue lock address of each CPU, as seen from tasks running there.
+#[map]
+pub static LOCK_RQ_ADDRS: Array<u64> = Array::with_max_entries(LOCK_RQ_ADDRS_ENTRIES, 0);
+
+/// `*(base + offset)` as a pointer, 0 when the member is absent or the read fails.
+#[inline(always)]
+fn read_ptr(base: u64, offset: u32) -> u64 {
+    if base == 0 || offset == NO_OFFSET {
+        return 0;
+    }
+    // SAFETY: bpf_probe_read_kernel checks the address; a bad one is an error.
+    unsafe { bpf_probe_read_kernel((base + offset as u64) as *const u64) }.unwrap_or(0)
+}
+
+#[inline(always)]
+fn read_u32(base: u64, offset: u32) -> Option<u32> {
+    if base == 0 || offset == NO_OFFSET {
+        return None;
+    }
+    // SAFETY: as above.
+    unsafe { bpf_probe_read_kernel((base + offset as u64) as *const u32) }.ok()
+}
+
+/// Whether `lock_addr` is member `offset` of the struct at `base`.
+#[inline(always)]
+fn is_member(lock_addr: u64, base: u64, offset: u32) -> bool {
+    base != 0 && offset != NO_OFFSET && lock_addr == base + offset as u64
+}
+
+/// Whether `task` looks like a `task_struct`: its group leader has its tgid.
+#[inline(always)]
+fn is_task(layout: &LockNameLayout, task: u64) -> bool {
+    let leader = read_ptr(task, layout.task_group_leader);
+    if leader < 0xffff_0000_0000_0000 {
+        return false;
+    }
+    match (
+        read_u32(task, layout.task_tgid),
+        read_u32(leader, layout.task_tgid),
+    ) {
+        (Some(tgid), Some(leader_tgid)) => tgid != 0 && tgid == leader_tgid,
+        _ => false,
+    }
+}
+
+/// The class of the lock at `lock_addr` (`LOCK_CLASS_*`), as far as the current task
+/// and the current CPU tell.
+#[inline(always)]
+pub fn classify(lock_addr: u64) -> u32 {
+    // SAFETY: reading a load-time global; volatile so the default is not folded in.
+    let layout = unsafe { core::ptr::read_volatile(&LOCK_NAME_LAYOUT) };
+    if layout.enabled == 0 {
+        return LOCK_CLASS_UNKNOWN;
+    }
+    // SAFETY: helper without arguments; the pointer is only read through
+    // bpf_probe_read_kernel.
+    let task = unsafe { bpf_get_current_task() };
+    let rq = read_ptr(read_ptr(task, layout.task_se_cfs_rq), layout.cfs_rq_rq);
+    if rq != 0 && layout.rq_lock != NO_OFFSET {
+        // SAFETY: helper without arguments.
+        let cpu = unsafe { bpf_get_smp_processor_id() };
+        let rq_lock = rq + layout.rq_lock as u64;
+        if let Some(slot) = LOCK_RQ_ADDRS.get_ptr_mut(cpu) {
+            // SAFETY: element of an array map from a successful lookup.
+            unsafe { *slot = rq_lock };
+        }
+        if lock_addr == rq_lock {
+            return LOCK_CLASS_RQ_LOCK;
+        }
+    }
+    let mm = read_ptr(task, layout.task_mm);
+    if is_member(lock_addr, mm, layout.mm_mmap_lock) {
+        return LOCK_CLASS_MMAP_LOCK;
+    }
+    if is_member(lock_addr, mm, layout.mm_page_table_lock) {
+        return LOCK_CLASS_PAGE_TABLE_LOCK;
+    }
+    let files = read_ptr(task, layout.task_files);
+    if is_member(lock_addr, files, layout.files_file_lock) {
+        return LOCK_CLASS_FILE_LOCK;
+    }
+    let sighand = read_ptr(task, layout.task_sighand);
+    if is_member(lock_addr, sighand, layout.sighand_siglock) {
+        return LOCK_CLASS_SIGLOCK;
+    }
+    let fs = read_ptr(task, layout.task_fs);
+    if is_member(lock_addr, fs, layout.fs_lock) {
+        return LOCK_CLASS_FS_LOCK;
+    }
+    let signal = read_ptr(task, layout.task_signal);
+    if is_member(lock_addr, signal, layout.signal_cred_guard) {
+        return LOCK_CLASS_CRED_GUARD;
+    }
+    // A task's own pi_lock / alloc_lock, or another task's (wake-ups take the wakee's).
+    if layout.task_pi_lock != NO_OFFSET && lock_addr > layout.task_pi_lock as u64 {
+        let candidate = lock_addr - layout.task_pi_lock as u64;
+        if candidate == task || is_task(&layout, candidate) {
+            return LOCK_CLASS_PI_LOCK;
+        }
+    }
+    if layout.task_alloc_lock != NO_OFFSET && lock_addr > layout.task_alloc_lock as u64 {
+        let candidate = lock_addr - layout.task_alloc_lock as u64;
+        if candidate == task || is_task(&layout, candidate) {
+            return LOCK_CLASS_ALLOC_LOCK;
+        }
+    }
+    LOCK_CLASS_UNKNOWN
+}

@@ -1,0 +1,161 @@
+//! Workload: processes contending on file locks of one file, each measuring its own
+//! blocked time.
+//! `file-locks [--kinds posix,ofd,flock] [--procs N] [--rounds R] [--hold-us U] [--path P]`
+//! starts N worker processes per kind (`posix`: fcntl F_SETLKW, `ofd`: fcntl
+//! F_OFD_SETLKW, `flock`: flock LOCK_EX), all on the same file. Each worker takes its
+//! lock R times, holds it U microseconds (sleeping), releases it and sleeps U/2
+//! microseconds before the next round. POSIX and OFD
+//! locks conflict with each other; flock locks only with flock locks.
+//! Each worker prints one line when done:
+//! `file-locks pid=P kind=K rounds=R blocked_ns=T`
+//! where T is the time it spent in the blocking lock calls, measured by itself.
+
+use std::{
+    fs::{File, OpenOptions},
+    io::{Read, Write},
+    os::fd::AsRawFd,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+struct Options {
+    kinds: Vec<String>,
+    procs: usize,
+    rounds: u64,
+    hold_us: u64,
+    path: String,
+    worker: Option<String>,
+}
+
+fn options() -> Options {
+    let mut options = Options {
+        kinds: vec!["posix".into(), "ofd".into(), "flock".into()],
+        procs: 3,
+        rounds: 50,
+        hold_us: 2000,
+        path: std::env::temp_dir()
+            .join(format!("lockpath-file-locks-{}", std::process::id()))
+            .to_string_lossy()
+            .into_owned(),
+        worker: None,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let value = args.next().unwrap_or_default();
+        match arg.as_str() {
+            "--kinds" => options.kinds = value.split(',').map(String::from).collect(),
+            "--procs" => options.procs = value.parse().expect("--procs takes a number"),
+            "--rounds" => options.rounds = value.parse().expect("--rounds takes a number"),
+            "--hold-us" => options.hold_us = value.parse().expect("--hold-us takes a number"),
+            "--path" => options.path = value,
+            "--worker" => options.worker = Some(value),
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    options
+}
+
+/// One blocking lock (`lock`) or unlock call of `kind` on `file`.
+fn file_lock(file: &File, kind: &str, lock: bool) {
+    let fd = file.as_raw_fd();
+    let result = match kind {
+        "flock" => {
+            let op = if lock { libc::LOCK_EX } else { libc::LOCK_UN };
+            // SAFETY: flock on a descriptor this process owns.
+            unsafe { libc::flock(fd, op) }
+        }
+        "posix" | "ofd" => {
+            // SAFETY: an all-zero flock struct is valid; the fields are set below.
+            let mut range: libc::flock = unsafe { std::mem::zeroed() };
+            range.l_type = if lock { libc::F_WRLCK } else { libc::F_UNLCK } as i16;
+            range.l_whence = libc::SEEK_SET as i16;
+            range.l_start = 0;
+            range.l_len = 0;
+            let cmd = if kind == "ofd" {
+                libc::F_OFD_SETLKW
+            } else {
+                libc::F_SETLKW
+            };
+            // SAFETY: fcntl with a valid descriptor and a pointer to a live flock struct.
+            unsafe { libc::fcntl(fd, cmd, &mut range as *mut libc::flock) }
+        }
+        other => panic!("unknown lock kind {other} (posix, ofd or flock)"),
+    };
+    if result != 0 {
+        panic!(
+            "{kind} {} failed: {}",
+            if lock { "lock" } else { "unlock" },
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+fn worker(options: &Options, kind: &str) {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&options.path)
+        .expect("open the lock file");
+    // Start together: the parent closes our stdin once every worker is running.
+    let mut byte = [0u8; 1];
+    let _ = std::io::stdin().read(&mut byte);
+    let mut blocked = Duration::ZERO;
+    for _ in 0..options.rounds {
+        let start = Instant::now();
+        file_lock(&file, kind, true);
+        blocked += start.elapsed();
+        std::thread::sleep(Duration::from_micros(options.hold_us));
+        file_lock(&file, kind, false);
+        // Let the others in: the releaser would otherwise often take the lock again
+        // before the woken waiters run.
+        std::thread::sleep(Duration::from_micros(options.hold_us / 2));
+    }
+    println!(
+        "file-locks pid={} kind={kind} rounds={} blocked_ns={}",
+        std::process::id(),
+        options.rounds,
+        blocked.as_nanos()
+    );
+}
+
+fn main() {
+    let options = options();
+    if let Some(kind) = &options.worker {
+        worker(&options, kind);
+        return;
+    }
+    File::create(&options.path).expect("create the lock file");
+    let me = std::env::current_exe().expect("own executable");
+    let mut children = Vec::new();
+    for kind in &options.kinds {
+        for _ in 0..options.procs {
+            let child = Command::new(&me)
+                .args(["--worker", kind])
+                .args(["--rounds", &options.rounds.to_string()])
+                .args(["--hold-us", &options.hold_us.to_string()])
+                .args(["--path", &options.path])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("start a worker");
+            children.push(child);
+        }
+    }
+    // Every worker is started: let them go at once.
+    for child in &mut children {
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = stdin.write_all(b"g");
+        }
+    }
+    let mut failed = false;
+    for child in children {
+        let output = child.wait_with_output().expect("wait for a worker");
+        print!("{}", String::from_utf8_lossy(&output.stdout));
+        failed |= !output.status.success();
+    }
+    let _ = std::fs::remove_file(&options.path);
+    if failed {
+        eprintln!("file-locks: a worker failed");
+        std::process::exit(1);
+    }
+}
