@@ -12,6 +12,7 @@ pub enum Kind {
     Offcpu,
     Io,
     Hold,
+    Offwake,
 }
 
 /// What a kind means: its name on the command line, what it weighs, and the families
@@ -31,7 +32,7 @@ pub struct KindInfo {
 /// tables (diff, HTML) list the block-IO requests by device, operation and process.
 /// `hold` weighs the holds under contention the lock family records by itself; the
 /// timings of `--hold` (every hold of one lock) are in the text, JSON and HTML reports.
-pub const KINDS: [KindInfo; 7] = [
+pub const KINDS: [KindInfo; 8] = [
     KindInfo {
         kind: Kind::Lock,
         name: "lock",
@@ -78,11 +79,18 @@ pub const KINDS: [KindInfo; 7] = [
                 waiter waited); --hold's own timings are in the report and JSON",
         families: &["lock"],
     },
+    KindInfo {
+        kind: Kind::Offwake,
+        name: "offwake",
+        about: "Off-CPU time by waiter stack and waker (--wakers): the waiter's stack, a `--` \
+                frame, then the waker's stack upside down with its thread on top",
+        families: &["wakers"],
+    },
 ];
 
 impl Kind {
     /// Every kind, in table order.
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::Lock,
         Kind::Rpc,
         Kind::Func,
@@ -90,6 +98,7 @@ impl Kind {
         Kind::Offcpu,
         Kind::Io,
         Kind::Hold,
+        Kind::Offwake,
     ];
 
     pub fn info(self) -> &'static KindInfo {

@@ -15,6 +15,7 @@ pub mod lock;
 mod presized;
 pub mod profile;
 pub mod synthetic;
+pub mod timeline;
 pub mod units;
 pub mod waitclass;
 

@@ -64,6 +64,13 @@ pub struct Profile {
     /// Probes that were asked for but could not be used on this kernel, and why.
     #[serde(default)]
     pub unavailable: Vec<Unavailable>,
+    /// Wait chains (`record --wakers`): waits whose waker was itself off the CPU during
+    /// them, followed up to three waits deep.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chains: Vec<ChainRow>,
+    /// Wait time per interval (`record --interval`), for every lock, class and process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<crate::timeline::Timeline>,
 }
 
 /// A requested probe that this kernel could not offer (the run went on without it).
@@ -302,6 +309,66 @@ pub struct OffcpuRow {
     /// kernel named); absent when unknown or not a file-lock wait.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_by: Option<u32>,
+    /// Who woke these waits (`record --wakers`), most time first; the rest of the
+    /// row's time had no waker seen (woken before the recording, or the entry lost).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wakers: Vec<WakerRow>,
+}
+
+/// The waits of one off-CPU row that one task woke (`record --wakers`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct WakerRow {
+    /// Process and thread of the waker (0/0: an interrupt on an idle CPU).
+    pub pid: u32,
+    pub tid: u32,
+    /// Kernel stack of the waker at the wake-up, `None` when it was lost.
+    pub stack: Option<u32>,
+    /// User stack of the waker, `None` when not symbolized (or a kernel thread).
+    #[serde(default)]
+    pub ustack: Option<u32>,
+    pub count: u64,
+    /// The waits' time (switch-out to switch-in of the waiter).
+    pub wait_ns: u64,
+    pub max_ns: u64,
+    /// Woken from an interrupt (a timer, a completion): `pid` and `tid` are 0 and the
+    /// stack ends at the interrupt's entry (what ran below it was only interrupted).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interrupt: bool,
+}
+
+/// A wait chain: the waits of one off-CPU row whose waker was itself off the CPU during
+/// them (the first link), whose own waker may have been too (the second link).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ChainRow {
+    /// The waiting thread and its wait (as its off-CPU row).
+    pub pid: u32,
+    pub tid: u32,
+    pub state: String,
+    pub class: String,
+    pub stack: Option<u32>,
+    pub count: u64,
+    /// The waiter's time off the CPU in these waits.
+    pub wait_ns: u64,
+    /// The wakers that were waiting too, in order: the first woke the waiter.
+    pub links: Vec<ChainLinkRow>,
+    /// Who woke the last link (0/0: not seen, or an interrupt).
+    pub last_waker_pid: u32,
+    pub last_waker_tid: u32,
+}
+
+/// One link of a chain: a thread off the CPU during the wait before it, until it woke
+/// that waiter.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ChainLinkRow {
+    pub pid: u32,
+    pub tid: u32,
+    pub state: String,
+    /// Wait class of its wait (docs/wait-classes.md).
+    pub class: String,
+    /// Kernel stack of its wait.
+    pub stack: Option<u32>,
+    /// The part of its wait that overlapped the wait before it, summed over the chains.
+    pub wait_ns: u64,
 }
 
 /// One aggregated block-IO row: (device, operation, issuing process).
@@ -340,6 +407,16 @@ impl Profile {
     pub fn row_pids(&self) -> Vec<u32> {
         let mut pids: Vec<u32> = self.locks.iter().map(|row| row.pid).collect();
         pids.extend(self.offcpu.iter().map(|row| row.pid));
+        pids.extend(
+            self.offcpu
+                .iter()
+                .flat_map(|row| row.wakers.iter().map(|waker| waker.pid)),
+        );
+        pids.extend(
+            self.chains
+                .iter()
+                .flat_map(|chain| chain.links.iter().map(|link| link.pid)),
+        );
         pids.extend(self.offcpu.iter().filter_map(|row| row.held_by));
         pids.extend(self.io.iter().map(|row| row.pid));
         pids.extend(self.rpcs.iter().map(|row| row.pid));
@@ -471,7 +548,11 @@ impl Profile {
             }
         }
         for row in &self.offcpu {
-            for stack in [row.stack, row.ustack].into_iter().flatten() {
+            let wakers = row
+                .wakers
+                .iter()
+                .flat_map(|waker| [waker.stack, waker.ustack]);
+            for stack in [row.stack, row.ustack].into_iter().chain(wakers).flatten() {
                 if stack as usize >= self.stacks.len() {
                     bail!(
                         "an offcpu row refers to stack {stack}, but there are {} stacks",
@@ -506,6 +587,31 @@ impl Profile {
                         self.stacks.len()
                     );
                 }
+            }
+        }
+        for chain in &self.chains {
+            let links = chain.links.iter().map(|link| link.stack);
+            for stack in std::iter::once(chain.stack).chain(links).flatten() {
+                if stack as usize >= self.stacks.len() {
+                    bail!(
+                        "a chain refers to stack {stack}, but there are {} stacks",
+                        self.stacks.len()
+                    );
+                }
+            }
+        }
+        if let Some(timeline) = &self.timeline {
+            let intervals = timeline.ends_s.len();
+            if let Some(bad) = timeline
+                .series
+                .iter()
+                .find(|series| series.wait_ns.len() != intervals || series.count.len() != intervals)
+            {
+                bail!(
+                    "timeline series {:?} has {} values, but there are {intervals} intervals",
+                    bad.name,
+                    bad.wait_ns.len()
+                );
             }
         }
         for row in &self.cpu {

@@ -21,6 +21,7 @@ pub mod offcpu;
 pub mod rpc;
 pub mod shared;
 pub mod target;
+pub mod wakers;
 
 /// Entries of every aggregation map (`*_STATS`, `CPU_SAMPLES`) unless `--map-entries`
 /// says otherwise; the eBPF statics are declared with it.

@@ -38,6 +38,11 @@ pub const HOLD_NEGATIVE_DELTA: u32 = 29;
 // io by request pointer: 33.
 pub const IO_STALE_REPLACED: u32 = 33;
 
+// wakers (--wakers): 40..=41.
+pub const WAKER_MAP_FULL: u32 = 40;
+pub const WAKER_PENDING_FULL: u32 = 41;
+pub const CHAIN_MAP_FULL: u32 = 42;
+
 // lock accuracy: 30..=32.
 pub const LOCK_STALE_WAIT: u32 = 30;
 pub const LOCK_HOLD_MAP_FULL: u32 = 31;
@@ -47,7 +52,7 @@ pub const LOCK_STACK_CACHE_FAILED: u32 = 32;
 pub const LOSS_SLOTS: u32 = 48;
 
 /// Names for the report, by index. `None` slots are unused.
-pub const LOSS_NAMES: [(u32, &str, &str); 33] = [
+pub const LOSS_NAMES: [(u32, &str, &str); 36] = [
     (
         STACK_COLLISION,
         "stack_collision",
@@ -212,6 +217,21 @@ pub const LOSS_NAMES: [(u32, &str, &str); 33] = [
         IO_STALE_REPLACED,
         "io_stale_replaced",
         "a request address reused while an older request there was open (its completion was missed): the older one dropped",
+    ),
+    (
+        WAKER_MAP_FULL,
+        "waker_map_full",
+        "waker aggregation map full: a wait's waker dropped (the wait itself is kept)",
+    ),
+    (
+        WAKER_PENDING_FULL,
+        "waker_pending_full",
+        "map of wake-ups awaiting their thread full: a wait's waker dropped (the wait itself is kept)",
+    ),
+    (
+        CHAIN_MAP_FULL,
+        "chain_map_full",
+        "wait-chain aggregation map full: a chain dropped (the wait and its waker are kept)",
     ),
 ];
 

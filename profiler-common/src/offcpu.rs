@@ -73,6 +73,8 @@ pub mod names {
     pub const OFFCPU_STATES: &str = "OFFCPU_STATES";
     pub const OFFCPU_MIN_NS: &str = "OFFCPU_MIN_NS";
     pub const OFFCPU_SCHED_SWITCH: &str = "offcpu_sched_switch";
+    /// The same program with the waker join and wait chains (`--wakers`).
+    pub const OFFCPU_SCHED_SWITCH_WAKERS: &str = "offcpu_sched_switch_wakers";
     pub const FILELOCK_WAITERS: &str = "FILELOCK_WAITERS";
     pub const FILELOCK_TP_BLOCKER_OFFSET: &str = "FILELOCK_TP_BLOCKER_OFFSET";
     pub const FILELOCK_TP_RET_OFFSET: &str = "FILELOCK_TP_RET_OFFSET";
@@ -90,6 +92,7 @@ pub mod names {
         OFFCPU_STATES,
         OFFCPU_MIN_NS,
         OFFCPU_SCHED_SWITCH,
+        OFFCPU_SCHED_SWITCH_WAKERS,
         FILELOCK_WAITERS,
         FILELOCK_TP_BLOCKER_OFFSET,
         FILELOCK_TP_RET_OFFSET,

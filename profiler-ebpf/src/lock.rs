@@ -42,8 +42,8 @@ use profiler_common::{
         ContendedHoldKey, FINGERPRINT_TEXT_WORDS, FINGERPRINT_WORDS, KERNEL_TEXT_START,
         LCB_F_MUTEX, LCB_F_PERCPU, LCB_F_READ, LCB_F_RT, LCB_F_SPIN, LCB_F_WRITE,
         LOCK_CLASS_MMAP_LOCK, LOCK_CLASS_UNKNOWN, LOCK_OUTCOME_ACQUIRED, LockAcquirer, LockKey,
-        LockLayout, LockStat, LockWait, STACK_REFRESH_NS, StackCacheKey,
-        conflicts, outcome_of, sticky_flags,
+        LockLayout, LockStat, LockWait, STACK_REFRESH_NS, StackCacheKey, conflicts, outcome_of,
+        sticky_flags,
     },
     lockname::StackCacheValue,
     loss::{

@@ -19,6 +19,7 @@ mod offcpu;
 mod rpc;
 mod shared;
 mod target;
+mod wakers;
 
 use core::ffi::c_void;
 
@@ -105,7 +106,24 @@ pub fn lock_kretprobe_sleep(ctx: RetProbeContext) -> u32 {
 #[unsafe(no_mangle)]
 #[unsafe(link_section = "tracepoint/sched/sched_switch")]
 pub extern "C" fn offcpu_sched_switch(ctx: *mut c_void) -> u32 {
-    offcpu::on_sched_switch(&TracePointContext::new(ctx));
+    offcpu::on_sched_switch::<false>(&TracePointContext::new(ctx));
+    1
+}
+
+/// The same with `--wakers`: closes each wait with its waker and follows wait chains.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "tracepoint/sched/sched_switch")]
+pub extern "C" fn offcpu_sched_switch_wakers(ctx: *mut c_void) -> u32 {
+    offcpu::on_sched_switch::<true>(&TracePointContext::new(ctx));
+    1
+}
+
+/// `sched:sched_waking` (`--wakers`), a classic tracepoint like sched_switch (the woken
+/// pid from the format file). Returns 1 so perf and other tracers keep the event.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "tracepoint/sched/sched_waking")]
+pub extern "C" fn wakers_sched_waking(ctx: *mut c_void) -> u32 {
+    wakers::on_sched_waking(&TracePointContext::new(ctx));
     1
 }
 

@@ -53,7 +53,9 @@ pub static OFFCPU_START: HashMap<u32, OffcpuStart> =
 
 const EEXIST: i32 = 17;
 
-pub fn on_sched_switch(ctx: &TracePointContext) {
+/// `WAKERS`: the program with the waker join and wait chains (`--wakers`), a program of
+/// its own so a kernel that refuses it still records off-CPU waits with the other.
+pub fn on_sched_switch<const WAKERS: bool>(ctx: &TracePointContext) {
     let now = now_ns();
     // SAFETY: offsets from this kernel's format file of sched_switch; reads are checked.
     let (prev_pid, prev_state, next_pid) = unsafe {
@@ -67,7 +69,7 @@ pub fn on_sched_switch(ctx: &TracePointContext) {
         switch_out(ctx, prev_pid as u32, prev_state, now);
     }
     if let Ok(next_pid) = next_pid {
-        switch_in(next_pid as u32, now);
+        switch_in::<WAKERS>(next_pid as u32, now);
     }
 }
 
@@ -116,13 +118,19 @@ fn switch_out(ctx: &TracePointContext, prev_pid: u32, prev_state: u32, now: u64)
 
 /// `next` comes back on the CPU: close its wait, if one is open.
 #[inline(always)]
-fn switch_in(next_pid: u32, now: u64) {
+fn switch_in<const WAKERS: bool>(next_pid: u32, now: u64) {
     let Some(start) = OFFCPU_START.get_ptr(next_pid) else {
         return;
     };
     // SAFETY: element of a hash map from a successful lookup; copied at once.
     let start = unsafe { *start };
     let _ = OFFCPU_START.remove(next_pid);
+    // `--wakers`: who woke this wait (taken out whatever happens to the wait).
+    let (found, waker) = if WAKERS {
+        crate::wakers::take_waker(next_pid)
+    } else {
+        (false, crate::wakers::no_waker())
+    };
     if now < start.start_ns {
         count_loss(OFFCPU_NEGATIVE_DELTA);
         return;
@@ -140,6 +148,12 @@ fn switch_in(next_pid: u32, now: u64) {
         holder_tgid: start.holder_tgid,
     };
     add_wait(&key, wait_ns);
+    if WAKERS {
+        if found {
+            crate::wakers::add_waker_wait(&key, waker, wait_ns);
+        }
+        crate::wakers::on_wait_closed(next_pid, &key, start.start_ns, now, found, waker);
+    }
 }
 
 #[inline(always)]

@@ -90,6 +90,10 @@ fn output_dir(args: &RecordArgs) -> Result<PathBuf> {
 
 pub fn run(args: RecordArgs) -> Result<i32> {
     let period = args.rotate.context("--rotate without a period")?;
+    if args.interval.is_some() {
+        // Each period empties the maps the timeline diffs against.
+        bail!("--interval cannot be combined with --rotate: each period's profile is already one interval of the run (use a shorter --rotate period)");
+    }
     let target = record::target_of(&args);
     let asked = record::check_arguments(&args, &target)?;
     let dir = output_dir(&args)?;

@@ -120,6 +120,12 @@ pub struct RecordArgs {
     #[arg(long)]
     pub offcpu_all: bool,
 
+    /// Who woke each off-CPU wait (with --offcpu or --offcpu-all): the waker's process,
+    /// thread and stacks from sched:sched_waking, aggregated in the kernel per (waiter
+    /// stack, waker stack); the report's "woken by" lines and `--kind offwake`.
+    #[arg(long)]
+    pub wakers: bool,
+
     /// Drop off-CPU waits shorter than this, in the kernel (e.g. 100us, 2ms).
     #[arg(long, value_name = "DUR", value_parser = crate::probes::offcpu::parse_min_wait)]
     pub min_wait: Option<u64>,
@@ -128,6 +134,12 @@ pub struct RecordArgs {
     /// wildcard) get class NAME; before the built-in rules; repeatable.
     #[arg(long, value_name = "NAME=FRAME_PATTERN", value_parser = crate::waitclass::parse_rule)]
     pub wait_class: Vec<crate::waitclass::Rule>,
+
+    /// Keep the lock and off-CPU wait time per interval of this length (e.g. 500ms, 1s)
+    /// for every lock, wait class and process: the profile's timeline, `report
+    /// --timeline`, and charts in the HTML report. A wait counts in the interval it ended in.
+    #[arg(long, value_name = "DUR", value_parser = crate::probes::offcpu::parse_min_wait)]
+    pub interval: Option<u64>,
 
     /// Record block-IO requests: latency histograms per device, operation and process.
     #[arg(long)]
@@ -290,6 +302,10 @@ pub struct ReportArgs {
     pub top: usize,
     #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
     pub format: ReportFormat,
+    /// Also the timeline (`record --interval`): wait time per interval for every lock,
+    /// wait class and process (text format).
+    #[arg(long)]
+    pub timeline: bool,
     /// Output file (default: standard output; for html: FILE with .html).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,

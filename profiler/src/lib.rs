@@ -10,6 +10,7 @@ pub mod record;
 pub mod rotate;
 pub mod symbolize;
 pub mod target;
+pub mod timeline;
 pub mod tracefs;
 
 /// The profile library, under the names this crate always used.
@@ -32,9 +33,19 @@ pub fn run(cli: Cli) -> Result<i32> {
             };
             filter.check()?;
             let mut profile = Profile::load(&args.file)?;
+            if args.timeline && profile.timeline.is_none() {
+                anyhow::bail!(
+                    "{} has no timeline: record it with --interval DUR (e.g. --interval 1s)",
+                    args.file.display()
+                );
+            }
             filter.apply(&mut profile);
             let text = match args.format {
                 cli::ReportFormat::Csv => export::csv::render(&profile, args.by, args.top)?,
+                cli::ReportFormat::Text if args.timeline => {
+                    export::report::text(&profile, args.by, args.top)
+                        + &lockpath_profile::timeline::text(&profile, args.top)
+                }
                 cli::ReportFormat::Text => export::report::text(&profile, args.by, args.top),
                 cli::ReportFormat::Json => {
                     let mut json = export::report::json(&profile, args.by, args.top)

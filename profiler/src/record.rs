@@ -50,11 +50,13 @@ pub(crate) fn check_arguments(args: &RecordArgs, target: &Target) -> Result<Vec<
         (family.check)(args)?;
     }
     target.validate()?;
-    Ok(FAMILIES
+    let asked: Vec<&'static str> = FAMILIES
         .iter()
         .filter(|family| (family.asked)(args))
         .map(|family| family.name)
-        .collect())
+        .collect();
+    crate::timeline::check(args, &asked)?;
+    Ok(asked)
 }
 
 /// What recording needs of this machine, checked before anything is loaded.
@@ -154,6 +156,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         child.release(&args.command[0])?;
     }
     announce(&session, &target, metrics.as_ref());
+    let mut timeline = args.interval.map(crate::timeline::Recorder::new);
     let (exit_code, duration_s) = record(
         &args,
         &target,
@@ -161,10 +164,11 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         &families,
         &mut session,
         metrics.as_ref(),
+        timeline.as_mut(),
     );
 
     drop(metrics);
-    let profile = collect(
+    let mut profile = collect(
         session,
         &mut families,
         &target,
@@ -172,6 +176,9 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         duration_s,
         unavailable,
     )?;
+    if let Some(timeline) = timeline {
+        timeline.finish(&mut profile);
+    }
     for family in &families {
         family.finish(&profile);
     }
@@ -289,6 +296,7 @@ fn record(
     families: &[Box<dyn Family>],
     session: &mut Session,
     metrics: Option<&MetricsServer>,
+    mut timeline: Option<&mut crate::timeline::Recorder>,
 ) -> (i32, f64) {
     let start = Instant::now();
     // Progress goes to a terminal only; scripts and logs stay clean.
@@ -328,6 +336,14 @@ fn record(
                     }
                 }
                 Err(err) => log::warn!("cannot read the kernel maps while recording: {err:#}"),
+            }
+        }
+        if let Some(timeline) = timeline.as_deref_mut() {
+            if timeline.due(start.elapsed()) {
+                match snapshot(families, session, start.elapsed().as_secs_f64()) {
+                    Ok(live) => timeline.sample(&live),
+                    Err(err) => log::warn!("cannot read the kernel maps for the timeline: {err:#}"),
+                }
             }
         }
         session.flush_logs();

@@ -200,6 +200,28 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
                 entries: functions,
             });
         }
+        // Off-CPU time by who woke it: the waker's process and where it woke (names only).
+        Kind::Offwake => {
+            let mut wakers: BTreeMap<String, Measure> = BTreeMap::new();
+            for row in &profile.offcpu {
+                for share in crate::export::wakers::shares(profile, [row]) {
+                    let site = crate::export::wakers::wake_site(&share.frames);
+                    let key = format!(
+                        "{} {} < {}",
+                        row.class,
+                        share.process,
+                        site.first().cloned().unwrap_or_default()
+                    );
+                    let entry = wakers.entry(key).or_default();
+                    entry.value += share.wait_ns;
+                    entry.events += share.count;
+                }
+            }
+            out.push(Breakdown {
+                by: "class and waker",
+                entries: wakers,
+            });
+        }
     }
     out
 }
@@ -228,7 +250,7 @@ fn wait_site(profile: &Profile, stack: Option<u32>) -> String {
 fn value_names(kind: Kind) -> (&'static str, &'static str) {
     match kind {
         Kind::Lock => ("wait/s", "cont/s"),
-        Kind::Offcpu => ("off/s", "waits/s"),
+        Kind::Offcpu | Kind::Offwake => ("off/s", "waits/s"),
         Kind::Io => ("lat/s", "req/s"),
         Kind::Rpc => ("latency/s", "req/s"),
         Kind::Func => ("time/s", "calls/s"),
@@ -239,9 +261,13 @@ fn value_names(kind: Kind) -> (&'static str, &'static str) {
 
 fn format_value(kind: Kind, per_second: f64) -> String {
     match kind {
-        Kind::Lock | Kind::Offcpu | Kind::Io | Kind::Rpc | Kind::Func | Kind::Hold => {
-            format_ns(per_second.abs().round() as u64)
-        }
+        Kind::Lock
+        | Kind::Offcpu
+        | Kind::Io
+        | Kind::Rpc
+        | Kind::Func
+        | Kind::Hold
+        | Kind::Offwake => format_ns(per_second.abs().round() as u64),
         Kind::Cpu => format!("{:.1}", per_second.abs()),
     }
 }
@@ -271,7 +297,13 @@ pub struct DiffTable {
 
 fn unit(kind: Kind) -> &'static str {
     match kind {
-        Kind::Lock | Kind::Offcpu | Kind::Io | Kind::Rpc | Kind::Func | Kind::Hold => "ns/s",
+        Kind::Lock
+        | Kind::Offcpu
+        | Kind::Io
+        | Kind::Rpc
+        | Kind::Func
+        | Kind::Hold
+        | Kind::Offwake => "ns/s",
         Kind::Cpu => "samples/s",
     }
 }

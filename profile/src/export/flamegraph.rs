@@ -45,6 +45,11 @@ fn labels(kind: Kind) -> (&'static str, &'static str, f64) {
             "ms",
             0.001,
         ),
+        Kind::Offwake => (
+            "Off-CPU time by waiter and waker: waiter stack, --, waker stack upside down (width: time off CPU, ms)",
+            "ms",
+            0.001,
+        ),
     }
 }
 
@@ -84,6 +89,11 @@ fn diff_labels(kind: Kind) -> (&'static str, &'static str, f64) {
         ),
         Kind::Hold => (
             "Holds under contention, NEW against BASE (width: NEW hold time in ms per second of run; red grew, blue shrank)",
+            "ms/s",
+            1e-6,
+        ),
+        Kind::Offwake => (
+            "Off-CPU time by waker, NEW against BASE (width: NEW time off CPU in ms per second of run; red grew, blue shrank)",
             "ms/s",
             1e-6,
         ),

@@ -29,6 +29,7 @@ pub fn sample_types(kind: Kind) -> &'static [(&'static str, &'static str)] {
         Kind::Offcpu => &[("waits", "count"), ("off_cpu", "nanoseconds")],
         Kind::Io => &[("waits", "count"), ("io_wait", "nanoseconds")],
         Kind::Hold => &[("holds", "count"), ("hold", "nanoseconds")],
+        Kind::Offwake => &[("waits", "count"), ("off_cpu", "nanoseconds")],
     }
 }
 
@@ -36,7 +37,13 @@ pub fn sample_types(kind: Kind) -> &'static [(&'static str, &'static str)] {
 /// folded unit (delay or time off CPU in nanoseconds, folded in microseconds).
 pub fn flame_value(kind: Kind) -> (usize, u64) {
     match kind {
-        Kind::Lock | Kind::Offcpu | Kind::Io | Kind::Rpc | Kind::Func | Kind::Hold => (1, 1_000),
+        Kind::Lock
+        | Kind::Offcpu
+        | Kind::Io
+        | Kind::Rpc
+        | Kind::Func
+        | Kind::Hold
+        | Kind::Offwake => (1, 1_000),
         Kind::Cpu => (0, 1),
     }
 }
@@ -157,6 +164,8 @@ pub fn samples(profile: &Profile, kind: Kind) -> Vec<Sample> {
                 add(frames, &[row.latency.count, row.latency.total_ns]);
             }
         }
+        // Waiter stack; `--`; the waker's stack upside down (export/wakers.rs).
+        Kind::Offwake => crate::export::wakers::offwake_samples(profile, &mut add),
     }
     merged
         .into_iter()

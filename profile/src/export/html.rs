@@ -55,7 +55,7 @@ for(const table of document.querySelectorAll("table")){
 })();"#;
 
 /// A table; cells are escaped here. `numeric[i]` right-aligns column i.
-fn table(headers: &[&str], numeric: &[bool], rows: &[Vec<String>]) -> String {
+pub(crate) fn table(headers: &[&str], numeric: &[bool], rows: &[Vec<String>]) -> String {
     let class = |index: usize| {
         if numeric.get(index).copied().unwrap_or(false) {
             " class=\"n\""
@@ -80,7 +80,7 @@ fn table(headers: &[&str], numeric: &[bool], rows: &[Vec<String>]) -> String {
 }
 
 /// The inferno SVG inside an iframe document of its own.
-fn flamegraph_frame(svg: &[u8], title: &str) -> String {
+pub(crate) fn flamegraph_frame(svg: &[u8], title: &str) -> String {
     let svg = String::from_utf8_lossy(svg);
     // Drop the XML prolog and doctype: the iframe document is HTML with inline SVG.
     let body = svg.find("<svg").map(|start| &svg[start..]).unwrap_or(&svg);
@@ -393,6 +393,7 @@ fn kind_section(profile: &Profile, kind: Kind) -> Result<String> {
             out.push_str(&flamegraph_frame(&svg, "on-CPU flamegraph"));
             out.push_str("</section>\n");
         }
+        Kind::Offwake => out.push_str(&crate::export::wakers::html_section(profile)?),
     }
     Ok(out)
 }
@@ -508,6 +509,8 @@ pub fn render(profile: &Profile) -> Result<String> {
     for kind in kinds {
         out.push_str(&kind_section(profile, kind)?);
     }
+    out.push_str(&export::chains::html_section(profile));
+    out.push_str(&crate::timeline::html_section(profile));
     out.push_str(&losses(profile));
     out.push_str(&format!(
         "<script>{}</script>\n</body></html>\n",

@@ -30,6 +30,20 @@ fn remap_rows(profile: &mut Profile, pid: &dyn Fn(u32) -> u32, stack: &dyn Fn(u3
         row.held_by = row.held_by.map(pid);
         row.stack = row.stack.map(stack);
         row.ustack = row.ustack.map(stack);
+        for waker in &mut row.wakers {
+            waker.pid = pid(waker.pid);
+            waker.stack = waker.stack.map(stack);
+            waker.ustack = waker.ustack.map(stack);
+        }
+    }
+    for chain in &mut profile.chains {
+        chain.pid = pid(chain.pid);
+        chain.stack = chain.stack.map(stack);
+        chain.last_waker_pid = pid(chain.last_waker_pid);
+        for link in &mut chain.links {
+            link.pid = pid(link.pid);
+            link.stack = link.stack.map(stack);
+        }
     }
     for row in &mut profile.io {
         row.pid = pid(row.pid);
@@ -54,6 +68,7 @@ fn remap_rows(profile: &mut Profile, pid: &dyn Fn(u32) -> u32, stack: &dyn Fn(u3
 fn append_rows(merged: &mut Profile, input: Profile) {
     merged.locks.extend(input.locks);
     merged.offcpu.extend(input.offcpu);
+    merged.chains.extend(input.chains);
     merged.io.extend(input.io);
     // Hosts sampled at different rates: the highest is kept (samples stay counts).
     merged.cpu_freq_hz = merged.cpu_freq_hz.max(input.cpu_freq_hz);

@@ -1,5 +1,6 @@
 //! Exporters: everything here works from a saved `Profile`, never from the kernel.
 
+pub mod chains;
 pub mod cpu;
 pub mod csv;
 pub mod diff;
@@ -19,6 +20,7 @@ pub mod pprof_proto;
 pub mod prometheus;
 pub mod report;
 pub mod table;
+pub mod wakers;
 
 use crate::{kind::Kind, profile::Profile, waitclass::IO_CLASSES};
 
@@ -37,6 +39,7 @@ pub fn has_kind(profile: &Profile, kind: Kind) -> bool {
             Kind::Func => !profile.funcs.is_empty(),
             Kind::Cpu => !profile.cpu.is_empty(),
             Kind::Offcpu => !profile.offcpu.is_empty(),
+            Kind::Offwake => profile.offcpu.iter().any(|row| !row.wakers.is_empty()),
             // Block-IO rows, or off-CPU waits in an IO class (the IO flamegraph).
             Kind::Io => {
                 !profile.io.is_empty()

@@ -6,7 +6,10 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::table::fit;
-use crate::{profile::Profile, units::format_ns};
+use crate::{
+    profile::{OffcpuRow, Profile},
+    units::format_ns,
+};
 
 /// Per process: total and classes, most time first.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -28,6 +31,9 @@ pub struct OffcpuClass {
     pub percent: f64,
     /// Stacks of this class, most time first.
     pub stacks: Vec<OffcpuStack>,
+    /// Who woke this class's waits (`record --wakers`), most time first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub wakers: Vec<super::wakers::WakerShare>,
     /// Owners of the file locks waited for (`file-lock` waits), most wait first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub held_by: Vec<OffcpuHolder>,
@@ -53,6 +59,9 @@ pub struct OffcpuStack {
     pub count: u64,
     pub total_ns: u64,
     pub max_ns: u64,
+    /// Who woke these waits (`record --wakers`), most time first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub wakers: Vec<super::wakers::WakerShare>,
 }
 
 /// Frames that only say "the task slept": left out of the short top-stack line.
@@ -79,15 +88,25 @@ pub(crate) fn is_scheduler_frame(name: &str) -> bool {
 /// class -> (kernel stack, user stack) -> merged stack, for one process.
 type ClassTree = BTreeMap<String, BTreeMap<(Option<u32>, Option<u32>), OffcpuStack>>;
 
+/// (pid, class, kernel stack, user stack).
+type StackKey = (u32, String, Option<u32>, Option<u32>);
 /// Holder pid -> (off-CPU time, waits).
 type HolderSums = BTreeMap<u32, (u64, u64)>;
 
 pub fn processes(profile: &Profile) -> Vec<OffcpuProcess> {
     // pid -> class -> (kernel stack, user stack) -> stack
     let mut tree: BTreeMap<u32, ClassTree> = BTreeMap::new();
+    // The rows of each stack, for their wakers.
+    let mut rows_of: BTreeMap<StackKey, Vec<&OffcpuRow>> = BTreeMap::new();
     // (pid, class) -> holder pid -> (time, waits)
     let mut holders: BTreeMap<(u32, &str), HolderSums> = BTreeMap::new();
     for row in &profile.offcpu {
+        if !row.wakers.is_empty() {
+            rows_of
+                .entry((row.pid, row.class.clone(), row.stack, row.ustack))
+                .or_default()
+                .push(row);
+        }
         if let Some(holder) = row.held_by {
             let sums = holders
                 .entry((row.pid, row.class.as_str()))
@@ -122,6 +141,7 @@ pub fn processes(profile: &Profile) -> Vec<OffcpuProcess> {
                 count: 0,
                 total_ns: 0,
                 max_ns: 0,
+                wakers: Vec::new(),
             });
         stack.count += row.count;
         stack.total_ns += row.total_ns;
@@ -136,7 +156,18 @@ pub fn processes(profile: &Profile) -> Vec<OffcpuProcess> {
             let mut classes: Vec<OffcpuClass> = classes
                 .into_iter()
                 .map(|(class, stacks)| {
-                    let mut stacks: Vec<OffcpuStack> = stacks.into_values().collect();
+                    let mut rows_of_class = Vec::new();
+                    let mut stacks: Vec<OffcpuStack> = stacks
+                        .into_iter()
+                        .map(|((kernel, user), mut stack)| {
+                            if let Some(rows) = rows_of.get(&(pid, class.clone(), kernel, user)) {
+                                stack.wakers = super::wakers::shares(profile, rows.iter().copied());
+                                super::wakers::rescale(&mut stack.wakers, stack.total_ns);
+                                rows_of_class.extend(rows.iter().copied());
+                            }
+                            stack
+                        })
+                        .collect();
                     stacks.sort_by_key(|stack| std::cmp::Reverse(stack.total_ns));
                     for stack in &mut stacks {
                         stack.threads.sort_unstable();
@@ -153,7 +184,12 @@ pub fn processes(profile: &Profile) -> Vec<OffcpuProcess> {
                         })
                         .collect();
                     held_by.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.pid.cmp(&b.pid)));
+                    let class_total: u64 = stacks.iter().map(|s| s.total_ns).sum();
+                    let mut wakers = super::wakers::shares(profile, rows_of_class);
+                    // Shares of the class's time (not only of its rows with wakers).
+                    super::wakers::rescale(&mut wakers, class_total);
                     OffcpuClass {
+                        wakers,
                         held_by,
                         class,
                         total_ns: stacks.iter().map(|s| s.total_ns).sum(),
@@ -270,6 +306,7 @@ pub fn table(profile: &Profile, top: usize) -> String {
                     short_stack(&stack.kernel, 64)
                 ));
             }
+            out.push_str(&super::wakers::woken_by_lines(&class.wakers, 3, 24));
             if !class.held_by.is_empty() {
                 out.push_str(&format!(
                     "{:>24}held by: {}\n",
@@ -320,6 +357,7 @@ pub(crate) mod tests {
             total_ns: total,
             max_ns: total / 2,
             held_by: None,
+            wakers: Vec::new(),
         };
         profile.offcpu = vec![
             row(10, "buffer", buffer, 30_000_000),
@@ -392,6 +430,7 @@ pub(crate) mod tests {
             total_ns: total,
             max_ns: total,
             held_by: Some(holder),
+            wakers: Vec::new(),
         };
         profile.offcpu.push(wait(10, 20, 5_000_000));
         profile.offcpu.push(wait(11, 21, 7_000_000));

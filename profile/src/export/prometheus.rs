@@ -261,6 +261,8 @@ pub fn render(profile: &Profile) -> String {
             crate::kind::Kind::Cpu => cpu_series(profile, &mut out),
             // Holds under contention are in the report, JSON and flamegraphs; no series yet.
             crate::kind::Kind::Hold => {}
+            // Wakers are in the report, JSON and flamegraphs; no series yet.
+            crate::kind::Kind::Offwake => {}
         }
     }
     out

@@ -112,6 +112,7 @@ pub fn family_sections(profile: &Profile, top: usize) -> String {
         out.push_str("\noff-CPU time by process and wait class:\n");
         out.push_str(&super::offcpu::table(profile, top));
     }
+    out.push_str(&super::chains::text(profile, top.min(10)));
     if recorded("io") || !profile.io.is_empty() {
         out.push_str("\nblock IO by device and operation (issue to completion):\n");
         out.push_str(&super::io::table(profile, top));
@@ -134,6 +135,12 @@ struct JsonReport<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     cpu: Option<JsonCpu>,
     lost: &'a BTreeMap<String, u64>,
+    /// Wait chains (`record --wakers`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    chains: Vec<super::chains::Chain>,
+    /// Wait time per interval (`record --interval`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timeline: Option<&'a crate::timeline::Timeline>,
 }
 
 #[derive(Serialize)]
@@ -159,6 +166,8 @@ pub fn json(profile: &Profile, by: GroupBy, top: usize) -> serde_json::Result<St
         unavailable: &profile.unavailable,
         cpu: json_cpu(profile, top),
         lost: &profile.losses,
+        chains: super::chains::chains(profile),
+        timeline: profile.timeline.as_ref(),
     })
 }
 

@@ -14,6 +14,7 @@ pub mod lockname;
 pub mod offcpu;
 pub mod rpc;
 pub mod shared;
+pub mod wakers;
 
 use anyhow::Result;
 use aya::{Ebpf, EbpfLoader};
@@ -30,6 +31,8 @@ use shared::{MapSet, StackResolver};
 pub const FAMILIES: &[Registration] = &[
     lock::FAMILY,
     offcpu::FAMILY,
+    // After offcpu: its drain adds to the off-CPU rows.
+    wakers::FAMILY,
     io::FAMILY,
     rpc::FAMILY,
     func::FAMILY,

@@ -41,6 +41,7 @@ fn options(args: &RecordArgs) -> Result<Option<OffcpuOptions>> {
     let offcpu = (args.offcpu || args.offcpu_all).then(|| OffcpuOptions {
         all_states: args.offcpu_all,
         min_wait_ns: args.min_wait.unwrap_or(0),
+        wakers: args.wakers,
     });
     if offcpu.is_none() && (args.min_wait.is_some() || !args.wait_class.is_empty()) {
         bail!(
@@ -88,7 +89,28 @@ impl Family for OffcpuFamily {
     }
 
     fn attach(&mut self, ebpf: &mut Ebpf, ctx: &mut AttachContext) -> Result<Vec<ProbeUse>> {
-        let mut used = attach(ebpf, &self.options)?;
+        let mut used = if self.options.wakers {
+            // A kernel that refuses the program with the waker join still records the
+            // waits with the plain one; the wakers family then says why it is missing.
+            match attach_tracepoint(
+                ebpf,
+                names::OFFCPU_SCHED_SWITCH_WAKERS,
+                "sched",
+                "sched_switch",
+            ) {
+                Ok(()) => probe_use(&self.options, " with wakers"),
+                Err(err) => {
+                    ctx.unavailable.push(crate::profile::Unavailable {
+                        family: "wakers".into(),
+                        what: "off-CPU waits joined to their wakers".into(),
+                        reason: format!("{err:#}; off-CPU waits are recorded without their wakers"),
+                    });
+                    attach(ebpf, &self.options)?
+                }
+            }
+        } else {
+            attach(ebpf, &self.options)?
+        };
         match self
             .filelock
             .as_ref()
@@ -122,6 +144,8 @@ pub struct OffcpuOptions {
     pub all_states: bool,
     /// Waits shorter than this are dropped in the kernel.
     pub min_wait_ns: u64,
+    /// `--wakers`: the program that also joins each wait to its waker (wakers.rs).
+    pub wakers: bool,
 }
 
 /// Load-time globals of the off-CPU program: record offsets (from the format file) and
@@ -162,14 +186,18 @@ impl OffcpuGlobals {
 
 pub fn attach(ebpf: &mut Ebpf, options: &OffcpuOptions) -> Result<ProbeUse> {
     attach_tracepoint(ebpf, names::OFFCPU_SCHED_SWITCH, "sched", "sched_switch")?;
+    Ok(probe_use(options, ""))
+}
+
+fn probe_use(options: &OffcpuOptions, with: &str) -> ProbeUse {
     let states = if options.all_states { "D+S" } else { "D" };
-    Ok(ProbeUse {
+    ProbeUse {
         family: FAMILY.name.into(),
         method: format!(
-            "tracepoint sched:sched_switch (states {states}, min wait {} ns)",
+            "tracepoint sched:sched_switch{with} (states {states}, min wait {} ns)",
             options.min_wait_ns
         ),
-    })
+    }
 }
 
 pub fn drain(
@@ -195,6 +223,7 @@ pub fn drain(
             total_ns: stat.total_ns,
             max_ns: stat.max_ns,
             held_by: (key.holder_tgid != 0).then_some(key.holder_tgid),
+            wakers: Vec::new(),
         });
     }
     rows.sort_by_key(|row| std::cmp::Reverse(row.total_ns));

@@ -108,6 +108,35 @@ const FAMILIES: &[Family] = &[
         target_overhead: Some(0.10),
     },
     Family {
+        // `--wakers` on top of `--offcpu`: next to the row above, the cost of naming
+        // who woke each wait (sched_waking plus the join at switch-in).
+        name: "wakers",
+        flags: &["--wakers", "--offcpu"],
+        aimed_at: &["switch"],
+        bpftrace: None,
+        perf: None,
+        target_overhead: None,
+    },
+    Family {
+        // The ping-pong's pipe waits are S sleeps: with --offcpu (D only) the two rows
+        // above price the path of a wake-up that ends no recorded wait; these two the
+        // full path (every wait recorded and joined to its waker).
+        name: "offcpu-all",
+        flags: &["--offcpu-all"],
+        aimed_at: &["switch"],
+        bpftrace: None,
+        perf: None,
+        target_overhead: None,
+    },
+    Family {
+        name: "wakers-all",
+        flags: &["--wakers", "--offcpu-all"],
+        aimed_at: &["switch"],
+        bpftrace: None,
+        perf: None,
+        target_overhead: None,
+    },
+    Family {
         name: "cpu",
         flags: &["--cpu"],
         aimed_at: &["cpu"],

@@ -1,0 +1,463 @@
+//! Wakers (`record --wakers`): who woke the off-CPU waits. The "woken by" lines of the
+//! text report, the `wakers` of the JSON report, and the `offwake` stacks (the waiter's
+//! stack, a `--` separator, then the waker's stack upside down with its name on top,
+//! the layout of bcc's offwaketime; width: the waiter's time off CPU).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::{folded::clean, offcpu::short_stack, table::fit};
+use crate::profile::{Frame, OffcpuRow, Profile, WakerRow};
+
+/// The waits of some off-CPU rows that one waker (thread and stacks) woke.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct WakerShare {
+    /// Process of the waker (`swapper` for an interrupt on an idle CPU).
+    pub process: String,
+    pub pid: u32,
+    pub tid: u32,
+    /// Thread name of the waker.
+    pub thread: String,
+    /// Kernel frames of the waker at the wake-up, leaf first (`[stack lost]` when lost).
+    pub frames: Vec<String>,
+    /// User frames of the waker, leaf first (empty when not symbolized).
+    pub user_frames: Vec<String>,
+    pub wait_ns: u64,
+    pub count: u64,
+    pub max_ns: u64,
+    /// Share of the rows' off-CPU time, 0..100.
+    pub percent: f64,
+}
+
+/// Where an interrupt entered in a kernel stack (leaf first): the index of its entry
+/// frame. Frames after it (toward the root) belong to whatever the interrupt
+/// interrupted, not to the waker.
+pub fn interrupt_entry(frames: &[Frame]) -> Option<usize> {
+    frames.iter().position(|frame| {
+        let name = frame.name.as_str();
+        name.starts_with("asm_sysvec_")
+            || name.starts_with("asm_common_interrupt")
+            || name == "common_interrupt"
+            || name == "ret_from_intr"
+            || name == "apic_timer_interrupt"
+            || name == "do_IRQ"
+            || name == "call_on_irq_stack"
+            || name == "el1_interrupt"
+            || name == "el0_interrupt"
+    })
+}
+
+/// The name shown for a waker: its thread name, or `[interrupt]`.
+fn waker_name(profile: &Profile, waker: &WakerRow) -> String {
+    if waker.interrupt {
+        INTERRUPT.to_string()
+    } else {
+        thread_name(profile, waker.pid, waker.tid)
+    }
+}
+
+/// How a wake-up from an interrupt is named.
+pub const INTERRUPT: &str = "[interrupt]";
+
+/// A thread's name from the profile's processes (the process name when unknown).
+pub fn thread_name(profile: &Profile, pid: u32, tid: u32) -> String {
+    profile
+        .process(pid)
+        .and_then(|process| process.threads.iter().find(|thread| thread.tid == tid))
+        .map(|thread| thread.comm.clone())
+        .unwrap_or_else(|| profile.process_name(pid))
+}
+
+/// The wakers of `rows`, merged by (thread, stacks), most time first, each with its
+/// share of the rows' total time.
+pub fn shares<'a>(
+    profile: &Profile,
+    rows: impl IntoIterator<Item = &'a OffcpuRow>,
+) -> Vec<WakerShare> {
+    type Key = (bool, u32, u32, Option<u32>, Option<u32>);
+    let mut merged: BTreeMap<Key, (u64, u64, u64)> = BTreeMap::new();
+    let mut total_ns = 0u64;
+    for row in rows {
+        total_ns = total_ns.saturating_add(row.total_ns);
+        for waker in &row.wakers {
+            let entry = merged
+                .entry((
+                    waker.interrupt,
+                    waker.pid,
+                    waker.tid,
+                    waker.stack,
+                    waker.ustack,
+                ))
+                .or_default();
+            entry.0 = entry.0.saturating_add(waker.wait_ns);
+            entry.1 = entry.1.saturating_add(waker.count);
+            entry.2 = entry.2.max(waker.max_ns);
+        }
+    }
+    let mut out: Vec<WakerShare> = merged
+        .into_iter()
+        .map(
+            |((interrupt, pid, tid, stack, ustack), (wait_ns, count, max_ns))| WakerShare {
+                process: if interrupt {
+                    INTERRUPT.to_string()
+                } else {
+                    profile.process_name(pid)
+                },
+                pid,
+                tid,
+                thread: if interrupt {
+                    INTERRUPT.to_string()
+                } else {
+                    thread_name(profile, pid, tid)
+                },
+                frames: if stack.is_none() {
+                    vec!["[stack lost]".into()]
+                } else {
+                    display(profile, stack)
+                },
+                user_frames: display(profile, ustack),
+                wait_ns,
+                count,
+                max_ns,
+                percent: if total_ns == 0 {
+                    0.0
+                } else {
+                    wait_ns as f64 * 100.0 / total_ns as f64
+                },
+            },
+        )
+        .collect();
+    out.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then(a.tid.cmp(&b.tid)));
+    out
+}
+
+/// Makes the shares' percent of `total_ns` (the time of every row of the group, woken
+/// by a seen waker or not).
+pub fn rescale(shares: &mut [WakerShare], total_ns: u64) {
+    for share in shares {
+        share.percent = if total_ns == 0 {
+            0.0
+        } else {
+            share.wait_ns as f64 * 100.0 / total_ns as f64
+        };
+    }
+}
+
+fn display(profile: &Profile, stack: Option<u32>) -> Vec<String> {
+    profile
+        .stack_frames(stack)
+        .iter()
+        .map(|frame| frame.display())
+        .collect()
+}
+
+/// Frames of the wake-up machinery itself (what every waker runs), left out of the
+/// short lines so the cause shows: `pipe_write`, `futex_wake`, `hrtimer_wakeup`.
+pub(crate) fn is_wakeup_frame(name: &str) -> bool {
+    name == "try_to_wake_up"
+        || name.starts_with("ttwu")
+        || name.contains("wake_up")
+        || name.ends_with("wake_function")
+        || name == "pollwake"
+        || name == "signal_wake_up_state"
+}
+
+/// A waker's frames from where it caused the wake-up (wake-up machinery left out).
+pub fn wake_site(frames: &[String]) -> Vec<String> {
+    let start = frames
+        .iter()
+        .position(|name| !is_wakeup_frame(name.split(' ').next().unwrap_or(name)))
+        .unwrap_or(frames.len());
+    frames[start..].to_vec()
+}
+
+/// `woken by` lines of the text report for a class row: the top wakers, within 100
+/// columns.
+pub fn woken_by_lines(shares: &[WakerShare], top: usize, indent: usize) -> String {
+    let mut out = String::new();
+    for (index, share) in shares.iter().take(top).enumerate() {
+        let label = if index == 0 { "woken by" } else { "        " };
+        let who = if share.thread == INTERRUPT {
+            INTERRUPT.to_string()
+        } else {
+            fit(&format!("{}[{}]", share.thread, share.tid), 22)
+        };
+        let head = format!(
+            "{:indent$}{label} {who:<22} {:>5.1}%: ",
+            "",
+            share.percent,
+            indent = indent
+        );
+        let width = 100usize.saturating_sub(head.chars().count());
+        out.push_str(&head);
+        out.push_str(&short_stack(&wake_site(&share.frames), width));
+        out.push('\n');
+    }
+    if shares.len() > top {
+        let rest: f64 = shares[top..].iter().map(|share| share.percent).sum();
+        out.push_str(&format!(
+            "{:indent$}         ({} more wakers, {rest:.1}%)\n",
+            "",
+            shares.len() - top,
+            indent = indent
+        ));
+    }
+    out
+}
+
+/// The offwake stacks, root first: waiter process; wait class; the waiter's user and
+/// kernel stacks from the outermost frame; `--`; the waker's kernel then user frames
+/// from the leaf (the waker's stack hangs upside down); the waker `comm[tid]` on top.
+/// Values: waits, time. The time of a row no waker was seen for is under
+/// `--;[waker not seen]`, so the graph's total is the off-CPU total.
+pub fn offwake_samples(profile: &Profile, add: &mut dyn FnMut(Vec<String>, &[u64])) {
+    // A profile recorded without --wakers has no offwake view (not all "not seen").
+    if !profile.recorded("wakers") && profile.offcpu.iter().all(|row| row.wakers.is_empty()) {
+        return;
+    }
+    for row in &profile.offcpu {
+        let mut waiter = vec![clean(&profile.process_name(row.pid)), clean(&row.class)];
+        if row.ustack.is_some() && profile.stack_truncated(row.ustack) {
+            waiter.push("[truncated]".into());
+        }
+        waiter.extend(
+            profile
+                .stack_frames(row.ustack)
+                .iter()
+                .rev()
+                .map(|frame| clean(&frame.display())),
+        );
+        if row.stack.is_none() {
+            waiter.push("[stack lost]".into());
+        }
+        waiter.extend(
+            profile
+                .stack_frames(row.stack)
+                .iter()
+                .rev()
+                .map(|frame| clean(&frame.display())),
+        );
+        waiter.push("--".into());
+        let (mut seen_ns, mut seen_count) = (0u64, 0u64);
+        for waker in &row.wakers {
+            seen_ns = seen_ns.saturating_add(waker.wait_ns);
+            seen_count = seen_count.saturating_add(waker.count);
+            let mut frames = waiter.clone();
+            if waker.stack.is_none() {
+                frames.push("[stack lost]".into());
+            }
+            frames.extend(
+                profile
+                    .stack_frames(waker.stack)
+                    .iter()
+                    .map(|frame| clean(&frame.display())),
+            );
+            frames.extend(
+                profile
+                    .stack_frames(waker.ustack)
+                    .iter()
+                    .map(|frame| clean(&frame.display())),
+            );
+            frames.push(clean(&if waker.interrupt {
+                INTERRUPT.to_string()
+            } else {
+                format!("{}[{}]", waker_name(profile, waker), waker.tid)
+            }));
+            add(frames, &[waker.count, waker.wait_ns]);
+        }
+        let unseen_ns = row.total_ns.saturating_sub(seen_ns);
+        if unseen_ns > 0 {
+            let mut frames = waiter;
+            frames.push("[waker not seen]".into());
+            add(frames, &[row.count.saturating_sub(seen_count), unseen_ns]);
+        }
+    }
+}
+
+/// The HTML section: per waiting process and class, its top wakers; then the offwake
+/// flamegraph.
+pub fn html_section(profile: &Profile) -> anyhow::Result<String> {
+    use super::{escape::html as esc, html};
+    let mut out = String::from("<section id=\"offwake\">\n<h2>Who woke the waits</h2>\n");
+    let mut groups: BTreeMap<(u32, String), Vec<&OffcpuRow>> = BTreeMap::new();
+    for row in &profile.offcpu {
+        groups
+            .entry((row.pid, row.class.clone()))
+            .or_default()
+            .push(row);
+    }
+    let mut ordered: Vec<((u32, String), Vec<&OffcpuRow>, u64)> = groups
+        .into_iter()
+        .map(|(key, rows)| {
+            let total = rows.iter().map(|row| row.total_ns).sum();
+            (key, rows, total)
+        })
+        .collect();
+    ordered.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
+    let mut rows = Vec::new();
+    for ((pid, class), group, total) in ordered.into_iter().take(50) {
+        for (index, share) in shares(profile, group).into_iter().take(5).enumerate() {
+            let first = index == 0;
+            rows.push(vec![
+                if first {
+                    profile.process_name(pid)
+                } else {
+                    String::new()
+                },
+                if first { class.clone() } else { String::new() },
+                if first {
+                    crate::units::format_ns(total)
+                } else {
+                    String::new()
+                },
+                if share.thread == INTERRUPT {
+                    INTERRUPT.to_string()
+                } else {
+                    format!("{}[{}] ({})", share.thread, share.tid, share.process)
+                },
+                crate::units::format_ns(share.wait_ns),
+                format!("{:.1}", share.percent),
+                share.count.to_string(),
+                short_stack(&wake_site(&share.frames), 120),
+            ]);
+        }
+    }
+    if rows.is_empty() {
+        out.push_str("<p>No waker recorded.</p>\n");
+    } else {
+        out.push_str(&html::table(
+            &[
+                "waiter", "class", "off-CPU", "woken by", "time", "%", "wake-ups", "where",
+            ],
+            &[false, false, true, false, true, true, true, false],
+            &rows,
+        ));
+    }
+    out.push_str(&format!(
+        "<h3>{}</h3>\n",
+        esc("Off-wake flamegraph (waiter stack, --, waker stack upside down; width: time off CPU)")
+    ));
+    let svg = super::flamegraph::render_svg(profile, crate::kind::Kind::Offwake)?;
+    out.push_str(&html::flamegraph_frame(&svg, "off-wake flamegraph"));
+    out.push_str("</section>\n");
+    Ok(out)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::profile::{Frame, OffcpuRow, Process, StackInterner, Thread, WakerRow};
+
+    /// A pipe reader (pid 20, tid 21) woken 90 ms by the writer thread 22 (through
+    /// pipe_write) and 10 ms with no waker seen.
+    pub(crate) fn profile_with_wakers() -> Profile {
+        let mut profile = Profile::new();
+        let mut interner = StackInterner::default();
+        let frame = Frame::kernel;
+        let read = interner.stack(
+            vec![frame("schedule"), frame("pipe_read"), frame("ksys_read")],
+            false,
+        );
+        let write = interner.stack(
+            vec![
+                frame("try_to_wake_up"),
+                frame("__wake_up_common"),
+                frame("__wake_up_sync_key"),
+                frame("pipe_write"),
+                frame("ksys_write"),
+            ],
+            false,
+        );
+        interner.finish(&mut profile);
+        profile.offcpu = vec![OffcpuRow {
+            pid: 20,
+            tid: 21,
+            state: "S".into(),
+            class: "pipe".into(),
+            stack: Some(read),
+            ustack: None,
+            count: 10,
+            total_ns: 100_000_000,
+            max_ns: 20_000_000,
+            held_by: None,
+            wakers: vec![WakerRow {
+                pid: 20,
+                tid: 22,
+                stack: Some(write),
+                ustack: None,
+                count: 9,
+                wait_ns: 90_000_000,
+                max_ns: 20_000_000,
+                interrupt: false,
+            }],
+        }];
+        profile.processes = vec![Process {
+            pid: 20,
+            comm: "pingpong".into(),
+            host: None,
+            threads: vec![
+                Thread {
+                    tid: 21,
+                    comm: "reader".into(),
+                },
+                Thread {
+                    tid: 22,
+                    comm: "writer".into(),
+                },
+            ],
+        }];
+        profile
+    }
+
+    #[test]
+    fn shares_name_the_waker_and_its_part() {
+        let profile = profile_with_wakers();
+        let shares = shares(&profile, &profile.offcpu);
+        assert_eq!(shares.len(), 1);
+        assert_eq!(shares[0].thread, "writer");
+        assert_eq!(shares[0].tid, 22);
+        assert_eq!(shares[0].wait_ns, 90_000_000);
+        assert!((shares[0].percent - 90.0).abs() < 1e-9);
+        assert_eq!(
+            wake_site(&shares[0].frames),
+            vec!["pipe_write".to_string(), "ksys_write".to_string()]
+        );
+        let text = woken_by_lines(&shares, 3, 24);
+        assert!(
+            text.contains("woken by writer[22]") && text.contains("90.0%: pipe_write < ksys_write"),
+            "{text}"
+        );
+        crate::export::table::assert_fits_100_columns(&text);
+    }
+
+    #[test]
+    fn offwake_puts_the_waker_upside_down_above_the_separator() {
+        let profile = profile_with_wakers();
+        let mut lines = Vec::new();
+        offwake_samples(&profile, &mut |frames, values| {
+            lines.push((frames.join(";"), values.to_vec()))
+        });
+        lines.sort();
+        assert_eq!(
+            lines,
+            vec![
+                (
+                    "pingpong;pipe;ksys_read;pipe_read;schedule;--;[waker not seen]".to_string(),
+                    vec![1, 10_000_000]
+                ),
+                (
+                    "pingpong;pipe;ksys_read;pipe_read;schedule;--;try_to_wake_up;__wake_up_common;\
+                     __wake_up_sync_key;pipe_write;ksys_write;writer[22]"
+                        .to_string(),
+                    vec![9, 90_000_000]
+                ),
+            ]
+        );
+        let total: u64 = lines.iter().map(|(_, values)| values[1]).sum();
+        assert_eq!(
+            total, profile.offcpu[0].total_ns,
+            "the graph's total is the off-CPU total"
+        );
+    }
+}

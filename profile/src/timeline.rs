@@ -1,0 +1,391 @@
+//! The timeline of a recording (`record --interval DUR`): per interval, the wait time
+//! that ended in it, for every lock, wait class and process.
+//!
+//! Design: user space reads the kernel's cumulative aggregates at every interval
+//! boundary and keeps the difference from the previous read; the kernel does nothing
+//! more per event. Bucketing in the kernel would put an interval index in every key:
+//! a lookup more per event, and maps (interval count) times as large for the same run.
+//! What this costs instead: a wait counts in the interval in which it ended (a 3 s
+//! wait that ended at 10 s is all in the interval of 10 s), and a boundary is the
+//! moment of the read (its `ends_s`, within a few tens of milliseconds of the asked
+//! interval). The last interval ends with the final read of the run, so the sum of each
+//! series over the intervals is exactly that key's total in the profile.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{lock::lock_type_name, profile::Profile};
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Timeline {
+    /// The asked interval, in seconds.
+    pub interval_s: f64,
+    /// End of each interval, seconds from the start of the recording (the moment its
+    /// totals were read); the first interval starts at 0.
+    pub ends_s: Vec<f64>,
+    /// One per (family, grouping, name), most total time first.
+    pub series: Vec<Series>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Series {
+    /// Whose wait time: "lock" (lock contention) or "offcpu" (off-CPU waits).
+    pub family: String,
+    /// "lock" (one lock: type and name), "class" (a wait class) or "process".
+    pub by: String,
+    /// Lock (`mutex 0xffff...`), class, or process name.
+    pub name: String,
+    /// The process of a `process` series.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// Wait time that ended in each interval, nanoseconds.
+    pub wait_ns: Vec<u64>,
+    /// Waits that ended in each interval.
+    pub count: Vec<u64>,
+}
+
+impl Series {
+    pub fn total_ns(&self) -> u64 {
+        self.wait_ns
+            .iter()
+            .fold(0u64, |sum, &ns| sum.saturating_add(ns))
+    }
+}
+
+/// A series' identity: (family, by, name, pid).
+pub type SeriesKey = (&'static str, &'static str, String, Option<u32>);
+
+/// Cumulative (wait ns, count) of every series at one moment.
+pub type Totals = BTreeMap<SeriesKey, (u64, u64)>;
+
+/// The cumulative totals of a profile's lock and off-CPU rows, per series.
+pub fn totals(profile: &Profile) -> Totals {
+    let mut out = Totals::new();
+    let mut add = |key: SeriesKey, ns: u64, count: u64| {
+        let entry = out.entry(key).or_default();
+        entry.0 = entry.0.saturating_add(ns);
+        entry.1 = entry.1.saturating_add(count);
+    };
+    for row in &profile.locks {
+        let lock = format!("{} {}", lock_type_name(row.flags), row.lock_name);
+        add(("lock", "lock", lock, None), row.total_ns, row.count);
+        add(
+            ("lock", "process", String::new(), Some(row.pid)),
+            row.total_ns,
+            row.count,
+        );
+    }
+    for row in &profile.offcpu {
+        add(
+            ("offcpu", "class", row.class.clone(), None),
+            row.total_ns,
+            row.count,
+        );
+        add(
+            ("offcpu", "process", String::new(), Some(row.pid)),
+            row.total_ns,
+            row.count,
+        );
+    }
+    out
+}
+
+/// Builds a timeline from the totals read at each boundary.
+#[derive(Debug, Default)]
+pub struct Builder {
+    interval_s: f64,
+    ends_s: Vec<f64>,
+    last: Totals,
+    /// Per series: (wait ns, count) per interval so far.
+    columns: BTreeMap<SeriesKey, (Vec<u64>, Vec<u64>)>,
+}
+
+impl Builder {
+    pub fn new(interval_s: f64) -> Self {
+        Builder {
+            interval_s,
+            ..Default::default()
+        }
+    }
+
+    /// Closes an interval at `at_s` with the cumulative `totals` read then.
+    pub fn add(&mut self, at_s: f64, totals: Totals) {
+        let index = self.ends_s.len();
+        self.ends_s.push(at_s);
+        for (key, &(ns, count)) in &totals {
+            let (last_ns, last_count) = self.last.get(key).copied().unwrap_or((0, 0));
+            let column = self
+                .columns
+                .entry(key.clone())
+                .or_insert_with(|| (vec![0; index], vec![0; index]));
+            // Cumulative totals only grow; a smaller one (an entry gone) adds nothing.
+            column.0.push(ns.saturating_sub(last_ns));
+            column.1.push(count.saturating_sub(last_count));
+        }
+        for column in self.columns.values_mut() {
+            column.0.resize(index + 1, 0);
+            column.1.resize(index + 1, 0);
+        }
+        self.last = totals;
+    }
+
+    /// The timeline, its last interval closed by the final profile (read after the
+    /// programs were detached) at its duration; process series get their names.
+    pub fn finish(mut self, profile: &Profile) -> Timeline {
+        self.add(profile.duration_s, totals(profile));
+        let mut series: Vec<Series> = self
+            .columns
+            .into_iter()
+            .map(|((family, by, name, pid), (wait_ns, count))| Series {
+                family: family.into(),
+                by: by.into(),
+                name: match pid {
+                    Some(pid) => profile.process_name(pid),
+                    None => name,
+                },
+                pid,
+                wait_ns,
+                count,
+            })
+            .collect();
+        series.sort_by(|a, b| {
+            (a.family.as_str(), a.by.as_str())
+                .cmp(&(b.family.as_str(), b.by.as_str()))
+                .then(b.total_ns().cmp(&a.total_ns()))
+                .then(a.name.cmp(&b.name))
+        });
+        Timeline {
+            interval_s: self.interval_s,
+            ends_s: self.ends_s,
+            series,
+        }
+    }
+}
+
+/// Eight levels of a sparkline, lowest first.
+const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+
+/// `values` merged into at most `width` buckets of adjacent values (sums).
+pub fn buckets(values: &[u64], width: usize) -> Vec<u64> {
+    if values.is_empty() || width == 0 {
+        return Vec::new();
+    }
+    let per = values.len().div_ceil(width);
+    values
+        .chunks(per)
+        .map(|chunk| chunk.iter().fold(0u64, |sum, &v| sum.saturating_add(v)))
+        .collect()
+}
+
+/// A sparkline of at most `width` characters (a blank for an empty bucket).
+pub fn sparkline(values: &[u64], width: usize) -> String {
+    let merged = buckets(values, width);
+    let max = merged.iter().copied().max().unwrap_or(0);
+    merged
+        .iter()
+        .map(|&value| {
+            if value == 0 || max == 0 {
+                ' '
+            } else {
+                let level = ((value as f64 / max as f64) * (BARS.len() - 1) as f64).round();
+                BARS[level as usize]
+            }
+        })
+        .collect()
+}
+
+/// `report --timeline`: per grouping, the top series with their time per interval (at
+/// most 8 columns, adjacent intervals merged) and a sparkline, within 100 columns.
+pub fn text(profile: &Profile, top: usize) -> String {
+    let Some(timeline) = &profile.timeline else {
+        return String::new();
+    };
+    const COLUMNS: usize = 8;
+    let intervals = timeline.ends_s.len();
+    let per = intervals.div_ceil(COLUMNS).max(1);
+    let mut out = format!(
+        "\ntimeline: {intervals} intervals of {:.3} s (wait time that ended in each, ms; a column is {per} interval{})\n",
+        timeline.interval_s,
+        if per == 1 { "" } else { "s" }
+    );
+    let mut groups: Vec<(&str, &str)> = timeline
+        .series
+        .iter()
+        .map(|series| (series.family.as_str(), series.by.as_str()))
+        .collect();
+    groups.dedup();
+    for (family, by) in groups {
+        let series: Vec<&Series> = timeline
+            .series
+            .iter()
+            .filter(|series| series.family == family && series.by == by)
+            .collect();
+        out.push_str(&format!("\n{family} wait by {by}:\n"));
+        let ends: Vec<String> = timeline
+            .ends_s
+            .chunks(per)
+            .map(|chunk| format!("{:.1}s", chunk.last().copied().unwrap_or(0.0)))
+            .collect();
+        out.push_str(&format!("{:<28} {:>10}", by, "total ms"));
+        for end in &ends {
+            out.push_str(&format!(" {:>6}", crate::export::table::fit(end, 6)));
+        }
+        out.push('\n');
+        let shown = if top == 0 {
+            series.len()
+        } else {
+            top.min(series.len())
+        };
+        for one in &series[..shown] {
+            out.push_str(&format!(
+                "{:<28} {:>10.1}",
+                crate::export::table::fit(&one.name, 28),
+                one.total_ns() as f64 / 1e6
+            ));
+            for value in buckets(&one.wait_ns, COLUMNS) {
+                out.push_str(&format!(" {:>6.0}", value as f64 / 1e6));
+            }
+            out.push('\n');
+            out.push_str(&format!("{:>40}{}\n", "", sparkline(&one.wait_ns, 56)));
+        }
+        if shown < series.len() {
+            out.push_str(&format!(
+                "({} more: --top 0 shows all)\n",
+                series.len() - shown
+            ));
+        }
+    }
+    out
+}
+
+/// The HTML section: per grouping, the top series as bar charts (inline SVG, one bar
+/// per interval, height: wait time).
+pub fn html_section(profile: &Profile) -> String {
+    use crate::export::escape::html as esc;
+    let Some(timeline) = &profile.timeline else {
+        return String::new();
+    };
+    let mut out = format!(
+        "<section id=\"timeline\">\n<h2>Timeline</h2>\n<p>{} intervals of {:.3} s: the wait time that ended in each.</p>\n",
+        timeline.ends_s.len(),
+        timeline.interval_s
+    );
+    let mut groups: Vec<(&str, &str)> = timeline
+        .series
+        .iter()
+        .map(|series| (series.family.as_str(), series.by.as_str()))
+        .collect();
+    groups.dedup();
+    for (family, by) in groups {
+        out.push_str(&format!(
+            "<h3>{} wait by {}</h3>\n<table>\n<thead><tr><th>{}</th><th class=\"n\">total</th><th>over time</th></tr></thead>\n<tbody>\n",
+            esc(family),
+            esc(by),
+            esc(by)
+        ));
+        for series in timeline
+            .series
+            .iter()
+            .filter(|series| series.family == family && series.by == by)
+            .take(10)
+        {
+            out.push_str(&format!(
+                "<tr><td>{}</td><td class=\"n\">{}</td><td>{}</td></tr>\n",
+                esc(&series.name),
+                esc(&crate::units::format_ns(series.total_ns())),
+                chart(&series.wait_ns, &timeline.ends_s)
+            ));
+        }
+        out.push_str("</tbody>\n</table>\n");
+    }
+    out.push_str("</section>\n");
+    out
+}
+
+/// An inline SVG bar chart, 400x40, one bar per (merged) interval, with a tooltip each.
+fn chart(values: &[u64], ends_s: &[f64]) -> String {
+    const WIDTH: usize = 400;
+    const HEIGHT: f64 = 40.0;
+    let per = values.len().div_ceil(WIDTH / 2).max(1);
+    let merged = buckets(values, WIDTH / 2);
+    let max = merged.iter().copied().max().unwrap_or(0).max(1);
+    let bar = WIDTH as f64 / merged.len().max(1) as f64;
+    let mut out = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{HEIGHT}\" role=\"img\">"
+    );
+    for (index, &value) in merged.iter().enumerate() {
+        let height = (value as f64 / max as f64 * HEIGHT).max(if value > 0 { 1.0 } else { 0.0 });
+        let end = ends_s
+            .get(((index + 1) * per).min(ends_s.len()).saturating_sub(1))
+            .copied()
+            .unwrap_or(0.0);
+        out.push_str(&format!(
+            "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{height:.1}\" fill=\"#c0392b\"><title>{}</title></rect>",
+            index as f64 * bar,
+            HEIGHT - height,
+            (bar - 0.5).max(0.5),
+            crate::export::escape::html(&format!(
+                "until {end:.1} s: {}",
+                crate::units::format_ns(value)
+            ))
+        ));
+    }
+    out.push_str("</svg>");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::report::tests::profile_with_two_locks;
+
+    #[test]
+    fn intervals_sum_to_the_total_and_land_where_they_ended() {
+        let mut profile = profile_with_two_locks();
+        let mut builder = Builder::new(1.0);
+        // Nothing in the first second, then a third of the final totals each read.
+        let mut partial = profile.clone();
+        for row in &mut partial.locks {
+            row.total_ns = 0;
+            row.count = 0;
+        }
+        builder.add(1.0, totals(&partial));
+        let mut third = profile.clone();
+        for row in &mut third.locks {
+            row.total_ns /= 3;
+            row.count /= 3;
+        }
+        builder.add(2.0, totals(&third));
+        profile.duration_s = 3.0;
+        let timeline = builder.finish(&profile);
+        assert_eq!(timeline.ends_s, vec![1.0, 2.0, 3.0]);
+        let spin = timeline
+            .series
+            .iter()
+            .find(|series| series.by == "lock" && series.name == "spinlock 0xffff1")
+            .expect("spin lock series");
+        assert_eq!(spin.wait_ns[0], 0);
+        assert_eq!(spin.total_ns(), 7_000_000, "the sum is the total");
+        let process = timeline
+            .series
+            .iter()
+            .find(|series| series.by == "process" && series.pid == Some(10))
+            .expect("process series");
+        assert_eq!(process.name, "ior");
+        assert_eq!(process.total_ns(), 11_000_000);
+        let text = {
+            let mut with = profile.clone();
+            with.timeline = Some(timeline);
+            text(&with, 10)
+        };
+        assert!(text.contains("lock wait by lock"), "{text}");
+        crate::export::table::assert_fits_100_columns(&text);
+    }
+
+    #[test]
+    fn buckets_merge_and_sparkline_scales() {
+        assert_eq!(buckets(&[1, 2, 3, 4, 5], 2), vec![6, 9]);
+        assert_eq!(sparkline(&[0, 1, 8], 10), " ▂█");
+    }
+}

@@ -1,0 +1,141 @@
+//! Wakers (`record --wakers`): who woke each off-CPU wait. `sched:sched_waking` runs in
+//! the waker; when the woken thread has an open off-CPU wait (`OFFCPU_START`), the
+//! waker's identity and stacks are kept by the woken thread id (`WAKER_PENDING`). When
+//! the off-CPU program closes that wait at switch-in, its time is added to
+//! `WAKER_STATS` under (waiter key, waker).
+
+use crate::offcpu::OffcpuKey;
+
+/// The task that woke a thread, kept until the thread runs again.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WakeInfo {
+    /// Process and thread of the waker (0/0: the idle task, i.e. an interrupt that
+    /// came while the CPU idled).
+    pub tgid: u32,
+    pub tid: u32,
+    /// Kernel stack id of the waker in the shared stack map, or a negative errno.
+    pub kstack_id: i32,
+    /// User stack id of the waker, or a negative errno (kernel threads have none).
+    pub ustack_id: i32,
+}
+
+/// Aggregation key: one row per (off-CPU row of the waiter, waker).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WakerKey {
+    pub waiter: OffcpuKey,
+    pub waker: WakeInfo,
+}
+
+/// The last closed off-CPU wait of a thread (`LAST_WAIT`), for wait chains: when it
+/// wakes another thread, was it itself waiting during that thread's wait, and who
+/// woke it?
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LastWait {
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub tgid: u32,
+    pub kstack_id: i32,
+    pub state: u32,
+    /// Who woke it (0/0: not seen, or the idle task) and the waker's kernel stack id
+    /// (user space tells a wake-up from an interrupt by it).
+    pub waker_tgid: u32,
+    pub waker_tid: u32,
+    pub waker_kstack_id: i32,
+}
+
+/// The last `RECENT_WAITS` closed waits of a thread (`LAST_WAIT`), a ring: a chain
+/// link is the one of them that overlapped the wait it ended the most (the holder of a
+/// lock may wait briefly again after its long wait, before it releases the lock).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecentWaits {
+    pub waits: [LastWait; RECENT_WAITS],
+    /// Slot of the next wait (modulo `RECENT_WAITS`).
+    pub next: u32,
+    pub _pad: u32,
+}
+
+/// Waits kept per thread for chains (a power of two).
+pub const RECENT_WAITS: usize = 4;
+
+/// One link of a chain: a waker that was itself off the CPU during the wait it ended.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ChainLink {
+    pub tgid: u32,
+    pub tid: u32,
+    /// Kernel stack of its wait; unused links have tid 0 and a negative id.
+    pub kstack_id: i32,
+    pub state: u32,
+}
+
+/// Links after the waiter: a chain is at most 3 waits deep.
+pub const CHAIN_LINKS: usize = 2;
+
+/// Aggregation key of a chain: the waiter's off-CPU row, the links, and who woke the
+/// last link.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ChainKey {
+    pub waiter: OffcpuKey,
+    pub links: [ChainLink; CHAIN_LINKS],
+    pub last_waker_tgid: u32,
+    pub last_waker_tid: u32,
+    /// Kernel stack ids of the waker of the waiter and of each link (negative: none).
+    /// A waker whose stack shows an interrupt entry was only interrupted: user space
+    /// cuts the chain there.
+    pub waker_kstacks: [i32; CHAIN_LINKS + 1],
+    pub _pad: u32,
+}
+
+/// Times of a chain: the waiter's waits and, per link, the part of each link's wait
+/// that overlapped the wait before it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChainStat {
+    pub count: u64,
+    pub wait_ns: u64,
+    pub link_ns: [u64; CHAIN_LINKS],
+}
+
+/// Threads whose recent waits are kept (`LAST_WAIT`, least recently used go first).
+pub const LAST_WAIT_ENTRIES: u32 = 16384;
+
+/// Entries of the wake-ups waiting for their thread to run (`WAKER_PENDING`).
+pub const WAKER_PENDING_ENTRIES: u32 = crate::offcpu::OFFCPU_START_ENTRIES;
+
+pub mod names {
+    pub const WAKER_STATS: &str = "WAKER_STATS";
+    pub const WAKER_PENDING: &str = "WAKER_PENDING";
+    /// 1 when `--wakers` is recorded: the off-CPU program then closes waits with
+    /// their waker.
+    pub const WAKERS_ON: &str = "WAKERS_ON";
+    pub const WAKING_PID_OFFSET: &str = "WAKING_PID_OFFSET";
+    pub const WAKERS_SCHED_WAKING: &str = "wakers_sched_waking";
+    pub const LAST_WAIT: &str = "LAST_WAIT";
+    pub const CHAIN_STATS: &str = "CHAIN_STATS";
+
+    pub const ALL: &[&str] = &[
+        WAKER_STATS,
+        WAKER_PENDING,
+        LAST_WAIT,
+        CHAIN_STATS,
+        WAKERS_ON,
+        WAKING_PID_OFFSET,
+        WAKERS_SCHED_WAKING,
+    ];
+}
+
+#[cfg(feature = "user")]
+crate::impl_pod!(
+    WakeInfo,
+    WakerKey,
+    LastWait,
+    RecentWaits,
+    ChainLink,
+    ChainKey,
+    ChainStat
+);
