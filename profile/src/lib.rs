@@ -11,6 +11,7 @@ pub mod export;
 pub mod histogram;
 pub mod kind;
 pub mod lock;
+mod presized;
 pub mod profile;
 pub mod synthetic;
 pub mod units;

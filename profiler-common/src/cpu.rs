@@ -16,13 +16,68 @@ pub struct CpuKey {
     pub ustack_id: i32,
 }
 
+/// Most bytes of user stack one sample copies (`--user-stack-bytes`): with the header,
+/// 64 KiB (perf's limit too). Some programs keep more than 32 KiB in one frame (fio's
+/// job loop keeps 37 KB).
+pub const USER_STACK_MAX: usize = 64 * 1024 - core::mem::size_of::<StackSampleHeader>();
+
+/// Bytes of `CPU_STACK_SAMPLES` when stack copies are off (one page: the map must exist).
+pub const STACK_RING_MIN_BYTES: u32 = 4096;
+
+/// What one on-CPU sample with a user stack copy says besides the stack bytes: sent
+/// through `CPU_STACK_SAMPLES` (header, then `len` bytes read from `sp` upwards), so user
+/// space can unwind without frame pointers. The registers are the user ones: of the
+/// sample when it was taken in user mode, else those the task entered the kernel with.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StackSampleHeader {
+    pub tgid: u32,
+    pub tid: u32,
+    /// As in `CpuKey` (user mode: no kernel stack).
+    pub kstack_id: i32,
+    /// The frame-pointer walk of the same sample, as in `CpuKey`.
+    pub ustack_id: i32,
+    /// User registers at the sample: instruction, stack and frame pointers.
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    /// Bytes of stack that follow (0 when even a short read failed).
+    pub len: u32,
+    pub _pad: u32,
+}
+
+/// The scratch value (one per CPU) the program fills before sending `header` and `len`
+/// bytes.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct StackSample {
+    pub header: StackSampleHeader,
+    pub stack: [u8; USER_STACK_MAX],
+}
+
 pub mod names {
     pub const CPU_SAMPLES: &str = "CPU_SAMPLES";
     pub const CPU_SAMPLE: &str = "cpu_sample";
+    /// Ring of `StackSampleHeader` + stack bytes (samples with a user stack copy).
+    pub const CPU_STACK_SAMPLES: &str = "CPU_STACK_SAMPLES";
+    /// Scratch `StackSample`s, one per CPU (an array: per-CPU values are limited to 32 KiB).
+    pub const CPU_STACK_SCRATCH: &str = "CPU_STACK_SCRATCH";
+    /// Load-time global (u32): bytes of user stack to copy per sample; 0 = frame
+    /// pointers only.
+    pub const CPU_USER_STACK_BYTES: &str = "CPU_USER_STACK_BYTES";
+    /// Load-time global (u32): offset of `task_struct.stack`; 0 = unknown.
+    pub const CPU_TASK_STACK_OFFSET: &str = "CPU_TASK_STACK_OFFSET";
 
     /// Every name above (a name ending in `_` is a prefix: slot 0 is checked).
-    pub const ALL: &[&str] = &[CPU_SAMPLES, CPU_SAMPLE];
+    pub const ALL: &[&str] = &[
+        CPU_SAMPLES,
+        CPU_SAMPLE,
+        CPU_STACK_SAMPLES,
+        CPU_STACK_SCRATCH,
+        CPU_USER_STACK_BYTES,
+        CPU_TASK_STACK_OFFSET,
+    ];
 }
 
 #[cfg(feature = "user")]
-crate::impl_pod!(CpuKey);
+crate::impl_pod!(CpuKey, StackSampleHeader);

@@ -81,6 +81,14 @@ pub struct RecordArgs {
           value_parser = parse_freq)]
     pub freq: u64,
 
+    /// Bytes of user stack copied with each on-CPU sample taken in user mode, to unwind
+    /// code built without frame pointers from its .eh_frame/.debug_frame (with --cpu);
+    /// 0: frame-pointer stacks only. At most 65488.
+    #[arg(long, value_name = "BYTES", requires = "cpu",
+          default_value_t = crate::probes::cpu::DEFAULT_USER_STACK_BYTES,
+          value_parser = crate::probes::cpu::parse_user_stack_bytes)]
+    pub user_stack_bytes: u32,
+
     /// How lock contention is hooked: `auto` uses the lock:contention_* tracepoints
     /// (Linux 5.19+) and falls back to kprobes on the contention slow paths; the other
     /// values force one method (for tests of the fallback).

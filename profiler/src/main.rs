@@ -6,7 +6,21 @@ use clap::Parser;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    // One CLI style for every message, the eBPF side's diagnostics (aya-log) included:
+    // `lockpath: warning: ...` (RUST_LOG=debug for more).
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
+        .format(|out, record| {
+            use std::io::Write as _;
+            let level = match record.level() {
+                log::Level::Error => "error",
+                log::Level::Warn => "warning",
+                log::Level::Info => "info",
+                log::Level::Debug => "debug",
+                log::Level::Trace => "trace",
+            };
+            writeln!(out, "lockpath: {level}: {}", record.args())
+        })
+        .init();
     let cli = lockpath::cli::Cli::parse();
     match lockpath::run(cli) {
         Ok(code) => std::process::exit(code),

@@ -473,3 +473,101 @@ fn fuse_create_hold_matches_the_workload() {
         "the hold was taken on the create path: {frames:?}"
     );
 }
+
+/// A wait that ends without the lock is a row of its own: process B lists a FUSE
+/// directory while A's delayed CREATE holds its inode lock, and is killed while it waits.
+/// Its `down_read_killable` ends with -EINTR: one `rwsem:R !EINTR` row of B, as long as
+/// the workload's own time from B's last word to the kill, waited in `iterate_dir`, with
+/// A as the owner; and no acquired row of B for that lock.
+#[test]
+fn an_interrupted_wait_is_its_own_row() {
+    if !can_load_programs("an_interrupted_wait_is_its_own_row") {
+        return;
+    }
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let dir = scratch("lock-interrupted");
+    let profile_path = dir.join("interrupted.json");
+    let results = dir.join("results.txt");
+    let mountpoint = dir.join("mnt");
+    std::fs::create_dir_all(&mountpoint).expect("mountpoint");
+    let fuse = workload("fuse-workload");
+    record_ok(&[
+        "record",
+        "--lock",
+        "-o",
+        path_str(&profile_path),
+        "--",
+        path_str(&fuse),
+        "interrupted",
+        path_str(&results),
+        path_str(&mountpoint),
+        "800",
+        "200",
+    ]);
+    let text = std::fs::read_to_string(&results).expect("workload results");
+    let value = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|line| line.strip_prefix(&format!("{name} ")))
+            .and_then(|value| value.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+    };
+    let (a_pid, b_pid, expected_ns) = (value("a_pid"), value("b_pid"), value("b_wait_ns"));
+    let profile = load_json(&profile_path);
+    const OUTCOME_SHIFT: u64 = 16;
+    const INTERRUPTED: u64 = 1;
+    const LCB_F_READ: u64 = 2;
+    let rows: Vec<&serde_json::Value> = profile["locks"]
+        .as_array()
+        .expect("locks")
+        .iter()
+        .filter(|row| row["pid"].as_u64() == Some(b_pid))
+        .filter(|row| {
+            row["flags"]
+                .as_u64()
+                .is_some_and(|flags| flags & LCB_F_READ != 0)
+        })
+        .collect();
+    let interrupted: Vec<&&serde_json::Value> = rows
+        .iter()
+        .filter(|row| {
+            row["flags"].as_u64().map(|flags| flags >> OUTCOME_SHIFT) == Some(INTERRUPTED)
+        })
+        .collect();
+    assert_eq!(
+        (interrupted.len(), rows.len()),
+        (1, 1),
+        "B's one reader wait, interrupted, and no other: {rows:?}"
+    );
+    let row = interrupted[0];
+    let waited = row["total_ns"].as_u64().expect("total_ns") as f64;
+    eprintln!(
+        "B's interrupted wait {:.1} ms; the workload's {:.1} ms",
+        waited / 1e6,
+        expected_ns as f64 / 1e6
+    );
+    assert_eq!(row["count"].as_u64(), Some(1), "one wait: {row}");
+    // B's word comes just before its getdents: the wait starts a little later, and the
+    // kill reaches it a little after `kill` returns.
+    assert!(
+        (waited - expected_ns as f64).abs() <= 0.05 * expected_ns as f64 + 5e6,
+        "interrupted wait {waited} ns against the workload's {expected_ns} ns"
+    );
+    assert_eq!(
+        row["owner_pid"].as_u64(),
+        Some(a_pid),
+        "A held the lock: {row}"
+    );
+    let frames = stack_names(&profile, row["stack"].as_u64().expect("stack"));
+    assert!(
+        frames.iter().any(|name| name == "iterate_dir"),
+        "the wait was in iterate_dir: {frames:?}"
+    );
+    let report = lockpath_ok(&["report", path_str(&profile_path)]);
+    let report = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        report.contains("rwsem:R !EINTR"),
+        "the report names the outcome:\n{report}"
+    );
+}

@@ -233,6 +233,12 @@ const TEST_TOOLS: &[(&str, &str)] = &[
     ("go", "golang-go"),
     ("prometheus", "prometheus"),
     ("script", "bsdutils"),
+    // User stacks without frame pointers: a C workload built in the test, and a
+    // packaged program built without frame pointers.
+    ("cc", "gcc"),
+    ("objcopy", "binutils"),
+    ("xz", "xz-utils"),
+    ("fio", "fio"),
 ];
 
 /// Installs missing test tools with apt-get when root. Never fails: the tests

@@ -464,8 +464,15 @@ pub fn lock_table(profile: &Profile, by: GroupBy, top: usize) -> String {
         GroupBy::Host => "host",
         _ => "lock",
     };
+    // Wider only when a row's type carries an outcome (`rwsem:R !EINTR`).
+    let type_width = groups
+        .iter()
+        .map(|group| group.lock_type.len())
+        .max()
+        .unwrap_or(0)
+        .max(10);
     out.push_str(&format!(
-        "{:>10} {:>10} {:>10} {:>10}  {:<10} {:<20} {}\n",
+        "{:>10} {:>10} {:>10} {:>10}  {:<type_width$} {:<20} {}\n",
         "contended", "total wait", "max wait", "avg wait", "type", third, "caller"
     ));
     let shown = groups.len();
@@ -476,7 +483,7 @@ pub fn lock_table(profile: &Profile, by: GroupBy, top: usize) -> String {
             _ => group.lock.clone(),
         };
         out.push_str(&format!(
-            "{:>10} {:>10} {:>10} {:>10}  {:<10} {:<20} {}\n",
+            "{:>10} {:>10} {:>10} {:>10}  {:<type_width$} {:<20} {}\n",
             group.contended,
             format_ns(group.total_wait_ns),
             format_ns(group.max_wait_ns),

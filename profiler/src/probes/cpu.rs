@@ -9,9 +9,12 @@ use aya::{
         PerfEvent,
     },
     util::online_cpus,
-    Ebpf,
+    Ebpf, EbpfLoader,
 };
 use profiler_common::cpu::{names, CpuKey};
+
+mod unwound;
+pub use unwound::{parse_user_stack_bytes, StackCopies, DEFAULT_USER_STACK_BYTES};
 
 use crate::{
     kind::Kind,
@@ -21,6 +24,7 @@ use crate::{
         AttachContext, Drain, Family, MapSize, Registration,
     },
     profile::{CpuRow, ProbeUse, Profile},
+    symbolize::UserSymbols,
 };
 
 pub const FAMILY: Registration = Registration {
@@ -31,9 +35,12 @@ pub const FAMILY: Registration = Registration {
         false => Ok(()),
     },
     plan: |args, _ctx| {
-        Ok(args
-            .cpu
-            .then(|| Box::new(CpuFamily { freq_hz: args.freq }) as Box<dyn Family>))
+        Ok(args.cpu.then(|| {
+            Box::new(CpuFamily {
+                freq_hz: args.freq,
+                stacks: StackCopies::new(args.user_stack_bytes),
+            }) as Box<dyn Family>
+        }))
     },
     maps: &[(names::CPU_SAMPLES, MapSize::Stats)],
     names: names::ALL,
@@ -42,6 +49,8 @@ pub const FAMILY: Registration = Registration {
 /// The on-CPU sampling family of one recording.
 struct CpuFamily {
     freq_hz: u64,
+    /// User stack copies and their unwinding (`--user-stack-bytes`).
+    stacks: StackCopies,
 }
 
 impl Family for CpuFamily {
@@ -53,14 +62,32 @@ impl Family for CpuFamily {
         true
     }
 
+    fn configure<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
+        self.stacks.configure(loader, self.freq_hz);
+    }
+
     fn attach(&mut self, ebpf: &mut Ebpf, _ctx: &mut AttachContext) -> Result<Vec<ProbeUse>> {
-        Ok(vec![attach(ebpf, self.freq_hz)?])
+        let mut used = attach(ebpf, self.freq_hz)?;
+        if let Some(method) = self.stacks.start(ebpf)? {
+            used.method.push_str(&method);
+        }
+        Ok(vec![used])
+    }
+
+    fn poll(&self, user: &mut UserSymbols) {
+        self.stacks.poll(user);
     }
 
     fn drain(&self, out: &mut Drain) -> Result<()> {
         out.profile.cpu_freq_hz = self.freq_hz;
-        out.profile.cpu = drain(out.maps, out.stacks)?;
+        let mut rows = drain(out.maps, out.stacks)?;
+        rows.extend(self.stacks.rows(out.stacks));
+        out.profile.cpu = merge_rows(rows);
         Ok(())
+    }
+
+    fn finish(&self, _profile: &Profile) {
+        self.stacks.finish();
     }
 
     fn progress(&self, live: &Profile) -> Option<String> {
@@ -139,4 +166,29 @@ pub fn drain(maps: &MapSet, stacks: &mut StackResolver) -> Result<Vec<CpuRow>> {
     }
     rows.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.pid.cmp(&b.pid)));
     Ok(rows)
+}
+
+/// Rows with the same process, thread and stacks (from the in-kernel counts and from the
+/// unwound samples) as one, most samples first.
+fn merge_rows(rows: Vec<CpuRow>) -> Vec<CpuRow> {
+    let mut merged: std::collections::HashMap<_, CpuRow> = std::collections::HashMap::new();
+    for row in rows {
+        let key = (row.pid, row.tid, row.kernel_stack, row.user_stack);
+        match merged.get_mut(&key) {
+            Some(existing) => existing.samples += row.samples,
+            None => {
+                merged.insert(key, row);
+            }
+        }
+    }
+    let mut rows: Vec<CpuRow> = merged.into_values().collect();
+    rows.sort_by(|a, b| {
+        b.samples
+            .cmp(&a.samples)
+            .then(a.pid.cmp(&b.pid))
+            .then(a.tid.cmp(&b.tid))
+            .then(a.user_stack.cmp(&b.user_stack))
+            .then(a.kernel_stack.cmp(&b.kernel_stack))
+    });
+    rows
 }

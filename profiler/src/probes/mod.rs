@@ -21,7 +21,7 @@ use aya::{Ebpf, EbpfLoader};
 use crate::{
     cli::{Kind, RecordArgs},
     profile::{ProbeUse, Profile, Unavailable},
-    symbolize::KernelSymbols,
+    symbolize::{KernelSymbols, UserSymbols},
 };
 use shared::{MapSet, StackResolver};
 
@@ -107,6 +107,11 @@ pub trait Family {
     /// Loads and attaches its programs; says how. Empty when nothing could be attached
     /// and the run goes on (the reasons are in `ctx.unavailable`).
     fn attach(&mut self, ebpf: &mut Ebpf, ctx: &mut AttachContext) -> Result<Vec<ProbeUse>>;
+
+    /// Called often while recording, and once more after the programs are detached
+    /// (before the last drain): reads what its programs send per event (the process
+    /// snapshots in `user` are fresh then).
+    fn poll(&self, _user: &mut UserSymbols) {}
 
     /// Called once the programs are detached, before the last drain.
     fn stopped(&mut self) {}

@@ -3,6 +3,8 @@
 //! probe family asks one place.
 
 pub mod kallsyms;
+pub mod stackcheck;
+pub mod unwind;
 pub mod user;
 
 pub use kallsyms::KernelSymbols;

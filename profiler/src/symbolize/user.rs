@@ -9,8 +9,12 @@
 //! of the process nor the deletion or replacement of its binary loses the symbols.
 //! Processes that were never snapshotted are read from /proc at the end, if alive.
 //!
-//! Symbols come from `.symtab`, or `.dynsym` when the binary is stripped; Rust and C++
-//! names are demangled.
+//! Symbols come from `.symtab`, or `.dynsym` when the binary is stripped, then from a
+//! separate debug file (by build id under /usr/lib/debug/.build-id/, or debug link);
+//! outside file mappings from the vDSO and JIT perf maps (/tmp/perf-PID.map) of live
+//! processes. A binary stripped of `.symtab` that carries MiniDebugInfo
+//! (`.gnu_debugdata`, an xz-compressed symbol table, as Fedora ships) is read through it.
+//! Rust and C++ names are demangled.
 
 use std::{
     collections::HashMap,
@@ -19,7 +23,13 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use blazesym::symbolize::{source::Elf, source::Source, Input, Symbolized, Symbolizer};
+use blazesym::{
+    symbolize::{
+        source::{Elf, Process, Source},
+        Input, Symbolized, Symbolizer,
+    },
+    Pid,
+};
 
 use crate::profile::Frame;
 
@@ -34,6 +44,19 @@ pub struct Mapping {
     pub object: Option<usize>,
     /// The path as /proc shows it (`/usr/lib/x86_64-linux-gnu/libc.so.6`, `[vdso]`).
     pub name: String,
+}
+
+/// An executable mapping of an object file, for unwinders (see `code_mappings`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CodeMapping {
+    pub start: u64,
+    pub end: u64,
+    /// Offset of `start` in the file.
+    pub offset: u64,
+    /// Index of the object (the same file in every process has the same index).
+    pub object: usize,
+    /// Where the file is read (the kept descriptor, or the path).
+    pub read_path: PathBuf,
 }
 
 /// One line of `/proc/PID/maps`, executable mappings only.
@@ -150,6 +173,8 @@ pub struct UserSymbols {
     object_ids: HashMap<(String, u64), usize>,
     /// Symbol names by (object, file offset).
     names: HashMap<(usize, u64), Option<String>>,
+    /// Symbol names outside file mappings (vDSO, perf maps) by (process, address).
+    live_names: HashMap<(u32, u64), Option<String>>,
 }
 
 impl Default for UserSymbols {
@@ -170,6 +195,7 @@ impl UserSymbols {
             objects: Vec::new(),
             object_ids: HashMap::new(),
             names: HashMap::new(),
+            live_names: HashMap::new(),
         }
     }
 
@@ -240,6 +266,32 @@ impl UserSymbols {
         Some(id)
     }
 
+    /// The executable file mappings of `pid` in its newest snapshot, with the path each
+    /// object is read from, and the number of snapshots so far (a new one changes it).
+    pub fn code_mappings(&self, pid: u32) -> Option<(usize, Vec<CodeMapping>)> {
+        let snapshots = self.processes.get(&pid)?;
+        let newest = snapshots.last()?;
+        let mappings = newest
+            .iter()
+            .filter_map(|mapping| {
+                let object = mapping.object?;
+                Some(CodeMapping {
+                    start: mapping.start,
+                    end: mapping.end,
+                    offset: mapping.offset,
+                    object,
+                    read_path: self.objects[object].read_path.clone(),
+                })
+            })
+            .collect();
+        Some((snapshots.len(), mappings))
+    }
+
+    /// Whether `addr` lies in an executable mapping of `pid` (any snapshot).
+    pub fn in_code(&self, pid: u32, addr: u64) -> bool {
+        self.mapping(pid, addr).is_some()
+    }
+
     /// The mapping containing `addr` in the newest snapshot that has one.
     fn mapping(&self, pid: u32, addr: u64) -> Option<&Mapping> {
         self.processes.get(&pid)?.iter().rev().find_map(|snapshot| {
@@ -278,11 +330,21 @@ impl UserSymbols {
             };
         };
         let Some(object) = mapping.object else {
-            // [vdso], [anon:...], JIT code: the mapping's name is all there is.
-            let name = if mapping.name.is_empty() {
-                format!("0x{addr:x}")
-            } else {
-                mapping.name.clone()
+            // [vdso], [anon:...], JIT code: the live process's vDSO or its perf map
+            // (/tmp/perf-PID.map, written by JIT runtimes) may name it; otherwise the
+            // mapping's name is all there is.
+            let live = match self.live_names.get(&(pid, lookup)) {
+                Some(name) => name.clone(),
+                None => {
+                    let name = self.symbolize_live(pid, lookup);
+                    self.live_names.insert((pid, lookup), name.clone());
+                    name
+                }
+            };
+            let name = match live {
+                Some(name) => name,
+                None if mapping.name.is_empty() => format!("0x{addr:x}"),
+                None => mapping.name.clone(),
             };
             return Frame {
                 name,
@@ -313,13 +375,35 @@ impl UserSymbols {
         }
     }
 
+    /// The symbol at a file offset: from the object's `.symtab` or `.dynsym`, else from
+    /// its separate debug file (found by build id under /usr/lib/debug/.build-id/, what
+    /// Debian's -dbgsym packages install, or by its debug link).
     fn symbolize(&self, object: usize, file_offset: u64) -> Option<String> {
-        let mut elf = Elf::new(self.objects[object].read_path.clone());
-        elf.debug_syms = false;
-        let source = Source::Elf(elf);
+        [false, true].into_iter().find_map(|debug_syms| {
+            let mut elf = Elf::new(self.objects[object].read_path.clone());
+            elf.debug_syms = debug_syms;
+            let source = Source::Elf(elf);
+            match self
+                .symbolizer
+                .symbolize_single(&source, Input::FileOffset(file_offset))
+            {
+                Ok(Symbolized::Sym(sym)) => Some(sym.name.into_owned()),
+                _ => None,
+            }
+        })
+    }
+
+    /// The symbol at an address outside any file mapping of a live process: its vDSO,
+    /// or JIT code its runtime listed in /tmp/perf-PID.map.
+    fn symbolize_live(&self, pid: u32, addr: u64) -> Option<String> {
+        let mut process = Process::new(Pid::from(pid));
+        process.debug_syms = false;
+        process.perf_map = true;
+        process.vdso = true;
+        let source = Source::Process(process);
         match self
             .symbolizer
-            .symbolize_single(&source, Input::FileOffset(file_offset))
+            .symbolize_single(&source, Input::AbsAddr(addr))
         {
             Ok(Symbolized::Sym(sym)) => Some(sym.name.into_owned()),
             _ => None,
@@ -388,6 +472,45 @@ mod tests {
         assert!(frames[0].name.contains("getpid"), "{frames:?}");
         let module = frames[0].module.as_deref().unwrap_or("");
         assert!(module.contains("libc"), "{frames:?}");
+    }
+
+    #[test]
+    fn jit_code_is_named_from_the_perf_map() {
+        // An anonymous executable mapping, as a JIT runtime makes, listed in the
+        // process's perf map.
+        let len = 4096;
+        // SAFETY: a fresh private anonymous mapping, unmapped below.
+        let page = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_EXEC,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(page, libc::MAP_FAILED);
+        let start = page as u64;
+        let pid = std::process::id();
+        let map = PathBuf::from(format!("/tmp/perf-{pid}.map"));
+        std::fs::write(
+            &map,
+            format!(
+                "{:x} 100 jitted_marker_function\n{:x} 80 other_jitted\n",
+                start,
+                start + 0x100
+            ),
+        )
+        .expect("write the perf map");
+        let mut symbols = UserSymbols::new();
+        assert!(symbols.remember(pid));
+        let frames = symbols.frames(pid, &[start + 0x10, start + 0x111]);
+        let _ = std::fs::remove_file(&map);
+        // SAFETY: unmapping the mapping made above.
+        unsafe { libc::munmap(page, len) };
+        assert_eq!(frames[0].name, "jitted_marker_function", "{frames:?}");
+        assert_eq!(frames[1].name, "other_jitted", "{frames:?}");
     }
 
     #[test]

@@ -18,6 +18,12 @@
 //!   returned (`tN_end_ns`, from a common start) and the threads' ids (`tN_tid`).
 //! - `holdchain-client RESULTS DIR TAG`: holdchain against a served mount, with files
 //!   `t1-TAG`, `t2-TAG`, `t3-TAG`.
+//! - `interrupted RESULTS MOUNTPOINT CREATE_MS WAIT_MS`: process A creates `a` (CREATE
+//!   delayed: A holds the directory's inode lock); 50 ms later process B lists the
+//!   directory and blocks on that lock (`down_read_killable` in `iterate_dir`); WAIT_MS
+//!   after B said it was about to list, B is killed with SIGKILL, so its wait ends
+//!   without the lock (`-EINTR`). Writes both pids and the time from B's word to the
+//!   kill (`a_pid`, `b_pid`, `b_wait_ns`).
 
 use std::{
     fs::OpenOptions,
@@ -35,7 +41,8 @@ fn usage() -> ! {
          fuse-workload serve STOPFILE MOUNTPOINT CREATE_MS\n       \
          fuse-workload lockwait-client RESULTS DIR HEADSTART_MS TAG\n       \
          fuse-workload holdchain RESULTS MOUNTPOINT CREATE_MS\n       \
-         fuse-workload holdchain-client RESULTS DIR TAG"
+         fuse-workload holdchain-client RESULTS DIR TAG\n       \
+         fuse-workload interrupted RESULTS MOUNTPOINT CREATE_MS WAIT_MS"
     );
     std::process::exit(2)
 }
@@ -115,6 +122,46 @@ fn hold_chain(dir: &Path, tag: &str, lines: &mut Vec<String>) {
     }
 }
 
+/// Process B of `interrupted`: lists DIR while A's create holds DIR's inode lock, and is
+/// killed while it waits. It says "listing" on stdout just before the wait.
+fn interrupted(dir: &Path, wait: Duration, lines: &mut Vec<String>) {
+    use std::io::{BufRead, BufReader};
+    let exe = std::env::current_exe().expect("own executable");
+    let mut a = std::process::Command::new(&exe)
+        .arg("create-one")
+        .arg("-")
+        .arg(dir.join("a"))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn A");
+    std::thread::sleep(Duration::from_millis(50));
+    let mut b = std::process::Command::new(&exe)
+        .arg("list-one")
+        .arg("-")
+        .arg(dir)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn B");
+    let mut word = String::new();
+    let stdout = b.stdout.take().expect("B's stdout");
+    BufReader::new(stdout)
+        .read_line(&mut word)
+        .expect("B's word");
+    let said = Instant::now();
+    std::thread::sleep(wait);
+    b.kill().expect("kill B");
+    let waited = said.elapsed();
+    let status = b.wait().expect("reap B");
+    a.wait().expect("wait for A");
+    assert!(
+        word.trim() == "listing" && !status.success(),
+        "B must have been killed while listing (said {word:?}, {status})"
+    );
+    lines.push(format!("a_pid {}", a.id()));
+    lines.push(format!("b_pid {}", b.id()));
+    lines.push(format!("b_wait_ns {}", waited.as_nanos()));
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.len() < 3 {
@@ -158,6 +205,22 @@ fn main() {
                 .expect("mount the FUSE fixture");
             hold_chain(fixture.path(), "", &mut lines);
             drop(fixture);
+        }
+        "interrupted" => {
+            let create_delay = Duration::from_millis(number(args.get(3)));
+            let wait = Duration::from_millis(number(args.get(4)));
+            let fixture = FuseFixture::mount(&mountpoint, &[(FUSE_CREATE, create_delay)])
+                .expect("mount the FUSE fixture");
+            interrupted(fixture.path(), wait, &mut lines);
+            drop(fixture);
+        }
+        "list-one" => {
+            // B's side of interrupted: lists the directory (blocks on its inode lock).
+            println!("listing");
+            std::io::stdout().flush().expect("flush");
+            let entries = std::fs::read_dir(&mountpoint).expect("open the directory");
+            println!("listed {}", entries.count());
+            return;
         }
         "holdchain-client" => {
             let tag = args.get(3).unwrap_or_else(|| usage());

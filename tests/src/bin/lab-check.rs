@@ -80,6 +80,7 @@ fn main() {
         Some("hold-contended") => check_hold_contended(&args[1..]),
         Some("io") => check_io(&args[1..]),
         Some("file-lock") => check_file_lock(&args[1..]),
+        Some("cpu") => check_cpu(&args[1..]),
         _ => fail("usage: lab-check lock PROFILE REPORT --method WORD --types T1,T2 [--truth TYPE=N] [--tolerance F]".into()),
     }
 }
@@ -740,4 +741,57 @@ fn check_file_lock(args: &[String]) {
         }
     }
     println!("WHY: ok");
+}
+
+/// `lab-check cpu PROFILE`: on-CPU samples of cpu-burn recorded with user stack copies;
+/// at least 90% of its hot functions' samples carry their caller up to main.
+fn check_cpu(args: &[String]) {
+    let Some(profile_path) = args.first() else {
+        fail("lab-check cpu: PROFILE is required".into());
+    };
+    let profile = read_json(profile_path);
+    let method = profile["probes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|probe| probe["family"] == "cpu")
+        .and_then(|probe| probe["method"].as_str())
+        .unwrap_or_else(|| fail("no cpu probe in the profile".into()))
+        .to_string();
+    println!("cpu method: {method}");
+    if !method.contains("copies") {
+        fail(format!("the cpu probe does not copy user stacks: {method}"));
+    }
+    let names = |id: &Value| -> Vec<String> {
+        id.as_u64()
+            .and_then(|id| profile["stacks"][id as usize]["frames"].as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|frame| frame.as_u64())
+            .filter_map(|frame| profile["frames"][frame as usize]["name"].as_str())
+            .map(String::from)
+            .collect()
+    };
+    let (mut hot, mut whole) = (0u64, 0u64);
+    for row in profile["cpu"].as_array().into_iter().flatten() {
+        let stack = names(&row["user_stack"]);
+        if !stack.iter().any(|name| name.starts_with("cpu_burn::burn_")) {
+            continue;
+        }
+        let samples = row["samples"].as_u64().unwrap_or(0);
+        hot += samples;
+        if stack.iter().any(|name| name == "cpu_burn::main") {
+            whole += samples;
+        }
+    }
+    println!("cpu-burn: {whole} of {hot} hot samples reach cpu_burn::main");
+    if hot < 200 {
+        fail(format!("only {hot} samples of cpu-burn's hot functions"));
+    }
+    if (whole as f64) < 0.9 * hot as f64 {
+        fail(format!(
+            "only {whole} of {hot} hot samples reach cpu_burn::main"
+        ));
+    }
+    println!("WHY: {whole} of {hot} hot samples carry their stack up to main");
 }

@@ -116,6 +116,16 @@ const FAMILIES: &[Family] = &[
         target_overhead: Some(0.01),
     },
     Family {
+        // On-CPU sampling with frame-pointer user stacks only (no stack copies): the
+        // `cpu` row above copies 64 KiB of user stack per user-mode sample (the default).
+        name: "cpu-fp",
+        flags: &["--cpu", "--user-stack-bytes", "0"],
+        aimed_at: &["cpu"],
+        bpftrace: None,
+        perf: None,
+        target_overhead: Some(0.01),
+    },
+    Family {
         // No workload here speaks FUSE: this row is the cost of the armed probes and
         // of lockpath itself; a FUSE file system workload would be its aimed-at one.
         name: "rpc",

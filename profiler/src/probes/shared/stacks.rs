@@ -10,7 +10,7 @@ use profiler_common::shared::names;
 use super::MapSet;
 use crate::{
     profile::{Frame, StackInterner},
-    symbolize::{user::reaches_root, KernelSymbols, UserSymbols},
+    symbolize::{stackcheck, user::reaches_root, KernelSymbols, UserSymbols},
 };
 
 /// Deepest stack the kernel walks (`PERF_MAX_STACK_DEPTH`); a stack this deep was cut.
@@ -77,12 +77,56 @@ impl StackResolver {
         }
         let resolved = self.stack_map.get(&(stack_id as u32), 0).ok().map(|trace| {
             let addrs: Vec<u64> = trace.frames().iter().map(|frame| frame.ip).collect();
-            let frames = self.user.frames(tgid, &addrs);
-            let truncated = addrs.len() >= MAX_STACK_DEPTH || !reaches_root(&frames);
-            self.interner.stack(frames, truncated)
+            self.user_addrs_stack(tgid, &addrs, addrs.len() >= MAX_STACK_DEPTH, false)
         });
         self.user_cache.insert((tgid, stack_id), resolved);
         resolved
+    }
+
+    /// The profile stack for user addresses of process `tgid` (leaf first) from any
+    /// unwinder: a walk that left the process's code or looped is cut at its last good
+    /// frame and ends in `[unwind stopped]` (see symbolize::stackcheck); one that does
+    /// not reach an entry point is truncated (`at_limit`: the walk hit its depth limit),
+    /// or ends in `[unwind stopped]` when the unwinder says it `stopped` early.
+    pub fn user_addrs_stack(
+        &mut self,
+        tgid: u32,
+        addrs: &[u64],
+        at_limit: bool,
+        stopped: bool,
+    ) -> u32 {
+        let mut frames = self.user.frames(tgid, addrs);
+        let user = &self.user;
+        let in_code = |addr: u64| user.in_code(tgid, addr);
+        let check: Option<&dyn Fn(u64) -> bool> = match user.knows(tgid) {
+            true => Some(&in_code),
+            false => None,
+        };
+        if let Some(good) = stackcheck::good_prefix(addrs, check) {
+            frames.truncate(good);
+            frames.push(stackcheck::unwind_stopped_frame());
+            return self.interner.stack(frames, false);
+        }
+        let complete = reaches_root(&frames);
+        if stopped && !complete {
+            frames.push(stackcheck::unwind_stopped_frame());
+            return self.interner.stack(frames, false);
+        }
+        self.interner.stack(frames, at_limit || !complete)
+    }
+
+    /// Whether an interned user stack is whole: it reaches an entry point, neither cut
+    /// nor truncated.
+    pub fn user_stack_complete(&self, stack: u32) -> bool {
+        let Some(interned) = self.interner.stacks.get(stack as usize) else {
+            return false;
+        };
+        let stopped = interned
+            .frames
+            .last()
+            .and_then(|&frame| self.interner.frames.get(frame as usize))
+            .is_some_and(|frame| frame.name == stackcheck::UNWIND_STOPPED);
+        !interned.truncated && !stopped && !interned.frames.is_empty()
     }
 
     /// Static locks by symbol, the rest by address.
