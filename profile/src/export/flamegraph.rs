@@ -228,7 +228,7 @@ mod tests {
             "{lines:?}"
         );
         assert!(
-            lines.contains(&"ior;rwsem:W;vm_mmap_pgoff 3000000 24000000".to_string()),
+            lines.contains(&"ior;rwsem:W;mmap_lock;vm_mmap_pgoff 3000000 24000000".to_string()),
             "{lines:?}"
         );
         let svg = String::from_utf8(render_diff_svg(&base, &new, Kind::Lock).expect("svg"))

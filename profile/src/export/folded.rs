@@ -67,16 +67,21 @@ pub fn samples(profile: &Profile, kind: Kind) -> Vec<Sample> {
         }
     };
     match kind {
-        // Process; lock type; stack from the outermost frame to the caller (the locking
-        // code itself is left out, so the caller is on top).
+        // Process; lock type; the lock, when it has a name (`mmap_lock`, `rq_lock:cpu1`,
+        // a static symbol; an address is left out); stack from the outermost frame to
+        // the caller (the locking code itself is left out, so the caller is on top).
         Kind::Lock => {
-            // Sum by (process, type, stack) with integer keys first, then build the
-            // frames of each distinct key once: rows (one per lock address) far
-            // outnumber paths, and a million rows must not cost a million frame lists.
-            let mut sums: HashMap<(u32, u32, Option<u32>), [u64; 2], rustc_hash::FxBuildHasher> =
-                HashMap::default();
+            // Sum by (process, type, named lock, stack) with integer keys first, then
+            // build the frames of each distinct key once: rows (one per lock address)
+            // far outnumber paths, and a million rows must not cost a million frame lists.
+            type Key<'a> = (u32, u32, Option<&'a str>, Option<u32>);
+            let mut sums: HashMap<Key, [u64; 2], rustc_hash::FxBuildHasher> = HashMap::default();
             for row in &profile.locks {
-                let sum = sums.entry((row.pid, row.flags, row.stack)).or_default();
+                let name = (!row.lock_name.starts_with("0x") && !row.lock_name.is_empty())
+                    .then_some(row.lock_name.as_str());
+                let sum = sums
+                    .entry((row.pid, row.flags, name, row.stack))
+                    .or_default();
                 sum[0] = sum[0].saturating_add(row.count);
                 sum[1] = sum[1].saturating_add(row.total_ns);
             }
@@ -84,16 +89,19 @@ pub fn samples(profile: &Profile, kind: Kind) -> Vec<Sample> {
                 HashMap::default();
             let mut process_parts: HashMap<u32, String, rustc_hash::FxBuildHasher> =
                 HashMap::default();
-            for ((pid, flags, stack), values) in sums {
+            for ((pid, flags, name, stack), values) in sums {
                 let process = process_parts
                     .entry(pid)
                     .or_insert_with(|| clean(&profile.process_name(pid)));
                 let stack_frames = stack_parts
                     .entry(stack)
                     .or_insert_with(|| lock_stack_frames(profile, stack));
-                let mut frames = Vec::with_capacity(stack_frames.len() + 2);
+                let mut frames = Vec::with_capacity(stack_frames.len() + 3);
                 frames.push(process.clone());
                 frames.push(clean(lock_type_name(flags)));
+                if let Some(name) = name {
+                    frames.push(clean(name));
+                }
                 frames.extend(stack_frames.iter().cloned());
                 add(frames, &values);
             }
@@ -266,7 +274,10 @@ mod tests {
         let text = render(&profile_with_two_locks(), Kind::Lock);
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines.contains(&"ior;spinlock;do_pipe2 7000"), "{text}");
-        assert!(lines.contains(&"ior;rwsem:W;vm_mmap_pgoff 6000"), "{text}");
+        assert!(
+            lines.contains(&"ior;rwsem:W;mmap_lock;vm_mmap_pgoff 6000"),
+            "{text}"
+        );
         assert!(
             !text.contains("_raw_spin_lock"),
             "lock internals are left out: {text}"
