@@ -74,12 +74,10 @@ impl LockNameLayout {
     };
 }
 
-/// What the stack cache keeps per (lock, call path): the stack id, when it was walked
-/// (the entry is walked again when it is `STACK_REFRESH_NS` old), and the lock's class.
+/// What the stack cache keeps per (lock, call path): the stack id and the lock's class.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct StackCacheValue {
-    pub walked_ns: u64,
     pub kstack_id: i32,
     pub lock_class: u32,
 }

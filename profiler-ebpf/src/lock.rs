@@ -12,7 +12,7 @@
 //! Cost and accuracy: a kernel stack walk (`bpf_get_stackid`) costs about 3 us, several
 //! times a typical spin. So the walk is not done per contention: the stack is looked up
 //! in `LOCK_STACK_CACHE` by (lock, fingerprint of the kernel stack above the tracepoint),
-//! and walked only on a miss or when the cached walk is `STACK_REFRESH_NS` old. The
+//! and walked only on a miss or, at random, once in `STACK_REFRESH_ONE_IN` hits. The
 //! wait starts at the program's entry (the moment the waiter found the lock taken);
 //! when the program walked, it starts after the walk, so lockpath's own work is never
 //! reported as waiting.
@@ -30,7 +30,7 @@ use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{
         bpf_get_current_pid_tgid, bpf_probe_read_kernel,
-        generated::{bpf_get_current_task, bpf_ktime_get_ns},
+        generated::{bpf_get_current_task, bpf_get_prandom_u32, bpf_ktime_get_ns},
     },
     macros::map,
     maps::{HashMap, LruHashMap, PerCpuArray},
@@ -42,7 +42,7 @@ use profiler_common::{
         ContendedHoldKey, FINGERPRINT_TEXT_WORDS, FINGERPRINT_WORDS, KERNEL_TEXT_START,
         LCB_F_MUTEX, LCB_F_PERCPU, LCB_F_READ, LCB_F_RT, LCB_F_SPIN, LCB_F_WRITE,
         LOCK_CLASS_MMAP_LOCK, LOCK_CLASS_UNKNOWN, LOCK_OUTCOME_ACQUIRED, LockAcquirer, LockKey,
-        LockLayout, LockStat, LockWait, STACK_REFRESH_NS, StackCacheKey, conflicts, outcome_of,
+        LockLayout, LockStat, LockWait, STACK_REFRESH_ONE_IN, StackCacheKey, conflicts, outcome_of,
         sticky_flags,
     },
     lockname::StackCacheValue,
@@ -364,10 +364,9 @@ pub fn on_sleep_slowpath_return(_ctx: &RetProbeContext) {
 
 /// The waiter's kernel stack id, and whether it was walked now (then the wait starts
 /// after the walk, `walked_ns`), or taken from the cache; and the lock's class
-/// (`lockname.rs`), decided with the walk and cached with the stack. `now_ns` is the
-/// program's start, used to age the cached walk without another clock read.
+/// (`lockname.rs`), decided with the walk and cached with the stack.
 #[inline(always)]
-fn waiter_stack<C: LockContext>(ctx: &C, lock_addr: u64, now_ns: u64) -> (i32, Option<u64>, u32) {
+fn waiter_stack<C: LockContext>(ctx: &C, lock_addr: u64) -> (i32, Option<u64>, u32) {
     let Some(fingerprint) = stack_fingerprint(ctx.stack_base()) else {
         count_loss(LOCK_STACK_CACHE_FAILED);
         let lock_class = crate::lockname::classify(lock_addr);
@@ -378,19 +377,18 @@ fn waiter_stack<C: LockContext>(ctx: &C, lock_addr: u64, now_ns: u64) -> (i32, O
         lock_addr,
         fingerprint,
     };
-    // SAFETY: lookup in a map of plain data; the value is copied out.
-    if let Some(cached) = unsafe { LOCK_STACK_CACHE.get(key) }
-        && now_ns.saturating_sub(cached.walked_ns) < STACK_REFRESH_NS
-    {
-        return (cached.kstack_id, None, cached.lock_class);
+    // SAFETY: helper without arguments.
+    let refresh = unsafe { bpf_get_prandom_u32() } % STACK_REFRESH_ONE_IN == 0;
+    if !refresh {
+        // SAFETY: lookup in a map of plain data; the value is copied out.
+        if let Some(cached) = unsafe { LOCK_STACK_CACHE.get(key) } {
+            return (cached.kstack_id, None, cached.lock_class);
+        }
     }
     let lock_class = crate::lockname::classify(lock_addr);
     let (kstack_id, walked_ns) = walk_stack(ctx);
-    if let Some(walked_ns) = walked_ns
-        && kstack_id >= 0
-    {
+    if kstack_id >= 0 {
         let value = StackCacheValue {
-            walked_ns,
             kstack_id,
             lock_class,
         };
@@ -439,7 +437,7 @@ fn open_spin_wait<C: LockContext>(
     flags: u32,
     start_ns: u64,
 ) {
-    let (kstack_id, walked_ns, lock_class) = waiter_stack(ctx, lock_addr, start_ns);
+    let (kstack_id, walked_ns, lock_class) = waiter_stack(ctx, lock_addr);
     // SAFETY: the caller passes this CPU's slot of LOCK_SPIN_WAIT.
     let wait = unsafe { &mut *slot };
     wait.start_ns = walked_ns.unwrap_or(start_ns);
@@ -463,7 +461,7 @@ fn open_sleep_wait<C: LockContext>(ctx: &C, tid: u32, lock_addr: u64, flags: u32
     } else {
         (LOCK_CLASS_UNKNOWN, NO_OWNER)
     };
-    let (kstack_id, walked_ns, cached_class) = waiter_stack(ctx, lock_addr, start_ns);
+    let (kstack_id, walked_ns, cached_class) = waiter_stack(ctx, lock_addr);
     let lock_class = if lock_class == LOCK_CLASS_UNKNOWN {
         cached_class
     } else {

@@ -32,47 +32,17 @@ pub const STACK_FLAGS_KERNEL: u64 = 1 << 9;
 /// `BPF_F_USER_STACK | BPF_F_FAST_STACK_CMP`: the user-space stack of the current task.
 pub const STACK_FLAGS_USER: u64 = (1 << 8) | (1 << 9);
 
-/// Counts one lost event in `slot`.
 #[inline(always)]
 pub fn count_loss(slot: u32) {
-    count_first_loss(slot);
-}
-
-/// Counts one lost event in `slot`; true when it is the first of its kind on this CPU.
-#[inline(always)]
-pub fn count_first_loss(slot: u32) -> bool {
-    let Some(counter) = LOSSES.get_ptr_mut(slot) else {
-        return false;
-    };
-    // SAFETY: the pointer comes from a successful per-CPU array lookup; programs do not
-    // migrate while they run, but one may interrupt another on the same CPU (a tracepoint
-    // in an interrupt), so the add is atomic. The value before it is read apart (the
-    // target CPU, `generic`, has no fetching add): an interrupt in between makes at
-    // worst one more or one fewer "first".
-    unsafe {
-        let before = core::ptr::read_volatile(counter);
-        core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
-            counter, 1,
-        );
-        before == 0
-    }
-}
-
-/// Why a stack walk failed, said once per CPU through aya-log (the error path only,
-/// never per event): the loss counter says how many, the message says why.
-#[inline(never)]
-fn report_stack_failure(errno: i32) {
-    if errno == -12 {
-        aya_log_ebpf::warn!(
-            &(),
-            "the stack map is full (ENOMEM): later new stacks are lost (stack_failed); raise --stack-entries"
-        );
-    } else {
-        aya_log_ebpf::warn!(
-            &(),
-            "a stack walk failed with errno {}: such events are kept without their stack (stack_failed)",
-            -errno
-        );
+    if let Some(counter) = LOSSES.get_ptr_mut(slot) {
+        // SAFETY: the pointer comes from a successful per-CPU array lookup; programs do
+        // not migrate while they run, but one may interrupt another on the same CPU (a
+        // tracepoint in an interrupt), so the add is atomic.
+        unsafe {
+            core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
+                counter, 1,
+            )
+        };
     }
 }
 
@@ -85,8 +55,8 @@ pub fn stack_id_or_loss(result: Result<i64, i32>) -> i32 {
             // -EEXIST: hash collision with BPF_F_FAST_STACK_CMP.
             if errno == -17 {
                 count_loss(profiler_common::loss::STACK_COLLISION);
-            } else if count_first_loss(profiler_common::loss::STACK_FAILED) {
-                report_stack_failure(errno);
+            } else {
+                count_loss(profiler_common::loss::STACK_FAILED);
             }
             errno
         }

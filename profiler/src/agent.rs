@@ -149,7 +149,6 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         maps,
         stacks,
         watcher,
-        logs,
     } = session;
     let mut agent = Agent {
         host: record::hostname(),
@@ -162,7 +161,6 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         maps,
         stacks,
         watcher,
-        logs,
         staging,
         target,
         unavailable,
@@ -198,8 +196,6 @@ struct Agent {
     maps: MapSet,
     stacks: crate::probes::shared::StackResolver,
     watcher: Option<crate::probes::shared::ProcessWatcher>,
-    /// The eBPF side's rare diagnostics (aya-log), passed on to the log.
-    logs: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
     staging: Staging,
     target: Target,
     unavailable: Vec<Unavailable>,
@@ -258,9 +254,6 @@ impl Agent {
                     }
                     if let Some(code) = child.as_mut().and_then(|child| child.try_wait()) {
                         return Ok(code);
-                    }
-                    if let Some(logs) = self.logs.as_mut() {
-                        logs.flush();
                     }
                     if let Some(watcher) = self.watcher.as_mut() {
                         watcher.poll(&mut self.stacks.user);
@@ -473,9 +466,6 @@ impl Agent {
         let misses = probes::shared::program_misses(&ebpf);
         // Detaching closes every program and link; the maps stay readable.
         drop(ebpf);
-        if let Some(mut logs) = self.logs.take() {
-            logs.flush();
-        }
         for family in self.families.iter_mut() {
             family.stopped();
         }

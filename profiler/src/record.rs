@@ -10,7 +10,6 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 use aya::{Ebpf, EbpfLoader};
-use aya_log::EbpfLogger;
 use profiler_common::{
     shared::names as shared_names,
     target::{names as target_names, FILTER_PIDS},
@@ -205,16 +204,12 @@ fn collect(
         maps,
         mut stacks,
         watcher,
-        logs,
     } = session;
     // Events the kernel dropped before any program ran (another BPF program was
     // running on the CPU): read while the programs are still loaded.
     let program_misses = probes::shared::program_misses(&ebpf);
     // Detach first (numbers stop moving), then drain.
     drop(ebpf);
-    if let Some(mut logs) = logs {
-        logs.flush();
-    }
     for family in families.iter_mut() {
         family.stopped();
     }
@@ -253,17 +248,6 @@ pub(crate) struct Session {
     pub(crate) stacks: StackResolver,
     /// Snapshots processes whose user stacks are recorded.
     pub(crate) watcher: Option<ProcessWatcher>,
-    /// The eBPF side's rare diagnostics (aya-log: error paths only, never per event).
-    pub(crate) logs: Option<EbpfLogger<&'static dyn log::Log>>,
-}
-
-impl Session {
-    /// Passes the eBPF side's diagnostics on to the log (stderr, `lockpath: warning: ...`).
-    pub(crate) fn flush_logs(&mut self) {
-        if let Some(logs) = self.logs.as_mut() {
-            logs.flush();
-        }
-    }
 }
 
 /// The first line of a recording (what, of whom) and where the metrics are.
@@ -346,7 +330,6 @@ fn record(
                 }
             }
         }
-        session.flush_logs();
         // Short sleeps while watching processes: a snapshot must beat a quick exit.
         match session.watcher.as_mut() {
             Some(watcher) => {
@@ -500,11 +483,6 @@ pub(crate) fn start(
         .load(EBPF_OBJECT)
         .map_err(|err| object_load_error(&err.to_string()))?;
     drop(loader);
-    // Before the maps leave the object. An object built without any aya-log call has
-    // no log map: nothing to read then.
-    let logs = EbpfLogger::init(&mut ebpf)
-        .inspect_err(|err| log::debug!("no eBPF diagnostics: {err}"))
-        .ok();
 
     if globals.filter_mode == FILTER_PIDS {
         attach_tracepoint(
@@ -556,7 +534,6 @@ pub(crate) fn start(
         maps,
         stacks,
         watcher,
-        logs,
     })
 }
 

@@ -127,55 +127,6 @@ fn tiny_maps_report_their_losses() {
     );
 }
 
-/// The eBPF side's one diagnostic (aya-log, error path only): a stack map with 3 entries
-/// (4 hash buckets) runs out of free elements, bpf_get_stackid says ENOMEM, and the user
-/// reads why and what to do while recording, once per CPU, beside the counted losses.
-#[test]
-fn a_full_stack_map_is_said_once_per_cpu_with_what_to_do() {
-    if !can_load_programs("a_full_stack_map_is_said_once_per_cpu_with_what_to_do") {
-        return;
-    }
-    let dir = scratch("full-stack-map");
-    let profile_path = dir.join("full.json");
-    let storm = workload("lock-storm");
-    let output = lockpath_ok(&[
-        "record",
-        "--lock",
-        "--stack-entries",
-        "3",
-        "-o",
-        path_str(&profile_path),
-        "--",
-        path_str(&storm),
-        "--mode",
-        "both",
-        "--seconds",
-        "2",
-    ]);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let said = stderr
-        .lines()
-        .filter(|line| line.starts_with("lockpath: warning: the stack map is full (ENOMEM)"))
-        .collect::<Vec<_>>();
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    assert!(
-        !said.is_empty() && said.len() <= cpus,
-        "one warning per CPU at most, at least one:\n{stderr}"
-    );
-    assert!(
-        said.iter()
-            .all(|line| line.contains("raise --stack-entries")),
-        "the warning says what to do:\n{stderr}"
-    );
-    let profile = load_json(&profile_path);
-    let failed = profile["losses"]["stack_failed"].as_u64().unwrap_or(0);
-    assert!(
-        failed >= said.len() as u64,
-        "every warned failure is counted too: {}",
-        profile["losses"]
-    );
-}
-
 /// Records `-p` of a running storm, stops lockpath with `sig`, checks the profile.
 fn stop_with_signal_writes_profile(name: &str, sig: i32) {
     if !can_load_programs(name) {
