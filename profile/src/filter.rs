@@ -98,25 +98,22 @@ impl LockFilter {
             return;
         }
         let locks = std::mem::take(&mut profile.locks);
-        let kept = locks
+        let holds = std::mem::take(&mut profile.contended_holds);
+        let keeps = |name: &str, addr: u64, flags: u32, stack: Option<u32>| {
+            self.lock_matches(name, addr)
+                && self.type_matches(flags)
+                && self.caller_matches(profile, stack)
+        };
+        let kept: Vec<_> = locks
             .into_iter()
-            .filter(|row| {
-                self.lock_matches(&row.lock_name, row.lock_addr)
-                    && self.type_matches(row.flags)
-                    && self.caller_matches(profile, row.stack)
-            })
+            .filter(|row| keeps(&row.lock_name, row.lock_addr, row.flags, row.stack))
+            .collect();
+        let kept_holds: Vec<_> = holds
+            .into_iter()
+            .filter(|row| keeps(&row.lock_name, row.lock_addr, row.flags, row.stack))
             .collect();
         profile.locks = kept;
-        let holds = std::mem::take(&mut profile.contended_holds);
-        let kept = holds
-            .into_iter()
-            .filter(|row| {
-                self.lock_matches(&row.lock_name, row.lock_addr)
-                    && self.type_matches(row.flags)
-                    && self.caller_matches(profile, row.stack)
-            })
-            .collect();
-        profile.contended_holds = kept;
+        profile.contended_holds = kept_holds;
     }
 }
 

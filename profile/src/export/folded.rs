@@ -113,27 +113,7 @@ pub fn samples(profile: &Profile, kind: Kind) -> Vec<Sample> {
                 if kind == Kind::Io && !IO_CLASSES.contains(&row.class.as_str()) {
                     continue;
                 }
-                let mut frames = vec![clean(&profile.process_name(row.pid)), clean(&row.class)];
-                if row.ustack.is_some() && profile.stack_truncated(row.ustack) {
-                    frames.push("[truncated]".into());
-                }
-                frames.extend(
-                    profile
-                        .stack_frames(row.ustack)
-                        .iter()
-                        .rev()
-                        .map(|frame| clean(&frame.display())),
-                );
-                if row.stack.is_none() {
-                    frames.push("[stack lost]".into());
-                }
-                frames.extend(
-                    profile
-                        .stack_frames(row.stack)
-                        .iter()
-                        .rev()
-                        .map(|frame| clean(&frame.display())),
-                );
+                let frames = offcpu_waiter_frames(profile, row);
                 add(frames, &[row.count, row.total_ns]);
             }
         }
@@ -262,6 +242,36 @@ pub fn render(profile: &Profile, kind: Kind) -> String {
         .into_iter()
         .map(|(stack, value)| format!("{stack} {value}\n"))
         .collect()
+}
+
+/// An off-CPU wait's frames from the root: process; wait class; user stack from main
+/// inward; kernel stack from the system call down to the scheduler.
+pub(crate) fn offcpu_waiter_frames(
+    profile: &Profile,
+    row: &crate::profile::OffcpuRow,
+) -> Vec<String> {
+    let mut frames = vec![clean(&profile.process_name(row.pid)), clean(&row.class)];
+    if row.ustack.is_some() && profile.stack_truncated(row.ustack) {
+        frames.push("[truncated]".into());
+    }
+    frames.extend(
+        profile
+            .stack_frames(row.ustack)
+            .iter()
+            .rev()
+            .map(|frame| clean(&frame.display())),
+    );
+    if row.stack.is_none() {
+        frames.push("[stack lost]".into());
+    }
+    frames.extend(
+        profile
+            .stack_frames(row.stack)
+            .iter()
+            .rev()
+            .map(|frame| clean(&frame.display())),
+    );
+    frames
 }
 
 #[cfg(test)]

@@ -217,27 +217,7 @@ pub fn offwake_samples(profile: &Profile, add: &mut dyn FnMut(Vec<String>, &[u64
         return;
     }
     for row in &profile.offcpu {
-        let mut waiter = vec![clean(&profile.process_name(row.pid)), clean(&row.class)];
-        if row.ustack.is_some() && profile.stack_truncated(row.ustack) {
-            waiter.push("[truncated]".into());
-        }
-        waiter.extend(
-            profile
-                .stack_frames(row.ustack)
-                .iter()
-                .rev()
-                .map(|frame| clean(&frame.display())),
-        );
-        if row.stack.is_none() {
-            waiter.push("[stack lost]".into());
-        }
-        waiter.extend(
-            profile
-                .stack_frames(row.stack)
-                .iter()
-                .rev()
-                .map(|frame| clean(&frame.display())),
-        );
+        let mut waiter = super::folded::offcpu_waiter_frames(profile, row);
         waiter.push("--".into());
         let (mut seen_ns, mut seen_count) = (0u64, 0u64);
         for waker in &row.wakers {
