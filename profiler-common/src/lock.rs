@@ -73,9 +73,9 @@ pub fn sticky_flags(open: u32, new: u32) -> u32 {
 /// Stack capture: a contention's stack is looked up in a cache keyed by (lock, context
 /// fingerprint); a full kernel stack walk (`bpf_get_stackid`, about 3 us) happens only on
 /// a cache miss and, at random, on one hit in `STACK_REFRESH_ONE_IN` to follow changes.
-/// (An age-based refresh, at most 10 walks a second per call site, was tried: with the
-/// lock names' classification in the same program, 6.1's verifier refused it as too
-/// complex, E2BIG.)
+/// (An age-based refresh, at most 10 walks a second per call site, was written in
+/// session 4 and taken out again: its gain could not be measured on a busy machine, and
+/// it was removed while looking for an E2BIG on 6.1 that turned out to be aya-log's.)
 pub const STACK_REFRESH_ONE_IN: u32 = 64;
 /// Words of the kernel stack above the tracepoint's arguments that are read for the
 /// fingerprint (on 6.18/x86_64 the return addresses of the slow path, the lock function

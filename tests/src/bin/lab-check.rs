@@ -35,6 +35,11 @@
 //!   its flush requests to F, with no data; its writes to B bytes; and process P's reads
 //!   (of one sector, by two threads at once) to R.
 //!
+//! `lab-check names PROFILE...`
+//! - in each lock profile, at least 80% of the wait is on locks with a name
+//!   (`lock_name_source` other than `address`); the first has `mmap_lock`, named from
+//!   the task.
+//!
 //! `lab-check hold-contended PROFILE RESULTS LOCK`
 //! - the second of three creators (`t2_tid` in RESULTS, fuse-workload holdchain) has one
 //!   hold under contention of the directory's inode lock (`rwsem:W`, from the lock
@@ -75,6 +80,7 @@ fn main() {
         Some("lock") => check_lock(&args[1..]),
         Some("func") => check_func(&args[1..]),
         Some("hold-lock") => hold_lock(&args[1..]),
+        Some("names") => check_names(&args[1..]),
         Some("hold") => check_hold(&args[1..]),
         Some("hold-symbol") => check_hold_symbol(&args[1..]),
         Some("hold-contended") => check_hold_contended(&args[1..]),
@@ -794,4 +800,42 @@ fn check_cpu(args: &[String]) {
         ));
     }
     println!("WHY: {whole} of {hot} hot samples carry their stack up to main");
+}
+
+fn check_names(args: &[String]) {
+    if args.is_empty() {
+        fail("lab-check names: PROFILE... is required".into());
+    }
+    let mut shares = Vec::new();
+    for (index, path) in args.iter().enumerate() {
+        let profile = read_json(path);
+        let (mut named, mut total) = (0u64, 0u64);
+        let mut mmap_lock = false;
+        for row in profile["locks"].as_array().into_iter().flatten() {
+            let wait = row["total_ns"].as_u64().unwrap_or(0);
+            let source = row["lock_name_source"].as_str().unwrap_or("address");
+            total += wait;
+            if source != "address" {
+                named += wait;
+            }
+            mmap_lock |= row["lock_name"] == "mmap_lock" && source == "task";
+        }
+        if total == 0 {
+            fail(format!("{path}: no lock wait recorded"));
+        }
+        let share = named as f64 / total as f64;
+        println!("{path}: {:.1}% of {total} ns of lock wait on named locks", share * 100.0);
+        if share < 0.8 {
+            fail(format!(
+                "{path}: only {:.1}% of the lock wait on named locks: {}",
+                share * 100.0,
+                profile["locks"]
+            ));
+        }
+        if index == 0 && !mmap_lock {
+            fail(format!("{path}: no mmap_lock named from the task: {}", profile["locks"]));
+        }
+        shares.push(format!("{:.0}%", share * 100.0));
+    }
+    println!("WHY: named {}", shares.join(" and "));
 }

@@ -44,6 +44,10 @@ pub(super) const KERNELS: &[LabKernel] = &[
             "hold-symbol",
             "hold-contended",
             "io-requests",
+            "lock-names",
+            "cpu-unwind",
+            "wakers",
+            "offcpu-file-lock",
         ],
     },
     LabKernel {
@@ -63,6 +67,8 @@ pub(super) const KERNELS: &[LabKernel] = &[
             "hold-symbol",
             "hold-contended",
             "io-requests",
+            "cpu-unwind",
+            "offcpu-file-lock",
         ],
     },
 ];
