@@ -6,7 +6,7 @@ use clap::Parser;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
-    // One CLI style for every message, the eBPF side's diagnostics (aya-log) included:
+    // One CLI style for every message, log lines included:
     // `lockpath: warning: ...` (RUST_LOG=debug for more).
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .format(|out, record| {
