@@ -525,8 +525,13 @@ fn prometheus_ranks_the_contended_agent_first() {
         let up = query("up{job=\"lockpath\"} == 1");
         let periods = query("lockpath_periods_total >= 3");
         let ranking = query(SLOWEST_CLIENTS);
-        // Both lock-storm agents ranked (rate() needs two scrapes of a series).
-        if up.len() == 3 && periods.len() == 3 && ranking.len() >= 2 {
+        // Both lock-storm agents ranked (rate() needs two scrapes of a series), the
+        // contended one with a rate already (its first scrapes may not differ yet).
+        let contended_rate = ranking
+            .iter()
+            .find(|series| series["metric"]["instance"] == ports[0])
+            .map_or(0.0, value);
+        if up.len() == 3 && periods.len() == 3 && ranking.len() >= 2 && contended_rate > 0.0 {
             break ranking;
         }
         assert!(

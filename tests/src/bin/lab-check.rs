@@ -824,7 +824,10 @@ fn check_names(args: &[String]) {
             fail(format!("{path}: no lock wait recorded"));
         }
         let share = named as f64 / total as f64;
-        println!("{path}: {:.1}% of {total} ns of lock wait on named locks", share * 100.0);
+        println!(
+            "{path}: {:.1}% of {total} ns of lock wait on named locks",
+            share * 100.0
+        );
         if share < 0.8 {
             fail(format!(
                 "{path}: only {:.1}% of the lock wait on named locks: {}",
@@ -833,7 +836,10 @@ fn check_names(args: &[String]) {
             ));
         }
         if index == 0 && !mmap_lock {
-            fail(format!("{path}: no mmap_lock named from the task: {}", profile["locks"]));
+            fail(format!(
+                "{path}: no mmap_lock named from the task: {}",
+                profile["locks"]
+            ));
         }
         shares.push(format!("{:.0}%", share * 100.0));
     }
