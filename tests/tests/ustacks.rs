@@ -473,35 +473,11 @@ fn stripped_binary_is_named_from_its_build_id_debug_file() {
         !symbols.contains("spin_major_part"),
         "the binary is stripped"
     );
-    let profile_path = dir.join("cpu.json");
-    let (stdout, _) = record_ok(&[
-        "record",
-        "--cpu",
-        "--freq",
-        "499",
-        "-o",
-        path_str(&profile_path),
-        "--",
+    assert_stripped_chain_named(
+        &dir,
         binary,
-        "2",
-    ]);
-    let pid = report(&stdout, "major_ns")["pid"];
-    let profile = load_json(&profile_path);
-    let stacks = user_stacks(&profile, Some(pid));
-    let samples: u64 = stacks.iter().map(|(samples, _)| samples).sum();
-    let named: u64 = stacks
-        .iter()
-        .filter(|(_, names)| {
-            names.first().is_some_and(|leaf| leaf.starts_with("spin_"))
-                && names.iter().any(|name| name == "worker_loop")
-                && names.iter().any(|name| name == "main")
-        })
-        .map(|(samples, _)| samples)
-        .sum();
-    eprintln!("stripped nofp-chain: {named} of {samples} samples named through the debug file");
-    assert!(
-        samples > 300 && named as f64 >= 0.9 * samples as f64,
-        "{named} of {samples} samples named: {stacks:?}"
+        "stripped nofp-chain",
+        " through the debug file",
     );
 }
 
@@ -545,36 +521,7 @@ fn minidebuginfo_names_a_stripped_binary() {
         !symbols.contains("spin_major_part"),
         "the binary is stripped"
     );
-    let profile_path = dir.join("cpu.json");
-    let (stdout, _) = record_ok(&[
-        "record",
-        "--cpu",
-        "--freq",
-        "499",
-        "-o",
-        path_str(&profile_path),
-        "--",
-        binary,
-        "2",
-    ]);
-    let pid = report(&stdout, "major_ns")["pid"];
-    let profile = load_json(&profile_path);
-    let stacks = user_stacks(&profile, Some(pid));
-    let samples: u64 = stacks.iter().map(|(samples, _)| samples).sum();
-    let named: u64 = stacks
-        .iter()
-        .filter(|(_, names)| {
-            names.first().is_some_and(|leaf| leaf.starts_with("spin_"))
-                && names.iter().any(|name| name == "worker_loop")
-                && names.iter().any(|name| name == "main")
-        })
-        .map(|(samples, _)| samples)
-        .sum();
-    eprintln!("MiniDebugInfo nofp-chain: {named} of {samples} samples named");
-    assert!(
-        samples > 300 && named as f64 >= 0.9 * samples as f64,
-        "{named} of {samples} samples named: {stacks:?}"
-    );
+    assert_stripped_chain_named(&dir, binary, "MiniDebugInfo nofp-chain", "");
 }
 
 #[test]
@@ -608,5 +555,40 @@ fn bad_user_stack_bytes_are_refused_in_one_line() {
             "true",
         ],
         "--cpu",
+    );
+}
+
+/// Records the stripped nofp-chain `binary` and checks that at least 90% of its samples
+/// are named, with the whole chain (hot function, `worker_loop`, `main`).
+fn assert_stripped_chain_named(dir: &std::path::Path, binary: &str, what: &str, suffix: &str) {
+    let profile_path = dir.join("cpu.json");
+    let (stdout, _) = record_ok(&[
+        "record",
+        "--cpu",
+        "--freq",
+        "499",
+        "-o",
+        path_str(&profile_path),
+        "--",
+        binary,
+        "2",
+    ]);
+    let pid = report(&stdout, "major_ns")["pid"];
+    let profile = load_json(&profile_path);
+    let stacks = user_stacks(&profile, Some(pid));
+    let samples: u64 = stacks.iter().map(|(samples, _)| samples).sum();
+    let named: u64 = stacks
+        .iter()
+        .filter(|(_, names)| {
+            names.first().is_some_and(|leaf| leaf.starts_with("spin_"))
+                && names.iter().any(|name| name == "worker_loop")
+                && names.iter().any(|name| name == "main")
+        })
+        .map(|(samples, _)| samples)
+        .sum();
+    eprintln!("{what}: {named} of {samples} samples named{suffix}");
+    assert!(
+        samples > 300 && named as f64 >= 0.9 * samples as f64,
+        "{named} of {samples} samples named: {stacks:?}"
     );
 }
