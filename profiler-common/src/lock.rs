@@ -71,20 +71,25 @@ pub fn sticky_flags(open: u32, new: u32) -> u32 {
 }
 
 /// Stack capture: a contention's stack is looked up in a cache keyed by (lock, context
-/// fingerprint); a full kernel stack walk (`bpf_get_stackid`, about 3 us) happens only on
-/// a cache miss and, at random, on one hit in `STACK_REFRESH_ONE_IN` to follow changes.
-/// (An age-based refresh, at most 10 walks a second per call site, was written in
-/// session 4 and taken out again: its gain could not be measured on a busy machine, and
-/// it was removed while looking for an E2BIG on 6.1 that turned out to be aya-log's.)
-pub const STACK_REFRESH_ONE_IN: u32 = 64;
-/// Words of the kernel stack above the tracepoint's arguments that are read for the
-/// fingerprint (on 6.18/x86_64 the return addresses of the slow path, the lock function
-/// and its caller lie within the first 15 words). One read of 192 bytes costs about as
-/// much as the rest of the begin program; measured, not guessed.
-pub const FINGERPRINT_WORDS: usize = 24;
+/// fingerprint); a full kernel stack walk (`bpf_get_stackid`, 3 us or more) happens only
+/// on a cache miss and when the cached walk is older than `STACK_REFRESH_NS`, to follow
+/// changes: a storm on one call site walks at most ten times a second, however fast it
+/// contends. (Until session 5 the refresh was one hit in 64 at random: on lock-storm that
+/// was a third of the begin program's time.)
+pub const STACK_REFRESH_NS: u64 = 100_000_000;
+/// Words of the kernel stack above the tracepoint's arguments read for a spinning
+/// waiter's fingerprint. On 6.18/x86_64 the first five are the rest of the tracepoint
+/// glue's frame, then come the return addresses into the lock function (word 5), into
+/// its caller (word 11) and into the caller's caller (words 12-13). Reading costs about
+/// 12 ns a word on this machine (bpf_stats, session 5): 14 words instead of 24 took
+/// about 110 ns off a begin program of about 650.
+pub const SPIN_FINGERPRINT_WORDS: usize = 14;
+/// The same for a sleeping waiter (mutex, rwsem): the slow paths keep their wait
+/// structure on the stack, so the caller lies deeper; and a sleeper's wait hides the cost.
+pub const SLEEP_FINGERPRINT_WORDS: usize = 22;
 /// How many kernel text addresses, nearest first, make the fingerprint: the slow path,
 /// the lock function and the caller (for a mutex, `__mutex_lock`, its slow-path wrapper,
-/// `mutex_lock` and the caller).
+/// `mutex_lock` and the caller). The read stops at the last one.
 pub const FINGERPRINT_TEXT_WORDS: u32 = 4;
 /// Kernel text and modules on x86_64 live in the top 2 GiB: the words of the stack in that
 /// range are return addresses (or static data addresses, which are constant per site).
@@ -103,6 +108,8 @@ pub struct StackCacheKey {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LockAcquirer {
+    /// The lock this slot describes (slots are shared by locks whose addresses collide).
+    pub lock_addr: u64,
     pub acquired_ns: u64,
     pub wait_start_ns: u64,
     pub tid: u32,
@@ -150,6 +157,8 @@ pub struct LockLayout {
     pub mm_mmap_lock: u32,
     pub mutex_owner: u32,
     pub rwsem_owner: u32,
+    /// 1: walk every contention's stack (`--lock-stacks exact`), no cache.
+    pub exact_stacks: u32,
 }
 
 /// Aggregated wait times of one key, in nanoseconds.
@@ -178,10 +187,29 @@ pub struct LockWait {
 
 /// Entries of the sleeping-lock waits in progress (`LOCK_SLEEP_WAIT`), by thread.
 pub const LOCK_SLEEP_WAIT_ENTRIES: u32 = 16384;
-/// Entries of the last contended acquisition per lock (`LOCK_LAST_ACQUIRER`).
-pub const LOCK_LAST_ACQUIRER_ENTRIES: u32 = 16384;
-/// Entries of the stack cache (`LOCK_STACK_CACHE`): (lock, fingerprint) pairs.
-pub const LOCK_STACK_CACHE_ENTRIES: u32 = 16384;
+/// Slots of the last contended acquisition per lock (`LOCK_LAST_ACQUIRER`, an array
+/// indexed by `slot_of(lock)`: no hash map lookup on the end program's path; two locks
+/// in one slot take turns, and a hold whose slot was taken in between is not measured).
+pub const LOCK_LAST_ACQUIRER_ENTRIES: u32 = 4096;
+/// Slots of the stack cache (`LOCK_STACK_CACHE`), per CPU, indexed by
+/// `slot_of(lock ^ fingerprint)`: a direct-mapped cache, no hash map lookup on the begin
+/// program's path. A call path whose slot another one took is walked again.
+pub const LOCK_STACK_CACHE_ENTRIES: u32 = 1024;
+
+/// The slot of `value` in a direct-mapped table of `entries` (a power of two) slots: the
+/// high bits of a Fibonacci hash, so neighbouring addresses spread.
+#[inline(always)]
+pub fn slot_of(value: u64, entries: u32) -> u32 {
+    (value.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as u32 & (entries - 1)
+}
+
+/// One slot of the stack cache.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StackCacheEntry {
+    pub key: StackCacheKey,
+    pub value: crate::lockname::StackCacheValue,
+}
 /// Threads whose sleeping wait the full wait map dropped (`LOCK_SLEEP_DROPPED`).
 pub const LOCK_SLEEP_DROPPED_ENTRIES: u32 = 1024;
 

@@ -74,12 +74,14 @@ impl LockNameLayout {
     };
 }
 
-/// What the stack cache keeps per (lock, call path): the stack id and the lock's class.
+/// What the stack cache keeps per (lock, call path): the stack id, the lock's class and
+/// when the stack was walked (`STACK_REFRESH_NS`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct StackCacheValue {
     pub kstack_id: i32,
     pub lock_class: u32,
+    pub walked_ns: u64,
 }
 
 /// CPUs whose runqueue lock address is noted (`LOCK_RQ_ADDRS`, indexed by CPU).

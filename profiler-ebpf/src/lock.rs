@@ -12,7 +12,7 @@
 //! Cost and accuracy: a kernel stack walk (`bpf_get_stackid`) costs about 3 us, several
 //! times a typical spin. So the walk is not done per contention: the stack is looked up
 //! in `LOCK_STACK_CACHE` by (lock, fingerprint of the kernel stack above the tracepoint),
-//! and walked only on a miss or, at random, once in `STACK_REFRESH_ONE_IN` hits. The
+//! and walked only on a miss or when the cached walk is `STACK_REFRESH_NS` old. The
 //! wait starts at the program's entry (the moment the waiter found the lock taken);
 //! when the program walked, it starts after the walk, so lockpath's own work is never
 //! reported as waiting.
@@ -30,19 +30,20 @@ use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{
         bpf_get_current_pid_tgid, bpf_probe_read_kernel,
-        generated::{bpf_get_current_task, bpf_get_prandom_u32, bpf_ktime_get_ns},
+        generated::{bpf_get_current_task, bpf_ktime_get_ns},
     },
     macros::map,
-    maps::{HashMap, LruHashMap, PerCpuArray},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray},
     programs::{ProbeContext, RawTracePointContext, RetProbeContext, tracing::StackIdContext},
 };
 use profiler_common::{
     latency::LatencyStat,
     lock::{
-        ContendedHoldKey, FINGERPRINT_TEXT_WORDS, FINGERPRINT_WORDS, KERNEL_TEXT_START,
-        LCB_F_MUTEX, LCB_F_PERCPU, LCB_F_READ, LCB_F_RT, LCB_F_SPIN, LCB_F_WRITE,
-        LOCK_CLASS_MMAP_LOCK, LOCK_CLASS_UNKNOWN, LOCK_OUTCOME_ACQUIRED, LockAcquirer, LockKey,
-        LockLayout, LockStat, LockWait, STACK_REFRESH_ONE_IN, StackCacheKey, conflicts, outcome_of,
+        ContendedHoldKey, FINGERPRINT_TEXT_WORDS, KERNEL_TEXT_START, LCB_F_MUTEX, LCB_F_PERCPU,
+        LCB_F_READ, LCB_F_RT, LCB_F_SPIN, LCB_F_WRITE, LOCK_CLASS_MMAP_LOCK, LOCK_CLASS_UNKNOWN,
+        LOCK_LAST_ACQUIRER_ENTRIES, LOCK_OUTCOME_ACQUIRED, LOCK_STACK_CACHE_ENTRIES, LockAcquirer,
+        LockKey, LockLayout, LockStat, LockWait, SLEEP_FINGERPRINT_WORDS, SPIN_FINGERPRINT_WORDS,
+        STACK_REFRESH_NS, StackCacheEntry, StackCacheKey, conflicts, outcome_of, slot_of,
         sticky_flags,
     },
     lockname::StackCacheValue,
@@ -78,13 +79,13 @@ static LOCK_SLEEP_WAIT: HashMap<u32, LockWait> =
 
 /// Stack ids by (lock, fingerprint of the kernel stack): see the module comment.
 #[map]
-static LOCK_STACK_CACHE: LruHashMap<StackCacheKey, StackCacheValue> =
-    LruHashMap::with_max_entries(profiler_common::lock::LOCK_STACK_CACHE_ENTRIES, 0);
+static LOCK_STACK_CACHE: PerCpuArray<StackCacheEntry> =
+    PerCpuArray::with_max_entries(LOCK_STACK_CACHE_ENTRIES, 0);
 
 /// The last contended acquisition of each lock (holds under contention).
 #[map]
-static LOCK_LAST_ACQUIRER: LruHashMap<u64, LockAcquirer> =
-    LruHashMap::with_max_entries(profiler_common::lock::LOCK_LAST_ACQUIRER_ENTRIES, 0);
+static LOCK_LAST_ACQUIRER: Array<LockAcquirer> =
+    Array::with_max_entries(LOCK_LAST_ACQUIRER_ENTRIES, 0);
 
 /// Holds under contention, per lock and holder. Size set at load time (`--map-entries`).
 #[map]
@@ -108,9 +109,10 @@ pub trait LockContext: StackIdContext {
 impl LockContext for RawTracePointContext {
     /// The tracepoint's arguments live in the frame of `bpf_trace_runN`, on the kernel
     /// stack of the contending task: above them are the tracepoint glue, the lock's slow
-    /// path, the lock function and its caller.
+    /// path, the lock function and its caller. The two arguments themselves (lock and
+    /// flags, already in every key) are skipped.
     fn stack_base(&self) -> u64 {
-        self.as_ptr() as u64
+        self.as_ptr() as u64 + 16
     }
 }
 
@@ -134,6 +136,7 @@ static LOCK_LAYOUT: LockLayout = LockLayout {
     mm_mmap_lock: 0,
     mutex_owner: 0,
     rwsem_owner: 0,
+    exact_stacks: 0,
 };
 
 /// Low bits of `mutex.owner` and `rw_semaphore.owner` that are flags, not pointer.
@@ -366,54 +369,72 @@ pub fn on_sleep_slowpath_return(_ctx: &RetProbeContext) {
 /// after the walk, `walked_ns`), or taken from the cache; and the lock's class
 /// (`lockname.rs`), decided with the walk and cached with the stack.
 #[inline(always)]
-fn waiter_stack<C: LockContext>(ctx: &C, lock_addr: u64) -> (i32, Option<u64>, u32) {
-    let Some(fingerprint) = stack_fingerprint(ctx.stack_base()) else {
-        count_loss(LOCK_STACK_CACHE_FAILED);
+fn waiter_stack<C: LockContext, const WORDS: usize>(
+    ctx: &C,
+    lock_addr: u64,
+    now: u64,
+) -> (i32, Option<u64>, u32) {
+    // SAFETY: reading a load-time global; volatile so the default is not folded in.
+    let exact = unsafe { core::ptr::read_volatile(&LOCK_LAYOUT.exact_stacks) } != 0;
+    let fingerprint = if exact {
+        None
+    } else {
+        let fingerprint = stack_fingerprint::<WORDS>(ctx.stack_base());
+        if fingerprint.is_none() {
+            count_loss(LOCK_STACK_CACHE_FAILED);
+        }
+        fingerprint
+    };
+    let Some(fingerprint) = fingerprint else {
         let lock_class = crate::lockname::classify(lock_addr);
         let (kstack_id, walked_ns) = walk_stack(ctx);
-        return (kstack_id, walked_ns, lock_class);
+        return (kstack_id, Some(walked_ns), lock_class);
     };
     let key = StackCacheKey {
         lock_addr,
         fingerprint,
     };
-    // SAFETY: helper without arguments.
-    let refresh = unsafe { bpf_get_prandom_u32() } % STACK_REFRESH_ONE_IN == 0;
-    if !refresh {
-        // SAFETY: lookup in a map of plain data; the value is copied out.
-        if let Some(cached) = unsafe { LOCK_STACK_CACHE.get(key) } {
-            return (cached.kstack_id, None, cached.lock_class);
+    let entry =
+        LOCK_STACK_CACHE.get_ptr_mut(slot_of(lock_addr ^ fingerprint, LOCK_STACK_CACHE_ENTRIES));
+    if let Some(entry) = entry {
+        // SAFETY: this CPU's element of a per-CPU array; only this CPU writes it.
+        let cached = unsafe { &*entry };
+        if cached.key == key && now.saturating_sub(cached.value.walked_ns) < STACK_REFRESH_NS {
+            return (cached.value.kstack_id, None, cached.value.lock_class);
         }
     }
     let lock_class = crate::lockname::classify(lock_addr);
     let (kstack_id, walked_ns) = walk_stack(ctx);
-    if kstack_id >= 0 {
+    if kstack_id >= 0
+        && let Some(entry) = entry
+    {
         let value = StackCacheValue {
             kstack_id,
             lock_class,
+            walked_ns,
         };
-        let _ = LOCK_STACK_CACHE.insert(key, value, 0);
+        // SAFETY: as above.
+        unsafe { *entry = StackCacheEntry { key, value } };
     }
-    (kstack_id, walked_ns, lock_class)
+    (kstack_id, Some(walked_ns), lock_class)
 }
 
 #[inline(always)]
-fn walk_stack<C: StackIdContext>(ctx: &C) -> (i32, Option<u64>) {
+fn walk_stack<C: StackIdContext>(ctx: &C) -> (i32, u64) {
     let kstack_id = stack_id_or_loss(ctx.get_stackid(&STACKS, STACK_FLAGS_KERNEL));
-    (kstack_id, Some(now_ns()))
+    (kstack_id, now_ns())
 }
 
-/// A hash of the nearest kernel text addresses among the first `FINGERPRINT_WORDS`
-/// words of the stack at `base`: the return addresses of the frames that led to the
-/// lock, so the same call path gives the same fingerprint. One bounded read onto the
+/// A hash of the nearest `FINGERPRINT_TEXT_WORDS` kernel text addresses among the first
+/// `WORDS` words of the stack at `base`: the return addresses of the frames that led to
+/// the lock, so the same call path gives the same fingerprint. One bounded read onto the
 /// BPF stack (warm in cache, unlike a map value), no unwinding.
 #[inline(always)]
-fn stack_fingerprint(base: u64) -> Option<u64> {
-    let mut words = [0u64; FINGERPRINT_WORDS];
+fn stack_fingerprint<const WORDS: usize>(base: u64) -> Option<u64> {
+    let mut words = [0u64; WORDS];
     // SAFETY: the byte view covers exactly the local array.
-    let bytes = unsafe {
-        core::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, FINGERPRINT_WORDS * 8)
-    };
+    let bytes =
+        unsafe { core::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, WORDS * 8) };
     // SAFETY: bpf_probe_read_kernel checks the source address; a bad one is an error.
     unsafe { aya_ebpf::helpers::bpf_probe_read_kernel_buf(base as *const u8, bytes) }.ok()?;
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
@@ -421,9 +442,12 @@ fn stack_fingerprint(base: u64) -> Option<u64> {
     for word in words.iter() {
         // Only the nearest few: deeper words are older frames and stale slots, which
         // change from call to call and would defeat the cache.
-        if *word >= KERNEL_TEXT_START && taken < FINGERPRINT_TEXT_WORDS {
+        if *word >= KERNEL_TEXT_START {
             hash = (hash ^ *word).wrapping_mul(0x0100_0000_01b3);
             taken += 1;
+            if taken == FINGERPRINT_TEXT_WORDS {
+                break;
+            }
         }
     }
     Some(hash)
@@ -437,7 +461,8 @@ fn open_spin_wait<C: LockContext>(
     flags: u32,
     start_ns: u64,
 ) {
-    let (kstack_id, walked_ns, lock_class) = waiter_stack(ctx, lock_addr);
+    let (kstack_id, walked_ns, lock_class) =
+        waiter_stack::<C, SPIN_FINGERPRINT_WORDS>(ctx, lock_addr, start_ns);
     // SAFETY: the caller passes this CPU's slot of LOCK_SPIN_WAIT.
     let wait = unsafe { &mut *slot };
     wait.start_ns = walked_ns.unwrap_or(start_ns);
@@ -461,7 +486,8 @@ fn open_sleep_wait<C: LockContext>(ctx: &C, tid: u32, lock_addr: u64, flags: u32
     } else {
         (LOCK_CLASS_UNKNOWN, NO_OWNER)
     };
-    let (kstack_id, walked_ns, cached_class) = waiter_stack(ctx, lock_addr);
+    let (kstack_id, walked_ns, cached_class) =
+        waiter_stack::<C, SLEEP_FINGERPRINT_WORDS>(ctx, lock_addr, start_ns);
     let lock_class = if lock_class == LOCK_CLASS_UNKNOWN {
         cached_class
     } else {
@@ -615,6 +641,7 @@ fn close_wait(wait: &LockWait, end_ns: u64, pid_tgid: u64, outcome: u32) {
 fn note_acquisition(wait: &LockWait, end_ns: u64, pid_tgid: u64) {
     let tid = pid_tgid as u32;
     let current = LockAcquirer {
+        lock_addr: wait.lock_addr,
         acquired_ns: end_ns,
         wait_start_ns: wait.start_ns,
         tid,
@@ -622,14 +649,21 @@ fn note_acquisition(wait: &LockWait, end_ns: u64, pid_tgid: u64) {
         kstack_id: wait.kstack_id,
         flags: wait.flags,
     };
-    let Some(previous) = LOCK_LAST_ACQUIRER.get_ptr_mut(wait.lock_addr) else {
-        let _ = LOCK_LAST_ACQUIRER.insert(wait.lock_addr, current, 0);
+    let Some(slot) =
+        LOCK_LAST_ACQUIRER.get_ptr_mut(slot_of(wait.lock_addr, LOCK_LAST_ACQUIRER_ENTRIES))
+    else {
         return;
     };
-    // SAFETY: map value from a successful lookup, valid for this program run. Exclusive
-    // acquisitions of one lock are serialized by the lock itself; concurrent readers may
-    // race here, which at worst attributes one hold to the other reader of the group.
-    let previous = unsafe { &mut *previous };
+    // SAFETY: array element from a successful lookup, valid for this program run.
+    // Exclusive acquisitions of one lock are serialized by the lock itself; concurrent
+    // readers (or another lock sharing the slot) may race here, which at worst
+    // attributes one hold to the other reader of the group or misses one hold.
+    let previous = unsafe { &mut *slot };
+    if previous.lock_addr != wait.lock_addr {
+        // Empty, or another lock's: this lock's previous acquirer is not known.
+        *previous = current;
+        return;
+    }
     let waited_for_previous = conflicts(previous.flags, wait.flags);
     if waited_for_previous
         && previous.tid != tid

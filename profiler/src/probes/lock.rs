@@ -20,7 +20,7 @@ use profiler_common::{
 
 use crate::{
     btf::Btf,
-    cli::{Kind, LockMethod, RecordArgs},
+    cli::{Kind, LockMethod, LockStacks, RecordArgs},
     probes::{
         progress_of,
         shared::{attach_kprobe_pair, latency_from, program, MapSet, StackResolver},
@@ -77,7 +77,10 @@ fn plan_family(args: &RecordArgs, ctx: &mut PlanContext) -> Result<Planned> {
     }
     Ok(Some(Box::new(LockFamily {
         method: args.lock_method,
-        layout: layout(),
+        layout: LockLayout {
+            exact_stacks: u32::from(args.lock_stacks == LockStacks::Exact),
+            ..layout()
+        },
         names: super::lockname::layout(),
     })))
 }
@@ -305,6 +308,7 @@ pub fn layout() -> LockLayout {
             mm_mmap_lock: btf.member_offset("mm_struct", "mmap_lock")?,
             mutex_owner: btf.member_offset("mutex", "owner")?,
             rwsem_owner: btf.member_offset("rw_semaphore", "owner")?,
+            exact_stacks: 0,
         })
     };
     match read() {
