@@ -203,6 +203,26 @@ pub fn slot_of(value: u64, entries: u32) -> u32 {
     (value.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as u32 & (entries - 1)
 }
 
+/// Slots of the site cache (`LOCK_SITE_CACHE`), per CPU: two ways per lock, at
+/// `slot_of(lock)` rounded down to even and the next.
+pub const LOCK_SITE_CACHE_ENTRIES: u32 = 1024;
+
+/// A call site of a lock as the begin program last saw it on this CPU: the word index
+/// (from the tracepoint's arguments) of the return address into the lock function's
+/// caller, that word, and the next one when it is a return address too. Two words read
+/// there confirm the site, so the whole fingerprint is read only when they differ.
+/// (Not keyed by stack depth: kernels randomize the stack offset of each system call.)
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SiteCacheEntry {
+    pub lock_addr: u64,
+    pub anchor: u32,
+    pub check_next: u32,
+    pub word: u64,
+    pub next_word: u64,
+    pub value: crate::lockname::StackCacheValue,
+}
+
 /// One slot of the stack cache.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -222,6 +242,7 @@ pub mod names {
     pub const LOCK_HOLDS: &str = "LOCK_HOLDS";
     pub const LOCK_LAST_ACQUIRER: &str = "LOCK_LAST_ACQUIRER";
     pub const LOCK_STACK_CACHE: &str = "LOCK_STACK_CACHE";
+    pub const LOCK_SITE_CACHE: &str = "LOCK_SITE_CACHE";
     pub const LOCK_SLEEP_DROPPED: &str = "LOCK_SLEEP_DROPPED";
     pub const LOCK_CONTENTION_BEGIN: &str = "lock_contention_begin";
     pub const LOCK_CONTENTION_END: &str = "lock_contention_end";
@@ -242,6 +263,7 @@ pub mod names {
         LOCK_HOLDS,
         LOCK_LAST_ACQUIRER,
         LOCK_STACK_CACHE,
+        LOCK_SITE_CACHE,
         LOCK_SLEEP_DROPPED,
         LOCK_CONTENTION_BEGIN,
         LOCK_CONTENTION_END,

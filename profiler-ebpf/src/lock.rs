@@ -41,10 +41,10 @@ use profiler_common::{
     lock::{
         ContendedHoldKey, FINGERPRINT_TEXT_WORDS, KERNEL_TEXT_START, LCB_F_MUTEX, LCB_F_PERCPU,
         LCB_F_READ, LCB_F_RT, LCB_F_SPIN, LCB_F_WRITE, LOCK_CLASS_MMAP_LOCK, LOCK_CLASS_UNKNOWN,
-        LOCK_LAST_ACQUIRER_ENTRIES, LOCK_OUTCOME_ACQUIRED, LOCK_STACK_CACHE_ENTRIES, LockAcquirer,
-        LockKey, LockLayout, LockStat, LockWait, SLEEP_FINGERPRINT_WORDS, SPIN_FINGERPRINT_WORDS,
-        STACK_REFRESH_NS, StackCacheEntry, StackCacheKey, conflicts, outcome_of, slot_of,
-        sticky_flags,
+        LOCK_LAST_ACQUIRER_ENTRIES, LOCK_OUTCOME_ACQUIRED, LOCK_SITE_CACHE_ENTRIES,
+        LOCK_STACK_CACHE_ENTRIES, LockAcquirer, LockKey, LockLayout, LockStat, LockWait,
+        SLEEP_FINGERPRINT_WORDS, SPIN_FINGERPRINT_WORDS, STACK_REFRESH_NS, SiteCacheEntry,
+        StackCacheEntry, StackCacheKey, conflicts, outcome_of, slot_of, sticky_flags,
     },
     lockname::StackCacheValue,
     loss::{
@@ -82,6 +82,11 @@ static LOCK_SLEEP_WAIT: HashMap<u32, LockWait> =
 static LOCK_STACK_CACHE: PerCpuArray<StackCacheEntry> =
     PerCpuArray::with_max_entries(LOCK_STACK_CACHE_ENTRIES, 0);
 
+/// The call site last seen per (lock, stack depth), per CPU: see `waiter_stack`.
+#[map]
+static LOCK_SITE_CACHE: PerCpuArray<SiteCacheEntry> =
+    PerCpuArray::with_max_entries(LOCK_SITE_CACHE_ENTRIES, 0);
+
 /// The last contended acquisition of each lock (holds under contention).
 #[map]
 static LOCK_LAST_ACQUIRER: Array<LockAcquirer> =
@@ -103,7 +108,8 @@ const EEXIST: i32 = 17;
 /// What the lock programs need from their context besides the stack walk: where the
 /// kernel stack of the contending code starts, for the fingerprint.
 pub trait LockContext: StackIdContext {
-    fn stack_base(&self) -> u64;
+    /// The address, as a number, where the words of the fingerprint start.
+    fn stack_base(&self) -> Option<u64>;
 }
 
 impl LockContext for RawTracePointContext {
@@ -111,17 +117,25 @@ impl LockContext for RawTracePointContext {
     /// stack of the contending task: above them are the tracepoint glue, the lock's slow
     /// path, the lock function and its caller. The two arguments themselves (lock and
     /// flags, already in every key) are skipped.
-    fn stack_base(&self) -> u64 {
-        self.as_ptr() as u64 + 16
+    fn stack_base(&self) -> Option<u64> {
+        let ctx = self.as_ptr();
+        // The verifier allows no arithmetic on the context pointer but constant offsets;
+        // read back through a helper, its value is a plain number (privileged programs
+        // may see kernel addresses).
+        // SAFETY: reads the local `ctx` variable itself, 8 bytes on the BPF stack.
+        let addr: u64 =
+            unsafe { bpf_probe_read_kernel(&ctx as *const *mut core::ffi::c_void as *const u64) }
+                .ok()?;
+        Some(addr + 16)
     }
 }
 
 impl LockContext for ProbeContext {
     /// At a kprobe on a slow path's entry, the saved stack pointer points at the return
     /// address into the lock function.
-    fn stack_base(&self) -> u64 {
+    fn stack_base(&self) -> Option<u64> {
         // SAFETY: `regs` is the kprobe's pt_regs, valid for this program run.
-        unsafe { (*self.regs).rsp }
+        Some(unsafe { (*self.regs).rsp })
     }
 }
 
@@ -376,81 +390,166 @@ fn waiter_stack<C: LockContext, const WORDS: usize>(
 ) -> (i32, Option<u64>, u32) {
     // SAFETY: reading a load-time global; volatile so the default is not folded in.
     let exact = unsafe { core::ptr::read_volatile(&LOCK_LAYOUT.exact_stacks) } != 0;
-    let fingerprint = if exact {
-        None
-    } else {
-        let fingerprint = stack_fingerprint::<WORDS>(ctx.stack_base());
-        if fingerprint.is_none() {
-            count_loss(LOCK_STACK_CACHE_FAILED);
-        }
-        fingerprint
+    let base = if exact { None } else { ctx.stack_base() };
+    let Some(base) = base else {
+        return walked_stack(ctx, lock_addr);
     };
-    let Some(fingerprint) = fingerprint else {
-        let lock_class = crate::lockname::classify(lock_addr);
-        let (kstack_id, walked_ns) = walk_stack(ctx);
-        return (kstack_id, Some(walked_ns), lock_class);
+    // First the two call sites seen last at this lock on this CPU: two words to check.
+    let way0 = slot_of(lock_addr, LOCK_SITE_CACHE_ENTRIES) & !1;
+    let sites = (
+        LOCK_SITE_CACHE.get_ptr_mut(way0),
+        LOCK_SITE_CACHE.get_ptr_mut(way0 + 1),
+    );
+    let (Some(site0), Some(site1)) = sites else {
+        return walked_stack(ctx, lock_addr);
+    };
+    // SAFETY: this CPU's elements of a per-CPU array; only this CPU writes them.
+    let (known0, known1) = unsafe { (&*site0, &*site1) };
+    if site_matches(base, known0, lock_addr, now) {
+        return (known0.value.kstack_id, None, known0.value.lock_class);
+    }
+    if site_matches(base, known1, lock_addr, now) {
+        return (known1.value.kstack_id, None, known1.value.lock_class);
+    }
+    // Then the fingerprint of the whole call path.
+    let Some(fingerprint) = stack_fingerprint::<WORDS>(base) else {
+        count_loss(LOCK_STACK_CACHE_FAILED);
+        return walked_stack(ctx, lock_addr);
     };
     let key = StackCacheKey {
         lock_addr,
-        fingerprint,
+        fingerprint: fingerprint.hash,
     };
-    let entry =
-        LOCK_STACK_CACHE.get_ptr_mut(slot_of(lock_addr ^ fingerprint, LOCK_STACK_CACHE_ENTRIES));
+    let entry = LOCK_STACK_CACHE.get_ptr_mut(slot_of(
+        lock_addr ^ fingerprint.hash,
+        LOCK_STACK_CACHE_ENTRIES,
+    ));
+    let mut found = None;
     if let Some(entry) = entry {
         // SAFETY: this CPU's element of a per-CPU array; only this CPU writes it.
         let cached = unsafe { &*entry };
         if cached.key == key && now.saturating_sub(cached.value.walked_ns) < STACK_REFRESH_NS {
-            return (cached.value.kstack_id, None, cached.value.lock_class);
+            found = Some(cached.value);
         }
     }
-    let lock_class = crate::lockname::classify(lock_addr);
-    let (kstack_id, walked_ns) = walk_stack(ctx);
-    if kstack_id >= 0
-        && let Some(entry) = entry
-    {
-        let value = StackCacheValue {
-            kstack_id,
-            lock_class,
-            walked_ns,
+    let (value, walked_ns) = match found {
+        Some(value) => (value, None),
+        None => {
+            let (kstack_id, walked_ns, lock_class) = walked_stack(ctx, lock_addr);
+            let value = StackCacheValue {
+                kstack_id,
+                lock_class,
+                walked_ns: walked_ns.unwrap_or(now),
+            };
+            if kstack_id >= 0
+                && let Some(entry) = entry
+            {
+                // SAFETY: as above.
+                unsafe { *entry = StackCacheEntry { key, value } };
+            }
+            (value, walked_ns)
+        }
+    };
+    if value.kstack_id >= 0 && fingerprint.anchor != NO_ANCHOR {
+        // The way this lock does not use, else the older one.
+        let site = if known0.lock_addr == lock_addr
+            && (known1.lock_addr != lock_addr || known1.value.walked_ns < known0.value.walked_ns)
+        {
+            site1
+        } else {
+            site0
         };
         // SAFETY: as above.
-        unsafe { *entry = StackCacheEntry { key, value } };
+        unsafe {
+            *site = SiteCacheEntry {
+                lock_addr,
+                anchor: fingerprint.anchor,
+                check_next: fingerprint.check_next,
+                word: fingerprint.word,
+                next_word: fingerprint.next_word,
+                value,
+            }
+        };
     }
-    (kstack_id, Some(walked_ns), lock_class)
+    (value.kstack_id, walked_ns, value.lock_class)
 }
 
+/// A stack walk now, with the lock's class (decided with each walk, cached with it).
 #[inline(always)]
-fn walk_stack<C: StackIdContext>(ctx: &C) -> (i32, u64) {
+fn walked_stack<C: StackIdContext>(ctx: &C, lock_addr: u64) -> (i32, Option<u64>, u32) {
+    let lock_class = crate::lockname::classify(lock_addr);
     let kstack_id = stack_id_or_loss(ctx.get_stackid(&STACKS, STACK_FLAGS_KERNEL));
-    (kstack_id, now_ns())
+    (kstack_id, Some(now_ns()), lock_class)
 }
+
+/// Whether `known` is a fresh site of this lock whose words at the anchor are still the
+/// caller's return address (and the next return address, when there was one right
+/// after it).
+#[inline(always)]
+fn site_matches(base: u64, known: &SiteCacheEntry, lock_addr: u64, now: u64) -> bool {
+    if known.lock_addr != lock_addr || now.saturating_sub(known.value.walked_ns) >= STACK_REFRESH_NS
+    {
+        return false;
+    }
+    let at = base + ((known.anchor as u64) & 0x1f) * 8;
+    // SAFETY: bpf_probe_read_kernel checks the source address; a bad one is an error.
+    let Ok(words) = (unsafe { bpf_probe_read_kernel(at as *const [u64; 2]) }) else {
+        return false;
+    };
+    words[0] == known.word && (known.check_next == 0 || words[1] == known.next_word)
+}
+
+/// The fingerprint of a call path and where its third text word (the return address
+/// into the lock function's caller) lies, for the site cache's quick check.
+struct Fingerprint {
+    hash: u64,
+    anchor: u32,
+    check_next: u32,
+    word: u64,
+    next_word: u64,
+}
+
+const NO_ANCHOR: u32 = u32::MAX;
 
 /// A hash of the nearest `FINGERPRINT_TEXT_WORDS` kernel text addresses among the first
 /// `WORDS` words of the stack at `base`: the return addresses of the frames that led to
 /// the lock, so the same call path gives the same fingerprint. One bounded read onto the
 /// BPF stack (warm in cache, unlike a map value), no unwinding.
 #[inline(always)]
-fn stack_fingerprint<const WORDS: usize>(base: u64) -> Option<u64> {
+fn stack_fingerprint<const WORDS: usize>(base: u64) -> Option<Fingerprint> {
     let mut words = [0u64; WORDS];
     // SAFETY: the byte view covers exactly the local array.
     let bytes =
         unsafe { core::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, WORDS * 8) };
     // SAFETY: bpf_probe_read_kernel checks the source address; a bad one is an error.
     unsafe { aya_ebpf::helpers::bpf_probe_read_kernel_buf(base as *const u8, bytes) }.ok()?;
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut print = Fingerprint {
+        hash: 0xcbf2_9ce4_8422_2325,
+        anchor: NO_ANCHOR,
+        check_next: 0,
+        word: 0,
+        next_word: 0,
+    };
     let mut taken = 0;
-    for word in words.iter() {
+    for index in 0..WORDS {
+        let word = words[index];
         // Only the nearest few: deeper words are older frames and stale slots, which
         // change from call to call and would defeat the cache.
-        if *word >= KERNEL_TEXT_START {
-            hash = (hash ^ *word).wrapping_mul(0x0100_0000_01b3);
+        if word >= KERNEL_TEXT_START {
+            print.hash = (print.hash ^ word).wrapping_mul(0x0100_0000_01b3);
             taken += 1;
+            if taken == 3 && index + 1 < WORDS {
+                print.anchor = index as u32;
+                print.word = word;
+                print.next_word = words[index + 1];
+                print.check_next = u32::from(print.next_word >= KERNEL_TEXT_START);
+            }
             if taken == FINGERPRINT_TEXT_WORDS {
                 break;
             }
         }
     }
-    Some(hash)
+    Some(print)
 }
 
 #[inline(always)]

@@ -52,6 +52,10 @@ pub const FAMILY: Registration = Registration {
             MapSize::Fixed(LOCK_STACK_CACHE_ENTRIES),
         ),
         (
+            names::LOCK_SITE_CACHE,
+            MapSize::Fixed(profiler_common::lock::LOCK_SITE_CACHE_ENTRIES),
+        ),
+        (
             names::LOCK_SLEEP_DROPPED,
             MapSize::Fixed(LOCK_SLEEP_DROPPED_ENTRIES),
         ),
