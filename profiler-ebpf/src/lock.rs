@@ -118,15 +118,7 @@ impl LockContext for RawTracePointContext {
     /// path, the lock function and its caller. The two arguments themselves (lock and
     /// flags, already in every key) are skipped.
     fn stack_base(&self) -> Option<u64> {
-        let ctx = self.as_ptr();
-        // The verifier allows no arithmetic on the context pointer but constant offsets;
-        // read back through a helper, its value is a plain number (privileged programs
-        // may see kernel addresses).
-        // SAFETY: reads the local `ctx` variable itself, 8 bytes on the BPF stack.
-        let addr: u64 =
-            unsafe { bpf_probe_read_kernel(&ctx as *const *mut core::ffi::c_void as *const u64) }
-                .ok()?;
-        Some(addr + 16)
+        Some(self.as_ptr() as u64 + 16)
     }
 }
 
