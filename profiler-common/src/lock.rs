@@ -80,10 +80,12 @@ pub const STACK_REFRESH_NS: u64 = 100_000_000;
 /// Words of the kernel stack above the tracepoint's arguments read for a spinning
 /// waiter's fingerprint. On 6.18/x86_64 the first five are the rest of the tracepoint
 /// glue's frame, then come the return addresses into the lock function (word 5), into
-/// its caller (word 11) and into the caller's caller (words 12-13). Reading costs about
-/// 12 ns a word on this machine (bpf_stats, session 5): 14 words instead of 24 took
-/// about 110 ns off a begin program of about 650.
-pub const SPIN_FINGERPRINT_WORDS: usize = 14;
+/// its caller (word 11) and into the caller's caller (words 12-13); a saved register
+/// holding a text or static data address can push the caller further. 14 words were
+/// tried (session 5): on lock-storm's pipe storm 10-15% of the contentions then got the
+/// other call site's stack (`cached_stacks_attribute_like_exact_walks`); with 22 none.
+/// The site cache keeps this read off the common path (about 12 ns a word here).
+pub const SPIN_FINGERPRINT_WORDS: usize = 22;
 /// The same for a sleeping waiter (mutex, rwsem): the slow paths keep their wait
 /// structure on the stack, so the caller lies deeper; and a sleeper's wait hides the cost.
 pub const SLEEP_FINGERPRINT_WORDS: usize = 22;
@@ -207,17 +209,19 @@ pub fn slot_of(value: u64, entries: u32) -> u32 {
 /// `slot_of(lock)` rounded down to even and the next.
 pub const LOCK_SITE_CACHE_ENTRIES: u32 = 1024;
 
-/// A call site of a lock as the begin program last saw it on this CPU: the word index
-/// (from the tracepoint's arguments) of the return address into the lock function's
-/// caller, that word, and the next one when it is a return address too. Two words read
-/// there confirm the site, so the whole fingerprint is read only when they differ.
-/// (Not keyed by stack depth: kernels randomize the stack offset of each system call.)
+/// A call site of a lock as the begin program last saw it on this CPU: the word indexes
+/// (from the tracepoint's arguments) of the third and fourth kernel text words of its
+/// fingerprint (the return addresses into the lock function's caller and into that
+/// caller's caller, or one frame nearer when a saved register holds a text address) and
+/// those words. Two words read there confirm the site, so the whole fingerprint is read
+/// only when they differ. (Not keyed by stack depth: kernels randomize the stack offset
+/// of each system call.)
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SiteCacheEntry {
     pub lock_addr: u64,
     pub anchor: u32,
-    pub check_next: u32,
+    pub next_anchor: u32,
     pub word: u64,
     pub next_word: u64,
     pub value: crate::lockname::StackCacheValue,

@@ -456,7 +456,7 @@ fn waiter_stack<C: LockContext, const WORDS: usize>(
             *site = SiteCacheEntry {
                 lock_addr,
                 anchor: fingerprint.anchor,
-                check_next: fingerprint.check_next,
+                next_anchor: fingerprint.next_anchor,
                 word: fingerprint.word,
                 next_word: fingerprint.next_word,
                 value,
@@ -474,29 +474,34 @@ fn walked_stack<C: StackIdContext>(ctx: &C, lock_addr: u64) -> (i32, Option<u64>
     (kstack_id, Some(now_ns()), lock_class)
 }
 
-/// Whether `known` is a fresh site of this lock whose words at the anchor are still the
-/// caller's return address (and the next return address, when there was one right
-/// after it).
+/// Whether `known` is a fresh site of this lock whose third and fourth text words are
+/// still where they were: the return addresses into the lock function's caller and into
+/// its caller (or, when a saved register holds a text address below them, the lock
+/// function's and its caller's).
 #[inline(always)]
 fn site_matches(base: u64, known: &SiteCacheEntry, lock_addr: u64, now: u64) -> bool {
     if known.lock_addr != lock_addr || now.saturating_sub(known.value.walked_ns) >= STACK_REFRESH_NS
     {
         return false;
     }
-    let at = base + ((known.anchor as u64) & 0x1f) * 8;
-    // SAFETY: bpf_probe_read_kernel checks the source address; a bad one is an error.
-    let Ok(words) = (unsafe { bpf_probe_read_kernel(at as *const [u64; 2]) }) else {
-        return false;
-    };
-    words[0] == known.word && (known.check_next == 0 || words[1] == known.next_word)
+    word_at(base, known.anchor) == Some(known.word)
+        && (known.next_anchor == NO_ANCHOR
+            || word_at(base, known.next_anchor) == Some(known.next_word))
 }
 
-/// The fingerprint of a call path and where its third text word (the return address
-/// into the lock function's caller) lies, for the site cache's quick check.
+#[inline(always)]
+fn word_at(base: u64, index: u32) -> Option<u64> {
+    let at = base + ((index as u64) & 0x1f) * 8;
+    // SAFETY: bpf_probe_read_kernel checks the source address; a bad one is an error.
+    unsafe { bpf_probe_read_kernel(at as *const u64) }.ok()
+}
+
+/// The fingerprint of a call path and where its third and fourth text words lie, for
+/// the site cache's quick check.
 struct Fingerprint {
     hash: u64,
     anchor: u32,
-    check_next: u32,
+    next_anchor: u32,
     word: u64,
     next_word: u64,
 }
@@ -518,7 +523,7 @@ fn stack_fingerprint<const WORDS: usize>(base: u64) -> Option<Fingerprint> {
     let mut print = Fingerprint {
         hash: 0xcbf2_9ce4_8422_2325,
         anchor: NO_ANCHOR,
-        check_next: 0,
+        next_anchor: NO_ANCHOR,
         word: 0,
         next_word: 0,
     };
@@ -530,11 +535,12 @@ fn stack_fingerprint<const WORDS: usize>(base: u64) -> Option<Fingerprint> {
         if word >= KERNEL_TEXT_START {
             print.hash = (print.hash ^ word).wrapping_mul(0x0100_0000_01b3);
             taken += 1;
-            if taken == 3 && index + 1 < WORDS {
+            if taken == 3 {
                 print.anchor = index as u32;
                 print.word = word;
-                print.next_word = words[index + 1];
-                print.check_next = u32::from(print.next_word >= KERNEL_TEXT_START);
+            } else if taken == 4 {
+                print.next_anchor = index as u32;
+                print.next_word = word;
             }
             if taken == FINGERPRINT_TEXT_WORDS {
                 break;

@@ -571,3 +571,149 @@ fn an_interrupted_wait_is_its_own_row() {
         "the report names the outcome:\n{report}"
     );
 }
+
+/// Frames of the lock functions themselves (the slow path and the lock entry points):
+/// what is left above them is the call path that took the lock.
+fn is_lock_internal(frame: &str) -> bool {
+    ["_raw_", "queued_", "__pv_queued", "native_queued", "do_raw_", "lock_acquire"]
+        .iter()
+        .any(|prefix| frame.starts_with(prefix))
+}
+
+/// Share of the workload's spinning contentions per call path (the first `depth` frames
+/// above the lock functions), in percent.
+fn call_path_shares(profile: &serde_json::Value, depth: usize) -> Vec<(String, f64)> {
+    let rows = profile["locks"].as_array().expect("locks array");
+    let pid = rows
+        .iter()
+        .max_by_key(|row| row["count"].as_u64().unwrap_or(0))
+        .and_then(|row| row["pid"].as_u64())
+        .expect("lock rows");
+    let mut counts: std::collections::HashMap<String, u64> = Default::default();
+    let mut total = 0u64;
+    for row in rows.iter().filter(|row| row["pid"].as_u64() == Some(pid)) {
+        let flags = row["flags"].as_u64().unwrap_or(0);
+        if flags & SPIN_MASK != 1 || flags & OUTCOME_MASK != 0 {
+            continue;
+        }
+        let count = row["count"].as_u64().unwrap_or(0);
+        let path = row["stack"]
+            .as_u64()
+            .map(|id| {
+                stack_names(profile, id)
+                    .into_iter()
+                    .skip_while(|frame| is_lock_internal(frame))
+                    .take(depth)
+                    .collect::<Vec<_>>()
+                    .join(";")
+            })
+            .unwrap_or_else(|| "(no stack)".into());
+        *counts.entry(path).or_default() += count;
+        total += count;
+    }
+    let mut shares: Vec<(String, f64)> = counts
+        .into_iter()
+        .map(|(path, count)| (path, 100.0 * count as f64 / total.max(1) as f64))
+        .collect();
+    shares.sort_by(|a, b| b.1.total_cmp(&a.1));
+    shares
+}
+
+/// The caches (one walk per lock and call path every 100 ms, two stack words checked in
+/// between) attribute the storm's contentions to the same call paths, in the same
+/// shares, as walking every contention's stack (`--lock-stacks exact`). Both recordings
+/// run at the same time on the same storm, so they see the same contentions (a storm
+/// under an exact recording alone runs differently: every contention pays a walk).
+#[test]
+fn cached_stacks_attribute_like_exact_walks() {
+    if !can_load_programs("cached_stacks_attribute_like_exact_walks") {
+        return;
+    }
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let dir = scratch("lock-stacks");
+    for mode in ["open", "pipe"] {
+        let mut storm = Command::new(workload("lock-storm"))
+            .args(["--seconds", "5", "--threads", "4", "--mode", mode])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start lock-storm");
+        let pid = storm.id().to_string();
+        let recordings: Vec<(std::path::PathBuf, std::process::Child)> = ["exact", "cached"]
+            .iter()
+            .map(|how| {
+                let path = dir.join(format!("{mode}-{how}.json"));
+                let child = Command::new(lockpath_bin())
+                    .args(["record", "--lock", "--lock-stacks", how, "-p", &pid, "-o"])
+                    .arg(&path)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .expect("start lockpath");
+                (path, child)
+            })
+            .collect();
+        let mut shares = Vec::new();
+        for (path, child) in recordings {
+            let output = child.wait_with_output().expect("wait for lockpath");
+            assert!(
+                output.status.success(),
+                "lockpath failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            shares.push(call_path_shares(&load_json(&path), 3));
+        }
+        let _ = storm.wait();
+        let (exact, cached) = (&shares[0], &shares[1]);
+        let show = |shares: &[(String, f64)]| {
+            shares
+                .iter()
+                .take(6)
+                .map(|(path, share)| format!("    {share:5.1}%  {path}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let report = format!(
+            "{mode}: exact walks\n{}\n  cached\n{}",
+            show(exact),
+            show(cached)
+        );
+        eprintln!("{report}");
+        // The call paths with 5% or more of the contentions are the same both ways (a
+        // stack given to the wrong call path would add or remove one), and each one's
+        // share is within 5 points (the two recordings start a moment apart).
+        let major = |shares: &[(String, f64)]| {
+            let mut paths: Vec<String> = shares
+                .iter()
+                .filter(|(_, share)| *share >= 5.0)
+                .map(|(path, _)| path.clone())
+                .collect();
+            paths.sort();
+            paths
+        };
+        assert!(
+            !major(exact).is_empty(),
+            "{mode}: no call path has 5% of the contentions\n{report}"
+        );
+        assert_eq!(
+            major(exact),
+            major(cached),
+            "{mode}: the call paths with 5% of the contentions differ\n{report}"
+        );
+        for path in major(exact) {
+            let share_of = |shares: &[(String, f64)]| {
+                shares
+                    .iter()
+                    .find(|(other, _)| *other == path)
+                    .map_or(0.0, |(_, share)| *share)
+            };
+            let (theirs, ours) = (share_of(exact), share_of(cached));
+            assert!(
+                (ours - theirs).abs() <= 5.0,
+                "{mode}: call path {path}: {theirs:.1}% of the contentions with exact walks, \
+                 {ours:.1}% with the caches\n{report}"
+            );
+        }
+    }
+}
