@@ -580,9 +580,9 @@ fn is_lock_internal(frame: &str) -> bool {
         .any(|prefix| frame.starts_with(prefix))
 }
 
-/// Share of the workload's spinning contentions per call path (the first `depth` frames
-/// above the lock functions), in percent.
-fn call_path_shares(profile: &serde_json::Value, depth: usize) -> Vec<(String, f64)> {
+/// The workload's spinning contentions, and their share per call path (the first `depth`
+/// frames above the lock functions), in percent.
+fn call_path_shares(profile: &serde_json::Value, depth: usize) -> (u64, Vec<(String, f64)>) {
     let rows = profile["locks"].as_array().expect("locks array");
     let pid = rows
         .iter()
@@ -616,14 +616,15 @@ fn call_path_shares(profile: &serde_json::Value, depth: usize) -> Vec<(String, f
         .map(|(path, count)| (path, 100.0 * count as f64 / total.max(1) as f64))
         .collect();
     shares.sort_by(|a, b| b.1.total_cmp(&a.1));
-    shares
+    (total, shares)
 }
 
 /// The caches (one walk per lock and call path every 100 ms, two stack words checked in
 /// between) attribute the storm's contentions to the same call paths, in the same
 /// shares, as walking every contention's stack (`--lock-stacks exact`). Both recordings
 /// run at the same time on the same storm, so they see the same contentions (a storm
-/// under an exact recording alone runs differently: every contention pays a walk).
+/// under an exact recording alone runs differently: every contention pays a walk), and
+/// their counts agree.
 #[test]
 fn cached_stacks_attribute_like_exact_walks() {
     if !can_load_programs("cached_stacks_attribute_like_exact_walks") {
@@ -634,8 +635,14 @@ fn cached_stacks_attribute_like_exact_walks() {
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     let dir = scratch("lock-stacks");
     for mode in ["open", "pipe"] {
-        let mut storm = Command::new(workload("lock-storm"))
-            .args(["--seconds", "5", "--threads", "4", "--mode", mode])
+        // The storm starts after both recordings are attached (the shell's pid is the
+        // storm's after its exec): both see the same contentions, counts included.
+        let mut storm = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "sleep 2; exec {} --seconds 5 --threads 4 --mode {mode}",
+                path_str(&workload("lock-storm"))
+            ))
             .stdout(Stdio::null())
             .spawn()
             .expect("start lock-storm");
@@ -665,7 +672,16 @@ fn cached_stacks_attribute_like_exact_walks() {
             shares.push(call_path_shares(&load_json(&path), 3));
         }
         let _ = storm.wait();
+        let totals: Vec<u64> = shares.iter().map(|(total, _)| *total).collect();
+        let shares: Vec<Vec<(String, f64)>> = shares.into_iter().map(|(_, paths)| paths).collect();
         let (exact, cached) = (&shares[0], &shares[1]);
+        // Both attached before the storm and detached after its exit: the same waits,
+        // up to the few that other programs' wake-ups add at either end.
+        let (a, b) = (totals[0] as f64, totals[1] as f64);
+        assert!(
+            a >= 1000.0 && (a - b).abs() <= 0.01 * a,
+            "{mode}: {a} spinning contentions with exact walks, {b} with the caches"
+        );
         let show = |shares: &[(String, f64)]| {
             shares
                 .iter()
