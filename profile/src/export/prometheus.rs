@@ -42,13 +42,16 @@ fn cpu_series(profile: &Profile, out: &mut String) {
     }
 }
 
+/// (lock type, caller, name source) of one lock series.
+type LockSeries<'a> = (&'static str, String, &'a str);
+
 /// Lock wait and contentions per (type, caller, name source), most wait first. The name
 /// source (`task`, `runqueue`, `kallsyms`, `address`, ...) splits a caller's series by
 /// how its locks were named: a handful of values, so the series stay few; the lock
 /// names themselves are in the fleet counters, which bound their label sets.
-fn lock_sums(profile: &Profile) -> Vec<((&'static str, String, &str), (u64, u64))> {
+fn lock_sums(profile: &Profile) -> Vec<(LockSeries<'_>, (u64, u64))> {
     let mut callers: HashMap<Option<u32>, String> = HashMap::new();
-    let mut sums: BTreeMap<(&'static str, String, &str), (u64, u64)> = BTreeMap::new();
+    let mut sums: BTreeMap<LockSeries, (u64, u64)> = BTreeMap::new();
     for row in &profile.locks {
         let caller = callers
             .entry(row.stack)
