@@ -784,10 +784,19 @@ fn prometheus_scrapes_live_metrics() {
     );
     for series in &contentions {
         assert!(
-            series["metric"]["type"].is_string() && series["metric"]["caller"].is_string(),
+            series["metric"]["type"].is_string()
+                && series["metric"]["caller"].is_string()
+                && series["metric"]["name_source"].is_string(),
             "{series}"
         );
     }
+    // mmap_lock (every rwsem:W wait of lock-storm) is named from the waiting task.
+    let task_wait: f64 = wait
+        .iter()
+        .filter(|series| series["metric"]["name_source"] == "task")
+        .filter_map(|series| series["value"][1].as_str()?.parse::<f64>().ok())
+        .sum();
+    assert!(task_wait > 0.0, "rwsem:W wait named by the task: {wait:?}");
     let scraped_wait: f64 = wait
         .iter()
         .map(|series| {

@@ -105,3 +105,107 @@ fn most_lock_wait_is_on_named_locks() {
     );
     assert!(has(&open, "file_lock", "task"), "{open:?}");
 }
+
+/// Byte offset of `member` in `struct name` from the kernel's BTF, as bpftool prints it
+/// (ground truth independent of lockpath's own BTF reader).
+fn btf_member_offset(name: &str, member: &str) -> Option<u64> {
+    let output = std::process::Command::new("bpftool")
+        .args([
+            "btf",
+            "dump",
+            "file",
+            "/sys/kernel/btf/vmlinux",
+            "format",
+            "raw",
+        ])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let mut lines = text.lines();
+    lines.find(|line| line.contains(&format!("STRUCT '{name}' ")))?;
+    lines
+        .take_while(|line| line.starts_with('\t'))
+        .find(|line| line.trim_start().starts_with(&format!("'{member}' ")))
+        .and_then(|line| line.split("bits_offset=").nth(1))
+        .and_then(|bits| bits.split_whitespace().next()?.parse::<u64>().ok())
+        .map(|bits| bits / 8)
+}
+
+#[test]
+fn wait_lock_of_mmap_lock_is_named_after_it() {
+    let test = "wait_lock_of_mmap_lock_is_named_after_it";
+    if !can_load_programs(test) || !require_tool(test, "bpftool") {
+        return;
+    }
+    let offset = btf_member_offset("rw_semaphore", "wait_lock")
+        .expect("rw_semaphore.wait_lock in the kernel's BTF");
+    // An mmap/munmap storm: writers queue on mmap_lock, and the rwsem's wait_lock (a
+    // raw spinlock) is contended by the threads queueing and waking.
+    let dir = scratch("lock-names-wait-lock");
+    let profile_path = dir.join("lock.json");
+    let storm = workload("lock-storm");
+    record_ok(&[
+        "record",
+        "--lock",
+        "-o",
+        path_str(&profile_path),
+        "--",
+        path_str(&storm),
+        "--seconds",
+        "5",
+        "--threads",
+        "4",
+        "--mode",
+        "mmap",
+    ]);
+    let profile = load_json(&profile_path);
+    let rows = profile["locks"].as_array().expect("lock rows");
+    let field = |row: &serde_json::Value, name: &str| row[name].as_str().unwrap_or("").to_string();
+    let mmap_locks: std::collections::BTreeSet<u64> = rows
+        .iter()
+        .filter(|row| field(row, "lock_name") == "mmap_lock")
+        .map(|row| row["lock_addr"].as_u64().expect("lock_addr"))
+        .collect();
+    assert!(!mmap_locks.is_empty(), "mmap_lock contended: {rows:?}");
+    let (mut count, mut wait) = (0u64, 0u64);
+    let (mut in_rwsem_code, mut with_stack) = (0u64, 0u64);
+    for row in rows {
+        let addr = row["lock_addr"].as_u64().expect("lock_addr");
+        let at_wait_lock = mmap_locks.iter().any(|base| base + offset == addr);
+        let named = field(row, "lock_name") == "mmap_lock.wait_lock";
+        // Named exactly when it is at mmap_lock's address plus the member's offset.
+        assert_eq!(
+            at_wait_lock,
+            named,
+            "{} at {addr:#x} (mmap_lock at {mmap_locks:x?} + {offset})",
+            field(row, "lock_name")
+        );
+        if !named {
+            continue;
+        }
+        assert_eq!(field(row, "lock_name_source"), "member", "{row}");
+        assert_eq!(row["flags"], 1, "a spinlock: {row}");
+        count += row["count"].as_u64().expect("count");
+        wait += row["total_ns"].as_u64().expect("total_ns");
+        // Taken inside the rwsem code (its slow paths, wake-up and downgrade).
+        if let Some(stack) = row["stack"].as_u64() {
+            let rows_count = row["count"].as_u64().expect("count");
+            with_stack += rows_count;
+            if stack_names(&profile, stack).iter().any(|frame| {
+                frame.starts_with("rwsem_") || frame.starts_with("up_") || frame.starts_with("down")
+            }) {
+                in_rwsem_code += rows_count;
+            }
+        }
+    }
+    eprintln!(
+        "mmap_lock.wait_lock: {count} contentions, {wait} ns; {in_rwsem_code} of {with_stack} \
+         with a stack in the rwsem code"
+    );
+    assert!(count > 0 && wait > 0, "mmap_lock.wait_lock contended");
+    assert!(
+        in_rwsem_code * 100 >= with_stack * 95 && with_stack > 0,
+        "{in_rwsem_code} of {with_stack} contentions in the rwsem code"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -28,6 +28,19 @@ pub struct Measure {
 pub struct Breakdown {
     pub by: &'static str,
     pub entries: BTreeMap<String, Measure>,
+    /// How the lock of each key was named (`LockRow::lock_name_source`): lock by lock
+    /// only, and only for profiles that say.
+    pub name_sources: BTreeMap<String, String>,
+}
+
+impl Breakdown {
+    fn new(by: &'static str, entries: BTreeMap<String, Measure>) -> Breakdown {
+        Breakdown {
+            by,
+            entries,
+            name_sources: BTreeMap::new(),
+        }
+    }
 }
 
 /// How a breakdown names a row (its table key).
@@ -49,6 +62,7 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
             }
             for (by, group_by) in ways {
                 let mut entries: BTreeMap<String, Measure> = BTreeMap::new();
+                let mut name_sources: BTreeMap<String, String> = BTreeMap::new();
                 for group in lock_groups(profile, group_by) {
                     let key = match group_by {
                         GroupBy::Lock => format!("{} {}", group.lock_type, group.lock),
@@ -60,11 +74,18 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
                         ),
                         GroupBy::Host => group.host.clone(),
                     };
+                    if group_by == GroupBy::Lock && !group.lock_name_source.is_empty() {
+                        name_sources.insert(key.clone(), group.lock_name_source.clone());
+                    }
                     let entry = entries.entry(key).or_default();
                     entry.value = entry.value.saturating_add(group.total_wait_ns);
                     entry.events = entry.events.saturating_add(group.contended);
                 }
-                out.push(Breakdown { by, entries });
+                out.push(Breakdown {
+                    by,
+                    entries,
+                    name_sources,
+                });
             }
         }
         Kind::Offcpu => {
@@ -91,7 +112,7 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
                     entry.value += row.total_ns;
                     entry.events += row.count;
                 }
-                out.push(Breakdown { by, entries });
+                out.push(Breakdown::new(by, entries));
             }
         }
         Kind::Io => {
@@ -117,7 +138,7 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
                     entry.value += row.total_ns;
                     entry.events += row.count;
                 }
-                out.push(Breakdown { by, entries });
+                out.push(Breakdown::new(by, entries));
             }
         }
         // Holders compared between two runs: who held which lock, taken where.
@@ -137,14 +158,8 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
                     entry.events += group.count;
                 }
             }
-            out.push(Breakdown {
-                by: "holder",
-                entries: by_holder,
-            });
-            out.push(Breakdown {
-                by: "lock",
-                entries: by_lock,
-            });
+            out.push(Breakdown::new("holder", by_holder));
+            out.push(Breakdown::new("lock", by_lock));
         }
         Kind::Rpc | Kind::Func => {
             let groups = if kind == Kind::Rpc {
@@ -169,14 +184,8 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
                     entry.events += group.count;
                 }
             }
-            out.push(Breakdown {
-                by: what,
-                entries: by_name,
-            });
-            out.push(Breakdown {
-                by: "process",
-                entries: by_process,
-            });
+            out.push(Breakdown::new(what, by_name));
+            out.push(Breakdown::new("process", by_process));
         }
         Kind::Cpu => {
             let mut processes: BTreeMap<String, Measure> = BTreeMap::new();
@@ -185,20 +194,14 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
                 entry.value += process.samples;
                 entry.events += process.samples;
             }
-            out.push(Breakdown {
-                by: "process",
-                entries: processes,
-            });
+            out.push(Breakdown::new("process", processes));
             let mut functions: BTreeMap<String, Measure> = BTreeMap::new();
             for function in cpu_functions(profile) {
                 let entry = functions.entry(function.function).or_default();
                 entry.value += function.self_samples;
                 entry.events += function.total_samples;
             }
-            out.push(Breakdown {
-                by: "function (self, total)",
-                entries: functions,
-            });
+            out.push(Breakdown::new("function (self, total)", functions));
         }
         // Off-CPU time by who woke it: the waker's process and where it woke (names only).
         Kind::Offwake => {
@@ -217,10 +220,7 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
                     entry.events += share.count;
                 }
             }
-            out.push(Breakdown {
-                by: "class and waker",
-                entries: wakers,
-            });
+            out.push(Breakdown::new("class and waker", wakers));
         }
     }
     out
@@ -282,6 +282,13 @@ pub struct DiffRow {
     pub ratio: Option<f64>,
     pub base_events_per_s: f64,
     pub new_events_per_s: f64,
+    /// How the lock was named in BASE and in NEW (`task`, `kallsyms`, `address`, ...):
+    /// rows by lock only, empty when the run did not have the lock or does not say. A
+    /// lock named by another method in NEW is still the same row (matched by name).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub base_name_source: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub new_name_source: String,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -319,11 +326,19 @@ pub fn diff(base: &Profile, new: &Profile, kind: Kind) -> Vec<DiffTable> {
     let mut tables = Vec::new();
     for base_breakdown in breakdowns(base, kind) {
         let empty = BTreeMap::new();
-        let new_entries = new_breakdowns
+        let new_breakdown = new_breakdowns
             .iter()
-            .find(|breakdown| breakdown.by == base_breakdown.by)
+            .find(|breakdown| breakdown.by == base_breakdown.by);
+        let new_entries = new_breakdown
             .map(|breakdown| &breakdown.entries)
             .unwrap_or(&empty);
+        let new_sources = new_breakdown.map(|breakdown| &breakdown.name_sources);
+        let source = |sources: Option<&BTreeMap<String, String>>, key: &String| {
+            sources
+                .and_then(|sources| sources.get(key))
+                .cloned()
+                .unwrap_or_default()
+        };
         let mut keys: Vec<&String> = base_breakdown.entries.keys().collect();
         keys.extend(new_entries.keys());
         keys.sort();
@@ -343,6 +358,8 @@ pub fn diff(base: &Profile, new: &Profile, kind: Kind) -> Vec<DiffTable> {
                     ratio: (before.value > 0).then(|| new_per_s / base_per_s),
                     base_events_per_s: before.events as f64 / base_s,
                     new_events_per_s: after.events as f64 / new_s,
+                    base_name_source: source(Some(&base_breakdown.name_sources), key),
+                    new_name_source: source(new_sources, key),
                 }
             })
             .collect();
@@ -374,6 +391,12 @@ pub fn diff(base: &Profile, new: &Profile, kind: Kind) -> Vec<DiffTable> {
                         ratio: None,
                         base_events_per_s: 0.0,
                         new_events_per_s: after.events as f64 / new_s,
+                        base_name_source: String::new(),
+                        new_name_source: breakdown
+                            .name_sources
+                            .get(key)
+                            .cloned()
+                            .unwrap_or_default(),
                     }
                 })
                 .collect();
@@ -408,6 +431,22 @@ fn format_rate(events: f64) -> String {
     } else {
         format!("{events:.1}")
     }
+}
+
+/// A row's key within 39 columns (the line within 100), with how its lock was named
+/// when the runs say: `spinlock rq_lock:cpu0 (runqueue)`, `(address→kallsyms)` when
+/// NEW named it by another method than BASE. The key is shortened, never the method.
+fn key_with_source(row: &DiffRow) -> String {
+    let (base, new) = (&row.base_name_source, &row.new_name_source);
+    let suffix = match (base.is_empty(), new.is_empty()) {
+        (true, true) => return fit(&row.key, 38),
+        (false, true) => format!(" ({base})"),
+        (true, false) => format!(" ({new})"),
+        _ if base == new => format!(" ({new})"),
+        _ => format!(" ({base}→{new})"),
+    };
+    let room = 39usize.saturating_sub(suffix.chars().count()).max(12);
+    format!("{}{suffix}", fit(&row.key, room))
 }
 
 /// The tables as text, within 100 columns; `top` rows each (0: all).
@@ -451,7 +490,7 @@ pub fn text(base: &Profile, new: &Profile, kind: Kind, top: usize) -> String {
                 format_ratio(row),
                 format_rate(row.base_events_per_s),
                 format_rate(row.new_events_per_s),
-                fit(&row.key, 38),
+                key_with_source(row),
             ));
         }
         out.push_str(&super::table::more_rows(shown, table.rows.len()));
@@ -537,6 +576,86 @@ mod tests {
         }
         assert!(text.contains("new"), "{text}");
         assert!(text.contains("gone"), "{text}");
+    }
+
+    #[test]
+    fn lock_rows_say_how_each_run_named_the_lock() {
+        let mut base = profile_with_two_locks();
+        for row in &mut base.locks {
+            row.lock_name_source = if row.lock_name == "mmap_lock" {
+                "task".into()
+            } else {
+                "address".into()
+            };
+        }
+        let mut new = base.clone();
+        // NEW named the spinlock another way (same name): still one row.
+        for row in &mut new.locks {
+            if row.lock_name == "0xffff1" {
+                row.lock_name_source = "kallsyms".into();
+            }
+        }
+        new.locks[2].total_ns *= 2;
+        let tables = diff(&base, &new, Kind::Lock);
+        let by_lock = &tables[0];
+        assert_eq!(by_lock.rows.len(), 2, "{:?}", by_lock.rows);
+        let row = |key: &str| {
+            by_lock
+                .rows
+                .iter()
+                .find(|row| row.key == key)
+                .unwrap_or_else(|| panic!("no row {key}: {:?}", by_lock.rows))
+        };
+        let spin = row("spinlock 0xffff1");
+        assert_eq!(
+            (
+                spin.base_name_source.as_str(),
+                spin.new_name_source.as_str()
+            ),
+            ("address", "kallsyms")
+        );
+        assert!(spin.change_per_s.abs() < 1.0, "{spin:?}");
+        let mmap = row("rwsem:W mmap_lock");
+        assert_eq!(mmap.base_name_source, "task");
+        assert_eq!(mmap.new_name_source, "task");
+        // Tables of several locks per row do not say.
+        let callers = tables.iter().find(|t| t.by == "caller").expect("callers");
+        assert!(callers
+            .rows
+            .iter()
+            .all(|row| row.base_name_source.is_empty() && row.new_name_source.is_empty()));
+
+        let text = text(&base, &new, Kind::Lock, 0);
+        crate::export::table::assert_fits_100_columns(&text);
+        assert!(text.contains("  rwsem:W mmap_lock (task)\n"), "{text}");
+        assert!(
+            text.contains("  spinlock 0xffff1 (address→kallsyms)\n"),
+            "{text}"
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&json(&base, &new, Kind::Lock).expect("json")).expect("parse");
+        let rows = json["tables"][0]["rows"].as_array().expect("rows");
+        let spin = rows
+            .iter()
+            .find(|row| row["key"] == "spinlock 0xffff1")
+            .expect("spin row");
+        assert_eq!(spin["base_name_source"], "address");
+        assert_eq!(spin["new_name_source"], "kallsyms");
+        // Older profiles (no sources): no field, no suffix.
+        let old = profile_with_two_locks();
+        let old_json = super::json(&old, &old, Kind::Lock).expect("json");
+        assert!(!old_json.contains("name_source"), "{old_json}");
+        // A long name is cut, the method is kept.
+        let mut long = base.clone();
+        for row in &mut long.locks {
+            if row.lock_name == "0xffff1" {
+                row.lock_name = "a_very_long_static_lock_symbol_name+0x1234567".into();
+                row.lock_name_source = "task_struct".into();
+            }
+        }
+        let text = super::text(&base, &long, Kind::Lock, 0);
+        crate::export::table::assert_fits_100_columns(&text);
+        assert!(text.contains("… (task_struct)\n"), "{text}");
     }
 
     #[test]

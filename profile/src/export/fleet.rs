@@ -1,7 +1,7 @@
 //! Prometheus counters of an always-on recording (`record --rotate --metrics`): the
 //! totals of every period so far, so each series only grows and a central Prometheus
-//! ranks many clients with `rate()`. Labels are names (lock, type, caller, wait class,
-//! process), never pids or addresses alone, and each metric keeps at most `top` label
+//! ranks many clients with `rate()`. Labels are names (lock and how it was named, type,
+//! caller, wait class, process), never pids or addresses alone, and each metric keeps at most `top` label
 //! sets: the first ones seen (most wait first within a period) get a series of their
 //! own for the life of the agent, the rest add into one series whose labels are all
 //! `other`. A label set never moves between series, so no counter ever goes down.
@@ -105,11 +105,11 @@ const CPU: usize = 5;
 const METRICS: [Metric; 6] = [
     Metric {
         name: "lockpath_lock_wait_seconds_total",
-        help: "Time threads waited for contended kernel locks, by lock, type, caller and process.",
-        labels: &["lock", "type", "caller", "process"],
+        help: "Time threads waited for contended kernel locks, by lock (and how it was named), type, caller and process.",
+        labels: &["lock", "name_source", "type", "caller", "process"],
         histogram: false,
         count_name: "lockpath_lock_contentions_total",
-        count_help: "Contended kernel lock acquisitions, by lock, type, caller and process.",
+        count_help: "Contended kernel lock acquisitions, by lock (and how it was named), type, caller and process.",
     },
     Metric {
         name: "lockpath_offcpu_seconds_total",
@@ -357,8 +357,11 @@ fn rows_of(profile: &Profile, names: &mut HashMap<u32, String>) -> [Vec<(Vec<Str
                     .unwrap_or_else(|| "unknown".into())
             })
             .clone();
+        // The name source is one per lock name (the method that named it), so it adds
+        // no label sets of its own.
         let labels = vec![
             row.lock_name.clone(),
+            row.lock_name_source.clone(),
             lock_type_name(row.flags).to_string(),
             caller,
             process(row.pid),
@@ -428,7 +431,12 @@ mod tests {
                 pid,
                 lock_addr: index as u64 + 1,
                 lock_name: lock.into(),
-                lock_name_source: "address".into(),
+                lock_name_source: if lock.starts_with("0x") {
+                    "address"
+                } else {
+                    "task"
+                }
+                .into(),
                 flags: 0,
                 stack: None,
                 count,
@@ -469,6 +477,12 @@ mod tests {
             "lockpath_lock_contentions_total",
         );
         assert_eq!(first.len(), 2, "{first:?}");
+        assert!(
+            first.contains_key(
+                "lockpath_lock_contentions_total{lock=\"a\",name_source=\"task\",type=\"semaphore\",caller=\"unknown\",process=\"proc1\"}"
+            ),
+            "{first:?}"
+        );
         // A third lock goes to `other`; the first two keep their series.
         counters.add_period(&period(&[("c", 2, 100, 90000), ("a", 1, 1, 10)]));
         let live = period(&[("d", 2, 7, 50)]);
@@ -483,6 +497,19 @@ mod tests {
             .find(|(series, _)| series.contains("lock=\"other\""))
             .expect("an other series");
         assert_eq!(*other.1, 107.0, "c and the live d");
+        assert!(other.0.contains("name_source=\"other\""), "{other:?}");
+        // An unnamed lock says so; its label set counts like any other.
+        let mut counters = FleetCounters::new(1);
+        counters.add_period(&period(&[("0xffff8881", 3, 2, 10)]));
+        let unnamed_text = counters.render_with(Some(&period(&[("0xffff8882", 3, 1, 5)])));
+        let unnamed = values(&unnamed_text, "lockpath_lock_contentions_total");
+        assert_eq!(unnamed.len(), 2, "one own series and other: {unnamed:?}");
+        assert!(
+            unnamed
+                .keys()
+                .any(|series| series.contains("lock=\"0xffff8881\",name_source=\"address\",type=")),
+            "{unnamed:?}"
+        );
         let total: f64 = second.values().sum();
         assert_eq!(total, 10.0 + 5.0 + 100.0 + 1.0 + 7.0);
         assert!(text.contains("lockpath_periods_total 2"));

@@ -22,7 +22,8 @@ dd{margin:0;font-family:monospace}\
 iframe.flamegraph{width:100%;border:1px solid #ccc}pre.histogram{font-size:0.85em}\
 th{cursor:pointer;user-select:none}th[aria-sort=ascending]::after{content:\" \\25B2\"}\
 th[aria-sort=descending]::after{content:\" \\25BC\"}\
-table.collapsed tr.more{display:none}button.more{margin:0 0 1em 0}";
+table.collapsed tr.more{display:none}button.more{margin:0 0 1em 0}\
+p.note{font-size:0.85em;color:#555}";
 
 /// Rows a table shows before the rest are collapsed behind a button.
 const SHOWN_ROWS: usize = 15;
@@ -108,7 +109,14 @@ pub(crate) fn flamegraph_frame(svg: &[u8], title: &str) -> String {
     )
 }
 
-fn lock_rows(profile: &Profile, by: GroupBy, top: usize) -> Vec<Vec<String>> {
+/// What each `lock_name_source` means, under a table that shows them.
+const NAME_SOURCES: &str = "named by: task = from the waiting task's structures \
+    (mm, files, sighand, fs, signal); task_struct = a task's own lock (its own or \
+    another's); runqueue = a CPU's runqueue lock; kallsyms = a data symbol; member = a \
+    member of a named lock (its wait_lock); address = not named.";
+
+/// Rows of a lock table; with `named`, a column after the lock says how it was named.
+fn lock_rows(profile: &Profile, by: GroupBy, top: usize, named: bool) -> Vec<Vec<String>> {
     lock::lock_groups(profile, by)
         .into_iter()
         .take(top)
@@ -118,7 +126,8 @@ fn lock_rows(profile: &Profile, by: GroupBy, top: usize) -> Vec<Vec<String>> {
                 GroupBy::Host => group.host.clone(),
                 _ => group.lock.clone(),
             };
-            vec![
+            let named = named.then(|| group.lock_name_source.clone());
+            let mut row = vec![
                 group.contended.to_string(),
                 format_ns(group.total_wait_ns),
                 format_ns(group.max_wait_ns),
@@ -138,7 +147,11 @@ fn lock_rows(profile: &Profile, by: GroupBy, top: usize) -> Vec<Vec<String>> {
                     .map(u32::to_string)
                     .collect::<Vec<_>>()
                     .join(" "),
-            ]
+            ];
+            if let Some(named) = named {
+                row.insert(6, named);
+            }
+            row
         })
         .collect()
 }
@@ -187,27 +200,38 @@ fn kind_section(profile: &Profile, kind: Kind) -> Result<String> {
             if profile.is_merged() {
                 ways.push(("Per host", GroupBy::Host, "host"));
             }
+            // Profiles of older versions do not say how locks were named: no column.
+            let says_names = profile
+                .locks
+                .iter()
+                .any(|row| !row.lock_name_source.is_empty());
             for (title, by, third) in ways {
                 out.push_str(&format!("<h3>{}</h3>\n", esc(title)));
-                let rows = lock_rows(profile, by, 50);
+                let named = says_names && by == GroupBy::Lock;
+                let rows = lock_rows(profile, by, 50, named);
                 if rows.is_empty() {
                     out.push_str("<p>No lock contention recorded.</p>\n");
                     break;
                 }
-                out.push_str(&table(
-                    &[
-                        "contended",
-                        "total wait",
-                        "max wait",
-                        "avg wait",
-                        "type",
-                        third,
-                        "callers",
-                        "pids",
-                    ],
-                    &numeric,
-                    &rows,
-                ));
+                let mut headers = vec![
+                    "contended",
+                    "total wait",
+                    "max wait",
+                    "avg wait",
+                    "type",
+                    third,
+                    "callers",
+                    "pids",
+                ];
+                let mut numeric = numeric.to_vec();
+                if named {
+                    headers.insert(6, "named by");
+                    numeric.insert(6, false);
+                }
+                out.push_str(&table(&headers, &numeric, &rows));
+                if named {
+                    out.push_str(&format!("<p class=\"note\">{}</p>\n", esc(NAME_SOURCES)));
+                }
             }
             out.push_str("<h3>Flamegraph (width: wait time)</h3>\n");
             let svg = flamegraph::render_svg(profile, kind)?;
@@ -564,26 +588,47 @@ pub fn render_diff(base: &Profile, new: &Profile, kind: Kind) -> Result<String> 
             esc(&table_data.by),
             esc(&table_data.unit)
         ));
+        // Lock by lock: how each run named the lock, when the profiles say.
+        let named = table_data
+            .rows
+            .iter()
+            .any(|row| !row.base_name_source.is_empty() || !row.new_name_source.is_empty());
         let rows: Vec<Vec<String>> = table_data
             .rows
             .iter()
             .map(|row| {
                 let sign = if row.change_per_s < 0.0 { "-" } else { "+" };
-                vec![
+                let mut cells = vec![
                     row.key.clone(),
                     per_second(row.base_per_s),
                     per_second(row.new_per_s),
                     format!("{sign}{}", per_second(row.change_per_s)),
                     row.ratio
                         .map_or("new".to_string(), |ratio| format!("{ratio:.2}x")),
-                ]
+                ];
+                if named {
+                    let (base, new) = (&row.base_name_source, &row.new_name_source);
+                    let named_by = match (base.is_empty(), new.is_empty()) {
+                        (true, _) => new.clone(),
+                        (false, true) => base.clone(),
+                        _ if base == new => new.clone(),
+                        _ => format!("{base}→{new}"),
+                    };
+                    cells.insert(1, named_by);
+                }
+                cells
             })
             .collect();
-        out.push_str(&table(
-            &[table_data.by.as_str(), "base", "new", "change", "new/base"],
-            &[false, true, true, true, true],
-            &rows,
-        ));
+        let mut headers = vec![table_data.by.as_str(), "base", "new", "change", "new/base"];
+        let mut numeric = vec![false, true, true, true, true];
+        if named {
+            headers.insert(1, "named by");
+            numeric.insert(1, false);
+        }
+        out.push_str(&table(&headers, &numeric, &rows));
+        if named {
+            out.push_str(&format!("<p class=\"note\">{}</p>\n", esc(NAME_SOURCES)));
+        }
     }
     if export::has_kind(base, kind) || export::has_kind(new, kind) {
         let svg = flamegraph::render_diff_svg(base, new, kind)?;
@@ -622,6 +667,47 @@ mod tests {
         assert!(page.contains("<iframe class=\"flamegraph\""));
         assert!(page.contains("<td>do_pipe2</td>") || page.contains("do_pipe2"));
         assert!(page.contains("<td class=\"n\">7.00 ms</td>"), "{page}");
+    }
+
+    #[test]
+    fn lock_table_says_how_each_lock_was_named() {
+        // Profiles of older versions do not say: no column, no legend.
+        let page = render(&profile_with_two_locks()).expect("html");
+        assert!(!page.contains("<th>named by</th>"), "{page}");
+        let mut profile = profile_with_two_locks();
+        for row in &mut profile.locks {
+            row.lock_name_source = if row.lock_name == "mmap_lock" {
+                "task".into()
+            } else {
+                "address".into()
+            };
+        }
+        let page = render(&profile).expect("html");
+        // By lock only (callers and processes group several locks).
+        assert_eq!(page.matches("<th>named by</th>").count(), 1, "{page}");
+        assert!(page.contains("<td>mmap_lock</td><td>task</td>"), "{page}");
+        assert!(page.contains("<td>0xffff1</td><td>address</td>"), "{page}");
+        assert!(
+            page.contains("<p class=\"note\">named by: task = "),
+            "{page}"
+        );
+        // The diff page: each run's method, a change shown as BASE→NEW.
+        let mut new = profile.clone();
+        for row in &mut new.locks {
+            if row.lock_name == "0xffff1" {
+                row.lock_name_source = "kallsyms".into();
+            }
+        }
+        let page = render_diff(&profile, &new, Kind::Lock).expect("page");
+        assert_eq!(page.matches("<th>named by</th>").count(), 1, "{page}");
+        assert!(
+            page.contains("<td>spinlock 0xffff1</td><td>address→kallsyms</td>"),
+            "{page}"
+        );
+        assert!(
+            page.contains("<td>rwsem:W mmap_lock</td><td>task</td>"),
+            "{page}"
+        );
     }
 
     #[test]

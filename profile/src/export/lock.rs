@@ -502,14 +502,25 @@ pub fn lock_table(profile: &Profile, by: GroupBy, top: usize) -> String {
 
 /// How the shown locks were named, one line within 100 columns: `named by task:
 /// file_lock, mmap_lock; runqueue: rq_lock:cpu0; not named: 2 addresses`. Empty for
-/// profiles that do not say (older versions).
+/// profiles that do not say (older versions). Methods in the order of their first lock
+/// (most wait first), so what the line must cut is the least.
 pub fn name_sources(groups: &[LockGroup]) -> String {
-    let mut by_source: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    let mut by_source: Vec<(&str, Vec<&str>)> = Vec::new();
     for group in groups {
         if group.lock_name_source.is_empty() {
             continue;
         }
-        let names = by_source.entry(&group.lock_name_source).or_default();
+        let index = match by_source
+            .iter()
+            .position(|(source, _)| *source == group.lock_name_source)
+        {
+            Some(index) => index,
+            None => {
+                by_source.push((&group.lock_name_source, Vec::new()));
+                by_source.len() - 1
+            }
+        };
+        let names = &mut by_source[index].1;
         if !names.contains(&group.lock.as_str()) {
             names.push(&group.lock);
         }
@@ -517,7 +528,10 @@ pub fn name_sources(groups: &[LockGroup]) -> String {
     if by_source.is_empty() {
         return String::new();
     }
-    let addresses = by_source.remove("address").map_or(0, |names| names.len());
+    let addresses = by_source
+        .iter()
+        .position(|(source, _)| *source == "address")
+        .map_or(0, |index| by_source.remove(index).1.len());
     let mut parts: Vec<String> = by_source
         .into_iter()
         .map(|(source, names)| format!("{source}: {}", names.join(", ")))
@@ -612,7 +626,7 @@ mod tests {
         ];
         assert_eq!(
             name_sources(&groups),
-            "named by runqueue: rq_lock:cpu0; task: file_lock, mmap_lock; not named: 2 addresses\n"
+            "named by task: file_lock, mmap_lock; runqueue: rq_lock:cpu0; not named: 2 addresses\n"
         );
         assert_eq!(name_sources(&[group("0xffff1", "")]), "");
     }

@@ -2,12 +2,19 @@
 //! `record --metrics` serves, rendered from a live snapshot of the kernel maps.
 //! One function per family; label values are escaped.
 
-use std::{collections::BTreeMap, fmt::Write};
+use std::{
+    collections::{BTreeMap, HashMap},
+    fmt::Write,
+};
 
 use crate::{
-    export::{escape::prometheus_label as label, io::groups as io_groups, lock::lock_groups},
+    export::{
+        escape::prometheus_label as label,
+        io::groups as io_groups,
+        lock::{STACK_LOST, UNKNOWN},
+    },
     histogram::bucket_us,
-    kind::GroupBy,
+    lock::{caller, lock_type_name},
     profile::Profile,
 };
 
@@ -35,36 +42,71 @@ fn cpu_series(profile: &Profile, out: &mut String) {
     }
 }
 
+/// (lock type, caller, name source) of one lock series.
+type LockSeries<'a> = (&'static str, String, &'a str);
+
+/// Lock wait and contentions per (type, caller, name source), most wait first. The name
+/// source (`task`, `runqueue`, `kallsyms`, `address`, ...) splits a caller's series by
+/// how its locks were named: a handful of values, so the series stay few; the lock
+/// names themselves are in the fleet counters, which bound their label sets.
+fn lock_sums(profile: &Profile) -> Vec<(LockSeries<'_>, (u64, u64))> {
+    let mut callers: HashMap<Option<u32>, String> = HashMap::new();
+    let mut sums: BTreeMap<LockSeries, (u64, u64)> = BTreeMap::new();
+    for row in &profile.locks {
+        let caller = callers
+            .entry(row.stack)
+            .or_insert_with(|| match row.stack {
+                None => STACK_LOST.to_string(),
+                Some(_) => caller(&profile.stack_frames(row.stack))
+                    .map(|frame| frame.display())
+                    .unwrap_or_else(|| UNKNOWN.to_string()),
+            })
+            .clone();
+        let key = (
+            lock_type_name(row.flags),
+            caller,
+            row.lock_name_source.as_str(),
+        );
+        let sum = sums.entry(key).or_default();
+        sum.0 = sum.0.saturating_add(row.total_ns);
+        sum.1 = sum.1.saturating_add(row.count);
+    }
+    let mut sums: Vec<_> = sums.into_iter().collect();
+    sums.sort_by(|a, b| (b.1).0.cmp(&(a.1).0).then_with(|| a.0.cmp(&b.0)));
+    sums
+}
+
 fn lock_series(profile: &Profile, out: &mut String) {
-    let groups = lock_groups(profile, GroupBy::Caller);
+    let sums = lock_sums(profile);
     header(
         out,
         "lockpath_lock_wait_seconds_total",
         "counter",
-        "Time threads waited for contended kernel locks, by lock type and calling function.",
+        "Time threads waited for contended kernel locks, by lock type, calling function and how the lock was named.",
     );
-    for group in &groups {
+    for ((lock_type, caller, source), (total_ns, _)) in &sums {
         let _ = writeln!(
             out,
-            "lockpath_lock_wait_seconds_total{{type=\"{}\",caller=\"{}\"}} {}",
-            label(&group.lock_type),
-            label(&group.caller),
-            group.total_wait_ns as f64 / 1e9
+            "lockpath_lock_wait_seconds_total{{type=\"{}\",caller=\"{}\",name_source=\"{}\"}} {}",
+            label(lock_type),
+            label(caller),
+            label(source),
+            *total_ns as f64 / 1e9
         );
     }
     header(
         out,
         "lockpath_lock_contentions_total",
         "counter",
-        "Contended kernel lock acquisitions, by lock type and calling function.",
+        "Contended kernel lock acquisitions, by lock type, calling function and how the lock was named.",
     );
-    for group in &groups {
+    for ((lock_type, caller, source), (_, count)) in &sums {
         let _ = writeln!(
             out,
-            "lockpath_lock_contentions_total{{type=\"{}\",caller=\"{}\"}} {}",
-            label(&group.lock_type),
-            label(&group.caller),
-            group.contended
+            "lockpath_lock_contentions_total{{type=\"{}\",caller=\"{}\",name_source=\"{}\"}} {count}",
+            label(lock_type),
+            label(caller),
+            label(source)
         );
     }
 }
@@ -296,23 +338,47 @@ mod tests {
     }
 
     #[test]
-    fn lock_series_per_type_and_caller() {
+    fn lock_series_per_type_caller_and_name_source() {
         let mut profile = profile_with_two_locks();
+        profile.locks[0].lock_name_source = "address".into();
+        profile.locks[1].lock_name_source = "address".into();
+        profile.locks[2].lock_name_source = "task".into();
+        // The same caller and type on a lock named another way: a series of its own.
+        let mut named = profile.locks[1].clone();
+        named.lock_name = "rcu_state+0x40".into();
+        named.lock_name_source = "kallsyms".into();
+        named.total_ns = 3_000_000;
+        named.count = 4;
+        profile.locks.push(named);
         profile.losses.insert("stack_lost".into(), 3);
         profile.duration_s = 1.5;
         let text = render(&profile);
         assert!(
             text.contains(
-                "lockpath_lock_wait_seconds_total{type=\"spinlock\",caller=\"do_pipe2\"} 0.007\n"
+                "lockpath_lock_wait_seconds_total{type=\"spinlock\",caller=\"do_pipe2\",name_source=\"address\"} 0.007\n"
             ),
             "{text}"
         );
         assert!(
             text.contains(
-                "lockpath_lock_contentions_total{type=\"rwsem:W\",caller=\"vm_mmap_pgoff\"} 10\n"
+                "lockpath_lock_contentions_total{type=\"rwsem:W\",caller=\"vm_mmap_pgoff\",name_source=\"task\"} 10\n"
             ),
             "{text}"
         );
+        assert!(
+            text.contains(
+                "lockpath_lock_contentions_total{type=\"spinlock\",caller=\"do_pipe2\",name_source=\"kallsyms\"} 4\n"
+            ),
+            "{text}"
+        );
+        // Most wait first; every series has the three labels.
+        let waits: Vec<&str> = text
+            .lines()
+            .filter(|line| line.starts_with("lockpath_lock_wait_seconds_total{"))
+            .collect();
+        assert_eq!(waits.len(), 3, "{text}");
+        assert!(waits[0].ends_with("} 0.007"), "{waits:?}");
+        assert!(waits[2].ends_with("} 0.003"), "{waits:?}");
         assert!(text.contains("lockpath_lost_events_total{cause=\"stack_lost\"} 3\n"));
         assert!(text.contains("# TYPE lockpath_lock_wait_seconds_total counter\n"));
         assert!(text.contains("lockpath_recording_seconds 1.5\n"));

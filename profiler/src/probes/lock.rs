@@ -347,6 +347,7 @@ pub fn drain(maps: &MapSet, stacks: &mut StackResolver) -> Result<Vec<LockRow>> 
             owner_stack: stacks.kernel_stack(key.owner_kstack_id),
         });
     }
+    super::lockname::name_wait_locks(&mut rows, &super::lockname::WaitLockOffsets::of_kernel());
     rows.sort_by_key(|row| std::cmp::Reverse(row.total_ns));
     Ok(rows)
 }

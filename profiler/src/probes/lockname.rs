@@ -2,14 +2,19 @@
 //! lock is (profiler-ebpf/src/lockname.rs), and the names of the classes it reports.
 //! What the kernel side cannot tell is named from kallsyms data symbols where the
 //! kernel has them, else stays an address; every row says which method named it
-//! (`LockRow::lock_name_source`).
+//! (`LockRow::lock_name_source`). A spinlock that is the `wait_lock` of a named
+//! sleeping lock of the same drain (`mmap_lock`'s, under mmap_lock storms) is named
+//! after it (`mmap_lock.wait_lock`), from the member's BTF offset.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::OnceLock};
 
 use anyhow::Result;
 use aya::maps::Array;
 use profiler_common::{
-    lock::{LOCK_CLASS_MMAP_LOCK, LOCK_CLASS_UNKNOWN},
+    lock::{
+        LCB_F_MUTEX, LCB_F_READ, LCB_F_RT, LCB_F_SPIN, LCB_F_WRITE, LOCK_CLASS_MMAP_LOCK,
+        LOCK_CLASS_UNKNOWN, OUTCOME_SHIFT,
+    },
     lockname::{
         names, LockNameLayout, LOCK_CLASS_ALLOC_LOCK, LOCK_CLASS_CRED_GUARD, LOCK_CLASS_FILE_LOCK,
         LOCK_CLASS_FS_LOCK, LOCK_CLASS_PAGE_TABLE_LOCK, LOCK_CLASS_PI_LOCK, LOCK_CLASS_RQ_LOCK,
@@ -20,6 +25,7 @@ use profiler_common::{
 use crate::{
     btf::Btf,
     probes::shared::{MapSet, StackResolver},
+    profile::LockRow,
 };
 
 /// Naming methods, as `lock_name_source` says them.
@@ -28,6 +34,94 @@ pub const SOURCE_OTHER_TASK: &str = "task_struct";
 pub const SOURCE_RUNQUEUE: &str = "runqueue";
 pub const SOURCE_KALLSYMS: &str = "kallsyms";
 pub const SOURCE_ADDRESS: &str = "address";
+/// A member of a named lock of the same drain (`mmap_lock.wait_lock`).
+pub const SOURCE_MEMBER: &str = "member";
+
+/// Where the `wait_lock` spinlock sits in each kind of sleeping lock, from the kernel's
+/// BTF; `None` where the kernel lacks the member (or has no BTF).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WaitLockOffsets {
+    pub rwsem: Option<u32>,
+    pub mutex: Option<u32>,
+    pub rt_mutex: Option<u32>,
+}
+
+impl WaitLockOffsets {
+    pub fn from_btf(btf: &Btf) -> WaitLockOffsets {
+        WaitLockOffsets {
+            rwsem: btf.member_offset("rw_semaphore", "wait_lock").ok(),
+            mutex: btf.member_offset("mutex", "wait_lock").ok(),
+            // `struct rt_mutex_base` since 5.15, `struct rt_mutex` before.
+            rt_mutex: btf
+                .member_offset("rt_mutex_base", "wait_lock")
+                .or_else(|_| btf.member_offset("rt_mutex", "wait_lock"))
+                .ok(),
+        }
+    }
+
+    /// This kernel's offsets, read once per process (by `layout()` when it parsed the
+    /// BTF, else here).
+    pub fn of_kernel() -> WaitLockOffsets {
+        *WAIT_LOCKS.get_or_init(|| match Btf::from_sys_fs() {
+            Ok(btf) => WaitLockOffsets::from_btf(&btf),
+            Err(_) => WaitLockOffsets::default(),
+        })
+    }
+
+    /// Offset of `wait_lock` in a lock of type `flags` (`LCB_F_*`, outcome bits
+    /// ignored), if it is a sleeping lock that has one.
+    fn of_type(&self, flags: u32) -> Option<u32> {
+        // `mutex:spin`: the optimistic spin on the mutex itself.
+        const MUTEX_SPIN: u32 = LCB_F_MUTEX | LCB_F_SPIN;
+        match flags & ((1 << OUTCOME_SHIFT) - 1) {
+            LCB_F_READ | LCB_F_WRITE => self.rwsem,
+            LCB_F_MUTEX | MUTEX_SPIN => self.mutex,
+            LCB_F_RT => self.rt_mutex,
+            _ => None,
+        }
+    }
+}
+
+static WAIT_LOCKS: OnceLock<WaitLockOffsets> = OnceLock::new();
+
+/// Names the spinlocks of `rows` that are the `wait_lock` of a named sleeping lock of
+/// the same rows: a spinlock row at a named rwsem's (mutex's, rt-mutex's) address plus
+/// the member's offset becomes `NAME.wait_lock`, source `member`. Only spinlocks the
+/// kernel side did not name are renamed (addresses, and kallsyms `symbol+0x..`, which
+/// the member's name says better).
+pub fn name_wait_locks(rows: &mut [LockRow], offsets: &WaitLockOffsets) {
+    let mut wait_locks: HashMap<u64, String> = HashMap::new();
+    for row in rows.iter() {
+        if matches!(
+            row.lock_name_source.as_str(),
+            "" | SOURCE_ADDRESS | SOURCE_MEMBER
+        ) {
+            continue;
+        }
+        if let Some(offset) = offsets.of_type(row.flags) {
+            wait_locks
+                .entry(row.lock_addr.wrapping_add(u64::from(offset)))
+                .or_insert_with(|| format!("{}.wait_lock", row.lock_name));
+        }
+    }
+    if wait_locks.is_empty() {
+        return;
+    }
+    for row in rows.iter_mut() {
+        let spinlock = row.flags & ((1 << OUTCOME_SHIFT) - 1) == LCB_F_SPIN;
+        let unnamed = matches!(
+            row.lock_name_source.as_str(),
+            SOURCE_ADDRESS | SOURCE_KALLSYMS
+        );
+        if !spinlock || !unnamed {
+            continue;
+        }
+        if let Some(name) = wait_locks.get(&row.lock_addr) {
+            row.lock_name = name.clone();
+            row.lock_name_source = SOURCE_MEMBER.into();
+        }
+    }
+}
 
 /// Offsets from the kernel's BTF; members a kernel lacks are `NO_OFFSET` (their check
 /// is skipped). Without BTF, naming is off.
@@ -39,6 +133,7 @@ pub fn layout() -> LockNameLayout {
             return LockNameLayout::OFF;
         }
     };
+    let _ = WAIT_LOCKS.set(WaitLockOffsets::from_btf(&btf));
     let member = |name: &str, path: &str| btf.member_offset(name, path).unwrap_or(NO_OFFSET);
     let pointer =
         |name: &str, path: &str| btf.member_pointer_offset(name, path).unwrap_or(NO_OFFSET);
@@ -149,6 +244,128 @@ mod tests {
         unique.sort_unstable();
         unique.dedup();
         assert_eq!(unique.len(), names.len(), "{names:?}");
+    }
+
+    fn row(addr: u64, name: &str, source: &str, flags: u32) -> LockRow {
+        LockRow {
+            pid: 1,
+            lock_addr: addr,
+            lock_name: name.into(),
+            lock_name_source: source.into(),
+            flags,
+            count: 1,
+            total_ns: 1,
+            max_ns: 1,
+            min_ns: 1,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn wait_lock_of_a_named_sleeping_lock_is_named_after_it() {
+        // rw_semaphore: count, owner, osq, then wait_lock (x86-64, 6.x); mutex: owner,
+        // then wait_lock.
+        let offsets = WaitLockOffsets {
+            rwsem: Some(20),
+            mutex: Some(8),
+            rt_mutex: None,
+        };
+        let mmap = 0xffff_8881_0000_1000u64;
+        let cred = 0xffff_8881_0000_2000u64;
+        let mut rows = vec![
+            row(mmap, "mmap_lock", SOURCE_TASK, LCB_F_WRITE),
+            row(mmap, "mmap_lock", SOURCE_TASK, LCB_F_READ),
+            // The wait_lock, unnamed by the kernel side: named after its rwsem.
+            row(
+                mmap + 20,
+                &format!("{:#x}", mmap + 20),
+                SOURCE_ADDRESS,
+                LCB_F_SPIN,
+            ),
+            // One past it: not the member.
+            row(
+                mmap + 24,
+                &format!("{:#x}", mmap + 24),
+                SOURCE_ADDRESS,
+                LCB_F_SPIN,
+            ),
+            // At the member's address but not a spinlock: left alone.
+            row(mmap + 20, "0xother", SOURCE_ADDRESS, LCB_F_WRITE),
+            // A mutex's wait_lock that kallsyms named by symbol and offset, with an
+            // outcome in the mutex row's flags (ignored for the type).
+            row(
+                cred,
+                "cred_guard_mutex",
+                SOURCE_TASK,
+                LCB_F_MUTEX | 1 << OUTCOME_SHIFT,
+            ),
+            row(cred + 8, "some_struct+0x8", SOURCE_KALLSYMS, LCB_F_SPIN),
+        ];
+        name_wait_locks(&mut rows, &offsets);
+        let names: Vec<(&str, &str)> = rows
+            .iter()
+            .map(|row| (row.lock_name.as_str(), row.lock_name_source.as_str()))
+            .collect();
+        assert_eq!(names[2], ("mmap_lock.wait_lock", SOURCE_MEMBER));
+        assert_eq!(names[3].1, SOURCE_ADDRESS, "{names:?}");
+        assert_eq!(names[4], ("0xother", SOURCE_ADDRESS));
+        assert_eq!(names[6], ("cred_guard_mutex.wait_lock", SOURCE_MEMBER));
+    }
+
+    #[test]
+    fn wait_lock_needs_a_named_lock_and_its_offset() {
+        let offsets = WaitLockOffsets {
+            rwsem: Some(20),
+            mutex: Some(8),
+            rt_mutex: None,
+        };
+        let base = 0xffff_8881_0000_1000u64;
+        // The rwsem itself is not named: its wait_lock stays an address.
+        let mut rows = vec![
+            row(base, "0xffff888100001000", SOURCE_ADDRESS, LCB_F_WRITE),
+            row(base + 20, "0xffff888100001014", SOURCE_ADDRESS, LCB_F_SPIN),
+        ];
+        name_wait_locks(&mut rows, &offsets);
+        assert_eq!(rows[1].lock_name_source, SOURCE_ADDRESS);
+        // A spinlock the kernel side named (another task's pi_lock) keeps its name.
+        let mut rows = vec![
+            row(base, "mmap_lock", SOURCE_TASK, LCB_F_WRITE),
+            row(base + 20, "pi_lock", SOURCE_OTHER_TASK, LCB_F_SPIN),
+        ];
+        name_wait_locks(&mut rows, &offsets);
+        assert_eq!(rows[1].lock_name, "pi_lock");
+        // A spinlock is no sleeping lock: nothing is named after it.
+        let mut rows = vec![
+            row(base, "rq_lock:cpu0", SOURCE_RUNQUEUE, LCB_F_SPIN),
+            row(base + 20, "0xffff888100001014", SOURCE_ADDRESS, LCB_F_SPIN),
+        ];
+        name_wait_locks(&mut rows, &offsets);
+        assert_eq!(rows[1].lock_name_source, SOURCE_ADDRESS);
+        // A kernel without the member (no BTF): nothing renamed.
+        let mut rows = vec![
+            row(base, "mmap_lock", SOURCE_TASK, LCB_F_WRITE),
+            row(base + 20, "0xffff888100001014", SOURCE_ADDRESS, LCB_F_SPIN),
+        ];
+        name_wait_locks(&mut rows, &WaitLockOffsets::default());
+        assert_eq!(rows[1].lock_name_source, SOURCE_ADDRESS);
+    }
+
+    #[test]
+    fn wait_lock_offsets_on_this_kernel() {
+        if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
+            eprintln!("no kernel BTF here");
+            return;
+        }
+        let offsets = WaitLockOffsets::of_kernel();
+        // Both follow at least one 8-byte member (count/owner, owner).
+        assert!(
+            offsets.rwsem.is_some_and(|offset| offset >= 8),
+            "{offsets:?}"
+        );
+        assert!(
+            offsets.mutex.is_some_and(|offset| offset >= 8),
+            "{offsets:?}"
+        );
     }
 
     #[test]
