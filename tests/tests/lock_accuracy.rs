@@ -575,9 +575,16 @@ fn an_interrupted_wait_is_its_own_row() {
 /// Frames of the lock functions themselves (the slow path and the lock entry points):
 /// what is left above them is the call path that took the lock.
 fn is_lock_internal(frame: &str) -> bool {
-    ["_raw_", "queued_", "__pv_queued", "native_queued", "do_raw_", "lock_acquire"]
-        .iter()
-        .any(|prefix| frame.starts_with(prefix))
+    [
+        "_raw_",
+        "queued_",
+        "__pv_queued",
+        "native_queued",
+        "do_raw_",
+        "lock_acquire",
+    ]
+    .iter()
+    .any(|prefix| frame.starts_with(prefix))
 }
 
 /// The workload's spinning contentions, and their share per call path (the first `depth`
