@@ -47,6 +47,9 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
             if profile.is_merged() {
                 ways.push(("host", GroupBy::Host));
             }
+            if profile.knows_cgroups() {
+                ways.push(("cgroup", GroupBy::Cgroup));
+            }
             for (by, group_by) in ways {
                 let mut entries: BTreeMap<String, Measure> = BTreeMap::new();
                 for group in lock_groups(profile, group_by) {
@@ -59,6 +62,7 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
                             group.processes.first().cloned().unwrap_or_default()
                         ),
                         GroupBy::Host => group.host.clone(),
+                        GroupBy::Cgroup => format!("{} {}", group.lock_type, group.cgroup),
                     };
                     let entry = entries.entry(key).or_default();
                     entry.value = entry.value.saturating_add(group.total_wait_ns);
@@ -83,6 +87,12 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
             ];
             if profile.is_merged() {
                 ways.push(("host", Box::new(|row: &OffcpuRow| profile.host_of(row.pid))));
+            }
+            if profile.knows_cgroups() {
+                ways.push((
+                    "cgroup",
+                    Box::new(|row: &OffcpuRow| profile.cgroup_of(row.pid)),
+                ));
             }
             for (by, key) in ways {
                 let mut entries: BTreeMap<String, Measure> = BTreeMap::new();
@@ -109,6 +119,14 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
             ];
             if profile.is_merged() {
                 ways.push(("host", Box::new(|row: &IoRow| profile.host_of(row.pid))));
+            }
+            if profile.knows_cgroups() {
+                ways.push((
+                    "cgroup",
+                    Box::new(|row: &IoRow| {
+                        format!("{} {}", row.device, profile.cgroup_of(row.pid))
+                    }),
+                ));
             }
             for (by, key) in ways {
                 let mut entries: BTreeMap<String, Measure> = BTreeMap::new();

@@ -116,6 +116,7 @@ fn lock_rows(profile: &Profile, by: GroupBy, top: usize) -> Vec<Vec<String>> {
             let third = match by {
                 GroupBy::Process => group.processes.join(", "),
                 GroupBy::Host => group.host.clone(),
+                GroupBy::Cgroup => group.cgroup.clone(),
                 _ => group.lock.clone(),
             };
             vec![
@@ -186,6 +187,13 @@ fn kind_section(profile: &Profile, kind: Kind) -> Result<String> {
             ];
             if profile.is_merged() {
                 ways.push(("Per host", GroupBy::Host, "host"));
+            }
+            if profile.knows_cgroups() {
+                ways.push((
+                    "Per cgroup (wait by cgroup and lock type)",
+                    GroupBy::Cgroup,
+                    "cgroup",
+                ));
             }
             for (title, by, third) in ways {
                 out.push_str(&format!("<h3>{}</h3>\n", esc(title)));

@@ -89,9 +89,13 @@ pub fn drain_losses(maps: &MapSet) -> Result<BTreeMap<String, u64>> {
 
 /// Processes and their threads, from the kernel's thread-name map, completed from
 /// /proc for processes still alive. `pids` lists every process some row refers to.
+/// A process's cgroup is its main thread's (else another thread's) as the kernel
+/// recorded it, named by the cgroup2 tree (crate::cgroups).
 pub fn drain_processes(maps: &MapSet, pids: &[u32]) -> Result<Vec<Process>> {
     let tasks: HashMap<_, u32, TaskInfo> = maps.hash_map(names::TASKS)?;
     let mut by_pid: BTreeMap<u32, Process> = BTreeMap::new();
+    // pid -> (cgroup id of the main thread, of another thread).
+    let mut cgroup_ids: StdHashMap<u32, (u64, u64)> = StdHashMap::new();
     for entry in tasks.iter() {
         let (tid, info) = entry.context("cannot read TASKS")?;
         let process = by_pid.entry(info.tgid).or_insert_with(|| Process {
@@ -99,11 +103,16 @@ pub fn drain_processes(maps: &MapSet, pids: &[u32]) -> Result<Vec<Process>> {
             ..Default::default()
         });
         let comm = comm_to_string(&info.comm);
+        let ids = cgroup_ids.entry(info.tgid).or_default();
         if tid == info.tgid {
             process.comm = comm.clone();
+            ids.0 = info.cgroup_id;
+        } else if ids.1 == 0 {
+            ids.1 = info.cgroup_id;
         }
         process.threads.push(Thread { tid, comm });
     }
+    let mut cgroups = crate::cgroups::CgroupNames::new();
     for &pid in pids {
         by_pid.entry(pid).or_insert_with(|| Process {
             pid,
@@ -121,6 +130,16 @@ pub fn drain_processes(maps: &MapSet, pids: &[u32]) -> Result<Vec<Process>> {
         if process.pid == 0 {
             process.comm = "swapper".into();
         }
+        let (main, other) = cgroup_ids.get(&process.pid).copied().unwrap_or_default();
+        let id = if main != 0 { main } else { other };
+        process.cgroup = if id != 0 {
+            cgroups.path(id)
+        } else if process.pid != 0 {
+            // Seen only as a lock owner (no cgroup recorded): its cgroup now, if alive.
+            crate::cgroups::live_process_cgroup(process.pid)
+        } else {
+            None
+        };
         process.threads.sort_by_key(|thread| thread.tid);
     }
     Ok(by_pid.into_values().collect())
