@@ -493,7 +493,9 @@ impl Profile {
 
     /// True when some process's cgroup is known (profiles of older versions know none).
     pub fn knows_cgroups(&self) -> bool {
-        self.processes.iter().any(|process| process.cgroup.is_some())
+        self.processes
+            .iter()
+            .any(|process| process.cgroup.is_some())
     }
 
     /// Profiles combined by `lockpath merge` name the host of each process.

@@ -36,7 +36,9 @@ impl CgroupNames {
         if id == 0 {
             return None;
         }
-        let mut known = KNOWN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut known = KNOWN
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let known = known.get_or_insert_with(HashMap::new);
         if let Some(path) = known.get(&id) {
             return Some(path.clone());

@@ -94,7 +94,10 @@ fn report_by_cgroup_names_the_workloads_cgroup() {
         .spawn()
         .expect("start lock-storm");
     let storm_pid = u64::from(storm.id());
-    let storm_status = storm.wait_with_output().expect("wait for lock-storm").status;
+    let storm_status = storm
+        .wait_with_output()
+        .expect("wait for lock-storm")
+        .status;
     assert!(storm_status.success(), "lock-storm: {storm_status}");
     let status = Command::new("kill")
         .args(["-INT", &recording.id().to_string()])
@@ -134,7 +137,11 @@ fn report_by_cgroup_names_the_workloads_cgroup() {
         .expect("processes")
         .iter()
         .filter(|process| process["pid"].as_u64() != Some(storm_pid))
-        .filter(|process| process["cgroup"].as_str().is_some_and(|c| c.starts_with('/')))
+        .filter(|process| {
+            process["cgroup"]
+                .as_str()
+                .is_some_and(|c| c.starts_with('/'))
+        })
         .count();
     assert!(others_named > 0, "no other process has a cgroup");
 

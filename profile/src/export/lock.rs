@@ -692,7 +692,10 @@ mod tests {
         crate::export::table::assert_fits_100_columns(&table);
         // Long paths keep their leaf.
         assert!(table.contains(" …/step_0/user/task_0 "), "{table}");
-        assert!(table.lines().next().is_some_and(|line| line.contains("cgroup")));
+        assert!(table
+            .lines()
+            .next()
+            .is_some_and(|line| line.contains("cgroup")));
         // Other groupings name the cgroup of a profile that knows cgroups.
         let by_lock = lock_groups(&profile, GroupBy::Lock);
         assert_eq!(by_lock[0].cgroup, job);
