@@ -296,8 +296,9 @@ pub struct ReportArgs {
     /// Profile file written by `lockpath record`.
     pub file: PathBuf,
     /// How the lock table groups its rows. `cgroup` groups by each process's cgroup v2
-    /// path as recorded (`?` when unknown: profiles of older versions, cgroups removed
-    /// before the end of the recording); the JSON report then names each row's cgroup.
+    /// path as recorded (`?` when unknown: profiles of older versions, a cgroup removed
+    /// before the recording or its `--rotate` period ended); the JSON report then names
+    /// each row's cgroup.
     #[arg(long, value_parser = group_by_parser(), default_value = "lock")]
     pub by: GroupBy,
     /// Rows to show (0: all).
