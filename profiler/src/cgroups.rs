@@ -81,6 +81,26 @@ fn walk(mount: &Path, known: &mut HashMap<u64, String>) {
     }
 }
 
+/// The cgroup id most of a process's threads were recorded in (0 ignored: not recorded),
+/// the first one's (the main thread's) on a tie; 0 when none is known. Cgroup v2 keeps
+/// the threads of a process together (outside threaded cgroups), so threads disagree only
+/// when an entry is stale: a thread keeps the cgroup of the last event that named it, and
+/// a main thread seen before it moved and exec'd (`sh -c 'echo $$ > cgroup.procs; exec
+/// app'`) may never be named again, while the threads it starts are named in the new one.
+pub fn most_common(ids: &[u64]) -> u64 {
+    let mut best = (0, 0usize);
+    for &id in ids {
+        if id == 0 || id == best.0 {
+            continue;
+        }
+        let count = ids.iter().filter(|&&other| other == id).count();
+        if count > best.1 {
+            best = (id, count);
+        }
+    }
+    best.0
+}
+
 /// The cgroup v2 path of a live process, from /proc/PID/cgroup (`0::/path`), for a
 /// process whose threads' cgroup was not recorded (a lock owner seen only as owner).
 pub fn live_process_cgroup(pid: u32) -> Option<String> {
@@ -109,6 +129,17 @@ fn cgroup2_mount() -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cgroup_of_most_threads() {
+        // The main thread, stale in the launcher's cgroup; its four workers in the new one.
+        assert_eq!(most_common(&[1, 77, 77, 77, 77]), 77);
+        // A tie: the main thread's.
+        assert_eq!(most_common(&[5, 6]), 5);
+        assert_eq!(most_common(&[0, 6]), 6);
+        assert_eq!(most_common(&[0, 0]), 0);
+        assert_eq!(most_common(&[]), 0);
+    }
 
     #[test]
     fn proc_cgroup_lines() {

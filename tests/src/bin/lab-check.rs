@@ -58,7 +58,7 @@
 //!   never itself and always a worker of its lock space (POSIX/OFD or flock).
 //!
 //! `lab-check cgroup PROFILE REPORT CGROUP`
-//! - the lock-storm process of PROFILE (recorded in the cgroup CGROUP, a path relative to
+//! - the lock-storm process of PROFILE (found by its threads; recorded in the cgroup CGROUP, a path relative to
 //!   the cgroup2 mount) carries that path, and made contentions;
 //! - REPORT (`report --by cgroup --format json`) has rows of that cgroup, of the storm
 //!   alone, whose counts add up to the storm's own.
@@ -105,12 +105,20 @@ fn check_cgroup(args: &[String]) {
         fail("lab-check cgroup: PROFILE, REPORT and CGROUP are required".into());
     };
     let profile = read_json(profile_path);
+    // By its threads: a main thread seen before its exec (the shell contending as it
+    // moves itself into the cgroup) keeps the shell's name.
     let storm = profile["processes"]
         .as_array()
         .into_iter()
         .flatten()
-        .find(|process| process["comm"] == "lock-storm")
-        .unwrap_or_else(|| fail("no lock-storm process in the profile".into()));
+        .find(|process| {
+            process["threads"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|thread| thread["comm"] == "lock-storm")
+        })
+        .unwrap_or_else(|| fail("no lock-storm thread in the profile".into()));
     let pid = storm["pid"].as_u64().unwrap_or(0);
     println!("lock-storm[{pid}] cgroup: {}", storm["cgroup"]);
     if storm["cgroup"].as_str() != Some(cgroup.as_str()) {

@@ -89,13 +89,12 @@ pub fn drain_losses(maps: &MapSet) -> Result<BTreeMap<String, u64>> {
 
 /// Processes and their threads, from the kernel's thread-name map, completed from
 /// /proc for processes still alive. `pids` lists every process some row refers to.
-/// A process's cgroup is its main thread's (else another thread's) as the kernel
-/// recorded it, named by the cgroup2 tree (crate::cgroups).
+/// A process's cgroup is the one most of its threads were recorded in (crate::cgroups).
 pub fn drain_processes(maps: &MapSet, pids: &[u32]) -> Result<Vec<Process>> {
     let tasks: HashMap<_, u32, TaskInfo> = maps.hash_map(names::TASKS)?;
     let mut by_pid: BTreeMap<u32, Process> = BTreeMap::new();
-    // pid -> (cgroup id of the main thread, of another thread).
-    let mut cgroup_ids: StdHashMap<u32, (u64, u64)> = StdHashMap::new();
+    // pid -> the cgroup ids its threads were recorded in (main thread first).
+    let mut cgroup_ids: StdHashMap<u32, Vec<u64>> = StdHashMap::new();
     for entry in tasks.iter() {
         let (tid, info) = entry.context("cannot read TASKS")?;
         let process = by_pid.entry(info.tgid).or_insert_with(|| Process {
@@ -106,9 +105,9 @@ pub fn drain_processes(maps: &MapSet, pids: &[u32]) -> Result<Vec<Process>> {
         let ids = cgroup_ids.entry(info.tgid).or_default();
         if tid == info.tgid {
             process.comm = comm.clone();
-            ids.0 = info.cgroup_id;
-        } else if ids.1 == 0 {
-            ids.1 = info.cgroup_id;
+            ids.insert(0, info.cgroup_id);
+        } else {
+            ids.push(info.cgroup_id);
         }
         process.threads.push(Thread { tid, comm });
     }
@@ -130,8 +129,9 @@ pub fn drain_processes(maps: &MapSet, pids: &[u32]) -> Result<Vec<Process>> {
         if process.pid == 0 {
             process.comm = "swapper".into();
         }
-        let (main, other) = cgroup_ids.get(&process.pid).copied().unwrap_or_default();
-        let id = if main != 0 { main } else { other };
+        let id = cgroup_ids
+            .get(&process.pid)
+            .map_or(0, |ids| crate::cgroups::most_common(ids));
         process.cgroup = if id != 0 {
             cgroups.path(id)
         } else if process.pid != 0 {
