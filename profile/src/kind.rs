@@ -133,14 +133,17 @@ pub enum GroupBy {
     Process,
     /// One row per host (profiles merged with `lockpath merge`).
     Host,
+    /// One row per cgroup v2 path and lock type ("?" when the cgroup is unknown).
+    Cgroup,
 }
 
 impl GroupBy {
-    pub const ALL: [GroupBy; 4] = [
+    pub const ALL: [GroupBy; 5] = [
         GroupBy::Lock,
         GroupBy::Caller,
         GroupBy::Process,
         GroupBy::Host,
+        GroupBy::Cgroup,
     ];
 
     pub fn name(self) -> &'static str {
@@ -149,6 +152,7 @@ impl GroupBy {
             GroupBy::Caller => "caller",
             GroupBy::Process => "process",
             GroupBy::Host => "host",
+            GroupBy::Cgroup => "cgroup",
         }
     }
 
@@ -158,6 +162,10 @@ impl GroupBy {
             GroupBy::Caller => "One row per calling function and lock type",
             GroupBy::Process => "One row per process and lock type",
             GroupBy::Host => "One row per host (profiles merged with `lockpath merge`)",
+            GroupBy::Cgroup => {
+                "One row per cgroup v2 path and lock type (`?`: cgroup unknown, e.g. a \
+                 profile of an older version)"
+            }
         }
     }
 

@@ -172,6 +172,9 @@ pub struct ProbeUse {
     pub method: String,
 }
 
+/// What `--by cgroup` shows for a process whose cgroup is not known.
+pub const UNKNOWN_CGROUP: &str = "?";
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Process {
     pub pid: u32,
@@ -179,6 +182,10 @@ pub struct Process {
     /// Host the process ran on, when profiles of several hosts are merged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// The process's cgroup v2 path (`/system.slice/sshd.service`, relative to the
+    /// cgroup2 mount), when known; profiles of older versions have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
     #[serde(default)]
     pub threads: Vec<Thread>,
 }
@@ -469,6 +476,26 @@ impl Profile {
         self.process(pid)
             .and_then(|process| process.host.clone())
             .unwrap_or_else(|| self.host.clone())
+    }
+
+    /// The cgroup path of a process, [`UNKNOWN_CGROUP`] when unknown; prefixed with its
+    /// host in merged profiles (`node1:/slurm/job42`), like process names.
+    pub fn cgroup_of(&self, pid: u32) -> String {
+        let process = self.process(pid);
+        let cgroup = process
+            .and_then(|process| process.cgroup.as_deref())
+            .unwrap_or(UNKNOWN_CGROUP);
+        match process.and_then(|process| process.host.as_deref()) {
+            Some(host) => format!("{host}:{cgroup}"),
+            None => cgroup.to_string(),
+        }
+    }
+
+    /// True when some process's cgroup is known (profiles of older versions know none).
+    pub fn knows_cgroups(&self) -> bool {
+        self.processes
+            .iter()
+            .any(|process| process.cgroup.is_some())
     }
 
     /// Profiles combined by `lockpath merge` name the host of each process.

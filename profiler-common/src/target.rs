@@ -9,13 +9,16 @@ pub const FILTER_PIDS: u32 = 1;
 /// Processes whose cgroup id is in `CGROUPS`.
 pub const FILTER_CGROUP: u32 = 2;
 
-/// Name of a thread, keyed by thread id in the `TASKS` map.
+/// Name and cgroup of a thread, keyed by thread id in the `TASKS` map.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct TaskInfo {
     pub tgid: u32,
     pub _pad: u32,
     pub comm: [u8; 16],
+    /// The thread's cgroup v2 id (the inode number of its directory under the cgroup2
+    /// mount); 0 when unknown (a lock owner named from its task struct).
+    pub cgroup_id: u64,
 }
 
 /// Entries of the target-process set (`TARGETS`).

@@ -686,6 +686,8 @@ fn read_owner(layout: &LockLayout, lock_addr: u64, flags: u32) -> Owner {
             tgid,
             _pad: 0,
             comm,
+            // Unknown: reading the owner's cgroup would cost more reads.
+            cgroup_id: 0,
         };
         let _ = TASKS.insert(tid, info, BPF_NOEXIST as u64);
     }

@@ -2,7 +2,7 @@
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid},
+    helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid},
     macros::map,
     maps::{HashMap, PerCpuArray, RingBuf, StackTrace},
 };
@@ -63,13 +63,16 @@ pub fn stack_id_or_loss(result: Result<i64, i32>) -> i32 {
     }
 }
 
-/// Remembers the current thread's name. Kept current: a thread that runs `exec` gets a
-/// new name (a command lockpath starts is first seen under lockpath's own name).
+/// Remembers the current thread's name and cgroup. Kept current: a thread that runs
+/// `exec` gets a new name (a command lockpath starts is first seen under lockpath's own
+/// name), one moved to another cgroup its new cgroup.
 #[inline(always)]
 pub fn remember_current_task() {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
     let comm = bpf_get_current_comm().unwrap_or([0u8; 16]);
+    // SAFETY: helper without arguments.
+    let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
     if let Some(known) = TASKS.get_ptr_mut(tid) {
         // SAFETY: element of a hash map from a successful lookup; only this thread
         // writes its own entry.
@@ -78,6 +81,9 @@ pub fn remember_current_task() {
                 (*known).comm = comm;
                 (*known).tgid = (pid_tgid >> 32) as u32;
             }
+            if (*known).cgroup_id != cgroup_id {
+                (*known).cgroup_id = cgroup_id;
+            }
         }
         return;
     }
@@ -85,6 +91,7 @@ pub fn remember_current_task() {
         tgid: (pid_tgid >> 32) as u32,
         _pad: 0,
         comm,
+        cgroup_id,
     };
     if TASKS.insert(tid, info, 0).is_err() {
         count_loss(TASK_MAP_FULL);

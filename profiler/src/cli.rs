@@ -310,6 +310,10 @@ pub enum ReportFormat {
 pub struct ReportArgs {
     /// Profile file written by `lockpath record`.
     pub file: PathBuf,
+    /// How the lock table groups its rows. `cgroup` groups by each process's cgroup v2
+    /// path as recorded (`?` when unknown: profiles of older versions, a cgroup removed
+    /// before the recording or its `--rotate` period ended); the JSON report then names
+    /// each row's cgroup.
     #[arg(long, value_parser = group_by_parser(), default_value = "lock")]
     pub by: GroupBy,
     /// Rows to show (0: all).

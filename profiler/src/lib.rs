@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod btf;
+pub mod cgroups;
 pub mod cli;
 pub mod metrics;
 pub mod probes;

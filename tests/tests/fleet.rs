@@ -300,10 +300,14 @@ fn rotate_soak_matches_a_long_recording() {
         count_error < 0.02,
         "sum of periods {count_sum} vs reference {long_count}"
     );
-    // Wait time: a few sleeping mmap_lock waits of tens of ms each weigh percents of the
-    // total; the two recordings measured 0.1-2.2% apart over several runs (the count
-    // agreeing within 0.03% meanwhile), so the bound here is looser than the count's.
-    assert!(ns_error < 0.05, "wait: sum {ns_sum} vs reference {long_ns}");
+    // Wait time, as the issue asks: within 2%. The two recordings time every wait
+    // separately (each its own begin and end timestamps; the start is taken after the
+    // stack walk in one and before it in the other when only one hits its stack cache):
+    // microseconds per wait, 0.075-0.2% of 15-20 s of waits in five runs whose counts
+    // agreed. The total is mostly sleeping mmap_lock waits of 10-250 ms, so a wait one
+    // recording loses (a recursion miss at its begin, counted in its losses) weighs up
+    // to 1.5% alone.
+    assert!(ns_error < 0.02, "wait: sum {ns_sum} vs reference {long_ns}");
 
     // Flat memory: user RSS and kernel maps after the last period vs after the second.
     let ((rss2, (mem2, entries2)), (rss_last, (mem_last, entries_last))) = (second, last);

@@ -60,6 +60,9 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
             if profile.is_merged() {
                 ways.push(("host", GroupBy::Host));
             }
+            if profile.knows_cgroups() {
+                ways.push(("cgroup", GroupBy::Cgroup));
+            }
             for (by, group_by) in ways {
                 let mut entries: BTreeMap<String, Measure> = BTreeMap::new();
                 let mut name_sources: BTreeMap<String, String> = BTreeMap::new();
@@ -73,6 +76,7 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
                             group.processes.first().cloned().unwrap_or_default()
                         ),
                         GroupBy::Host => group.host.clone(),
+                        GroupBy::Cgroup => format!("{} {}", group.lock_type, group.cgroup),
                     };
                     if group_by == GroupBy::Lock && !group.lock_name_source.is_empty() {
                         name_sources.insert(key.clone(), group.lock_name_source.clone());
@@ -105,6 +109,12 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
             if profile.is_merged() {
                 ways.push(("host", Box::new(|row: &OffcpuRow| profile.host_of(row.pid))));
             }
+            if profile.knows_cgroups() {
+                ways.push((
+                    "cgroup",
+                    Box::new(|row: &OffcpuRow| profile.cgroup_of(row.pid)),
+                ));
+            }
             for (by, key) in ways {
                 let mut entries: BTreeMap<String, Measure> = BTreeMap::new();
                 for row in &profile.offcpu {
@@ -130,6 +140,14 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
             ];
             if profile.is_merged() {
                 ways.push(("host", Box::new(|row: &IoRow| profile.host_of(row.pid))));
+            }
+            if profile.knows_cgroups() {
+                ways.push((
+                    "cgroup",
+                    Box::new(|row: &IoRow| {
+                        format!("{} {}", row.device, profile.cgroup_of(row.pid))
+                    }),
+                ));
             }
             for (by, key) in ways {
                 let mut entries: BTreeMap<String, Measure> = BTreeMap::new();

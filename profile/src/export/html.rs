@@ -124,6 +124,7 @@ fn lock_rows(profile: &Profile, by: GroupBy, top: usize, named: bool) -> Vec<Vec
             let third = match by {
                 GroupBy::Process => group.processes.join(", "),
                 GroupBy::Host => group.host.clone(),
+                GroupBy::Cgroup => group.cgroup.clone(),
                 _ => group.lock.clone(),
             };
             let named = named.then(|| group.lock_name_source.clone());
@@ -199,6 +200,13 @@ fn kind_section(profile: &Profile, kind: Kind) -> Result<String> {
             ];
             if profile.is_merged() {
                 ways.push(("Per host", GroupBy::Host, "host"));
+            }
+            if profile.knows_cgroups() {
+                ways.push((
+                    "Per cgroup (wait by cgroup and lock type)",
+                    GroupBy::Cgroup,
+                    "cgroup",
+                ));
             }
             // Profiles of older versions do not say how locks were named: no column.
             let says_names = profile

@@ -37,6 +37,10 @@ pub struct LockGroup {
     pub processes: Vec<String>,
     /// Host of the first process (profiles merged from several hosts differ here).
     pub host: String,
+    /// Cgroup v2 path of the first process ("?" when unknown); left out when the
+    /// profile knows no process's cgroup (older versions).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub cgroup: String,
     /// Who held the lock while these waits began (sleeping locks with a known owner),
     /// most wait first: "waiters wait on X, held by Y".
     pub holders: Vec<Holder>,
@@ -269,15 +273,23 @@ pub fn top_lock_groups(
         None => STACK_LOST_ID,
         Some(id) => stack_caller.get(id as usize).copied().unwrap_or(UNKNOWN_ID),
     };
-    // Hosts by pid, computed once (only grouping by host needs them).
+    // Hosts (or cgroups) by pid, computed once (only grouping by host or cgroup needs
+    // them).
     let hosts: HashMap<u32, String> = match by {
-        GroupBy::Host => profile
+        GroupBy::Host | GroupBy::Cgroup => profile
             .locks
             .iter()
             .map(|row| row.pid)
             .collect::<BTreeSet<u32>>()
             .into_iter()
-            .map(|pid| (pid, profile.host_of(pid)))
+            .map(|pid| {
+                let name = if by == GroupBy::Host {
+                    profile.host_of(pid)
+                } else {
+                    profile.cgroup_of(pid)
+                };
+                (pid, name)
+            })
             .collect(),
         _ => HashMap::new(),
     };
@@ -293,6 +305,10 @@ pub fn top_lock_groups(
             GroupBy::Host => (
                 Key::Name(hosts.get(&row.pid).map_or("", String::as_str)),
                 "",
+            ),
+            GroupBy::Cgroup => (
+                Key::Name(hosts.get(&row.pid).map_or("", String::as_str)),
+                lock_type,
             ),
         };
         let id = *ids.entry(key).or_insert_with(|| {
@@ -379,6 +395,7 @@ pub fn top_lock_groups(
             .get(id as usize)
             .map_or(UNKNOWN, String::as_str)
     };
+    let knows_cgroups = by == GroupBy::Cgroup || profile.knows_cgroups();
     let hold_groups = if by == GroupBy::Lock && !profile.contended_holds.is_empty() {
         contended_hold_groups(profile)
     } else {
@@ -434,6 +451,10 @@ pub fn top_lock_groups(
                 .first()
                 .map(|&pid| profile.host_of(pid))
                 .unwrap_or_default(),
+            cgroup: match pids.first() {
+                Some(&pid) if knows_cgroups => profile.cgroup_of(pid),
+                _ => String::new(),
+            },
             pids,
         });
     }
@@ -462,6 +483,7 @@ pub fn lock_table(profile: &Profile, by: GroupBy, top: usize) -> String {
     let third = match by {
         GroupBy::Process => "process",
         GroupBy::Host => "host",
+        GroupBy::Cgroup => "cgroup",
         _ => "lock",
     };
     // Wider only when a row's type carries an outcome (`rwsem:R !EINTR`).
@@ -480,6 +502,7 @@ pub fn lock_table(profile: &Profile, by: GroupBy, top: usize) -> String {
         let third_value = match by {
             GroupBy::Process => group.processes.first().cloned().unwrap_or_default(),
             GroupBy::Host => group.host.clone(),
+            GroupBy::Cgroup => group.cgroup.clone(),
             _ => group.lock.clone(),
         };
         out.push_str(&format!(
@@ -489,7 +512,11 @@ pub fn lock_table(profile: &Profile, by: GroupBy, top: usize) -> String {
             format_ns(group.max_wait_ns),
             format_ns(group.avg_wait_ns),
             group.lock_type,
-            fit(&third_value, 20),
+            if by == GroupBy::Cgroup {
+                fit_tail(&third_value, 20)
+            } else {
+                fit(&third_value, 20)
+            },
             fit(&group.caller, 30),
         ));
     }
@@ -498,6 +525,17 @@ pub fn lock_table(profile: &Profile, by: GroupBy, top: usize) -> String {
         out.push_str(&name_sources(&groups));
     }
     out
+}
+
+/// `text` within `width` characters, its end kept (a cgroup path's leaf says most).
+fn fit_tail(text: &str, width: usize) -> String {
+    let count = text.chars().count();
+    if count <= width {
+        return text.to_string();
+    }
+    let mut cut = String::from('…');
+    cut.extend(text.chars().skip(count + 1 - width));
+    cut
 }
 
 /// How the shown locks were named, one line within 100 columns: `named by task:
@@ -613,6 +651,7 @@ mod tests {
             pids: Vec::new(),
             processes: Vec::new(),
             host: String::new(),
+            cgroup: String::new(),
             holders: Vec::new(),
             contended_holds: None,
         };
@@ -629,5 +668,56 @@ mod tests {
             "named by task: file_lock, mmap_lock; runqueue: rq_lock:cpu0; not named: 2 addresses\n"
         );
         assert_eq!(name_sources(&[group("0xffff1", "")]), "");
+    }
+
+    #[test]
+    fn groups_by_cgroup_path_and_lock_type() {
+        let mut profile = crate::export::report::tests::profile_with_two_locks();
+        // pids 10 and 11 in one cgroup; pid 12 has no process entry: unknown.
+        for process in &mut profile.processes {
+            process.cgroup = Some("/slurm/uid_1000/job_4242/step_0/user/task_0".into());
+        }
+        let mut unknown = profile.locks[1].clone();
+        unknown.pid = 12;
+        unknown.count = 7;
+        profile.locks.push(unknown);
+        let groups = lock_groups(&profile, GroupBy::Cgroup);
+        let sums: Vec<(&str, &str, u64, Vec<u32>)> = groups
+            .iter()
+            .map(|group| {
+                (
+                    group.cgroup.as_str(),
+                    group.lock_type.as_str(),
+                    group.contended,
+                    group.pids.clone(),
+                )
+            })
+            .collect();
+        let job = "/slurm/uid_1000/job_4242/step_0/user/task_0";
+        assert_eq!(
+            sums,
+            vec![
+                (job, "spinlock", 150, vec![10, 11]),
+                (job, "rwsem:W", 10, vec![10]),
+                ("?", "spinlock", 7, vec![12]),
+            ]
+        );
+        let table = lock_table(&profile, GroupBy::Cgroup, 20);
+        crate::export::table::assert_fits_100_columns(&table);
+        // Long paths keep their leaf.
+        assert!(table.contains(" …/step_0/user/task_0 "), "{table}");
+        assert!(table
+            .lines()
+            .next()
+            .is_some_and(|line| line.contains("cgroup")));
+        // Other groupings name the cgroup of a profile that knows cgroups.
+        let by_lock = lock_groups(&profile, GroupBy::Lock);
+        assert_eq!(by_lock[0].cgroup, job);
+        // ... and leave it out of profiles that know none.
+        let old = crate::export::report::tests::profile_with_two_locks();
+        assert!(lock_groups(&old, GroupBy::Lock)
+            .iter()
+            .all(|group| group.cgroup.is_empty()));
+        assert_eq!(lock_groups(&old, GroupBy::Cgroup)[0].cgroup, "?");
     }
 }

@@ -376,6 +376,7 @@ pub(crate) mod tests {
             pid: 20,
             comm: "pingpong".into(),
             host: None,
+            cgroup: None,
             threads: vec![
                 Thread {
                     tid: 21,

@@ -57,6 +57,12 @@
 //!   with a holder named for at least 90% of them,
 //!   never itself and always a worker of its lock space (POSIX/OFD or flock).
 //!
+//! `lab-check cgroup PROFILE REPORT CGROUP`
+//! - the lock-storm process of PROFILE (found by its threads; recorded in the cgroup CGROUP, a path relative to
+//!   the cgroup2 mount) carries that path, and made contentions;
+//! - REPORT (`report --by cgroup --format json`) has rows of that cgroup, of the storm
+//!   alone, whose counts add up to the storm's own.
+//!
 //! Prints what it measured; exits 1 with a `WHY:` line on the first failed assertion.
 
 use std::{collections::BTreeMap, process::exit};
@@ -87,8 +93,74 @@ fn main() {
         Some("io") => check_io(&args[1..]),
         Some("file-lock") => check_file_lock(&args[1..]),
         Some("cpu") => check_cpu(&args[1..]),
+        Some("cgroup") => check_cgroup(&args[1..]),
         _ => fail("usage: lab-check lock PROFILE REPORT --method WORD --types T1,T2 [--truth TYPE=N] [--tolerance F]".into()),
     }
+}
+
+fn check_cgroup(args: &[String]) {
+    let (Some(profile_path), Some(report_path), Some(cgroup)) =
+        (args.first(), args.get(1), args.get(2))
+    else {
+        fail("lab-check cgroup: PROFILE, REPORT and CGROUP are required".into());
+    };
+    let profile = read_json(profile_path);
+    // By its threads: a main thread seen before its exec (the shell contending as it
+    // moves itself into the cgroup) keeps the shell's name.
+    let storm = profile["processes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|process| {
+            process["threads"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|thread| thread["comm"] == "lock-storm")
+        })
+        .unwrap_or_else(|| fail("no lock-storm thread in the profile".into()));
+    let pid = storm["pid"].as_u64().unwrap_or(0);
+    println!("lock-storm[{pid}] cgroup: {}", storm["cgroup"]);
+    if storm["cgroup"].as_str() != Some(cgroup.as_str()) {
+        fail(format!(
+            "lock-storm's cgroup is {}, expected {cgroup}",
+            storm["cgroup"]
+        ));
+    }
+    let own: u64 = profile["locks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|row| row["pid"].as_u64() == Some(pid))
+        .map(|row| row["count"].as_u64().unwrap_or(0))
+        .sum();
+    if own == 0 {
+        fail("lock-storm made no contention".into());
+    }
+    let report = read_json(report_path);
+    let rows: Vec<&Value> = report["locks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|group| group["cgroup"].as_str() == Some(cgroup.as_str()))
+        .collect();
+    let in_cgroup: u64 = rows
+        .iter()
+        .map(|group| group["contended"].as_u64().unwrap_or(0))
+        .sum();
+    if let Some(group) = rows
+        .iter()
+        .find(|group| group["pids"] != serde_json::json!([pid]))
+    {
+        fail(format!("a row of {cgroup} has pids {}", group["pids"]));
+    }
+    if in_cgroup != own {
+        fail(format!(
+            "{cgroup}: {in_cgroup} contentions in {} rows, lock-storm's own {own}",
+            rows.len()
+        ));
+    }
+    println!("WHY: {cgroup}: {in_cgroup} contentions, lock-storm's own {own}");
 }
 
 fn check_lock(args: &[String]) {

@@ -48,6 +48,7 @@ pub(super) const KERNELS: &[LabKernel] = &[
             "cpu-unwind",
             "wakers",
             "offcpu-file-lock",
+            "lock-cgroup",
         ],
     },
     LabKernel {
@@ -69,6 +70,7 @@ pub(super) const KERNELS: &[LabKernel] = &[
             "io-requests",
             "cpu-unwind",
             "offcpu-file-lock",
+            "lock-cgroup",
         ],
     },
 ];

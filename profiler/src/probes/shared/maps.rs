@@ -89,9 +89,12 @@ pub fn drain_losses(maps: &MapSet) -> Result<BTreeMap<String, u64>> {
 
 /// Processes and their threads, from the kernel's thread-name map, completed from
 /// /proc for processes still alive. `pids` lists every process some row refers to.
+/// A process's cgroup is the one most of its threads were recorded in (crate::cgroups).
 pub fn drain_processes(maps: &MapSet, pids: &[u32]) -> Result<Vec<Process>> {
     let tasks: HashMap<_, u32, TaskInfo> = maps.hash_map(names::TASKS)?;
     let mut by_pid: BTreeMap<u32, Process> = BTreeMap::new();
+    // pid -> the cgroup ids its threads were recorded in (main thread first).
+    let mut cgroup_ids: StdHashMap<u32, Vec<u64>> = StdHashMap::new();
     for entry in tasks.iter() {
         let (tid, info) = entry.context("cannot read TASKS")?;
         let process = by_pid.entry(info.tgid).or_insert_with(|| Process {
@@ -99,11 +102,16 @@ pub fn drain_processes(maps: &MapSet, pids: &[u32]) -> Result<Vec<Process>> {
             ..Default::default()
         });
         let comm = comm_to_string(&info.comm);
+        let ids = cgroup_ids.entry(info.tgid).or_default();
         if tid == info.tgid {
             process.comm = comm.clone();
+            ids.insert(0, info.cgroup_id);
+        } else {
+            ids.push(info.cgroup_id);
         }
         process.threads.push(Thread { tid, comm });
     }
+    let mut cgroups = crate::cgroups::CgroupNames::new();
     for &pid in pids {
         by_pid.entry(pid).or_insert_with(|| Process {
             pid,
@@ -121,6 +129,17 @@ pub fn drain_processes(maps: &MapSet, pids: &[u32]) -> Result<Vec<Process>> {
         if process.pid == 0 {
             process.comm = "swapper".into();
         }
+        let id = cgroup_ids
+            .get(&process.pid)
+            .map_or(0, |ids| crate::cgroups::most_common(ids));
+        process.cgroup = if id != 0 {
+            cgroups.path(id)
+        } else if process.pid != 0 {
+            // Seen only as a lock owner (no cgroup recorded): its cgroup now, if alive.
+            crate::cgroups::live_process_cgroup(process.pid)
+        } else {
+            None
+        };
         process.threads.sort_by_key(|thread| thread.tid);
     }
     Ok(by_pid.into_values().collect())
