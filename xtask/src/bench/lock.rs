@@ -30,7 +30,12 @@ use std::{
 
 use anyhow::{anyhow, bail, Context as _, Result};
 
-use super::{format_count, held_objects, median, Bench, BpfStats};
+use super::{
+    format_count, median,
+    program_cost::{fdinfo_fields, held_objects, BpfStats},
+    readme::run_context,
+    Bench,
+};
 use crate::util;
 
 pub(super) const README_START: &str =
@@ -127,7 +132,7 @@ pub(super) fn section(bench: &Bench, runs: usize) -> String {
         md,
         "### Lock probe beside bpftrace and `perf lock` (`cargo xtask bench --lock-cost`)\n"
     );
-    let _ = writeln!(md, "{}\n", super::run_context(runs, bench.seconds));
+    let _ = writeln!(md, "{}\n", run_context(runs, bench.seconds));
     if let Err(err) = ensure_tracefs() {
         util::say(format!("lock part: {err:#}"));
     }
@@ -347,7 +352,7 @@ fn bpftool_counters() -> Result<BTreeMap<u64, Counters>> {
 /// cheap enough to poll while a measured workload runs.
 fn fdinfo_counters(pid: u32) -> BTreeMap<u64, Counters> {
     let mut counters = BTreeMap::new();
-    for fields in super::fdinfo_fields(pid) {
+    for fields in fdinfo_fields(pid) {
         // Link descriptors name a program too, but only program descriptors count.
         if let (Some(&id), Some(&run_time_ns), Some(&run_cnt)) = (
             fields.get("prog_id"),
