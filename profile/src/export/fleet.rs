@@ -358,7 +358,7 @@ fn rows_of(profile: &Profile, names: &mut HashMap<u32, String>) -> [Vec<(Vec<Str
             })
             .clone();
         let labels = vec![
-            row.lock_name.clone(),
+            row.lock_name.to_string(),
             lock_type_name(row.flags).to_string(),
             caller,
             process(row.pid),

@@ -221,7 +221,7 @@ pub(crate) mod tests {
             pid,
             lock_addr: 1,
             lock_name: name.into(),
-            lock_name_source: String::new(),
+            lock_name_source: Default::default(),
             flags,
             stack: Some(stack),
             count,
