@@ -604,20 +604,6 @@ pub fn holders_table(profile: &Profile, top: usize) -> String {
     out
 }
 
-/// Whether the lock family is part of this profile (a profile that names no family and
-/// has no rows of another family is read as a lock profile).
-pub fn lock_family_recorded(profile: &Profile) -> bool {
-    !profile.locks.is_empty()
-        || profile.recorded("lock")
-        || (profile.probes.is_empty()
-            && profile.cpu.is_empty()
-            && profile.offcpu.is_empty()
-            && profile.io.is_empty()
-            && profile.rpcs.is_empty()
-            && profile.funcs.is_empty()
-            && profile.holds.is_empty())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
