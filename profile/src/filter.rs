@@ -189,7 +189,7 @@ mod tests {
         profile
             .locks
             .iter()
-            .map(|row| (row.lock_name.clone(), row.flags))
+            .map(|row| (row.lock_name.to_string(), row.flags))
             .collect()
     }
 

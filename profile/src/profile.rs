@@ -4,6 +4,7 @@
 use std::{collections::BTreeMap, fs, io::Write, path::Path};
 
 use anyhow::{bail, Context, Result};
+pub use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
 
 use crate::presized::{presized, with_document_size};
@@ -259,12 +260,14 @@ pub struct LockRow {
     pub pid: u32,
     pub lock_addr: u64,
     /// Static lock symbol (`rcu_state+0x40`), `mmap_lock`, or the address in hex.
-    pub lock_name: String,
+    /// A `CompactString`: names up to 24 bytes (every address, most symbols) live in
+    /// the row itself, so a million rows load without a million allocations.
+    pub lock_name: CompactString,
     /// How the name was found: `task` (the waiting task's structures), `task_struct`
     /// (another task's), `runqueue`, `kallsyms`, or `address` (not named); empty in
     /// profiles of older versions.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub lock_name_source: String,
+    #[serde(default, skip_serializing_if = "CompactString::is_empty")]
+    pub lock_name_source: CompactString,
     /// `LCB_F_*` flags; the type name is derived (`lock_type_name`).
     pub flags: u32,
     /// Kernel stack of the waiter, `None` when it was lost (counted in losses).

@@ -360,8 +360,8 @@ fn rows_of(profile: &Profile, names: &mut HashMap<u32, String>) -> [Vec<(Vec<Str
         // The name source is one per lock name (the method that named it), so it adds
         // no label sets of its own.
         let labels = vec![
-            row.lock_name.clone(),
-            row.lock_name_source.clone(),
+            row.lock_name.to_string(),
+            row.lock_name_source.to_string(),
             lock_type_name(row.flags).to_string(),
             caller,
             process(row.pid),

@@ -7,7 +7,6 @@ use serde::Serialize;
 
 use super::{
     lock::{STACK_LOST, UNKNOWN},
-    report::unavailable,
     table::{fit, more_rows, shown_rows},
 };
 use crate::{
@@ -244,32 +243,5 @@ pub fn hold_table(profile: &Profile, top: usize) -> String {
                 .join(" < ")
         ));
     }
-    out
-}
-
-/// Every table the profile has data or probes for (summary and `report`).
-pub fn latency_sections(profile: &Profile, top: usize) -> String {
-    let mut out = String::new();
-    let has = |family: &str| profile.recorded(family);
-    if has("rpc") || !profile.rpcs.is_empty() {
-        out.push_str("\nrequest latency, by operation and process (total time):\n");
-        out.push_str(&latency_table(&rpc_groups(profile), "request", top));
-    }
-    if has("func") || has("ufunc") || !profile.funcs.is_empty() {
-        out.push_str("\nfunction latency, by function and process (total time):\n");
-        out.push_str(&latency_table(&func_groups(profile), "function", top));
-    }
-    if has("hold") || !profile.holds.is_empty() {
-        let lock = profile
-            .holds
-            .first()
-            .map(|row| row.lock_name.as_str())
-            .unwrap_or("the --hold lock");
-        out.push_str(&format!(
-            "\nhold times of {lock}, by holder (acquisition to release, total time):\n"
-        ));
-        out.push_str(&hold_table(profile, top));
-    }
-    out.push_str(&unavailable(profile));
     out
 }

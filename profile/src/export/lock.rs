@@ -9,7 +9,7 @@ use super::table::{fit, more_rows};
 use crate::{
     kind::GroupBy,
     lock::{caller, lock_type_name},
-    profile::Profile,
+    profile::{CompactString, Profile},
     units::format_ns,
 };
 
@@ -246,7 +246,7 @@ pub fn top_lock_groups(
 ) -> (Vec<LockGroup>, usize) {
     #[derive(PartialEq, Eq, Hash)]
     enum Key<'a> {
-        Name(&'a str),
+        Host(&'a str),
         Caller(u32),
         Pid(u32),
     }
@@ -293,25 +293,31 @@ pub fn top_lock_groups(
             .collect(),
         _ => HashMap::new(),
     };
-    let mut ids: HashMap<(Key, &'static str), u32, FxBuild> = HashMap::default();
+    // A row's type is an id among the distinct type names, found by its flags in a map
+    // of a few entries: keys hold no string to hash and compare.
+    let mut type_ids: HashMap<u32, (u16, &'static str), FxBuild> = HashMap::default();
+    let mut type_names: Vec<&'static str> = Vec::new();
+    let mut type_of = |flags: u32| {
+        *type_ids.entry(flags).or_insert_with(|| {
+            let name = lock_type_name(flags);
+            let id = type_names.iter().position(|known| *known == name);
+            let id = id.unwrap_or_else(|| {
+                type_names.push(name);
+                type_names.len() - 1
+            });
+            (id as u16, name)
+        })
+    };
+    // By lock: one map of names per type, keyed by the name's own bytes (a lock name of
+    // up to 24 bytes is inline), so finding a row's group reads no other row.
+    let mut by_name: Vec<HashMap<CompactString, u32, FxBuild>> = Vec::new();
+    // By caller, process or host (host: every type in one group).
+    let mut ids: HashMap<(Key, u16), u32, FxBuild> = HashMap::default();
     let mut groups: Vec<Sums> = Vec::new();
     let mut row_group: Vec<u32> = Vec::with_capacity(profile.locks.len());
     for row in &profile.locks {
-        let lock_type = lock_type_name(row.flags);
-        let key = match by {
-            GroupBy::Lock => (Key::Name(&row.lock_name), lock_type),
-            GroupBy::Caller => (Key::Caller(caller_of(row.stack)), lock_type),
-            GroupBy::Process => (Key::Pid(row.pid), lock_type),
-            GroupBy::Host => (
-                Key::Name(hosts.get(&row.pid).map_or("", String::as_str)),
-                "",
-            ),
-            GroupBy::Cgroup => (
-                Key::Name(hosts.get(&row.pid).map_or("", String::as_str)),
-                lock_type,
-            ),
-        };
-        let id = *ids.entry(key).or_insert_with(|| {
+        let (type_id, lock_type) = type_of(row.flags);
+        let mut new_group = || {
             groups.push(Sums {
                 lock_type,
                 lock: &row.lock_name,
@@ -324,10 +330,44 @@ pub fn top_lock_groups(
                 min: u64::MAX,
             });
             (groups.len() - 1) as u32
-        });
+        };
+        let id = match by {
+            GroupBy::Lock => {
+                let type_id = type_id as usize;
+                if by_name.len() <= type_id {
+                    by_name.resize_with(type_id + 1, HashMap::default);
+                }
+                let names = &mut by_name[type_id];
+                match names.get(row.lock_name.as_str()) {
+                    Some(&id) => id,
+                    None => {
+                        let id = new_group();
+                        names.insert(row.lock_name.clone(), id);
+                        id
+                    }
+                }
+            }
+            GroupBy::Caller => *ids
+                .entry((Key::Caller(caller_of(row.stack)), type_id))
+                .or_insert_with(new_group),
+            GroupBy::Process => *ids
+                .entry((Key::Pid(row.pid), type_id))
+                .or_insert_with(new_group),
+            GroupBy::Host => {
+                let host = hosts.get(&row.pid).map_or("", String::as_str);
+                *ids.entry((Key::Host(host), u16::MAX))
+                    .or_insert_with(new_group)
+            }
+            GroupBy::Cgroup => {
+                let cgroup = hosts.get(&row.pid).map_or("", String::as_str);
+                *ids.entry((Key::Host(cgroup), type_id))
+                    .or_insert_with(new_group)
+            }
+        };
         row_group.push(id);
         let sums = &mut groups[id as usize];
-        if sums.lock != row.lock_name {
+        // Grouped by lock, every row of a group has its name.
+        if by != GroupBy::Lock && sums.lock != row.lock_name {
             sums.several_locks = true;
         }
         sums.has_holder |= row.owner_pid.is_some();
@@ -337,7 +377,7 @@ pub fn top_lock_groups(
         sums.max = sums.max.max(row.max_ns);
         sums.min = sums.min.min(row.min_ns);
     }
-    drop(ids);
+    drop((ids, by_name));
     let total_groups = groups.len();
     let order = |a: &u32, b: &u32| {
         let (a, b) = (&groups[*a as usize], &groups[*b as usize]);
@@ -615,20 +655,6 @@ pub fn holders_table(profile: &Profile, top: usize) -> String {
         }
     }
     out
-}
-
-/// Whether the lock family is part of this profile (a profile that names no family and
-/// has no rows of another family is read as a lock profile).
-pub fn lock_family_recorded(profile: &Profile) -> bool {
-    !profile.locks.is_empty()
-        || profile.recorded("lock")
-        || (profile.probes.is_empty()
-            && profile.cpu.is_empty()
-            && profile.offcpu.is_empty()
-            && profile.io.is_empty()
-            && profile.rpcs.is_empty()
-            && profile.funcs.is_empty()
-            && profile.holds.is_empty())
 }
 
 #[cfg(test)]

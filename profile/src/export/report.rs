@@ -8,11 +8,10 @@ use serde::Serialize;
 
 use super::{
     cpu::{cpu_functions, cpu_processes, cpu_tables, CpuFunction, CpuProcess},
-    latency::{func_groups, hold_groups, latency_sections, rpc_groups, HoldGroup, LatencyGroup},
-    lock::{
-        contended_holds_table, holders_table, lock_family_recorded, lock_table, top_lock_groups,
-        LockGroup,
+    latency::{
+        func_groups, hold_groups, hold_table, latency_table, rpc_groups, HoldGroup, LatencyGroup,
     },
+    lock::{contended_holds_table, holders_table, lock_table, top_lock_groups, LockGroup},
 };
 use crate::{kind::GroupBy, profile::Profile};
 
@@ -57,21 +56,13 @@ pub fn summary_header(profile: &Profile) -> String {
 /// What `lockpath report` prints (format text).
 pub fn text(profile: &Profile, by: GroupBy, top: usize) -> String {
     let mut text = summary_header(profile);
-    if lock_family_recorded(profile) {
-        text.push_str(&lock_table(profile, by, top));
-        text.push_str(&holders_table(profile, 10));
-        text.push_str(&contended_holds_table(profile, 10));
-        if profile.is_merged() && by != GroupBy::Host {
-            text.push_str("\nby host:\n");
-            text.push_str(&lock_table(profile, GroupBy::Host, top));
-        }
+    if shows(profile, "lock") {
+        text.push_str(&lock_section(profile, by, top));
     }
-    text.push_str(&family_sections(profile, top));
-    if !profile.cpu.is_empty() {
-        text.push('\n');
-        text.push_str(&cpu_tables(profile, top));
+    for family in ["offcpu", "io", "cpu", "rpc", "func", "hold"] {
+        text.push_str(&section(profile, family, top, shows));
     }
-    text.push_str(&latency_sections(profile, top));
+    text.push_str(&unavailable(profile));
     text.push_str(&losses(profile));
     text
 }
@@ -79,19 +70,17 @@ pub fn text(profile: &Profile, by: GroupBy, top: usize) -> String {
 /// What `record` prints at the end.
 pub fn summary(profile: &Profile, top: usize) -> String {
     let mut out = summary_header(profile);
-    if profile.recorded("lock") {
+    if summary_shows(profile, "lock") {
         out.push_str("lock contention, by lock (total wait):\n");
         out.push_str(&lock_table(profile, GroupBy::Lock, top));
         out.push_str(&holders_table(profile, top.min(10)));
         out.push_str(&contended_holds_table(profile, top.min(10)));
     }
     let mut sections = String::new();
-    if profile.recorded("cpu") {
-        sections.push('\n');
-        sections.push_str(&cpu_tables(profile, top));
+    for family in ["cpu", "offcpu", "io", "rpc", "func", "hold"] {
+        sections.push_str(&section(profile, family, top, summary_shows));
     }
-    sections.push_str(&family_sections(profile, top));
-    sections.push_str(&latency_sections(profile, top));
+    sections.push_str(&unavailable(profile));
     // The header ends with a blank line already.
     out.push_str(
         if profile.locks.is_empty() && !out.contains("lock contention") {
@@ -104,18 +93,110 @@ pub fn summary(profile: &Profile, top: usize) -> String {
     out
 }
 
-/// The off-CPU and block-IO sections, for the families the profile recorded.
-pub fn family_sections(profile: &Profile, top: usize) -> String {
-    let mut out = String::new();
-    let recorded = |family: &str| profile.recorded(family);
-    if recorded("offcpu") || !profile.offcpu.is_empty() {
-        out.push_str("\noff-CPU time by process and wait class:\n");
-        out.push_str(&super::offcpu::table(profile, top));
+/// Whether `lockpath report` has a section for `family`: the profile recorded it
+/// (`Profile::recorded`) or has rows of it (profiles of older versions do not list their
+/// families; one that names no family and has no rows of another family is read as a
+/// lock profile). The one test of every section of the report.
+pub fn shows(profile: &Profile, family: &str) -> bool {
+    recorded_or_has_rows(profile, family)
+        || (family == "lock"
+            && profile.probes.is_empty()
+            && ["cpu", "offcpu", "io", "rpc", "func", "hold"]
+                .iter()
+                .all(|other| !has_rows(profile, other)))
+}
+
+/// Whether the end-of-run summary has a section for `family`: the run recorded it
+/// (the summary reads what `record` made, which lists every family it recorded).
+fn summary_shows(profile: &Profile, family: &str) -> bool {
+    profile.recorded(family) || (family == "func" && profile.recorded("ufunc"))
+}
+
+fn recorded_or_has_rows(profile: &Profile, family: &str) -> bool {
+    // `--ufunc` is the function family's user-space face.
+    profile.recorded(family)
+        || has_rows(profile, family)
+        || (family == "func" && profile.recorded("ufunc"))
+}
+
+/// Whether the profile has rows of `family`.
+fn has_rows(profile: &Profile, family: &str) -> bool {
+    match family {
+        "lock" => !profile.locks.is_empty(),
+        "cpu" => !profile.cpu.is_empty(),
+        "offcpu" => !profile.offcpu.is_empty(),
+        "io" => !profile.io.is_empty(),
+        "rpc" => !profile.rpcs.is_empty(),
+        "func" => !profile.funcs.is_empty(),
+        "hold" => !profile.holds.is_empty(),
+        _ => false,
     }
-    out.push_str(&super::chains::text(profile, top.min(10)));
-    if recorded("io") || !profile.io.is_empty() {
-        out.push_str("\nblock IO by device and operation (issue to completion):\n");
-        out.push_str(&super::io::table(profile, top));
+}
+
+/// The lock family's section of `lockpath report`: the lock table grouped `by`, the
+/// holders, the holds under contention and, for merged profiles, the table by host.
+fn lock_section(profile: &Profile, by: GroupBy, top: usize) -> String {
+    let mut out = lock_table(profile, by, top);
+    out.push_str(&holders_table(profile, 10));
+    out.push_str(&contended_holds_table(profile, 10));
+    if profile.is_merged() && by != GroupBy::Host {
+        out.push_str("\nby host:\n");
+        out.push_str(&lock_table(profile, GroupBy::Host, top));
+    }
+    out
+}
+
+/// The section of every family but the lock family (the same in the report and the
+/// summary); empty when `shown` says the profile does not show the family. The off-CPU
+/// section ends with the wait chains (`--wakers`), which say themselves whether there
+/// are any.
+fn section(
+    profile: &Profile,
+    family: &str,
+    top: usize,
+    shown: fn(&Profile, &str) -> bool,
+) -> String {
+    let mut out = String::new();
+    if shown(profile, family) {
+        let (heading, table) = match family {
+            "cpu" => (String::new(), cpu_tables(profile, top)),
+            "offcpu" => (
+                "off-CPU time by process and wait class:\n".to_string(),
+                super::offcpu::table(profile, top),
+            ),
+            "io" => (
+                "block IO by device and operation (issue to completion):\n".to_string(),
+                super::io::table(profile, top),
+            ),
+            "rpc" => (
+                "request latency, by operation and process (total time):\n".to_string(),
+                latency_table(&rpc_groups(profile), "request", top),
+            ),
+            "func" => (
+                "function latency, by function and process (total time):\n".to_string(),
+                latency_table(&func_groups(profile), "function", top),
+            ),
+            "hold" => {
+                let lock = profile
+                    .holds
+                    .first()
+                    .map(|row| row.lock_name.as_str())
+                    .unwrap_or("the --hold lock");
+                (
+                    format!(
+                        "hold times of {lock}, by holder (acquisition to release, total time):\n"
+                    ),
+                    hold_table(profile, top),
+                )
+            }
+            _ => (String::new(), String::new()),
+        };
+        out.push('\n');
+        out.push_str(&heading);
+        out.push_str(&table);
+    }
+    if family == "offcpu" {
+        out.push_str(&super::chains::text(profile, top.min(10)));
     }
     out
 }
@@ -221,7 +302,7 @@ pub(crate) mod tests {
             pid,
             lock_addr: 1,
             lock_name: name.into(),
-            lock_name_source: String::new(),
+            lock_name_source: Default::default(),
             flags,
             stack: Some(stack),
             count,
@@ -371,10 +452,34 @@ pub(crate) mod tests {
             rpcs[0].completed_in.as_deref(),
             Some("rwsem_down_write_slowpath")
         );
-        let text = latency_sections(&profile, 20);
+        let text = section(&profile, "rpc", 20, shows) + &section(&profile, "func", 20, shows);
         assert!(text.contains("fuse CREATE"), "{text}");
         assert!(text.contains("binary:a_rather_long"), "{text}");
         crate::export::table::assert_fits_100_columns(&text);
+    }
+
+    #[test]
+    fn sections_follow_what_was_recorded() {
+        let probe = |family: &str| crate::profile::ProbeUse {
+            family: family.into(),
+            method: "test".into(),
+        };
+        let mut profile = Profile::new();
+        profile.probes = vec![probe("cpu"), probe("ufunc")];
+        let report = text(&profile, GroupBy::Lock, 20);
+        assert!(report.contains("no on-CPU samples recorded"), "{report}");
+        assert!(report.contains("function latency"), "{report}");
+        assert!(!report.contains("lock contention"), "{report}");
+        assert!(!report.contains("off-CPU time"), "{report}");
+        // A recorded run: the same sections (the summary has no second blank line after
+        // its header).
+        assert_eq!(summary(&profile, 20), report.replacen("\n\n\n", "\n\n", 1));
+        // An old profile names no family: read as a lock profile by the report; the
+        // summary (of a run, which names its families) shows no section.
+        profile.probes.clear();
+        let report = text(&profile, GroupBy::Lock, 20);
+        assert!(report.contains("no lock contention recorded"), "{report}");
+        assert!(!summary(&profile, 20).contains("lock contention"));
     }
 
     #[test]

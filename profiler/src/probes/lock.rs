@@ -115,7 +115,7 @@ impl Family for LockFamily {
             .profile
             .locks
             .iter()
-            .map(|row| (row.lock_addr, row.lock_name.clone()))
+            .map(|row| (row.lock_addr, row.lock_name.to_string()))
             .collect();
         out.profile.contended_holds = drain_contended_holds(out.maps, out.stacks, &names)?;
         Ok(())
@@ -335,7 +335,7 @@ pub fn drain(maps: &MapSet, stacks: &mut StackResolver) -> Result<Vec<LockRow>> 
         rows.push(LockRow {
             pid: key.tgid,
             lock_addr: key.lock_addr,
-            lock_name,
+            lock_name: lock_name.into(),
             lock_name_source: source.into(),
             flags: key.flags | key.outcome << OUTCOME_SHIFT,
             stack: stacks.kernel_stack(key.kstack_id),

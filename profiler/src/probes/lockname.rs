@@ -117,7 +117,7 @@ pub fn name_wait_locks(rows: &mut [LockRow], offsets: &WaitLockOffsets) {
             continue;
         }
         if let Some(name) = wait_locks.get(&row.lock_addr) {
-            row.lock_name = name.clone();
+            row.lock_name = name.as_str().into();
             row.lock_name_source = SOURCE_MEMBER.into();
         }
     }

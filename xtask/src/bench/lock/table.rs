@@ -1,0 +1,208 @@
+//! The Markdown rows of one workload.
+
+use std::{collections::BTreeMap, fmt::Write as _};
+
+use anyhow::Result;
+
+use super::{
+    counters::ContentionCost,
+    format_count,
+    rounds::ToolRuns,
+    side_by_side::{workload_share, SideBySide},
+    Tool, MIN_WAITS, TARGET_ACCURACY, TARGET_COST_NS, TARGET_SLOWDOWN,
+};
+
+/// The table rows of one workload.
+pub(super) fn storm_rows(
+    name: &str,
+    side: &Result<SideBySide>,
+    rounds: &BTreeMap<Tool, ToolRuns>,
+    runs: usize,
+    notes: &mut Vec<String>,
+) -> String {
+    let mut md = String::new();
+    let get = |tool: Tool| rounds.get(&tool);
+    let failed = |tool: Tool| {
+        get(tool)
+            .and_then(|r| r.error.as_deref())
+            .map(|e| format!("failed: {}", cell(e, 60)))
+    };
+    let verdict = |ok: bool| if ok { "yes" } else { "**no**" };
+    // The reference's own cost: its run with the median BPF time per contention.
+    let mut reference_runs: Vec<(f64, ContentionCost)> = get(Tool::Reference)
+        .map(|r| {
+            r.runs
+                .iter()
+                .filter_map(|run| Some((run.cost?.per_contention()?, run.cost?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    reference_runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let reference_mid = reference_runs
+        .get(reference_runs.len().saturating_sub(1) / 2)
+        .map(|(_, cost)| *cost);
+    let reference_cost = reference_mid.and_then(|cost| cost.per_contention());
+    // The workload is named in its first row only.
+    let mut workload = name.to_string();
+
+    // (a) BPF time per contention.
+    match side {
+        Ok(side) => {
+            let ours = side.lockpath.per_contention();
+            let _ = writeln!(
+                md,
+                "| {} | BPF time per contention, begin + end (one run, both attached, {:.1} s window) | {} | {} | {} | | {} |",
+                std::mem::take(&mut workload),
+                side.window_s,
+                side.lockpath.show(),
+                side.bpftrace.show(),
+                reference_mid.map_or("-".into(), |cost| format!(
+                    "{} (its own runs, median)",
+                    cost.show().replace("**", "")
+                )),
+                ours.map_or("-".into(), |ns| format!(
+                    "<= {TARGET_COST_NS:.0} ns: {}",
+                    verdict(ns <= TARGET_COST_NS)
+                ))
+            );
+            notes.push(format!(
+                "{name}, side-by-side run: {} contention_begin / {} contention_end runs of lockpath's programs and {} / {} of bpftrace's in the window{}; recursion misses lockpath {} / {}, bpftrace {} / {}{}.",
+                side.lockpath.begin.run_cnt,
+                side.lockpath.end.run_cnt,
+                side.bpftrace.begin.run_cnt,
+                side.bpftrace.end.run_cnt,
+                workload_share(side),
+                side.lockpath.begin.recursion_misses,
+                side.lockpath.end.recursion_misses,
+                side.bpftrace.begin.recursion_misses,
+                side.bpftrace.end.recursion_misses,
+                if side.attempts > 1 {
+                    format!("; attempt {} (earlier ones barely contended or failed)", side.attempts)
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        Err(err) => {
+            let short = cell(&format!("{err:#}"), 100);
+            let _ = writeln!(
+                md,
+                "| {} | BPF time per contention, begin + end | failed: {short} | | | | |",
+                std::mem::take(&mut workload)
+            );
+        }
+    }
+
+    // (b) Spin-wait accuracy.
+    let ours = get(Tool::Lockpath).and_then(ToolRuns::median_spin_ns);
+    let reference = get(Tool::Reference).and_then(ToolRuns::median_spin_ns);
+    let show_wait = |ns: Option<f64>, tool: Tool| match (ns, failed(tool)) {
+        (_, Some(failed)) => failed,
+        (Some(ns), None) => format!("{:.3} us", ns / 1000.0),
+        (None, None) => "-".into(),
+    };
+    let (ratio, target) = match (ours, reference) {
+        (Some(ours), Some(reference)) if reference > 0.0 => {
+            let ratio = ours / reference;
+            let below_by = reference - ours;
+            let ok = (ratio - 1.0).abs() <= TARGET_ACCURACY
+                || (below_by > 0.0 && reference_cost.is_some_and(|cost| below_by <= cost));
+            (
+                format!(" (x{ratio:.2} of the reference)"),
+                format!(
+                    "within {:.0}% of the reference, or below by <= its own cost: {}",
+                    TARGET_ACCURACY * 100.0,
+                    verdict(ok)
+                ),
+            )
+        }
+        _ => (String::new(), String::new()),
+    };
+    let _ = writeln!(
+        md,
+        "| {} | average spinlock wait of the workload (median of {runs}) | {}{ratio} | | {} | | {target} |",
+                std::mem::take(&mut workload),
+        show_wait(ours, Tool::Lockpath),
+        show_wait(reference, Tool::Reference),
+    );
+
+    // (c) Elapsed overhead.
+    let alone = get(Tool::Alone).and_then(ToolRuns::median_ops);
+    let slowdown = |tool: Tool| -> String {
+        if let Some(failed) = failed(tool) {
+            return failed;
+        }
+        match (alone, get(tool).and_then(ToolRuns::median_ops)) {
+            (Some(alone), Some(ops)) if ops > 0.0 => format!("x{:.2}", alone / ops),
+            _ => "-".into(),
+        }
+    };
+    let lockpath_slowdown = match (alone, get(Tool::Lockpath).and_then(ToolRuns::median_ops)) {
+        (Some(alone), Some(ops)) if ops > 0.0 => Some(alone / ops),
+        _ => None,
+    };
+    let _ = writeln!(
+        md,
+        "| {} | slowdown: ops/s alone / ops/s under the tool (median of {runs}; alone {}) | {} | {} | {} | {} | {} |",
+                std::mem::take(&mut workload),
+        match (alone, failed(Tool::Alone)) {
+            (_, Some(failed)) => failed,
+            (Some(ops), None) => format!("{} ops/s", format_count(ops)),
+            (None, None) => "-".into(),
+        },
+        slowdown(Tool::Lockpath),
+        slowdown(Tool::BpftraceStack),
+        slowdown(Tool::Reference),
+        slowdown(Tool::PerfLock),
+        lockpath_slowdown.map_or(String::new(), |s| format!(
+            "<= x{TARGET_SLOWDOWN:.2}: {}",
+            verdict(s <= TARGET_SLOWDOWN)
+        ))
+    );
+
+    let waits = |tool: Tool| {
+        get(tool)
+            .and_then(ToolRuns::median_waits)
+            .map_or("-".into(), |n| format!("{n:.0}"))
+    };
+    let repeated: Vec<String> = rounds
+        .iter()
+        .filter(|(_, r)| r.repeated > 0)
+        .map(|(tool, r)| format!("{} {}", tool.label(), r.repeated))
+        .collect();
+    notes.push(format!(
+        "{name}: spinning waits per run (median) lockpath {}, reference {}{}.",
+        waits(Tool::Lockpath),
+        waits(Tool::Reference),
+        if repeated.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; runs repeated because the workload barely contended (< {MIN_WAITS} waits): {}",
+                repeated.join(", ")
+            )
+        }
+    ));
+    if let (Some(ours), Some(reference)) = (ours, reference) {
+        if ours < reference {
+            notes.push(format!(
+                "{name}: lockpath reads {:.0} ns below the reference; the reference's own BPF time per contention is {}.",
+                reference - ours,
+                reference_cost.map_or("unknown".into(), |c| format!("{c:.0} ns"))
+            ));
+        }
+    }
+    md
+}
+
+/// An error message as a table cell: one line, no column separators, at most `max` chars.
+pub(super) fn cell(text: &str, max: usize) -> String {
+    text.chars()
+        .map(|c| match c {
+            '|' => '/',
+            '\n' | '\r' => ' ',
+            c => c,
+        })
+        .take(max)
+        .collect()
+}

@@ -1,0 +1,303 @@
+//! The eBPF programs' own cost per event, kernel map memory and lockpath's RSS.
+
+use std::{
+    collections::BTreeMap,
+    fmt::Write as _,
+    fs,
+    path::Path,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context as _, Result};
+
+use crate::util;
+
+use super::{
+    families::{Family, Workload},
+    overhead::workload_command,
+    Bench, MIB,
+};
+
+pub(super) struct ProgramCost {
+    pub(super) name: String,
+    pub(super) run_cnt: u64,
+    pub(super) run_time_ns: u64,
+}
+
+pub(super) struct FamilyCost {
+    pub(super) family: &'static str,
+    pub(super) workload: &'static str,
+    pub(super) programs: Vec<ProgramCost>,
+    pub(super) map_memlock: u64,
+    pub(super) map_count: usize,
+    pub(super) max_rss_kib: u64,
+}
+
+/// Restores `kernel.bpf_stats_enabled` to its value before the benchmark.
+pub(super) struct BpfStats {
+    pub(super) before: String,
+}
+
+pub(super) const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+impl BpfStats {
+    pub(super) fn enable() -> Result<BpfStats> {
+        let before = fs::read_to_string(BPF_STATS)
+            .with_context(|| format!("cannot read {BPF_STATS}"))?
+            .trim()
+            .to_string();
+        fs::write(BPF_STATS, "1").with_context(|| format!("cannot write {BPF_STATS}"))?;
+        Ok(BpfStats { before })
+    }
+}
+
+impl Drop for BpfStats {
+    fn drop(&mut self) {
+        if let Err(err) = fs::write(BPF_STATS, &self.before) {
+            util::say(format!(
+                "cannot restore {BPF_STATS} to {}: {err}",
+                self.before
+            ));
+        }
+    }
+}
+
+/// Records system-wide at default sizes while the workload runs; reads the programs'
+/// run counters, the maps' memlock, and lockpath's peak RSS when it exits.
+pub(super) fn program_costs(
+    bench: &Bench,
+    family: &'static Family,
+    workload: &Workload,
+) -> Result<FamilyCost> {
+    let stats = BpfStats::enable()?;
+    let profile = bench.scratch.join("cost.json");
+    let mut child = Command::new(&bench.lockpath)
+        .arg("record")
+        .args(family.flags)
+        .args(["-a", "--top", "1", "-o"])
+        .arg(&profile)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("cannot start lockpath")?;
+    let pid = child.id();
+    let loaded = wait_for_programs(pid);
+    let measured = loaded.and_then(|()| {
+        // Let every attach finish before the workload starts.
+        std::thread::sleep(Duration::from_millis(300));
+        let (programs, maps) = held_objects(pid);
+        if programs.is_empty() {
+            bail!("lockpath holds no program");
+        }
+        let map_memlock = maps.values().sum();
+        let command = workload_command(bench, workload);
+        util::capture(
+            Command::new(&command[0]).args(&command[1..]),
+            "bench: workload",
+            "see the workload's error",
+        )?;
+        let costs = bpftool_costs(&programs)?;
+        Ok((costs, map_memlock, maps.len()))
+    });
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    let max_rss_kib = wait_rusage(pid)?;
+    let mut stderr = String::new();
+    if let Some(mut pipe) = child.stderr.take() {
+        use std::io::Read as _;
+        let _ = pipe.read_to_string(&mut stderr);
+    }
+    let _ = fs::remove_file(&profile);
+    drop(stats);
+    let (programs, map_memlock, map_count) =
+        measured.with_context(|| format!("lockpath said: {}", stderr.trim()))?;
+    Ok(FamilyCost {
+        family: family.name,
+        workload: workload.name,
+        programs,
+        map_memlock,
+        map_count,
+        max_rss_kib,
+    })
+}
+
+pub(super) fn wait_for_programs(pid: u32) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while held_objects(pid).0.is_empty() {
+        if Instant::now() > deadline {
+            bail!("lockpath loaded no program within 30 s");
+        }
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            bail!("lockpath exited before loading its programs");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// The numeric fields of each of a process's `/proc/PID/fdinfo` entries (`prog_id`,
+/// `run_time_ns`, `map_id`, `memlock`, ...), one map per file descriptor.
+pub(crate) fn fdinfo_fields(pid: u32) -> Vec<BTreeMap<String, u64>> {
+    let Ok(entries) = fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| fs::read_to_string(entry.path()).ok())
+        .map(|info| {
+            info.lines()
+                .filter_map(|line| {
+                    let (name, value) = line.split_once(':')?;
+                    Some((name.trim().to_string(), value.trim().parse().ok()?))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Program ids and map ids (with their memlock bytes) that a process holds.
+pub(super) fn held_objects(pid: u32) -> (Vec<u64>, BTreeMap<u64, u64>) {
+    let mut programs = Vec::new();
+    let mut maps = BTreeMap::new();
+    for fields in fdinfo_fields(pid) {
+        if let Some(&id) = fields.get("prog_id") {
+            if !programs.contains(&id) {
+                programs.push(id);
+            }
+        }
+        if let (Some(&id), Some(&memlock)) = (fields.get("map_id"), fields.get("memlock")) {
+            maps.insert(id, memlock);
+        }
+    }
+    (programs, maps)
+}
+
+pub(super) fn bpftool_costs(ids: &[u64]) -> Result<Vec<ProgramCost>> {
+    let json = util::capture(
+        Command::new("bpftool").args(["-j", "prog", "show"]),
+        "bench: bpftool prog show",
+        "install bpftool",
+    )?;
+    let programs: serde_json::Value =
+        serde_json::from_str(&json).context("bpftool printed invalid JSON")?;
+    // Program names stop at 15 characters; the raw tracepoint a link attaches to says more.
+    let links = util::capture(
+        Command::new("bpftool").args(["-j", "link", "show"]),
+        "bench: bpftool link show",
+        "install bpftool",
+    )
+    .ok()
+    .and_then(|json| serde_json::from_str::<serde_json::Value>(&json).ok())
+    .unwrap_or_default();
+    let attached_to = |id: u64| {
+        links
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|link| link["prog_id"].as_u64() == Some(id))
+            .and_then(|link| link["tp_name"].as_str().map(str::to_string))
+    };
+    let mut costs = Vec::new();
+    for program in programs.as_array().into_iter().flatten() {
+        let Some(id) = program["id"].as_u64() else {
+            continue;
+        };
+        if !ids.contains(&id) {
+            continue;
+        }
+        let name = program["name"].as_str().unwrap_or("?");
+        costs.push(ProgramCost {
+            name: match attached_to(id) {
+                Some(tracepoint) => format!("{name} ({tracepoint})"),
+                None => name.to_string(),
+            },
+            run_cnt: program["run_cnt"].as_u64().unwrap_or(0),
+            run_time_ns: program["run_time_ns"].as_u64().unwrap_or(0),
+        });
+    }
+    costs.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(costs)
+}
+
+/// Waits for a child and returns its peak RSS (KiB) from the kernel's rusage.
+pub(super) fn wait_rusage(pid: u32) -> Result<u64> {
+    Ok(wait_usage(pid)?.max_rss_kib)
+}
+
+pub(super) struct Usage {
+    pub(super) max_rss_kib: u64,
+    pub(super) cpu_s: f64,
+    pub(super) success: bool,
+}
+
+/// Waits for a child; its peak RSS and CPU time (user + system) from wait4.
+pub(super) fn wait_usage(pid: u32) -> Result<Usage> {
+    let mut status = 0;
+    // SAFETY: zeroed rusage is a valid out-parameter for wait4.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waiting for our own child with valid out-pointers.
+    let rc = unsafe { libc::wait4(pid as i32, &mut status, 0, &mut usage) };
+    if rc < 0 {
+        bail!("wait4 failed: {}", std::io::Error::last_os_error());
+    }
+    let seconds = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    Ok(Usage {
+        max_rss_kib: usage.ru_maxrss as u64,
+        cpu_s: seconds(usage.ru_utime) + seconds(usage.ru_stime),
+        success: libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+    })
+}
+
+pub(super) fn cost_tables(costs: &[FamilyCost]) -> String {
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "### eBPF programs' own cost (kernel.bpf_stats_enabled=1)\n"
+    );
+    let _ = writeln!(
+        md,
+        "| family | workload | program | runs | total | per event |"
+    );
+    let _ = writeln!(md, "|---|---|---|---:|---:|---:|");
+    for cost in costs {
+        for program in &cost.programs {
+            let per_event = if program.run_cnt > 0 {
+                format!(
+                    "{:.0} ns",
+                    program.run_time_ns as f64 / program.run_cnt as f64
+                )
+            } else {
+                "-".into()
+            };
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {:.1} ms | {per_event} |",
+                cost.family,
+                cost.workload,
+                program.name,
+                program.run_cnt,
+                program.run_time_ns as f64 / 1e6
+            );
+        }
+    }
+    let _ = writeln!(md, "\n### Memory (system-wide recording, default sizes)\n");
+    let _ = writeln!(
+        md,
+        "| family | kernel maps | map memory (memlock) | lockpath max RSS |"
+    );
+    let _ = writeln!(md, "|---|---:|---:|---:|");
+    for cost in costs {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {:.1} MiB | {:.1} MiB |",
+            cost.family,
+            cost.map_count,
+            cost.map_memlock as f64 / MIB,
+            cost.max_rss_kib as f64 / 1024.0
+        );
+    }
+    md.push('\n');
+    md
+}
