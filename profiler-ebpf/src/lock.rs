@@ -373,25 +373,16 @@ pub fn on_sleep_slowpath_return(_ctx: &RetProbeContext) {
 
 /// The waiter's kernel stack id, and whether it was walked now (then the wait starts
 /// after the walk, `walked_ns`), or taken from the cache; and the lock's class
-/// (`lockname.rs`), decided with the walk and cached with the stack. `walk`: walk in
-/// any case. A waiter about to sleep (mutex, rwsem) always walks: its wait hides the
-/// walk, and the sleeping slow paths keep so much on the stack that a caller can lie
-/// beyond the fingerprint's words (on an mmap storm the caches gave 0.5-3% of the
-/// waits the other call site's stack).
+/// (`lockname.rs`), decided with the walk and cached with the stack.
 #[inline(always)]
 fn waiter_stack<C: LockContext, const WORDS: usize>(
     ctx: &C,
     lock_addr: u64,
     now: u64,
-    walk: bool,
 ) -> (i32, Option<u64>, u32) {
     // SAFETY: reading a load-time global; volatile so the default is not folded in.
     let exact = unsafe { core::ptr::read_volatile(&LOCK_LAYOUT.exact_stacks) } != 0;
-    let base = if exact || walk {
-        None
-    } else {
-        ctx.stack_base()
-    };
+    let base = if exact { None } else { ctx.stack_base() };
     let Some(base) = base else {
         return walked_stack(ctx, lock_addr);
     };
@@ -570,7 +561,7 @@ fn open_spin_wait<C: LockContext>(
     start_ns: u64,
 ) {
     let (kstack_id, walked_ns, lock_class) =
-        waiter_stack::<C, SPIN_FINGERPRINT_WORDS>(ctx, lock_addr, start_ns, false);
+        waiter_stack::<C, SPIN_FINGERPRINT_WORDS>(ctx, lock_addr, start_ns);
     // SAFETY: the caller passes this CPU's slot of LOCK_SPIN_WAIT.
     let wait = unsafe { &mut *slot };
     wait.start_ns = walked_ns.unwrap_or(start_ns);
@@ -594,12 +585,8 @@ fn open_sleep_wait<C: LockContext>(ctx: &C, tid: u32, lock_addr: u64, flags: u32
     } else {
         (LOCK_CLASS_UNKNOWN, NO_OWNER)
     };
-    let (kstack_id, walked_ns, cached_class) = waiter_stack::<C, SLEEP_FINGERPRINT_WORDS>(
-        ctx,
-        lock_addr,
-        start_ns,
-        flags & LCB_F_SPIN == 0,
-    );
+    let (kstack_id, walked_ns, cached_class) =
+        waiter_stack::<C, SLEEP_FINGERPRINT_WORDS>(ctx, lock_addr, start_ns);
     let lock_class = if lock_class == LOCK_CLASS_UNKNOWN {
         cached_class
     } else {
