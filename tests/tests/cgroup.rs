@@ -54,17 +54,6 @@ impl Drop for TestCgroup {
     }
 }
 
-/// Contentions of process `pid` in a profile (the per-process count).
-fn contentions_of(profile: &Value, pid: u64) -> u64 {
-    profile["locks"]
-        .as_array()
-        .expect("locks")
-        .iter()
-        .filter(|row| row["pid"].as_u64() == Some(pid))
-        .map(|row| row["count"].as_u64().expect("count"))
-        .sum()
-}
-
 #[test]
 fn report_by_cgroup_names_the_workloads_cgroup() {
     let test = "report_by_cgroup_names_the_workloads_cgroup";

@@ -49,16 +49,6 @@ fn temporaries(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-fn rows_of(profile: &serde_json::Value, pid: u64) -> u64 {
-    profile["locks"]
-        .as_array()
-        .expect("locks")
-        .iter()
-        .filter(|row| row["pid"].as_u64() == Some(pid))
-        .map(|row| row["count"].as_u64().expect("count"))
-        .sum()
-}
-
 #[test]
 fn tiny_maps_report_their_losses() {
     if !can_load_programs("tiny_maps_report_their_losses") {
@@ -154,7 +144,7 @@ fn stop_with_signal_writes_profile(name: &str, sig: i32) {
     assert_eq!(profile["format"], "lockpath/1");
     assert!(profile["duration_s"].as_f64().expect("duration") > 1.0);
     assert!(
-        rows_of(&profile, storm.id() as u64) > 0,
+        contentions_of(&profile, storm.id() as u64) > 0,
         "the storm's contention is in the profile"
     );
     // The file loads through lockpath's own validating loader.
@@ -195,7 +185,7 @@ fn sigint_during_a_system_run_writes_a_profile() {
     let profile = load_json(&profile_path);
     assert_eq!(profile["targets"]["mode"], "system");
     assert!(
-        rows_of(&profile, storm.id() as u64) > 0,
+        contentions_of(&profile, storm.id() as u64) > 0,
         "system-wide sees the storm"
     );
 }
@@ -265,7 +255,7 @@ fn target_that_exits_early_ends_the_recording() {
     assert_programs_gone(&programs);
     let profile = load_json(&profile_path);
     assert!(
-        rows_of(&profile, storm_pid as u64) > 0,
+        contentions_of(&profile, storm_pid as u64) > 0,
         "the target's contention is kept"
     );
 }
@@ -420,11 +410,11 @@ fn two_instances_at_once_each_see_their_own_command() {
         (&second, second_pid, first_pid),
     ] {
         assert!(
-            rows_of(profile, own) > 0,
+            contentions_of(profile, own) > 0,
             "own command's contention recorded"
         );
         assert_eq!(
-            rows_of(profile, other),
+            contentions_of(profile, other),
             0,
             "the other instance's command is filtered out"
         );

@@ -390,3 +390,14 @@ pub fn fails_with(args: &[&str], expect: &str) -> String {
 pub fn path_str(path: &Path) -> &str {
     path.to_str().expect("utf-8 path")
 }
+
+/// Contentions of process `pid` in a profile: its lock rows' counts.
+pub fn contentions_of(profile: &serde_json::Value, pid: u64) -> u64 {
+    profile["locks"]
+        .as_array()
+        .expect("locks")
+        .iter()
+        .filter(|row| row["pid"].as_u64() == Some(pid))
+        .map(|row| row["count"].as_u64().expect("count"))
+        .sum()
+}
