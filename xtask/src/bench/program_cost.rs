@@ -174,14 +174,18 @@ pub(super) fn held_objects(pid: u32) -> (Vec<u64>, BTreeMap<u64, u64>) {
     (programs, maps)
 }
 
-pub(super) fn bpftool_costs(ids: &[u64]) -> Result<Vec<ProgramCost>> {
+/// `bpftool -j prog show`, parsed: every loaded program with its bpf_stats counters.
+pub(super) fn bpftool_programs() -> Result<serde_json::Value> {
     let json = util::capture(
         Command::new("bpftool").args(["-j", "prog", "show"]),
         "bench: bpftool prog show",
         "install bpftool",
     )?;
-    let programs: serde_json::Value =
-        serde_json::from_str(&json).context("bpftool printed invalid JSON")?;
+    serde_json::from_str(&json).context("bpftool printed invalid JSON")
+}
+
+pub(super) fn bpftool_costs(ids: &[u64]) -> Result<Vec<ProgramCost>> {
+    let programs = bpftool_programs()?;
     // Program names stop at 15 characters; the raw tracepoint a link attaches to says more.
     let links = util::capture(
         Command::new("bpftool").args(["-j", "link", "show"]),

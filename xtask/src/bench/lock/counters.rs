@@ -2,7 +2,7 @@
 
 use std::{collections::BTreeMap, fs, process::Command};
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 
 use crate::util;
 
@@ -34,13 +34,7 @@ impl Counters {
 
 /// `bpftool prog show -j`: counters of every loaded program by id.
 pub(super) fn bpftool_counters() -> Result<BTreeMap<u64, Counters>> {
-    let json = util::capture(
-        Command::new("bpftool").args(["-j", "prog", "show"]),
-        "bench: bpftool prog show",
-        "install bpftool",
-    )?;
-    let programs: serde_json::Value =
-        serde_json::from_str(&json).context("bpftool printed invalid JSON")?;
+    let programs = super::super::program_cost::bpftool_programs()?;
     Ok(programs
         .as_array()
         .into_iter()
