@@ -15,7 +15,7 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 use tokio::{
-    signal::unix::{signal, SignalKind},
+    signal::unix::{signal, Signal, SignalKind},
     time::MissedTickBehavior,
 };
 
@@ -94,6 +94,16 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         // Each period empties the maps the timeline diffs against.
         bail!("--interval cannot be combined with --rotate: each period's profile is already one interval of the run (use a shorter --rotate period)");
     }
+    // Signals are caught from the start: one that comes while the probes load stops the
+    // agent as soon as it runs (and a period, however short, is written).
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime for signals and timers")?;
+    let signals = {
+        let _context = runtime.enter();
+        StopSignals::catch()?
+    };
     let target = record::target_of(&args);
     let asked = record::check_arguments(&args, &target)?;
     let dir = output_dir(&args)?;
@@ -139,10 +149,6 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         }
     };
     let staging = Staging::new(&session.maps, &families)?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the runtime for signals and timers")?;
     let Session {
         ebpf,
         probes,
@@ -174,13 +180,31 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         }),
         metrics,
     };
-    let outcome = runtime.block_on(agent.run(&args, period, child.as_mut()));
+    let outcome = runtime.block_on(agent.run(&args, period, signals, child.as_mut()));
     // Whatever ended the run: the period in progress is written, then all detaches.
     let last = agent.finish();
     drop(agent);
     match (outcome, last) {
         (Ok(code), Ok(())) => Ok(code),
         (Err(err), _) | (Ok(_), Err(err)) => Err(err),
+    }
+}
+
+/// SIGTERM and SIGINT stop the agent; SIGHUP ends a period early.
+struct StopSignals {
+    terminate: Signal,
+    interrupt: Signal,
+    hangup: Signal,
+}
+
+impl StopSignals {
+    /// Must run inside the tokio runtime.
+    fn catch() -> Result<Self> {
+        Ok(Self {
+            terminate: signal(SignalKind::terminate()).context("cannot catch SIGTERM")?,
+            interrupt: signal(SignalKind::interrupt()).context("cannot catch SIGINT")?,
+            hangup: signal(SignalKind::hangup()).context("cannot catch SIGHUP")?,
+        })
     }
 }
 
@@ -215,11 +239,14 @@ impl Agent {
         &mut self,
         args: &RecordArgs,
         period: Duration,
+        signals: StopSignals,
         mut child: Option<&mut Child>,
     ) -> Result<i32> {
-        let mut terminate = signal(SignalKind::terminate()).context("cannot catch SIGTERM")?;
-        let mut interrupt = signal(SignalKind::interrupt()).context("cannot catch SIGINT")?;
-        let mut hangup = signal(SignalKind::hangup()).context("cannot catch SIGHUP")?;
+        let StopSignals {
+            mut terminate,
+            mut interrupt,
+            mut hangup,
+        } = signals;
         if let (Some(child), Some(program)) = (child.as_mut(), args.command.first()) {
             child.release(program)?;
         }

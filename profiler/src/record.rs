@@ -109,6 +109,9 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     if args.rotate.is_some() {
         return crate::agent::run(args);
     }
+    // First of all: a Ctrl-C or SIGTERM while the probes load must not kill the
+    // process; it ends the recording as soon as it starts, and the profile is written.
+    install_signal_handlers();
     let target = target_of(&args);
     let asked = check_arguments(&args, &target)?;
     check_environment(&args)?;
@@ -149,7 +152,6 @@ pub fn run(args: RecordArgs) -> Result<i32> {
             return Err(err);
         }
     };
-    install_signal_handlers();
     let start_wall = SystemTime::now();
     if let Some(child) = child.as_mut() {
         child.release(&args.command[0])?;

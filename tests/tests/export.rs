@@ -670,7 +670,7 @@ fn prometheus_scrapes_live_metrics() {
         "--threads",
         "4",
     ]);
-    let mut lockpath_child = KillOnDrop(lockpath_child);
+    let mut lockpath_child = KillOnDrop(lockpath_child.into_child());
 
     let web_port = free_port();
     let config = dir.join("prometheus.yml");

@@ -154,7 +154,7 @@ fn rotate_soak_matches_a_long_recording() {
     let long_path = dir.join("long.json");
     // The reference: one recording of the whole run, on the same tracepoints.
     let (long, _) = spawn_recording(&["record", "--lock", "-a", "-o", path_str(&long_path)]);
-    let mut long = KillOnDrop(long);
+    let mut long = KillOnDrop(long.into_child());
     let (agent, agent_programs) = spawn_recording(&[
         "record",
         "--lock",
@@ -164,7 +164,7 @@ fn rotate_soak_matches_a_long_recording() {
         "-o",
         path_str(&out),
     ]);
-    let mut agent = KillOnDrop(agent);
+    let mut agent = KillOnDrop(agent.into_child());
     let agent_pid = agent.0.id();
     let storm = Command::new(workload("lock-storm"))
         .args(["--seconds", "120", "--threads", "4"])
@@ -476,7 +476,7 @@ fn prometheus_ranks_the_contended_agent_first() {
         ];
         args.extend(command.iter().map(String::as_str));
         let (child, _) = spawn_recording(&args);
-        agents.push(KillOnDrop(child));
+        agents.push(KillOnDrop(child.into_child()));
     }
     let web = format!("127.0.0.1:{}", free_port());
     let config = dir.join("prometheus.yml");

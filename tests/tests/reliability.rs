@@ -162,6 +162,75 @@ fn sigterm_writes_a_complete_profile() {
     stop_with_signal_writes_profile("sigterm", SIGTERM);
 }
 
+/// Ctrl-C while the probes are still loading: lockpath (one recording, and the agent
+/// with `--rotate`) finishes attaching, stops at once, writes a valid (short) profile
+/// and detaches; it is not killed by the signal.
+#[test]
+fn sigint_while_the_probes_load_stops_cleanly() {
+    if !can_load_programs("sigint_startup") {
+        return;
+    }
+    let dir = scratch("sigint-startup");
+    let profile_path = dir.join("startup.json");
+    let rotate_dir = dir.join("periods");
+    for args in [
+        vec!["record", "-a", "-o", path_str(&profile_path)],
+        vec![
+            "record",
+            "-a",
+            "--rotate",
+            "1m",
+            "-o",
+            path_str(&rotate_dir),
+        ],
+    ] {
+        let recorder = Command::new(lockpath_bin())
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start lockpath");
+        // The first program loaded: the rest of the start-up (more loads, attaches, the
+        // process table) is still ahead.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let programs = loop {
+            let held = programs_held_by(recorder.id());
+            if !held.is_empty() {
+                break held;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "lockpath loaded no program in 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        signal(&recorder, SIGINT);
+        let output = recorder.wait_with_output().expect("wait for lockpath");
+        assert!(
+            output.status.success(),
+            "{args:?}: a signal during start-up must end the run cleanly: {}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert_programs_gone(&programs);
+    }
+    let mut written = vec![profile_path];
+    written.extend(
+        std::fs::read_dir(&rotate_dir)
+            .expect("the agent's directory")
+            .flatten()
+            .map(|entry| entry.path())
+            .filter(|path| path.extension().is_some_and(|ext| ext == "json")),
+    );
+    assert_eq!(written.len(), 2, "one profile each: {written:?}");
+    for path in &written {
+        assert_eq!(load_json(path)["format"], "lockpath/1");
+        lockpath_ok(&["report", path_str(path)]);
+    }
+    assert_eq!(temporaries(&dir), Vec::<String>::new());
+    assert_eq!(temporaries(&rotate_dir), Vec::<String>::new());
+}
+
 #[test]
 fn sigint_during_a_system_run_writes_a_profile() {
     if !can_load_programs("sigint_system") {

@@ -155,36 +155,98 @@ pub fn loaded_programs() -> Vec<u64> {
         .collect()
 }
 
-/// Starts `lockpath record ARGS` in the background, waits until its programs are
-/// loaded, and returns the child and the program ids it holds.
+/// A `lockpath record` running in the background (see [`spawn_recording`]). It derefs
+/// to its [`std::process::Child`]; its stderr is read by a thread from the start, so
+/// [`Recording::wait_with_output`] returns all of it.
+pub struct Recording {
+    child: std::process::Child,
+    stderr: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::ops::Deref for Recording {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.child
+    }
+}
+
+impl std::ops::DerefMut for Recording {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.child
+    }
+}
+
+impl Recording {
+    /// Waits for lockpath to end; stdout as it came, stderr as read since the start.
+    pub fn wait_with_output(self) -> std::io::Result<Output> {
+        let Recording {
+            child,
+            stderr,
+            reader,
+        } = self;
+        let mut output = child.wait_with_output()?;
+        if let Some(reader) = reader {
+            let _ = reader.join();
+        }
+        output.stderr = std::mem::take(&mut *stderr.lock().expect("stderr buffer"));
+        Ok(output)
+    }
+
+    /// The bare child, for a caller that does not need stderr.
+    pub fn into_child(self) -> std::process::Child {
+        self.child
+    }
+
+    fn stderr_text(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.lock().expect("stderr buffer")).into_owned()
+    }
+}
+
+/// Starts `lockpath record ARGS` in the background, waits until it says it is recording
+/// (every probe attached), and returns it with the program ids it holds.
 // The caller owns the child and waits for it.
 #[allow(clippy::zombie_processes)]
-pub fn spawn_recording(args: &[&str]) -> (std::process::Child, Vec<u64>) {
+pub fn spawn_recording(args: &[&str]) -> (Recording, Vec<u64>) {
+    use std::io::Read;
     let mut child = Command::new(lockpath_bin())
         .args(args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("start lockpath");
-    let pid = child.id();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        let held = programs_held_by(pid);
-        if !held.is_empty() {
-            // Let the remaining attaches finish; a short run may end meanwhile, so keep
-            // what was seen first too.
-            std::thread::sleep(std::time::Duration::from_millis(300));
-            let mut all = held;
-            all.extend(programs_held_by(pid));
-            all.sort_unstable();
-            all.dedup();
-            return (child, all);
+    let mut pipe = child.stderr.take().expect("piped stderr");
+    let stderr = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = stderr.clone();
+    let reader = std::thread::spawn(move || {
+        let mut chunk = [0u8; 4096];
+        while let Ok(n @ 1..) = pipe.read(&mut chunk) {
+            sink.lock()
+                .expect("stderr buffer")
+                .extend_from_slice(&chunk[..n]);
         }
-        if std::time::Instant::now() >= deadline || matches!(child.try_wait(), Ok(Some(_))) {
-            let _ = child.kill();
-            let output = child.wait_with_output().expect("reap lockpath");
+    });
+    let mut recording = Recording {
+        child,
+        stderr,
+        reader: Some(reader),
+    };
+    let pid = recording.id();
+    // Startup takes well under a second on a quiet machine, several on a loaded CI one.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let text = recording.stderr_text();
+        if text
+            .lines()
+            .any(|line| line.starts_with("lockpath:") && line.contains(" recording "))
+        {
+            return (recording, programs_held_by(pid));
+        }
+        if std::time::Instant::now() >= deadline || matches!(recording.try_wait(), Ok(Some(_))) {
+            let _ = recording.kill();
+            let output = recording.wait_with_output().expect("reap lockpath");
             panic!(
-                "lockpath loaded no program within 20 s ({}): {}",
+                "lockpath did not start recording within 60 s ({}): {}",
                 output.status,
                 String::from_utf8_lossy(&output.stderr)
             );
