@@ -20,6 +20,9 @@ use super::{
     REFERENCE_SCRIPT, SPIN_MASK, STACK_SCRIPT, TOOLS,
 };
 
+/// How often a run looks up where bpftrace's programs are attached, until all are.
+const LOOKUP_EVERY: Duration = Duration::from_millis(300);
+
 /// What one run gave.
 #[derive(Default)]
 pub(super) struct Run {
@@ -174,7 +177,7 @@ pub(super) fn run_tool(bench: &Bench, storm: &Storm, tool: Tool) -> Result<Run> 
     let deadline = Instant::now() + Duration::from_secs_f64(bench.seconds + 120.0);
     let mut last_sample: BTreeMap<u64, Counters> = BTreeMap::new();
     let mut attached: BTreeMap<u64, String> = BTreeMap::new();
-    let mut lookups = 0;
+    let mut last_lookup: Option<Instant> = None;
     let status = loop {
         if let Some(status) = child.exited()? {
             break status;
@@ -187,8 +190,13 @@ pub(super) fn run_tool(bench: &Bench, storm: &Storm, tool: Tool) -> Result<Run> 
             // programs when bpftrace exits.
             let sample = fdinfo_counters(child.pid());
             if !sample.is_empty() {
-                if sample.keys().any(|id| !attached.contains_key(id)) && lookups < 10 {
-                    lookups += 1;
+                // bpftrace loads its programs before it attaches them, and its start-up
+                // can take seconds on a busy machine: look again (bpftool, at most every
+                // 300 ms) until every program it holds is attached somewhere.
+                if sample.keys().any(|id| !attached.contains_key(id))
+                    && last_lookup.is_none_or(|at: Instant| at.elapsed() >= LOOKUP_EVERY)
+                {
+                    last_lookup = Some(Instant::now());
                     attached = attached_tracepoints(child.pid());
                 }
                 last_sample = sample;
