@@ -14,15 +14,6 @@ use std::{
 use common::*;
 use serde_json::Value;
 
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn signal(pid: u32, signal: &str) {
     let status = Command::new("kill")
         .args([&format!("-{signal}"), &pid.to_string()])
