@@ -186,8 +186,8 @@ pub(super) fn run_tool(bench: &Bench, storm: &Storm, tool: Tool) -> Result<Run> 
             bail!("did not finish within {:.0} s", bench.seconds + 120.0);
         }
         if tool == Tool::Reference {
-            // Poll the counters while it runs and keep the last sample: they go with the
-            // programs when bpftrace exits.
+            // Poll the counters while it runs and keep the latest reading of each
+            // program: they go with the programs when bpftrace exits.
             let sample = fdinfo_counters(child.pid());
             if !sample.is_empty() {
                 // bpftrace loads its programs before it attaches them, and its start-up
@@ -199,7 +199,9 @@ pub(super) fn run_tool(bench: &Bench, storm: &Storm, tool: Tool) -> Result<Run> 
                     last_lookup = Some(Instant::now());
                     attached = attached_tracepoints(child.pid());
                 }
-                last_sample = sample;
+                // Per program, its latest reading: bpftrace closes its programs one by
+                // one as it exits, so the last sample may lack some of them.
+                last_sample.extend(sample);
             }
             std::thread::sleep(Duration::from_millis(100));
         } else {
