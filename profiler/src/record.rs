@@ -505,7 +505,20 @@ pub(crate) fn start(
     // The watcher first: a process must be noted before its first sample is counted.
     let watcher = match families.iter().any(|family| family.user_stacks()) {
         true => Some(ProcessWatcher::start(&mut ebpf)?),
-        false => None,
+        false => {
+            // The exec hook also renames a thread first seen before its exec (the
+            // command lockpath starts is first seen under lockpath's own name); without
+            // it a process can keep its launcher's name. Only names depend on it.
+            if let Err(err) = attach_tracepoint(
+                &mut ebpf,
+                profiler_common::shared::names::PROCESSES_EXEC,
+                "sched",
+                "sched_process_exec",
+            ) {
+                log::warn!("processes that exec while recorded may keep their old name: {err:#}");
+            }
+            None
+        }
     };
     let mut ctx = AttachContext {
         symbols: &kernel_symbols,

@@ -26,11 +26,19 @@ pub(super) struct SideBySide {
     /// The workload's own `contention_begin` events in the window (`perf stat -p`).
     pub(super) workload_events: Option<u64>,
     pub(super) attempts: usize,
+    /// lockpath's and bpftrace's BPF time per contention in every window of the run, in
+    /// order; the fields above are of the window with lockpath's median figure.
+    pub(super) windows: Vec<(f64, f64)>,
 }
 
+/// Consecutive windows of one side-by-side run: one window's figure moves by a third
+/// from run to run on this shared VM, the median of three much less.
+const WINDOWS: usize = 3;
+
 /// One run of the workload with lockpath (`-p PID`) and the bpftrace stack script attached
-/// at the same time; counters over a steady-state window (two samples, delta). Repeated
-/// when the workload barely contended in the window.
+/// at the same time; counters over three consecutive steady-state windows (two samples
+/// each, delta), the window with lockpath's median figure reported. Repeated when the
+/// workload barely contended in the window.
 pub(super) fn side_by_side(bench: &Bench, storm: &Storm) -> Result<SideBySide> {
     let _stats = BpfStats::enable()?;
     let mut last_err = anyhow!("not run");
@@ -142,49 +150,67 @@ pub(super) fn side_by_side_once(bench: &Bench, storm: &Storm) -> Result<SideBySi
     let lockpath_tps = held(lockpath.pid(), lockpath_tps);
     let bpftrace_tps = held(bpftrace.pid(), bpftrace_tps);
     std::thread::sleep(Duration::from_millis(500));
-    let before = bpftool_counters()?;
-    let start = Instant::now();
-    let workload_events = workload_events(pid, window, &bench.scratch);
-    if let Some(rest) = window.checked_sub(start.elapsed()) {
-        std::thread::sleep(rest);
-    }
-    let after = bpftool_counters()?;
-    let window_s = start.elapsed().as_secs_f64();
-    if let Some(status) = workload.exited()? {
-        bail!("the workload exited during the window ({status})");
-    }
-    for (tool, reaper) in [("lockpath", &mut lockpath), ("bpftrace", &mut bpftrace)] {
-        if let Some(status) = reaper.exited()? {
-            bail!("{tool} exited during the window ({status})");
+    let mut windows: Vec<SideBySide> = Vec::new();
+    for _ in 0..WINDOWS {
+        let before = bpftool_counters()?;
+        let start = Instant::now();
+        let workload_events = workload_events(pid, window, &bench.scratch);
+        if let Some(rest) = window.checked_sub(start.elapsed()) {
+            std::thread::sleep(rest);
         }
+        let after = bpftool_counters()?;
+        let window_s = start.elapsed().as_secs_f64();
+        if let Some(status) = workload.exited()? {
+            bail!("the workload exited during the window ({status})");
+        }
+        for (tool, reaper) in [("lockpath", &mut lockpath), ("bpftrace", &mut bpftrace)] {
+            if let Some(status) = reaper.exited()? {
+                bail!("{tool} exited during the window ({status})");
+            }
+        }
+        let delta = |attached: &BTreeMap<u64, String>| {
+            let counters: BTreeMap<u64, Counters> = attached
+                .keys()
+                .filter_map(|id| {
+                    let after = after.get(id)?;
+                    let before = before.get(id).copied().unwrap_or_default();
+                    Some((*id, after.since(before)))
+                })
+                .collect();
+            ContentionCost::of(&counters, attached)
+        };
+        let (lockpath_cost, bpftrace_cost) = (delta(&lockpath_tps), delta(&bpftrace_tps));
+        if !lockpath_cost.complete() || !bpftrace_cost.complete() {
+            bail!("a lock program of lockpath or bpftrace did not run in the window");
+        }
+        windows.push(SideBySide {
+            lockpath: lockpath_cost,
+            bpftrace: bpftrace_cost,
+            window_s,
+            workload_events,
+            attempts: 1,
+            windows: Vec::new(),
+        });
     }
-    let delta = |attached: &BTreeMap<u64, String>| {
-        let counters: BTreeMap<u64, Counters> = attached
-            .keys()
-            .filter_map(|id| {
-                let after = after.get(id)?;
-                let before = before.get(id).copied().unwrap_or_default();
-                Some((*id, after.since(before)))
-            })
-            .collect();
-        ContentionCost::of(&counters, attached)
-    };
-    let lockpath_cost = delta(&lockpath_tps);
-    let bpftrace_cost = delta(&bpftrace_tps);
     // Tools first (they detach), then the workload.
     drop(bpftrace);
     drop(lockpath);
     drop(workload);
-    if !lockpath_cost.complete() || !bpftrace_cost.complete() {
-        bail!("a lock program of lockpath or bpftrace did not run in the window");
-    }
-    Ok(SideBySide {
-        lockpath: lockpath_cost,
-        bpftrace: bpftrace_cost,
-        window_s,
-        workload_events,
-        attempts: 1,
-    })
+    let figures: Vec<(f64, f64)> = windows
+        .iter()
+        .map(|window| {
+            (
+                window.lockpath.per_contention().unwrap_or(0.0),
+                window.bpftrace.per_contention().unwrap_or(0.0),
+            )
+        })
+        .collect();
+    let mut order: Vec<usize> = (0..windows.len()).collect();
+    order.sort_by(|&a, &b| figures[a].0.total_cmp(&figures[b].0));
+    let middle = order[order.len() / 2];
+    let mut result = windows.swap_remove(middle);
+    result.windows = figures;
+    Ok(result)
 }
 
 /// The workload's `lock:contention_begin` events over about `window` (`perf stat -p PID

@@ -51,8 +51,9 @@ pub(super) fn storm_rows(
             let ours = side.lockpath.per_contention();
             let _ = writeln!(
                 md,
-                "| {} | BPF time per contention, begin + end (one run, both attached, {:.1} s window) | {} | {} | {} | | {} |",
+                "| {} | BPF time per contention, begin + end (one run, both attached, median of {} windows of {:.1} s) | {} | {} | {} | | {} |",
                 std::mem::take(&mut workload),
+                side.windows.len(),
                 side.window_s,
                 side.lockpath.show(),
                 side.bpftrace.show(),
@@ -66,7 +67,12 @@ pub(super) fn storm_rows(
                 ))
             );
             notes.push(format!(
-                "{name}, side-by-side run: {} contention_begin / {} contention_end runs of lockpath's programs and {} / {} of bpftrace's in the window{}; recursion misses lockpath {} / {}, bpftrace {} / {}{}.",
+                "{name}, side-by-side run: every window, lockpath / bpftrace ns per contention: {}; in the median window {} contention_begin / {} contention_end runs of lockpath's programs and {} / {} of bpftrace's{}; recursion misses lockpath {} / {}, bpftrace {} / {}{}.",
+                side.windows
+                    .iter()
+                    .map(|(ours, theirs)| format!("{ours:.0} / {theirs:.0}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 side.lockpath.begin.run_cnt,
                 side.lockpath.end.run_cnt,
                 side.bpftrace.begin.run_cnt,
