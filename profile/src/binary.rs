@@ -163,9 +163,12 @@ pub(crate) fn decode(
         );
     };
     let name = |id: u32| {
-        names
-            .get(id as usize)
-            .with_context(|| format!("a lock row refers to name {id}, but there are {} names", names.len()))
+        names.get(id as usize).with_context(|| {
+            format!(
+                "a lock row refers to name {id}, but there are {} names",
+                names.len()
+            )
+        })
     };
     let mut locks = Vec::with_capacity(rows);
     for record in reader.bytes.chunks_exact(ROW_BYTES) {
