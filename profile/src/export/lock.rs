@@ -250,10 +250,11 @@ pub fn top_lock_groups(
         Caller(u32),
         Pid(u32),
     }
+    // 48 bytes: with 100,000s of groups, every byte here is memory the kernel must
+    // first zero (the group's lock name and name source are its first row's).
     struct Sums<'a> {
-        lock_type: &'static str,
-        lock: &'a str,
-        lock_name_source: &'a str,
+        row: &'a crate::profile::LockRow,
+        type_id: u16,
         several_locks: bool,
         has_holder: bool,
         count: u64,
@@ -265,7 +266,7 @@ pub fn top_lock_groups(
         if sums.several_locks {
             "(several)"
         } else {
-            sums.lock
+            &sums.row.lock_name
         }
     }
     let (stack_caller, caller_names) = stack_callers(profile);
@@ -295,7 +296,7 @@ pub fn top_lock_groups(
     };
     // A row's type is an id among the distinct type names, found by its flags in a map
     // of a few entries: keys hold no string to hash and compare.
-    let mut type_ids: HashMap<u32, (u16, &'static str), FxBuild> = HashMap::default();
+    let mut type_ids: HashMap<u32, u16, FxBuild> = HashMap::default();
     let mut type_names: Vec<&'static str> = Vec::new();
     let mut type_of = |flags: u32| {
         *type_ids.entry(flags).or_insert_with(|| {
@@ -305,7 +306,7 @@ pub fn top_lock_groups(
                 type_names.push(name);
                 type_names.len() - 1
             });
-            (id as u16, name)
+            id as u16
         })
     };
     // By lock: one map of names per type, keyed by the name's own bytes (a lock name of
@@ -337,15 +338,16 @@ pub fn top_lock_groups(
     let mut by_name: Vec<HashMap<CompactString, (u32, Acc), FxBuild>> = Vec::new();
     // By caller, process or host (host: every type in one group).
     let mut ids: HashMap<(Key, u16), u32, FxBuild> = HashMap::default();
-    let mut groups: Vec<Sums> = Vec::new();
+    // At most one group per row: reserved (address space, not memory) rather than grown
+    // by copies.
+    let mut groups: Vec<Sums> = Vec::with_capacity(profile.locks.len());
     let mut row_group: Vec<u32> = Vec::with_capacity(profile.locks.len());
     for row in &profile.locks {
-        let (type_id, lock_type) = type_of(row.flags);
+        let type_id = type_of(row.flags);
         let mut new_group = || {
             groups.push(Sums {
-                lock_type,
-                lock: &row.lock_name,
-                lock_name_source: &row.lock_name_source,
+                row,
+                type_id,
                 several_locks: false,
                 has_holder: false,
                 count: 0,
@@ -402,7 +404,7 @@ pub fn top_lock_groups(
             continue;
         }
         let sums = &mut groups[id as usize];
-        if sums.lock != row.lock_name {
+        if sums.row.lock_name != row.lock_name {
             sums.several_locks = true;
         }
         // Saturating: a damaged or hand-made profile must not wrap around.
@@ -426,7 +428,7 @@ pub fn top_lock_groups(
             .cmp(&a.total)
             .then_with(|| b.count.cmp(&a.count))
             .then_with(|| lock_of(a).cmp(lock_of(b)))
-            .then_with(|| a.lock_type.cmp(b.lock_type))
+            .then_with(|| type_names[a.type_id as usize].cmp(type_names[b.type_id as usize]))
     };
     let mut shown: Vec<u32> = (0..groups.len() as u32)
         .filter(|&id| !need_holders || groups[id as usize].has_holder)
@@ -513,12 +515,12 @@ pub fn top_lock_groups(
                 None
             },
             holders,
-            lock_type: sums.lock_type.to_string(),
+            lock_type: type_names[sums.type_id as usize].to_string(),
             lock: lock_of(sums).to_string(),
             lock_name_source: if sums.several_locks {
                 String::new()
             } else {
-                sums.lock_name_source.to_string()
+                sums.row.lock_name_source.to_string()
             },
             caller: callers.first().map(|c| c.0.to_string()).unwrap_or_default(),
             contended: sums.count,
