@@ -142,9 +142,14 @@ fn render_lines(
 }
 
 pub fn render_svg(profile: &Profile, kind: Kind) -> Result<Vec<u8>> {
+    use std::fmt::Write as _;
     let lines: Vec<String> = folded::lines(profile, kind)
         .into_iter()
-        .map(|(stack, value)| format!("{stack} {value}"))
+        .map(|(mut line, value)| {
+            // `stack value`, in the stack's own buffer.
+            let _ = write!(line, " {value}");
+            line
+        })
         .collect();
     // The same drawing from fewer frames (export/flame_prune.rs).
     let min_width = inferno::flamegraph::Options::default().min_width;

@@ -163,7 +163,7 @@ pub fn samples(profile: &Profile, kind: Kind) -> Vec<Sample> {
 
 /// Frames of a lock stack from the outermost to the caller (the locking code itself
 /// is left out, so the caller is on top), or `[stack lost]`.
-pub(crate) fn lock_stack_frames(profile: &Profile, stack: Option<u32>) -> Vec<String> {
+fn lock_stack_frames(profile: &Profile, stack: Option<u32>) -> Vec<String> {
     if stack.is_none() {
         return vec!["[stack lost]".to_string()];
     }

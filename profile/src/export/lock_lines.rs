@@ -8,7 +8,12 @@ use std::collections::HashMap;
 
 use rustc_hash::FxBuildHasher;
 
-use crate::{export::folded, kind::Kind, lock::lock_type_name, profile::Profile};
+use crate::{
+    export::folded,
+    kind::Kind,
+    lock::{is_lock_internal, lock_type_name},
+    profile::Profile,
+};
 
 /// Unsorted `(root;...;leaf, value)` lines of the lock kind, zero lines left out.
 pub(crate) fn lock_lines(profile: &Profile) -> Vec<(String, u64)> {
@@ -30,6 +35,7 @@ pub(crate) fn lock_lines(profile: &Profile) -> Vec<(String, u64)> {
     let mut stack_text: HashMap<Option<u32>, String, FxBuildHasher> = HashMap::default();
     let mut process_text: HashMap<u32, String, FxBuildHasher> = HashMap::default();
     let mut type_text: HashMap<u32, String, FxBuildHasher> = HashMap::default();
+    let mut frame_text: Vec<Option<String>> = vec![None; profile.frames.len()];
     // Keys that differ can give the same frames (two pids of one name): merged here by
     // the line's text, which is the frames joined (no frame contains `;`).
     let mut merged: HashMap<String, u64, FxBuildHasher> =
@@ -41,14 +47,9 @@ pub(crate) fn lock_lines(profile: &Profile) -> Vec<(String, u64)> {
         let lock_type = type_text
             .entry(flags)
             .or_insert_with(|| folded::clean(lock_type_name(flags)));
-        let frames = stack_text.entry(stack).or_insert_with(|| {
-            let mut text = String::new();
-            for frame in folded::lock_stack_frames(profile, stack) {
-                text.push(';');
-                text.push_str(&frame);
-            }
-            text
-        });
+        let frames = stack_text
+            .entry(stack)
+            .or_insert_with(|| stack_frames_text(profile, stack, &mut frame_text));
         let name = name.map(folded::clean);
         let mut line = String::with_capacity(
             process.len()
@@ -75,6 +76,42 @@ pub(crate) fn lock_lines(profile: &Profile) -> Vec<(String, u64)> {
             (value > 0).then_some((line, value))
         })
         .collect()
+}
+
+/// `;` and each frame of `folded::lock_stack_frames`, each frame's text made once.
+fn stack_frames_text(
+    profile: &Profile,
+    stack: Option<u32>,
+    frame_text: &mut [Option<String>],
+) -> String {
+    let Some(stack) = stack else {
+        return ";[stack lost]".to_string();
+    };
+    // As `Profile::stack_frames`: indices past the frames are left out.
+    let ids: Vec<usize> = profile
+        .stacks
+        .get(stack as usize)
+        .map(|stack| {
+            stack
+                .frames
+                .iter()
+                .map(|&id| id as usize)
+                .filter(|&id| id < profile.frames.len())
+                .collect()
+        })
+        .unwrap_or_default();
+    let outside_lock = ids
+        .iter()
+        .position(|&id| !is_lock_internal(&profile.frames[id].name))
+        .unwrap_or(ids.len());
+    let mut text = String::new();
+    for &id in ids[outside_lock..].iter().rev() {
+        let frame =
+            frame_text[id].get_or_insert_with(|| folded::clean(&profile.frames[id].display()));
+        text.push(';');
+        text.push_str(frame);
+    }
+    text
 }
 
 #[cfg(test)]
