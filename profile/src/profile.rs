@@ -935,6 +935,21 @@ mod tests {
     }
 
     #[test]
+    fn any_damaged_byte_of_a_compact_profile_loads_or_is_one_clear_line() {
+        let bytes = crate::binary::encode(&sample()).expect("encode");
+        for at in 0..bytes.len() {
+            for flip in [0x01u8, 0x80, 0xff] {
+                let mut damaged = bytes.clone();
+                damaged[at] ^= flip;
+                if let Err(err) = Profile::from_bytes(&damaged) {
+                    let text = format!("{err:#}");
+                    assert_eq!(text.lines().count(), 1, "byte {at}: {text}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn bad_compact_rows_are_rejected() {
         let mut profile = sample();
         profile.locks[0].stack = Some(99);
