@@ -46,12 +46,20 @@ pub(crate) fn prune(lines: &[String], min_width: f64) -> Option<Vec<String>> {
     // inferno's own arithmetic for the cut-off.
     let width_per_time_pct = 100.0 / total as f64;
     let min_width_time = min_width / width_per_time_pct;
-    let frames: Vec<Vec<&str>> = parsed
-        .iter()
-        .map(|(stack, _)| stack.split(';').collect())
+    // Frames each line shares with the one before it (0 for the first).
+    let shared: Vec<usize> = (0..parsed.len())
+        .map(|index| match index.checked_sub(1) {
+            Some(previous) => parsed[previous]
+                .0
+                .split(';')
+                .zip(parsed[index].0.split(';'))
+                .take_while(|(a, b)| a == b)
+                .count(),
+            None => 0,
+        })
         .collect();
     // Frames to keep per line: at least one, so every line keeps its count.
-    let mut keep = vec![1usize; frames.len()];
+    let mut keep = vec![1usize; parsed.len()];
     // Open frames by depth: (start time, first line).
     let mut open: Vec<(u64, usize)> = Vec::new();
     let mut time = 0u64;
@@ -65,46 +73,39 @@ pub(crate) fn prune(lines: &[String], min_width: f64) -> Option<Vec<String>> {
         }
         open.truncate(depth);
     };
-    for (index, line_frames) in frames.iter().enumerate() {
-        let shared = match index.checked_sub(1) {
-            Some(previous) => frames[previous]
-                .iter()
-                .zip(line_frames)
-                .take_while(|(a, b)| a == b)
-                .count(),
-            None => 0,
-        };
-        close(&mut open, shared, time, index);
-        for _ in shared..line_frames.len() {
+    for (index, &(stack, count)) in parsed.iter().enumerate() {
+        close(&mut open, shared[index], time, index);
+        let frames = stack.bytes().filter(|&byte| byte == b';').count() + 1;
+        for _ in shared[index]..frames {
             open.push((time, index));
         }
-        time += parsed[index].1;
+        time += count;
     }
-    close(&mut open, 0, time, frames.len());
+    close(&mut open, 0, time, parsed.len());
     // inferno needs sorted lines, and cutting a line right after a frame whose name is
     // the start of its neighbour's (`f` and `f1`) could swap them: each line keeps the
     // frame where it parts from each neighbour and the one after it, so every pair
     // still compares at the same byte.
-    for index in 1..frames.len() {
-        let (previous, line) = (&frames[index - 1], &frames[index]);
-        let parted = previous
-            .iter()
-            .zip(line)
-            .take_while(|(a, b)| a == b)
-            .count();
-        keep[index - 1] = keep[index - 1].max(parted + 2);
-        keep[index] = keep[index].max(parted + 2);
+    for index in 1..parsed.len() {
+        let parted = shared[index] + 2;
+        keep[index - 1] = keep[index - 1].max(parted);
+        keep[index] = keep[index].max(parted);
     }
 
-    let mut pruned: Vec<(String, u64)> = Vec::new();
-    for ((line_frames, (_, count)), keep) in frames.iter().zip(&parsed).zip(keep) {
-        let stack = line_frames[..keep.min(line_frames.len())].join(";");
+    let mut pruned: Vec<(&str, u64)> = Vec::with_capacity(parsed.len());
+    for (&(stack, count), keep) in parsed.iter().zip(keep) {
+        // The first `keep` frames: the stack up to its keep-th `;`.
+        let end = stack
+            .match_indices(';')
+            .nth(keep - 1)
+            .map_or(stack.len(), |(at, _)| at);
+        let stack = &stack[..end];
         if stack.trim() != stack {
             return None;
         }
         match pruned.last_mut() {
-            Some((last, sum)) if *last == stack => *sum = sum.checked_add(*count)?,
-            _ => pruned.push((stack, *count)),
+            Some((last, sum)) if *last == stack => *sum = sum.checked_add(count)?,
+            _ => pruned.push((stack, count)),
         }
     }
     let stacks_sorted = pruned.windows(2).all(|pair| pair[0].0 <= pair[1].0);
