@@ -7,6 +7,7 @@
 //! No aya, no clap: `lockpath` (the CLI and recorder) and the fuzz target use it, and so
 //! can any tool that reads profiles.
 
+pub mod binary;
 pub mod export;
 pub mod filter;
 pub mod histogram;

@@ -540,14 +540,21 @@ impl Profile {
         if bytes.iter().all(u8::is_ascii_whitespace) {
             bail!("the file is empty; record it again");
         }
-        let parsed = with_document_size(bytes.len(), || serde_json::from_slice::<Profile>(bytes));
-        let profile = match parsed {
-            Ok(profile) => profile,
-            Err(err) => return Err(explain_parse_error(bytes, err)),
+        // The compact encoding (`*.lpb`, binary.rs) is told apart by its first bytes.
+        let profile = if crate::binary::is_compact(bytes) {
+            crate::binary::decode(bytes, Self::parse_json)?
+        } else {
+            Self::parse_json(bytes)?
         };
         check_format(Some(&profile.format))?;
         profile.validate()?;
         Ok(profile)
+    }
+
+    /// Parses a JSON profile, not yet validated.
+    fn parse_json(bytes: &[u8]) -> Result<Profile> {
+        let parsed = with_document_size(bytes.len(), || serde_json::from_slice::<Profile>(bytes));
+        parsed.map_err(|err| explain_parse_error(bytes, err))
     }
 
     /// Checks every index, so exporters can trust them.
@@ -666,9 +673,17 @@ impl Profile {
     }
 
     /// Writes the profile atomically: a complete file or none (temporary file, fsync, rename).
+    /// JSON, or the compact encoding (binary.rs) when the name ends in `.lpb`.
     pub fn save(&self, path: &Path) -> Result<()> {
-        let json = serde_json::to_vec(self).context("cannot serialize the profile")?;
-        write_atomically(path, &json)
+        let compact = path
+            .extension()
+            .is_some_and(|extension| extension == crate::binary::EXTENSION);
+        let bytes = if compact {
+            crate::binary::encode(self)?
+        } else {
+            serde_json::to_vec(self).context("cannot serialize the profile")?
+        };
+        write_atomically(path, &bytes)
     }
 }
 
@@ -873,6 +888,80 @@ mod tests {
             );
             assert_eq!(text.lines().count(), 1, "one line: {text}");
         }
+    }
+
+    #[test]
+    fn compact_round_trip_keeps_everything() {
+        let mut profile = sample();
+        let mut row = profile.locks[0].clone();
+        row.stack = None;
+        row.owner_pid = None;
+        row.owner_stack = None;
+        row.lock_name = "a lock name longer than twenty-four bytes".into();
+        row.lock_name_source = "".into();
+        profile.locks.push(row);
+        let bytes = crate::binary::encode(&profile).expect("encode");
+        assert!(bytes.starts_with(crate::binary::MAGIC));
+        assert_eq!(Profile::from_bytes(&bytes).expect("load"), profile);
+    }
+
+    #[test]
+    fn compact_profile_of_the_synthetic_shape_loads_as_its_json() {
+        let dir = std::env::temp_dir().join(format!("lockpath-compact-{}", std::process::id()));
+        fs::create_dir_all(&dir).expect("mkdir");
+        let json = dir.join("p.json");
+        crate::synthetic::write_lock_profile(&json, 5_000).expect("write");
+        let profile = Profile::load(&json).expect("load json");
+        let compact = dir.join("p.lpb");
+        profile.save(&compact).expect("save compact");
+        let size = |path: &Path| fs::metadata(path).expect("stat").len();
+        assert!(size(&compact) < size(&json), "compact is smaller");
+        assert_eq!(Profile::load(&compact).expect("load compact"), profile);
+        fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    #[test]
+    fn every_truncation_of_a_compact_profile_is_a_clear_error() {
+        let bytes = crate::binary::encode(&sample()).expect("encode");
+        for len in 0..bytes.len() {
+            let err = Profile::from_bytes(&bytes[..len]).expect_err("a cut file must fail");
+            let text = format!("{err:#}");
+            assert!(
+                text.contains("truncated") || text.contains("empty"),
+                "cut at {len}: {text}"
+            );
+            assert_eq!(text.lines().count(), 1, "one line: {text}");
+        }
+    }
+
+    #[test]
+    fn any_damaged_byte_of_a_compact_profile_loads_or_is_one_clear_line() {
+        let bytes = crate::binary::encode(&sample()).expect("encode");
+        for at in 0..bytes.len() {
+            for flip in [0x01u8, 0x80, 0xff] {
+                let mut damaged = bytes.clone();
+                damaged[at] ^= flip;
+                if let Err(err) = Profile::from_bytes(&damaged) {
+                    let text = format!("{err:#}");
+                    assert_eq!(text.lines().count(), 1, "byte {at}: {text}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bad_compact_rows_are_rejected() {
+        let mut profile = sample();
+        profile.locks[0].stack = Some(99);
+        let bytes = crate::binary::encode(&profile).expect("encode");
+        let err = Profile::from_bytes(&bytes).expect_err("bad stack");
+        assert!(format!("{err:#}").contains("stack 99"), "{err:#}");
+        // A name index past the names.
+        let mut bytes = crate::binary::encode(&sample()).expect("encode");
+        let row = bytes.len() - 72;
+        bytes[row + 16..row + 20].copy_from_slice(&7u32.to_le_bytes());
+        let err = Profile::from_bytes(&bytes).expect_err("bad name");
+        assert!(format!("{err:#}").contains("name 7"), "{err:#}");
     }
 
     #[test]

@@ -134,6 +134,22 @@ pub fn run(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
+        Command::Convert(args) => {
+            let profile = Profile::load(&args.input)?;
+            profile
+                .save(&args.output)
+                .with_context(|| format!("cannot write {}", args.output.display()))?;
+            let encoding = match args.output.extension() {
+                Some(extension) if extension == lockpath_profile::binary::EXTENSION => "compact",
+                _ => "JSON",
+            };
+            eprintln!(
+                "lockpath: {} written to {} ({encoding})",
+                args.input.display(),
+                args.output.display()
+            );
+            Ok(0)
+        }
         Command::Merge(args) => {
             let inputs = args
                 .inputs

@@ -142,10 +142,18 @@ fn render_lines(
 }
 
 pub fn render_svg(profile: &Profile, kind: Kind) -> Result<Vec<u8>> {
+    use std::fmt::Write as _;
     let lines: Vec<String> = folded::lines(profile, kind)
         .into_iter()
-        .map(|(stack, value)| format!("{stack} {value}"))
+        .map(|(mut line, value)| {
+            // `stack value`, in the stack's own buffer.
+            let _ = write!(line, " {value}");
+            line
+        })
         .collect();
+    // The same drawing from fewer frames (export/flame_prune.rs).
+    let min_width = inferno::flamegraph::Options::default().min_width;
+    let lines = crate::export::flame_prune::prune(&lines, min_width).unwrap_or(lines);
     let (title, count_name, factor) = labels(kind);
     let title = format!("{title} — {} — {:.1} s", profile.host, profile.duration_s);
     let subtitle = (kind == Kind::Cpu && profile.cpu_freq_hz > 0).then(|| {
@@ -213,6 +221,83 @@ mod tests {
         assert!(text.contains("do_pipe2"));
         assert!(text.contains("vm_mmap_pgoff"));
         assert!(text.contains("Lock wait time"));
+    }
+
+    /// The SVG of `lines` as inferno draws them, and of the pruned lines (`cuts`: the
+    /// pruning must cut frames; else it may leave the lines as they are).
+    fn both_ways(profile: &Profile, kind: Kind, cuts: bool) -> (Vec<u8>, Vec<u8>) {
+        let lines: Vec<String> = folded::lines(profile, kind)
+            .into_iter()
+            .map(|(stack, value)| format!("{stack} {value}"))
+            .collect();
+        let min_width = inferno::flamegraph::Options::default().min_width;
+        let pruned = match crate::export::flame_prune::prune(&lines, min_width) {
+            Some(pruned) => pruned,
+            None if !cuts => lines.clone(),
+            None => panic!("not prunable"),
+        };
+        let frames = |lines: &[String]| lines.iter().map(|l| l.matches(';').count()).sum::<usize>();
+        if cuts {
+            assert!(frames(&pruned) < frames(&lines), "some frames are cut");
+        }
+        let (title, count_name, factor) = labels(kind);
+        // inferno's colors come from a generator seeded once per thread: one thread each.
+        let draw = |lines: &[String]| {
+            std::thread::scope(|scope| {
+                scope
+                    .spawn(|| {
+                        render_lines(lines, kind, title.to_string(), None, count_name, factor)
+                            .expect("svg")
+                    })
+                    .join()
+                    .expect("thread")
+            })
+        };
+        (draw(&lines), draw(&pruned))
+    }
+
+    #[test]
+    fn pruned_lines_draw_the_same_svg() {
+        let dir = std::env::temp_dir().join(format!("lockpath-prune-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let path = dir.join("p.json");
+        crate::synthetic::write_lock_profile(&path, 30_000).expect("write");
+        let mut profile = Profile::load(&path).expect("load");
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+        // Some wide paths among the narrow ones.
+        for row in profile.locks.iter_mut().step_by(50) {
+            row.total_ns *= 500;
+        }
+        let (plain, pruned) = both_ways(&profile, Kind::Lock, true);
+        assert!(plain == pruned, "the pruned lines draw another SVG");
+        let (plain, pruned) = both_ways(
+            &crate::export::offcpu::tests::profile_with_waits(),
+            Kind::Offcpu,
+            false,
+        );
+        assert!(plain == pruned, "the pruned lines draw another SVG");
+    }
+
+    #[test]
+    fn pruning_changes_no_svg_of_the_test_profiles() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+        let mut tested = 0;
+        for (dir, only_ok) in [("golden", false), ("corpus", true)] {
+            for entry in std::fs::read_dir(root.join(dir)).expect("test profiles") {
+                let path = entry.expect("entry").path();
+                let name = path.file_name().unwrap_or_default().to_string_lossy();
+                if !name.ends_with(".json") || (only_ok && !name.starts_with("ok_")) {
+                    continue;
+                }
+                let profile = Profile::load(&path).expect("load");
+                for kind in Kind::ALL {
+                    let (plain, pruned) = both_ways(&profile, kind, false);
+                    assert!(plain == pruned, "{name} {}: another SVG", kind.name());
+                    tested += 1;
+                }
+            }
+        }
+        assert!(tested > 20, "{tested} flamegraphs compared");
     }
 
     #[test]

@@ -209,13 +209,18 @@ pub fn cpu_frames(profile: &Profile, row: &CpuRow) -> Vec<String> {
 /// Folded lines (`root;...;leaf`, value in the kind's folded unit), zero lines left out.
 pub fn lines(profile: &Profile, kind: Kind) -> Vec<(String, u64)> {
     let (index, divisor) = flame_value(kind);
-    let mut lines: Vec<(String, u64)> = samples(profile, kind)
-        .into_iter()
-        .filter_map(|sample| {
-            let value = sample.values.get(index).copied().unwrap_or(0) / divisor;
-            (value > 0).then(|| (sample.frames.join(";"), value))
-        })
-        .collect();
+    let mut lines: Vec<(String, u64)> = if kind == Kind::Lock {
+        // The same lines, without a frame list per path (a million rows, export/lock_lines.rs).
+        crate::export::lock_lines::lock_lines(profile)
+    } else {
+        samples(profile, kind)
+            .into_iter()
+            .filter_map(|sample| {
+                let value = sample.values.get(index).copied().unwrap_or(0) / divisor;
+                (value > 0).then(|| (sample.frames.join(";"), value))
+            })
+            .collect()
+    };
     // Sorted as text (not as frame lists): inferno is told the input is sorted, which
     // spares it a second sort of a possibly huge input.
     lines.sort_unstable();

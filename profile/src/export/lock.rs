@@ -250,10 +250,11 @@ pub fn top_lock_groups(
         Caller(u32),
         Pid(u32),
     }
+    // 48 bytes: with 100,000s of groups, every byte here is memory the kernel must
+    // first zero (the group's lock name and name source are its first row's).
     struct Sums<'a> {
-        lock_type: &'static str,
-        lock: &'a str,
-        lock_name_source: &'a str,
+        row: &'a crate::profile::LockRow,
+        type_id: u16,
         several_locks: bool,
         has_holder: bool,
         count: u64,
@@ -265,7 +266,7 @@ pub fn top_lock_groups(
         if sums.several_locks {
             "(several)"
         } else {
-            sums.lock
+            &sums.row.lock_name
         }
     }
     let (stack_caller, caller_names) = stack_callers(profile);
@@ -295,7 +296,7 @@ pub fn top_lock_groups(
     };
     // A row's type is an id among the distinct type names, found by its flags in a map
     // of a few entries: keys hold no string to hash and compare.
-    let mut type_ids: HashMap<u32, (u16, &'static str), FxBuild> = HashMap::default();
+    let mut type_ids: HashMap<u32, u16, FxBuild> = HashMap::default();
     let mut type_names: Vec<&'static str> = Vec::new();
     let mut type_of = |flags: u32| {
         *type_ids.entry(flags).or_insert_with(|| {
@@ -305,23 +306,48 @@ pub fn top_lock_groups(
                 type_names.push(name);
                 type_names.len() - 1
             });
-            (id as u16, name)
+            id as u16
         })
     };
     // By lock: one map of names per type, keyed by the name's own bytes (a lock name of
-    // up to 24 bytes is inline), so finding a row's group reads no other row.
-    let mut by_name: Vec<HashMap<CompactString, u32, FxBuild>> = Vec::new();
+    // up to 24 bytes is inline), so finding a row's group reads no other row. The sums
+    // live beside the key: a row's group is one place in memory, not two (with rows of
+    // 100,000s of locks, each is a cache miss).
+    #[derive(Clone, Copy)]
+    struct Acc {
+        count: u64,
+        total: u64,
+        max: u64,
+        min: u64,
+    }
+    impl Acc {
+        const EMPTY: Acc = Acc {
+            count: 0,
+            total: 0,
+            max: 0,
+            min: u64::MAX,
+        };
+        fn add(&mut self, row: &crate::profile::LockRow) {
+            // Saturating: a damaged or hand-made profile must not wrap around.
+            self.count = self.count.saturating_add(row.count);
+            self.total = self.total.saturating_add(row.total_ns);
+            self.max = self.max.max(row.max_ns);
+            self.min = self.min.min(row.min_ns);
+        }
+    }
+    let mut by_name: Vec<HashMap<CompactString, (u32, Acc), FxBuild>> = Vec::new();
     // By caller, process or host (host: every type in one group).
     let mut ids: HashMap<(Key, u16), u32, FxBuild> = HashMap::default();
-    let mut groups: Vec<Sums> = Vec::new();
+    // At most one group per row: reserved (address space, not memory) rather than grown
+    // by copies.
+    let mut groups: Vec<Sums> = Vec::with_capacity(profile.locks.len());
     let mut row_group: Vec<u32> = Vec::with_capacity(profile.locks.len());
     for row in &profile.locks {
-        let (type_id, lock_type) = type_of(row.flags);
+        let type_id = type_of(row.flags);
         let mut new_group = || {
             groups.push(Sums {
-                lock_type,
-                lock: &row.lock_name,
-                lock_name_source: &row.lock_name_source,
+                row,
+                type_id,
                 several_locks: false,
                 has_holder: false,
                 count: 0,
@@ -338,11 +364,16 @@ pub fn top_lock_groups(
                     by_name.resize_with(type_id + 1, HashMap::default);
                 }
                 let names = &mut by_name[type_id];
-                match names.get(row.lock_name.as_str()) {
-                    Some(&id) => id,
+                match names.get_mut(row.lock_name.as_str()) {
+                    Some((id, acc)) => {
+                        acc.add(row);
+                        *id
+                    }
                     None => {
                         let id = new_group();
-                        names.insert(row.lock_name.clone(), id);
+                        let mut acc = Acc::EMPTY;
+                        acc.add(row);
+                        names.insert(row.lock_name.clone(), (id, acc));
                         id
                     }
                 }
@@ -365,17 +396,29 @@ pub fn top_lock_groups(
             }
         };
         row_group.push(id);
+        if row.owner_pid.is_some() {
+            groups[id as usize].has_holder = true;
+        }
+        if by == GroupBy::Lock {
+            // Summed in `by_name`; every row of a group has its name.
+            continue;
+        }
         let sums = &mut groups[id as usize];
-        // Grouped by lock, every row of a group has its name.
-        if by != GroupBy::Lock && sums.lock != row.lock_name {
+        if sums.row.lock_name != row.lock_name {
             sums.several_locks = true;
         }
-        sums.has_holder |= row.owner_pid.is_some();
         // Saturating: a damaged or hand-made profile must not wrap around.
         sums.count = sums.count.saturating_add(row.count);
         sums.total = sums.total.saturating_add(row.total_ns);
         sums.max = sums.max.max(row.max_ns);
         sums.min = sums.min.min(row.min_ns);
+    }
+    for &(id, acc) in by_name.iter().flat_map(HashMap::values) {
+        let sums = &mut groups[id as usize];
+        sums.count = acc.count;
+        sums.total = acc.total;
+        sums.max = acc.max;
+        sums.min = acc.min;
     }
     drop((ids, by_name));
     let total_groups = groups.len();
@@ -385,7 +428,7 @@ pub fn top_lock_groups(
             .cmp(&a.total)
             .then_with(|| b.count.cmp(&a.count))
             .then_with(|| lock_of(a).cmp(lock_of(b)))
-            .then_with(|| a.lock_type.cmp(b.lock_type))
+            .then_with(|| type_names[a.type_id as usize].cmp(type_names[b.type_id as usize]))
     };
     let mut shown: Vec<u32> = (0..groups.len() as u32)
         .filter(|&id| !need_holders || groups[id as usize].has_holder)
@@ -472,12 +515,12 @@ pub fn top_lock_groups(
                 None
             },
             holders,
-            lock_type: sums.lock_type.to_string(),
+            lock_type: type_names[sums.type_id as usize].to_string(),
             lock: lock_of(sums).to_string(),
             lock_name_source: if sums.several_locks {
                 String::new()
             } else {
-                sums.lock_name_source.to_string()
+                sums.row.lock_name_source.to_string()
             },
             caller: callers.first().map(|c| c.0.to_string()).unwrap_or_default(),
             contended: sums.count,

@@ -48,11 +48,13 @@ pub fn bench(args: Vec<std::ffi::OsString>) -> Result<()> {
         lock::check_tools()?;
     }
     let artifacts = build::build(build::Profile::Release)?;
-    util::run(
-        util::host_cargo().args(["build", "--release", "-p", "lockpath-tests", "--bins"]),
-        "bench: building the workloads",
-        "fix the compile errors above in tests/src/bin/",
-    )?;
+    if !options.big_only {
+        util::run(
+            util::host_cargo().args(["build", "--release", "-p", "lockpath-tests", "--bins"]),
+            "bench: building the workloads",
+            "fix the compile errors above in tests/src/bin/",
+        )?;
+    }
     let target = util::target_dir()?;
     let out = options
         .out
@@ -78,6 +80,7 @@ pub fn bench(args: Vec<std::ffi::OsString>) -> Result<()> {
     // The lock probe beside bpftrace and perf lock: alone with --lock-cost, else with the
     // lock family on the spinlock workload (lock-storm) when peers are measured.
     let lock_part = options.soak_minutes.is_none()
+        && !options.big_only
         && (options.lock_only
             || (!hold_only
                 && options.peers
@@ -85,6 +88,11 @@ pub fn bench(args: Vec<std::ffi::OsString>) -> Result<()> {
                 && wanted(options.workloads.as_deref(), "spinlock")));
     let result = if let Some(minutes) = options.soak_minutes {
         soak(&bench, minutes)
+    } else if options.big_only {
+        util::say("report + flamegraph of a synthetic profile with 1,000,000 rows");
+        Ok(big_profile::big_profile_table(
+            &big_profile::big_profile_timing(&bench),
+        ))
     } else if options.lock_only {
         Ok(String::new())
     } else if hold_only {
@@ -103,6 +111,7 @@ pub fn bench(args: Vec<std::ffi::OsString>) -> Result<()> {
     let host_markdown = result?;
     let hold_markdown = (options.soak_minutes.is_none()
         && !options.lock_only
+        && !options.big_only
         && wanted(options.families.as_deref(), "hold"))
     .then(|| {
         util::say("cost of --hold, in the kernel lab's 6.1 guest (QEMU)");
@@ -121,7 +130,7 @@ pub fn bench(args: Vec<std::ffi::OsString>) -> Result<()> {
     }
     fs::write(&out, &markdown).with_context(|| format!("bench: cannot write {}", out.display()))?;
     util::say(format!("table written to {}", out.display()));
-    if options.readme && options.soak_minutes.is_none() {
+    if options.readme && options.soak_minutes.is_none() && !options.big_only {
         if !hold_only && !options.lock_only {
             // The README has its own "## Performance" heading above the markers.
             let body = host_markdown

@@ -7,7 +7,7 @@ use anyhow::{anyhow, bail, Context as _, Result};
 pub(super) const USAGE: &str = "\
 usage: cargo xtask bench [--runs N] [--seconds S] [--workloads a,b] [--families a,b]
                          [--no-peers] [--out FILE] [--readme] [--lock-cost]
-                         [--soak [MINUTES]]
+                         [--soak [MINUTES]] [--big-profile]
   --runs N         interleaved runs of every configuration (default 5, at least 5 advised)
   --seconds S      length of one workload run (default 2)
   --workloads      subset of: spinlock,rwsem,switch,cpu,io (default all)
@@ -20,7 +20,9 @@ usage: cargo xtask bench [--runs N] [--seconds S] [--workloads a,b] [--families 
                    (per-event BPF cost, spin-wait accuracy, slowdown), a few minutes;
                    a full run includes it when the lock family and peers are measured
   --soak [MIN]     instead: record system-wide under load for MIN minutes (default 10)
-                   and check that lockpath's memory stays flat";
+                   and check that lockpath's memory stays flat
+  --big-profile    instead: only `report` + `flamegraph` of a 1,000,000-row profile, JSON
+                   and compact (a minute; printed and written to --out, not the README)";
 
 pub(super) struct Options {
     pub(super) runs: usize,
@@ -32,6 +34,7 @@ pub(super) struct Options {
     pub(super) readme: bool,
     pub(super) lock_only: bool,
     pub(super) soak_minutes: Option<f64>,
+    pub(super) big_only: bool,
 }
 
 pub(super) fn parse(args: &[std::ffi::OsString]) -> Result<Options> {
@@ -45,6 +48,7 @@ pub(super) fn parse(args: &[std::ffi::OsString]) -> Result<Options> {
         readme: false,
         lock_only: false,
         soak_minutes: None,
+        big_only: false,
     };
     let args: Vec<String> = args
         .iter()
@@ -76,6 +80,7 @@ pub(super) fn parse(args: &[std::ffi::OsString]) -> Result<Options> {
             "--no-peers" => options.peers = false,
             "--readme" => options.readme = true,
             "--lock-cost" => options.lock_only = true,
+            "--big-profile" => options.big_only = true,
             "--out" => options.out = Some(value(&mut index, "--out")?.into()),
             "--soak" => {
                 let minutes = args
