@@ -40,12 +40,12 @@ use profiler_common::{
     latency::LatencyStat,
     lock::{
         ContendedHoldKey, FINGERPRINT_TEXT_WORDS, KERNEL_TEXT_START, LCB_F_MUTEX, LCB_F_PERCPU,
-        LOCK_FILTER_MAX_ADDRS, LockFilter, filter_keeps,
         LCB_F_READ, LCB_F_RT, LCB_F_SPIN, LCB_F_WRITE, LOCK_CLASS_MMAP_LOCK, LOCK_CLASS_UNKNOWN,
-        LOCK_LAST_ACQUIRER_ENTRIES, LOCK_OUTCOME_ACQUIRED, LOCK_SITE_CACHE_ENTRIES,
-        LOCK_STACK_CACHE_ENTRIES, LockAcquirer, LockKey, LockLayout, LockStat, LockWait,
-        SLEEP_FINGERPRINT_WORDS, SPIN_FINGERPRINT_WORDS, STACK_REFRESH_NS, SiteCacheEntry,
-        StackCacheEntry, StackCacheKey, conflicts, outcome_of, slot_of, sticky_flags,
+        LOCK_FILTER_MAX_ADDRS, LOCK_LAST_ACQUIRER_ENTRIES, LOCK_OUTCOME_ACQUIRED,
+        LOCK_SITE_CACHE_ENTRIES, LOCK_STACK_CACHE_ENTRIES, LockAcquirer, LockFilter, LockKey,
+        LockLayout, LockStat, LockWait, SLEEP_FINGERPRINT_WORDS, SPIN_FINGERPRINT_WORDS,
+        STACK_REFRESH_NS, SiteCacheEntry, StackCacheEntry, StackCacheKey, conflicts, filter_keeps,
+        outcome_of, slot_of, sticky_flags,
     },
     lockname::StackCacheValue,
     loss::{

@@ -69,7 +69,9 @@ fn is_hex(value: &str) -> bool {
 /// A lock address as a report's lock column prints it.
 fn parse_addr(value: &str) -> Result<u64> {
     let Ok(addr) = u64::from_str_radix(&value[2..], 16) else {
-        bail!("--lock-filter {value}: not a hexadecimal address (take the lock column of a report)");
+        bail!(
+            "--lock-filter {value}: not a hexadecimal address (take the lock column of a report)"
+        );
     };
     // Kernel addresses on 64-bit Linux are in the upper half.
     if addr < 0xffff_8000_0000_0000 {
