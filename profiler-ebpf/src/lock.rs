@@ -167,7 +167,13 @@ fn filtered_out(lock_addr: u64, flags: u32) -> bool {
     if enabled == 0 {
         return false;
     }
-    // SAFETY: as above, for the other fields.
+    rejects(lock_addr, flags, enabled)
+}
+
+/// The filter's check proper: out of line, so the unfiltered path stays as it was.
+#[inline(never)]
+fn rejects(lock_addr: u64, flags: u32, enabled: u32) -> bool {
+    // SAFETY: reading load-time globals; volatile so the defaults are not folded in.
     let (type_mask, count) = unsafe {
         (
             core::ptr::read_volatile(&LOCK_FILTER.type_mask),
@@ -202,7 +208,10 @@ fn spins(flags: u32) -> bool {
     flags & LCB_F_SPIN != 0 && flags & LCB_F_MUTEX == 0
 }
 
-pub fn on_contention_begin(ctx: &RawTracePointContext) {
+/// Takes the context by value: the program then passes its one register on as it did
+/// before the filter check grew this function (by reference it spilled it).
+pub fn on_contention_begin(ctx: RawTracePointContext) {
+    let ctx = &ctx;
     let lock_addr: u64 = ctx.arg(0);
     let flags = ctx.arg::<u64>(1) as u32;
     // A contention the record-time filter leaves out ends here, before any other work

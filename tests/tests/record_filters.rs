@@ -120,7 +120,7 @@ fn record_type_filter_counts_only_spinlocks_in_the_kernel() {
             .iter()
             .filter(|row| matches!(type_of(row), LCB_F_READ | LCB_F_WRITE)),
     );
-    assert!(all_spin > 100, "the storm made {all_spin} spinlock waits");
+    assert!(all_spin > 20, "the storm made {all_spin} spinlock waits");
     assert!(
         all_rwsem > 10,
         "the storm's mmap side made {all_rwsem} rwsem waits"
