@@ -5,7 +5,10 @@
 
 use anyhow::{bail, Result};
 
-use crate::{lock::lock_type_name, profile::Profile};
+use crate::{
+    lock::lock_type_name,
+    profile::{Frame, Profile},
+};
 
 /// The lock type names `--type` takes (a `rwsem`, `rwlock`... without `:R`/`:W` takes
 /// both sides).
@@ -71,7 +74,21 @@ impl LockFilter {
             })
     }
 
-    fn type_matches(&self, flags: u32) -> bool {
+    /// Whether a lock row is kept, given its stack's frames (for a profile being built,
+    /// whose stack table does not exist yet: `record --caller`).
+    pub fn keeps(&self, name: &str, addr: u64, flags: u32, frames: &[Frame]) -> bool {
+        self.lock_matches(name, addr)
+            && self.type_matches(flags)
+            && (self.callers.is_empty()
+                || frames.iter().any(|frame| {
+                    self.callers
+                        .iter()
+                        .any(|pattern| wildcard_contains(&frame.name, pattern))
+                }))
+    }
+
+    /// Whether waits of this type (`LCB_F_*` flags, with or without an outcome) are kept.
+    pub fn type_matches(&self, flags: u32) -> bool {
         if self.types.is_empty() {
             return true;
         }

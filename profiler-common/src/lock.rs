@@ -187,6 +187,67 @@ pub struct LockWait {
     pub _pad: u32,
 }
 
+/// The record-time lock filter (`record --type`, `--lock-filter`), applied in the
+/// kernel at the start of a contention, before any other work: the load-time global
+/// `LOCK_FILTER`. `enabled` 0 (the default) is no filter: the begin programs then read
+/// one word of it and go on.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LockFilter {
+    /// `LOCK_FILTER_TYPES` and/or `LOCK_FILTER_ADDRS`.
+    pub enabled: u32,
+    /// How many of `addrs` are used.
+    pub addr_count: u32,
+    /// Bit `f` set: a contention with `LCB_F_*` flags `f` (below 64) is kept.
+    pub type_mask: u64,
+    /// The locks kept (with `LOCK_FILTER_ADDRS`).
+    pub addrs: [u64; LOCK_FILTER_MAX_ADDRS],
+}
+
+/// `LockFilter::enabled`: the type mask applies.
+pub const LOCK_FILTER_TYPES: u32 = 1;
+/// `LockFilter::enabled`: only the locks of `addrs` are kept.
+pub const LOCK_FILTER_ADDRS: u32 = 2;
+/// Most lock addresses the kernel checks; more are filtered at drain time only.
+pub const LOCK_FILTER_MAX_ADDRS: usize = 8;
+
+impl LockFilter {
+    /// Whether a contention on `lock_addr` with `flags` is recorded.
+    #[inline(always)]
+    pub fn keeps(&self, lock_addr: u64, flags: u32) -> bool {
+        filter_keeps(self.enabled, self.type_mask, lock_addr, flags, |index| {
+            (index < self.addr_count as usize).then(|| self.addrs[index])
+        })
+    }
+}
+
+/// `LockFilter::keeps` on its fields, the kernel side reading each (volatile) only when
+/// needed: `addr(i)` is the `i`th address, `None` past the last.
+#[inline(always)]
+pub fn filter_keeps(
+    enabled: u32,
+    type_mask: u64,
+    lock_addr: u64,
+    flags: u32,
+    addr: impl Fn(usize) -> Option<u64>,
+) -> bool {
+    if enabled & LOCK_FILTER_TYPES != 0 && (flags >= 64 || (type_mask >> flags) & 1 == 0) {
+        return false;
+    }
+    if enabled & LOCK_FILTER_ADDRS == 0 {
+        return true;
+    }
+    let mut index = 0;
+    while index < LOCK_FILTER_MAX_ADDRS {
+        match addr(index) {
+            Some(wanted) if wanted == lock_addr => return true,
+            Some(_) => index += 1,
+            None => break,
+        }
+    }
+    false
+}
+
 /// Entries of the sleeping-lock waits in progress (`LOCK_SLEEP_WAIT`), by thread.
 pub const LOCK_SLEEP_WAIT_ENTRIES: u32 = 16384;
 /// Slots of the last contended acquisition per lock (`LOCK_LAST_ACQUIRER`, an array
@@ -243,6 +304,7 @@ pub mod names {
     pub const LOCK_SPIN_WAIT: &str = "LOCK_SPIN_WAIT";
     pub const LOCK_SPIN_DEPTH: &str = "LOCK_SPIN_DEPTH";
     pub const LOCK_LAYOUT: &str = "LOCK_LAYOUT";
+    pub const LOCK_FILTER: &str = "LOCK_FILTER";
     pub const LOCK_HOLDS: &str = "LOCK_HOLDS";
     pub const LOCK_LAST_ACQUIRER: &str = "LOCK_LAST_ACQUIRER";
     pub const LOCK_STACK_CACHE: &str = "LOCK_STACK_CACHE";
@@ -264,6 +326,7 @@ pub mod names {
         LOCK_SPIN_WAIT,
         LOCK_SPIN_DEPTH,
         LOCK_LAYOUT,
+        LOCK_FILTER,
         LOCK_HOLDS,
         LOCK_LAST_ACQUIRER,
         LOCK_STACK_CACHE,
@@ -288,6 +351,7 @@ crate::impl_pod!(
     LockStat,
     LockWait,
     LockLayout,
+    LockFilter,
     StackCacheKey,
     LockAcquirer,
     ContendedHoldKey
@@ -317,6 +381,33 @@ mod tests {
         assert_eq!(sticky_flags(spin, spin), spin);
         // Other types take the latest flags.
         assert_eq!(sticky_flags(LCB_F_READ, LCB_F_WRITE), LCB_F_WRITE);
+    }
+
+    #[test]
+    fn the_filter_keeps_types_of_its_mask_and_its_addresses() {
+        let none = LockFilter::default();
+        assert!(none.keeps(0x1234, LCB_F_SPIN));
+        let spin = LockFilter {
+            enabled: LOCK_FILTER_TYPES,
+            type_mask: 1 << LCB_F_SPIN,
+            ..Default::default()
+        };
+        assert!(spin.keeps(0x1234, LCB_F_SPIN));
+        assert!(!spin.keeps(0x1234, LCB_F_WRITE));
+        assert!(!spin.keeps(0x1234, 1 << 6));
+        let mut addrs = [0; LOCK_FILTER_MAX_ADDRS];
+        addrs[0] = 0x10;
+        addrs[1] = 0x20;
+        let two = LockFilter {
+            enabled: LOCK_FILTER_ADDRS | LOCK_FILTER_TYPES,
+            addr_count: 2,
+            type_mask: u64::MAX,
+            addrs,
+        };
+        assert!(two.keeps(0x20, LCB_F_MUTEX));
+        assert!(!two.keeps(0x30, LCB_F_MUTEX));
+        // Unused slots (0) are not addresses.
+        assert!(!two.keeps(0, LCB_F_MUTEX));
     }
 
     #[test]

@@ -41,10 +41,11 @@ use profiler_common::{
     lock::{
         ContendedHoldKey, FINGERPRINT_TEXT_WORDS, KERNEL_TEXT_START, LCB_F_MUTEX, LCB_F_PERCPU,
         LCB_F_READ, LCB_F_RT, LCB_F_SPIN, LCB_F_WRITE, LOCK_CLASS_MMAP_LOCK, LOCK_CLASS_UNKNOWN,
-        LOCK_LAST_ACQUIRER_ENTRIES, LOCK_OUTCOME_ACQUIRED, LOCK_SITE_CACHE_ENTRIES,
-        LOCK_STACK_CACHE_ENTRIES, LockAcquirer, LockKey, LockLayout, LockStat, LockWait,
-        SLEEP_FINGERPRINT_WORDS, SPIN_FINGERPRINT_WORDS, STACK_REFRESH_NS, SiteCacheEntry,
-        StackCacheEntry, StackCacheKey, conflicts, outcome_of, slot_of, sticky_flags,
+        LOCK_FILTER_MAX_ADDRS, LOCK_LAST_ACQUIRER_ENTRIES, LOCK_OUTCOME_ACQUIRED,
+        LOCK_SITE_CACHE_ENTRIES, LOCK_STACK_CACHE_ENTRIES, LockAcquirer, LockFilter, LockKey,
+        LockLayout, LockStat, LockWait, SLEEP_FINGERPRINT_WORDS, SPIN_FINGERPRINT_WORDS,
+        STACK_REFRESH_NS, SiteCacheEntry, StackCacheEntry, StackCacheKey, conflicts, filter_keeps,
+        outcome_of, slot_of, sticky_flags,
     },
     lockname::StackCacheValue,
     loss::{
@@ -145,6 +146,56 @@ static LOCK_LAYOUT: LockLayout = LockLayout {
     exact_stacks: 0,
 };
 
+/// The record-time lock filter (`--type`, `--lock-filter`), set at load time; all zero
+/// (no filter) by default.
+#[unsafe(no_mangle)]
+static LOCK_FILTER: LockFilter = LockFilter {
+    enabled: 0,
+    addr_count: 0,
+    type_mask: 0,
+    addrs: [0; LOCK_FILTER_MAX_ADDRS],
+};
+
+/// Whether a contention on `lock_addr` with `flags` is left out by the record-time
+/// filter. Without a filter: one global read and a branch, nothing else; with one, a
+/// few more global reads, and a left-out contention costs nothing further (no
+/// timestamp, no map, no stack).
+#[inline(always)]
+fn filtered_out(lock_addr: u64, flags: u32) -> bool {
+    // SAFETY: reading a load-time global; volatile so the default is not folded in.
+    let enabled = unsafe { core::ptr::read_volatile(&LOCK_FILTER.enabled) };
+    if enabled == 0 {
+        return false;
+    }
+    rejects(lock_addr, flags, enabled)
+}
+
+/// The filter's check proper: out of line, so the unfiltered path stays as it was.
+#[inline(never)]
+fn rejects(lock_addr: u64, flags: u32, enabled: u32) -> bool {
+    // SAFETY: reading load-time globals; volatile so the defaults are not folded in.
+    let (type_mask, count) = unsafe {
+        (
+            core::ptr::read_volatile(&LOCK_FILTER.type_mask),
+            core::ptr::read_volatile(&LOCK_FILTER.addr_count),
+        )
+    };
+    !filter_keeps(enabled, type_mask, lock_addr, flags, |index| {
+        if index >= count as usize || index >= LOCK_FILTER_MAX_ADDRS {
+            return None;
+        }
+        // SAFETY: as above; the index is below the array's length.
+        Some(unsafe { core::ptr::read_volatile(&LOCK_FILTER.addrs[index]) })
+    })
+}
+
+/// Whether a record-time lock filter is set (its left-out waits end unmatched).
+#[inline(always)]
+fn lock_filter_set() -> bool {
+    // SAFETY: reading a load-time global; volatile so the default is not folded in.
+    unsafe { core::ptr::read_volatile(&LOCK_FILTER.enabled) != 0 }
+}
+
 /// Low bits of `mutex.owner` and `rw_semaphore.owner` that are flags, not pointer.
 const OWNER_FLAG_BITS: u64 = 0x7;
 /// `RWSEM_READER_OWNED`: readers hold the rwsem; the pointer is only a hint.
@@ -157,11 +208,20 @@ fn spins(flags: u32) -> bool {
     flags & LCB_F_SPIN != 0 && flags & LCB_F_MUTEX == 0
 }
 
-pub fn on_contention_begin(ctx: &RawTracePointContext) {
-    // The moment the waiter found the lock taken: before any of lockpath's own work.
-    let start_ns = now_ns();
+/// Takes the context by value: the program then passes its one register on as it did
+/// before the filter check grew this function (by reference it spilled it).
+pub fn on_contention_begin(ctx: RawTracePointContext) {
+    let ctx = &ctx;
     let lock_addr: u64 = ctx.arg(0);
     let flags = ctx.arg::<u64>(1) as u32;
+    // A contention the record-time filter leaves out ends here, before any other work
+    // (its end is not counted as unmatched: see count_unmatched_end).
+    if filtered_out(lock_addr, flags) {
+        return;
+    }
+    // The moment the waiter found the lock taken: before any of lockpath's own work
+    // (the filter's check above is one global read when there is no filter).
+    let start_ns = now_ns();
     if !is_target() {
         return;
     }
@@ -269,10 +329,23 @@ const SPIN_STALE_NS: u64 = 1_000_000_000;
 
 /// Entry of `queued_spin_lock_slowpath` (or its native_/__pv_ variant).
 pub fn on_spin_slowpath_entry(ctx: &ProbeContext) {
-    let start_ns = now_ns();
     let Some(lock_addr) = ctx.arg::<u64>(0) else {
         return;
     };
+    if filtered_out(lock_addr, LCB_F_SPIN) {
+        // The return has no lock address: an interrupt's left-out wait inside a recorded
+        // one must still count as nested, or its return would close the outer wait.
+        if let Some(depth) = LOCK_SPIN_DEPTH.get_ptr_mut(0) {
+            // SAFETY: this CPU's slot, as in the rest of this function.
+            unsafe {
+                if *depth > 0 {
+                    *depth += 1;
+                }
+            }
+        }
+        return;
+    }
+    let start_ns = now_ns();
     if !is_target() {
         return;
     }
@@ -333,10 +406,13 @@ pub fn on_spin_slowpath_return(_ctx: &RetProbeContext) {
 /// Entry of a sleeping lock's slow path (`__mutex_lock_slowpath`, `rwsem_down_*_slowpath`).
 #[inline(always)]
 pub fn on_sleep_slowpath_entry(ctx: &ProbeContext, flags: u32) {
-    let start_ns = now_ns();
     let Some(lock_addr) = ctx.arg::<u64>(0) else {
         return;
     };
+    if filtered_out(lock_addr, flags) {
+        return;
+    }
+    let start_ns = now_ns();
     if !is_target() {
         return;
     }
@@ -701,8 +777,11 @@ fn read_owner(layout: &LockLayout, lock_addr: u64, flags: u32) -> Owner {
 
 #[inline(always)]
 fn count_unmatched_end() {
-    // Only meaningful system-wide: with a target filter most ends belong to others.
-    if crate::target::filter_is_all() {
+    // Only meaningful system-wide and unfiltered: with a target filter most ends belong
+    // to others, with a lock filter to the waits it left out (their begins return
+    // before any work, so their ends cannot be told apart; this check costs nothing on
+    // a matched end).
+    if crate::target::filter_is_all() && !lock_filter_set() {
         count_loss(LOCK_UNMATCHED_END);
     }
 }

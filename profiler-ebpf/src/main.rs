@@ -39,7 +39,7 @@ use profiler_common::lock::{LCB_F_MUTEX, LCB_F_READ, LCB_F_WRITE};
 /// tracer of that tracepoint; raw tracepoints do not filter, and are cheaper.
 #[raw_tracepoint(tracepoint = "contention_begin")]
 pub fn lock_contention_begin(ctx: RawTracePointContext) -> i32 {
-    lock::on_contention_begin(&ctx);
+    lock::on_contention_begin(ctx);
     0
 }
 

@@ -105,6 +105,28 @@ pub struct RecordArgs {
     #[arg(long, value_enum, value_name = "HOW", default_value_t = LockStacks::Cached)]
     pub lock_stacks: LockStacks,
 
+    /// Record only the contentions on this lock (repeatable; like perf's -L). ADDR (a
+    /// report's lock column) and a static lock's kernel symbol are checked in the
+    /// kernel, before any other work (up to 8 addresses); a name known only after the
+    /// fact (mmap_lock, siglock, rq_lock:cpu3, NAME.wait_lock, ...) is kept when the
+    /// maps are drained. Not `--lock`: on record that selects the lock family
+    /// (`report --lock` filters a recorded profile).
+    #[arg(long = "lock-filter", value_name = "NAME|ADDR")]
+    pub lock_filter: Vec<String>,
+
+    /// Record only the contentions on locks of this type (repeatable; like perf's -Y):
+    /// spinlock, rwlock, mutex, rwsem, rwsem:W, ... as reports name them. Checked in
+    /// the kernel, before any other work.
+    #[arg(long = "type", value_name = "TYPE")]
+    pub lock_type: Vec<String>,
+
+    /// Keep only the contentions whose kernel stack has a frame containing PATTERN (`*`
+    /// is a wildcard; repeatable; like perf's -S). Not in the kernel (it needs symbolized
+    /// stacks): applied when the maps are drained, so the profile holds only matching
+    /// rows.
+    #[arg(long = "caller", value_name = "PATTERN")]
+    pub caller: Vec<String>,
+
     /// Record how long one lock is held, acquisition to release, per holder stack and
     /// process: LOCK is a kernel symbol (a static lock) or an address from a report's
     /// lock column, optionally typed (mutex: or rwsem:; without a type both are probed).

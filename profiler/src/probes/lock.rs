@@ -34,7 +34,7 @@ use crate::{
 pub const FAMILY: Registration = Registration {
     name: "lock",
     asked: |args| args.lock,
-    check: |_| Ok(()),
+    check: super::lockfilter::check,
     plan: plan_family,
     maps: &[
         (names::LOCK_STATS, MapSize::Stats),
@@ -72,12 +72,24 @@ struct LockFamily {
     method: LockMethod,
     layout: LockLayout,
     names: profiler_common::lockname::LockNameLayout,
+    /// `--type`, `--lock-filter`, `--caller` (probes/lockfilter.rs).
+    filter: super::lockfilter::RecordFilter,
 }
 
 /// Recorded when asked for, and by default: when no other family is asked for.
 fn plan_family(args: &RecordArgs, ctx: &mut PlanContext) -> Result<Planned> {
     if !args.lock && !ctx.asked.is_empty() {
+        if super::lockfilter::asked(args) {
+            bail!(
+                "--type, --lock-filter and --caller select lock contentions, which this \
+                 recording does not record: add --lock"
+            );
+        }
         return Ok(None);
+    }
+    let filter = super::lockfilter::plan(args, ctx.symbols)?;
+    if let Some(note) = filter.describe() {
+        eprintln!("{note}");
     }
     Ok(Some(Box::new(LockFamily {
         method: args.lock_method,
@@ -86,6 +98,7 @@ fn plan_family(args: &RecordArgs, ctx: &mut PlanContext) -> Result<Planned> {
             ..layout()
         },
         names: super::lockname::layout(),
+        filter,
     })))
 }
 
@@ -96,6 +109,7 @@ impl Family for LockFamily {
 
     fn configure<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
         loader.override_global(names::LOCK_LAYOUT, &self.layout, true);
+        loader.override_global(names::LOCK_FILTER, &self.filter.kernel, true);
         loader.override_global(
             profiler_common::lockname::names::LOCK_NAME_LAYOUT,
             &self.names,
@@ -118,6 +132,11 @@ impl Family for LockFamily {
             .map(|row| (row.lock_addr, row.lock_name.to_string()))
             .collect();
         out.profile.contended_holds = drain_contended_holds(out.maps, out.stacks, &names)?;
+        self.filter.apply(
+            &mut out.profile.locks,
+            &mut out.profile.contended_holds,
+            out.stacks,
+        );
         Ok(())
     }
 

@@ -10,6 +10,7 @@ pub mod func;
 pub mod hold;
 pub mod io;
 pub mod lock;
+pub mod lockfilter;
 pub mod lockname;
 pub mod offcpu;
 pub mod rpc;

@@ -36,6 +36,7 @@ pub(super) const KERNELS: &[LabKernel] = &[
             "lock-auto",
             "lock-tracepoint",
             "lock-kprobe",
+            "lock-filter-kprobe",
             "func-fentry",
             "func-kprobe",
             "hold-fentry",
@@ -59,6 +60,7 @@ pub(super) const KERNELS: &[LabKernel] = &[
         required: &[
             "lock-auto",
             "lock-kprobe",
+            "lock-filter-kprobe",
             "lock-no-tracepoint",
             "func-fentry",
             "func-kprobe",
