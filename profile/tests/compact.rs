@@ -2,28 +2,11 @@
 //! and the loadable `ok_*` files of tests/corpus/) loads from its compact encoding as the
 //! same profile, so every output is the same.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::inputs;
 
 use lockpath_profile::{binary, Profile};
-
-fn inputs() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
-    let mut inputs = Vec::new();
-    for (dir, only_ok) in [(root.join("golden"), false), (root.join("corpus"), true)] {
-        for entry in std::fs::read_dir(&dir).expect("test profile folder") {
-            let path = entry.expect("entry").path();
-            let name = path
-                .file_name()
-                .map(|name| name.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            if name.ends_with(".json") && (!only_ok || name.starts_with("ok_")) {
-                inputs.push(path);
-            }
-        }
-    }
-    inputs.sort();
-    inputs
-}
 
 #[test]
 fn every_test_profile_loads_the_same_from_its_compact_encoding() {

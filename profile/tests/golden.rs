@@ -6,31 +6,15 @@
 //! Refresh after an intended change: `UPDATE_GOLDEN=1 cargo test --release -p lockpath-profile
 //! --test golden`, then read `git diff profile/tests/golden/expected`.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::inputs;
+use std::path::Path;
 
 use lockpath_profile::{
     export,
     profile::{GroupBy, Kind, Profile},
 };
-
-fn inputs() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
-    let mut inputs = Vec::new();
-    for (dir, only_ok) in [(root.join("golden"), false), (root.join("corpus"), true)] {
-        for entry in std::fs::read_dir(&dir).expect("test profile folder") {
-            let path = entry.expect("entry").path();
-            let name = path
-                .file_name()
-                .map(|name| name.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            if name.ends_with(".json") && (!only_ok || name.starts_with("ok_")) {
-                inputs.push(path);
-            }
-        }
-    }
-    inputs.sort();
-    inputs
-}
 
 /// Every output of one profile, by expected file name.
 fn outputs(profile: &Profile) -> Vec<(&'static str, String)> {

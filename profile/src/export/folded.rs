@@ -74,17 +74,7 @@ pub fn samples(profile: &Profile, kind: Kind) -> Vec<Sample> {
             // Sum by (process, type, named lock, stack) with integer keys first, then
             // build the frames of each distinct key once: rows (one per lock address)
             // far outnumber paths, and a million rows must not cost a million frame lists.
-            type Key<'a> = (u32, u32, Option<&'a str>, Option<u32>);
-            let mut sums: HashMap<Key, [u64; 2], rustc_hash::FxBuildHasher> = HashMap::default();
-            for row in &profile.locks {
-                let name = (!row.lock_name.starts_with("0x") && !row.lock_name.is_empty())
-                    .then_some(row.lock_name.as_str());
-                let sum = sums
-                    .entry((row.pid, row.flags, name, row.stack))
-                    .or_default();
-                sum[0] = sum[0].saturating_add(row.count);
-                sum[1] = sum[1].saturating_add(row.total_ns);
-            }
+            let sums = crate::export::lock_lines::lock_sums(profile);
             let mut stack_parts: HashMap<Option<u32>, Vec<String>, rustc_hash::FxBuildHasher> =
                 HashMap::default();
             let mut process_parts: HashMap<u32, String, rustc_hash::FxBuildHasher> =

@@ -15,13 +15,14 @@ use crate::{
     profile::Profile,
 };
 
-/// Unsorted `(root;...;leaf, value)` lines of the lock kind, zero lines left out.
-pub(crate) fn lock_lines(profile: &Profile) -> Vec<(String, u64)> {
-    let (index, divisor) = folded::flame_value(Kind::Lock);
-    type Key<'a> = (u32, u32, Option<&'a str>, Option<u32>);
-    let mut sums: HashMap<Key, [u64; 2], FxBuildHasher> = HashMap::default();
+/// (process, lock type, the lock's name when it has one, stack) of a lock row.
+pub(crate) type LockKey<'a> = (u32, u32, Option<&'a str>, Option<u32>);
+
+/// [count, total ns] per distinct (process, type, named lock, stack), with integer keys:
+/// rows (one per lock address) far outnumber paths. An address is not a name.
+pub(crate) fn lock_sums(profile: &Profile) -> HashMap<LockKey<'_>, [u64; 2], FxBuildHasher> {
+    let mut sums: HashMap<LockKey, [u64; 2], FxBuildHasher> = HashMap::default();
     for row in &profile.locks {
-        // As `folded::samples`: an address is not a name.
         let name = (!row.lock_name.starts_with("0x") && !row.lock_name.is_empty())
             .then_some(row.lock_name.as_str());
         let sum = sums
@@ -30,6 +31,13 @@ pub(crate) fn lock_lines(profile: &Profile) -> Vec<(String, u64)> {
         sum[0] = sum[0].saturating_add(row.count);
         sum[1] = sum[1].saturating_add(row.total_ns);
     }
+    sums
+}
+
+/// Unsorted `(root;...;leaf, value)` lines of the lock kind, zero lines left out.
+pub(crate) fn lock_lines(profile: &Profile) -> Vec<(String, u64)> {
+    let (index, divisor) = folded::flame_value(Kind::Lock);
+    let sums = lock_sums(profile);
     // `;` and the stack's frames from the outermost, joined once per stack (empty when
     // the stack has no frame outside the locking code).
     let mut stack_text: HashMap<Option<u32>, String, FxBuildHasher> = HashMap::default();
