@@ -7,11 +7,12 @@
 //! microseconds before the next round. POSIX and OFD
 //! locks conflict with each other; flock locks only with flock locks.
 //! Each worker prints one line when done:
-//! `file-locks pid=P kind=K rounds=R blocked_ns=T`
+//! `file-locks pid=P kind=K rounds=R blocked_ns=T wall_ns=W`
 //! where T is the time it spent off the CPU in the blocking lock calls, measured by
 //! itself: their wall time minus its own CPU time in them (in a guest whose virtual CPU
 //! the host preempts, that time passes while the task counts as running: it is not a
-//! wait for the lock).
+//! wait for the lock), and W their wall time (an off-CPU time cannot exceed it, whatever
+//! the guest's clocks do).
 
 use std::{
     fs::{File, OpenOptions},
@@ -114,13 +115,13 @@ fn worker(options: &Options, kind: &str) {
     // Start together: the parent closes our stdin once every worker is running.
     let mut byte = [0u8; 1];
     let _ = std::io::stdin().read(&mut byte);
-    let mut blocked = Duration::ZERO;
+    let (mut blocked, mut wall) = (Duration::ZERO, Duration::ZERO);
     for _ in 0..options.rounds {
         let (start, cpu_start) = (Instant::now(), thread_cpu_time());
         file_lock(&file, kind, true);
-        blocked += start
-            .elapsed()
-            .saturating_sub(thread_cpu_time().saturating_sub(cpu_start));
+        let elapsed = start.elapsed();
+        wall += elapsed;
+        blocked += elapsed.saturating_sub(thread_cpu_time().saturating_sub(cpu_start));
         std::thread::sleep(Duration::from_micros(options.hold_us));
         file_lock(&file, kind, false);
         // Let the others in: the releaser would otherwise often take the lock again
@@ -128,10 +129,11 @@ fn worker(options: &Options, kind: &str) {
         std::thread::sleep(Duration::from_micros(options.hold_us / 2));
     }
     println!(
-        "file-locks pid={} kind={kind} rounds={} blocked_ns={}",
+        "file-locks pid={} kind={kind} rounds={} blocked_ns={} wall_ns={}",
         std::process::id(),
         options.rounds,
-        blocked.as_nanos()
+        blocked.as_nanos(),
+        wall.as_nanos()
     );
 }
 
