@@ -8,6 +8,12 @@ use anyhow::{Context, Result};
 /// of 12 of 5,000 frames, and 200 processes (each stack in up to 3 of them): the shape of
 /// a long system-wide recording, or of many merged ones.
 pub fn write_lock_profile(path: &Path, rows: usize) -> Result<()> {
+    fs::write(path, lock_profile_json(rows))
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// The JSON text of [`write_lock_profile`]'s profile.
+pub fn lock_profile_json(rows: usize) -> String {
     const FRAMES: usize = 5_000;
     const STACKS: usize = 20_000;
     const PROCESSES: u32 = 200;
@@ -74,5 +80,5 @@ pub fn write_lock_profile(path: &Path, rows: usize) -> Result<()> {
         );
     }
     json.push_str("]}");
-    fs::write(path, json).with_context(|| format!("cannot write {}", path.display()))
+    json
 }

@@ -258,12 +258,8 @@ mod tests {
 
     #[test]
     fn pruned_lines_draw_the_same_svg() {
-        let dir = std::env::temp_dir().join(format!("lockpath-prune-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("mkdir");
-        let path = dir.join("p.json");
-        crate::synthetic::write_lock_profile(&path, 30_000).expect("write");
-        let mut profile = Profile::load(&path).expect("load");
-        std::fs::remove_dir_all(&dir).expect("cleanup");
+        let json = crate::synthetic::lock_profile_json(30_000);
+        let mut profile = Profile::from_bytes(json.as_bytes()).expect("load");
         // Some wide paths among the narrow ones.
         for row in profile.locks.iter_mut().step_by(50) {
             row.total_ns *= 500;

@@ -156,12 +156,8 @@ mod tests {
 
     #[test]
     fn same_lines_on_a_synthetic_profile_with_merges_and_lost_stacks() {
-        let dir = std::env::temp_dir().join(format!("lockpath-lock-lines-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("mkdir");
-        let path = dir.join("p.json");
-        crate::synthetic::write_lock_profile(&path, 20_000).expect("write");
-        let mut profile = Profile::load(&path).expect("load");
-        std::fs::remove_dir_all(&dir).expect("cleanup");
+        let json = crate::synthetic::lock_profile_json(20_000);
+        let mut profile = Profile::from_bytes(json.as_bytes()).expect("load");
         // Two processes of one name (merged by text), named locks, lost stacks, a
         // separator in a name, and rows below one microsecond.
         for process in profile.processes.iter_mut().take(4) {

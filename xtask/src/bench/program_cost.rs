@@ -4,9 +4,8 @@ use std::{
     collections::BTreeMap,
     fmt::Write as _,
     fs,
-    path::Path,
     process::{Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use anyhow::{bail, Context as _, Result};
@@ -83,10 +82,8 @@ pub(super) fn program_costs(
         .spawn()
         .context("cannot start lockpath")?;
     let pid = child.id();
-    let loaded = wait_for_programs(pid);
-    let measured = loaded.and_then(|()| {
-        // Let every attach finish before the workload starts.
-        std::thread::sleep(Duration::from_millis(300));
+    let stderr = wait_until_recording(&mut child)?;
+    let measured = (|| {
         let (programs, maps) = held_objects(pid);
         if programs.is_empty() {
             bail!("lockpath holds no program");
@@ -100,15 +97,11 @@ pub(super) fn program_costs(
         )?;
         let costs = bpftool_costs(&programs)?;
         Ok((costs, map_memlock, maps.len()))
-    });
+    })();
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(pid as i32, libc::SIGINT) };
     let max_rss_kib = wait_rusage(pid)?;
-    let mut stderr = String::new();
-    if let Some(mut pipe) = child.stderr.take() {
-        use std::io::Read as _;
-        let _ = pipe.read_to_string(&mut stderr);
-    }
+    let stderr = stderr.finish();
     let _ = fs::remove_file(&profile);
     drop(stats);
     let (programs, map_memlock, map_count) =
@@ -123,18 +116,62 @@ pub(super) fn program_costs(
     })
 }
 
-pub(super) fn wait_for_programs(pid: u32) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while held_objects(pid).0.is_empty() {
-        if Instant::now() > deadline {
-            bail!("lockpath loaded no program within 30 s");
-        }
-        if !Path::new(&format!("/proc/{pid}")).exists() {
-            bail!("lockpath exited before loading its programs");
-        }
-        std::thread::sleep(Duration::from_millis(50));
+/// What a `lockpath record` started by the bench said on stderr, read by a thread from
+/// the start (so the pipe never fills).
+pub(super) struct Stderr {
+    text: std::sync::Arc<std::sync::Mutex<String>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl Stderr {
+    /// All of it, once lockpath has exited.
+    pub(super) fn finish(self) -> String {
+        let _ = self.reader.join();
+        let text = self.text.lock().map(|text| text.clone());
+        text.unwrap_or_default()
     }
-    Ok(())
+}
+
+/// Waits until the `lockpath record` child (stderr piped) says it is recording: every
+/// probe attached, not just the first program loaded (a loaded machine takes seconds
+/// between the two).
+pub(super) fn wait_until_recording(child: &mut std::process::Child) -> Result<Stderr> {
+    use std::io::BufRead as _;
+    let pipe = child
+        .stderr
+        .take()
+        .context("lockpath's stderr is not piped")?;
+    let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let (ready, started) = std::sync::mpsc::channel();
+    let sink = text.clone();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(pipe).lines().map_while(Result::ok) {
+            if line.starts_with("lockpath:") && line.contains(" recording ") {
+                let _ = ready.send(());
+            }
+            if let Ok(mut text) = sink.lock() {
+                text.push_str(&line);
+                text.push('\n');
+            }
+        }
+    });
+    let stderr = Stderr { text, reader };
+    match started.recv_timeout(Duration::from_secs(60)) {
+        Ok(()) => Ok(stderr),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("lockpath did not start recording within 60 s")
+        }
+        // The reader ended: lockpath exited before recording.
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            let _ = child.wait();
+            bail!(
+                "lockpath exited before recording: {}",
+                stderr.finish().trim()
+            )
+        }
+    }
 }
 
 /// The numeric fields of each of a process's `/proc/PID/fdinfo` entries (`prog_id`,

@@ -13,7 +13,7 @@ use crate::util;
 
 use super::{
     families::available_families,
-    program_cost::{held_objects, wait_for_programs, wait_rusage, wait_usage},
+    program_cost::{held_objects, wait_rusage, wait_until_recording, wait_usage},
     Bench, MIB,
 };
 
@@ -24,33 +24,44 @@ pub(super) fn soak(bench: &Bench, minutes: f64) -> Result<String> {
     let profile = bench.scratch.join("soak.json");
     let mut record = Command::new(&bench.lockpath);
     record.arg("record");
+    // Each bare flag once: families share some (`--wakers --offcpu` and `--offcpu`).
+    let mut flags: Vec<&str> = Vec::new();
     for family in &families {
-        record.args(family.flags);
+        for (index, &flag) in family.flags.iter().enumerate() {
+            let bare = family
+                .flags
+                .get(index + 1)
+                .is_none_or(|next| next.starts_with("--"));
+            if !(flag.starts_with("--") && bare && flags.contains(&flag)) {
+                flags.push(flag);
+            }
+        }
     }
+    record.args(flags);
     let mut child = record
         .args(["-a", "--top", "1", "-o"])
         .arg(&profile)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .context("cannot start lockpath")?;
     let pid = child.id();
-    wait_for_programs(pid)?;
+    let _stderr = wait_until_recording(&mut child)?;
     // Beside it, the always-on agent as a fleet runs it: its CPU per hour.
     let agent_dir = bench.scratch.join("soak-agent");
     let _ = fs::remove_dir_all(&agent_dir);
-    let agent = Command::new(&bench.lockpath)
+    let mut agent = Command::new(&bench.lockpath)
         .args(["record", "--lock", "--offcpu", "-a", "--rotate", "1m"])
         .args(["--metrics", "127.0.0.1:0", "-o"])
         .arg(&agent_dir)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .context("cannot start the always-on agent")?;
     let agent_pid = agent.id();
-    wait_for_programs(agent_pid)?;
+    let _agent_stderr = wait_until_recording(&mut agent)?;
     // Steady state: from when it records (kernel symbols and BTF are loaded by then).
     let agent_start = Instant::now();
     let agent_cpu_start = cpu_seconds(agent_pid);
