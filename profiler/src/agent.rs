@@ -23,13 +23,13 @@ use crate::{
     cli::RecordArgs,
     export::fleet::FleetCounters,
     metrics::MetricsServer,
-    probes::{self, shared::MapSet, Family},
+    probes::{self, shared::MapSet, Recorded},
     profile::{Profile, Unavailable},
     record::{self, Session},
     rotate::{difference, Staging},
     symbolize::KernelSymbols,
     target::{Child, Target},
-    tracefs, units,
+    units,
 };
 
 /// How often `--metrics` adds a reading of the period in progress.
@@ -107,13 +107,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     let target = record::target_of(&args);
     let asked = record::check_arguments(&args, &target)?;
     let dir = output_dir(&args)?;
-    record::check_privileges()?;
-    if record::EBPF_OBJECT.is_empty() {
-        bail!(
-            "this lockpath was built without its eBPF programs: build it with `cargo xtask build`"
-        );
-    }
-    tracefs::ensure_mounted()?;
+    record::check_loadable()?;
     let kernel_symbols = KernelSymbols::load()?;
     let mut unavailable = Vec::new();
     let mut families = record::plan_families(&args, &asked, &kernel_symbols, &mut unavailable)?;
@@ -122,32 +116,13 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         .metrics
         .map(|addr| MetricsServer::start(addr, counters.render_with(None)))
         .transpose()?;
-    let mut child = match args.command.is_empty() {
-        false => Some(Child::spawn(&args.command)?),
-        true => None,
-    };
-    let child_pid = child.as_ref().map(|child| child.pid);
-    let started = record::start(
+    let (session, mut child) = record::start_with_command(
         &args,
         &mut families,
         &target,
-        child_pid,
         kernel_symbols,
         &mut unavailable,
-    )
-    .and_then(|session| {
-        target.check_alive()?;
-        Ok(session)
-    });
-    let session = match started {
-        Ok(session) => session,
-        Err(err) => {
-            if let Some(child) = child.as_mut() {
-                child.kill();
-            }
-            return Err(err);
-        }
-    };
+    )?;
     let staging = Staging::new(&session.maps, &families)?;
     let Session {
         ebpf,
@@ -213,7 +188,7 @@ struct Agent {
     kernel: String,
     dir: PathBuf,
     keep: Option<u32>,
-    families: Vec<Box<dyn Family>>,
+    families: Vec<Recorded>,
     /// `None` once detached (every program and link closed).
     ebpf: Option<aya::Ebpf>,
     probes: Vec<crate::profile::ProbeUse>,

@@ -414,24 +414,30 @@ mod tests {
         bytes
     }
 
+    /// Where the string `s` starts in a string table of NUL-terminated strings.
+    fn string_offset(strings: &[u8], s: &str) -> u32 {
+        let needle = format!("{s}\0");
+        (0..strings.len())
+            .find(|&p| {
+                (p == 0 || strings[p - 1] == 0) && strings[p..].starts_with(needle.as_bytes())
+            })
+            .map(|p| p as u32)
+            .expect("name in table")
+    }
+
+    fn push_words(types: &mut Vec<u8>, words: &[u32]) {
+        for word in words {
+            types.extend_from_slice(&word.to_le_bytes());
+        }
+    }
+
     /// A hand-built BTF blob: struct inner { int a; int b; }; struct outer { int x;
     /// union { struct inner in; }; };
     fn blob() -> Vec<u8> {
         let strings = b"\0int\0inner\0a\0b\0outer\0x\0in\0";
-        let name = |s: &str| -> u32 {
-            let needle = format!("\0{s}\0");
-            strings
-                .windows(needle.len())
-                .position(|w| w == needle.as_bytes())
-                .map(|p| p as u32 + 1)
-                .expect("name in table")
-        };
+        let name = |s: &str| string_offset(strings, s);
         let mut types = Vec::new();
-        let mut push = |words: &[u32]| {
-            for word in words {
-                types.extend_from_slice(&word.to_le_bytes());
-            }
-        };
+        let mut push = |words: &[u32]| push_words(&mut types, words);
         // 1: int
         push(&[name("int"), KIND_INT << 24, 4, 32]);
         // 2: struct inner { a @0, b @32 bits }
@@ -482,21 +488,10 @@ mod tests {
         let base_strings = b"\0int\0inner\0a\0b\0outer\0x\0in\0";
         assert_eq!(base_str_len as usize, base_strings.len());
         let strings = b"e\0E_TWO\0m\0v\0p\0btf_trace_ev\0";
-        let name = |s: &str| -> u32 {
-            let needle = format!("{s}\0");
-            strings
-                .windows(needle.len())
-                .position(|w| w == needle.as_bytes())
-                .map(|p| p as u32 + base_str_len)
-                .expect("name in table")
-        };
+        let name = |s: &str| string_offset(strings, s) + base_str_len;
         let base_int = 1; // "int" at offset 1 of the base's strings
         let mut types = Vec::new();
-        let mut push = |words: &[u32]| {
-            for word in words {
-                types.extend_from_slice(&word.to_le_bytes());
-            }
-        };
+        let mut push = |words: &[u32]| push_words(&mut types, words);
         push(&[name("e"), KIND_ENUM << 24 | 1, 4, name("E_TWO"), 2]);
         push(&[
             name("m"),

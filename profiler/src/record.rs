@@ -22,7 +22,7 @@ use crate::{
     probes::{
         self,
         shared::{attach_tracepoint, object_load_error, MapSet, ProcessWatcher, StackResolver},
-        AttachContext, Family, MapSize, PlanContext, FAMILIES,
+        AttachContext, MapSize, PlanContext, Recorded, FAMILIES,
     },
     profile::{ProbeUse, Profile, Unavailable},
     symbolize::KernelSymbols,
@@ -59,9 +59,9 @@ pub(crate) fn check_arguments(args: &RecordArgs, target: &Target) -> Result<Vec<
 }
 
 /// What recording needs of this machine, checked before anything is loaded.
-fn check_environment(args: &RecordArgs) -> Result<()> {
+/// What loading needs: privileges, the built-in eBPF object, tracefs.
+pub(crate) fn check_loadable() -> Result<()> {
     check_privileges()?;
-    check_output(&args.output)?;
     if EBPF_OBJECT.is_empty() {
         bail!(
             "this lockpath was built without its eBPF programs: build it with `cargo xtask build`"
@@ -77,15 +77,17 @@ pub(crate) fn plan_families(
     asked: &[&'static str],
     symbols: &KernelSymbols,
     unavailable: &mut Vec<Unavailable>,
-) -> Result<Vec<Box<dyn Family>>> {
+) -> Result<Vec<Recorded>> {
     let mut ctx = PlanContext {
         symbols,
         unavailable,
         asked,
     };
     let mut families = Vec::new();
-    for family in FAMILIES {
-        families.extend((family.plan)(args, &mut ctx)?);
+    for registration in FAMILIES {
+        if let Some(family) = (registration.plan)(args, &mut ctx)? {
+            families.push(Recorded::new(registration, family));
+        }
     }
     Ok(families)
 }
@@ -114,7 +116,8 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     install_signal_handlers();
     let target = target_of(&args);
     let asked = check_arguments(&args, &target)?;
-    check_environment(&args)?;
+    check_output(&args.output)?;
+    check_loadable()?;
     let kernel_symbols = KernelSymbols::load()?;
     let mut unavailable = Vec::new();
     let mut families = plan_families(&args, &asked, &kernel_symbols, &mut unavailable)?;
@@ -124,34 +127,13 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         .map(|addr| MetricsServer::start(addr, export::prometheus::render(&Profile::new())))
         .transpose()?;
 
-    // Start the command before any thread exists; it waits until the probes are attached.
-    let mut child = match args.command.is_empty() {
-        false => Some(Child::spawn(&args.command)?),
-        true => None,
-    };
-    let child_pid = child.as_ref().map(|child| child.pid);
-    let started = start(
+    let (mut session, mut child) = start_with_command(
         &args,
         &mut families,
         &target,
-        child_pid,
         kernel_symbols,
         &mut unavailable,
-    )
-    .and_then(|session| {
-        // A `-p` process that exited meanwhile: nothing of it could be recorded.
-        target.check_alive()?;
-        Ok(session)
-    });
-    let mut session = match started {
-        Ok(session) => session,
-        Err(err) => {
-            if let Some(child) = child.as_mut() {
-                child.kill();
-            }
-            return Err(err);
-        }
-    };
+    )?;
     let start_wall = SystemTime::now();
     if let Some(child) = child.as_mut() {
         child.release(&args.command[0])?;
@@ -194,7 +176,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
 /// into the profile.
 fn collect(
     session: Session,
-    families: &mut [Box<dyn Family>],
+    families: &mut [Recorded],
     target: &Target,
     start_wall: SystemTime,
     duration_s: f64,
@@ -279,7 +261,7 @@ fn record(
     args: &RecordArgs,
     target: &Target,
     mut child: Option<&mut Child>,
-    families: &[Box<dyn Family>],
+    families: &[Recorded],
     session: &mut Session,
     metrics: Option<&MetricsServer>,
     mut timeline: Option<&mut crate::timeline::Recorder>,
@@ -351,7 +333,7 @@ fn record(
 }
 
 /// Writes the profile, prints the summary and draws the flamegraph when asked.
-fn write_outputs(args: &RecordArgs, families: &[Box<dyn Family>], profile: &Profile) -> Result<()> {
+fn write_outputs(args: &RecordArgs, families: &[Recorded], profile: &Profile) -> Result<()> {
     save_or_fall_back(profile, &args.output)?;
     print!("{}", export::report::summary(profile, args.top));
     eprintln!("lockpath: profile written to {}", args.output.display());
@@ -373,7 +355,7 @@ const FLAMEGRAPH_PREFERENCE: [Kind; 4] = [Kind::Lock, Kind::Cpu, Kind::Offcpu, K
 
 /// Reads every recorded family's aggregate out of the kernel maps into `profile`.
 pub(crate) fn drain_families(
-    families: &[Box<dyn Family>],
+    families: &[Recorded],
     maps: &MapSet,
     stacks: &mut StackResolver,
     profile: &mut Profile,
@@ -390,11 +372,7 @@ pub(crate) fn drain_families(
 }
 
 /// The numbers so far, while the programs run (for metrics and progress).
-fn snapshot(
-    families: &[Box<dyn Family>],
-    session: &mut Session,
-    elapsed_s: f64,
-) -> Result<Profile> {
+fn snapshot(families: &[Recorded], session: &mut Session, elapsed_s: f64) -> Result<Profile> {
     let mut profile = Profile::new();
     profile.duration_s = elapsed_s;
     // Recorded families get their series from the first scrape on, even before events.
@@ -410,7 +388,7 @@ fn snapshot(
 }
 
 /// `lockpath: 12 s, 3456 lock contentions`: each family adds its count.
-fn progress_line(families: &[Box<dyn Family>], live: &Profile) -> String {
+fn progress_line(families: &[Recorded], live: &Profile) -> String {
     let mut parts = vec![format!("lockpath: {:.0} s", live.duration_s)];
     parts.extend(families.iter().filter_map(|family| family.progress(live)));
     let lost: u64 = live.losses.values().sum();
@@ -425,7 +403,7 @@ fn progress_line(families: &[Box<dyn Family>], live: &Profile) -> String {
 fn configure<'a>(
     loader: &mut EbpfLoader<'a>,
     args: &RecordArgs,
-    families: &'a [Box<dyn Family>],
+    families: &'a [Recorded],
     globals: &'a TargetGlobals,
 ) {
     loader
@@ -442,7 +420,7 @@ fn configure<'a>(
         )
         .map_max_entries(shared_names::STACKS, args.stack_entries);
     for registration in FAMILIES {
-        let recorded = families.iter().any(|f| f.name() == registration.name);
+        let recorded = families.iter().any(|f| f.name == registration.name);
         for &(map, size) in registration.maps {
             let entries = match (recorded, size) {
                 (false, _) => 1,
@@ -465,9 +443,48 @@ struct TargetGlobals {
 }
 
 /// Loads the object, installs the target filter and attaches the planned families.
-pub(crate) fn start(
+/// Starts the command (`-- CMD`, held until the probes are attached), then loads and
+/// attaches; on an error the command is killed before it ran.
+pub(crate) fn start_with_command(
     args: &RecordArgs,
-    families: &mut [Box<dyn Family>],
+    families: &mut [Recorded],
+    target: &Target,
+    kernel_symbols: KernelSymbols,
+    unavailable: &mut Vec<Unavailable>,
+) -> Result<(Session, Option<Child>)> {
+    // Start the command before any thread exists; it waits until the probes are attached.
+    let mut child = match args.command.is_empty() {
+        false => Some(Child::spawn(&args.command)?),
+        true => None,
+    };
+    let child_pid = child.as_ref().map(|child| child.pid);
+    let started = start(
+        args,
+        families,
+        target,
+        child_pid,
+        kernel_symbols,
+        unavailable,
+    )
+    .and_then(|session| {
+        // A `-p` process that exited meanwhile: nothing of it could be recorded.
+        target.check_alive()?;
+        Ok(session)
+    });
+    match started {
+        Ok(session) => Ok((session, child)),
+        Err(err) => {
+            if let Some(child) = child.as_mut() {
+                child.kill();
+            }
+            Err(err)
+        }
+    }
+}
+
+fn start(
+    args: &RecordArgs,
+    families: &mut [Recorded],
     target: &Target,
     child: Option<u32>,
     kernel_symbols: KernelSymbols,

@@ -19,7 +19,7 @@ use std::{
 use anyhow::{bail, Context, Result};
 use aya::maps::{Map, MapData};
 
-use crate::probes::{shared::MapSet, Family, MapSize, FAMILIES};
+use crate::probes::{shared::MapSet, MapSize, Recorded, FAMILIES};
 
 const BPF_MAP_CREATE: libc::c_long = 0;
 const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
@@ -125,10 +125,10 @@ pub type Moved = BTreeMap<&'static str, usize>;
 
 impl Staging {
     /// An empty copy of each aggregation map of the recorded families.
-    pub fn new(maps: &MapSet, families: &[Box<dyn Family>]) -> Result<Self> {
+    pub fn new(maps: &MapSet, families: &[Recorded]) -> Result<Self> {
         let mut pairs = Vec::new();
         for registration in FAMILIES {
-            if !families.iter().any(|f| f.name() == registration.name) {
+            if !families.iter().any(|f| f.name == registration.name) {
                 continue;
             }
             for &(name, size) in registration.maps {

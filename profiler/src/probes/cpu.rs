@@ -3,7 +3,6 @@
 
 use anyhow::{bail, Context, Result};
 use aya::{
-    maps::HashMap,
     programs::{
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
         PerfEvent,
@@ -16,16 +15,7 @@ use profiler_common::cpu::{names, CpuKey};
 mod unwound;
 pub use unwound::{parse_user_stack_bytes, StackCopies, DEFAULT_USER_STACK_BYTES};
 
-use crate::{
-    kind::Kind,
-    probes::{
-        progress_of,
-        shared::{program, MapSet, StackResolver},
-        AttachContext, Drain, Family, MapSize, Registration,
-    },
-    profile::{CpuRow, ProbeUse, Profile},
-    symbolize::UserSymbols,
-};
+use crate::{probes::prelude::*, profile::CpuRow, symbolize::UserSymbols};
 
 pub const FAMILY: Registration = Registration {
     name: "cpu",
@@ -54,10 +44,6 @@ struct CpuFamily {
 }
 
 impl Family for CpuFamily {
-    fn name(&self) -> &'static str {
-        FAMILY.name
-    }
-
     fn user_stacks(&self) -> bool {
         true
     }
@@ -156,10 +142,8 @@ pub fn attach(ebpf: &mut Ebpf, freq_hz: u64) -> Result<ProbeUse> {
 
 /// Reads the sample counts out of the kernel, with their stacks symbolized.
 pub fn drain(maps: &MapSet, stacks: &mut StackResolver) -> Result<Vec<CpuRow>> {
-    let samples: HashMap<_, CpuKey, u64> = maps.hash_map(names::CPU_SAMPLES)?;
     let mut rows = Vec::new();
-    for entry in samples.iter() {
-        let (key, count) = entry.context("cannot read CPU_SAMPLES")?;
+    for (key, count) in maps.entries::<CpuKey, u64>(names::CPU_SAMPLES)? {
         rows.push(CpuRow {
             pid: key.tgid,
             tid: key.tid,

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use aya::{
-    maps::HashMap,
     programs::{uprobe::UProbeScope, FEntry, FExit, KProbe, UProbe},
     Btf, Ebpf,
 };
@@ -16,17 +15,8 @@ use profiler_common::{
 };
 
 use crate::{
-    cli::{FuncMethod, RecordArgs},
-    probes::{
-        progress_of,
-        shared::{
-            attach_kprobe_pair, explain, kprobes_unavailable, latency_from, program, MapSet,
-            StackResolver,
-        },
-        AttachContext, Drain, Family, MapSize, PlanContext, Planned, Registration,
-    },
-    profile::{FuncRow, ProbeUse, Profile, Unavailable},
-    symbolize::{kallsyms::check_kernel_function, KernelSymbols},
+    cli::FuncMethod, probes::prelude::*, profile::FuncRow,
+    symbolize::kallsyms::check_kernel_function,
 };
 
 pub const FAMILY: Registration = Registration {
@@ -65,10 +55,6 @@ struct FuncFamily {
 }
 
 impl Family for FuncFamily {
-    fn name(&self) -> &'static str {
-        FAMILY.name
-    }
-
     fn user_stacks(&self) -> bool {
         !self.ufuncs.is_empty()
     }
@@ -361,10 +347,8 @@ pub fn drain(
     stacks: &mut StackResolver,
     targets: &[FuncTarget],
 ) -> Result<Vec<FuncRow>> {
-    let stats: HashMap<_, FuncKey, LatencyStat> = maps.hash_map(names::FUNC_STATS)?;
     let mut rows = Vec::new();
-    for entry in stats.iter() {
-        let (key, stat) = entry.context("cannot read FUNC_STATS")?;
+    for (key, stat) in maps.entries::<FuncKey, LatencyStat>(names::FUNC_STATS)? {
         let Some(target) = targets.iter().find(|target| target.slot == key.slot) else {
             continue;
         };

@@ -9,7 +9,6 @@
 
 use anyhow::{bail, Context, Result};
 use aya::{
-    maps::HashMap,
     programs::{FEntry, FExit, KProbe},
     Btf, Ebpf, EbpfLoader,
 };
@@ -22,19 +21,7 @@ use profiler_common::{
     lock::{LCB_F_MUTEX, LCB_F_READ, LCB_F_WRITE},
 };
 
-use crate::{
-    cli::{FuncMethod, RecordArgs},
-    probes::{
-        progress_of,
-        shared::{
-            attach_kprobe_pair, explain, kprobes_unavailable, latency_from, program, MapSet,
-            StackResolver,
-        },
-        AttachContext, Drain, Family, MapSize, PlanContext, Planned, Registration,
-    },
-    profile::{HoldRow, ProbeUse, Profile, Unavailable},
-    symbolize::KernelSymbols,
-};
+use crate::{cli::FuncMethod, probes::prelude::*, profile::HoldRow};
 
 pub const FAMILY: Registration = Registration {
     name: "hold",
@@ -83,10 +70,6 @@ struct HoldFamily {
 }
 
 impl Family for HoldFamily {
-    fn name(&self) -> &'static str {
-        FAMILY.name
-    }
-
     fn configure<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
         loader.override_global(names::HOLD_CONFIG, &self.plan.config, true);
     }
@@ -500,10 +483,8 @@ pub fn not_recorded(spec: &str, reason: String, unavailable: &mut Vec<Unavailabl
 
 /// Reads the aggregate out of the kernel.
 pub fn drain(maps: &MapSet, stacks: &mut StackResolver, plan: &HoldPlan) -> Result<Vec<HoldRow>> {
-    let stats: HashMap<_, HoldKey, LatencyStat> = maps.hash_map(names::HOLD_STATS)?;
     let mut rows = Vec::new();
-    for entry in stats.iter() {
-        let (key, stat) = entry.context("cannot read HOLD_STATS")?;
+    for (key, stat) in maps.entries::<HoldKey, LatencyStat>(names::HOLD_STATS)? {
         rows.push(HoldRow {
             lock_addr: plan.config.lock_addr,
             lock_name: plan.lock_name.clone(),

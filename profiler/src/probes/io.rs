@@ -5,21 +5,13 @@
 use std::collections::HashMap as StdHashMap;
 
 use anyhow::{bail, Context, Result};
-use aya::{maps::HashMap, programs::RawTracePoint, Ebpf, EbpfLoader};
+use aya::{Ebpf, EbpfLoader};
 use profiler_common::io::{
     names, IoKey, IoLayout, IoStat, IO_INFLIGHT_ENTRIES, IO_NO_OFFSET, IO_NO_OP, OP_DISCARD,
     OP_FLUSH, OP_PASSTHROUGH, OP_READ, OP_WRITE,
 };
 
-use crate::{
-    btf::Btf,
-    cli::{Kind, RecordArgs},
-    probes::{
-        progress_of, shared::MapSet, AttachContext, Drain, Family, MapSize, PlanContext, Planned,
-        Registration,
-    },
-    profile::{IoRow, ProbeUse, Profile},
-};
+use crate::{btf::Btf, probes::prelude::*, profile::IoRow};
 
 pub const FAMILY: Registration = Registration {
     name: "io",
@@ -50,10 +42,6 @@ struct IoFamily {
 }
 
 impl Family for IoFamily {
-    fn name(&self) -> &'static str {
-        FAMILY.name
-    }
-
     fn configure<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
         self.globals.apply(loader);
     }
@@ -245,17 +233,7 @@ fn dev_chain(btf: &Btf, hops: &[Member], last: Member) -> Result<[u32; 4]> {
 
 pub fn attach(ebpf: &mut Ebpf, globals: &IoGlobals) -> Result<ProbeUse> {
     for (name, event) in &globals.events {
-        let program: &mut RawTracePoint = ebpf
-            .program_mut(name)
-            .with_context(|| format!("program {name} missing from the eBPF object"))?
-            .try_into()
-            .with_context(|| format!("program {name} is not a raw tracepoint"))?;
-        program
-            .load()
-            .map_err(|err| crate::probes::shared::load_error(name, err))?;
-        program
-            .attach(event)
-            .with_context(|| format!("cannot attach to raw tracepoint {event}"))?;
+        attach_raw_tracepoint(ebpf, name, event)?;
     }
     Ok(ProbeUse {
         family: "io".into(),
@@ -335,10 +313,8 @@ pub fn op_name(op: u32) -> &'static str {
 }
 
 pub fn drain(maps: &MapSet, devices: &DeviceNames) -> Result<Vec<IoRow>> {
-    let stats: HashMap<_, IoKey, IoStat> = maps.hash_map(names::IO_STATS)?;
     let mut rows = Vec::new();
-    for entry in stats.iter() {
-        let (key, stat) = entry.context("cannot read IO_STATS")?;
+    for (key, stat) in maps.entries::<IoKey, IoStat>(names::IO_STATS)? {
         let (major, minor) = split_dev(key.dev);
         let mut hist = stat.hist.to_vec();
         while hist.last() == Some(&0) {

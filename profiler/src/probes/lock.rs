@@ -3,12 +3,8 @@
 //! names as `perf lock contention` prints them, the caller frame) are the profile
 //! library's (`lockpath_profile::lock`).
 
-use anyhow::{bail, Context, Result};
-use aya::{
-    maps::HashMap,
-    programs::{KProbe, RawTracePoint},
-    Ebpf, EbpfLoader,
-};
+use anyhow::{bail, Result};
+use aya::{programs::KProbe, Ebpf, EbpfLoader};
 use profiler_common::{
     latency::LatencyStat,
     lock::{
@@ -20,14 +16,9 @@ use profiler_common::{
 
 use crate::{
     btf::Btf,
-    cli::{Kind, LockMethod, LockStacks, RecordArgs},
-    probes::{
-        progress_of,
-        shared::{attach_kprobe_pair, latency_from, program, MapSet, StackResolver},
-        AttachContext, Drain, Family, MapSize, PlanContext, Planned, Registration,
-    },
-    profile::{HoldRow, LockRow, ProbeUse, Profile},
-    symbolize::KernelSymbols,
+    cli::{LockMethod, LockStacks},
+    probes::prelude::*,
+    profile::{HoldRow, LockRow},
     tracefs,
 };
 
@@ -103,10 +94,6 @@ fn plan_family(args: &RecordArgs, ctx: &mut PlanContext) -> Result<Planned> {
 }
 
 impl Family for LockFamily {
-    fn name(&self) -> &'static str {
-        FAMILY.name
-    }
-
     fn configure<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
         loader.override_global(names::LOCK_LAYOUT, &self.layout, true);
         loader.override_global(names::LOCK_FILTER, &self.filter.kernel, true);
@@ -198,13 +185,7 @@ fn attach_tracepoints(ebpf: &mut Ebpf) -> Result<String> {
             "contention_begin" => names::LOCK_CONTENTION_BEGIN,
             _ => names::LOCK_CONTENTION_END,
         };
-        let program: &mut RawTracePoint = program(ebpf, name)?;
-        program
-            .load()
-            .map_err(|err| crate::probes::shared::load_error(name, err))?;
-        program
-            .attach(event)
-            .with_context(|| format!("cannot attach to lock:{event}"))?;
+        attach_raw_tracepoint(ebpf, name, event)?;
     }
     Ok("raw_tracepoint lock:contention_begin/contention_end".into())
 }
@@ -345,11 +326,9 @@ pub fn layout() -> LockLayout {
 
 /// Reads the aggregate out of the kernel.
 pub fn drain(maps: &MapSet, stacks: &mut StackResolver) -> Result<Vec<LockRow>> {
-    let stats: HashMap<_, LockKey, LockStat> = maps.hash_map(names::LOCK_STATS)?;
     let namer = super::lockname::LockNamer::new(maps)?;
     let mut rows = Vec::new();
-    for entry in stats.iter() {
-        let (key, stat) = entry.context("cannot read LOCK_STATS")?;
+    for (key, stat) in maps.entries::<LockKey, LockStat>(names::LOCK_STATS)? {
         let (lock_name, source) = namer.name(key.lock_class, key.lock_addr, stacks);
         rows.push(LockRow {
             pid: key.tgid,
@@ -377,10 +356,8 @@ pub fn drain_contended_holds(
     stacks: &mut StackResolver,
     names: &std::collections::HashMap<u64, String>,
 ) -> Result<Vec<HoldRow>> {
-    let holds: HashMap<_, ContendedHoldKey, LatencyStat> = maps.hash_map(names::LOCK_HOLDS)?;
     let mut rows = Vec::new();
-    for entry in holds.iter() {
-        let (key, stat) = entry.context("cannot read LOCK_HOLDS")?;
+    for (key, stat) in maps.entries::<ContendedHoldKey, LatencyStat>(names::LOCK_HOLDS)? {
         rows.push(HoldRow {
             lock_addr: key.lock_addr,
             lock_name: match names.get(&key.lock_addr) {

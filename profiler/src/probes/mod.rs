@@ -64,6 +64,36 @@ pub struct Registration {
 /// A family planned for this run, or `None` when it is not recorded.
 pub type Planned = Option<Box<dyn Family>>;
 
+/// A family of this recording, under its registration's name.
+pub struct Recorded {
+    /// The family's name, as in its registration.
+    pub name: &'static str,
+    family: Box<dyn Family>,
+}
+
+impl Recorded {
+    pub fn new(registration: &Registration, family: Box<dyn Family>) -> Self {
+        Recorded {
+            name: registration.name,
+            family,
+        }
+    }
+}
+
+impl std::ops::Deref for Recorded {
+    type Target = dyn Family;
+
+    fn deref(&self) -> &Self::Target {
+        self.family.as_ref()
+    }
+}
+
+impl std::ops::DerefMut for Recorded {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        self.family.as_mut()
+    }
+}
+
 /// How many entries a family's map gets when the family is recorded.
 #[derive(Debug, Clone, Copy)]
 pub enum MapSize {
@@ -97,9 +127,6 @@ pub struct Drain<'a> {
 
 /// A planned family during one recording.
 pub trait Family {
-    /// The family's name, as in its registration.
-    fn name(&self) -> &'static str;
-
     /// Sets its load-time globals on the loader (before the object is loaded).
     fn configure<'a>(&'a self, _loader: &mut EbpfLoader<'a>) {}
 
@@ -137,6 +164,24 @@ pub trait Family {
 
     /// After the profile is written: what the user should know about the family's run.
     fn finish(&self, _profile: &Profile) {}
+}
+
+/// What a family module uses of the family interface, the shared helpers and the
+/// profile model: `use crate::probes::prelude::*;`.
+pub mod prelude {
+    pub use super::{
+        progress_of,
+        shared::{
+            attach_kprobe_pair, attach_raw_tracepoint, attach_tracepoint, explain,
+            kprobes_unavailable, latency_from, program, MapSet, StackResolver,
+        },
+        AttachContext, Drain, Family, MapSize, PlanContext, Planned, Registration,
+    };
+    pub use crate::{
+        cli::{Kind, RecordArgs},
+        profile::{ProbeUse, Profile, Unavailable},
+        symbolize::KernelSymbols,
+    };
 }
 
 /// The progress part of a family with `rows`: `N what`, N the sum of `count` over them.

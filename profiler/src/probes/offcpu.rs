@@ -1,20 +1,15 @@
 //! Off-CPU waits: attach `sched:sched_switch`, drain `OFFCPU_STATS`, classify each
 //! stack into a wait class (waitclass.rs).
 
-use anyhow::{bail, Context, Result};
-use aya::{maps::HashMap, Ebpf, EbpfLoader};
+use anyhow::{bail, Result};
+use aya::{Ebpf, EbpfLoader};
 use profiler_common::offcpu::{
     names, OffcpuKey, OffcpuStat, OFFCPU_START_ENTRIES, STATE_INTERRUPTIBLE, STATE_UNINTERRUPTIBLE,
 };
 
 use crate::{
-    cli::{Kind, RecordArgs},
-    probes::{
-        filelock, progress_of,
-        shared::{attach_tracepoint, MapSet, StackResolver},
-        AttachContext, Drain, Family, MapSize, PlanContext, Planned, Registration,
-    },
-    profile::{OffcpuRow, ProbeUse, Profile},
+    probes::{filelock, prelude::*},
+    profile::OffcpuRow,
     tracefs,
     waitclass::{self, Classifier},
 };
@@ -73,10 +68,6 @@ struct OffcpuFamily {
 }
 
 impl Family for OffcpuFamily {
-    fn name(&self) -> &'static str {
-        FAMILY.name
-    }
-
     fn configure<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
         self.globals.apply(loader);
         if let Ok(filelock) = &self.filelock {
@@ -205,10 +196,8 @@ pub fn drain(
     stacks: &mut StackResolver,
     classifier: &Classifier,
 ) -> Result<Vec<OffcpuRow>> {
-    let stats: HashMap<_, OffcpuKey, OffcpuStat> = maps.hash_map(names::OFFCPU_STATS)?;
     let mut rows = Vec::new();
-    for entry in stats.iter() {
-        let (key, stat) = entry.context("cannot read OFFCPU_STATS")?;
+    for (key, stat) in maps.entries::<OffcpuKey, OffcpuStat>(names::OFFCPU_STATS)? {
         let stack = stacks.kernel_stack(key.kstack_id);
         let frames = stacks.interner.frames_of(stack);
         let class = classifier.classify(&frames.iter().collect::<Vec<_>>());

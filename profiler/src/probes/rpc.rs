@@ -3,11 +3,7 @@
 //! that names something that does not exist is bad input (an error).
 
 use anyhow::{bail, Context, Result};
-use aya::{
-    maps::HashMap,
-    programs::{KProbe, RawTracePoint},
-    Ebpf, EbpfLoader,
-};
+use aya::{programs::KProbe, Ebpf, EbpfLoader};
 use profiler_common::{
     latency::LatencyStat,
     rpc::{
@@ -16,20 +12,7 @@ use profiler_common::{
     },
 };
 
-use crate::{
-    btf::Btf,
-    cli::{RecordArgs, RpcProvider},
-    probes::{
-        progress_of,
-        shared::{
-            attach_tracepoint, kprobes_unavailable, latency_from, program, MapSet, StackResolver,
-        },
-        AttachContext, Drain, Family, MapSize, PlanContext, Planned, Registration,
-    },
-    profile::{ProbeUse, Profile, RpcRow, Unavailable},
-    symbolize::KernelSymbols,
-    tracefs,
-};
+use crate::{btf::Btf, cli::RpcProvider, probes::prelude::*, profile::RpcRow, tracefs};
 
 pub const FAMILY: Registration = Registration {
     name: "rpc",
@@ -61,10 +44,6 @@ struct RpcFamily {
 }
 
 impl Family for RpcFamily {
-    fn name(&self) -> &'static str {
-        FAMILY.name
-    }
-
     fn configure<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
         for (name, value) in &self.setup.globals {
             loader.override_global(name, value, true);
@@ -489,15 +468,7 @@ pub fn attach(ebpf: &mut Ebpf, setup: &RpcSetup) -> Result<Vec<ProbeUse>> {
             (names::RPC_FUSE_END, "fuse_request_end"),
             (names::RPC_FUSE_SEND, "fuse_request_send"),
         ] {
-            let raw: &mut RawTracePoint = ebpf
-                .program_mut(program)
-                .with_context(|| format!("program {program} missing from the eBPF object"))?
-                .try_into()
-                .with_context(|| format!("program {program} is not a raw tracepoint"))?;
-            raw.load()
-                .with_context(|| format!("the kernel refused to load {program}"))?;
-            raw.attach(event)
-                .with_context(|| format!("cannot attach to raw tracepoint {event}"))?;
+            attach_raw_tracepoint(ebpf, program, event)?;
         }
         used.push(ProbeUse {
             family: FAMILY.name.into(),
@@ -530,7 +501,6 @@ pub fn attach(ebpf: &mut Ebpf, setup: &RpcSetup) -> Result<Vec<ProbeUse>> {
 
 /// Reads the aggregate out of the kernel.
 pub fn drain(maps: &MapSet, stacks: &mut StackResolver, setup: &RpcSetup) -> Result<Vec<RpcRow>> {
-    let stats: HashMap<_, RpcKey, LatencyStat> = maps.hash_map(names::RPC_STATS)?;
     let span_name = |provider: u32| -> String {
         [
             &setup.tp_pair.as_ref().map(|pair| (pair.0, pair.1.clone())),
@@ -543,8 +513,7 @@ pub fn drain(maps: &MapSet, stacks: &mut StackResolver, setup: &RpcSetup) -> Res
         .unwrap_or_else(|| "span".into())
     };
     let mut rows = Vec::new();
-    for entry in stats.iter() {
-        let (key, stat) = entry.context("cannot read RPC_STATS")?;
+    for (key, stat) in maps.entries::<RpcKey, LatencyStat>(names::RPC_STATS)? {
         let (provider, op_name) = match key.provider {
             PROVIDER_FUSE => ("fuse".to_string(), fuse_opcode_name(key.op)),
             PROVIDER_SUNRPC => ("sunrpc".to_string(), "rpc_task".to_string()),

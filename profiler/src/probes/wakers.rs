@@ -3,8 +3,8 @@
 
 use std::collections::HashMap as StdHashMap;
 
-use anyhow::{bail, Context, Result};
-use aya::{maps::HashMap, Ebpf, EbpfLoader};
+use anyhow::{bail, Result};
+use aya::{Ebpf, EbpfLoader};
 use profiler_common::{
     offcpu::{names as offcpu_names, OffcpuStat, STATE_INTERRUPTIBLE, STATE_UNINTERRUPTIBLE},
     wakers::{names, ChainKey, ChainStat, WakerKey, LAST_WAIT_ENTRIES, WAKER_PENDING_ENTRIES},
@@ -12,12 +12,8 @@ use profiler_common::{
 
 use crate::export::wakers::interrupt_entry;
 use crate::{
-    cli::{Kind, RecordArgs},
-    probes::{
-        shared::{attach_tracepoint, MapSet, StackResolver},
-        AttachContext, Drain, Family, MapSize, PlanContext, Planned, Registration,
-    },
-    profile::{ChainLinkRow, ChainRow, OffcpuRow, ProbeUse, Profile, Unavailable, WakerRow},
+    probes::prelude::*,
+    profile::{ChainLinkRow, ChainRow, OffcpuRow, WakerRow},
     tracefs,
     waitclass::Classifier,
 };
@@ -77,10 +73,6 @@ struct WakersFamily {
 }
 
 impl Family for WakersFamily {
-    fn name(&self) -> &'static str {
-        FAMILY.name
-    }
-
     fn configure<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
         loader
             .override_global(names::WAKERS_ON, &self.on, true)
@@ -145,7 +137,6 @@ fn state_bit(state: &str) -> u32 {
 /// stacks symbolize alike (two call sites in one function) are merged first, so each
 /// row's wakers are the wakers of exactly its waits.
 pub fn drain(maps: &MapSet, stacks: &mut StackResolver, rows: &mut Vec<OffcpuRow>) -> Result<()> {
-    let stats: HashMap<_, WakerKey, OffcpuStat> = maps.hash_map(names::WAKER_STATS)?;
     type RowKey = (u32, u32, u32, Option<u32>, Option<u32>, Option<u32>);
     let mut index: StdHashMap<RowKey, usize> = StdHashMap::new();
     let mut merged: Vec<OffcpuRow> = Vec::with_capacity(rows.len());
@@ -172,8 +163,7 @@ pub fn drain(maps: &MapSet, stacks: &mut StackResolver, rows: &mut Vec<OffcpuRow
         }
     }
     *rows = merged;
-    for entry in stats.iter() {
-        let (key, stat) = entry.context("cannot read WAKER_STATS")?;
+    for (key, stat) in maps.entries::<WakerKey, OffcpuStat>(names::WAKER_STATS)? {
         let waiter = key.waiter;
         let row_key = (
             waiter.tgid,
@@ -255,7 +245,6 @@ pub fn drain_chains(
     stacks: &mut StackResolver,
     classifier: &Classifier,
 ) -> Result<Vec<ChainRow>> {
-    let stats: HashMap<_, ChainKey, ChainStat> = maps.hash_map(names::CHAIN_STATS)?;
     let mut rows: Vec<ChainRow> = Vec::new();
     // Chains whose stacks symbolize alike are one row.
     type ChainIdentity = ((u32, u32, Option<u32>, u32), Vec<(u32, Option<u32>)>);
@@ -264,8 +253,7 @@ pub fn drain_chains(
         let frames = stacks.interner.frames_of(stack);
         classifier.classify(&frames.iter().collect::<Vec<_>>())
     };
-    for entry in stats.iter() {
-        let (key, stat) = entry.context("cannot read CHAIN_STATS")?;
+    for (key, stat) in maps.entries::<ChainKey, ChainStat>(names::CHAIN_STATS)? {
         let stack = stacks.kernel_stack(key.waiter.kstack_id);
         // A waker in an interrupt only interrupted its task: the chain ends there.
         let from_interrupt = |stacks: &mut StackResolver, id: i32| {

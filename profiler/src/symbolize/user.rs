@@ -382,14 +382,7 @@ impl UserSymbols {
         [false, true].into_iter().find_map(|debug_syms| {
             let mut elf = Elf::new(self.objects[object].read_path.clone());
             elf.debug_syms = debug_syms;
-            let source = Source::Elf(elf);
-            match self
-                .symbolizer
-                .symbolize_single(&source, Input::FileOffset(file_offset))
-            {
-                Ok(Symbolized::Sym(sym)) => Some(sym.name.into_owned()),
-                _ => None,
-            }
+            self.name_at(&Source::Elf(elf), Input::FileOffset(file_offset))
         })
     }
 
@@ -400,11 +393,12 @@ impl UserSymbols {
         process.debug_syms = false;
         process.perf_map = true;
         process.vdso = true;
-        let source = Source::Process(process);
-        match self
-            .symbolizer
-            .symbolize_single(&source, Input::AbsAddr(addr))
-        {
+        self.name_at(&Source::Process(process), Input::AbsAddr(addr))
+    }
+
+    /// The name of the symbol at `input` in `source`, if blazesym finds one.
+    fn name_at(&self, source: &Source, input: Input<u64>) -> Option<String> {
+        match self.symbolizer.symbolize_single(source, input) {
             Ok(Symbolized::Sym(sym)) => Some(sym.name.into_owned()),
             _ => None,
         }

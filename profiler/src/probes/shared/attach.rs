@@ -97,6 +97,17 @@ pub fn attach_tracepoint(ebpf: &mut Ebpf, name: &str, group: &str, event: &str) 
     Ok(())
 }
 
+/// Loads the raw tracepoint program `name` and attaches it to `event`. Every raw
+/// tracepoint of every family goes through here.
+pub fn attach_raw_tracepoint(ebpf: &mut Ebpf, name: &str, event: &str) -> Result<()> {
+    let program: &mut aya::programs::RawTracePoint = program(ebpf, name)?;
+    program.load().map_err(|err| load_error(name, err))?;
+    program
+        .attach(event)
+        .with_context(|| format!("cannot attach to raw tracepoint {event}"))?;
+    Ok(())
+}
+
 /// Attaches the loaded kprobe `entry` and kretprobe `ret` to `function`, the return
 /// probe first: the kernel runs the handlers of one address newest first, so the entry
 /// program walks the stack before the kretprobe replaces the return address (5.10's

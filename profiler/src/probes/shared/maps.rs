@@ -46,6 +46,14 @@ impl MapSet {
         HashMap::try_from(self.get(name)?).with_context(|| format!("{name} has an unexpected type"))
     }
 
+    /// Every entry of a hash map of the set, typed as [`MapSet::hash_map`].
+    pub fn entries<K: aya::Pod, V: aya::Pod>(&self, name: &str) -> Result<Vec<(K, V)>> {
+        self.hash_map::<K, V>(name)?
+            .iter()
+            .map(|entry| entry.with_context(|| format!("cannot read {name}")))
+            .collect()
+    }
+
     /// Puts `map` under `name` and returns the map it replaces (`record --rotate`
     /// swaps a period's copy of an aggregation map in for the drain).
     pub fn replace(&mut self, name: &str, map: Map) -> Result<Map> {
@@ -91,12 +99,10 @@ pub fn drain_losses(maps: &MapSet) -> Result<BTreeMap<String, u64>> {
 /// /proc for processes still alive. `pids` lists every process some row refers to.
 /// A process's cgroup is the one most of its threads were recorded in (crate::cgroups).
 pub fn drain_processes(maps: &MapSet, pids: &[u32]) -> Result<Vec<Process>> {
-    let tasks: HashMap<_, u32, TaskInfo> = maps.hash_map(names::TASKS)?;
     let mut by_pid: BTreeMap<u32, Process> = BTreeMap::new();
     // pid -> the cgroup ids its threads were recorded in (main thread first).
     let mut cgroup_ids: StdHashMap<u32, Vec<u64>> = StdHashMap::new();
-    for entry in tasks.iter() {
-        let (tid, info) = entry.context("cannot read TASKS")?;
+    for (tid, info) in maps.entries::<u32, TaskInfo>(names::TASKS)? {
         let process = by_pid.entry(info.tgid).or_insert_with(|| Process {
             pid: info.tgid,
             ..Default::default()

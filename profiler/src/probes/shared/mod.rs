@@ -8,8 +8,8 @@ mod processes;
 mod stacks;
 
 pub use attach::{
-    attach_kprobe_pair, attach_tracepoint, explain, kprobes_unavailable, load_error,
-    object_load_error, program, program_misses,
+    attach_kprobe_pair, attach_raw_tracepoint, attach_tracepoint, explain, kprobes_unavailable,
+    load_error, object_load_error, program, program_misses,
 };
 pub use maps::{comm_to_string, drain_losses, drain_processes, latency_from, MapSet};
 pub use processes::ProcessWatcher;
