@@ -58,3 +58,106 @@ pub fn set_process_name(name: &str) {
 
 pub mod block;
 pub mod fuse;
+
+/// A workload's `--name value` arguments (and bare `--flag`s), checked against the
+/// names it knows: an unknown one, or a value that does not parse, ends it with a panic.
+pub struct Args {
+    values: Vec<(String, String)>,
+}
+
+impl Args {
+    /// Reads the process's arguments; `valued` take a value, `flags` do not.
+    pub fn parse(valued: &[&str], flags: &[&str]) -> Args {
+        let mut values = Vec::new();
+        let mut args = std::env::args().skip(1);
+        while let Some(arg) = args.next() {
+            if flags.contains(&arg.as_str()) {
+                values.push((arg, String::new()));
+            } else if valued.contains(&arg.as_str()) {
+                let value = args.next().unwrap_or_default();
+                values.push((arg, value));
+            } else {
+                panic!("unknown argument {arg}");
+            }
+        }
+        Args { values }
+    }
+
+    /// The last value given for `name`, as text.
+    pub fn text(&self, name: &str) -> Option<&str> {
+        self.values
+            .iter()
+            .rev()
+            .find(|(arg, _)| arg == name)
+            .map(|(_, value)| value.as_str())
+    }
+
+    /// The value of `name` parsed, or `default` when it is not given.
+    pub fn get<T: std::str::FromStr>(&self, name: &str, default: T) -> T {
+        self.opt(name).unwrap_or(default)
+    }
+
+    /// The value of `name` parsed, if it is given.
+    pub fn opt<T: std::str::FromStr>(&self, name: &str) -> Option<T> {
+        self.text(name).map(|value| {
+            value
+                .parse()
+                .unwrap_or_else(|_| panic!("{name} takes a number, not {value:?}"))
+        })
+    }
+
+    pub fn flag(&self, name: &str) -> bool {
+        self.text(name).is_some()
+    }
+}
+
+/// Threads that repeat an operation until the workload's time is up, and the count of
+/// operations they did.
+#[derive(Default)]
+pub struct Workers {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ops: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    handles: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Workers {
+    pub fn new() -> Workers {
+        Workers::default()
+    }
+
+    /// A thread that calls `op(done so far)` until the time is up or `op` returns false;
+    /// each call that returned true counts.
+    pub fn spawn_counted(&mut self, mut op: impl FnMut(u64) -> bool + Send + 'static) {
+        use std::sync::atomic::Ordering;
+        let (stop, ops) = (self.stop.clone(), self.ops.clone());
+        self.handles.push(std::thread::spawn(move || {
+            let mut local = 0u64;
+            while !stop.load(Ordering::Relaxed) && op(local) {
+                local += 1;
+            }
+            ops.fetch_add(local, Ordering::Relaxed);
+        }));
+    }
+
+    /// A helper thread that counts nothing; it must end by itself once the counted
+    /// threads have stopped.
+    pub fn spawn(&mut self, work: impl FnOnce() + Send + 'static) {
+        self.handles.push(std::thread::spawn(work));
+    }
+
+    /// Lets the threads run for `seconds`, stops and joins them, and prints `ops=N`.
+    pub fn run_for(self, seconds: f64) -> u64 {
+        use std::sync::atomic::Ordering;
+        let start = std::time::Instant::now();
+        while start.elapsed() < std::time::Duration::from_secs_f64(seconds) {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        self.stop.store(true, Ordering::Relaxed);
+        for handle in self.handles {
+            handle.join().expect("worker panicked");
+        }
+        let ops = self.ops.load(Ordering::Relaxed);
+        println!("ops={ops}");
+        ops
+    }
+}

@@ -100,12 +100,26 @@ fn known_sleep_is_reported_as_sleep_with_its_time() {
         "thread {tid}: measured its sleep at {slept_ns} ns, lockpath {ours} ns in {waits} waits ({:.2}% apart)",
         error * 100.0
     );
+    // On a miss, everything that was recorded of the thread, and what was lost.
+    let recorded = || {
+        let rows: Vec<String> = rows
+            .iter()
+            .map(|row| {
+                format!(
+                    "{} {} x{} {} ns",
+                    row["class"], row["state"], row["count"], row["total_ns"]
+                )
+            })
+            .collect();
+        format!("rows {rows:?}, losses {}", profile["losses"])
+    };
     assert!(
         error < 0.05,
-        "lockpath {ours} ns vs measured {slept_ns} ns: {:.1}% apart",
-        error * 100.0
+        "lockpath {ours} ns vs measured {slept_ns} ns: {:.1}% apart; {}",
+        error * 100.0,
+        recorded()
     );
-    assert_eq!(waits, 20, "one wait per sleep");
+    assert_eq!(waits, 20, "one wait per sleep; {}", recorded());
     for row in &sleep_rows {
         assert_eq!(row["state"], "S", "nanosleep is an interruptible sleep");
         let max = row["max_ns"].as_u64().expect("max");

@@ -67,29 +67,22 @@ fn work(seconds: f64, cpu_seconds: Option<f64>, seventy: u64, thirty: u64) {
 }
 
 fn main() {
-    let mut seconds = 3.0f64;
-    let mut seventy = 7u64;
-    let mut thirty = 3u64;
-    let mut fork = false;
-    let mut cpu_seconds = None;
-    let mut late_thread_ms = None;
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let mut value = || args.next().unwrap_or_default();
-        match arg.as_str() {
-            "--seconds" => seconds = value().parse().expect("--seconds takes a number"),
-            "--seventy" => seventy = value().parse().expect("--seventy takes a number"),
-            "--thirty" => thirty = value().parse().expect("--thirty takes a number"),
-            "--cpu-seconds" => {
-                cpu_seconds = Some(value().parse().expect("--cpu-seconds takes a number"))
-            }
-            "--fork" => fork = true,
-            "--late-thread" => {
-                late_thread_ms = Some(value().parse::<u64>().expect("--late-thread takes ms"))
-            }
-            other => panic!("unknown argument {other}"),
-        }
-    }
+    let args = lockpath_tests::Args::parse(
+        &[
+            "--seconds",
+            "--seventy",
+            "--thirty",
+            "--cpu-seconds",
+            "--late-thread",
+        ],
+        &["--fork"],
+    );
+    let seconds = args.get("--seconds", 3.0f64);
+    let seventy = args.get("--seventy", 7u64);
+    let thirty = args.get("--thirty", 3u64);
+    let fork = args.flag("--fork");
+    let cpu_seconds = args.opt("--cpu-seconds");
+    let late_thread_ms: Option<u64> = args.opt("--late-thread");
     if let Some(ms) = late_thread_ms {
         std::thread::sleep(Duration::from_millis(ms));
         let worker = std::thread::spawn(move || {

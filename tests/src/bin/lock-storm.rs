@@ -6,58 +6,25 @@
 //! `--name` sets the process name (comm, 15 bytes at most) before the threads start,
 //! e.g. to test that hostile names are escaped. Prints `ops=N` when done.
 
-use std::{
-    sync::{
-        atomic::{AtomicBool, AtomicU64, Ordering},
-        Arc,
-    },
-    time::{Duration, Instant},
-};
-
 fn main() {
-    let mut seconds = 3.0f64;
-    let mut threads = 4usize;
-    let mut mode = String::from("both");
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let value = args.next().unwrap_or_default();
-        match arg.as_str() {
-            "--seconds" => seconds = value.parse().expect("--seconds takes a number"),
-            "--threads" => threads = value.parse().expect("--threads takes a number"),
-            "--mode" => mode = value,
-            "--name" => lockpath_tests::set_process_name(&value),
-            other => panic!("unknown argument {other}"),
-        }
+    let args = lockpath_tests::Args::parse(&["--seconds", "--threads", "--mode", "--name"], &[]);
+    if let Some(name) = args.text("--name") {
+        lockpath_tests::set_process_name(name);
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let ops = Arc::new(AtomicU64::new(0));
-    let mut handles = Vec::new();
-    for index in 0..threads {
-        let stop = stop.clone();
-        let ops = ops.clone();
-        let cycle: fn() = match mode.as_str() {
+    let mode = args.text("--mode").unwrap_or("both");
+    let mut workers = lockpath_tests::Workers::new();
+    for index in 0..args.get("--threads", 4usize) {
+        let cycle: fn() = match mode {
             "pipe" => lockpath_tests::pipe_cycle,
             "mmap" => lockpath_tests::mmap_cycle,
             "open" => lockpath_tests::open_cycle,
             _ if index % 2 == 1 => lockpath_tests::mmap_cycle,
             _ => lockpath_tests::pipe_cycle,
         };
-        handles.push(std::thread::spawn(move || {
-            let mut local = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                cycle();
-                local += 1;
-            }
-            ops.fetch_add(local, Ordering::Relaxed);
-        }));
+        workers.spawn_counted(move |_| {
+            cycle();
+            true
+        });
     }
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs_f64(seconds) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    stop.store(true, Ordering::Relaxed);
-    for handle in handles {
-        handle.join().expect("worker panicked");
-    }
-    println!("ops={}", ops.load(Ordering::Relaxed));
+    workers.run_for(args.get("--seconds", 3.0));
 }

@@ -69,17 +69,9 @@ fn is_sleeping(tid: u32) -> bool {
 }
 
 fn main() {
-    let mut rounds = 20u32;
-    let mut hold_ms = 50u64;
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let value = args.next().unwrap_or_default();
-        match arg.as_str() {
-            "--rounds" => rounds = value.parse().expect("--rounds takes a number"),
-            "--hold-ms" => hold_ms = value.parse().expect("--hold-ms takes a number"),
-            other => panic!("unknown argument {other}"),
-        }
-    }
+    let args = lockpath_tests::Args::parse(&["--rounds", "--hold-ms"], &[]);
+    let rounds = args.get("--rounds", 20u32);
+    let hold_ms = args.get("--hold-ms", 50u64);
     let mutex = Arc::new(Mutex::new());
     // Round number the waiter may go for (the holder has the lock by then).
     let go = Arc::new(AtomicU32::new(0));

@@ -2,14 +2,6 @@
 //! every round trip is two sleeps and two wake-ups.
 //! `ping-pong [--seconds S] [--pairs N]`; prints `ops=N` (round trips) when done.
 
-use std::{
-    sync::{
-        atomic::{AtomicBool, AtomicU64, Ordering},
-        Arc,
-    },
-    time::{Duration, Instant},
-};
-
 fn pipe() -> [i32; 2] {
     let mut fds = [0; 2];
     // SAFETY: pipe writes two descriptors into the array.
@@ -30,56 +22,41 @@ fn read_byte(fd: i32) -> bool {
     unsafe { libc::read(fd, byte.as_mut_ptr().cast(), 1) == 1 }
 }
 
-fn main() {
-    let mut seconds = 3.0f64;
-    let mut pairs = 1usize;
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let value = args.next().unwrap_or_default();
-        match arg.as_str() {
-            "--seconds" => seconds = value.parse().expect("--seconds takes a number"),
-            "--pairs" => pairs = value.parse().expect("--pairs takes a number"),
-            other => panic!("unknown argument {other}"),
-        }
+/// A pipe end, closed when the thread that owns it is done with it.
+struct End(i32);
+
+impl End {
+    /// The descriptor; a method, so that a closure using it owns the whole `End`.
+    fn fd(&self) -> i32 {
+        self.0
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let ops = Arc::new(AtomicU64::new(0));
-    let mut handles = Vec::new();
-    for _ in 0..pairs {
+}
+
+impl Drop for End {
+    fn drop(&mut self) {
+        // SAFETY: closing a descriptor this value owns.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+fn main() {
+    let args = lockpath_tests::Args::parse(&["--seconds", "--pairs"], &[]);
+    let mut workers = lockpath_tests::Workers::new();
+    for _ in 0..args.get("--pairs", 1usize) {
         let ping = pipe();
         let pong = pipe();
         // Echo thread: returns every byte until the pinger closes its end.
-        handles.push(std::thread::spawn(move || {
-            while read_byte(ping[0]) {
-                if !write_byte(pong[1]) {
+        let (ping_in, pong_out) = (ping[0], End(pong[1]));
+        workers.spawn(move || {
+            while read_byte(ping_in) {
+                if !write_byte(pong_out.fd()) {
                     break;
                 }
             }
-            // SAFETY: closing descriptors this thread owns from here on.
-            unsafe { libc::close(pong[1]) };
-        }));
-        let stop = stop.clone();
-        let ops = ops.clone();
-        handles.push(std::thread::spawn(move || {
-            let mut local = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                if !write_byte(ping[1]) || !read_byte(pong[0]) {
-                    break;
-                }
-                local += 1;
-            }
-            ops.fetch_add(local, Ordering::Relaxed);
-            // SAFETY: closing the ping write end ends the echo thread.
-            unsafe { libc::close(ping[1]) };
-        }));
+        });
+        // The pinger: dropping its write end of ping (when it stops) ends the echo thread.
+        let (ping_out, pong_in) = (End(ping[1]), pong[0]);
+        workers.spawn_counted(move |_| write_byte(ping_out.fd()) && read_byte(pong_in));
     }
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs_f64(seconds) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    stop.store(true, Ordering::Relaxed);
-    for handle in handles {
-        handle.join().expect("worker panicked");
-    }
-    println!("ops={}", ops.load(Ordering::Relaxed));
+    workers.run_for(args.get("--seconds", 3.0));
 }

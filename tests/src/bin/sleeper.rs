@@ -4,18 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| v.parse().expect("a number"))
-        .unwrap_or(default)
-}
-
 fn main() {
-    let count = arg("--count", 20);
-    let ms = arg("--ms", 50);
+    let args = lockpath_tests::Args::parse(&["--count", "--ms"], &[]);
+    let count = args.get("--count", 20u64);
+    let ms = args.get("--ms", 50u64);
     let sleeper = std::thread::Builder::new()
         .name("sleeper".into())
         .spawn(move || {
