@@ -71,18 +71,15 @@ pub(super) fn program_costs(
 ) -> Result<FamilyCost> {
     let stats = BpfStats::enable()?;
     let profile = bench.scratch.join("cost.json");
-    let mut child = Command::new(&bench.lockpath)
-        .arg("record")
-        .args(family.flags)
-        .args(["-a", "--top", "1", "-o"])
-        .arg(&profile)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("cannot start lockpath")?;
+    let (child, stderr) = start_recording(
+        Command::new(&bench.lockpath)
+            .arg("record")
+            .args(family.flags)
+            .args(["-a", "--top", "1", "-o"])
+            .arg(&profile),
+        "lockpath",
+    )?;
     let pid = child.id();
-    let stderr = wait_until_recording(&mut child)?;
     let measured = (|| {
         let (programs, maps) = held_objects(pid);
         if programs.is_empty() {
@@ -132,10 +129,26 @@ impl Stderr {
     }
 }
 
+/// Starts a `lockpath record` command (stdin and stdout closed, stderr read) and waits
+/// until it records.
+pub(super) fn start_recording(
+    command: &mut Command,
+    what: &str,
+) -> Result<(std::process::Child, Stderr)> {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start {what}"))?;
+    let stderr = wait_until_recording(&mut child)?;
+    Ok((child, stderr))
+}
+
 /// Waits until the `lockpath record` child (stderr piped) says it is recording: every
 /// probe attached, not just the first program loaded (a loaded machine takes seconds
 /// between the two).
-pub(super) fn wait_until_recording(child: &mut std::process::Child) -> Result<Stderr> {
+fn wait_until_recording(child: &mut std::process::Child) -> Result<Stderr> {
     use std::io::BufRead as _;
     let pipe = child
         .stderr

@@ -7,13 +7,13 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 
 use crate::util;
 
 use super::{
     families::available_families,
-    program_cost::{held_objects, wait_rusage, wait_until_recording, wait_usage},
+    program_cost::{held_objects, start_recording, wait_rusage, wait_usage},
     Bench, MIB,
 };
 
@@ -38,30 +38,22 @@ pub(super) fn soak(bench: &Bench, minutes: f64) -> Result<String> {
         }
     }
     record.args(flags);
-    let mut child = record
-        .args(["-a", "--top", "1", "-o"])
-        .arg(&profile)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("cannot start lockpath")?;
+    let (mut child, _stderr) = start_recording(
+        record.args(["-a", "--top", "1", "-o"]).arg(&profile),
+        "lockpath",
+    )?;
     let pid = child.id();
-    let _stderr = wait_until_recording(&mut child)?;
     // Beside it, the always-on agent as a fleet runs it: its CPU per hour.
     let agent_dir = bench.scratch.join("soak-agent");
     let _ = fs::remove_dir_all(&agent_dir);
-    let mut agent = Command::new(&bench.lockpath)
-        .args(["record", "--lock", "--offcpu", "-a", "--rotate", "1m"])
-        .args(["--metrics", "127.0.0.1:0", "-o"])
-        .arg(&agent_dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("cannot start the always-on agent")?;
+    let (agent, _agent_stderr) = start_recording(
+        Command::new(&bench.lockpath)
+            .args(["record", "--lock", "--offcpu", "-a", "--rotate", "1m"])
+            .args(["--metrics", "127.0.0.1:0", "-o"])
+            .arg(&agent_dir),
+        "the always-on agent",
+    )?;
     let agent_pid = agent.id();
-    let _agent_stderr = wait_until_recording(&mut agent)?;
     // Steady state: from when it records (kernel symbols and BTF are loaded by then).
     let agent_start = Instant::now();
     let agent_cpu_start = cpu_seconds(agent_pid);
