@@ -81,6 +81,8 @@ pub mod names {
     pub const FILELOCK_LOCK_BLOCKER_OFFSET: &str = "FILELOCK_LOCK_BLOCKER_OFFSET";
     pub const FILELOCK_LOCK_PID_OFFSET: &str = "FILELOCK_LOCK_PID_OFFSET";
     pub const OFFCPU_FILELOCK: &str = "offcpu_filelock";
+    pub const FILELOCK_LEASE_BLOCKER_OFFSET: &str = "FILELOCK_LEASE_BLOCKER_OFFSET";
+    pub const OFFCPU_FILELOCK_LEASE: &str = "offcpu_filelock_lease";
 
     /// Every name above (a name ending in `_` is a prefix: slot 0 is checked).
     pub const ALL: &[&str] = &[
@@ -99,6 +101,8 @@ pub mod names {
         FILELOCK_LOCK_BLOCKER_OFFSET,
         FILELOCK_LOCK_PID_OFFSET,
         OFFCPU_FILELOCK,
+        FILELOCK_LEASE_BLOCKER_OFFSET,
+        OFFCPU_FILELOCK_LEASE,
     ];
 }
 

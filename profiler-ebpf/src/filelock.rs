@@ -7,6 +7,8 @@
 //! blocker leads on to the applied lock. The owner process of that applied lock is kept
 //! by thread id until the thread's next switch-out (`offcpu.rs`), which puts it into the
 //! wait's key. Each retry after a wake-up fires the tracepoint again.
+//! `filelock:break_lease_block` does the same for an open that waits for a lease to be
+//! broken: the lease's owner is the holder.
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
@@ -26,6 +28,9 @@ use crate::{
 static FILELOCK_TP_BLOCKER_OFFSET: u32 = 32;
 #[unsafe(no_mangle)]
 static FILELOCK_TP_RET_OFFSET: u32 = 80;
+/// Offset of `blocker` (`fl_blocker` before 6.9) in the `break_lease_block` record.
+#[unsafe(no_mangle)]
+static FILELOCK_LEASE_BLOCKER_OFFSET: u32 = 32;
 /// Offsets in the lock (`file_lock_core` since 6.9, `file_lock` before), from BTF.
 #[unsafe(no_mangle)]
 static FILELOCK_LOCK_BLOCKER_OFFSET: u32 = 0;
@@ -61,6 +66,26 @@ pub fn on_lock_inode(ctx: &TracePointContext) {
         let _ = FILELOCK_WAITERS.remove(tid);
         return;
     };
+    note_holder(tid, blocker);
+}
+
+/// `filelock:break_lease_block`: an open (or truncate) waits for a lease to be given
+/// up; the record's blocker is the lease it is queued behind.
+pub fn on_lease_block(ctx: &TracePointContext) {
+    if !is_target() {
+        return;
+    }
+    let tid = bpf_get_current_pid_tgid() as u32;
+    // SAFETY: offset from this kernel's format file; the read is checked.
+    let blocker =
+        unsafe { ctx.read_at::<u64>(load_u32(&FILELOCK_LEASE_BLOCKER_OFFSET) as usize) };
+    note_holder(tid, blocker.unwrap_or(0));
+}
+
+/// Keeps, for thread `tid` about to wait behind `blocker`, the owner of the applied
+/// lock or lease that blocks it (or forgets an older one when there is none).
+#[inline(always)]
+fn note_holder(tid: u32, blocker: u64) {
     if blocker == 0 {
         let _ = FILELOCK_WAITERS.remove(tid);
         return;

@@ -137,6 +137,14 @@ pub extern "C" fn offcpu_filelock(ctx: *mut c_void) -> u32 {
     1
 }
 
+/// `filelock:break_lease_block`: the owner of the lease an open waits for. Returns 1.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "tracepoint/filelock/break_lease_block")]
+pub extern "C" fn offcpu_filelock_lease(ctx: *mut c_void) -> u32 {
+    filelock::on_lease_block(&TracePointContext::new(ctx));
+    1
+}
+
 // Block IO: raw tracepoints, so the request pointer is the key and perf still sees
 // the events. A raw tracepoint program may only read as many arguments as the
 // tracepoint has (checked at attach), so each event that took `(q, rq)` before 5.11

@@ -284,3 +284,90 @@ fn diff_of_posix_against_flock_shows_the_class_and_the_lock_calls() {
     assert_eq!(flock_wait["base_per_s"].as_f64(), Some(0.0), "{flock_wait}");
     assert!(flock_wait["new_per_s"].as_f64() > Some(1e8), "{flock_wait}");
 }
+
+/// Opens that must wait for a read lease to be given up (`filelock:break_lease_block`):
+/// class `file-lock`, timed like the breaker's own clock, and held by a lease holder.
+#[test]
+fn lease_breaks_are_file_lock_waits_held_by_the_lease_holder() {
+    if !can_load_programs("lease_breaks_are_file_lock_waits_held_by_the_lease_holder") {
+        return;
+    }
+    let dir = scratch("file-leases");
+    let profile_path = dir.join("leases.json");
+    let workload = workload("file-locks");
+    let (stdout, _) = record_ok(&[
+        "record",
+        "--offcpu-all",
+        "-o",
+        path_str(&profile_path),
+        "--",
+        path_str(&workload),
+        "--kinds",
+        "lease",
+        "--procs",
+        "2",
+        "--rounds",
+        "20",
+        "--hold-us",
+        "5000",
+        "--path",
+        path_str(&dir.join("the-file")),
+    ]);
+    let workers = workers(&stdout);
+    let breakers: Vec<&Worker> = workers.iter().filter(|w| w.kind == "lease").collect();
+    let holders: Vec<u64> = workers
+        .iter()
+        .filter(|w| w.kind == "lease-holder")
+        .map(|w| w.pid)
+        .collect();
+    assert_eq!((breakers.len(), holders.len()), (2, 2), "{stdout}");
+    let profile = load_json(&profile_path);
+    for breaker in breakers {
+        let rows: Vec<&serde_json::Value> = profile["offcpu"]
+            .as_array()
+            .expect("offcpu rows")
+            .iter()
+            .filter(|row| row["pid"].as_u64() == Some(breaker.pid))
+            .collect();
+        let total = |filter: &dyn Fn(&serde_json::Value) -> bool| -> u64 {
+            rows.iter()
+                .filter(|row| filter(row))
+                .map(|row| row["total_ns"].as_u64().expect("total_ns"))
+                .sum()
+        };
+        let file_lock = total(&|row| row["class"] == "file-lock");
+        let other = total(&|row| row["class"] == "other");
+        let all = total(&|_| true);
+        // 20 leases held 5 ms each: at least 100 ms of waiting.
+        assert!(breaker.blocked_ns >= 90_000_000, "{stdout}");
+        let error = file_lock.abs_diff(breaker.blocked_ns) as f64 / breaker.blocked_ns as f64;
+        assert!(
+            error <= 0.05,
+            "breaker {}: file-lock {file_lock} ns against its own {} ns ({:.1}% apart)",
+            breaker.pid,
+            breaker.blocked_ns,
+            error * 100.0
+        );
+        assert!(
+            other * 10 <= all,
+            "breaker {}: `other` {other} of {all} ns",
+            breaker.pid
+        );
+        let mut named = 0;
+        for row in rows.iter().filter(|row| row["class"] == "file-lock") {
+            if let Some(holder) = row["held_by"].as_u64() {
+                assert!(
+                    holders.contains(&holder),
+                    "breaker {} held by {holder}, not a lease holder {holders:?}",
+                    breaker.pid
+                );
+                named += row["total_ns"].as_u64().expect("total_ns");
+            }
+        }
+        assert!(
+            named * 10 >= file_lock * 9,
+            "breaker {}: holder named for {named} of {file_lock} ns",
+            breaker.pid
+        );
+    }
+}

@@ -1,5 +1,6 @@
 //! The holders of file locks (off-CPU family): `filelock:posix_lock_inode` and
-//! `filelock:flock_lock_inode` name the lock a thread is queued behind; the kernel side
+//! `filelock:flock_lock_inode` name the lock a thread is queued behind, and
+//! `filelock:break_lease_block` the lease an open waits for; the kernel side
 //! (profiler-ebpf/src/filelock.rs) follows it to the applied lock and its owner, which
 //! the off-CPU key then carries (`OffcpuRow::held_by`). Where the tracepoints or the
 //! layouts are missing, the off-CPU family records without holders and says why.
@@ -13,6 +14,8 @@ use crate::{btf::Btf, probes::shared::attach_tracepoint, profile::Unavailable, t
 const GROUP: &str = "filelock";
 /// The events of the `filelock_lock` record format, which carries the blocker.
 const EVENTS: [&str; 2] = ["posix_lock_inode", "flock_lock_inode"];
+/// The event of an open that waits for a lease to be broken (its own record format).
+const LEASE_EVENT: &str = "break_lease_block";
 /// What `unavailable` calls this part of the off-CPU family.
 pub const WHAT: &str = "file-lock holders";
 
@@ -23,6 +26,8 @@ pub struct FilelockGlobals {
     tp_ret: u32,
     lock_blocker: u32,
     lock_pid: u32,
+    /// The blocker's offset in the `break_lease_block` record; `None` without it.
+    lease_blocker: Option<u32>,
 }
 
 impl FilelockGlobals {
@@ -41,11 +46,15 @@ impl FilelockGlobals {
         }
         let btf = Btf::from_sys_fs()?;
         let (lock_blocker, lock_pid) = lock_offsets(&btf)?;
+        let lease_blocker = tracefs::event_exists(GROUP, LEASE_EVENT)
+            .then(|| blocker_offset(LEASE_EVENT))
+            .transpose()?;
         Ok(FilelockGlobals {
             tp_blocker,
             tp_ret,
             lock_blocker,
             lock_pid,
+            lease_blocker,
         })
     }
 
@@ -59,19 +68,26 @@ impl FilelockGlobals {
                 true,
             )
             .override_global(names::FILELOCK_LOCK_PID_OFFSET, &self.lock_pid, true);
+        if let Some(lease_blocker) = &self.lease_blocker {
+            loader.override_global(names::FILELOCK_LEASE_BLOCKER_OFFSET, lease_blocker, true);
+        }
     }
 }
 
-/// (blocker, ret) offsets in the record of `event`: the blocker field is `blocker`
-/// since 6.9 (a `file_lock_core *`), `fl_blocker` before.
+/// (blocker, ret) offsets in the record of `event`.
 fn record_offsets(event: &str) -> Result<(u32, u32)> {
     if !tracefs::event_exists(GROUP, event) {
         bail!("this kernel has no tracepoint {GROUP}:{event}");
     }
-    let blocker = tracefs::field_offset(GROUP, event, "blocker")
-        .or_else(|_| tracefs::field_offset(GROUP, event, "fl_blocker"))?;
     let ret = tracefs::field_offset(GROUP, event, "ret")?;
-    Ok((blocker, ret))
+    Ok((blocker_offset(event)?, ret))
+}
+
+/// The offset of the blocker in the record of `event`: `blocker` since 6.9 (a
+/// `file_lock_core *`), `fl_blocker` before.
+fn blocker_offset(event: &str) -> Result<u32> {
+    tracefs::field_offset(GROUP, event, "blocker")
+        .or_else(|_| tracefs::field_offset(GROUP, event, "fl_blocker"))
 }
 
 /// (blocker, pid) member offsets of a lock: `struct file_lock_core` since 6.9, `struct
@@ -91,13 +107,17 @@ fn lock_offsets(btf: &Btf) -> Result<(u32, u32)> {
 
 /// Attaches the file-lock program to every event this kernel has; says how (a part of
 /// the off-CPU family's method).
-pub fn attach(ebpf: &mut Ebpf) -> Result<String> {
+pub fn attach(ebpf: &mut Ebpf, globals: &FilelockGlobals) -> Result<String> {
     let mut attached = Vec::new();
     for event in EVENTS {
         if tracefs::event_exists(GROUP, event) {
             attach_tracepoint(ebpf, names::OFFCPU_FILELOCK, GROUP, event)?;
             attached.push(format!("{GROUP}:{event}"));
         }
+    }
+    if globals.lease_blocker.is_some() {
+        attach_tracepoint(ebpf, names::OFFCPU_FILELOCK_LEASE, GROUP, LEASE_EVENT)?;
+        attached.push(format!("{GROUP}:{LEASE_EVENT}"));
     }
     Ok(format!(
         "tracepoint {} (file-lock holders)",

@@ -106,7 +106,7 @@ impl Family for OffcpuFamily {
             .filelock
             .as_ref()
             .map_err(|err| anyhow::anyhow!("{err:#}"))
-            .and_then(|_| filelock::attach(ebpf))
+            .and_then(|globals| filelock::attach(ebpf, globals))
         {
             Ok(method) => used.method.push_str(&format!("; {method}")),
             Err(err) => ctx.unavailable.push(filelock::unavailable(&err)),

@@ -1,11 +1,15 @@
 //! Workload: processes contending on file locks of one file, each measuring its own
 //! blocked time.
-//! `file-locks [--kinds posix,ofd,flock] [--procs N] [--rounds R] [--hold-us U] [--path P]`
+//! `file-locks [--kinds posix,ofd,flock,lease] [--procs N] [--rounds R] [--hold-us U] [--path P]`
 //! starts N worker processes per kind (`posix`: fcntl F_SETLKW, `ofd`: fcntl
 //! F_OFD_SETLKW, `flock`: flock LOCK_EX), all on the same file. Each worker takes its
 //! lock R times, holds it U microseconds (sleeping), releases it and sleeps U/2
 //! microseconds before the next round. POSIX and OFD
 //! locks conflict with each other; flock locks only with flock locks.
+//! `lease` (not among the default kinds) is a pair of processes: a holder
+//! (`kind=lease-holder`) takes a read lease (F_SETLEASE) R times and gives it up after
+//! U microseconds; its breaker (`kind=lease`) opens the file for writing each time,
+//! which waits in the kernel until the lease is given up.
 //! Each worker prints one line when done:
 //! `file-locks pid=P kind=K rounds=R blocked_ns=T wall_ns=W`
 //! where T is the time it spent off the CPU in the blocking lock calls, measured by
@@ -137,11 +141,104 @@ fn worker(options: &Options, kind: &str) {
     );
 }
 
+/// `F_SETLEASE` with `kind` (F_RDLCK, F_UNLCK) on `file`; retries while a writer still
+/// has the file open (EAGAIN).
+fn set_lease(file: &File, kind: i32) {
+    loop {
+        // SAFETY: fcntl with a valid descriptor and an integer argument.
+        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLEASE, kind) } == 0 {
+            return;
+        }
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EAGAIN) {
+            panic!("F_SETLEASE failed: {err}");
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// The lease holder: takes a read lease, says `leased`, gives it up after `hold_us` and
+/// waits for the breaker's `done` before the next round.
+fn lease_holder(options: &Options) {
+    // SAFETY: ignoring SIGIO, the lease-break signal (its default action ends the
+    // process); the holder gives the lease up on its own clock.
+    unsafe { libc::signal(libc::SIGIO, libc::SIG_IGN) };
+    let file = File::open(&options.path).expect("open the lease file");
+    let mut stdin = std::io::stdin().lines();
+    for _ in 0..options.rounds {
+        set_lease(&file, libc::F_RDLCK);
+        println!("leased");
+        std::thread::sleep(Duration::from_micros(options.hold_us));
+        set_lease(&file, libc::F_UNLCK);
+        match stdin.next() {
+            Some(Ok(line)) if line == "done" => {}
+            _ => panic!("the lease breaker went away"),
+        }
+    }
+    println!(
+        "file-locks pid={} kind=lease-holder rounds={} blocked_ns=0 wall_ns=0",
+        std::process::id(),
+        options.rounds
+    );
+}
+
+/// The lease breaker: starts its holder, then opens the file for writing once per
+/// lease, which waits until the holder gives the lease up.
+fn lease_breaker(options: &Options) {
+    use std::io::BufRead as _;
+    let mut byte = [0u8; 1];
+    let _ = std::io::stdin().read(&mut byte);
+    let mut holder = Command::new(std::env::current_exe().expect("own executable"))
+        .args(["--worker", "lease-holder"])
+        .args(["--rounds", &options.rounds.to_string()])
+        .args(["--hold-us", &options.hold_us.to_string()])
+        .args(["--path", &options.path])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the lease holder");
+    let mut to_holder = holder.stdin.take().expect("holder stdin");
+    let mut from_holder = std::io::BufReader::new(holder.stdout.take().expect("holder stdout"));
+    let (mut blocked, mut wall) = (Duration::ZERO, Duration::ZERO);
+    let mut line = String::new();
+    for _ in 0..options.rounds {
+        line.clear();
+        from_holder.read_line(&mut line).expect("read the holder");
+        assert_eq!(line.trim(), "leased", "the lease holder failed");
+        let (start, cpu_start) = (Instant::now(), thread_cpu_time());
+        let file = OpenOptions::new()
+            .write(true)
+            .open(&options.path)
+            .expect("open the lease file for writing");
+        let elapsed = start.elapsed();
+        wall += elapsed;
+        blocked += elapsed.saturating_sub(thread_cpu_time().saturating_sub(cpu_start));
+        drop(file);
+        writeln!(to_holder, "done").expect("tell the holder");
+    }
+    drop(to_holder);
+    let mut rest = String::new();
+    from_holder
+        .read_to_string(&mut rest)
+        .expect("read the holder");
+    assert!(holder.wait().expect("wait for the holder").success());
+    print!("{rest}");
+    println!(
+        "file-locks pid={} kind=lease rounds={} blocked_ns={} wall_ns={}",
+        std::process::id(),
+        options.rounds,
+        blocked.as_nanos(),
+        wall.as_nanos()
+    );
+}
+
 fn main() {
     let options = options();
-    if let Some(kind) = &options.worker {
-        worker(&options, kind);
-        return;
+    match options.worker.as_deref() {
+        Some("lease") => return lease_breaker(&options),
+        Some("lease-holder") => return lease_holder(&options),
+        Some(kind) => return worker(&options, kind),
+        None => {}
     }
     File::create(&options.path).expect("create the lock file");
     let me = std::env::current_exe().expect("own executable");
