@@ -342,6 +342,7 @@ pub mod names {
         LOCK_KRETPROBE_SLEEP,
         crate::lockname::names::LOCK_NAME_LAYOUT,
         crate::lockname::names::LOCK_RQ_ADDRS,
+        crate::lockname::names::LOCK_SLAB_NAMES,
     ];
 }
 

@@ -20,6 +20,28 @@ pub const LOCK_CLASS_RQ_LOCK: u32 = 8;
 /// The waiting task's `signal->cred_guard_mutex`.
 pub const LOCK_CLASS_CRED_GUARD: u32 = 9;
 
+/// A lock inside a slab object, named after its slab cache (`bpf_get_kmem_cache`,
+/// Linux 6.13); the cache's name is in `LOCK_SLAB_NAMES`.
+pub const LOCK_CLASS_SLAB: u32 = 10;
+
+/// The helper id the kernel side calls in place of the kfunc `bpf_get_kmem_cache`: user
+/// space rewrites each such call before loading, into the kfunc where the kernel has it
+/// and into `r0 = 0` where it does not (aya 0.14 relocates no kfunc calls).
+pub const KMEM_CACHE_CALL_MARK: i32 = 0x0b7f_cac0;
+
+/// Bytes kept of a slab cache's name (`kmalloc-rcl-512`, `ext4_inode_cache`).
+pub const SLAB_NAME_LEN: usize = 32;
+
+/// The slab cache of a lock (`LOCK_SLAB_NAMES`, by lock address): its name, NUL-padded.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SlabName {
+    pub name: [u8; SLAB_NAME_LEN],
+}
+
+/// Locks whose slab cache is noted (`LOCK_SLAB_NAMES`, LRU).
+pub const LOCK_SLAB_NAMES_ENTRIES: u32 = 4096;
+
 /// Struct offsets from BTF for naming locks, the load-time global `LOCK_NAME_LAYOUT`.
 /// An offset of `NO_OFFSET` is a member this kernel lacks (its check is skipped);
 /// `enabled` 0 turns naming off.
@@ -45,6 +67,8 @@ pub struct LockNameLayout {
     pub signal_cred_guard: u32,
     pub cfs_rq_rq: u32,
     pub rq_lock: u32,
+    /// `kmem_cache.name`; `NO_OFFSET` also where the kernel has no `bpf_get_kmem_cache`.
+    pub kmem_cache_name: u32,
 }
 
 /// A member this kernel does not have.
@@ -71,6 +95,7 @@ impl LockNameLayout {
         signal_cred_guard: NO_OFFSET,
         cfs_rq_rq: NO_OFFSET,
         rq_lock: NO_OFFSET,
+        kmem_cache_name: NO_OFFSET,
     };
 }
 
@@ -90,8 +115,9 @@ pub const LOCK_RQ_ADDRS_ENTRIES: u32 = 1024;
 pub mod names {
     pub const LOCK_NAME_LAYOUT: &str = "LOCK_NAME_LAYOUT";
     pub const LOCK_RQ_ADDRS: &str = "LOCK_RQ_ADDRS";
-    pub const ALL: &[&str] = &[LOCK_NAME_LAYOUT, LOCK_RQ_ADDRS];
+    pub const LOCK_SLAB_NAMES: &str = "LOCK_SLAB_NAMES";
+    pub const ALL: &[&str] = &[LOCK_NAME_LAYOUT, LOCK_RQ_ADDRS, LOCK_SLAB_NAMES];
 }
 
 #[cfg(feature = "user")]
-crate::impl_pod!(LockNameLayout, StackCacheValue);
+crate::impl_pod!(LockNameLayout, StackCacheValue, SlabName);

@@ -77,8 +77,7 @@ pub fn on_lease_block(ctx: &TracePointContext) {
     }
     let tid = bpf_get_current_pid_tgid() as u32;
     // SAFETY: offset from this kernel's format file; the read is checked.
-    let blocker =
-        unsafe { ctx.read_at::<u64>(load_u32(&FILELOCK_LEASE_BLOCKER_OFFSET) as usize) };
+    let blocker = unsafe { ctx.read_at::<u64>(load_u32(&FILELOCK_LEASE_BLOCKER_OFFSET) as usize) };
     note_holder(tid, blocker.unwrap_or(0));
 }
 

@@ -5,7 +5,9 @@
 //! runqueue lock of the CPU it runs on. Run on the stack cache's misses only (the class
 //! is cached with the stack), so the reads cost nothing on the common path. Each CPU's
 //! runqueue lock address is noted in `LOCK_RQ_ADDRS`, so user space also names the
-//! runqueue locks of other CPUs (taken by wake-ups and load balancing).
+//! runqueue locks of other CPUs (taken by wake-ups and load balancing). A lock none of
+//! these is, inside a slab object, is named after its slab cache where the kernel has
+//! `bpf_get_kmem_cache` (6.13): the cache's name goes to `LOCK_SLAB_NAMES`.
 
 use aya_ebpf::{
     helpers::{
@@ -13,14 +15,15 @@ use aya_ebpf::{
         generated::{bpf_get_current_task, bpf_get_smp_processor_id},
     },
     macros::map,
-    maps::Array,
+    maps::{Array, LruHashMap},
 };
 use profiler_common::{
     lock::{LOCK_CLASS_MMAP_LOCK, LOCK_CLASS_UNKNOWN},
     lockname::{
-        LOCK_CLASS_ALLOC_LOCK, LOCK_CLASS_CRED_GUARD, LOCK_CLASS_FILE_LOCK, LOCK_CLASS_FS_LOCK,
-        LOCK_CLASS_PAGE_TABLE_LOCK, LOCK_CLASS_PI_LOCK, LOCK_CLASS_RQ_LOCK, LOCK_CLASS_SIGLOCK,
-        LOCK_RQ_ADDRS_ENTRIES, LockNameLayout, NO_OFFSET,
+        KMEM_CACHE_CALL_MARK, LOCK_CLASS_ALLOC_LOCK, LOCK_CLASS_CRED_GUARD, LOCK_CLASS_FILE_LOCK,
+        LOCK_CLASS_FS_LOCK, LOCK_CLASS_PAGE_TABLE_LOCK, LOCK_CLASS_PI_LOCK, LOCK_CLASS_RQ_LOCK,
+        LOCK_CLASS_SIGLOCK, LOCK_CLASS_SLAB, LOCK_RQ_ADDRS_ENTRIES, LOCK_SLAB_NAMES_ENTRIES,
+        LockNameLayout, NO_OFFSET, SLAB_NAME_LEN, SlabName,
     },
 };
 
@@ -31,6 +34,54 @@ static LOCK_NAME_LAYOUT: LockNameLayout = LockNameLayout::OFF;
 /// The runqueue lock address of each CPU, as seen from tasks running there.
 #[map]
 pub static LOCK_RQ_ADDRS: Array<u64> = Array::with_max_entries(LOCK_RQ_ADDRS_ENTRIES, 0);
+
+/// The slab cache names of locks in slab objects, by lock address.
+#[map]
+pub static LOCK_SLAB_NAMES: LruHashMap<u64, SlabName> =
+    LruHashMap::with_max_entries(LOCK_SLAB_NAMES_ENTRIES, 0);
+
+/// `bpf_get_kmem_cache(addr)`: the `struct kmem_cache *` of the slab object holding
+/// `addr`, or 0. The call is a stand-in that user space rewrites before loading
+/// (`KMEM_CACHE_CALL_MARK`): into the kfunc, or into `r0 = 0` on kernels without it.
+#[inline(always)]
+fn kmem_cache_of(addr: u64) -> u64 {
+    // SAFETY: a BPF helper call by number, as aya-ebpf calls helpers; the number is the
+    // stand-in rewritten before load, and the argument is a plain integer.
+    unsafe {
+        let call: unsafe extern "C" fn(u64) -> u64 =
+            core::mem::transmute(KMEM_CACHE_CALL_MARK as usize);
+        call(addr)
+    }
+}
+
+/// Notes the slab cache name of the lock at `lock_addr`, if it lies in a slab object.
+#[inline(always)]
+fn note_slab_cache(lock_addr: u64, name_offset: u32) -> bool {
+    if name_offset == NO_OFFSET {
+        return false;
+    }
+    let cache = kmem_cache_of(lock_addr);
+    if cache == 0 {
+        return false;
+    }
+    let name_ptr = read_ptr(cache, name_offset);
+    if name_ptr == 0 {
+        return false;
+    }
+    let mut slab = SlabName {
+        name: [0; SLAB_NAME_LEN],
+    };
+    // SAFETY: bpf_probe_read_kernel_str checks the source address and writes at most
+    // the buffer's length.
+    if unsafe {
+        aya_ebpf::helpers::bpf_probe_read_kernel_str_bytes(name_ptr as *const u8, &mut slab.name)
+    }
+    .is_err()
+    {
+        return false;
+    }
+    LOCK_SLAB_NAMES.insert(lock_addr, slab, 0).is_ok()
+}
 
 /// `*(base + offset)` as a pointer, 0 when the member is absent or the read fails.
 #[inline(always)]
@@ -133,6 +184,9 @@ pub fn classify(lock_addr: u64) -> u32 {
         if candidate == task || is_task(&layout, candidate) {
             return LOCK_CLASS_ALLOC_LOCK;
         }
+    }
+    if note_slab_cache(lock_addr, layout.kmem_cache_name) {
+        return LOCK_CLASS_SLAB;
     }
     LOCK_CLASS_UNKNOWN
 }

@@ -27,6 +27,7 @@ const KIND_TYPEDEF: u32 = 8;
 const KIND_VOLATILE: u32 = 9;
 const KIND_CONST: u32 = 10;
 const KIND_RESTRICT: u32 = 11;
+const KIND_FUNC: u32 = 12;
 const KIND_FUNC_PROTO: u32 = 13;
 const KIND_VAR: u32 = 14;
 const KIND_DATASEC: u32 = 15;
@@ -61,6 +62,16 @@ pub struct Btf {
 impl Btf {
     pub fn from_sys_fs() -> Result<Btf> {
         Self::from_file(Path::new("/sys/kernel/btf/vmlinux"))
+    }
+
+    /// The running kernel's BTF, read once per run and shared by every family.
+    pub fn vmlinux() -> Result<&'static Btf> {
+        static VMLINUX: std::sync::OnceLock<std::result::Result<Btf, String>> =
+            std::sync::OnceLock::new();
+        VMLINUX
+            .get_or_init(|| Btf::from_sys_fs().map_err(|err| format!("{err:#}")))
+            .as_ref()
+            .map_err(|err| anyhow::anyhow!("{err}"))
     }
 
     pub fn from_file(path: &Path) -> Result<Btf> {
@@ -128,6 +139,15 @@ impl Btf {
             }
         }
         Btf { types, by_name }
+    }
+
+    /// The type id of the kernel function `name` (a BTF `FUNC`), as a kfunc call names
+    /// it; `None` when this kernel has no such function.
+    pub fn function_id(&self, name: &str) -> Option<u32> {
+        self.types
+            .iter()
+            .position(|ty| ty.kind == KIND_FUNC && ty.name == name)
+            .map(|id| id as u32)
     }
 
     /// The value of the enumerator `name` (`REQ_OP_FLUSH`, ...), in any enum.

@@ -16,6 +16,7 @@ use profiler_common::{
 };
 
 use crate::{
+    btf::Btf,
     cli::{Kind, RecordArgs},
     export,
     metrics::MetricsServer,
@@ -498,8 +499,9 @@ fn start(
     };
     let mut loader = EbpfLoader::new();
     configure(&mut loader, args, families, &globals);
+    let object = probes::shared::kfunc::patch_object(EBPF_OBJECT, Btf::vmlinux().ok())?;
     let mut ebpf = loader
-        .load(EBPF_OBJECT)
+        .load(&object)
         .map_err(|err| object_load_error(&err.to_string()))?;
     drop(loader);
 

@@ -44,6 +44,28 @@ pub fn mmap_cycle() {
     }
 }
 
+/// Seeks and reads one shared regular file: every thread of the process uses the same
+/// descriptor, so each call takes the file's `f_pos_lock` (a mutex inside the `struct
+/// file`, an object of the `filp` slab cache).
+pub fn file_cycle() {
+    static FILE: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
+    let file = FILE.get_or_init(|| {
+        let path = std::env::temp_dir().join(format!("lock-storm-file-{}", std::process::id()));
+        std::fs::write(&path, [7u8; 4096]).expect("write the shared file");
+        let file = std::fs::File::open(&path).expect("open the shared file");
+        let _ = std::fs::remove_file(&path);
+        file
+    });
+    let fd = std::os::fd::AsRawFd::as_raw_fd(file);
+    let mut buf = [0u8; 4096];
+    // SAFETY: a descriptor that stays open for the life of the process, and a live
+    // buffer of the length passed.
+    unsafe {
+        libc::lseek(fd, 0, libc::SEEK_SET);
+        libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+    }
+}
+
 /// Sets the calling thread's name (the process's comm when called from the main thread,
 /// inherited by threads started later); the kernel keeps the first 15 bytes.
 pub fn set_process_name(name: &str) {

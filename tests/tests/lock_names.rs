@@ -8,8 +8,29 @@ use std::collections::BTreeMap;
 
 use common::*;
 
-/// Records lock-storm in `mode`; returns (lock name -> (wait ns, source), total wait ns).
+/// Records lock-storm in `mode`; returns (lock name -> (wait ns, source), total wait
+/// ns), and checks the summary's `named by` line for what the kernel side named.
 fn record_storm(mode: &str) -> (BTreeMap<String, (u64, String)>, u64) {
+    let (by_name, total, stdout) = record_storm_with_summary(mode);
+    // The summary says how the locks were named.
+    let named_by = named_by_line(&stdout);
+    assert!(
+        named_by.contains("task: ") && named_by.contains("file_lock"),
+        "{named_by}"
+    );
+    (by_name, total)
+}
+
+fn named_by_line(stdout: &str) -> &str {
+    stdout
+        .lines()
+        .find(|line| line.starts_with("named by "))
+        .unwrap_or_else(|| panic!("no `named by` line in:\n{stdout}"))
+}
+
+/// Records lock-storm in `mode`: (lock name -> (wait ns, source), total wait ns, the
+/// summary).
+fn record_storm_with_summary(mode: &str) -> (BTreeMap<String, (u64, String)>, u64, String) {
     let dir = scratch(&format!("lock-names-{mode}"));
     let profile_path = dir.join("lock.json");
     let storm = workload("lock-storm");
@@ -27,15 +48,6 @@ fn record_storm(mode: &str) -> (BTreeMap<String, (u64, String)>, u64) {
         "--mode",
         mode,
     ]);
-    // The summary says how the locks were named.
-    let named_by = stdout
-        .lines()
-        .find(|line| line.starts_with("named by "))
-        .unwrap_or_else(|| panic!("no `named by` line in:\n{stdout}"));
-    assert!(
-        named_by.contains("task: ") && named_by.contains("file_lock"),
-        "{named_by}"
-    );
     let profile = load_json(&profile_path);
     let mut by_name: BTreeMap<String, (u64, String)> = BTreeMap::new();
     let mut total = 0;
@@ -56,7 +68,7 @@ fn record_storm(mode: &str) -> (BTreeMap<String, (u64, String)>, u64) {
         let entry = by_name.entry(name).or_insert((0, source));
         entry.0 += wait;
     }
-    (by_name, total)
+    (by_name, total, stdout)
 }
 
 fn named_share(by_name: &BTreeMap<String, (u64, String)>, total: u64) -> f64 {
@@ -208,4 +220,51 @@ fn wait_lock_of_mmap_lock_is_named_after_it() {
         "{in_rwsem_code} of {with_stack} contentions in the rwsem code"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Whether the running kernel's BTF has the function `name`, as bpftool reads it
+/// (independent of lockpath's own BTF reader).
+fn kernel_has_function(name: &str) -> bool {
+    let output = std::process::Command::new("bpftool")
+        .args([
+            "btf",
+            "dump",
+            "file",
+            "/sys/kernel/btf/vmlinux",
+            "format",
+            "raw",
+        ])
+        .output()
+        .expect("run bpftool");
+    String::from_utf8_lossy(&output.stdout).contains(&format!("FUNC '{name}' "))
+}
+
+/// A lock inside a slab object is named after its slab cache where the kernel has
+/// `bpf_get_kmem_cache` (6.13): lock-storm's file mode contends the `f_pos_lock` mutex
+/// of one shared `struct file`, an object of the `filp` cache. Elsewhere it stays an
+/// address.
+#[test]
+fn locks_in_slab_objects_are_named_after_their_cache() {
+    if !can_load_programs("locks_in_slab_objects_are_named_after_their_cache") {
+        return;
+    }
+    let (by_name, total, stdout) = record_storm_with_summary("file");
+    assert!(total > 0, "lock-storm contended: {by_name:?}");
+    if !kernel_has_function("bpf_get_kmem_cache") {
+        assert!(
+            by_name.values().all(|(_, source)| source != "slab"),
+            "no slab names without the kfunc: {by_name:?}"
+        );
+        return;
+    }
+    let (filp, source) = by_name
+        .get("&filp")
+        .unwrap_or_else(|| panic!("the shared file's lock is not named &filp: {by_name:?}"));
+    assert_eq!(source, "slab");
+    // The f_pos_lock mutex (its waits and its optimistic spins) is most of the wait.
+    assert!(
+        *filp * 2 >= total,
+        "&filp has {filp} of {total} ns: {by_name:?}"
+    );
+    assert!(named_by_line(&stdout).contains("slab: &filp"), "{stdout}");
 }

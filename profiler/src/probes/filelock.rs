@@ -44,8 +44,8 @@ impl FilelockGlobals {
                 );
             }
         }
-        let btf = Btf::from_sys_fs()?;
-        let (lock_blocker, lock_pid) = lock_offsets(&btf)?;
+        let btf = Btf::vmlinux()?;
+        let (lock_blocker, lock_pid) = lock_offsets(btf)?;
         let lease_blocker = tracefs::event_exists(GROUP, LEASE_EVENT)
             .then(|| blocker_offset(LEASE_EVENT))
             .transpose()?;

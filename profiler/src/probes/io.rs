@@ -133,10 +133,10 @@ impl IoGlobals {
     /// Reads the layout from /sys/kernel/btf/vmlinux. Without BTF there is no safe way
     /// to read `struct request`: a clear error rather than guessed offsets.
     pub fn read() -> Result<Self> {
-        let btf = Btf::from_sys_fs().context(
+        let btf = Btf::vmlinux().context(
             "--io reads the kernel's struct request at offsets from its BTF, and this kernel has none",
         )?;
-        Self::from_btf(&btf).context("--io: cannot read the block layer's layout from kernel BTF")
+        Self::from_btf(btf).context("--io: cannot read the block layer's layout from kernel BTF")
     }
 
     pub fn from_btf(btf: &Btf) -> Result<Self> {

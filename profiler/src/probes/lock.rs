@@ -54,6 +54,10 @@ pub const FAMILY: Registration = Registration {
             profiler_common::lockname::names::LOCK_RQ_ADDRS,
             MapSize::Fixed(profiler_common::lockname::LOCK_RQ_ADDRS_ENTRIES),
         ),
+        (
+            profiler_common::lockname::names::LOCK_SLAB_NAMES,
+            MapSize::Fixed(profiler_common::lockname::LOCK_SLAB_NAMES_ENTRIES),
+        ),
     ],
     names: names::ALL,
 };
@@ -302,7 +306,7 @@ fn slow_path_type(entry: &str) -> &'static str {
 /// and lock contention is recorded as before.
 pub fn layout() -> LockLayout {
     let read = || -> Result<LockLayout> {
-        let btf = Btf::from_sys_fs()?;
+        let btf = Btf::vmlinux()?;
         Ok(LockLayout {
             enabled: 1,
             task_mm: btf.member_offset("task_struct", "mm")?,

@@ -1,7 +1,9 @@
 //! Lock names (lock family): the struct offsets the kernel side needs to tell what a
 //! lock is (profiler-ebpf/src/lockname.rs), and the names of the classes it reports.
-//! What the kernel side cannot tell is named from kallsyms data symbols where the
-//! kernel has them, else stays an address; every row says which method named it
+//! A lock in a slab object is named after its slab cache (`&kmalloc-512`) where the
+//! kernel has `bpf_get_kmem_cache` (6.13; the call is patched in by
+//! `shared::kfunc`). What the kernel side cannot tell is named from kallsyms data
+//! symbols where the kernel has them, else stays an address; every row says which method named it
 //! (`LockRow::lock_name_source`). A spinlock that is the `wait_lock` of a named
 //! sleeping lock of the same drain (`mmap_lock`'s, under mmap_lock storms) is named
 //! after it (`mmap_lock.wait_lock`), from the member's BTF offset.
@@ -16,9 +18,9 @@ use profiler_common::{
         LOCK_CLASS_UNKNOWN, OUTCOME_SHIFT,
     },
     lockname::{
-        names, LockNameLayout, LOCK_CLASS_ALLOC_LOCK, LOCK_CLASS_CRED_GUARD, LOCK_CLASS_FILE_LOCK,
-        LOCK_CLASS_FS_LOCK, LOCK_CLASS_PAGE_TABLE_LOCK, LOCK_CLASS_PI_LOCK, LOCK_CLASS_RQ_LOCK,
-        LOCK_CLASS_SIGLOCK, NO_OFFSET,
+        names, LockNameLayout, SlabName, LOCK_CLASS_ALLOC_LOCK, LOCK_CLASS_CRED_GUARD,
+        LOCK_CLASS_FILE_LOCK, LOCK_CLASS_FS_LOCK, LOCK_CLASS_PAGE_TABLE_LOCK, LOCK_CLASS_PI_LOCK,
+        LOCK_CLASS_RQ_LOCK, LOCK_CLASS_SIGLOCK, LOCK_CLASS_SLAB, NO_OFFSET, SLAB_NAME_LEN,
     },
 };
 
@@ -36,6 +38,12 @@ pub const SOURCE_KALLSYMS: &str = "kallsyms";
 pub const SOURCE_ADDRESS: &str = "address";
 /// A member of a named lock of the same drain (`mmap_lock.wait_lock`).
 pub const SOURCE_MEMBER: &str = "member";
+/// The slab cache the lock's object belongs to (`&kmalloc-512`), from the kernel's
+/// `bpf_get_kmem_cache`.
+pub const SOURCE_SLAB: &str = "slab";
+
+/// The kfunc that names a slab object's cache (Linux 6.13).
+pub const KMEM_CACHE_KFUNC: &str = "bpf_get_kmem_cache";
 
 /// Where the `wait_lock` spinlock sits in each kind of sleeping lock, from the kernel's
 /// BTF; `None` where the kernel lacks the member (or has no BTF).
@@ -62,8 +70,8 @@ impl WaitLockOffsets {
     /// This kernel's offsets, read once per process (by `layout()` when it parsed the
     /// BTF, else here).
     pub fn of_kernel() -> WaitLockOffsets {
-        *WAIT_LOCKS.get_or_init(|| match Btf::from_sys_fs() {
-            Ok(btf) => WaitLockOffsets::from_btf(&btf),
+        *WAIT_LOCKS.get_or_init(|| match Btf::vmlinux() {
+            Ok(btf) => WaitLockOffsets::from_btf(btf),
             Err(_) => WaitLockOffsets::default(),
         })
     }
@@ -87,8 +95,8 @@ static WAIT_LOCKS: OnceLock<WaitLockOffsets> = OnceLock::new();
 /// Names the spinlocks of `rows` that are the `wait_lock` of a named sleeping lock of
 /// the same rows: a spinlock row at a named rwsem's (mutex's, rt-mutex's) address plus
 /// the member's offset becomes `NAME.wait_lock`, source `member`. Only spinlocks the
-/// kernel side did not name are renamed (addresses, and kallsyms `symbol+0x..`, which
-/// the member's name says better).
+/// kernel side did not name are renamed (addresses, kallsyms `symbol+0x..` and slab
+/// caches `&mm_struct`, which the member's name says better).
 pub fn name_wait_locks(rows: &mut [LockRow], offsets: &WaitLockOffsets) {
     let mut wait_locks: HashMap<u64, String> = HashMap::new();
     for row in rows.iter() {
@@ -111,7 +119,7 @@ pub fn name_wait_locks(rows: &mut [LockRow], offsets: &WaitLockOffsets) {
         let spinlock = row.flags & ((1 << OUTCOME_SHIFT) - 1) == LCB_F_SPIN;
         let unnamed = matches!(
             row.lock_name_source.as_str(),
-            SOURCE_ADDRESS | SOURCE_KALLSYMS
+            SOURCE_ADDRESS | SOURCE_KALLSYMS | SOURCE_SLAB
         );
         if !spinlock || !unnamed {
             continue;
@@ -126,14 +134,14 @@ pub fn name_wait_locks(rows: &mut [LockRow], offsets: &WaitLockOffsets) {
 /// Offsets from the kernel's BTF; members a kernel lacks are `NO_OFFSET` (their check
 /// is skipped). Without BTF, naming is off.
 pub fn layout() -> LockNameLayout {
-    let btf = match Btf::from_sys_fs() {
+    let btf = match Btf::vmlinux() {
         Ok(btf) => btf,
         Err(err) => {
             log::warn!("lock names from the kernel's structures are off: {err:#}");
             return LockNameLayout::OFF;
         }
     };
-    let _ = WAIT_LOCKS.set(WaitLockOffsets::from_btf(&btf));
+    let _ = WAIT_LOCKS.set(WaitLockOffsets::from_btf(btf));
     let member = |name: &str, path: &str| btf.member_offset(name, path).unwrap_or(NO_OFFSET);
     let pointer =
         |name: &str, path: &str| btf.member_pointer_offset(name, path).unwrap_or(NO_OFFSET);
@@ -162,6 +170,11 @@ pub fn layout() -> LockNameLayout {
         signal_cred_guard: member("signal_struct", "cred_guard_mutex"),
         cfs_rq_rq: pointer("cfs_rq", "rq"),
         rq_lock,
+        // Only where the stand-in call becomes the kfunc (`kfunc::KMEM_CACHE`).
+        kmem_cache_name: match btf.function_id(KMEM_CACHE_KFUNC) {
+            Some(_) => pointer("kmem_cache", "name"),
+            None => NO_OFFSET,
+        },
     }
 }
 
@@ -170,6 +183,8 @@ pub fn layout() -> LockNameLayout {
 pub struct LockNamer {
     /// Runqueue lock address -> CPU.
     rq_locks: HashMap<u64, u32>,
+    /// Lock address -> the slab cache of its object.
+    slab_caches: HashMap<u64, String>,
 }
 
 impl LockNamer {
@@ -182,11 +197,31 @@ impl LockNamer {
                 rq_locks.insert(addr, cpu as u32);
             }
         }
-        Ok(LockNamer { rq_locks })
+        let mut slab_caches = HashMap::new();
+        for (addr, slab) in maps.entries::<u64, SlabName>(names::LOCK_SLAB_NAMES)? {
+            let end = slab
+                .name
+                .iter()
+                .position(|&b| b == 0)
+                .unwrap_or(SLAB_NAME_LEN);
+            let name = String::from_utf8_lossy(&slab.name[..end]).into_owned();
+            if !name.is_empty() {
+                slab_caches.insert(addr, name);
+            }
+        }
+        Ok(LockNamer {
+            rq_locks,
+            slab_caches,
+        })
     }
 
     /// (name, source) of the lock at `addr` of kernel class `class`.
     pub fn name(&self, class: u32, addr: u64, stacks: &StackResolver) -> (String, &'static str) {
+        if class == LOCK_CLASS_SLAB {
+            if let Some(cache) = self.slab_caches.get(&addr) {
+                return (format!("&{cache}"), SOURCE_SLAB);
+            }
+        }
         if let Some(name) = class_name(class) {
             let source = if class == LOCK_CLASS_PI_LOCK || class == LOCK_CLASS_ALLOC_LOCK {
                 SOURCE_OTHER_TASK

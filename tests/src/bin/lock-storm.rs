@@ -1,8 +1,9 @@
 //! Workload: heavy kernel lock contention for a known time.
-//! `lock-storm [--seconds S] [--threads N] [--mode pipe|mmap|open|both] [--name COMM]`
+//! `lock-storm [--seconds S] [--threads N] [--mode pipe|mmap|open|file|both] [--name COMM]`
 //! pipe: threads create and close pipes (spinlock contention in the kernel);
 //! mmap: threads map and unmap memory (mmap_lock rwsem contention);
-//! open: threads open and close /dev/null (the fd table's spinlock).
+//! open: threads open and close /dev/null (the fd table's spinlock);
+//! file: threads seek and read one shared file (its `f_pos_lock` mutex, in a slab object).
 //! `--name` sets the process name (comm, 15 bytes at most) before the threads start,
 //! e.g. to test that hostile names are escaped. Prints `ops=N` when done.
 
@@ -18,6 +19,7 @@ fn main() {
             "pipe" => lockpath_tests::pipe_cycle,
             "mmap" => lockpath_tests::mmap_cycle,
             "open" => lockpath_tests::open_cycle,
+            "file" => lockpath_tests::file_cycle,
             _ if index % 2 == 1 => lockpath_tests::mmap_cycle,
             _ => lockpath_tests::pipe_cycle,
         };

@@ -93,7 +93,7 @@ impl StackCopies {
     pub fn new(bytes: u32) -> StackCopies {
         let task_stack_offset = match bytes {
             0 => 0,
-            _ => Btf::from_sys_fs()
+            _ => Btf::vmlinux()
                 .and_then(|btf| btf.member_pointer_offset("task_struct", "stack"))
                 .unwrap_or_else(|err| {
                     log::info!("samples in kernel mode keep frame-pointer user stacks: {err:#}");

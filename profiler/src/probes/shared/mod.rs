@@ -1,8 +1,9 @@
 //! What every probe family shares: the maps (`maps`), stack resolution (`stacks`),
-//! loading and attaching with one error path (`attach`) and the process watcher
-//! (`processes`).
+//! loading and attaching with one error path (`attach`), the kfunc stand-ins of the
+//! object (`kfunc`) and the process watcher (`processes`).
 
 mod attach;
+pub mod kfunc;
 mod maps;
 mod processes;
 mod stacks;
