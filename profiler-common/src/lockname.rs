@@ -32,11 +32,14 @@ pub const KMEM_CACHE_CALL_MARK: i32 = 0x0b7f_cac0;
 /// Bytes kept of a slab cache's name (`kmalloc-rcl-512`, `ext4_inode_cache`).
 pub const SLAB_NAME_LEN: usize = 32;
 
-/// The slab cache of a lock (`LOCK_SLAB_NAMES`, by lock address): its name, NUL-padded.
+/// The slab cache of a lock (`LOCK_SLAB_NAMES`, by lock address): its name, NUL-padded,
+/// and where the lock lies in its object (`NO_OFFSET`: not known).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct SlabName {
     pub name: [u8; SLAB_NAME_LEN],
+    pub offset: u32,
+    pub _pad: u32,
 }
 
 /// Locks whose slab cache is noted (`LOCK_SLAB_NAMES`, LRU).
@@ -69,6 +72,11 @@ pub struct LockNameLayout {
     pub rq_lock: u32,
     /// `kmem_cache.name`; `NO_OFFSET` also where the kernel has no `bpf_get_kmem_cache`.
     pub kmem_cache_name: u32,
+    /// `kmem_cache.size` (object stride), `.red_left_pad` and `.oo` (order in the top
+    /// 16 bits), to find the lock's offset in its object.
+    pub kmem_cache_size: u32,
+    pub kmem_cache_red_left_pad: u32,
+    pub kmem_cache_oo: u32,
 }
 
 /// A member this kernel does not have.
@@ -96,6 +104,9 @@ impl LockNameLayout {
         cfs_rq_rq: NO_OFFSET,
         rq_lock: NO_OFFSET,
         kmem_cache_name: NO_OFFSET,
+        kmem_cache_size: NO_OFFSET,
+        kmem_cache_red_left_pad: NO_OFFSET,
+        kmem_cache_oo: NO_OFFSET,
     };
 }
 

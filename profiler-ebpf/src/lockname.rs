@@ -54,33 +54,56 @@ fn kmem_cache_of(addr: u64) -> u64 {
     }
 }
 
-/// Notes the slab cache name of the lock at `lock_addr`, if it lies in a slab object.
+/// An empty slab name, inserted first and then filled in place (the BPF stack of the
+/// lock programs has no room for one).
+static NO_SLAB_NAME: SlabName = SlabName {
+    name: [0; SLAB_NAME_LEN],
+    offset: NO_OFFSET,
+    _pad: 0,
+};
+
+/// Notes the slab cache name of the lock at `lock_addr`, and the lock's offset in its
+/// object, if it lies in a slab object.
 #[inline(always)]
-fn note_slab_cache(lock_addr: u64, name_offset: u32) -> bool {
-    if name_offset == NO_OFFSET {
+fn note_slab_cache(lock_addr: u64, layout: &LockNameLayout) -> bool {
+    if layout.kmem_cache_name == NO_OFFSET {
         return false;
     }
     let cache = kmem_cache_of(lock_addr);
     if cache == 0 {
         return false;
     }
-    let name_ptr = read_ptr(cache, name_offset);
-    if name_ptr == 0 {
+    let name_ptr = read_ptr(cache, layout.kmem_cache_name);
+    if name_ptr == 0 || LOCK_SLAB_NAMES.insert(lock_addr, &NO_SLAB_NAME, 0).is_err() {
         return false;
     }
-    let mut slab = SlabName {
-        name: [0; SLAB_NAME_LEN],
+    let Some(slab) = LOCK_SLAB_NAMES.get_ptr_mut(lock_addr) else {
+        return false;
     };
-    // SAFETY: bpf_probe_read_kernel_str checks the source address and writes at most
-    // the buffer's length.
-    if unsafe {
-        aya_ebpf::helpers::bpf_probe_read_kernel_str_bytes(name_ptr as *const u8, &mut slab.name)
+    // SAFETY: `slab` points into a map value valid for this program run;
+    // bpf_probe_read_kernel_str checks the source address and writes at most the
+    // buffer's length.
+    unsafe {
+        (*slab).offset = object_offset(lock_addr, cache, layout).unwrap_or(NO_OFFSET);
+        aya_ebpf::helpers::bpf_probe_read_kernel_str_bytes(name_ptr as *const u8, &mut (*slab).name)
+            .is_ok()
     }
-    .is_err()
-    {
-        return false;
+}
+
+/// The offset of `addr` in its slab object: a slab of order N starts at an address
+/// aligned to 4 KiB << N (its folio is naturally aligned, and so is the direct map), and
+/// its objects follow at a stride of the cache's `size`, after `red_left_pad`.
+#[inline(always)]
+fn object_offset(addr: u64, cache: u64, layout: &LockNameLayout) -> Option<u32> {
+    let size = read_u32(cache, layout.kmem_cache_size)? as u64;
+    let pad = read_u32(cache, layout.kmem_cache_red_left_pad)? as u64;
+    let order = (read_u32(cache, layout.kmem_cache_oo)? >> 16) as u64;
+    if size == 0 || order > 10 {
+        return None;
     }
-    LOCK_SLAB_NAMES.insert(lock_addr, slab, 0).is_ok()
+    let slab_start = addr & !((4096u64 << order) - 1);
+    let into = addr.checked_sub(slab_start + pad)?;
+    Some((into % size) as u32)
 }
 
 /// `*(base + offset)` as a pointer, 0 when the member is absent or the read fails.
@@ -185,7 +208,7 @@ pub fn classify(lock_addr: u64) -> u32 {
             return LOCK_CLASS_ALLOC_LOCK;
         }
     }
-    if note_slab_cache(lock_addr, layout.kmem_cache_name) {
+    if note_slab_cache(lock_addr, &layout) {
         return LOCK_CLASS_SLAB;
     }
     LOCK_CLASS_UNKNOWN

@@ -247,6 +247,83 @@ impl Btf {
         Ok(offset)
     }
 
+    /// The path of the lock member (a `spinlock_t`, `mutex`, `rw_semaphore`, ...) that
+    /// starts at byte `offset` of `struct name`, through nested structs and unions:
+    /// `f_pos_lock`, `vfs_inode.i_rwsem`, `f_pos_lock.wait_lock`. `None` when no lock
+    /// starts there.
+    pub fn lock_member_at(&self, name: &str, offset: u32) -> Option<String> {
+        let ids = self.by_name.get(name)?;
+        ids.iter()
+            .find_map(|&id| self.lock_path(self.resolve(id)?, offset.checked_mul(8)?, 0))
+    }
+
+    fn lock_path(&self, ty: &Type, bits: u32, depth: u32) -> Option<String> {
+        if depth > 8 {
+            return None;
+        }
+        for member in &ty.members {
+            let Some(inner) = self.resolve(member.type_id) else {
+                continue;
+            };
+            if !matches!(inner.kind, KIND_STRUCT | KIND_UNION) {
+                continue;
+            }
+            // A struct's or union's `type_id` holds its size in bytes.
+            let end = member
+                .bit_offset
+                .saturating_add(inner.type_id.saturating_mul(8));
+            if bits < member.bit_offset || bits >= end {
+                continue;
+            }
+            let within = bits - member.bit_offset;
+            let path = if within == 0 && self.is_lock_type(member.type_id) {
+                Some(String::new())
+            } else {
+                self.lock_path(inner, within, depth + 1)
+            };
+            if let Some(rest) = path {
+                return Some(match (member.name.is_empty(), rest.is_empty()) {
+                    (true, _) => rest,
+                    (false, true) => member.name.clone(),
+                    (false, false) => format!("{}.{rest}", member.name),
+                });
+            }
+        }
+        None
+    }
+
+    /// Whether type `id` (through typedefs and qualifiers) is one of the kernel's locks.
+    fn is_lock_type(&self, mut id: u32) -> bool {
+        const LOCKS: &[&str] = &[
+            "spinlock_t",
+            "spinlock",
+            "raw_spinlock_t",
+            "raw_spinlock",
+            "rwlock_t",
+            "mutex",
+            "rw_semaphore",
+            "rt_mutex",
+            "rt_mutex_base",
+            "seqlock_t",
+            "percpu_rw_semaphore",
+        ];
+        for _ in 0..32 {
+            let Some(ty) = self.types.get(id as usize) else {
+                return false;
+            };
+            if LOCKS.contains(&ty.name.as_str()) {
+                return true;
+            }
+            match ty.kind {
+                KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG => {
+                    id = ty.type_id
+                }
+                _ => return false,
+            }
+        }
+        false
+    }
+
     /// Byte offset and BTF kind (typedefs followed) of `path` in `struct name`.
     fn member(&self, name: &str, path: &str) -> Result<(u32, u32)> {
         let ids = self
@@ -599,5 +676,38 @@ mod tests {
             let pid = btf.member_offset("fuse_req", "in.h.pid").expect("pid");
             assert!(pid > opcode, "{opcode} {pid}");
         }
+    }
+
+    #[test]
+    fn lock_members_by_offset_on_this_kernel() {
+        let Ok(btf) = Btf::from_sys_fs() else {
+            eprintln!("SKIP: no /sys/kernel/btf/vmlinux here");
+            return;
+        };
+        let f_pos_lock = btf
+            .member_offset("file", "f_pos_lock")
+            .expect("file.f_pos_lock");
+        let wait_lock = btf
+            .member_offset("mutex", "wait_lock")
+            .expect("mutex.wait_lock");
+        assert_eq!(
+            btf.lock_member_at("file", f_pos_lock).as_deref(),
+            Some("f_pos_lock")
+        );
+        assert_eq!(
+            btf.lock_member_at("file", f_pos_lock + wait_lock)
+                .as_deref(),
+            Some("f_pos_lock.wait_lock")
+        );
+        let mmap_lock = btf
+            .member_offset("mm_struct", "mmap_lock")
+            .expect("mmap_lock");
+        assert_eq!(
+            btf.lock_member_at("mm_struct", mmap_lock).as_deref(),
+            Some("mmap_lock")
+        );
+        // No lock starts one byte into one, or at a plain field.
+        assert_eq!(btf.lock_member_at("file", f_pos_lock + 1), None);
+        assert_eq!(btf.lock_member_at("nope", 0), None);
     }
 }

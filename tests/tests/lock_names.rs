@@ -239,10 +239,10 @@ fn kernel_has_function(name: &str) -> bool {
     String::from_utf8_lossy(&output.stdout).contains(&format!("FUNC '{name}' "))
 }
 
-/// A lock inside a slab object is named after its slab cache where the kernel has
-/// `bpf_get_kmem_cache` (6.13): lock-storm's file mode contends the `f_pos_lock` mutex
-/// of one shared `struct file`, an object of the `filp` cache. Elsewhere it stays an
-/// address.
+/// A lock inside a slab object is named after its slab cache, and its struct member
+/// where the cache holds one type, where the kernel has `bpf_get_kmem_cache` (6.13):
+/// lock-storm's file mode contends the `f_pos_lock` mutex of one shared `struct file`,
+/// an object of the `filp` cache. Elsewhere it stays an address.
 #[test]
 fn locks_in_slab_objects_are_named_after_their_cache() {
     if !can_load_programs("locks_in_slab_objects_are_named_after_their_cache") {
@@ -257,14 +257,19 @@ fn locks_in_slab_objects_are_named_after_their_cache() {
         );
         return;
     }
-    let (filp, source) = by_name
-        .get("&filp")
-        .unwrap_or_else(|| panic!("the shared file's lock is not named &filp: {by_name:?}"));
+    // The cache `filp` holds `struct file`s; the lock is its `f_pos_lock` member.
+    let name = "&file->f_pos_lock";
+    let (wait, source) = by_name
+        .get(name)
+        .unwrap_or_else(|| panic!("the shared file's lock is not named {name}: {by_name:?}"));
     assert_eq!(source, "slab");
     // The f_pos_lock mutex (its waits and its optimistic spins) is most of the wait.
     assert!(
-        *filp * 2 >= total,
-        "&filp has {filp} of {total} ns: {by_name:?}"
+        *wait * 2 >= total,
+        "{name} has {wait} of {total} ns: {by_name:?}"
     );
-    assert!(named_by_line(&stdout).contains("slab: &filp"), "{stdout}");
+    assert!(
+        named_by_line(&stdout).contains(&format!("slab: {name}")),
+        "{stdout}"
+    );
 }

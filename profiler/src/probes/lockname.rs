@@ -175,6 +175,9 @@ pub fn layout() -> LockNameLayout {
             Some(_) => pointer("kmem_cache", "name"),
             None => NO_OFFSET,
         },
+        kmem_cache_size: member("kmem_cache", "size"),
+        kmem_cache_red_left_pad: member("kmem_cache", "red_left_pad"),
+        kmem_cache_oo: member("kmem_cache", "oo"),
     }
 }
 
@@ -198,15 +201,16 @@ impl LockNamer {
             }
         }
         let mut slab_caches = HashMap::new();
+        let btf = Btf::vmlinux().ok();
         for (addr, slab) in maps.entries::<u64, SlabName>(names::LOCK_SLAB_NAMES)? {
             let end = slab
                 .name
                 .iter()
                 .position(|&b| b == 0)
                 .unwrap_or(SLAB_NAME_LEN);
-            let name = String::from_utf8_lossy(&slab.name[..end]).into_owned();
-            if !name.is_empty() {
-                slab_caches.insert(addr, name);
+            let cache = String::from_utf8_lossy(&slab.name[..end]).into_owned();
+            if !cache.is_empty() {
+                slab_caches.insert(addr, slab_lock_name(&cache, slab.offset, btf));
             }
         }
         Ok(LockNamer {
@@ -218,8 +222,8 @@ impl LockNamer {
     /// (name, source) of the lock at `addr` of kernel class `class`.
     pub fn name(&self, class: u32, addr: u64, stacks: &StackResolver) -> (String, &'static str) {
         if class == LOCK_CLASS_SLAB {
-            if let Some(cache) = self.slab_caches.get(&addr) {
-                return (format!("&{cache}"), SOURCE_SLAB);
+            if let Some(name) = self.slab_caches.get(&addr) {
+                return (name.clone(), SOURCE_SLAB);
             }
         }
         if let Some(name) = class_name(class) {
@@ -247,6 +251,42 @@ impl LockNamer {
             SOURCE_KALLSYMS
         };
         (name, source)
+    }
+}
+
+/// Slab caches of one struct type whose cache is not named after it.
+const CACHE_TYPES: &[(&str, &str)] = &[
+    ("filp", "file"),
+    ("files_cache", "files_struct"),
+    ("sighand_cache", "sighand_struct"),
+    ("signal_cache", "signal_struct"),
+    ("fs_cache", "fs_struct"),
+    ("inode_cache", "inode"),
+    ("ext4_inode_cache", "ext4_inode_info"),
+    ("shmem_inode_cache", "shmem_inode_info"),
+    ("proc_inode_cache", "proc_inode"),
+    ("sock_inode_cache", "socket_alloc"),
+    ("fuse_inode", "fuse_inode"),
+    ("nfs_inode_cache", "nfs_inode"),
+    ("cred_jar", "cred"),
+];
+
+/// The name of a lock at `offset` in an object of slab cache `cache`: `&TYPE->MEMBER`
+/// where the cache holds one struct type (by the table above, or a struct named like the
+/// cache) and its BTF has a lock member there (`&file->f_pos_lock`); else `&CACHE`
+/// (`&kmalloc-1k`).
+pub fn slab_lock_name(cache: &str, offset: u32, btf: Option<&Btf>) -> String {
+    let struct_name = CACHE_TYPES
+        .iter()
+        .find(|(name, _)| *name == cache)
+        .map_or(cache, |(_, ty)| ty);
+    let member = match (offset, btf) {
+        (NO_OFFSET, _) | (_, None) => None,
+        (offset, Some(btf)) => btf.lock_member_at(struct_name, offset),
+    };
+    match member {
+        Some(member) => format!("&{struct_name}->{member}"),
+        None => format!("&{cache}"),
     }
 }
 
