@@ -64,6 +64,9 @@ static NO_SLAB_NAME: SlabName = SlabName {
 
 /// Notes the slab cache name of the lock at `lock_addr`, and the lock's offset in its
 /// object, if it lies in a slab object.
+// `&NO_SLAB_NAME` on purpose: the helper reads the static in place; by value it would be
+// copied onto the BPF stack first.
+#[allow(clippy::needless_borrows_for_generic_args)]
 #[inline(always)]
 fn note_slab_cache(lock_addr: u64, layout: &LockNameLayout) -> bool {
     if layout.kmem_cache_name == NO_OFFSET {
