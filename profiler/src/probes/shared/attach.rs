@@ -47,6 +47,7 @@ pub fn load_error(name: &str, err: aya::programs::ProgramError) -> anyhow::Error
             anyhow::anyhow!(verifier_message(
                 name,
                 &io_error.to_string(),
+                verdict(&log),
                 saved.as_deref()
             ))
         }
@@ -57,13 +58,29 @@ pub fn load_error(name: &str, err: aya::programs::ProgramError) -> anyhow::Error
     }
 }
 
-fn verifier_message(name: &str, io_error: &str, log: Option<&std::path::Path>) -> String {
+/// The verifier's reason: the last line of its log before the statistics it ends with.
+fn verdict(log: &str) -> Option<&str> {
+    log.lines().rev().map(str::trim).find(|line| {
+        !line.is_empty()
+            && !line.starts_with("processed ")
+            && !line.starts_with("verification time")
+            && !line.starts_with("stack depth")
+    })
+}
+
+fn verifier_message(
+    name: &str,
+    io_error: &str,
+    verdict: Option<&str>,
+    log: Option<&std::path::Path>,
+) -> String {
     let where_log = match log {
         Some(path) => format!("its log is in {}", path.display()),
         None => "run with RUST_LOG=debug to see its log".into(),
     };
+    let verdict = verdict.map_or(String::new(), |line| format!(": {}", one_line(line)));
     format!(
-        "the kernel's verifier rejected the eBPF program {name} ({}); {where_log}; \
+        "the kernel's verifier rejected the eBPF program {name} ({}){verdict}; {where_log}; \
          report it with the output of `uname -r`",
         one_line(io_error)
     )
@@ -196,15 +213,23 @@ mod tests {
     #[test]
     fn verifier_rejection_is_one_line_naming_the_log() {
         let path = std::path::Path::new("/tmp/lockpath-verifier-x-1.log");
+        let log = "0: (bf) r6 = r1\n12: (79) r1 = *(u64 *)(r0 +0)\n\
+                   R0 invalid mem access 'map_value_or_null'\n\
+                   processed 13 insns (limit 1000000) max_states_per_insn 0\n";
         let text = verifier_message(
             "offcpu_sched_switch",
             "Permission denied\n(os error 13)",
+            verdict(log),
             Some(path),
         );
         assert!(!text.contains('\n'), "{text}");
         assert!(text.contains("offcpu_sched_switch"), "{text}");
+        assert!(
+            text.contains(": R0 invalid mem access 'map_value_or_null';"),
+            "{text}"
+        );
         assert!(text.contains("/tmp/lockpath-verifier-x-1.log"), "{text}");
-        let text = verifier_message("p", "EINVAL", None);
+        let text = verifier_message("p", "EINVAL", None, None);
         assert!(text.contains("RUST_LOG=debug"), "{text}");
     }
 }
