@@ -16,17 +16,16 @@ use profiler_common::{
 };
 
 use crate::{
-    latency::{add_latency, now_ns},
+    latency::add_latency,
     shared::{
-        STACK_FLAGS_KERNEL, STACK_FLAGS_USER, STACKS, count_loss, note_user_process,
-        stack_id_or_loss,
+        STACK_FLAGS_KERNEL, STACK_FLAGS_USER, STACKS, count_loss, note_user_process, now_ns,
+        stack_id_or_loss, stats_map,
     },
     target::is_target,
 };
 
 #[map]
-pub static FUNC_STATS: HashMap<FuncKey, LatencyStat> =
-    HashMap::with_max_entries(profiler_common::STATS_ENTRIES, 0);
+pub static FUNC_STATS: HashMap<FuncKey, LatencyStat> = stats_map();
 
 #[map]
 static FUNC_CALLS: HashMap<FuncCall, FuncEntry> =

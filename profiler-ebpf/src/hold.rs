@@ -19,7 +19,9 @@ use profiler_common::{
 
 use crate::{
     latency::add_latency,
-    shared::{STACK_FLAGS_KERNEL, STACKS, count_loss, load_u64, now_ns, stack_id_or_loss},
+    shared::{
+        STACK_FLAGS_KERNEL, STACKS, count_loss, load_u64, now_ns, stack_id_or_loss, stats_map,
+    },
 };
 
 /// The lock and the acquire slots, set at load time (see `HoldConfig`).
@@ -28,8 +30,7 @@ static HOLD_CONFIG: HoldConfig = HoldConfig::DISABLED;
 
 /// The aggregate read by user space: per holder process, acquisition stack and mode.
 #[map]
-pub static HOLD_STATS: HashMap<HoldKey, LatencyStat> =
-    HashMap::with_max_entries(profiler_common::STATS_ENTRIES, 0);
+pub static HOLD_STATS: HashMap<HoldKey, LatencyStat> = stats_map();
 
 /// Holds in progress, by thread id.
 #[map]

@@ -19,7 +19,6 @@
 use core::intrinsics::{AtomicOrdering, atomic_xadd};
 
 use aya_ebpf::{
-    bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
     macros::map,
     maps::HashMap,
@@ -33,7 +32,7 @@ use profiler_common::{
 };
 
 use crate::{
-    shared::{count_loss, now_ns, remember_current_task},
+    shared::{count_loss, now_ns, remember_current_task, stats_map, update_row},
     target::{filter_is_all, is_target},
 };
 
@@ -57,15 +56,12 @@ static IO_LAYOUT: IoLayout = IoLayout {
 
 /// The aggregate read by user space. Size set at load time (`--map-entries`).
 #[map]
-pub static IO_STATS: HashMap<IoKey, IoStat> =
-    HashMap::with_max_entries(profiler_common::STATS_ENTRIES, 0);
+pub static IO_STATS: HashMap<IoKey, IoStat> = stats_map();
 
 /// Requests inserted or issued and not yet completed, by `struct request` address.
 #[map]
 static IO_INFLIGHT: HashMap<u64, IoInFlight> =
     HashMap::with_max_entries(profiler_common::io::IO_INFLIGHT_ENTRIES, 0);
-
-const EEXIST: i32 = 17;
 
 /// Reads one field of the load-time layout; volatile so the compiler does not fold the
 /// defaults above into the program (user space rewrites them before load).
@@ -280,52 +276,50 @@ pub fn on_rq_complete(rq: u64, nr_bytes: u32) {
 }
 #[inline(always)]
 fn add_request(key: &IoKey, bytes: u64, latency_ns: u64, queue_ns: Option<u64>) {
-    let mut stat = IO_STATS.get_ptr_mut(key);
-    if stat.is_none() {
-        let zero = IoStat::default();
-        match IO_STATS.insert(key, zero, BPF_NOEXIST as u64) {
-            Ok(()) => {}
-            Err(errno) if errno == -EEXIST => {}
-            Err(_) => {
-                count_loss(IO_MAP_FULL);
-                return;
+    update_row(
+        &IO_STATS,
+        key,
+        &IoStat::default(),
+        IO_MAP_FULL,
+        false,
+        |stat| {
+            // Through the stack, volatile: the compiler then cannot prove slot < IO_HIST_SLOTS
+            // and drop the bounds check below, which the verifier needs to see (6.1's verifier
+            // lost the bound of the masked index: "math between map_value pointer and register
+            // with unbounded min value").
+            let slot = log2_slot(latency_ns / 1000);
+            // SAFETY: reading a local just written.
+            let slot = unsafe { core::ptr::read_volatile(&slot) };
+            // SAFETY: `stat` points into a map value valid for this program run; counters are
+            // atomic (completions of one key run on several CPUs), max is best effort; the
+            // bucket index is checked.
+            unsafe {
+                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).count, 1);
+                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).bytes, bytes);
+                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
+                    &raw mut (*stat).total_ns,
+                    latency_ns,
+                );
+                if latency_ns > (*stat).max_ns {
+                    (*stat).max_ns = latency_ns;
+                }
+                if let Some(queue_ns) = queue_ns {
+                    atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
+                        &raw mut (*stat).queued,
+                        1,
+                    );
+                    atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
+                        &raw mut (*stat).queue_ns,
+                        queue_ns,
+                    );
+                }
+                // Checked index without a panic path.
+                if let Some(bucket) = (*stat).hist.get_mut(slot) {
+                    atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(bucket, 1);
+                }
             }
-        }
-        stat = IO_STATS.get_ptr_mut(key);
-    }
-    let Some(stat) = stat else {
-        count_loss(IO_MAP_FULL);
-        return;
-    };
-    // Through the stack, volatile: the compiler then cannot prove slot < IO_HIST_SLOTS
-    // and drop the bounds check below, which the verifier needs to see (6.1's verifier
-    // lost the bound of the masked index: "math between map_value pointer and register
-    // with unbounded min value").
-    let slot = log2_slot(latency_ns / 1000);
-    // SAFETY: reading a local just written.
-    let slot = unsafe { core::ptr::read_volatile(&slot) };
-    // SAFETY: `stat` points into a map value valid for this program run; counters are
-    // atomic (completions of one key run on several CPUs), max is best effort; the
-    // bucket index is checked.
-    unsafe {
-        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).count, 1);
-        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).bytes, bytes);
-        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).total_ns, latency_ns);
-        if latency_ns > (*stat).max_ns {
-            (*stat).max_ns = latency_ns;
-        }
-        if let Some(queue_ns) = queue_ns {
-            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).queued, 1);
-            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
-                &raw mut (*stat).queue_ns,
-                queue_ns,
-            );
-        }
-        // Checked index without a panic path.
-        if let Some(bucket) = (*stat).hist.get_mut(slot) {
-            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(bucket, 1);
-        }
-    }
+        },
+    );
 }
 
 /// floor(log2(value)), 0 for 0 and 1; capped to the last slot. Branch-free steps (the

@@ -23,16 +23,16 @@ use profiler_common::{
 };
 
 use crate::{
-    latency::{add_latency, now_ns},
+    latency::add_latency,
     shared::{
-        STACK_FLAGS_KERNEL, STACKS, TASKS, count_loss, remember_current_task, stack_id_or_loss,
+        STACK_FLAGS_KERNEL, STACKS, TASKS, count_loss, now_ns, remember_current_task,
+        stack_id_or_loss, stats_map,
     },
     target::{is_target, is_target_process},
 };
 
 #[map]
-pub static RPC_STATS: HashMap<RpcKey, LatencyStat> =
-    HashMap::with_max_entries(profiler_common::STATS_ENTRIES, 0);
+pub static RPC_STATS: HashMap<RpcKey, LatencyStat> = stats_map();
 
 #[map]
 static RPC_INFLIGHT: HashMap<RpcId, RpcStart> =

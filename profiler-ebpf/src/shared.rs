@@ -170,3 +170,99 @@ pub extern "C" fn processes_exec(_ctx: *mut core::ffi::c_void) -> u32 {
     // 1: let perf and other tracers see the event too.
     1
 }
+
+/// `-EEXIST`: from a map insert with `BPF_NOEXIST`, or a stack hash collision.
+pub const EEXIST: i32 = 17;
+
+/// The aggregate user space reads for one family, keyed by `K`. Size set at load time
+/// (`--map-entries`).
+pub const fn stats_map<K, V>() -> HashMap<K, V> {
+    HashMap::with_max_entries(profiler_common::STATS_ENTRIES, 0)
+}
+
+/// A row of an aggregate that starts as its first sample and adds the next ones in
+/// place (`S` is what one event adds).
+pub trait Aggregate<S> {
+    /// The row of a key seen for the first time.
+    fn first(sample: &S) -> Self;
+
+    /// Adds `sample` to the row: atomically where several CPUs may share the key.
+    ///
+    /// # Safety
+    /// `row` points into a map value that stays valid for this program run.
+    unsafe fn add(row: *mut Self, sample: &S);
+}
+
+/// Adds `sample` under `key`: in place when the row exists, else inserts the first
+/// value (when another CPU inserted the key in between, adds to its row). A full map
+/// is counted in `loss_slot`. `remember` names the current thread when its row is new.
+#[inline(always)]
+pub fn add_to_row<K, V: Aggregate<S>, S>(
+    map: &HashMap<K, V>,
+    key: &K,
+    sample: &S,
+    loss_slot: u32,
+    remember: bool,
+) {
+    if let Some(row) = map.get_ptr_mut(key) {
+        // SAFETY: from a successful lookup; valid for this program run.
+        unsafe { V::add(row, sample) };
+        return;
+    }
+    match map.insert(key, V::first(sample), BPF_NOEXIST as u64) {
+        Ok(()) => {
+            if remember {
+                remember_current_task();
+            }
+        }
+        // Another CPU inserted the same key in between.
+        Err(errno) if errno == -EEXIST => {
+            if let Some(row) = map.get_ptr_mut(key) {
+                // SAFETY: as above.
+                unsafe { V::add(row, sample) };
+            }
+        }
+        Err(_) => count_loss(loss_slot),
+    }
+}
+
+/// Runs `add` on the row of `key`, inserted from `empty` when missing (a row another
+/// CPU inserted in between is used), for values too large to build on the BPF stack.
+/// A full map is counted in `loss_slot`. `remember` names the current thread when its
+/// row is new.
+#[inline(always)]
+pub fn update_row<K, V>(
+    map: &HashMap<K, V>,
+    key: &K,
+    empty: &V,
+    loss_slot: u32,
+    remember: bool,
+    add: impl FnOnce(*mut V),
+) {
+    let row = match map.get_ptr_mut(key) {
+        Some(row) => row,
+        None => {
+            match map.insert(key, empty, BPF_NOEXIST as u64) {
+                Ok(()) => {
+                    if remember {
+                        remember_current_task();
+                    }
+                }
+                // Another CPU inserted the same key in between: use its row.
+                Err(errno) if errno == -EEXIST => {}
+                Err(_) => {
+                    count_loss(loss_slot);
+                    return;
+                }
+            }
+            match map.get_ptr_mut(key) {
+                Some(row) => row,
+                None => {
+                    count_loss(loss_slot);
+                    return;
+                }
+            }
+        }
+    };
+    add(row);
+}
