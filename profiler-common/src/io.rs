@@ -115,6 +115,23 @@ pub const IO_NO_OFFSET: u32 = u32::MAX;
 pub const IO_NO_OP: u32 = u32::MAX;
 
 impl IoLayout {
+    /// No offsets, and the operation numbers of mainline kernels (`REQ_OP_MASK` 0xff,
+    /// `REQ_OP_READ` 0 ... `REQ_OP_DRV_IN` 34, `REQ_OP_DRV_OUT` 35).
+    pub const MAINLINE: IoLayout = IoLayout {
+        cmd_flags: 0,
+        data_len: 0,
+        start_time_ns: IO_NO_OFFSET,
+        dev_hops: 0,
+        dev_offsets: [0; 4],
+        op_mask: 0xff,
+        op_read: 0,
+        op_write: 1,
+        op_flush: 2,
+        op_discard: 3,
+        op_secure_erase: 5,
+        op_passthrough: [34, 35, IO_NO_OP, IO_NO_OP],
+    };
+
     /// `OP_*` of a request's `cmd_flags`.
     #[inline(always)]
     pub fn op_of(&self, cmd_flags: u32) -> u32 {
@@ -282,16 +299,7 @@ mod tests {
 
     #[test]
     fn operations_by_number() {
-        let layout = IoLayout {
-            op_mask: 0xff,
-            op_read: 0,
-            op_write: 1,
-            op_flush: 2,
-            op_discard: 3,
-            op_secure_erase: 5,
-            op_passthrough: [34, 35, IO_NO_OP, IO_NO_OP],
-            ..Default::default()
-        };
+        let layout = IoLayout::MAINLINE;
         // REQ_PREFLUSH and other flag bits above the mask do not change the operation.
         assert_eq!(layout.op_of(1 | (1 << 18)), OP_WRITE);
         assert_eq!(layout.op_of(2), OP_FLUSH);

@@ -28,6 +28,7 @@ use profiler_common::{
         IO_FLIGHT_REQUEUED, IO_HIST_SLOTS, IO_NO_OFFSET, IoInFlight, IoKey, IoLayout, IoStat, Seen,
         completes, seen_again,
     },
+    latency::log2_slot_of,
     loss::{IO_INFLIGHT_MAP_FULL, IO_MAP_FULL, IO_STALE_REPLACED, IO_UNMATCHED_COMPLETE},
 };
 
@@ -39,20 +40,7 @@ use crate::{
 /// `struct request` offsets from this kernel's BTF (see `IoLayout`); user space
 /// overrides the whole value before load.
 #[unsafe(no_mangle)]
-static IO_LAYOUT: IoLayout = IoLayout {
-    cmd_flags: 0,
-    data_len: 0,
-    start_time_ns: IO_NO_OFFSET,
-    dev_hops: 0,
-    dev_offsets: [0; 4],
-    op_mask: 0xff,
-    op_read: 0,
-    op_write: 1,
-    op_flush: 2,
-    op_discard: 3,
-    op_secure_erase: 5,
-    op_passthrough: [34, 35, u32::MAX, u32::MAX],
-};
+static IO_LAYOUT: IoLayout = IoLayout::MAINLINE;
 
 /// The aggregate read by user space. Size set at load time (`--map-entries`).
 #[map]
@@ -287,7 +275,7 @@ fn add_request(key: &IoKey, bytes: u64, latency_ns: u64, queue_ns: Option<u64>) 
             // and drop the bounds check below, which the verifier needs to see (6.1's verifier
             // lost the bound of the masked index: "math between map_value pointer and register
             // with unbounded min value").
-            let slot = log2_slot(latency_ns / 1000);
+            let slot = log2_slot_of::<IO_HIST_SLOTS>(latency_ns / 1000);
             // SAFETY: reading a local just written.
             let slot = unsafe { core::ptr::read_volatile(&slot) };
             // SAFETY: `stat` points into a map value valid for this program run; counters are
@@ -320,35 +308,4 @@ fn add_request(key: &IoKey, bytes: u64, latency_ns: u64, queue_ns: Option<u64>) 
             }
         },
     );
-}
-
-/// floor(log2(value)), 0 for 0 and 1; capped to the last slot. Branch-free steps (the
-/// verifier dislikes unbounded loops).
-#[inline(always)]
-fn log2_slot(value: u64) -> usize {
-    let mut v = value;
-    let mut r: u64 = 0;
-    let mut shift: u64;
-    shift = ((v > 0xFFFF_FFFF) as u64) << 5;
-    v >>= shift;
-    r |= shift;
-    shift = ((v > 0xFFFF) as u64) << 4;
-    v >>= shift;
-    r |= shift;
-    shift = ((v > 0xFF) as u64) << 3;
-    v >>= shift;
-    r |= shift;
-    shift = ((v > 0xF) as u64) << 2;
-    v >>= shift;
-    r |= shift;
-    shift = ((v > 0x3) as u64) << 1;
-    v >>= shift;
-    r |= shift;
-    r |= v >> 1;
-    let slot = r as usize;
-    if slot >= IO_HIST_SLOTS {
-        IO_HIST_SLOTS - 1
-    } else {
-        slot
-    }
 }
