@@ -198,34 +198,20 @@ pub fn completes(nr_bytes: u32, remaining: u32) -> bool {
 pub const IO_INFLIGHT_ENTRIES: u32 = 16384;
 
 pub mod names {
-    pub const IO_STATS: &str = "IO_STATS";
-    pub const IO_INFLIGHT: &str = "IO_INFLIGHT";
-    pub const IO_LAYOUT: &str = "IO_LAYOUT";
-    pub const IO_RQ_COMPLETE: &str = "io_rq_complete";
-    pub const IO_RQ_MERGE: &str = "io_rq_merge";
-    pub const IO_RQ_MERGE_Q: &str = "io_rq_merge_q";
-    pub const IO_RQ_REQUEUE: &str = "io_rq_requeue";
-    pub const IO_RQ_REQUEUE_Q: &str = "io_rq_requeue_q";
-    pub const IO_RQ_INSERT: &str = "io_rq_insert";
-    pub const IO_RQ_INSERT_Q: &str = "io_rq_insert_q";
-    pub const IO_RQ_ISSUE: &str = "io_rq_issue";
-    pub const IO_RQ_ISSUE_Q: &str = "io_rq_issue_q";
-
-    /// Every name above (a name ending in `_` is a prefix: slot 0 is checked).
-    pub const ALL: &[&str] = &[
+    crate::define_names! {
         IO_STATS,
         IO_INFLIGHT,
         IO_LAYOUT,
-        IO_RQ_COMPLETE,
-        IO_RQ_MERGE,
-        IO_RQ_MERGE_Q,
-        IO_RQ_REQUEUE,
-        IO_RQ_REQUEUE_Q,
-        IO_RQ_INSERT,
-        IO_RQ_INSERT_Q,
-        IO_RQ_ISSUE,
-        IO_RQ_ISSUE_Q,
-    ];
+        IO_RQ_COMPLETE = io_rq_complete,
+        IO_RQ_MERGE = io_rq_merge,
+        IO_RQ_MERGE_Q = io_rq_merge_q,
+        IO_RQ_REQUEUE = io_rq_requeue,
+        IO_RQ_REQUEUE_Q = io_rq_requeue_q,
+        IO_RQ_INSERT = io_rq_insert,
+        IO_RQ_INSERT_Q = io_rq_insert_q,
+        IO_RQ_ISSUE = io_rq_issue,
+        IO_RQ_ISSUE_Q = io_rq_issue_q,
+    }
 }
 
 #[cfg(feature = "user")]

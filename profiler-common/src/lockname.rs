@@ -88,9 +88,10 @@ pub struct StackCacheValue {
 pub const LOCK_RQ_ADDRS_ENTRIES: u32 = 1024;
 
 pub mod names {
-    pub const LOCK_NAME_LAYOUT: &str = "LOCK_NAME_LAYOUT";
-    pub const LOCK_RQ_ADDRS: &str = "LOCK_RQ_ADDRS";
-    pub const ALL: &[&str] = &[LOCK_NAME_LAYOUT, LOCK_RQ_ADDRS];
+    crate::define_names! {
+        LOCK_NAME_LAYOUT,
+        LOCK_RQ_ADDRS,
+    }
 }
 
 #[cfg(feature = "user")]

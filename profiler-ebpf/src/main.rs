@@ -237,14 +237,22 @@ macro_rules! func_slots {
 }
 
 func_slots! {
-    0 => func_fentry_0, func_fexit_0, func_kprobe_0, func_kretprobe_0, ufunc_entry_0, ufunc_return_0;
-    1 => func_fentry_1, func_fexit_1, func_kprobe_1, func_kretprobe_1, ufunc_entry_1, ufunc_return_1;
-    2 => func_fentry_2, func_fexit_2, func_kprobe_2, func_kretprobe_2, ufunc_entry_2, ufunc_return_2;
-    3 => func_fentry_3, func_fexit_3, func_kprobe_3, func_kretprobe_3, ufunc_entry_3, ufunc_return_3;
-    4 => func_fentry_4, func_fexit_4, func_kprobe_4, func_kretprobe_4, ufunc_entry_4, ufunc_return_4;
-    5 => func_fentry_5, func_fexit_5, func_kprobe_5, func_kretprobe_5, ufunc_entry_5, ufunc_return_5;
-    6 => func_fentry_6, func_fexit_6, func_kprobe_6, func_kretprobe_6, ufunc_entry_6, ufunc_return_6;
-    7 => func_fentry_7, func_fexit_7, func_kprobe_7, func_kretprobe_7, ufunc_entry_7, ufunc_return_7;
+    0 => func_fentry_0, func_fexit_0, func_kprobe_0, func_kretprobe_0,
+        ufunc_entry_0, ufunc_return_0;
+    1 => func_fentry_1, func_fexit_1, func_kprobe_1, func_kretprobe_1,
+        ufunc_entry_1, ufunc_return_1;
+    2 => func_fentry_2, func_fexit_2, func_kprobe_2, func_kretprobe_2,
+        ufunc_entry_2, ufunc_return_2;
+    3 => func_fentry_3, func_fexit_3, func_kprobe_3, func_kretprobe_3,
+        ufunc_entry_3, ufunc_return_3;
+    4 => func_fentry_4, func_fexit_4, func_kprobe_4, func_kretprobe_4,
+        ufunc_entry_4, ufunc_return_4;
+    5 => func_fentry_5, func_fexit_5, func_kprobe_5, func_kretprobe_5,
+        ufunc_entry_5, ufunc_return_5;
+    6 => func_fentry_6, func_fexit_6, func_kprobe_6, func_kretprobe_6,
+        ufunc_entry_6, ufunc_return_6;
+    7 => func_fentry_7, func_fexit_7, func_kprobe_7, func_kretprobe_7,
+        ufunc_entry_7, ufunc_return_7;
 }
 
 /// Hold times (`--hold`): one program set per acquire slot (an entry point such as
