@@ -321,6 +321,21 @@ static LOCK_SPIN_DEPTH: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
 /// without the soft-lockup detector firing): the slot is reclaimed.
 const SPIN_STALE_NS: u64 = 1_000_000_000;
 
+/// This CPU's spin nesting depth and open spin wait.
+#[inline(always)]
+fn spin_slots() -> Option<(&'static mut u32, &'static mut LockWait)> {
+    let (Some(depth), Some(slot)) = (
+        LOCK_SPIN_DEPTH.get_ptr_mut(0),
+        LOCK_SPIN_WAIT.get_ptr_mut(0),
+    ) else {
+        return None;
+    };
+    // SAFETY: per-CPU slots from successful lookups; only this CPU writes them, and the
+    // spin slow path runs with preemption off until it returns. The callers (the spin
+    // entry and return programs) use them only during their run.
+    Some(unsafe { (&mut *depth, &mut *slot) })
+}
+
 /// Entry of `queued_spin_lock_slowpath` (or its native_/__pv_ variant).
 pub fn on_spin_slowpath_entry(ctx: &ProbeContext) {
     let Some(lock_addr) = ctx.arg::<u64>(0) else {
@@ -343,15 +358,9 @@ pub fn on_spin_slowpath_entry(ctx: &ProbeContext) {
     if !is_target() {
         return;
     }
-    let (Some(depth), Some(slot)) = (
-        LOCK_SPIN_DEPTH.get_ptr_mut(0),
-        LOCK_SPIN_WAIT.get_ptr_mut(0),
-    ) else {
+    let Some((depth, slot)) = spin_slots() else {
         return;
     };
-    // SAFETY: per-CPU slots from successful lookups; only this CPU writes them, and the
-    // spin slow path runs with preemption off until it returns.
-    let (depth, slot) = unsafe { (&mut *depth, &mut *slot) };
     if *depth > 0 {
         if start_ns.saturating_sub(slot.start_ns) < SPIN_STALE_NS {
             // An interrupt contending while this CPU already waits: ignore the inner one.
@@ -369,14 +378,9 @@ pub fn on_spin_slowpath_entry(ctx: &ProbeContext) {
 /// Return of the spin slow path: the lock is held.
 pub fn on_spin_slowpath_return(_ctx: &RetProbeContext) {
     let end_ns = now_ns();
-    let (Some(depth), Some(slot)) = (
-        LOCK_SPIN_DEPTH.get_ptr_mut(0),
-        LOCK_SPIN_WAIT.get_ptr_mut(0),
-    ) else {
+    let Some((depth, slot)) = spin_slots() else {
         return;
     };
-    // SAFETY: as in on_spin_slowpath_entry.
-    let (depth, slot) = unsafe { (&mut *depth, &mut *slot) };
     if *depth == 0 {
         // Entered before the recording started, or by a task outside the targets.
         count_unmatched_end();
