@@ -18,8 +18,8 @@ use profiler_common::{
 use crate::{
     latency::add_latency,
     shared::{
-        STACK_FLAGS_KERNEL, STACK_FLAGS_USER, STACKS, count_loss, note_user_process, now_ns,
-        stack_id_or_loss, stats_map,
+        Nested, STACK_FLAGS_KERNEL, STACK_FLAGS_USER, STACKS, close_nested, count_loss,
+        note_user_process, now_ns, stack_id_or_loss, stats_map,
     },
     target::is_target,
 };
@@ -65,6 +65,14 @@ pub fn on_entry<C: StackIdContext>(ctx: &C, slot: u32, user: bool) {
     }
 }
 
+impl Nested for FuncEntry {
+    #[inline(always)]
+    unsafe fn depth(entry: *mut Self) -> *mut u32 {
+        // SAFETY: `entry` points into a live map value (the caller's contract).
+        unsafe { &raw mut (*entry).depth }
+    }
+}
+
 #[inline(always)]
 pub fn on_return(slot: u32) {
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -72,18 +80,9 @@ pub fn on_return(slot: u32) {
         tid: pid_tgid as u32,
         slot,
     };
-    let Some(open) = FUNC_CALLS.get_ptr_mut(call) else {
+    let Some(entry) = close_nested(&FUNC_CALLS, &call) else {
         return;
     };
-    // SAFETY: element owned by this thread id; only this thread writes it.
-    let entry = unsafe {
-        if (*open).depth > 0 {
-            (*open).depth -= 1;
-            return;
-        }
-        *open
-    };
-    let _ = FUNC_CALLS.remove(call);
     let now = now_ns();
     if now < entry.start_ns {
         count_loss(FUNC_NEGATIVE_DELTA);

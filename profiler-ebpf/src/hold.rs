@@ -20,7 +20,8 @@ use profiler_common::{
 use crate::{
     latency::add_latency,
     shared::{
-        STACK_FLAGS_KERNEL, STACKS, count_loss, load_u64, now_ns, stack_id_or_loss, stats_map,
+        Nested, STACK_FLAGS_KERNEL, STACKS, close_nested, count_loss, load_u64, now_ns,
+        stack_id_or_loss, stats_map,
     },
 };
 
@@ -125,6 +126,14 @@ fn open_hold(tid: u32, index: usize, kstack_id: i32) {
     }
 }
 
+impl Nested for HoldOpen {
+    #[inline(always)]
+    unsafe fn depth(open: *mut Self) -> *mut u32 {
+        // SAFETY: `open` points into a live map value (the caller's contract).
+        unsafe { &raw mut (*open).depth }
+    }
+}
+
 /// Entry of an unlock function whose lock matched: the calling thread's hold ends.
 /// A release by a thread that holds nothing (taken before the recording started, or a
 /// reader released by another task) is ignored.
@@ -133,18 +142,9 @@ pub fn on_release() {
     let now = now_ns();
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
-    let Some(open) = HOLD_OPEN.get_ptr_mut(tid) else {
+    let Some(open) = close_nested(&HOLD_OPEN, &tid) else {
         return;
     };
-    // SAFETY: element owned by this thread id; only this thread writes it.
-    let open = unsafe {
-        if (*open).depth > 0 {
-            (*open).depth -= 1;
-            return;
-        }
-        *open
-    };
-    let _ = HOLD_OPEN.remove(tid);
     if now < open.start_ns {
         count_loss(HOLD_NEGATIVE_DELTA);
         return;

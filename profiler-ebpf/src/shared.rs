@@ -266,3 +266,32 @@ pub fn update_row<K, V>(
     };
     add(row);
 }
+
+/// An open entry that nests (recursive calls, recursive read acquisitions): only the
+/// outermost level is timed.
+pub trait Nested: Copy {
+    /// Where the entry counts its inner levels.
+    ///
+    /// # Safety
+    /// `entry` points into a map value valid for this program run.
+    unsafe fn depth(entry: *mut Self) -> *mut u32;
+}
+
+/// Closes one level of the current thread's open entry under `key`: `None` while inner
+/// levels remain open (or when nothing is open), else the outermost entry, removed.
+#[inline(always)]
+pub fn close_nested<K, V: Nested>(map: &HashMap<K, V>, key: &K) -> Option<V> {
+    let open = map.get_ptr_mut(key)?;
+    // SAFETY: element of a map from a successful lookup, owned by this thread (the key
+    // holds its id); only this thread writes it.
+    let entry = unsafe {
+        let depth = V::depth(open);
+        if *depth > 0 {
+            *depth -= 1;
+            return None;
+        }
+        *open
+    };
+    let _ = map.remove(key);
+    Some(entry)
+}
