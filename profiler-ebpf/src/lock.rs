@@ -23,8 +23,6 @@
 //! its hold (acquisition to this handoff) is added to `LOCK_HOLDS` under its own
 //! acquisition stack.
 
-use core::intrinsics::{AtomicOrdering, atomic_xadd};
-
 use aya_ebpf::{
     EbpfContext,
     bindings::BPF_NOEXIST,
@@ -56,8 +54,8 @@ use crate::{
     latency::add_latency,
     offcpu::OFFCPU_START,
     shared::{
-        Aggregate, STACK_FLAGS_KERNEL, STACKS, TASKS, add_to_row, count_loss, now_ns,
-        stack_id_or_loss, stats_map,
+        Aggregate, STACK_FLAGS_KERNEL, STACKS, TASKS, add_count_total_max, add_to_row, count_loss,
+        now_ns, stack_id_or_loss, stats_map,
     },
     target::is_target,
 };
@@ -888,17 +886,14 @@ impl Aggregate<u64> for LockStat {
     unsafe fn add(stat: *mut Self, wait_ns: &u64) {
         let wait_ns = *wait_ns;
         // SAFETY: `stat` points into a map value that stays valid for this program run
-        // (the caller's contract); count and total are updated atomically (several CPUs
-        // may share a key), max and min are best effort like perf's.
+        // (the caller's contract); the minimum is best effort like the maximum.
         unsafe {
-            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).count, 1);
-            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
+            add_count_total_max(
+                &raw mut (*stat).count,
                 &raw mut (*stat).total_ns,
+                &raw mut (*stat).max_ns,
                 wait_ns,
             );
-            if wait_ns > (*stat).max_ns {
-                (*stat).max_ns = wait_ns;
-            }
             if wait_ns < (*stat).min_ns {
                 (*stat).min_ns = wait_ns;
             }

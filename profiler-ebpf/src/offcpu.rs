@@ -7,8 +7,6 @@
 //! Modelled on bcc's offcputime, with the wait measured switch-out to switch-in (so it
 //! includes the time runnable in the queue after the wake-up).
 
-use core::intrinsics::{AtomicOrdering, atomic_xadd};
-
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid, macros::map, maps::HashMap, programs::TracePointContext,
     programs::tracing::StackIdContext,
@@ -20,9 +18,9 @@ use profiler_common::{
 
 use crate::{
     shared::{
-        Aggregate, EEXIST, STACK_FLAGS_KERNEL, STACK_FLAGS_USER, STACKS, add_to_row, count_loss,
-        load_u32, load_u64, note_user_process, now_ns, remember_current_task, stack_id_or_loss,
-        stats_map,
+        Aggregate, EEXIST, STACK_FLAGS_KERNEL, STACK_FLAGS_USER, STACKS, add_count_total_max,
+        add_to_row, count_loss, load_u32, load_u64, note_user_process, now_ns,
+        remember_current_task, stack_id_or_loss, stats_map,
     },
     target::is_target,
 };
@@ -169,17 +167,14 @@ impl Aggregate<u64> for OffcpuStat {
     unsafe fn add(stat: *mut Self, wait_ns: &u64) {
         let wait_ns = *wait_ns;
         // SAFETY: `stat` points into a map value valid for this program run (the
-        // caller's contract); count and total are atomic (CPUs share keys of a
-        // process), max is best effort.
+        // caller's contract).
         unsafe {
-            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).count, 1);
-            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
+            add_count_total_max(
+                &raw mut (*stat).count,
                 &raw mut (*stat).total_ns,
+                &raw mut (*stat).max_ns,
                 wait_ns,
-            );
-            if wait_ns > (*stat).max_ns {
-                (*stat).max_ns = wait_ns;
-            }
+            )
         }
     }
 }

@@ -1,5 +1,7 @@
 //! Maps and helpers shared by every probe family.
 
+use core::intrinsics::{AtomicOrdering, atomic_xadd};
+
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid},
@@ -191,6 +193,23 @@ pub trait Aggregate<S> {
     /// # Safety
     /// `row` points into a map value that stays valid for this program run.
     unsafe fn add(row: *mut Self, sample: &S);
+}
+
+/// Adds one wait of `ns` to a row's count, total and maximum: count and total
+/// atomically (several CPUs may share a row), the maximum best effort like perf's.
+///
+/// # Safety
+/// The pointers point into a map value that stays valid for this program run.
+#[inline(always)]
+pub unsafe fn add_count_total_max(count: *mut u64, total_ns: *mut u64, max_ns: *mut u64, ns: u64) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(count, 1);
+        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(total_ns, ns);
+        if ns > *max_ns {
+            *max_ns = ns;
+        }
+    }
 }
 
 /// Adds `sample` under `key`: in place when the row exists, else inserts the first
