@@ -18,9 +18,9 @@ use profiler_common::{
 
 use crate::{
     shared::{
-        Aggregate, EEXIST, STACK_FLAGS_KERNEL, STACK_FLAGS_USER, STACKS, add_count_total_max,
-        add_to_row, count_loss, load_u32, load_u64, note_user_process, now_ns,
-        remember_current_task, stack_id_or_loss, stats_map,
+        Aggregate, STACK_FLAGS_KERNEL, STACK_FLAGS_USER, STACKS, add_count_total_max, add_to_row,
+        count_loss, load_u32, load_u64, note_user_process, now_ns, remember_current_task,
+        stack_id_or_loss, stats_map, user_stack_id_or_collision,
     },
     target::is_target,
 };
@@ -78,13 +78,7 @@ fn switch_out(ctx: &TracePointContext, prev_pid: u32, prev_state: u32, now: u64)
         return;
     }
     let kstack_id = stack_id_or_loss(ctx.get_stackid(&STACKS, STACK_FLAGS_KERNEL));
-    // Kernel threads have no user stack: a failure here is not a loss, only a
-    // collision is (counted by stack_id_or_loss's rule).
-    let ustack_id = match ctx.get_stackid(&STACKS, STACK_FLAGS_USER) {
-        Ok(id) => id as i32,
-        Err(errno) if errno == -EEXIST => stack_id_or_loss(Err(errno)),
-        Err(errno) => errno,
-    };
+    let ustack_id = user_stack_id_or_collision(ctx.get_stackid(&STACKS, STACK_FLAGS_USER));
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     // User space snapshots the process's memory map, to name the user frames even if
     // the process exits before the end of the run.

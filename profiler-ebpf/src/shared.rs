@@ -65,6 +65,18 @@ pub fn stack_id_or_loss(result: Result<i64, i32>) -> i32 {
     }
 }
 
+/// Turns a user-stack `bpf_get_stackid` result into a key field. Kernel threads have
+/// no user stack: a failure is not a loss, only a collision is (counted by
+/// `stack_id_or_loss`'s rule).
+#[inline(always)]
+pub fn user_stack_id_or_collision(result: Result<i64, i32>) -> i32 {
+    match result {
+        Ok(id) => id as i32,
+        Err(errno) if errno == -EEXIST => stack_id_or_loss(Err(errno)),
+        Err(errno) => errno,
+    }
+}
+
 /// Remembers the current thread's name and cgroup. Kept current: a thread that runs
 /// `exec` gets a new name (a command lockpath starts is first seen under lockpath's own
 /// name), one moved to another cgroup its new cgroup.

@@ -26,8 +26,9 @@ use profiler_common::{
 use crate::{
     offcpu::OFFCPU_START,
     shared::{
-        Aggregate, EEXIST, STACK_FLAGS_KERNEL, STACK_FLAGS_USER, STACKS, add_to_row, count_loss,
-        load_u32, note_user_process, remember_current_task, stack_id_or_loss, stats_map,
+        Aggregate, STACK_FLAGS_KERNEL, STACK_FLAGS_USER, STACKS, add_to_row, count_loss, load_u32,
+        note_user_process, remember_current_task, stack_id_or_loss, stats_map,
+        user_stack_id_or_collision,
     },
 };
 
@@ -80,11 +81,7 @@ pub fn on_sched_waking(ctx: &TracePointContext) {
     let ustack_id = if tgid == 0 {
         -1
     } else {
-        match ctx.get_stackid(&STACKS, STACK_FLAGS_USER) {
-            Ok(id) => id as i32,
-            Err(errno) if errno == -EEXIST => stack_id_or_loss(Err(errno)),
-            Err(errno) => errno,
-        }
+        user_stack_id_or_collision(ctx.get_stackid(&STACKS, STACK_FLAGS_USER))
     };
     if ustack_id >= 0 {
         note_user_process(tgid);
