@@ -18,8 +18,8 @@ use profiler_common::{
 use crate::{
     latency::add_latency,
     shared::{
-        Nested, STACK_FLAGS_KERNEL, STACK_FLAGS_USER, STACKS, close_nested, count_loss,
-        note_user_process, now_ns, stack_id_or_loss, stats_map,
+        STACK_FLAGS_KERNEL, STACK_FLAGS_USER, STACKS, close_nested, count_loss, note_user_process,
+        now_ns, stack_id_or_loss, stats_map,
     },
     target::is_target,
 };
@@ -62,14 +62,6 @@ pub fn on_entry<C: StackIdContext>(ctx: &C, slot: u32, user: bool) {
     };
     if FUNC_CALLS.insert(call, entry, 0).is_err() {
         count_loss(FUNC_ENTRY_FULL);
-    }
-}
-
-impl Nested for FuncEntry {
-    #[inline(always)]
-    unsafe fn depth(entry: *mut Self) -> *mut u32 {
-        // SAFETY: `entry` points into a live map value (the caller's contract).
-        unsafe { &raw mut (*entry).depth }
     }
 }
 

@@ -20,8 +20,8 @@ use profiler_common::{
 use crate::{
     latency::add_latency,
     shared::{
-        Nested, STACK_FLAGS_KERNEL, STACKS, close_nested, count_loss, load_u64, now_ns,
-        stack_id_or_loss, stats_map,
+        STACK_FLAGS_KERNEL, STACKS, close_nested, count_loss, load_u64, now_ns, stack_id_or_loss,
+        stats_map,
     },
 };
 
@@ -123,14 +123,6 @@ fn open_hold(tid: u32, index: usize, kstack_id: i32) {
     };
     if HOLD_OPEN.insert(tid, open, BPF_NOEXIST as u64).is_err() {
         count_loss(HOLD_OPEN_FULL);
-    }
-}
-
-impl Nested for HoldOpen {
-    #[inline(always)]
-    unsafe fn depth(open: *mut Self) -> *mut u32 {
-        // SAFETY: `open` points into a live map value (the caller's contract).
-        unsafe { &raw mut (*open).depth }
     }
 }
 

@@ -308,6 +308,26 @@ pub trait Nested: Copy {
     unsafe fn depth(entry: *mut Self) -> *mut u32;
 }
 
+/// Entries whose `depth` field counts their inner levels.
+macro_rules! nested_by_depth_field {
+    ($($entry:ty),*) => {
+        $(
+            impl Nested for $entry {
+                #[inline(always)]
+                unsafe fn depth(entry: *mut Self) -> *mut u32 {
+                    // SAFETY: `entry` points into a live map value (the caller's contract).
+                    unsafe { &raw mut (*entry).depth }
+                }
+            }
+        )*
+    };
+}
+
+nested_by_depth_field!(
+    profiler_common::func::FuncEntry,
+    profiler_common::hold::HoldOpen
+);
+
 /// Closes one level of the current thread's open entry under `key`: `None` while inner
 /// levels remain open (or when nothing is open), else the outermost entry, removed.
 #[inline(always)]
