@@ -56,27 +56,19 @@ pub struct StackSample {
 }
 
 pub mod names {
-    pub const CPU_SAMPLES: &str = "CPU_SAMPLES";
-    pub const CPU_SAMPLE: &str = "cpu_sample";
-    /// Ring of `StackSampleHeader` + stack bytes (samples with a user stack copy).
-    pub const CPU_STACK_SAMPLES: &str = "CPU_STACK_SAMPLES";
-    /// Scratch `StackSample`s, one per CPU (an array: per-CPU values are limited to 32 KiB).
-    pub const CPU_STACK_SCRATCH: &str = "CPU_STACK_SCRATCH";
-    /// Load-time global (u32): bytes of user stack to copy per sample; 0 = frame
-    /// pointers only.
-    pub const CPU_USER_STACK_BYTES: &str = "CPU_USER_STACK_BYTES";
-    /// Load-time global (u32): offset of `task_struct.stack`; 0 = unknown.
-    pub const CPU_TASK_STACK_OFFSET: &str = "CPU_TASK_STACK_OFFSET";
-
-    /// Every name above (a name ending in `_` is a prefix: slot 0 is checked).
-    pub const ALL: &[&str] = &[
+    crate::define_names! {
         CPU_SAMPLES,
-        CPU_SAMPLE,
+        CPU_SAMPLE = cpu_sample,
+        /// Ring of `StackSampleHeader` + stack bytes (samples with a user stack copy).
         CPU_STACK_SAMPLES,
+        /// Scratch `StackSample`s, one per CPU (an array: per-CPU values are limited to 32 KiB).
         CPU_STACK_SCRATCH,
+        /// Load-time global (u32): bytes of user stack to copy per sample; 0 = frame
+        /// pointers only.
         CPU_USER_STACK_BYTES,
+        /// Load-time global (u32): offset of `task_struct.stack`; 0 = unknown.
         CPU_TASK_STACK_OFFSET,
-    ];
+    }
 }
 
 #[cfg(feature = "user")]

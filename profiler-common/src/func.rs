@@ -39,27 +39,17 @@ pub struct FuncKey {
 pub const FUNC_CALLS_ENTRIES: u32 = 65536;
 
 pub mod names {
-    pub const FUNC_STATS: &str = "FUNC_STATS";
-    pub const FUNC_CALLS: &str = "FUNC_CALLS";
-    /// Program name prefixes; the slot number follows (`func_fentry_0`).
-    pub const FUNC_FENTRY_: &str = "func_fentry_";
-    pub const FUNC_FEXIT_: &str = "func_fexit_";
-    pub const FUNC_KPROBE_: &str = "func_kprobe_";
-    pub const FUNC_KRETPROBE_: &str = "func_kretprobe_";
-    pub const UFUNC_ENTRY_: &str = "ufunc_entry_";
-    pub const UFUNC_RETURN_: &str = "ufunc_return_";
-
-    /// Every name above (a name ending in `_` is a prefix: slot 0 is checked).
-    pub const ALL: &[&str] = &[
+    crate::define_names! {
         FUNC_STATS,
         FUNC_CALLS,
-        FUNC_FENTRY_,
-        FUNC_FEXIT_,
-        FUNC_KPROBE_,
-        FUNC_KRETPROBE_,
-        UFUNC_ENTRY_,
-        UFUNC_RETURN_,
-    ];
+        /// Program name prefixes; the slot number follows (`func_fentry_0`).
+        FUNC_FENTRY_ = func_fentry_,
+        FUNC_FEXIT_ = func_fexit_,
+        FUNC_KPROBE_ = func_kprobe_,
+        FUNC_KRETPROBE_ = func_kretprobe_,
+        UFUNC_ENTRY_ = ufunc_entry_,
+        UFUNC_RETURN_ = ufunc_return_,
+    }
 }
 
 #[cfg(feature = "user")]

@@ -81,33 +81,22 @@ pub const HOLD_OPEN_ENTRIES: u32 = 16384;
 pub const HOLD_PENDING_ENTRIES: u32 = 16384;
 
 pub mod names {
-    pub const HOLD_STATS: &str = "HOLD_STATS";
-    pub const HOLD_OPEN: &str = "HOLD_OPEN";
-    pub const HOLD_PENDING: &str = "HOLD_PENDING";
-    pub const HOLD_CONFIG: &str = "HOLD_CONFIG";
-    /// Program name prefixes; the slot number follows (`hold_fexit_0`).
-    pub const HOLD_FEXIT_: &str = "hold_fexit_";
-    pub const HOLD_FEXIT_VOID_: &str = "hold_fexit_void_";
-    pub const HOLD_FENTRY_: &str = "hold_fentry_";
-    pub const HOLD_KPROBE_: &str = "hold_kprobe_";
-    pub const HOLD_KRETPROBE_: &str = "hold_kretprobe_";
-    pub const HOLD_RELEASE_KPROBE: &str = "hold_release_kprobe";
-    /// Every hold program's name starts with this (not a symbol: not in `ALL`).
-    pub const HOLD_: &str = "hold_";
-
-    /// Every name above (a name ending in `_` is a prefix: slot 0 is checked).
-    pub const ALL: &[&str] = &[
+    crate::define_names! {
         HOLD_STATS,
         HOLD_OPEN,
         HOLD_PENDING,
         HOLD_CONFIG,
-        HOLD_FEXIT_,
-        HOLD_FEXIT_VOID_,
-        HOLD_FENTRY_,
-        HOLD_KPROBE_,
-        HOLD_KRETPROBE_,
-        HOLD_RELEASE_KPROBE,
-    ];
+        /// Program name prefixes; the slot number follows (`hold_fexit_0`).
+        HOLD_FEXIT_ = hold_fexit_,
+        HOLD_FEXIT_VOID_ = hold_fexit_void_,
+        HOLD_FENTRY_ = hold_fentry_,
+        HOLD_KPROBE_ = hold_kprobe_,
+        HOLD_KRETPROBE_ = hold_kretprobe_,
+        HOLD_RELEASE_KPROBE = hold_release_kprobe,
+    }
+
+    /// Every hold program's name starts with this (not a symbol: not in `ALL`).
+    pub const HOLD_: &str = "hold_";
 }
 
 #[cfg(feature = "user")]

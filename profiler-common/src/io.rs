@@ -115,6 +115,23 @@ pub const IO_NO_OFFSET: u32 = u32::MAX;
 pub const IO_NO_OP: u32 = u32::MAX;
 
 impl IoLayout {
+    /// No offsets, and the operation numbers of mainline kernels (`REQ_OP_MASK` 0xff,
+    /// `REQ_OP_READ` 0 ... `REQ_OP_DRV_IN` 34, `REQ_OP_DRV_OUT` 35).
+    pub const MAINLINE: IoLayout = IoLayout {
+        cmd_flags: 0,
+        data_len: 0,
+        start_time_ns: IO_NO_OFFSET,
+        dev_hops: 0,
+        dev_offsets: [0; 4],
+        op_mask: 0xff,
+        op_read: 0,
+        op_write: 1,
+        op_flush: 2,
+        op_discard: 3,
+        op_secure_erase: 5,
+        op_passthrough: [34, 35, IO_NO_OP, IO_NO_OP],
+    };
+
     /// `OP_*` of a request's `cmd_flags`.
     #[inline(always)]
     pub fn op_of(&self, cmd_flags: u32) -> u32 {
@@ -181,34 +198,20 @@ pub fn completes(nr_bytes: u32, remaining: u32) -> bool {
 pub const IO_INFLIGHT_ENTRIES: u32 = 16384;
 
 pub mod names {
-    pub const IO_STATS: &str = "IO_STATS";
-    pub const IO_INFLIGHT: &str = "IO_INFLIGHT";
-    pub const IO_LAYOUT: &str = "IO_LAYOUT";
-    pub const IO_RQ_COMPLETE: &str = "io_rq_complete";
-    pub const IO_RQ_MERGE: &str = "io_rq_merge";
-    pub const IO_RQ_MERGE_Q: &str = "io_rq_merge_q";
-    pub const IO_RQ_REQUEUE: &str = "io_rq_requeue";
-    pub const IO_RQ_REQUEUE_Q: &str = "io_rq_requeue_q";
-    pub const IO_RQ_INSERT: &str = "io_rq_insert";
-    pub const IO_RQ_INSERT_Q: &str = "io_rq_insert_q";
-    pub const IO_RQ_ISSUE: &str = "io_rq_issue";
-    pub const IO_RQ_ISSUE_Q: &str = "io_rq_issue_q";
-
-    /// Every name above (a name ending in `_` is a prefix: slot 0 is checked).
-    pub const ALL: &[&str] = &[
+    crate::define_names! {
         IO_STATS,
         IO_INFLIGHT,
         IO_LAYOUT,
-        IO_RQ_COMPLETE,
-        IO_RQ_MERGE,
-        IO_RQ_MERGE_Q,
-        IO_RQ_REQUEUE,
-        IO_RQ_REQUEUE_Q,
-        IO_RQ_INSERT,
-        IO_RQ_INSERT_Q,
-        IO_RQ_ISSUE,
-        IO_RQ_ISSUE_Q,
-    ];
+        IO_RQ_COMPLETE = io_rq_complete,
+        IO_RQ_MERGE = io_rq_merge,
+        IO_RQ_MERGE_Q = io_rq_merge_q,
+        IO_RQ_REQUEUE = io_rq_requeue,
+        IO_RQ_REQUEUE_Q = io_rq_requeue_q,
+        IO_RQ_INSERT = io_rq_insert,
+        IO_RQ_INSERT_Q = io_rq_insert_q,
+        IO_RQ_ISSUE = io_rq_issue,
+        IO_RQ_ISSUE_Q = io_rq_issue_q,
+    }
 }
 
 #[cfg(feature = "user")]
@@ -282,16 +285,7 @@ mod tests {
 
     #[test]
     fn operations_by_number() {
-        let layout = IoLayout {
-            op_mask: 0xff,
-            op_read: 0,
-            op_write: 1,
-            op_flush: 2,
-            op_discard: 3,
-            op_secure_erase: 5,
-            op_passthrough: [34, 35, IO_NO_OP, IO_NO_OP],
-            ..Default::default()
-        };
+        let layout = IoLayout::MAINLINE;
         // REQ_PREFLUSH and other flag bits above the mask do not change the operation.
         assert_eq!(layout.op_of(1 | (1 << 18)), OP_WRITE);
         assert_eq!(layout.op_of(2), OP_FLUSH);

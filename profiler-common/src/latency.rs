@@ -27,11 +27,17 @@ impl LatencyStat {
     };
 }
 
-/// floor(log2(ns)), clamped to the histogram (0 for 0 and 1). Branch-free so the eBPF
-/// verifier sees a short straight line.
+/// floor(log2(ns)), clamped to the histogram (0 for 0 and 1).
 #[inline(always)]
 pub fn log2_slot(ns: u64) -> usize {
-    let mut value = ns;
+    log2_slot_of::<HIST_SLOTS>(ns)
+}
+
+/// floor(log2(value)), clamped to a histogram of `SLOTS` buckets (0 for 0 and 1).
+/// Branch-free so the eBPF verifier sees a short straight line.
+#[inline(always)]
+pub fn log2_slot_of<const SLOTS: usize>(value: u64) -> usize {
+    let mut value = value;
     let mut log = 0u32;
     let shift = ((value > 0xFFFF_FFFF) as u32) << 5;
     value >>= shift;
@@ -50,8 +56,8 @@ pub fn log2_slot(ns: u64) -> usize {
     log |= shift;
     log |= (value >> 1) as u32;
     let slot = log as usize;
-    if slot >= HIST_SLOTS {
-        HIST_SLOTS - 1
+    if slot >= SLOTS {
+        SLOTS - 1
     } else {
         slot
     }
@@ -78,5 +84,14 @@ mod tests {
         for shift in 0..HIST_SLOTS {
             assert_eq!(log2_slot(1 << shift), shift);
         }
+    }
+
+    #[test]
+    fn log2_slots_of_a_smaller_histogram() {
+        assert_eq!(log2_slot_of::<32>(0), 0);
+        assert_eq!(log2_slot_of::<32>(1_000), 9);
+        assert_eq!(log2_slot_of::<32>((1 << 31) + 1), 31);
+        assert_eq!(log2_slot_of::<32>(1 << 32), 31);
+        assert_eq!(log2_slot_of::<32>(u64::MAX), 31);
     }
 }

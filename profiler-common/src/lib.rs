@@ -9,6 +9,32 @@
 //! the built object), user space refers to them only through these constants.
 #![no_std]
 
+/// Declares a family's `names`, each the Rust name of the eBPF symbol it stands for,
+/// written once: `CONST` names the map or global `CONST`, `CONST = symbol` the program
+/// `symbol` (a name ending in `_` is a prefix: the slot number follows). `ALL` lists
+/// every name declared, then the `@also` names (declared in another family's module).
+macro_rules! define_names {
+    (
+        $($(#[$doc:meta])* $name:ident $(= $symbol:ident)?,)*
+        $(@also [$($also:path),* $(,)?] $(,)?)?
+    ) => {
+        $(
+            $(#[$doc])*
+            pub const $name: &str = crate::define_names!(@symbol $name $($symbol)?);
+        )*
+
+        /// Every name above (a name ending in `_` is a prefix: slot 0 is checked).
+        pub const ALL: &[&str] = &[$($name,)* $($($also,)*)?];
+    };
+    (@symbol $name:ident) => {
+        stringify!($name)
+    };
+    (@symbol $name:ident $symbol:ident) => {
+        stringify!($symbol)
+    };
+}
+pub(crate) use define_names;
+
 pub mod cpu;
 pub mod func;
 pub mod hold;

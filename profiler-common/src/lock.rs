@@ -299,28 +299,7 @@ pub struct StackCacheEntry {
 pub const LOCK_SLEEP_DROPPED_ENTRIES: u32 = 1024;
 
 pub mod names {
-    pub const LOCK_STATS: &str = "LOCK_STATS";
-    pub const LOCK_SLEEP_WAIT: &str = "LOCK_SLEEP_WAIT";
-    pub const LOCK_SPIN_WAIT: &str = "LOCK_SPIN_WAIT";
-    pub const LOCK_SPIN_DEPTH: &str = "LOCK_SPIN_DEPTH";
-    pub const LOCK_LAYOUT: &str = "LOCK_LAYOUT";
-    pub const LOCK_FILTER: &str = "LOCK_FILTER";
-    pub const LOCK_HOLDS: &str = "LOCK_HOLDS";
-    pub const LOCK_LAST_ACQUIRER: &str = "LOCK_LAST_ACQUIRER";
-    pub const LOCK_STACK_CACHE: &str = "LOCK_STACK_CACHE";
-    pub const LOCK_SITE_CACHE: &str = "LOCK_SITE_CACHE";
-    pub const LOCK_SLEEP_DROPPED: &str = "LOCK_SLEEP_DROPPED";
-    pub const LOCK_CONTENTION_BEGIN: &str = "lock_contention_begin";
-    pub const LOCK_CONTENTION_END: &str = "lock_contention_end";
-    pub const LOCK_KPROBE_SPIN: &str = "lock_kprobe_spin";
-    pub const LOCK_KRETPROBE_SPIN: &str = "lock_kretprobe_spin";
-    pub const LOCK_KPROBE_MUTEX: &str = "lock_kprobe_mutex";
-    pub const LOCK_KPROBE_RWSEM_READ: &str = "lock_kprobe_rwsem_read";
-    pub const LOCK_KPROBE_RWSEM_WRITE: &str = "lock_kprobe_rwsem_write";
-    pub const LOCK_KRETPROBE_SLEEP: &str = "lock_kretprobe_sleep";
-
-    /// Every name above (a name ending in `_` is a prefix: slot 0 is checked).
-    pub const ALL: &[&str] = &[
+    crate::define_names! {
         LOCK_STATS,
         LOCK_SLEEP_WAIT,
         LOCK_SPIN_WAIT,
@@ -332,18 +311,16 @@ pub mod names {
         LOCK_STACK_CACHE,
         LOCK_SITE_CACHE,
         LOCK_SLEEP_DROPPED,
-        LOCK_CONTENTION_BEGIN,
-        LOCK_CONTENTION_END,
-        LOCK_KPROBE_SPIN,
-        LOCK_KRETPROBE_SPIN,
-        LOCK_KPROBE_MUTEX,
-        LOCK_KPROBE_RWSEM_READ,
-        LOCK_KPROBE_RWSEM_WRITE,
-        LOCK_KRETPROBE_SLEEP,
-        crate::lockname::names::LOCK_NAME_LAYOUT,
-        crate::lockname::names::LOCK_RQ_ADDRS,
-        crate::lockname::names::LOCK_SLAB_NAMES,
-    ];
+        LOCK_CONTENTION_BEGIN = lock_contention_begin,
+        LOCK_CONTENTION_END = lock_contention_end,
+        LOCK_KPROBE_SPIN = lock_kprobe_spin,
+        LOCK_KRETPROBE_SPIN = lock_kretprobe_spin,
+        LOCK_KPROBE_MUTEX = lock_kprobe_mutex,
+        LOCK_KPROBE_RWSEM_READ = lock_kprobe_rwsem_read,
+        LOCK_KPROBE_RWSEM_WRITE = lock_kprobe_rwsem_write,
+        LOCK_KRETPROBE_SLEEP = lock_kretprobe_sleep,
+        @also [crate::lockname::names::LOCK_NAME_LAYOUT, crate::lockname::names::LOCK_RQ_ADDRS, crate::lockname::names::LOCK_SLAB_NAMES],
+    }
 }
 
 #[cfg(feature = "user")]

@@ -124,10 +124,11 @@ pub struct StackCacheValue {
 pub const LOCK_RQ_ADDRS_ENTRIES: u32 = 1024;
 
 pub mod names {
-    pub const LOCK_NAME_LAYOUT: &str = "LOCK_NAME_LAYOUT";
-    pub const LOCK_RQ_ADDRS: &str = "LOCK_RQ_ADDRS";
-    pub const LOCK_SLAB_NAMES: &str = "LOCK_SLAB_NAMES";
-    pub const ALL: &[&str] = &[LOCK_NAME_LAYOUT, LOCK_RQ_ADDRS, LOCK_SLAB_NAMES];
+    crate::define_names! {
+        LOCK_NAME_LAYOUT,
+        LOCK_RQ_ADDRS,
+        LOCK_SLAB_NAMES,
+    }
 }
 
 #[cfg(feature = "user")]

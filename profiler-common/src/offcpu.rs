@@ -65,27 +65,7 @@ pub const FILELOCK_WAITERS_ENTRIES: u32 = 16384;
 pub const OFFCPU_START_ENTRIES: u32 = 65536;
 
 pub mod names {
-    pub const OFFCPU_STATS: &str = "OFFCPU_STATS";
-    pub const OFFCPU_START: &str = "OFFCPU_START";
-    pub const SWITCH_PREV_PID_OFFSET: &str = "SWITCH_PREV_PID_OFFSET";
-    pub const SWITCH_PREV_STATE_OFFSET: &str = "SWITCH_PREV_STATE_OFFSET";
-    pub const SWITCH_NEXT_PID_OFFSET: &str = "SWITCH_NEXT_PID_OFFSET";
-    pub const OFFCPU_STATES: &str = "OFFCPU_STATES";
-    pub const OFFCPU_MIN_NS: &str = "OFFCPU_MIN_NS";
-    pub const OFFCPU_SCHED_SWITCH: &str = "offcpu_sched_switch";
-    /// The same program with the waker join and wait chains (`--wakers`).
-    pub const OFFCPU_SCHED_SWITCH_WAKERS: &str = "offcpu_sched_switch_wakers";
-    pub const FILELOCK_WAITERS: &str = "FILELOCK_WAITERS";
-    pub const FILELOCK_TP_BLOCKER_OFFSET: &str = "FILELOCK_TP_BLOCKER_OFFSET";
-    pub const FILELOCK_TP_RET_OFFSET: &str = "FILELOCK_TP_RET_OFFSET";
-    pub const FILELOCK_LOCK_BLOCKER_OFFSET: &str = "FILELOCK_LOCK_BLOCKER_OFFSET";
-    pub const FILELOCK_LOCK_PID_OFFSET: &str = "FILELOCK_LOCK_PID_OFFSET";
-    pub const OFFCPU_FILELOCK: &str = "offcpu_filelock";
-    pub const FILELOCK_LEASE_BLOCKER_OFFSET: &str = "FILELOCK_LEASE_BLOCKER_OFFSET";
-    pub const OFFCPU_FILELOCK_LEASE: &str = "offcpu_filelock_lease";
-
-    /// Every name above (a name ending in `_` is a prefix: slot 0 is checked).
-    pub const ALL: &[&str] = &[
+    crate::define_names! {
         OFFCPU_STATS,
         OFFCPU_START,
         SWITCH_PREV_PID_OFFSET,
@@ -93,17 +73,18 @@ pub mod names {
         SWITCH_NEXT_PID_OFFSET,
         OFFCPU_STATES,
         OFFCPU_MIN_NS,
-        OFFCPU_SCHED_SWITCH,
-        OFFCPU_SCHED_SWITCH_WAKERS,
+        OFFCPU_SCHED_SWITCH = offcpu_sched_switch,
+        /// The same program with the waker join and wait chains (`--wakers`).
+        OFFCPU_SCHED_SWITCH_WAKERS = offcpu_sched_switch_wakers,
         FILELOCK_WAITERS,
         FILELOCK_TP_BLOCKER_OFFSET,
         FILELOCK_TP_RET_OFFSET,
         FILELOCK_LOCK_BLOCKER_OFFSET,
         FILELOCK_LOCK_PID_OFFSET,
-        OFFCPU_FILELOCK,
+        OFFCPU_FILELOCK = offcpu_filelock,
         FILELOCK_LEASE_BLOCKER_OFFSET,
-        OFFCPU_FILELOCK_LEASE,
-    ];
+        OFFCPU_FILELOCK_LEASE = offcpu_filelock_lease,
+    }
 }
 
 #[cfg(feature = "user")]

@@ -73,33 +73,7 @@ pub fn fuse_requester(
 pub const RPC_INFLIGHT_ENTRIES: u32 = 65536;
 
 pub mod names {
-    pub const RPC_STATS: &str = "RPC_STATS";
-    pub const RPC_INFLIGHT: &str = "RPC_INFLIGHT";
-    pub const FUSE_REQ_OPCODE: &str = "FUSE_REQ_OPCODE";
-    pub const FUSE_REQ_PID: &str = "FUSE_REQ_PID";
-    pub const FUSE_REQ_FLAGS: &str = "FUSE_REQ_FLAGS";
-    pub const FUSE_FR_BACKGROUND: &str = "FUSE_FR_BACKGROUND";
-    pub const SPAN_TP_PROVIDER: &str = "SPAN_TP_PROVIDER";
-    pub const SPAN_TP_BEGIN_KEY: &str = "SPAN_TP_BEGIN_KEY";
-    pub const SPAN_TP_BEGIN_KEY_SIZE: &str = "SPAN_TP_BEGIN_KEY_SIZE";
-    pub const SPAN_TP_BEGIN_CONN: &str = "SPAN_TP_BEGIN_CONN";
-    pub const SPAN_TP_BEGIN_CONN_SIZE: &str = "SPAN_TP_BEGIN_CONN_SIZE";
-    pub const SPAN_TP_END_KEY: &str = "SPAN_TP_END_KEY";
-    pub const SPAN_TP_END_KEY_SIZE: &str = "SPAN_TP_END_KEY_SIZE";
-    pub const SPAN_TP_END_CONN: &str = "SPAN_TP_END_CONN";
-    pub const SPAN_TP_END_CONN_SIZE: &str = "SPAN_TP_END_CONN_SIZE";
-    pub const SPAN_KP_PROVIDER: &str = "SPAN_KP_PROVIDER";
-    pub const SPAN_KP_BEGIN_ARG: &str = "SPAN_KP_BEGIN_ARG";
-    pub const SPAN_KP_END_ARG: &str = "SPAN_KP_END_ARG";
-    pub const RPC_FUSE_SEND: &str = "rpc_fuse_send";
-    pub const RPC_FUSE_END: &str = "rpc_fuse_end";
-    pub const RPC_SPAN_BEGIN_TP: &str = "rpc_span_begin_tp";
-    pub const RPC_SPAN_END_TP: &str = "rpc_span_end_tp";
-    pub const RPC_SPAN_BEGIN_KP: &str = "rpc_span_begin_kp";
-    pub const RPC_SPAN_END_KP: &str = "rpc_span_end_kp";
-
-    /// Every name above (a name ending in `_` is a prefix: slot 0 is checked).
-    pub const ALL: &[&str] = &[
+    crate::define_names! {
         RPC_STATS,
         RPC_INFLIGHT,
         FUSE_REQ_OPCODE,
@@ -118,13 +92,13 @@ pub mod names {
         SPAN_KP_PROVIDER,
         SPAN_KP_BEGIN_ARG,
         SPAN_KP_END_ARG,
-        RPC_FUSE_SEND,
-        RPC_FUSE_END,
-        RPC_SPAN_BEGIN_TP,
-        RPC_SPAN_END_TP,
-        RPC_SPAN_BEGIN_KP,
-        RPC_SPAN_END_KP,
-    ];
+        RPC_FUSE_SEND = rpc_fuse_send,
+        RPC_FUSE_END = rpc_fuse_end,
+        RPC_SPAN_BEGIN_TP = rpc_span_begin_tp,
+        RPC_SPAN_END_TP = rpc_span_end_tp,
+        RPC_SPAN_BEGIN_KP = rpc_span_begin_kp,
+        RPC_SPAN_END_KP = rpc_span_end_kp,
+    }
 }
 
 #[cfg(feature = "user")]

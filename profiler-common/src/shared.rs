@@ -11,21 +11,13 @@ pub const PROCESSES_SEEN_ENTRIES: u32 = 16384;
 pub const NEW_PROCESSES_BYTES: u32 = 64 * 1024;
 
 pub mod names {
-    pub const STACKS: &str = "STACKS";
-    pub const LOSSES: &str = "LOSSES";
-    pub const TASKS: &str = "TASKS";
-    pub const PROCESSES_SEEN: &str = "PROCESSES_SEEN";
-    pub const NEW_PROCESSES: &str = "NEW_PROCESSES";
-    /// Program: `sched:sched_process_exec`, notes processes whose user stacks are recorded.
-    pub const PROCESSES_EXEC: &str = "processes_exec";
-
-    /// Every name above (a name ending in `_` is a prefix: slot 0 is checked).
-    pub const ALL: &[&str] = &[
+    crate::define_names! {
         STACKS,
         LOSSES,
         TASKS,
         PROCESSES_SEEN,
         NEW_PROCESSES,
-        PROCESSES_EXEC,
-    ];
+        /// Program: `sched:sched_process_exec`, notes processes whose user stacks are recorded.
+        PROCESSES_EXEC = processes_exec,
+    }
 }

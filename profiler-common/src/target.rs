@@ -27,26 +27,17 @@ pub const TARGETS_ENTRIES: u32 = 65536;
 pub const CGROUPS_ENTRIES: u32 = 1024;
 
 pub mod names {
-    pub const TARGETS: &str = "TARGETS";
-    pub const CGROUPS: &str = "CGROUPS";
-    pub const FILTER_MODE: &str = "FILTER_MODE";
-    pub const FORK_CHILD_PID_OFFSET: &str = "FORK_CHILD_PID_OFFSET";
-    pub const EXIT_GROUP_DEAD_OFFSET: &str = "EXIT_GROUP_DEAD_OFFSET";
-    /// Program: `sched:sched_process_fork`, adds children of targets.
-    pub const TARGET_FORK: &str = "target_fork";
-    /// Program: `sched:sched_process_exit`.
-    pub const TARGET_EXIT: &str = "target_exit";
-
-    /// Every name above (a name ending in `_` is a prefix: slot 0 is checked).
-    pub const ALL: &[&str] = &[
+    crate::define_names! {
         TARGETS,
         CGROUPS,
         FILTER_MODE,
         FORK_CHILD_PID_OFFSET,
         EXIT_GROUP_DEAD_OFFSET,
-        TARGET_FORK,
-        TARGET_EXIT,
-    ];
+        /// Program: `sched:sched_process_fork`, adds children of targets.
+        TARGET_FORK = target_fork,
+        /// Program: `sched:sched_process_exit`.
+        TARGET_EXIT = target_exit,
+    }
 }
 
 #[cfg(feature = "user")]

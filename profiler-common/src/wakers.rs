@@ -108,25 +108,17 @@ pub const LAST_WAIT_ENTRIES: u32 = 16384;
 pub const WAKER_PENDING_ENTRIES: u32 = crate::offcpu::OFFCPU_START_ENTRIES;
 
 pub mod names {
-    pub const WAKER_STATS: &str = "WAKER_STATS";
-    pub const WAKER_PENDING: &str = "WAKER_PENDING";
-    /// 1 when `--wakers` is recorded: the off-CPU program then closes waits with
-    /// their waker.
-    pub const WAKERS_ON: &str = "WAKERS_ON";
-    pub const WAKING_PID_OFFSET: &str = "WAKING_PID_OFFSET";
-    pub const WAKERS_SCHED_WAKING: &str = "wakers_sched_waking";
-    pub const LAST_WAIT: &str = "LAST_WAIT";
-    pub const CHAIN_STATS: &str = "CHAIN_STATS";
-
-    pub const ALL: &[&str] = &[
+    crate::define_names! {
         WAKER_STATS,
         WAKER_PENDING,
-        LAST_WAIT,
-        CHAIN_STATS,
+        /// 1 when `--wakers` is recorded: the off-CPU program then closes waits with
+        /// their waker.
         WAKERS_ON,
         WAKING_PID_OFFSET,
-        WAKERS_SCHED_WAKING,
-    ];
+        WAKERS_SCHED_WAKING = wakers_sched_waking,
+        LAST_WAIT,
+        CHAIN_STATS,
+    }
 }
 
 #[cfg(feature = "user")]

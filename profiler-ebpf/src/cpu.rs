@@ -10,7 +10,7 @@ use core::{
 };
 
 use aya_ebpf::{
-    bindings::{BPF_NOEXIST, pt_regs},
+    bindings::pt_regs,
     helpers::{
         bpf_get_current_pid_tgid, bpf_probe_read_kernel,
         generated::{bpf_get_current_task, bpf_get_smp_processor_id, bpf_probe_read_user},
@@ -26,18 +26,16 @@ use profiler_common::{
 
 use crate::{
     shared::{
-        STACK_FLAGS_KERNEL, STACK_FLAGS_USER, STACKS, count_loss, load_u32, note_user_process,
-        remember_current_task, stack_id_or_loss,
+        Aggregate, EEXIST, STACK_FLAGS_KERNEL, STACK_FLAGS_USER, STACKS, add_to_row, count_loss,
+        load_u32, note_user_process, remember_current_task, stack_id_or_loss, stats_map,
     },
     target::is_target,
 };
 
 /// The aggregate read by user space. Size set at load time (`--map-entries`).
 #[map]
-pub static CPU_SAMPLES: HashMap<CpuKey, u64> =
-    HashMap::with_max_entries(profiler_common::STATS_ENTRIES, 0);
+pub static CPU_SAMPLES: HashMap<CpuKey, u64> = stats_map();
 
-const EEXIST: i32 = 17;
 const EFAULT: i32 = 14;
 
 pub fn on_sample(ctx: &PerfEventContext) {
@@ -66,11 +64,11 @@ pub fn on_sample(ctx: &PerfEventContext) {
     // be unwound there; when the ring is full it is counted here with its frame-pointer
     // stack, like every sample taken in kernel mode.
     if send_stack_sample(ctx, &key) {
-        // The thread's name, as add_sample notes it for the rows it creates.
+        // The thread's name, as adding a sample notes it for the rows it creates.
         remember_current_task();
         return;
     }
-    add_sample(&key);
+    add_to_row(&CPU_SAMPLES, &key, &(), CPU_MAP_FULL, true);
 }
 
 /// Bytes of user stack to copy per sample (`--user-stack-bytes`); 0: frame pointers only.
@@ -191,30 +189,21 @@ fn user_stack_id(ctx: &PerfEventContext) -> i32 {
     }
 }
 
-#[inline(always)]
-fn add_sample(key: &CpuKey) {
-    if let Some(count) = CPU_SAMPLES.get_ptr_mut(key) {
-        increment(count);
-        return;
+/// Sample counts: one per sample.
+impl Aggregate<()> for u64 {
+    #[inline(always)]
+    fn first(_: &()) -> Self {
+        1
     }
-    match CPU_SAMPLES.insert(key, 1, BPF_NOEXIST as u64) {
-        Ok(()) => remember_current_task(),
-        // Another CPU inserted the same key in between.
-        Err(errno) if errno == -EEXIST => {
-            if let Some(count) = CPU_SAMPLES.get_ptr_mut(key) {
-                increment(count);
-            }
-        }
-        Err(_) => count_loss(CPU_MAP_FULL),
-    }
-}
 
-#[inline(always)]
-fn increment(count: *mut u64) {
-    // SAFETY: `count` points into a map value that stays valid for this program run;
-    // several CPUs may share a key (threads migrate), so the add is atomic.
-    unsafe {
-        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(count, 1);
+    #[inline(always)]
+    unsafe fn add(count: *mut Self, _: &()) {
+        // SAFETY: `count` points into a map value that stays valid for this program run
+        // (the caller's contract); several CPUs may share a key (threads migrate), so the
+        // add is atomic.
+        unsafe {
+            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(count, 1);
+        }
     }
 }
 

@@ -16,17 +16,16 @@ use profiler_common::{
 };
 
 use crate::{
-    latency::{add_latency, now_ns},
+    latency::add_latency,
     shared::{
-        STACK_FLAGS_KERNEL, STACK_FLAGS_USER, STACKS, count_loss, note_user_process,
-        stack_id_or_loss,
+        STACK_FLAGS_KERNEL, STACK_FLAGS_USER, STACKS, close_nested, count_loss, note_user_process,
+        now_ns, stack_id_or_loss, stats_map,
     },
     target::is_target,
 };
 
 #[map]
-pub static FUNC_STATS: HashMap<FuncKey, LatencyStat> =
-    HashMap::with_max_entries(profiler_common::STATS_ENTRIES, 0);
+pub static FUNC_STATS: HashMap<FuncKey, LatencyStat> = stats_map();
 
 #[map]
 static FUNC_CALLS: HashMap<FuncCall, FuncEntry> =
@@ -73,18 +72,9 @@ pub fn on_return(slot: u32) {
         tid: pid_tgid as u32,
         slot,
     };
-    let Some(open) = FUNC_CALLS.get_ptr_mut(call) else {
+    let Some(entry) = close_nested(&FUNC_CALLS, &call) else {
         return;
     };
-    // SAFETY: element owned by this thread id; only this thread writes it.
-    let entry = unsafe {
-        if (*open).depth > 0 {
-            (*open).depth -= 1;
-            return;
-        }
-        *open
-    };
-    let _ = FUNC_CALLS.remove(call);
     let now = now_ns();
     if now < entry.start_ns {
         count_loss(FUNC_NEGATIVE_DELTA);

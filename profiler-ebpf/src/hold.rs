@@ -19,7 +19,10 @@ use profiler_common::{
 
 use crate::{
     latency::add_latency,
-    shared::{STACK_FLAGS_KERNEL, STACKS, count_loss, load_u64, now_ns, stack_id_or_loss},
+    shared::{
+        STACK_FLAGS_KERNEL, STACKS, close_nested, count_loss, load_u64, now_ns, stack_id_or_loss,
+        stats_map,
+    },
 };
 
 /// The lock and the acquire slots, set at load time (see `HoldConfig`).
@@ -28,8 +31,7 @@ static HOLD_CONFIG: HoldConfig = HoldConfig::DISABLED;
 
 /// The aggregate read by user space: per holder process, acquisition stack and mode.
 #[map]
-pub static HOLD_STATS: HashMap<HoldKey, LatencyStat> =
-    HashMap::with_max_entries(profiler_common::STATS_ENTRIES, 0);
+pub static HOLD_STATS: HashMap<HoldKey, LatencyStat> = stats_map();
 
 /// Holds in progress, by thread id.
 #[map]
@@ -132,18 +134,9 @@ pub fn on_release() {
     let now = now_ns();
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
-    let Some(open) = HOLD_OPEN.get_ptr_mut(tid) else {
+    let Some(open) = close_nested(&HOLD_OPEN, &tid) else {
         return;
     };
-    // SAFETY: element owned by this thread id; only this thread writes it.
-    let open = unsafe {
-        if (*open).depth > 0 {
-            (*open).depth -= 1;
-            return;
-        }
-        *open
-    };
-    let _ = HOLD_OPEN.remove(tid);
     if now < open.start_ns {
         count_loss(HOLD_NEGATIVE_DELTA);
         return;

@@ -19,7 +19,6 @@
 use core::intrinsics::{AtomicOrdering, atomic_xadd};
 
 use aya_ebpf::{
-    bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
     macros::map,
     maps::HashMap,
@@ -29,43 +28,28 @@ use profiler_common::{
         IO_FLIGHT_REQUEUED, IO_HIST_SLOTS, IO_NO_OFFSET, IoInFlight, IoKey, IoLayout, IoStat, Seen,
         completes, seen_again,
     },
+    latency::log2_slot_of,
     loss::{IO_INFLIGHT_MAP_FULL, IO_MAP_FULL, IO_STALE_REPLACED, IO_UNMATCHED_COMPLETE},
 };
 
 use crate::{
-    shared::{count_loss, now_ns, remember_current_task},
+    shared::{count_loss, now_ns, remember_current_task, stats_map, update_row},
     target::{filter_is_all, is_target},
 };
 
 /// `struct request` offsets from this kernel's BTF (see `IoLayout`); user space
 /// overrides the whole value before load.
 #[unsafe(no_mangle)]
-static IO_LAYOUT: IoLayout = IoLayout {
-    cmd_flags: 0,
-    data_len: 0,
-    start_time_ns: IO_NO_OFFSET,
-    dev_hops: 0,
-    dev_offsets: [0; 4],
-    op_mask: 0xff,
-    op_read: 0,
-    op_write: 1,
-    op_flush: 2,
-    op_discard: 3,
-    op_secure_erase: 5,
-    op_passthrough: [34, 35, u32::MAX, u32::MAX],
-};
+static IO_LAYOUT: IoLayout = IoLayout::MAINLINE;
 
 /// The aggregate read by user space. Size set at load time (`--map-entries`).
 #[map]
-pub static IO_STATS: HashMap<IoKey, IoStat> =
-    HashMap::with_max_entries(profiler_common::STATS_ENTRIES, 0);
+pub static IO_STATS: HashMap<IoKey, IoStat> = stats_map();
 
 /// Requests inserted or issued and not yet completed, by `struct request` address.
 #[map]
 static IO_INFLIGHT: HashMap<u64, IoInFlight> =
     HashMap::with_max_entries(profiler_common::io::IO_INFLIGHT_ENTRIES, 0);
-
-const EEXIST: i32 = 17;
 
 /// Reads one field of the load-time layout; volatile so the compiler does not fold the
 /// defaults above into the program (user space rewrites them before load).
@@ -280,81 +264,48 @@ pub fn on_rq_complete(rq: u64, nr_bytes: u32) {
 }
 #[inline(always)]
 fn add_request(key: &IoKey, bytes: u64, latency_ns: u64, queue_ns: Option<u64>) {
-    let mut stat = IO_STATS.get_ptr_mut(key);
-    if stat.is_none() {
-        let zero = IoStat::default();
-        match IO_STATS.insert(key, zero, BPF_NOEXIST as u64) {
-            Ok(()) => {}
-            Err(errno) if errno == -EEXIST => {}
-            Err(_) => {
-                count_loss(IO_MAP_FULL);
-                return;
+    update_row(
+        &IO_STATS,
+        key,
+        &IoStat::default(),
+        IO_MAP_FULL,
+        false,
+        |stat| {
+            // Through the stack, volatile: the compiler then cannot prove slot < IO_HIST_SLOTS
+            // and drop the bounds check below, which the verifier needs to see (6.1's verifier
+            // lost the bound of the masked index: "math between map_value pointer and register
+            // with unbounded min value").
+            let slot = log2_slot_of::<IO_HIST_SLOTS>(latency_ns / 1000);
+            // SAFETY: reading a local just written.
+            let slot = unsafe { core::ptr::read_volatile(&slot) };
+            // SAFETY: `stat` points into a map value valid for this program run; counters are
+            // atomic (completions of one key run on several CPUs), max is best effort; the
+            // bucket index is checked.
+            unsafe {
+                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).count, 1);
+                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).bytes, bytes);
+                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
+                    &raw mut (*stat).total_ns,
+                    latency_ns,
+                );
+                if latency_ns > (*stat).max_ns {
+                    (*stat).max_ns = latency_ns;
+                }
+                if let Some(queue_ns) = queue_ns {
+                    atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
+                        &raw mut (*stat).queued,
+                        1,
+                    );
+                    atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
+                        &raw mut (*stat).queue_ns,
+                        queue_ns,
+                    );
+                }
+                // Checked index without a panic path.
+                if let Some(bucket) = (*stat).hist.get_mut(slot) {
+                    atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(bucket, 1);
+                }
             }
-        }
-        stat = IO_STATS.get_ptr_mut(key);
-    }
-    let Some(stat) = stat else {
-        count_loss(IO_MAP_FULL);
-        return;
-    };
-    // Through the stack, volatile: the compiler then cannot prove slot < IO_HIST_SLOTS
-    // and drop the bounds check below, which the verifier needs to see (6.1's verifier
-    // lost the bound of the masked index: "math between map_value pointer and register
-    // with unbounded min value").
-    let slot = log2_slot(latency_ns / 1000);
-    // SAFETY: reading a local just written.
-    let slot = unsafe { core::ptr::read_volatile(&slot) };
-    // SAFETY: `stat` points into a map value valid for this program run; counters are
-    // atomic (completions of one key run on several CPUs), max is best effort; the
-    // bucket index is checked.
-    unsafe {
-        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).count, 1);
-        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).bytes, bytes);
-        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).total_ns, latency_ns);
-        if latency_ns > (*stat).max_ns {
-            (*stat).max_ns = latency_ns;
-        }
-        if let Some(queue_ns) = queue_ns {
-            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).queued, 1);
-            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
-                &raw mut (*stat).queue_ns,
-                queue_ns,
-            );
-        }
-        // Checked index without a panic path.
-        if let Some(bucket) = (*stat).hist.get_mut(slot) {
-            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(bucket, 1);
-        }
-    }
-}
-
-/// floor(log2(value)), 0 for 0 and 1; capped to the last slot. Branch-free steps (the
-/// verifier dislikes unbounded loops).
-#[inline(always)]
-fn log2_slot(value: u64) -> usize {
-    let mut v = value;
-    let mut r: u64 = 0;
-    let mut shift: u64;
-    shift = ((v > 0xFFFF_FFFF) as u64) << 5;
-    v >>= shift;
-    r |= shift;
-    shift = ((v > 0xFFFF) as u64) << 4;
-    v >>= shift;
-    r |= shift;
-    shift = ((v > 0xFF) as u64) << 3;
-    v >>= shift;
-    r |= shift;
-    shift = ((v > 0xF) as u64) << 2;
-    v >>= shift;
-    r |= shift;
-    shift = ((v > 0x3) as u64) << 1;
-    v >>= shift;
-    r |= shift;
-    r |= v >> 1;
-    let slot = r as usize;
-    if slot >= IO_HIST_SLOTS {
-        IO_HIST_SLOTS - 1
-    } else {
-        slot
-    }
+        },
+    );
 }

@@ -23,15 +23,10 @@
 //! its hold (acquisition to this handoff) is added to `LOCK_HOLDS` under its own
 //! acquisition stack.
 
-use core::intrinsics::{AtomicOrdering, atomic_xadd};
-
 use aya_ebpf::{
     EbpfContext,
     bindings::BPF_NOEXIST,
-    helpers::{
-        bpf_get_current_pid_tgid, bpf_probe_read_kernel,
-        generated::{bpf_get_current_task, bpf_ktime_get_ns},
-    },
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel, generated::bpf_get_current_task},
     macros::map,
     maps::{Array, HashMap, LruHashMap, PerCpuArray},
     programs::{ProbeContext, RawTracePointContext, RetProbeContext, tracing::StackIdContext},
@@ -59,15 +54,15 @@ use crate::{
     latency::add_latency,
     offcpu::OFFCPU_START,
     shared::{
-        STACK_FLAGS_KERNEL, STACKS, TASKS, count_loss, remember_current_task, stack_id_or_loss,
+        Aggregate, STACK_FLAGS_KERNEL, STACKS, TASKS, add_count_total_max, add_to_row, count_loss,
+        now_ns, stack_id_or_loss, stats_map,
     },
     target::is_target,
 };
 
 /// The aggregate read by user space. Size set at load time (`--map-entries`).
 #[map]
-pub static LOCK_STATS: HashMap<LockKey, LockStat> =
-    HashMap::with_max_entries(profiler_common::STATS_ENTRIES, 0);
+pub static LOCK_STATS: HashMap<LockKey, LockStat> = stats_map();
 
 /// Contention in progress of a spinning waiter, one per CPU.
 #[map]
@@ -95,16 +90,13 @@ static LOCK_LAST_ACQUIRER: Array<LockAcquirer> =
 
 /// Holds under contention, per lock and holder. Size set at load time (`--map-entries`).
 #[map]
-pub static LOCK_HOLDS: HashMap<ContendedHoldKey, LatencyStat> =
-    HashMap::with_max_entries(profiler_common::STATS_ENTRIES, 0);
+pub static LOCK_HOLDS: HashMap<ContendedHoldKey, LatencyStat> = stats_map();
 
 /// Threads whose sleeping wait was not recorded (LOCK_SLEEP_WAIT full, counted then):
 /// their end is not counted a second time as unmatched.
 #[map]
 static LOCK_SLEEP_DROPPED: LruHashMap<u32, u8> =
     LruHashMap::with_max_entries(profiler_common::lock::LOCK_SLEEP_DROPPED_ENTRIES, 0);
-
-const EEXIST: i32 = 17;
 
 /// What the lock programs need from their context besides the stack walk: where the
 /// kernel stack of the contending code starts, for the fingerprint.
@@ -327,6 +319,21 @@ static LOCK_SPIN_DEPTH: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
 /// without the soft-lockup detector firing): the slot is reclaimed.
 const SPIN_STALE_NS: u64 = 1_000_000_000;
 
+/// This CPU's spin nesting depth and open spin wait.
+#[inline(always)]
+fn spin_slots() -> Option<(&'static mut u32, &'static mut LockWait)> {
+    let (Some(depth), Some(slot)) = (
+        LOCK_SPIN_DEPTH.get_ptr_mut(0),
+        LOCK_SPIN_WAIT.get_ptr_mut(0),
+    ) else {
+        return None;
+    };
+    // SAFETY: per-CPU slots from successful lookups; only this CPU writes them, and the
+    // spin slow path runs with preemption off until it returns. The callers (the spin
+    // entry and return programs) use them only during their run.
+    Some(unsafe { (&mut *depth, &mut *slot) })
+}
+
 /// Entry of `queued_spin_lock_slowpath` (or its native_/__pv_ variant).
 pub fn on_spin_slowpath_entry(ctx: &ProbeContext) {
     let Some(lock_addr) = ctx.arg::<u64>(0) else {
@@ -349,15 +356,9 @@ pub fn on_spin_slowpath_entry(ctx: &ProbeContext) {
     if !is_target() {
         return;
     }
-    let (Some(depth), Some(slot)) = (
-        LOCK_SPIN_DEPTH.get_ptr_mut(0),
-        LOCK_SPIN_WAIT.get_ptr_mut(0),
-    ) else {
+    let Some((depth, slot)) = spin_slots() else {
         return;
     };
-    // SAFETY: per-CPU slots from successful lookups; only this CPU writes them, and the
-    // spin slow path runs with preemption off until it returns.
-    let (depth, slot) = unsafe { (&mut *depth, &mut *slot) };
     if *depth > 0 {
         if start_ns.saturating_sub(slot.start_ns) < SPIN_STALE_NS {
             // An interrupt contending while this CPU already waits: ignore the inner one.
@@ -375,14 +376,9 @@ pub fn on_spin_slowpath_entry(ctx: &ProbeContext) {
 /// Return of the spin slow path: the lock is held.
 pub fn on_spin_slowpath_return(_ctx: &RetProbeContext) {
     let end_ns = now_ns();
-    let (Some(depth), Some(slot)) = (
-        LOCK_SPIN_DEPTH.get_ptr_mut(0),
-        LOCK_SPIN_WAIT.get_ptr_mut(0),
-    ) else {
+    let Some((depth, slot)) = spin_slots() else {
         return;
     };
-    // SAFETY: as in on_spin_slowpath_entry.
-    let (depth, slot) = unsafe { (&mut *depth, &mut *slot) };
     if *depth == 0 {
         // Entered before the recording started, or by a task outside the targets.
         count_unmatched_end();
@@ -804,7 +800,13 @@ fn close_wait(wait: &LockWait, end_ns: u64, pid_tgid: u64, outcome: u32) {
         owner_kstack_id: wait.owner_kstack_id,
         outcome,
     };
-    add_wait(&key, end_ns - wait.start_ns);
+    add_to_row(
+        &LOCK_STATS,
+        &key,
+        &(end_ns - wait.start_ns),
+        LOCK_MAP_FULL,
+        true,
+    );
     if outcome == LOCK_OUTCOME_ACQUIRED {
         note_acquisition(wait, end_ns, pid_tgid);
     }
@@ -869,49 +871,32 @@ fn note_acquisition(wait: &LockWait, end_ns: u64, pid_tgid: u64) {
     }
 }
 
-#[inline(always)]
-fn now_ns() -> u64 {
-    // SAFETY: helper without arguments.
-    unsafe { bpf_ktime_get_ns() }
-}
-
-#[inline(always)]
-fn add_wait(key: &LockKey, wait_ns: u64) {
-    if let Some(stat) = LOCK_STATS.get_ptr_mut(key) {
-        accumulate(stat, wait_ns);
-        return;
+impl Aggregate<u64> for LockStat {
+    #[inline(always)]
+    fn first(wait_ns: &u64) -> Self {
+        LockStat {
+            count: 1,
+            total_ns: *wait_ns,
+            max_ns: *wait_ns,
+            min_ns: *wait_ns,
+        }
     }
-    let first = LockStat {
-        count: 1,
-        total_ns: wait_ns,
-        max_ns: wait_ns,
-        min_ns: wait_ns,
-    };
-    match LOCK_STATS.insert(key, first, BPF_NOEXIST as u64) {
-        Ok(()) => remember_current_task(),
-        // Another CPU inserted the same key in between.
-        Err(errno) if errno == -EEXIST => {
-            if let Some(stat) = LOCK_STATS.get_ptr_mut(key) {
-                accumulate(stat, wait_ns);
+
+    #[inline(always)]
+    unsafe fn add(stat: *mut Self, wait_ns: &u64) {
+        let wait_ns = *wait_ns;
+        // SAFETY: `stat` points into a map value that stays valid for this program run
+        // (the caller's contract); the minimum is best effort like the maximum.
+        unsafe {
+            add_count_total_max(
+                &raw mut (*stat).count,
+                &raw mut (*stat).total_ns,
+                &raw mut (*stat).max_ns,
+                wait_ns,
+            );
+            if wait_ns < (*stat).min_ns {
+                (*stat).min_ns = wait_ns;
             }
-        }
-        Err(_) => count_loss(LOCK_MAP_FULL),
-    }
-}
-
-#[inline(always)]
-fn accumulate(stat: *mut LockStat, wait_ns: u64) {
-    // SAFETY: `stat` points into a map value that stays valid for this program run;
-    // count and total are updated atomically (several CPUs may share a key), max and
-    // min are best effort like perf's.
-    unsafe {
-        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).count, 1);
-        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).total_ns, wait_ns);
-        if wait_ns > (*stat).max_ns {
-            (*stat).max_ns = wait_ns;
-        }
-        if wait_ns < (*stat).min_ns {
-            (*stat).min_ns = wait_ns;
         }
     }
 }

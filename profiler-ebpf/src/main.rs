@@ -73,25 +73,27 @@ pub fn lock_kretprobe_spin(ctx: RetProbeContext) -> u32 {
     0
 }
 
-/// `__mutex_lock_slowpath(struct mutex *lock)` and its killable/interruptible siblings.
-#[kprobe]
-pub fn lock_kprobe_mutex(ctx: ProbeContext) -> u32 {
-    lock::on_sleep_slowpath_entry(&ctx, LCB_F_MUTEX);
-    0
+/// Sleeping-lock slow paths: one program per kind of lock (the flags it records).
+macro_rules! lock_sleep_slowpaths {
+    ($($(#[$doc:meta])* $program:ident => $flags:expr;)*) => {
+        $(
+            $(#[$doc])*
+            #[kprobe]
+            pub fn $program(ctx: ProbeContext) -> u32 {
+                lock::on_sleep_slowpath_entry(&ctx, $flags);
+                0
+            }
+        )*
+    };
 }
 
-/// `rwsem_down_read_slowpath(struct rw_semaphore *sem, ...)`.
-#[kprobe]
-pub fn lock_kprobe_rwsem_read(ctx: ProbeContext) -> u32 {
-    lock::on_sleep_slowpath_entry(&ctx, LCB_F_READ);
-    0
-}
-
-/// `rwsem_down_write_slowpath(struct rw_semaphore *sem, int state)`.
-#[kprobe]
-pub fn lock_kprobe_rwsem_write(ctx: ProbeContext) -> u32 {
-    lock::on_sleep_slowpath_entry(&ctx, LCB_F_WRITE);
-    0
+lock_sleep_slowpaths! {
+    /// `__mutex_lock_slowpath(struct mutex *lock)` and its killable/interruptible siblings.
+    lock_kprobe_mutex => LCB_F_MUTEX;
+    /// `rwsem_down_read_slowpath(struct rw_semaphore *sem, ...)`.
+    lock_kprobe_rwsem_read => LCB_F_READ;
+    /// `rwsem_down_write_slowpath(struct rw_semaphore *sem, int state)`.
+    lock_kprobe_rwsem_write => LCB_F_WRITE;
 }
 
 /// Return of any sleeping-lock slow path above.
@@ -199,119 +201,67 @@ pub fn rpc_span_end_kp(ctx: ProbeContext) -> u32 {
 
 /// One program set per function slot: user space loads the fentry/fexit pair where
 /// the kernel allows it, else the kprobe/kretprobe pair; user functions use uprobes.
-macro_rules! func_slot {
-    ($slot:literal, $fentry:ident, $fexit:ident, $kprobe:ident, $kretprobe:ident,
-     $uprobe:ident, $uretprobe:ident) => {
-        #[fentry]
-        pub fn $fentry(ctx: FEntryContext) -> i32 {
-            func::on_entry(&ctx, $slot, false);
-            0
-        }
+macro_rules! func_slots {
+    ($($slot:literal => $fentry:ident, $fexit:ident, $kprobe:ident, $kretprobe:ident,
+       $uprobe:ident, $uretprobe:ident;)*) => {
+        $(
+            #[fentry]
+            pub fn $fentry(ctx: FEntryContext) -> i32 {
+                func::on_entry(&ctx, $slot, false);
+                0
+            }
 
-        #[fexit]
-        pub fn $fexit(_ctx: FExitContext) -> i32 {
-            func::on_return($slot);
-            0
-        }
+            #[fexit]
+            pub fn $fexit(_ctx: FExitContext) -> i32 {
+                func::on_return($slot);
+                0
+            }
 
-        #[kprobe]
-        pub fn $kprobe(ctx: ProbeContext) -> u32 {
-            func::on_entry(&ctx, $slot, false);
-            0
-        }
+            #[kprobe]
+            pub fn $kprobe(ctx: ProbeContext) -> u32 {
+                func::on_entry(&ctx, $slot, false);
+                0
+            }
 
-        #[kretprobe]
-        pub fn $kretprobe(_ctx: RetProbeContext) -> u32 {
-            func::on_return($slot);
-            0
-        }
+            #[kretprobe]
+            pub fn $kretprobe(_ctx: RetProbeContext) -> u32 {
+                func::on_return($slot);
+                0
+            }
 
-        #[uprobe]
-        pub fn $uprobe(ctx: ProbeContext) -> u32 {
-            func::on_entry(&ctx, profiler_common::func::UFUNC_SLOT_BASE + $slot, true);
-            0
-        }
+            #[uprobe]
+            pub fn $uprobe(ctx: ProbeContext) -> u32 {
+                func::on_entry(&ctx, profiler_common::func::UFUNC_SLOT_BASE + $slot, true);
+                0
+            }
 
-        #[uretprobe]
-        pub fn $uretprobe(_ctx: RetProbeContext) -> u32 {
-            func::on_return(profiler_common::func::UFUNC_SLOT_BASE + $slot);
-            0
-        }
+            #[uretprobe]
+            pub fn $uretprobe(_ctx: RetProbeContext) -> u32 {
+                func::on_return(profiler_common::func::UFUNC_SLOT_BASE + $slot);
+                0
+            }
+        )*
     };
 }
 
-func_slot!(
-    0,
-    func_fentry_0,
-    func_fexit_0,
-    func_kprobe_0,
-    func_kretprobe_0,
-    ufunc_entry_0,
-    ufunc_return_0
-);
-func_slot!(
-    1,
-    func_fentry_1,
-    func_fexit_1,
-    func_kprobe_1,
-    func_kretprobe_1,
-    ufunc_entry_1,
-    ufunc_return_1
-);
-func_slot!(
-    2,
-    func_fentry_2,
-    func_fexit_2,
-    func_kprobe_2,
-    func_kretprobe_2,
-    ufunc_entry_2,
-    ufunc_return_2
-);
-func_slot!(
-    3,
-    func_fentry_3,
-    func_fexit_3,
-    func_kprobe_3,
-    func_kretprobe_3,
-    ufunc_entry_3,
-    ufunc_return_3
-);
-func_slot!(
-    4,
-    func_fentry_4,
-    func_fexit_4,
-    func_kprobe_4,
-    func_kretprobe_4,
-    ufunc_entry_4,
-    ufunc_return_4
-);
-func_slot!(
-    5,
-    func_fentry_5,
-    func_fexit_5,
-    func_kprobe_5,
-    func_kretprobe_5,
-    ufunc_entry_5,
-    ufunc_return_5
-);
-func_slot!(
-    6,
-    func_fentry_6,
-    func_fexit_6,
-    func_kprobe_6,
-    func_kretprobe_6,
-    ufunc_entry_6,
-    ufunc_return_6
-);
-func_slot!(
-    7,
-    func_fentry_7,
-    func_fexit_7,
-    func_kprobe_7,
-    func_kretprobe_7,
-    ufunc_entry_7,
-    ufunc_return_7
-);
+func_slots! {
+    0 => func_fentry_0, func_fexit_0, func_kprobe_0, func_kretprobe_0,
+        ufunc_entry_0, ufunc_return_0;
+    1 => func_fentry_1, func_fexit_1, func_kprobe_1, func_kretprobe_1,
+        ufunc_entry_1, ufunc_return_1;
+    2 => func_fentry_2, func_fexit_2, func_kprobe_2, func_kretprobe_2,
+        ufunc_entry_2, ufunc_return_2;
+    3 => func_fentry_3, func_fexit_3, func_kprobe_3, func_kretprobe_3,
+        ufunc_entry_3, ufunc_return_3;
+    4 => func_fentry_4, func_fexit_4, func_kprobe_4, func_kretprobe_4,
+        ufunc_entry_4, ufunc_return_4;
+    5 => func_fentry_5, func_fexit_5, func_kprobe_5, func_kretprobe_5,
+        ufunc_entry_5, ufunc_return_5;
+    6 => func_fentry_6, func_fexit_6, func_kprobe_6, func_kretprobe_6,
+        ufunc_entry_6, ufunc_return_6;
+    7 => func_fentry_7, func_fexit_7, func_kprobe_7, func_kretprobe_7,
+        ufunc_entry_7, ufunc_return_7;
+}
 
 /// Hold times (`--hold`): one program set per acquire slot (an entry point such as
 /// `mutex_lock` or `down_write_killable`): fexit where the kernel allows, else a

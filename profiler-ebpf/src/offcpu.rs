@@ -7,11 +7,9 @@
 //! Modelled on bcc's offcputime, with the wait measured switch-out to switch-in (so it
 //! includes the time runnable in the queue after the wake-up).
 
-use core::intrinsics::{AtomicOrdering, atomic_xadd};
-
 use aya_ebpf::{
-    bindings::BPF_NOEXIST, helpers::bpf_get_current_pid_tgid, macros::map, maps::HashMap,
-    programs::TracePointContext, programs::tracing::StackIdContext,
+    helpers::bpf_get_current_pid_tgid, macros::map, maps::HashMap, programs::TracePointContext,
+    programs::tracing::StackIdContext,
 };
 use profiler_common::{
     loss::{OFFCPU_MAP_FULL, OFFCPU_NEGATIVE_DELTA, OFFCPU_START_MAP_FULL},
@@ -20,8 +18,9 @@ use profiler_common::{
 
 use crate::{
     shared::{
-        STACK_FLAGS_KERNEL, STACK_FLAGS_USER, STACKS, count_loss, load_u32, load_u64,
-        note_user_process, now_ns, remember_current_task, stack_id_or_loss,
+        Aggregate, STACK_FLAGS_KERNEL, STACK_FLAGS_USER, STACKS, add_count_total_max, add_to_row,
+        count_loss, load_u32, load_u64, note_user_process, now_ns, remember_current_task,
+        stack_id_or_loss, stats_map, user_stack_id_or_collision,
     },
     target::is_target,
 };
@@ -43,15 +42,12 @@ static OFFCPU_MIN_NS: u64 = 0;
 
 /// The aggregate read by user space. Size set at load time (`--map-entries`).
 #[map]
-pub static OFFCPU_STATS: HashMap<OffcpuKey, OffcpuStat> =
-    HashMap::with_max_entries(profiler_common::STATS_ENTRIES, 0);
+pub static OFFCPU_STATS: HashMap<OffcpuKey, OffcpuStat> = stats_map();
 
 /// Threads off the CPU in a recorded state, by thread id.
 #[map]
 pub static OFFCPU_START: HashMap<u32, OffcpuStart> =
     HashMap::with_max_entries(profiler_common::offcpu::OFFCPU_START_ENTRIES, 0);
-
-const EEXIST: i32 = 17;
 
 /// `WAKERS`: the program with the waker join and wait chains (`--wakers`), a program of
 /// its own so a kernel that refuses it still records off-CPU waits with the other.
@@ -82,13 +78,7 @@ fn switch_out(ctx: &TracePointContext, prev_pid: u32, prev_state: u32, now: u64)
         return;
     }
     let kstack_id = stack_id_or_loss(ctx.get_stackid(&STACKS, STACK_FLAGS_KERNEL));
-    // Kernel threads have no user stack: a failure here is not a loss, only a
-    // collision is (counted by stack_id_or_loss's rule).
-    let ustack_id = match ctx.get_stackid(&STACKS, STACK_FLAGS_USER) {
-        Ok(id) => id as i32,
-        Err(errno) if errno == -EEXIST => stack_id_or_loss(Err(errno)),
-        Err(errno) => errno,
-    };
+    let ustack_id = user_stack_id_or_collision(ctx.get_stackid(&STACKS, STACK_FLAGS_USER));
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     // User space snapshots the process's memory map, to name the user frames even if
     // the process exits before the end of the run.
@@ -147,7 +137,7 @@ fn switch_in<const WAKERS: bool>(next_pid: u32, now: u64) {
         state: start.state,
         holder_tgid: start.holder_tgid,
     };
-    add_wait(&key, wait_ns);
+    add_to_row(&OFFCPU_STATS, &key, &wait_ns, OFFCPU_MAP_FULL, false);
     if WAKERS {
         if found {
             crate::wakers::add_waker_wait(&key, waker, wait_ns);
@@ -156,38 +146,29 @@ fn switch_in<const WAKERS: bool>(next_pid: u32, now: u64) {
     }
 }
 
-#[inline(always)]
-fn add_wait(key: &OffcpuKey, wait_ns: u64) {
-    if let Some(stat) = OFFCPU_STATS.get_ptr_mut(key) {
-        accumulate(stat, wait_ns);
-        return;
-    }
-    let first = OffcpuStat {
-        count: 1,
-        total_ns: wait_ns,
-        max_ns: wait_ns,
-    };
-    match OFFCPU_STATS.insert(key, first, BPF_NOEXIST as u64) {
-        Ok(()) => {}
-        // Another CPU inserted the same key in between.
-        Err(errno) if errno == -EEXIST => {
-            if let Some(stat) = OFFCPU_STATS.get_ptr_mut(key) {
-                accumulate(stat, wait_ns);
-            }
+/// Off-CPU rows, also the (waiter, waker) rows of `wakers`.
+impl Aggregate<u64> for OffcpuStat {
+    #[inline(always)]
+    fn first(wait_ns: &u64) -> Self {
+        OffcpuStat {
+            count: 1,
+            total_ns: *wait_ns,
+            max_ns: *wait_ns,
         }
-        Err(_) => count_loss(OFFCPU_MAP_FULL),
     }
-}
 
-#[inline(always)]
-fn accumulate(stat: *mut OffcpuStat, wait_ns: u64) {
-    // SAFETY: `stat` points into a map value valid for this program run; count and
-    // total are atomic (CPUs share keys of a process), max is best effort.
-    unsafe {
-        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).count, 1);
-        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).total_ns, wait_ns);
-        if wait_ns > (*stat).max_ns {
-            (*stat).max_ns = wait_ns;
+    #[inline(always)]
+    unsafe fn add(stat: *mut Self, wait_ns: &u64) {
+        let wait_ns = *wait_ns;
+        // SAFETY: `stat` points into a map value valid for this program run (the
+        // caller's contract).
+        unsafe {
+            add_count_total_max(
+                &raw mut (*stat).count,
+                &raw mut (*stat).total_ns,
+                &raw mut (*stat).max_ns,
+                wait_ns,
+            )
         }
     }
 }

@@ -23,16 +23,16 @@ use profiler_common::{
 };
 
 use crate::{
-    latency::{add_latency, now_ns},
+    latency::add_latency,
     shared::{
-        STACK_FLAGS_KERNEL, STACKS, TASKS, count_loss, remember_current_task, stack_id_or_loss,
+        STACK_FLAGS_KERNEL, STACKS, TASKS, count_loss, load_u32, now_ns, remember_current_task,
+        stack_id_or_loss, stats_map,
     },
     target::{is_target, is_target_process},
 };
 
 #[map]
-pub static RPC_STATS: HashMap<RpcKey, LatencyStat> =
-    HashMap::with_max_entries(profiler_common::STATS_ENTRIES, 0);
+pub static RPC_STATS: HashMap<RpcKey, LatencyStat> = stats_map();
 
 #[map]
 static RPC_INFLIGHT: HashMap<RpcId, RpcStart> =
@@ -77,12 +77,6 @@ static SPAN_KP_PROVIDER: u32 = 0;
 static SPAN_KP_BEGIN_ARG: u32 = 0;
 #[unsafe(no_mangle)]
 static SPAN_KP_END_ARG: u32 = 0;
-
-#[inline(always)]
-fn global(value: &u32) -> u32 {
-    // SAFETY: reading a load-time global; volatile so the default is not folded in.
-    unsafe { core::ptr::read_volatile(value) }
-}
 
 #[inline(always)]
 fn begin<C: StackIdContext>(ctx: &C, id: RpcId, op: u32) {
@@ -184,10 +178,10 @@ pub fn rpc_fuse_end(ctx: RawTracePointContext) -> i32 {
 #[inline(always)]
 fn on_fuse_send(ctx: &RawTracePointContext) {
     let req = ctx.arg::<u64>(0);
-    let op = read_kernel::<u32>(req + global(&FUSE_REQ_OPCODE) as u64).unwrap_or(0);
-    let header_pid = read_kernel::<u32>(req + global(&FUSE_REQ_PID) as u64).unwrap_or(0);
-    let flags = read_kernel::<u64>(req + global(&FUSE_REQ_FLAGS) as u64).unwrap_or(0);
-    let background = (flags >> (global(&FUSE_FR_BACKGROUND) & 63)) & 1 != 0;
+    let op = read_kernel::<u32>(req + load_u32(&FUSE_REQ_OPCODE) as u64).unwrap_or(0);
+    let header_pid = read_kernel::<u32>(req + load_u32(&FUSE_REQ_PID) as u64).unwrap_or(0);
+    let flags = read_kernel::<u64>(req + load_u32(&FUSE_REQ_FLAGS) as u64).unwrap_or(0);
+    let background = (flags >> (load_u32(&FUSE_FR_BACKGROUND) & 63)) & 1 != 0;
     let pid_tgid = bpf_get_current_pid_tgid();
     let header_tgid = if background && header_pid != 0 && header_pid != pid_tgid as u32 {
         // SAFETY: lookup in a map of plain data; the value is copied out.
@@ -217,24 +211,35 @@ fn on_fuse_send(ctx: &RawTracePointContext) {
     start(ctx, id, op, tgid);
 }
 
+/// The span id in a classic tracepoint's record: the connection and key fields at the
+/// offsets and sizes held by the given load-time globals.
+#[inline(always)]
+fn tp_span_id(
+    ctx: &TracePointContext,
+    conn: &u32,
+    conn_size: &u32,
+    key: &u32,
+    key_size: &u32,
+) -> RpcId {
+    RpcId {
+        provider: load_u32(&SPAN_TP_PROVIDER),
+        connection: read_field(ctx, load_u32(conn), load_u32(conn_size)) as u32,
+        id: read_field(ctx, load_u32(key), load_u32(key_size)),
+    }
+}
+
 /// The start of a span on any classic tracepoint (attached by user space).
 #[unsafe(no_mangle)]
 #[unsafe(link_section = "tracepoint/span/begin")]
 pub extern "C" fn rpc_span_begin_tp(ctx: *mut c_void) -> u32 {
     let ctx = TracePointContext::new(ctx);
-    let id = RpcId {
-        provider: global(&SPAN_TP_PROVIDER),
-        connection: read_field(
-            &ctx,
-            global(&SPAN_TP_BEGIN_CONN),
-            global(&SPAN_TP_BEGIN_CONN_SIZE),
-        ) as u32,
-        id: read_field(
-            &ctx,
-            global(&SPAN_TP_BEGIN_KEY),
-            global(&SPAN_TP_BEGIN_KEY_SIZE),
-        ),
-    };
+    let id = tp_span_id(
+        &ctx,
+        &SPAN_TP_BEGIN_CONN,
+        &SPAN_TP_BEGIN_CONN_SIZE,
+        &SPAN_TP_BEGIN_KEY,
+        &SPAN_TP_BEGIN_KEY_SIZE,
+    );
     begin(&ctx, id, 0);
     1
 }
@@ -243,19 +248,13 @@ pub extern "C" fn rpc_span_begin_tp(ctx: *mut c_void) -> u32 {
 #[unsafe(link_section = "tracepoint/span/end")]
 pub extern "C" fn rpc_span_end_tp(ctx: *mut c_void) -> u32 {
     let ctx = TracePointContext::new(ctx);
-    let id = RpcId {
-        provider: global(&SPAN_TP_PROVIDER),
-        connection: read_field(
-            &ctx,
-            global(&SPAN_TP_END_CONN),
-            global(&SPAN_TP_END_CONN_SIZE),
-        ) as u32,
-        id: read_field(
-            &ctx,
-            global(&SPAN_TP_END_KEY),
-            global(&SPAN_TP_END_KEY_SIZE),
-        ),
-    };
+    let id = tp_span_id(
+        &ctx,
+        &SPAN_TP_END_CONN,
+        &SPAN_TP_END_CONN_SIZE,
+        &SPAN_TP_END_KEY,
+        &SPAN_TP_END_KEY_SIZE,
+    );
     end(&ctx, id);
     1
 }
@@ -276,9 +275,9 @@ fn kprobe_key(ctx: &ProbeContext, index: u32) -> u64 {
 /// The start of a span on a kprobe (Lustre's `ptl_send_rpc`, or `--span kprobe:...`).
 pub fn on_span_begin_kprobe(ctx: &ProbeContext) {
     let id = RpcId {
-        provider: global(&SPAN_KP_PROVIDER),
+        provider: load_u32(&SPAN_KP_PROVIDER),
         connection: 0,
-        id: kprobe_key(ctx, global(&SPAN_KP_BEGIN_ARG)),
+        id: kprobe_key(ctx, load_u32(&SPAN_KP_BEGIN_ARG)),
     };
     begin(ctx, id, 0);
 }
@@ -286,9 +285,9 @@ pub fn on_span_begin_kprobe(ctx: &ProbeContext) {
 /// The completion of a span on a kprobe (Lustre's `after_reply`, ...).
 pub fn on_span_end_kprobe(ctx: &ProbeContext) {
     let id = RpcId {
-        provider: global(&SPAN_KP_PROVIDER),
+        provider: load_u32(&SPAN_KP_PROVIDER),
         connection: 0,
-        id: kprobe_key(ctx, global(&SPAN_KP_END_ARG)),
+        id: kprobe_key(ctx, load_u32(&SPAN_KP_END_ARG)),
     };
     end(ctx, id);
 }

@@ -1,5 +1,7 @@
 //! Maps and helpers shared by every probe family.
 
+use core::intrinsics::{AtomicOrdering, atomic_xadd};
+
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid},
@@ -60,6 +62,18 @@ pub fn stack_id_or_loss(result: Result<i64, i32>) -> i32 {
             }
             errno
         }
+    }
+}
+
+/// Turns a user-stack `bpf_get_stackid` result into a key field. Kernel threads have
+/// no user stack: a failure is not a loss, only a collision is (counted by
+/// `stack_id_or_loss`'s rule).
+#[inline(always)]
+pub fn user_stack_id_or_collision(result: Result<i64, i32>) -> i32 {
+    match result {
+        Ok(id) => id as i32,
+        Err(errno) if errno == -EEXIST => stack_id_or_loss(Err(errno)),
+        Err(errno) => errno,
     }
 }
 
@@ -169,4 +183,166 @@ pub extern "C" fn processes_exec(_ctx: *mut core::ffi::c_void) -> u32 {
     }
     // 1: let perf and other tracers see the event too.
     1
+}
+
+/// `-EEXIST`: from a map insert with `BPF_NOEXIST`, or a stack hash collision.
+pub const EEXIST: i32 = 17;
+
+/// The aggregate user space reads for one family, keyed by `K`. Size set at load time
+/// (`--map-entries`).
+pub const fn stats_map<K, V>() -> HashMap<K, V> {
+    HashMap::with_max_entries(profiler_common::STATS_ENTRIES, 0)
+}
+
+/// A row of an aggregate that starts as its first sample and adds the next ones in
+/// place (`S` is what one event adds).
+pub trait Aggregate<S> {
+    /// The row of a key seen for the first time.
+    fn first(sample: &S) -> Self;
+
+    /// Adds `sample` to the row: atomically where several CPUs may share the key.
+    ///
+    /// # Safety
+    /// `row` points into a map value that stays valid for this program run.
+    unsafe fn add(row: *mut Self, sample: &S);
+}
+
+/// Adds one wait of `ns` to a row's count, total and maximum: count and total
+/// atomically (several CPUs may share a row), the maximum best effort like perf's.
+///
+/// # Safety
+/// The pointers point into a map value that stays valid for this program run.
+#[inline(always)]
+pub unsafe fn add_count_total_max(count: *mut u64, total_ns: *mut u64, max_ns: *mut u64, ns: u64) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(count, 1);
+        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(total_ns, ns);
+        if ns > *max_ns {
+            *max_ns = ns;
+        }
+    }
+}
+
+/// Adds `sample` under `key`: in place when the row exists, else inserts the first
+/// value (when another CPU inserted the key in between, adds to its row). A full map
+/// is counted in `loss_slot`. `remember` names the current thread when its row is new.
+#[inline(always)]
+pub fn add_to_row<K, V: Aggregate<S>, S>(
+    map: &HashMap<K, V>,
+    key: &K,
+    sample: &S,
+    loss_slot: u32,
+    remember: bool,
+) {
+    if let Some(row) = map.get_ptr_mut(key) {
+        // SAFETY: from a successful lookup; valid for this program run.
+        unsafe { V::add(row, sample) };
+        return;
+    }
+    match map.insert(key, V::first(sample), BPF_NOEXIST as u64) {
+        Ok(()) => {
+            if remember {
+                remember_current_task();
+            }
+        }
+        // Another CPU inserted the same key in between.
+        Err(errno) if errno == -EEXIST => {
+            if let Some(row) = map.get_ptr_mut(key) {
+                // SAFETY: as above.
+                unsafe { V::add(row, sample) };
+            }
+        }
+        Err(_) => count_loss(loss_slot),
+    }
+}
+
+/// Runs `add` on the row of `key`, inserted from `empty` when missing (a row another
+/// CPU inserted in between is used), for values too large to build on the BPF stack.
+/// A full map is counted in `loss_slot`. `remember` names the current thread when its
+/// row is new.
+#[inline(always)]
+pub fn update_row<K, V>(
+    map: &HashMap<K, V>,
+    key: &K,
+    empty: &V,
+    loss_slot: u32,
+    remember: bool,
+    add: impl FnOnce(*mut V),
+) {
+    let row = match map.get_ptr_mut(key) {
+        Some(row) => row,
+        None => {
+            match map.insert(key, empty, BPF_NOEXIST as u64) {
+                Ok(()) => {
+                    if remember {
+                        remember_current_task();
+                    }
+                }
+                // Another CPU inserted the same key in between: use its row.
+                Err(errno) if errno == -EEXIST => {}
+                Err(_) => {
+                    count_loss(loss_slot);
+                    return;
+                }
+            }
+            match map.get_ptr_mut(key) {
+                Some(row) => row,
+                None => {
+                    count_loss(loss_slot);
+                    return;
+                }
+            }
+        }
+    };
+    add(row);
+}
+
+/// An open entry that nests (recursive calls, recursive read acquisitions): only the
+/// outermost level is timed.
+pub trait Nested: Copy {
+    /// Where the entry counts its inner levels.
+    ///
+    /// # Safety
+    /// `entry` points into a map value valid for this program run.
+    unsafe fn depth(entry: *mut Self) -> *mut u32;
+}
+
+/// Entries whose `depth` field counts their inner levels.
+macro_rules! nested_by_depth_field {
+    ($($entry:ty),*) => {
+        $(
+            impl Nested for $entry {
+                #[inline(always)]
+                unsafe fn depth(entry: *mut Self) -> *mut u32 {
+                    // SAFETY: `entry` points into a live map value (the caller's contract).
+                    unsafe { &raw mut (*entry).depth }
+                }
+            }
+        )*
+    };
+}
+
+nested_by_depth_field!(
+    profiler_common::func::FuncEntry,
+    profiler_common::hold::HoldOpen
+);
+
+/// Closes one level of the current thread's open entry under `key`: `None` while inner
+/// levels remain open (or when nothing is open), else the outermost entry, removed.
+#[inline(always)]
+pub fn close_nested<K, V: Nested>(map: &HashMap<K, V>, key: &K) -> Option<V> {
+    let open = map.get_ptr_mut(key)?;
+    // SAFETY: element of a map from a successful lookup, owned by this thread (the key
+    // holds its id); only this thread writes it.
+    let entry = unsafe {
+        let depth = V::depth(open);
+        if *depth > 0 {
+            *depth -= 1;
+            return None;
+        }
+        *open
+    };
+    let _ = map.remove(key);
+    Some(entry)
 }

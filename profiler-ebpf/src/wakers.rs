@@ -8,7 +8,6 @@
 use core::intrinsics::{AtomicOrdering, atomic_xadd};
 
 use aya_ebpf::{
-    bindings::BPF_NOEXIST,
     helpers::bpf_get_current_pid_tgid,
     macros::map,
     maps::{HashMap, LruHashMap},
@@ -27,8 +26,9 @@ use profiler_common::{
 use crate::{
     offcpu::OFFCPU_START,
     shared::{
-        STACK_FLAGS_KERNEL, STACK_FLAGS_USER, STACKS, count_loss, load_u32, note_user_process,
-        remember_current_task, stack_id_or_loss,
+        Aggregate, STACK_FLAGS_KERNEL, STACK_FLAGS_USER, STACKS, add_to_row, count_loss, load_u32,
+        note_user_process, remember_current_task, stack_id_or_loss, stats_map,
+        user_stack_id_or_collision,
     },
 };
 
@@ -41,8 +41,7 @@ static WAKING_PID_OFFSET: u32 = 24;
 
 /// The aggregate read by user space. Size set at load time (`--map-entries`).
 #[map]
-pub static WAKER_STATS: HashMap<WakerKey, OffcpuStat> =
-    HashMap::with_max_entries(profiler_common::STATS_ENTRIES, 0);
+pub static WAKER_STATS: HashMap<WakerKey, OffcpuStat> = stats_map();
 
 /// Wakers of threads woken but not yet back on a CPU, by woken thread id.
 #[map]
@@ -56,10 +55,7 @@ pub static LAST_WAIT: LruHashMap<u32, RecentWaits> =
 
 /// Wait chains: (waiter row, links) -> times. Size set at load time (`--map-entries`).
 #[map]
-pub static CHAIN_STATS: HashMap<ChainKey, ChainStat> =
-    HashMap::with_max_entries(profiler_common::STATS_ENTRIES, 0);
-
-const EEXIST: i32 = 17;
+pub static CHAIN_STATS: HashMap<ChainKey, ChainStat> = stats_map();
 
 /// `sched_waking(comm, pid, prio, target_cpu)`, in the waker's context.
 pub fn on_sched_waking(ctx: &TracePointContext) {
@@ -85,11 +81,7 @@ pub fn on_sched_waking(ctx: &TracePointContext) {
     let ustack_id = if tgid == 0 {
         -1
     } else {
-        match ctx.get_stackid(&STACKS, STACK_FLAGS_USER) {
-            Ok(id) => id as i32,
-            Err(errno) if errno == -EEXIST => stack_id_or_loss(Err(errno)),
-            Err(errno) => errno,
-        }
+        user_stack_id_or_collision(ctx.get_stackid(&STACKS, STACK_FLAGS_USER))
     };
     if ustack_id >= 0 {
         note_user_process(tgid);
@@ -142,25 +134,7 @@ pub fn add_waker_wait(waiter: &OffcpuKey, waker: WakeInfo, wait_ns: u64) {
         waiter: *waiter,
         waker,
     };
-    if let Some(stat) = WAKER_STATS.get_ptr_mut(key) {
-        accumulate(stat, wait_ns);
-        return;
-    }
-    let first = OffcpuStat {
-        count: 1,
-        total_ns: wait_ns,
-        max_ns: wait_ns,
-    };
-    match WAKER_STATS.insert(key, first, BPF_NOEXIST as u64) {
-        Ok(()) => {}
-        // Another CPU inserted the same key in between.
-        Err(errno) if errno == -EEXIST => {
-            if let Some(stat) = WAKER_STATS.get_ptr_mut(key) {
-                accumulate(stat, wait_ns);
-            }
-        }
-        Err(_) => count_loss(WAKER_MAP_FULL),
-    }
+    add_to_row(&WAKER_STATS, &key, &wait_ns, WAKER_MAP_FULL, false);
 }
 
 // The chain walk below is written out for these sizes.
@@ -235,24 +209,13 @@ pub fn on_wait_closed(
         times[1] = end - begin;
     }
     let wait_ns = end_ns - start_ns;
-    if let Some(stat) = CHAIN_STATS.get_ptr_mut(chain) {
-        add_chain(stat, wait_ns, &times);
-        return;
-    }
-    let first = ChainStat {
-        count: 1,
-        wait_ns,
-        link_ns: times,
-    };
-    match CHAIN_STATS.insert(chain, first, BPF_NOEXIST as u64) {
-        Ok(()) => {}
-        Err(errno) if errno == -EEXIST => {
-            if let Some(stat) = CHAIN_STATS.get_ptr_mut(chain) {
-                add_chain(stat, wait_ns, &times);
-            }
-        }
-        Err(_) => count_loss(CHAIN_MAP_FULL),
-    }
+    add_to_row(
+        &CHAIN_STATS,
+        &chain,
+        &(wait_ns, times),
+        CHAIN_MAP_FULL,
+        false,
+    );
 }
 
 /// Of thread `thread`'s recent waits, the one that overlapped [from, to] the most, with
@@ -316,27 +279,35 @@ fn remember_wait(tid: u32, wait: LastWait) {
     let _ = LAST_WAIT.insert(tid, fresh, 0);
 }
 
-#[inline(always)]
-fn add_chain(stat: *mut ChainStat, wait_ns: u64, times: &[u64; CHAIN_LINKS]) {
-    // SAFETY: `stat` points into a map value valid for this program run; the adds are
-    // atomic (CPUs share keys).
-    unsafe {
-        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).count, 1);
-        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).wait_ns, wait_ns);
-        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).link_ns[0], times[0]);
-        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).link_ns[1], times[1]);
+/// A chain's wait and the time of each link.
+impl Aggregate<(u64, [u64; CHAIN_LINKS])> for ChainStat {
+    #[inline(always)]
+    fn first(&(wait_ns, link_ns): &(u64, [u64; CHAIN_LINKS])) -> Self {
+        ChainStat {
+            count: 1,
+            wait_ns,
+            link_ns,
+        }
     }
-}
 
-#[inline(always)]
-fn accumulate(stat: *mut OffcpuStat, wait_ns: u64) {
-    // SAFETY: `stat` points into a map value valid for this program run; count and
-    // total are atomic (CPUs share keys), max is best effort.
-    unsafe {
-        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).count, 1);
-        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).total_ns, wait_ns);
-        if wait_ns > (*stat).max_ns {
-            (*stat).max_ns = wait_ns;
+    #[inline(always)]
+    unsafe fn add(stat: *mut Self, (wait_ns, times): &(u64, [u64; CHAIN_LINKS])) {
+        // SAFETY: `stat` points into a map value valid for this program run (the
+        // caller's contract); the adds are atomic (CPUs share keys).
+        unsafe {
+            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).count, 1);
+            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
+                &raw mut (*stat).wait_ns,
+                *wait_ns,
+            );
+            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
+                &raw mut (*stat).link_ns[0],
+                times[0],
+            );
+            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
+                &raw mut (*stat).link_ns[1],
+                times[1],
+            );
         }
     }
 }
