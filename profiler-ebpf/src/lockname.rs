@@ -31,6 +31,17 @@ use profiler_common::{
 #[unsafe(no_mangle)]
 static LOCK_NAME_LAYOUT: LockNameLayout = LockNameLayout::OFF;
 
+/// One member of `LOCK_NAME_LAYOUT`, read on its own: a copy of the whole layout would
+/// take BPF stack the lock programs do not have (kernels before the private stacks of
+/// 6.14 count it with their callers' frames against the 512-byte limit).
+macro_rules! layout {
+    ($field:ident) => {
+        // SAFETY: reading a load-time global; volatile so the default value is not
+        // folded into the program (user space rewrites it before load).
+        unsafe { core::ptr::read_volatile(&raw const LOCK_NAME_LAYOUT.$field) }
+    };
+}
+
 /// The runqueue lock address of each CPU, as seen from tasks running there.
 #[map]
 pub static LOCK_RQ_ADDRS: Array<u64> = Array::with_max_entries(LOCK_RQ_ADDRS_ENTRIES, 0);
@@ -68,15 +79,15 @@ static NO_SLAB_NAME: SlabName = SlabName {
 // copied onto the BPF stack first.
 #[allow(clippy::needless_borrows_for_generic_args)]
 #[inline(always)]
-fn note_slab_cache(lock_addr: u64, layout: &LockNameLayout) -> bool {
-    if layout.kmem_cache_name == NO_OFFSET {
+fn note_slab_cache(lock_addr: u64) -> bool {
+    if layout!(kmem_cache_name) == NO_OFFSET {
         return false;
     }
     let cache = kmem_cache_of(lock_addr);
     if cache == 0 {
         return false;
     }
-    let name_ptr = read_ptr(cache, layout.kmem_cache_name);
+    let name_ptr = read_ptr(cache, layout!(kmem_cache_name));
     if name_ptr == 0 || LOCK_SLAB_NAMES.insert(lock_addr, &NO_SLAB_NAME, 0).is_err() {
         return false;
     }
@@ -87,7 +98,7 @@ fn note_slab_cache(lock_addr: u64, layout: &LockNameLayout) -> bool {
     // bpf_probe_read_kernel_str checks the source address and writes at most the
     // buffer's length.
     unsafe {
-        (*slab).offset = object_offset(lock_addr, cache, layout).unwrap_or(NO_OFFSET);
+        (*slab).offset = object_offset(lock_addr, cache).unwrap_or(NO_OFFSET);
         aya_ebpf::helpers::bpf_probe_read_kernel_str_bytes(name_ptr as *const u8, &mut (*slab).name)
             .is_ok()
     }
@@ -97,10 +108,10 @@ fn note_slab_cache(lock_addr: u64, layout: &LockNameLayout) -> bool {
 /// aligned to 4 KiB << N (its folio is naturally aligned, and so is the direct map), and
 /// its objects follow at a stride of the cache's `size`, after `red_left_pad`.
 #[inline(always)]
-fn object_offset(addr: u64, cache: u64, layout: &LockNameLayout) -> Option<u32> {
-    let size = read_u32(cache, layout.kmem_cache_size)? as u64;
-    let pad = read_u32(cache, layout.kmem_cache_red_left_pad)? as u64;
-    let order = (read_u32(cache, layout.kmem_cache_oo)? >> 16) as u64;
+fn object_offset(addr: u64, cache: u64) -> Option<u32> {
+    let size = read_u32(cache, layout!(kmem_cache_size))? as u64;
+    let pad = read_u32(cache, layout!(kmem_cache_red_left_pad))? as u64;
+    let order = (read_u32(cache, layout!(kmem_cache_oo))? >> 16) as u64;
     if size == 0 || order > 10 {
         return None;
     }
@@ -136,14 +147,14 @@ fn is_member(lock_addr: u64, base: u64, offset: u32) -> bool {
 
 /// Whether `task` looks like a `task_struct`: its group leader has its tgid.
 #[inline(always)]
-fn is_task(layout: &LockNameLayout, task: u64) -> bool {
-    let leader = read_ptr(task, layout.task_group_leader);
+fn is_task(task: u64) -> bool {
+    let leader = read_ptr(task, layout!(task_group_leader));
     if leader < 0xffff_0000_0000_0000 {
         return false;
     }
     match (
-        read_u32(task, layout.task_tgid),
-        read_u32(leader, layout.task_tgid),
+        read_u32(task, layout!(task_tgid)),
+        read_u32(leader, layout!(task_tgid)),
     ) {
         (Some(tgid), Some(leader_tgid)) => tgid != 0 && tgid == leader_tgid,
         _ => false,
@@ -154,19 +165,17 @@ fn is_task(layout: &LockNameLayout, task: u64) -> bool {
 /// and the current CPU tell.
 #[inline(always)]
 pub fn classify(lock_addr: u64) -> u32 {
-    // SAFETY: reading a load-time global; volatile so the default is not folded in.
-    let layout = unsafe { core::ptr::read_volatile(&LOCK_NAME_LAYOUT) };
-    if layout.enabled == 0 {
+    if layout!(enabled) == 0 {
         return LOCK_CLASS_UNKNOWN;
     }
     // SAFETY: helper without arguments; the pointer is only read through
     // bpf_probe_read_kernel.
     let task = unsafe { bpf_get_current_task() };
-    let rq = read_ptr(read_ptr(task, layout.task_se_cfs_rq), layout.cfs_rq_rq);
-    if rq != 0 && layout.rq_lock != NO_OFFSET {
+    let rq = read_ptr(read_ptr(task, layout!(task_se_cfs_rq)), layout!(cfs_rq_rq));
+    if rq != 0 && layout!(rq_lock) != NO_OFFSET {
         // SAFETY: helper without arguments.
         let cpu = unsafe { bpf_get_smp_processor_id() };
-        let rq_lock = rq + layout.rq_lock as u64;
+        let rq_lock = rq + layout!(rq_lock) as u64;
         if let Some(slot) = LOCK_RQ_ADDRS.get_ptr_mut(cpu) {
             // SAFETY: element of an array map from a successful lookup.
             unsafe { *slot = rq_lock };
@@ -175,43 +184,43 @@ pub fn classify(lock_addr: u64) -> u32 {
             return LOCK_CLASS_RQ_LOCK;
         }
     }
-    let mm = read_ptr(task, layout.task_mm);
-    if is_member(lock_addr, mm, layout.mm_mmap_lock) {
+    let mm = read_ptr(task, layout!(task_mm));
+    if is_member(lock_addr, mm, layout!(mm_mmap_lock)) {
         return LOCK_CLASS_MMAP_LOCK;
     }
-    if is_member(lock_addr, mm, layout.mm_page_table_lock) {
+    if is_member(lock_addr, mm, layout!(mm_page_table_lock)) {
         return LOCK_CLASS_PAGE_TABLE_LOCK;
     }
-    let files = read_ptr(task, layout.task_files);
-    if is_member(lock_addr, files, layout.files_file_lock) {
+    let files = read_ptr(task, layout!(task_files));
+    if is_member(lock_addr, files, layout!(files_file_lock)) {
         return LOCK_CLASS_FILE_LOCK;
     }
-    let sighand = read_ptr(task, layout.task_sighand);
-    if is_member(lock_addr, sighand, layout.sighand_siglock) {
+    let sighand = read_ptr(task, layout!(task_sighand));
+    if is_member(lock_addr, sighand, layout!(sighand_siglock)) {
         return LOCK_CLASS_SIGLOCK;
     }
-    let fs = read_ptr(task, layout.task_fs);
-    if is_member(lock_addr, fs, layout.fs_lock) {
+    let fs = read_ptr(task, layout!(task_fs));
+    if is_member(lock_addr, fs, layout!(fs_lock)) {
         return LOCK_CLASS_FS_LOCK;
     }
-    let signal = read_ptr(task, layout.task_signal);
-    if is_member(lock_addr, signal, layout.signal_cred_guard) {
+    let signal = read_ptr(task, layout!(task_signal));
+    if is_member(lock_addr, signal, layout!(signal_cred_guard)) {
         return LOCK_CLASS_CRED_GUARD;
     }
     // A task's own pi_lock / alloc_lock, or another task's (wake-ups take the wakee's).
-    if layout.task_pi_lock != NO_OFFSET && lock_addr > layout.task_pi_lock as u64 {
-        let candidate = lock_addr - layout.task_pi_lock as u64;
-        if candidate == task || is_task(&layout, candidate) {
+    if layout!(task_pi_lock) != NO_OFFSET && lock_addr > layout!(task_pi_lock) as u64 {
+        let candidate = lock_addr - layout!(task_pi_lock) as u64;
+        if candidate == task || is_task(candidate) {
             return LOCK_CLASS_PI_LOCK;
         }
     }
-    if layout.task_alloc_lock != NO_OFFSET && lock_addr > layout.task_alloc_lock as u64 {
-        let candidate = lock_addr - layout.task_alloc_lock as u64;
-        if candidate == task || is_task(&layout, candidate) {
+    if layout!(task_alloc_lock) != NO_OFFSET && lock_addr > layout!(task_alloc_lock) as u64 {
+        let candidate = lock_addr - layout!(task_alloc_lock) as u64;
+        if candidate == task || is_task(candidate) {
             return LOCK_CLASS_ALLOC_LOCK;
         }
     }
-    if note_slab_cache(lock_addr, &layout) {
+    if note_slab_cache(lock_addr) {
         return LOCK_CLASS_SLAB;
     }
     LOCK_CLASS_UNKNOWN
