@@ -278,15 +278,10 @@ fn value_names(kind: Kind) -> (&'static str, &'static str) {
 }
 
 fn format_value(kind: Kind, per_second: f64) -> String {
-    match kind {
-        Kind::Lock
-        | Kind::Offcpu
-        | Kind::Io
-        | Kind::Rpc
-        | Kind::Func
-        | Kind::Hold
-        | Kind::Offwake => format_ns(per_second.abs().round() as u64),
-        Kind::Cpu => format!("{:.1}", per_second.abs()),
+    if kind.weighs_time() {
+        format_ns(per_second.abs().round() as u64)
+    } else {
+        format!("{:.1}", per_second.abs())
     }
 }
 
@@ -321,15 +316,10 @@ pub struct DiffTable {
 }
 
 fn unit(kind: Kind) -> &'static str {
-    match kind {
-        Kind::Lock
-        | Kind::Offcpu
-        | Kind::Io
-        | Kind::Rpc
-        | Kind::Func
-        | Kind::Hold
-        | Kind::Offwake => "ns/s",
-        Kind::Cpu => "samples/s",
+    if kind.weighs_time() {
+        "ns/s"
+    } else {
+        "samples/s"
     }
 }
 
@@ -493,11 +483,7 @@ pub fn text(base: &Profile, new: &Profile, kind: Kind, top: usize) -> String {
             format!("n {events_name}"),
             table.by
         ));
-        let shown = if top == 0 {
-            table.rows.len()
-        } else {
-            top.min(table.rows.len())
-        };
+        let shown = super::table::shown_rows(top, table.rows.len());
         for row in &table.rows[..shown] {
             let sign = if row.change_per_s < 0.0 { "-" } else { "+" };
             out.push_str(&format!(

@@ -36,15 +36,10 @@ pub fn sample_types(kind: Kind) -> &'static [(&'static str, &'static str)] {
 /// Which sample value the flamegraph width is, and the divisor that turns it into the
 /// folded unit (delay or time off CPU in nanoseconds, folded in microseconds).
 pub fn flame_value(kind: Kind) -> (usize, u64) {
-    match kind {
-        Kind::Lock
-        | Kind::Offcpu
-        | Kind::Io
-        | Kind::Rpc
-        | Kind::Func
-        | Kind::Hold
-        | Kind::Offwake => (1, 1_000),
-        Kind::Cpu => (0, 1),
+    if kind.weighs_time() {
+        (1, 1_000)
+    } else {
+        (0, 1)
     }
 }
 

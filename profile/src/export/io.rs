@@ -140,11 +140,7 @@ pub fn table(profile: &Profile, top: usize) -> String {
     if groups.is_empty() {
         return "no block IO recorded\n".into();
     }
-    let shown = if top == 0 {
-        groups.len()
-    } else {
-        top.min(groups.len())
-    };
+    let shown = super::table::shown_rows(top, groups.len());
     let mut out = format!(
         "{:<16} {:<8} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10}\n",
         "device", "op", "requests", "bytes", "avg", "p50", "p99", "max"
@@ -179,12 +175,7 @@ pub fn table(profile: &Profile, top: usize) -> String {
         ));
         out.push_str(&histogram(&group.histogram));
     }
-    if shown < groups.len() {
-        out.push_str(&format!(
-            "({} more: --top 0 shows all)\n",
-            groups.len() - shown
-        ));
-    }
+    out.push_str(&super::table::more_of(shown, groups.len(), ""));
     out
 }
 

@@ -273,11 +273,7 @@ pub fn table(profile: &Profile, top: usize) -> String {
         "{:<20} {:>8} {:>10}  {:<10} {:>12} {:>6}  {}\n",
         "process", "pid", "off-CPU", "class", "ms", "%", "waits"
     );
-    let shown = if top == 0 {
-        processes.len()
-    } else {
-        top.min(processes.len())
-    };
+    let shown = super::table::shown_rows(top, processes.len());
     for process in &processes[..shown] {
         for (index, class) in process.classes.iter().enumerate() {
             let (name, pid, total) = if index == 0 {
@@ -316,12 +312,7 @@ pub fn table(profile: &Profile, top: usize) -> String {
             }
         }
     }
-    if shown < processes.len() {
-        out.push_str(&format!(
-            "({} more processes: --top 0 shows all)\n",
-            processes.len() - shown
-        ));
-    }
+    out.push_str(&super::table::more_of(shown, processes.len(), "processes"));
     out
 }
 
