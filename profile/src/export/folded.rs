@@ -212,19 +212,25 @@ pub fn lines(profile: &Profile, kind: Kind) -> Vec<(String, u64)> {
     lines
 }
 
+/// A stack's frames as folded frames, leaf first (none when `stack` is `None`); `.rev()`
+/// gives them outermost first.
+pub(crate) fn clean_frames(
+    profile: &Profile,
+    stack: Option<u32>,
+) -> impl DoubleEndedIterator<Item = String> + '_ {
+    profile
+        .stack_frames(stack)
+        .into_iter()
+        .map(|frame| clean(&frame.display()))
+}
+
 /// Appends a stack, outermost frame first (`[stack lost]` when it was lost).
 fn push_stack(parts: &mut Vec<String>, profile: &Profile, stack: Option<u32>) {
     if stack.is_none() {
         parts.push("[stack lost]".into());
         return;
     }
-    parts.extend(
-        profile
-            .stack_frames(stack)
-            .iter()
-            .rev()
-            .map(|frame| clean(&frame.display())),
-    );
+    parts.extend(clean_frames(profile, stack).rev());
 }
 
 pub fn render(profile: &Profile, kind: Kind) -> String {
@@ -244,23 +250,8 @@ pub(crate) fn offcpu_waiter_frames(
     if row.ustack.is_some() && profile.stack_truncated(row.ustack) {
         frames.push("[truncated]".into());
     }
-    frames.extend(
-        profile
-            .stack_frames(row.ustack)
-            .iter()
-            .rev()
-            .map(|frame| clean(&frame.display())),
-    );
-    if row.stack.is_none() {
-        frames.push("[stack lost]".into());
-    }
-    frames.extend(
-        profile
-            .stack_frames(row.stack)
-            .iter()
-            .rev()
-            .map(|frame| clean(&frame.display())),
-    );
+    frames.extend(clean_frames(profile, row.ustack).rev());
+    push_stack(&mut frames, profile, row.stack);
     frames
 }
 

@@ -7,7 +7,11 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::{folded::clean, offcpu::short_stack, table::fit};
+use super::{
+    folded::{clean, clean_frames},
+    offcpu::short_stack,
+    table::fit,
+};
 use crate::profile::{Frame, OffcpuRow, Profile, WakerRow};
 
 /// The waits of some off-CPU rows that one waker (thread and stacks) woke.
@@ -227,18 +231,8 @@ pub fn offwake_samples(profile: &Profile, add: &mut dyn FnMut(Vec<String>, &[u64
             if waker.stack.is_none() {
                 frames.push("[stack lost]".into());
             }
-            frames.extend(
-                profile
-                    .stack_frames(waker.stack)
-                    .iter()
-                    .map(|frame| clean(&frame.display())),
-            );
-            frames.extend(
-                profile
-                    .stack_frames(waker.ustack)
-                    .iter()
-                    .map(|frame| clean(&frame.display())),
-            );
+            frames.extend(clean_frames(profile, waker.stack));
+            frames.extend(clean_frames(profile, waker.ustack));
             frames.push(clean(&if waker.interrupt {
                 INTERRUPT.to_string()
             } else {
