@@ -540,14 +540,13 @@ pub fn json(base: &Profile, new: &Profile, kind: Kind) -> serde_json::Result<Str
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::report::tests::profile_with_two_locks;
+    use crate::export::report::tests::{
+        profile_with_named_locks, profile_with_two_locks, spinlock_renamed, two_runs,
+    };
 
     #[test]
     fn grown_lock_comes_first_normalized_per_second() {
-        let mut base = profile_with_two_locks();
-        base.duration_s = 10.0;
-        let mut new = profile_with_two_locks();
-        new.duration_s = 5.0;
+        let (base, mut new) = two_runs(10.0, 5.0);
         // mmap_lock: 6 ms in 10 s -> 60 ms in 5 s (x20 per second).
         new.locks[2].total_ns = 60_000_000;
         // The spinlock halves its absolute time, so per second it stays the same.
@@ -592,21 +591,9 @@ mod tests {
 
     #[test]
     fn lock_rows_say_how_each_run_named_the_lock() {
-        let mut base = profile_with_two_locks();
-        for row in &mut base.locks {
-            row.lock_name_source = if row.lock_name == "mmap_lock" {
-                "task".into()
-            } else {
-                "address".into()
-            };
-        }
-        let mut new = base.clone();
+        let base = profile_with_named_locks();
         // NEW named the spinlock another way (same name): still one row.
-        for row in &mut new.locks {
-            if row.lock_name == "0xffff1" {
-                row.lock_name_source = "kallsyms".into();
-            }
-        }
+        let mut new = spinlock_renamed(&base);
         new.locks[2].total_ns *= 2;
         let tables = diff(&base, &new, Kind::Lock);
         let by_lock = &tables[0];

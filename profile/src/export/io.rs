@@ -203,12 +203,13 @@ pub fn histogram(buckets: &[IoBucket]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::profile::IoRow;
 
-    fn profile_with_io() -> Profile {
-        let mut profile = Profile::new();
+    /// 100 reads of loop0 of 4 KiB: 90 in [64, 128) us by `pids[0]`, 10 in
+    /// [2048, 4096) us by `pids[1]`.
+    pub(crate) fn loop0_reads(pids: [u32; 2]) -> Vec<IoRow> {
         let row = |pid, count, hist: Vec<u64>| IoRow {
             major: 7,
             minor: 0,
@@ -223,10 +224,15 @@ mod tests {
             queue_ns: 0,
             hist,
         };
-        profile.io = vec![
-            row(10, 90, vec![0, 0, 0, 0, 0, 0, 90]),
-            row(11, 10, vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10]),
-        ];
+        vec![
+            row(pids[0], 90, vec![0, 0, 0, 0, 0, 0, 90]),
+            row(pids[1], 10, vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10]),
+        ]
+    }
+
+    fn profile_with_io() -> Profile {
+        let mut profile = Profile::new();
+        profile.io = loop0_reads([10, 11]);
         profile
     }
 
