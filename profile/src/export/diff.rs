@@ -203,7 +203,7 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
                     (&mut by_name, group.name.clone()),
                     (&mut by_process, format!("{} {}", group.name, group.process)),
                 ] {
-                    add(entries, key, group.total_ns, group.count);
+                    add(entries, key, group.latency.total_ns, group.latency.count);
                 }
             }
             out.push(Breakdown::new(what, by_name));

@@ -391,10 +391,10 @@ fn kind_section(profile: &Profile, kind: Kind) -> Result<String> {
                 .take(50)
                 .map(|group| {
                     vec![
-                        group.count.to_string(),
-                        crate::units::format_ns(group.total_ns),
-                        crate::units::format_ns(group.mean_ns),
-                        crate::units::format_ns(group.max_ns),
+                        group.latency.count.to_string(),
+                        crate::units::format_ns(group.latency.total_ns),
+                        crate::units::format_ns(group.latency.mean_ns),
+                        crate::units::format_ns(group.latency.max_ns),
                         group.name.clone(),
                         group.process.clone(),
                         group.completed_in.clone().unwrap_or_default(),

@@ -22,16 +22,37 @@ pub struct LatencyGroup {
     pub name: String,
     pub pid: u32,
     pub process: String,
+    #[serde(flatten)]
+    pub latency: LatencySummary,
+    /// rpc: the function that ran the completion most (leaf of its stack).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completed_in: Option<String>,
+}
+
+/// A latency aggregate as the tables show it (one of [`LatencyGroup`] or
+/// [`HoldGroup`]): count, total, mean, extremes and the histogram.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LatencySummary {
     pub count: u64,
     pub total_ns: u64,
     pub mean_ns: u64,
     pub max_ns: u64,
     pub min_ns: u64,
-    /// log2 histogram: `hist[i]` counts latencies in [2^i, 2^(i+1)) ns.
+    /// log2 histogram: `hist[i]` counts latencies (holds) in [2^i, 2^(i+1)) ns.
     pub hist: Vec<u64>,
-    /// rpc: the function that ran the completion most (leaf of its stack).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub completed_in: Option<String>,
+}
+
+impl From<&crate::profile::Latency> for LatencySummary {
+    fn from(latency: &crate::profile::Latency) -> Self {
+        LatencySummary {
+            count: latency.count,
+            total_ns: latency.total_ns,
+            mean_ns: latency.mean_ns(),
+            max_ns: latency.max_ns,
+            min_ns: latency.min_ns,
+            hist: latency.hist.clone(),
+        }
+    }
 }
 
 fn group_latency<'a>(
@@ -55,12 +76,7 @@ fn group_latency<'a>(
             process: profile.process_name(pid),
             name,
             pid,
-            count: latency.count,
-            total_ns: latency.total_ns,
-            mean_ns: latency.mean_ns(),
-            max_ns: latency.max_ns,
-            min_ns: latency.min_ns,
-            hist: latency.hist.clone(),
+            latency: LatencySummary::from(&latency),
             completed_in: leaves
                 .into_iter()
                 .max_by_key(|(_, total)| *total)
@@ -68,8 +84,9 @@ fn group_latency<'a>(
         })
         .collect();
     out.sort_by(|a, b| {
-        b.total_ns
-            .cmp(&a.total_ns)
+        b.latency
+            .total_ns
+            .cmp(&a.latency.total_ns)
             .then_with(|| a.name.cmp(&b.name))
     });
     out
@@ -134,10 +151,10 @@ pub fn latency_table(groups: &[LatencyGroup], what: &str, top: usize) -> String 
     for group in &groups[..shown] {
         out.push_str(&format!(
             "{:>7} {:>9} {:>9} {:>9}  {:<28} {:<14} {}\n",
-            group.count,
-            format_ns(group.total_ns),
-            format_ns(group.mean_ns),
-            format_ns(group.max_ns),
+            group.latency.count,
+            format_ns(group.latency.total_ns),
+            format_ns(group.latency.mean_ns),
+            format_ns(group.latency.max_ns),
             fit(&group.name, 28),
             fit(&group.process, 14),
             fit(group.completed_in.as_deref().unwrap_or(""), 17),
@@ -159,13 +176,8 @@ pub struct HoldGroup {
     pub acquired_in: String,
     /// The holder's kernel stack where it took the lock, leaf first.
     pub stack: Vec<String>,
-    pub count: u64,
-    pub total_ns: u64,
-    pub mean_ns: u64,
-    pub max_ns: u64,
-    pub min_ns: u64,
-    /// log2 histogram: `hist[i]` counts holds in [2^i, 2^(i+1)) ns.
-    pub hist: Vec<u64>,
+    #[serde(flatten)]
+    pub latency: LatencySummary,
 }
 
 /// One group per hold row, most total hold time first.
@@ -186,18 +198,14 @@ pub fn hold_groups(profile: &Profile) -> Vec<HoldGroup> {
                     (Some(_), None) => UNKNOWN.to_string(),
                 },
                 stack: frames.iter().map(|frame| frame.display()).collect(),
-                count: row.latency.count,
-                total_ns: row.latency.total_ns,
-                mean_ns: row.latency.mean_ns(),
-                max_ns: row.latency.max_ns,
-                min_ns: row.latency.min_ns,
-                hist: row.latency.hist.clone(),
+                latency: LatencySummary::from(&row.latency),
             }
         })
         .collect();
     groups.sort_by(|a, b| {
-        b.total_ns
-            .cmp(&a.total_ns)
+        b.latency
+            .total_ns
+            .cmp(&a.latency.total_ns)
             .then_with(|| a.pid.cmp(&b.pid))
             .then_with(|| a.acquired_in.cmp(&b.acquired_in))
     });
@@ -219,10 +227,10 @@ pub fn hold_table(profile: &Profile, top: usize) -> String {
     for group in &groups[..shown] {
         out.push_str(&format!(
             "{:>7} {:>9} {:>9} {:>9}  {:<9} {:<22} {}\n",
-            group.count,
-            format_ns(group.total_ns),
-            format_ns(group.mean_ns),
-            format_ns(group.max_ns),
+            group.latency.count,
+            format_ns(group.latency.total_ns),
+            format_ns(group.latency.mean_ns),
+            format_ns(group.latency.max_ns),
             group.lock_type,
             fit(&format!("{}[{}]", group.process, group.pid), 22),
             fit(&group.acquired_in, 30),

@@ -186,14 +186,16 @@ fn latency_series(
         &format!("Time spent in each {what}, by {what} and process."),
         groups
             .iter()
-            .map(|group| (name_labels(group), seconds(group.total_ns))),
+            .map(|group| (name_labels(group), seconds(group.latency.total_ns))),
     );
     metric(
         out,
         &format!("lockpath_{family}_total"),
         "counter",
         &format!("Completed {what}s, by {what} and process."),
-        groups.iter().map(|group| (name_labels(group), group.count)),
+        groups
+            .iter()
+            .map(|group| (name_labels(group), group.latency.count)),
     );
 }
 
@@ -323,23 +325,18 @@ mod tests {
             )
         };
         // Cumulative: 0 below 64 us, 90 up to 128 us, all 100 from 4096 us on.
-        assert!(
-            text.contains(&format!("{}0\n", bucket("0.000064"))),
-            "{text}"
-        );
-        assert!(
-            text.contains(&format!("{}90\n", bucket("0.000128"))),
-            "{text}"
-        );
-        assert!(
-            text.contains(&format!("{}90\n", bucket("0.002048"))),
-            "{text}"
-        );
-        assert!(
-            text.contains(&format!("{}100\n", bucket("0.004096"))),
-            "{text}"
-        );
-        assert!(text.contains(&format!("{}100\n", bucket("+Inf"))), "{text}");
+        for (le, count) in [
+            ("0.000064", 0),
+            ("0.000128", 90),
+            ("0.002048", 90),
+            ("0.004096", 100),
+            ("+Inf", 100),
+        ] {
+            assert!(
+                text.contains(&format!("{}{count}\n", bucket(le))),
+                "{le}: {text}"
+            );
+        }
         assert!(
             text.contains("lockpath_io_latency_seconds_sum{device=\"loop0\",op=\"read\"} 0.01\n")
         );

@@ -479,9 +479,9 @@ pub(crate) mod tests {
         }];
         let rpcs = rpc_groups(&profile);
         assert_eq!(rpcs.len(), 1);
-        assert_eq!(rpcs[0].count, 3);
-        assert_eq!(rpcs[0].mean_ns, 100_000_000);
-        assert_eq!(rpcs[0].hist, vec![0, 3]);
+        assert_eq!(rpcs[0].latency.count, 3);
+        assert_eq!(rpcs[0].latency.mean_ns, 100_000_000);
+        assert_eq!(rpcs[0].latency.hist, vec![0, 3]);
         // The leaf of the completion stack that carried the most latency.
         assert_eq!(
             rpcs[0].completed_in.as_deref(),
