@@ -55,6 +55,24 @@ impl From<&crate::profile::Latency> for LatencySummary {
     }
 }
 
+impl LatencySummary {
+    /// The first columns of a latency table: count, total, mean, max.
+    fn columns(&self) -> String {
+        format!(
+            "{:>7} {:>9} {:>9} {:>9}",
+            self.count,
+            format_ns(self.total_ns),
+            format_ns(self.mean_ns),
+            format_ns(self.max_ns)
+        )
+    }
+
+    /// Their headings.
+    fn headings() -> String {
+        format!("{:>7} {:>9} {:>9} {:>9}", "count", "total", "mean", "max")
+    }
+}
+
 fn group_latency<'a>(
     profile: &Profile,
     rows: impl Iterator<Item = (String, u32, &'a crate::profile::Latency, Option<u32>)>,
@@ -144,17 +162,17 @@ pub fn latency_table(groups: &[LatencyGroup], what: &str, top: usize) -> String 
         return out;
     }
     out.push_str(&format!(
-        "{:>7} {:>9} {:>9} {:>9}  {:<28} {:<14} {}\n",
-        "count", "total", "mean", "max", what, "process", "completed in"
+        "{}  {:<28} {:<14} {}\n",
+        LatencySummary::headings(),
+        what,
+        "process",
+        "completed in"
     ));
     let shown = shown_rows(top, groups.len());
     for group in &groups[..shown] {
         out.push_str(&format!(
-            "{:>7} {:>9} {:>9} {:>9}  {:<28} {:<14} {}\n",
-            group.latency.count,
-            format_ns(group.latency.total_ns),
-            format_ns(group.latency.mean_ns),
-            format_ns(group.latency.max_ns),
+            "{}  {:<28} {:<14} {}\n",
+            group.latency.columns(),
             fit(&group.name, 28),
             fit(&group.process, 14),
             fit(group.completed_in.as_deref().unwrap_or(""), 17),
@@ -220,17 +238,17 @@ pub fn hold_table(profile: &Profile, top: usize) -> String {
         return "no acquisition of the lock was seen\n".to_string();
     };
     let mut out = format!(
-        "{:>7} {:>9} {:>9} {:>9}  {:<9} {:<22} {}\n",
-        "count", "total", "mean", "max", "type", "holder", "acquired in"
+        "{}  {:<9} {:<22} {}\n",
+        LatencySummary::headings(),
+        "type",
+        "holder",
+        "acquired in"
     );
     let shown = shown_rows(top, groups.len());
     for group in &groups[..shown] {
         out.push_str(&format!(
-            "{:>7} {:>9} {:>9} {:>9}  {:<9} {:<22} {}\n",
-            group.latency.count,
-            format_ns(group.latency.total_ns),
-            format_ns(group.latency.mean_ns),
-            format_ns(group.latency.max_ns),
+            "{}  {:<9} {:<22} {}\n",
+            group.latency.columns(),
             group.lock_type,
             fit(&format!("{}[{}]", group.process, group.pid), 22),
             fit(&group.acquired_in, 30),
