@@ -73,6 +73,24 @@ impl LatencySummary {
     }
 }
 
+/// A latency table: the latency columns then `headings`; per group up to `top`, its
+/// latency columns then the rest of its row (`row`); the line for the rows not shown.
+fn latency_rows<G>(
+    headings: String,
+    groups: &[G],
+    top: usize,
+    row: impl Fn(&G) -> (&LatencySummary, String),
+) -> String {
+    let mut out = format!("{}  {headings}\n", LatencySummary::headings());
+    let shown = shown_rows(top, groups.len());
+    for group in &groups[..shown] {
+        let (latency, rest) = row(group);
+        out.push_str(&format!("{}  {rest}\n", latency.columns()));
+    }
+    out.push_str(&more_rows(shown, groups.len()));
+    out
+}
+
 fn group_latency<'a>(
     profile: &Profile,
     rows: impl Iterator<Item = (String, u32, &'a crate::profile::Latency, Option<u32>)>,
@@ -156,30 +174,23 @@ fn short_function_name(row: &crate::profile::FuncRow) -> String {
 
 /// A latency table as text, within 100 columns.
 pub fn latency_table(groups: &[LatencyGroup], what: &str, top: usize) -> String {
-    let mut out = String::new();
     if groups.is_empty() {
-        out.push_str(&format!("no {what} recorded\n"));
-        return out;
+        return format!("no {what} recorded\n");
     }
-    out.push_str(&format!(
-        "{}  {:<28} {:<14} {}\n",
-        LatencySummary::headings(),
-        what,
-        "process",
-        "completed in"
-    ));
-    let shown = shown_rows(top, groups.len());
-    for group in &groups[..shown] {
-        out.push_str(&format!(
-            "{}  {:<28} {:<14} {}\n",
-            group.latency.columns(),
-            fit(&group.name, 28),
-            fit(&group.process, 14),
-            fit(group.completed_in.as_deref().unwrap_or(""), 17),
-        ));
-    }
-    out.push_str(&more_rows(shown, groups.len()));
-    out
+    latency_rows(
+        format!("{:<28} {:<14} {}", what, "process", "completed in"),
+        groups,
+        top,
+        |group| {
+            let rest = format!(
+                "{:<28} {:<14} {}",
+                fit(&group.name, 28),
+                fit(&group.process, 14),
+                fit(group.completed_in.as_deref().unwrap_or(""), 17),
+            );
+            (&group.latency, rest)
+        },
+    )
 }
 
 /// Hold times of the `--hold` lock by one holder: process, acquisition stack and mode.
@@ -237,24 +248,20 @@ pub fn hold_table(profile: &Profile, top: usize) -> String {
     let Some(first) = groups.first() else {
         return "no acquisition of the lock was seen\n".to_string();
     };
-    let mut out = format!(
-        "{}  {:<9} {:<22} {}\n",
-        LatencySummary::headings(),
-        "type",
-        "holder",
-        "acquired in"
+    let mut out = latency_rows(
+        format!("{:<9} {:<22} {}", "type", "holder", "acquired in"),
+        &groups,
+        top,
+        |group| {
+            let rest = format!(
+                "{:<9} {:<22} {}",
+                group.lock_type,
+                fit(&format!("{}[{}]", group.process, group.pid), 22),
+                fit(&group.acquired_in, 30),
+            );
+            (&group.latency, rest)
+        },
     );
-    let shown = shown_rows(top, groups.len());
-    for group in &groups[..shown] {
-        out.push_str(&format!(
-            "{}  {:<9} {:<22} {}\n",
-            group.latency.columns(),
-            group.lock_type,
-            fit(&format!("{}[{}]", group.process, group.pid), 22),
-            fit(&group.acquired_in, 30),
-        ));
-    }
-    out.push_str(&more_rows(shown, groups.len()));
     if !first.stack.is_empty() {
         out.push_str(&format!(
             "stack of {}[{}], leaf first: {}\n",
