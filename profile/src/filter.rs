@@ -137,14 +137,13 @@ impl LockFilter {
 /// Whether `text` contains `pattern`, where `*` in the pattern matches any run of
 /// characters (`ext4_*_write` matches in `ext4_file_write_iter`).
 pub fn wildcard_contains(text: &str, pattern: &str) -> bool {
+    contains_in_order(text, pattern.split('*'))
+}
+
+/// Whether `parts` occur in `text` one after the other, without overlapping (the
+/// wildcard matching of `--caller` patterns and `--wait-class` rules).
+pub(crate) fn contains_in_order<'a>(text: &str, parts: impl IntoIterator<Item = &'a str>) -> bool {
     let mut rest = text;
-    let mut parts = pattern
-        .split('*')
-        .filter(|part| !part.is_empty())
-        .peekable();
-    if parts.peek().is_none() {
-        return true;
-    }
     for part in parts {
         match rest.find(part) {
             Some(at) => rest = &rest[at + part.len()..],

@@ -120,6 +120,21 @@ impl Kind {
             .find(|info| info.name == name)
             .map(|info| info.kind)
     }
+
+    /// Whether the kind weighs time in nanoseconds (waits, latencies, holds); `cpu`
+    /// counts samples instead. Exporters pick units and divisors by it.
+    pub fn weighs_time(self) -> bool {
+        match self {
+            Kind::Lock
+            | Kind::Offcpu
+            | Kind::Io
+            | Kind::Rpc
+            | Kind::Func
+            | Kind::Hold
+            | Kind::Offwake => true,
+            Kind::Cpu => false,
+        }
+    }
 }
 
 /// How the lock table groups its rows.

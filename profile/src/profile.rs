@@ -447,16 +447,7 @@ impl Profile {
 
     /// Frames of a stack, leaf first.
     pub fn stack_frames(&self, stack: Option<u32>) -> Vec<&Frame> {
-        stack
-            .and_then(|id| self.stacks.get(id as usize))
-            .map(|stack| {
-                stack
-                    .frames
-                    .iter()
-                    .filter_map(|&frame| self.frames.get(frame as usize))
-                    .collect()
-            })
-            .unwrap_or_default()
+        frames_in(&self.stacks, &self.frames, stack).collect()
     }
 
     pub fn process(&self, pid: u32) -> Option<&Process> {
@@ -769,6 +760,24 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     result
 }
 
+/// The frames of `stack` among `stacks`, whose frame indices point into `frames`, leaf
+/// first: none for `None` or an unknown stack, and an unknown frame left out.
+fn frames_in<'a>(
+    stacks: &'a [Stack],
+    frames: &'a [Frame],
+    stack: Option<u32>,
+) -> impl Iterator<Item = &'a Frame> + 'a {
+    stack
+        .and_then(|id| stacks.get(id as usize))
+        .into_iter()
+        .flat_map(move |stack| {
+            stack
+                .frames
+                .iter()
+                .filter_map(move |&frame| frames.get(frame as usize))
+        })
+}
+
 /// Interns frames and stacks while a profile is built.
 #[derive(Default)]
 pub struct StackInterner {
@@ -806,16 +815,9 @@ impl StackInterner {
 
     /// Frames of an interned stack, leaf first (empty for `None`).
     pub fn frames_of(&self, stack: Option<u32>) -> Vec<Frame> {
-        stack
-            .and_then(|id| self.stacks.get(id as usize))
-            .map(|stack| {
-                stack
-                    .frames
-                    .iter()
-                    .filter_map(|&frame| self.frames.get(frame as usize).cloned())
-                    .collect()
-            })
-            .unwrap_or_default()
+        frames_in(&self.stacks, &self.frames, stack)
+            .cloned()
+            .collect()
     }
 
     /// Copies the frames and stacks so far into `profile` (live snapshots while recording).

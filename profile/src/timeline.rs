@@ -209,18 +209,7 @@ pub fn text(profile: &Profile, top: usize) -> String {
         timeline.interval_s,
         if per == 1 { "" } else { "s" }
     );
-    let mut groups: Vec<(&str, &str)> = timeline
-        .series
-        .iter()
-        .map(|series| (series.family.as_str(), series.by.as_str()))
-        .collect();
-    groups.dedup();
-    for (family, by) in groups {
-        let series: Vec<&Series> = timeline
-            .series
-            .iter()
-            .filter(|series| series.family == family && series.by == by)
-            .collect();
+    for (family, by, series) in series_groups(timeline) {
         out.push_str(&format!("\n{family} wait by {by}:\n"));
         let ends: Vec<String> = timeline
             .ends_s
@@ -232,11 +221,7 @@ pub fn text(profile: &Profile, top: usize) -> String {
             out.push_str(&format!(" {:>6}", crate::export::table::fit(end, 6)));
         }
         out.push('\n');
-        let shown = if top == 0 {
-            series.len()
-        } else {
-            top.min(series.len())
-        };
+        let shown = crate::export::table::shown_rows(top, series.len());
         for one in &series[..shown] {
             out.push_str(&format!(
                 "{:<28} {:>10.1}",
@@ -249,14 +234,30 @@ pub fn text(profile: &Profile, top: usize) -> String {
             out.push('\n');
             out.push_str(&format!("{:>40}{}\n", "", sparkline(&one.wait_ns, 56)));
         }
-        if shown < series.len() {
-            out.push_str(&format!(
-                "({} more: --top 0 shows all)\n",
-                series.len() - shown
-            ));
-        }
+        out.push_str(&crate::export::table::more_of(shown, series.len(), ""));
     }
     out
+}
+
+/// The series by (family, grouping), in their order (consecutive series share one).
+fn series_groups(timeline: &Timeline) -> Vec<(&str, &str, Vec<&Series>)> {
+    let mut groups: Vec<(&str, &str)> = timeline
+        .series
+        .iter()
+        .map(|series| (series.family.as_str(), series.by.as_str()))
+        .collect();
+    groups.dedup();
+    groups
+        .into_iter()
+        .map(|(family, by)| {
+            let series = timeline
+                .series
+                .iter()
+                .filter(|series| series.family == family && series.by == by)
+                .collect();
+            (family, by, series)
+        })
+        .collect()
 }
 
 /// The HTML section: per grouping, the top series as bar charts (inline SVG, one bar
@@ -271,25 +272,14 @@ pub fn html_section(profile: &Profile) -> String {
         timeline.ends_s.len(),
         timeline.interval_s
     );
-    let mut groups: Vec<(&str, &str)> = timeline
-        .series
-        .iter()
-        .map(|series| (series.family.as_str(), series.by.as_str()))
-        .collect();
-    groups.dedup();
-    for (family, by) in groups {
+    for (family, by, series) in series_groups(timeline) {
         out.push_str(&format!(
             "<h3>{} wait by {}</h3>\n<table>\n<thead><tr><th>{}</th><th class=\"n\">total</th><th>over time</th></tr></thead>\n<tbody>\n",
             esc(family),
             esc(by),
             esc(by)
         ));
-        for series in timeline
-            .series
-            .iter()
-            .filter(|series| series.family == family && series.by == by)
-            .take(10)
-        {
+        for series in series.into_iter().take(10) {
             out.push_str(&format!(
                 "<tr><td>{}</td><td class=\"n\">{}</td><td>{}</td></tr>\n",
                 esc(&series.name),

@@ -284,14 +284,8 @@ pub fn glob_match(pattern: &str, name: &str) -> bool {
     if !name.ends_with(last) {
         return false;
     }
-    let mut rest = &name[first.len()..name.len() - last.len()];
-    for middle in &parts[1..parts.len() - 1] {
-        match rest.find(middle) {
-            Some(at) => rest = &rest[at + middle.len()..],
-            None => return false,
-        }
-    }
-    true
+    let middle = &name[first.len()..name.len() - last.len()];
+    crate::filter::contains_in_order(middle, parts[1..parts.len() - 1].iter().copied())
 }
 
 #[cfg(test)]

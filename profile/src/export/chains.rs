@@ -121,11 +121,7 @@ pub fn text(profile: &Profile, top: usize) -> String {
     if all.is_empty() {
         return String::new();
     }
-    let shown = if top == 0 {
-        all.len()
-    } else {
-        top.min(all.len())
-    };
+    let shown = super::table::shown_rows(top, all.len());
     let mut out = String::from(
         "\nwait chains (the waker was itself off the CPU during the wait; times summed):\n",
     );
@@ -156,12 +152,7 @@ pub fn text(profile: &Profile, top: usize) -> String {
             fit(&chain.last_woken_by, 80)
         ));
     }
-    if shown < all.len() {
-        out.push_str(&format!(
-            "({} more chains: --top 0 shows all)\n",
-            all.len() - shown
-        ));
-    }
+    out.push_str(&super::table::more_of(shown, all.len(), "chains"));
     out
 }
 

@@ -99,7 +99,7 @@ pub fn cpu_tables(profile: &Profile, top: usize) -> String {
         out.push_str("no on-CPU samples recorded (idle is not counted)\n");
         return out;
     }
-    let limit = |len: usize| if top == 0 { len } else { top.min(len) };
+    let limit = |len: usize| super::table::shown_rows(top, len);
     out.push_str(&format!(
         "on-CPU samples, by process ({} samples at {} Hz per CPU, idle not counted):\n",
         total, profile.cpu_freq_hz

@@ -46,6 +46,30 @@ impl Breakdown {
 /// How a breakdown names a row (its table key).
 type RowKey<'a, R> = Box<dyn Fn(&R) -> String + 'a>;
 
+/// Adds a value and an event count to the entry of `key`.
+fn add(entries: &mut BTreeMap<String, Measure>, key: String, value: u64, events: u64) {
+    let entry = entries.entry(key).or_default();
+    entry.value = entry.value.saturating_add(value);
+    entry.events = entry.events.saturating_add(events);
+}
+
+/// One breakdown per way of keying `rows`, each summing the rows' (value, events).
+fn keyed_breakdowns<R>(
+    out: &mut Vec<Breakdown>,
+    ways: Vec<(&'static str, RowKey<R>)>,
+    rows: &[R],
+    measure: fn(&R) -> (u64, u64),
+) {
+    for (by, key) in ways {
+        let mut entries: BTreeMap<String, Measure> = BTreeMap::new();
+        for row in rows {
+            let (value, events) = measure(row);
+            add(&mut entries, key(row), value, events);
+        }
+        out.push(Breakdown::new(by, entries));
+    }
+}
+
 /// Keys stay comparable across runs: names, never pids (lock addresses of dynamic
 /// locks differ between runs; static locks keep their symbol).
 pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
@@ -81,9 +105,7 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
                     if group_by == GroupBy::Lock && !group.lock_name_source.is_empty() {
                         name_sources.insert(key.clone(), group.lock_name_source.clone());
                     }
-                    let entry = entries.entry(key).or_default();
-                    entry.value = entry.value.saturating_add(group.total_wait_ns);
-                    entry.events = entry.events.saturating_add(group.contended);
+                    add(&mut entries, key, group.total_wait_ns, group.contended);
                 }
                 out.push(Breakdown {
                     by,
@@ -115,15 +137,9 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
                     Box::new(|row: &OffcpuRow| profile.cgroup_of(row.pid)),
                 ));
             }
-            for (by, key) in ways {
-                let mut entries: BTreeMap<String, Measure> = BTreeMap::new();
-                for row in &profile.offcpu {
-                    let entry = entries.entry(key(row)).or_default();
-                    entry.value += row.total_ns;
-                    entry.events += row.count;
-                }
-                out.push(Breakdown::new(by, entries));
-            }
+            keyed_breakdowns(&mut out, ways, &profile.offcpu, |row| {
+                (row.total_ns, row.count)
+            });
         }
         Kind::Io => {
             let mut ways: Vec<(&'static str, RowKey<IoRow>)> = vec![
@@ -149,15 +165,7 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
                     }),
                 ));
             }
-            for (by, key) in ways {
-                let mut entries: BTreeMap<String, Measure> = BTreeMap::new();
-                for row in &profile.io {
-                    let entry = entries.entry(key(row)).or_default();
-                    entry.value += row.total_ns;
-                    entry.events += row.count;
-                }
-                out.push(Breakdown::new(by, entries));
-            }
+            keyed_breakdowns(&mut out, ways, &profile.io, |row| (row.total_ns, row.count));
         }
         // Holders compared between two runs: who held which lock, taken where.
         Kind::Hold => {
@@ -171,9 +179,7 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
                     ),
                     (&mut by_lock, format!("{} {}", group.lock_type, group.lock)),
                 ] {
-                    let entry = entries.entry(key).or_default();
-                    entry.value += group.total_ns;
-                    entry.events += group.count;
+                    add(entries, key, group.total_ns, group.count);
                 }
             }
             out.push(Breakdown::new("holder", by_holder));
@@ -197,9 +203,7 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
                     (&mut by_name, group.name.clone()),
                     (&mut by_process, format!("{} {}", group.name, group.process)),
                 ] {
-                    let entry = entries.entry(key).or_default();
-                    entry.value += group.total_ns;
-                    entry.events += group.count;
+                    add(entries, key, group.latency.total_ns, group.latency.count);
                 }
             }
             out.push(Breakdown::new(what, by_name));
@@ -208,16 +212,22 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
         Kind::Cpu => {
             let mut processes: BTreeMap<String, Measure> = BTreeMap::new();
             for process in cpu_processes(profile) {
-                let entry = processes.entry(process.process).or_default();
-                entry.value += process.samples;
-                entry.events += process.samples;
+                add(
+                    &mut processes,
+                    process.process,
+                    process.samples,
+                    process.samples,
+                );
             }
             out.push(Breakdown::new("process", processes));
             let mut functions: BTreeMap<String, Measure> = BTreeMap::new();
             for function in cpu_functions(profile) {
-                let entry = functions.entry(function.function).or_default();
-                entry.value += function.self_samples;
-                entry.events += function.total_samples;
+                add(
+                    &mut functions,
+                    function.function,
+                    function.self_samples,
+                    function.total_samples,
+                );
             }
             out.push(Breakdown::new("function (self, total)", functions));
         }
@@ -233,9 +243,7 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
                         share.process,
                         site.first().cloned().unwrap_or_default()
                     );
-                    let entry = wakers.entry(key).or_default();
-                    entry.value += share.wait_ns;
-                    entry.events += share.count;
+                    add(&mut wakers, key, share.wait_ns, share.count);
                 }
             }
             out.push(Breakdown::new("class and waker", wakers));
@@ -278,15 +286,10 @@ fn value_names(kind: Kind) -> (&'static str, &'static str) {
 }
 
 fn format_value(kind: Kind, per_second: f64) -> String {
-    match kind {
-        Kind::Lock
-        | Kind::Offcpu
-        | Kind::Io
-        | Kind::Rpc
-        | Kind::Func
-        | Kind::Hold
-        | Kind::Offwake => format_ns(per_second.abs().round() as u64),
-        Kind::Cpu => format!("{:.1}", per_second.abs()),
+    if kind.weighs_time() {
+        format_ns(per_second.abs().round() as u64)
+    } else {
+        format!("{:.1}", per_second.abs())
     }
 }
 
@@ -321,15 +324,10 @@ pub struct DiffTable {
 }
 
 fn unit(kind: Kind) -> &'static str {
-    match kind {
-        Kind::Lock
-        | Kind::Offcpu
-        | Kind::Io
-        | Kind::Rpc
-        | Kind::Func
-        | Kind::Hold
-        | Kind::Offwake => "ns/s",
-        Kind::Cpu => "samples/s",
+    if kind.weighs_time() {
+        "ns/s"
+    } else {
+        "samples/s"
     }
 }
 
@@ -493,11 +491,7 @@ pub fn text(base: &Profile, new: &Profile, kind: Kind, top: usize) -> String {
             format!("n {events_name}"),
             table.by
         ));
-        let shown = if top == 0 {
-            table.rows.len()
-        } else {
-            top.min(table.rows.len())
-        };
+        let shown = super::table::shown_rows(top, table.rows.len());
         for row in &table.rows[..shown] {
             let sign = if row.change_per_s < 0.0 { "-" } else { "+" };
             out.push_str(&format!(
@@ -546,14 +540,13 @@ pub fn json(base: &Profile, new: &Profile, kind: Kind) -> serde_json::Result<Str
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::report::tests::profile_with_two_locks;
+    use crate::export::report::tests::{
+        profile_with_named_locks, profile_with_two_locks, spinlock_renamed, two_runs,
+    };
 
     #[test]
     fn grown_lock_comes_first_normalized_per_second() {
-        let mut base = profile_with_two_locks();
-        base.duration_s = 10.0;
-        let mut new = profile_with_two_locks();
-        new.duration_s = 5.0;
+        let (base, mut new) = two_runs(10.0, 5.0);
         // mmap_lock: 6 ms in 10 s -> 60 ms in 5 s (x20 per second).
         new.locks[2].total_ns = 60_000_000;
         // The spinlock halves its absolute time, so per second it stays the same.
@@ -598,21 +591,9 @@ mod tests {
 
     #[test]
     fn lock_rows_say_how_each_run_named_the_lock() {
-        let mut base = profile_with_two_locks();
-        for row in &mut base.locks {
-            row.lock_name_source = if row.lock_name == "mmap_lock" {
-                "task".into()
-            } else {
-                "address".into()
-            };
-        }
-        let mut new = base.clone();
+        let base = profile_with_named_locks();
         // NEW named the spinlock another way (same name): still one row.
-        for row in &mut new.locks {
-            if row.lock_name == "0xffff1" {
-                row.lock_name_source = "kallsyms".into();
-            }
-        }
+        let mut new = spinlock_renamed(&base);
         new.locks[2].total_ns *= 2;
         let tables = diff(&base, &new, Kind::Lock);
         let by_lock = &tables[0];

@@ -298,10 +298,7 @@ mod tests {
 
     #[test]
     fn diff_lines_are_per_second() {
-        let mut base = profile_with_two_locks();
-        base.duration_s = 2.0;
-        let mut new = profile_with_two_locks();
-        new.duration_s = 1.0;
+        let (base, mut new) = crate::export::report::tests::two_runs(2.0, 1.0);
         new.locks[2].total_ns *= 4;
         let lines = diff_lines(&base, &new, Kind::Lock);
         assert!(

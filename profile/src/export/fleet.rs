@@ -6,24 +6,16 @@
 //! own for the life of the agent, the rest add into one series whose labels are all
 //! `other`. A label set never moves between series, so no counter ever goes down.
 
-use std::{
-    collections::{BTreeMap, HashMap},
-    fmt::Write,
-};
+use std::collections::{BTreeMap, HashMap};
 
 use crate::{
-    export::escape::prometheus_label as label,
-    histogram::bucket_us,
+    export::exposition::{header, histogram_lines, labels, lost_events, metric, seconds},
     lock::{caller, lock_type_name},
     profile::{Latency, Profile},
 };
 
 /// The label value of the series that collects every label set beyond the top N.
 pub const OTHER: &str = "other";
-
-/// Highest log2 microsecond bucket with its own `le` (2^25 us, 33.6 s); slower ones
-/// count in `+Inf` only. Fixed, so every scrape has the same buckets.
-const LAST_BUCKET: usize = 24;
 
 /// What one series adds up.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -43,6 +35,15 @@ impl Totals {
         }
         for (slot, count) in other.hist.iter().enumerate() {
             self.hist[slot] += count;
+        }
+    }
+
+    /// Totals without a histogram (counters).
+    fn counts(count: u64, total_ns: u64) -> Totals {
+        Totals {
+            count,
+            total_ns,
+            hist: Vec::new(),
         }
     }
 
@@ -231,106 +232,67 @@ impl FleetCounters {
             let mut rows: Vec<(String, &Totals)> = series
                 .own
                 .iter()
-                .map(|(labels, totals)| (label_text(metric.labels, labels), totals))
+                .map(|(values, totals)| (labels(metric.labels, values), totals))
                 .collect();
             if series.other != Totals::default() {
                 let others: Vec<String> = vec![OTHER.to_string(); metric.labels.len()];
-                rows.push((label_text(metric.labels, &others), &series.other));
+                rows.push((labels(metric.labels, &others), &series.other));
             }
             match metric.histogram {
                 true => histogram(&mut out, metric, &rows),
                 false => counters(&mut out, metric, &rows),
             }
         }
-        header(
-            &mut out,
-            "lockpath_lost_events_total",
-            "counter",
-            "Events the kernel side could not record, by cause (the other series are lower bounds).",
-        );
-        for (cause, count) in &self.losses {
-            let _ = writeln!(
-                out,
-                "lockpath_lost_events_total{{cause=\"{}\"}} {count}",
-                label(cause)
-            );
-        }
-        header(
+        lost_events(&mut out, &self.losses);
+        metric(
             &mut out,
             "lockpath_periods_total",
             "counter",
             "Periods (profiles) finished by this always-on recording.",
+            [("", self.periods)],
         );
-        let _ = writeln!(out, "lockpath_periods_total {}", self.periods);
-        header(
+        metric(
             &mut out,
             "lockpath_recorded_seconds_total",
             "counter",
             "Seconds recorded so far.",
+            [("", self.seconds)],
         );
-        let _ = writeln!(out, "lockpath_recorded_seconds_total {}", self.seconds);
         out
     }
 }
 
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
-
-fn label_text(names: &[&str], values: &[String]) -> String {
-    names
-        .iter()
-        .zip(values)
-        .map(|(name, value)| format!("{name}=\"{}\"", label(value)))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-fn counters(out: &mut String, metric: &Metric, rows: &[(String, &Totals)]) {
-    if !metric.name.is_empty() {
-        header(out, metric.name, "counter", metric.help);
-        for (labels, totals) in rows {
-            let _ = writeln!(
-                out,
-                "{}{{{labels}}} {}",
-                metric.name,
-                totals.total_ns as f64 / 1e9
-            );
-        }
+fn counters(out: &mut String, metric_of: &Metric, rows: &[(String, &Totals)]) {
+    if !metric_of.name.is_empty() {
+        metric(
+            out,
+            metric_of.name,
+            "counter",
+            metric_of.help,
+            rows.iter()
+                .map(|(labels, totals)| (labels, seconds(totals.total_ns))),
+        );
     }
-    header(out, metric.count_name, "counter", metric.count_help);
-    for (labels, totals) in rows {
-        let _ = writeln!(out, "{}{{{labels}}} {}", metric.count_name, totals.count);
-    }
+    metric(
+        out,
+        metric_of.count_name,
+        "counter",
+        metric_of.count_help,
+        rows.iter().map(|(labels, totals)| (labels, totals.count)),
+    );
 }
 
 fn histogram(out: &mut String, metric: &Metric, rows: &[(String, &Totals)]) {
     header(out, metric.name, "histogram", metric.help);
     for (labels, totals) in rows {
-        let mut cumulative = 0;
-        for slot in 0..=LAST_BUCKET {
-            cumulative += totals.hist.get(slot).copied().unwrap_or(0);
-            let (_, high_us) = bucket_us(slot);
-            let _ = writeln!(
-                out,
-                "{}_bucket{{{labels},le=\"{}\"}} {cumulative}",
-                metric.name,
-                high_us as f64 / 1e6
-            );
-        }
-        let _ = writeln!(
+        histogram_lines(
             out,
-            "{}_bucket{{{labels},le=\"+Inf\"}} {}",
-            metric.name, totals.count
-        );
-        let _ = writeln!(
-            out,
-            "{}_sum{{{labels}}} {}",
             metric.name,
-            totals.total_ns as f64 / 1e9
+            labels,
+            |slot| totals.hist.get(slot).copied().unwrap_or(0),
+            totals.count,
+            totals.total_ns,
         );
-        let _ = writeln!(out, "{}_count{{{labels}}} {}", metric.name, totals.count);
     }
 }
 
@@ -366,21 +328,11 @@ fn rows_of(profile: &Profile, names: &mut HashMap<u32, String>) -> [Vec<(Vec<Str
             caller,
             process(row.pid),
         ];
-        let totals = Totals {
-            count: row.count,
-            total_ns: row.total_ns,
-            hist: Vec::new(),
-        };
-        put(LOCK, labels, totals);
+        put(LOCK, labels, Totals::counts(row.count, row.total_ns));
     }
     for row in &profile.offcpu {
         let labels = vec![row.class.clone(), process(row.pid)];
-        let totals = Totals {
-            count: row.count,
-            total_ns: row.total_ns,
-            hist: Vec::new(),
-        };
-        put(OFFCPU, labels, totals);
+        put(OFFCPU, labels, Totals::counts(row.count, row.total_ns));
     }
     for row in &profile.io {
         let labels = vec![row.device.clone(), row.op.clone(), process(row.pid)];
@@ -400,12 +352,7 @@ fn rows_of(profile: &Profile, names: &mut HashMap<u32, String>) -> [Vec<(Vec<Str
         put(FUNC, labels, Totals::of_latency(&row.latency));
     }
     for row in &profile.cpu {
-        let totals = Totals {
-            count: row.samples,
-            total_ns: 0,
-            hist: Vec::new(),
-        };
-        put(CPU, vec![process(row.pid)], totals);
+        put(CPU, vec![process(row.pid)], Totals::counts(row.samples, 0));
     }
     sums.map(|sums| {
         let mut rows: Vec<(Vec<String>, Totals)> = sums.into_iter().collect();

@@ -36,15 +36,10 @@ pub fn sample_types(kind: Kind) -> &'static [(&'static str, &'static str)] {
 /// Which sample value the flamegraph width is, and the divisor that turns it into the
 /// folded unit (delay or time off CPU in nanoseconds, folded in microseconds).
 pub fn flame_value(kind: Kind) -> (usize, u64) {
-    match kind {
-        Kind::Lock
-        | Kind::Offcpu
-        | Kind::Io
-        | Kind::Rpc
-        | Kind::Func
-        | Kind::Hold
-        | Kind::Offwake => (1, 1_000),
-        Kind::Cpu => (0, 1),
+    if kind.weighs_time() {
+        (1, 1_000)
+    } else {
+        (0, 1)
     }
 }
 
@@ -217,19 +212,25 @@ pub fn lines(profile: &Profile, kind: Kind) -> Vec<(String, u64)> {
     lines
 }
 
+/// A stack's frames as folded frames, leaf first (none when `stack` is `None`); `.rev()`
+/// gives them outermost first.
+pub(crate) fn clean_frames(
+    profile: &Profile,
+    stack: Option<u32>,
+) -> impl DoubleEndedIterator<Item = String> + '_ {
+    profile
+        .stack_frames(stack)
+        .into_iter()
+        .map(|frame| clean(&frame.display()))
+}
+
 /// Appends a stack, outermost frame first (`[stack lost]` when it was lost).
 fn push_stack(parts: &mut Vec<String>, profile: &Profile, stack: Option<u32>) {
     if stack.is_none() {
         parts.push("[stack lost]".into());
         return;
     }
-    parts.extend(
-        profile
-            .stack_frames(stack)
-            .iter()
-            .rev()
-            .map(|frame| clean(&frame.display())),
-    );
+    parts.extend(clean_frames(profile, stack).rev());
 }
 
 pub fn render(profile: &Profile, kind: Kind) -> String {
@@ -249,23 +250,8 @@ pub(crate) fn offcpu_waiter_frames(
     if row.ustack.is_some() && profile.stack_truncated(row.ustack) {
         frames.push("[truncated]".into());
     }
-    frames.extend(
-        profile
-            .stack_frames(row.ustack)
-            .iter()
-            .rev()
-            .map(|frame| clean(&frame.display())),
-    );
-    if row.stack.is_none() {
-        frames.push("[stack lost]".into());
-    }
-    frames.extend(
-        profile
-            .stack_frames(row.stack)
-            .iter()
-            .rev()
-            .map(|frame| clean(&frame.display())),
-    );
+    frames.extend(clean_frames(profile, row.ustack).rev());
+    push_stack(&mut frames, profile, row.stack);
     frames
 }
 

@@ -115,6 +115,43 @@ const NAME_SOURCES: &str = "named by: task = from the waiting task's structures 
     another's); runqueue = a CPU's runqueue lock; kallsyms = a data symbol; member = a \
     member of a named lock (its wait_lock); address = not named.";
 
+/// A table of locks; with `named`, the "named by" column at `at` and its legend below.
+fn table_named_by(
+    mut headers: Vec<&str>,
+    mut numeric: Vec<bool>,
+    at: usize,
+    named: bool,
+    rows: &[Vec<String>],
+) -> String {
+    if named {
+        headers.insert(at, "named by");
+        numeric.insert(at, false);
+    }
+    let mut out = table(&headers, &numeric, rows);
+    if named {
+        out.push_str(&format!("<p class=\"note\">{}</p>\n", esc(NAME_SOURCES)));
+    }
+    out
+}
+
+/// The end of a kind's section: its flamegraph (under `heading`, HTML, when given)
+/// in a frame titled `title`, then the section's end.
+pub(crate) fn flamegraph_part(
+    out: &mut String,
+    profile: &Profile,
+    kind: Kind,
+    heading: Option<&str>,
+    title: &str,
+) -> Result<()> {
+    if let Some(heading) = heading {
+        out.push_str(&format!("<h3>{heading}</h3>\n"));
+    }
+    let svg = flamegraph::render_svg(profile, kind)?;
+    out.push_str(&flamegraph_frame(&svg, title));
+    out.push_str("</section>\n");
+    Ok(())
+}
+
 /// Rows of a lock table; with `named`, a column after the lock says how it was named.
 fn lock_rows(profile: &Profile, by: GroupBy, top: usize, named: bool) -> Vec<Vec<String>> {
     lock::lock_groups(profile, by)
@@ -182,9 +219,13 @@ fn kind_section(profile: &Profile, kind: Kind) -> Result<String> {
                 &[true, true, true, false, false, false],
                 &rows,
             ));
-            let svg = flamegraph::render_svg(profile, kind)?;
-            out.push_str(&flamegraph_frame(&svg, "Holds under contention flamegraph"));
-            out.push_str("</section>\n");
+            flamegraph_part(
+                &mut out,
+                profile,
+                kind,
+                None,
+                "Holds under contention flamegraph",
+            )?;
         }
         Kind::Lock => {
             out.push_str("<section id=\"lock\">\n<h2>Lock contention</h2>\n");
@@ -221,7 +262,7 @@ fn kind_section(profile: &Profile, kind: Kind) -> Result<String> {
                     out.push_str("<p>No lock contention recorded.</p>\n");
                     break;
                 }
-                let mut headers = vec![
+                let headers = vec![
                     "contended",
                     "total wait",
                     "max wait",
@@ -231,20 +272,15 @@ fn kind_section(profile: &Profile, kind: Kind) -> Result<String> {
                     "callers",
                     "pids",
                 ];
-                let mut numeric = numeric.to_vec();
-                if named {
-                    headers.insert(6, "named by");
-                    numeric.insert(6, false);
-                }
-                out.push_str(&table(&headers, &numeric, &rows));
-                if named {
-                    out.push_str(&format!("<p class=\"note\">{}</p>\n", esc(NAME_SOURCES)));
-                }
+                out.push_str(&table_named_by(headers, numeric.to_vec(), 6, named, &rows));
             }
-            out.push_str("<h3>Flamegraph (width: wait time)</h3>\n");
-            let svg = flamegraph::render_svg(profile, kind)?;
-            out.push_str(&flamegraph_frame(&svg, "lock wait flamegraph"));
-            out.push_str("</section>\n");
+            flamegraph_part(
+                &mut out,
+                profile,
+                kind,
+                Some("Flamegraph (width: wait time)"),
+                "lock wait flamegraph",
+            )?;
         }
         Kind::Offcpu => {
             out.push_str("<section id=\"offcpu\">\n<h2>Off-CPU waits</h2>\n");
@@ -279,10 +315,13 @@ fn kind_section(profile: &Profile, kind: Kind) -> Result<String> {
                     .collect();
                 out.push_str(&table(&headers, &numeric, &rows));
             }
-            out.push_str("<h3>Flamegraph (width: time off CPU)</h3>\n");
-            let svg = flamegraph::render_svg(profile, kind)?;
-            out.push_str(&flamegraph_frame(&svg, "off-CPU flamegraph"));
-            out.push_str("</section>\n");
+            flamegraph_part(
+                &mut out,
+                profile,
+                kind,
+                Some("Flamegraph (width: time off CPU)"),
+                "off-CPU flamegraph",
+            )?;
         }
         Kind::Io => {
             out.push_str("<section id=\"io\">\n<h2>Block IO</h2>\n");
@@ -322,12 +361,13 @@ fn kind_section(profile: &Profile, kind: Kind) -> Result<String> {
                     ));
                 }
             }
-            out.push_str(
-                "<h3>IO wait flamegraph (off-CPU in buffer, page, block-io, journal)</h3>\n",
-            );
-            let svg = flamegraph::render_svg(profile, kind)?;
-            out.push_str(&flamegraph_frame(&svg, "IO wait flamegraph"));
-            out.push_str("</section>\n");
+            flamegraph_part(
+                &mut out,
+                profile,
+                kind,
+                Some("IO wait flamegraph (off-CPU in buffer, page, block-io, journal)"),
+                "IO wait flamegraph",
+            )?;
         }
         Kind::Rpc | Kind::Func => {
             let (id, title, groups, what) = if kind == Kind::Rpc {
@@ -351,10 +391,10 @@ fn kind_section(profile: &Profile, kind: Kind) -> Result<String> {
                 .take(50)
                 .map(|group| {
                     vec![
-                        group.count.to_string(),
-                        crate::units::format_ns(group.total_ns),
-                        crate::units::format_ns(group.mean_ns),
-                        crate::units::format_ns(group.max_ns),
+                        group.latency.count.to_string(),
+                        crate::units::format_ns(group.latency.total_ns),
+                        crate::units::format_ns(group.latency.mean_ns),
+                        crate::units::format_ns(group.latency.max_ns),
                         group.name.clone(),
                         group.process.clone(),
                         group.completed_in.clone().unwrap_or_default(),
@@ -378,10 +418,13 @@ fn kind_section(profile: &Profile, kind: Kind) -> Result<String> {
                     &rows,
                 ));
             }
-            out.push_str("<h3>Flamegraph (width: latency)</h3>\n");
-            let svg = flamegraph::render_svg(profile, kind)?;
-            out.push_str(&flamegraph_frame(&svg, &format!("{id} latency flamegraph")));
-            out.push_str("</section>\n");
+            flamegraph_part(
+                &mut out,
+                profile,
+                kind,
+                Some("Flamegraph (width: latency)"),
+                &format!("{id} latency flamegraph"),
+            )?;
         }
         Kind::Cpu => {
             out.push_str("<section id=\"cpu\">\n<h2>On-CPU samples</h2>\n");
@@ -420,10 +463,13 @@ fn kind_section(profile: &Profile, kind: Kind) -> Result<String> {
                 &[true, true, false],
                 &functions,
             ));
-            out.push_str("<h3>Flamegraph (width: CPU samples; kernel frames _[k])</h3>\n");
-            let svg = flamegraph::render_svg(profile, kind)?;
-            out.push_str(&flamegraph_frame(&svg, "on-CPU flamegraph"));
-            out.push_str("</section>\n");
+            flamegraph_part(
+                &mut out,
+                profile,
+                kind,
+                Some("Flamegraph (width: CPU samples; kernel frames _[k])"),
+                "on-CPU flamegraph",
+            )?;
         }
         Kind::Offwake => out.push_str(&crate::export::wakers::html_section(profile)?),
     }
@@ -627,16 +673,13 @@ pub fn render_diff(base: &Profile, new: &Profile, kind: Kind) -> Result<String> 
                 cells
             })
             .collect();
-        let mut headers = vec![table_data.by.as_str(), "base", "new", "change", "new/base"];
-        let mut numeric = vec![false, true, true, true, true];
-        if named {
-            headers.insert(1, "named by");
-            numeric.insert(1, false);
-        }
-        out.push_str(&table(&headers, &numeric, &rows));
-        if named {
-            out.push_str(&format!("<p class=\"note\">{}</p>\n", esc(NAME_SOURCES)));
-        }
+        out.push_str(&table_named_by(
+            vec![table_data.by.as_str(), "base", "new", "change", "new/base"],
+            vec![false, true, true, true, true],
+            1,
+            named,
+            &rows,
+        ));
     }
     if export::has_kind(base, kind) || export::has_kind(new, kind) {
         let svg = flamegraph::render_diff_svg(base, new, kind)?;
@@ -682,14 +725,7 @@ mod tests {
         // Profiles of older versions do not say: no column, no legend.
         let page = render(&profile_with_two_locks()).expect("html");
         assert!(!page.contains("<th>named by</th>"), "{page}");
-        let mut profile = profile_with_two_locks();
-        for row in &mut profile.locks {
-            row.lock_name_source = if row.lock_name == "mmap_lock" {
-                "task".into()
-            } else {
-                "address".into()
-            };
-        }
+        let profile = crate::export::report::tests::profile_with_named_locks();
         let page = render(&profile).expect("html");
         // By lock only (callers and processes group several locks).
         assert_eq!(page.matches("<th>named by</th>").count(), 1, "{page}");
@@ -700,12 +736,7 @@ mod tests {
             "{page}"
         );
         // The diff page: each run's method, a change shown as BASE→NEW.
-        let mut new = profile.clone();
-        for row in &mut new.locks {
-            if row.lock_name == "0xffff1" {
-                row.lock_name_source = "kallsyms".into();
-            }
-        }
+        let new = crate::export::report::tests::spinlock_renamed(&profile);
         let page = render_diff(&profile, &new, Kind::Lock).expect("page");
         assert_eq!(page.matches("<th>named by</th>").count(), 1, "{page}");
         assert!(

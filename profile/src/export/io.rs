@@ -140,11 +140,7 @@ pub fn table(profile: &Profile, top: usize) -> String {
     if groups.is_empty() {
         return "no block IO recorded\n".into();
     }
-    let shown = if top == 0 {
-        groups.len()
-    } else {
-        top.min(groups.len())
-    };
+    let shown = super::table::shown_rows(top, groups.len());
     let mut out = format!(
         "{:<16} {:<8} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10}\n",
         "device", "op", "requests", "bytes", "avg", "p50", "p99", "max"
@@ -179,12 +175,7 @@ pub fn table(profile: &Profile, top: usize) -> String {
         ));
         out.push_str(&histogram(&group.histogram));
     }
-    if shown < groups.len() {
-        out.push_str(&format!(
-            "({} more: --top 0 shows all)\n",
-            groups.len() - shown
-        ));
-    }
+    out.push_str(&super::table::more_of(shown, groups.len(), ""));
     out
 }
 
@@ -212,12 +203,13 @@ pub fn histogram(buckets: &[IoBucket]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::profile::IoRow;
 
-    fn profile_with_io() -> Profile {
-        let mut profile = Profile::new();
+    /// 100 reads of loop0 of 4 KiB: 90 in [64, 128) us by `pids[0]`, 10 in
+    /// [2048, 4096) us by `pids[1]`.
+    pub(crate) fn loop0_reads(pids: [u32; 2]) -> Vec<IoRow> {
         let row = |pid, count, hist: Vec<u64>| IoRow {
             major: 7,
             minor: 0,
@@ -232,10 +224,15 @@ mod tests {
             queue_ns: 0,
             hist,
         };
-        profile.io = vec![
-            row(10, 90, vec![0, 0, 0, 0, 0, 0, 90]),
-            row(11, 10, vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10]),
-        ];
+        vec![
+            row(pids[0], 90, vec![0, 0, 0, 0, 0, 0, 90]),
+            row(pids[1], 10, vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10]),
+        ]
+    }
+
+    fn profile_with_io() -> Profile {
+        let mut profile = Profile::new();
+        profile.io = loop0_reads([10, 11]);
         profile
     }
 

@@ -22,16 +22,73 @@ pub struct LatencyGroup {
     pub name: String,
     pub pid: u32,
     pub process: String,
+    #[serde(flatten)]
+    pub latency: LatencySummary,
+    /// rpc: the function that ran the completion most (leaf of its stack).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completed_in: Option<String>,
+}
+
+/// A latency aggregate as the tables show it (one of [`LatencyGroup`] or
+/// [`HoldGroup`]): count, total, mean, extremes and the histogram.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LatencySummary {
     pub count: u64,
     pub total_ns: u64,
     pub mean_ns: u64,
     pub max_ns: u64,
     pub min_ns: u64,
-    /// log2 histogram: `hist[i]` counts latencies in [2^i, 2^(i+1)) ns.
+    /// log2 histogram: `hist[i]` counts latencies (holds) in [2^i, 2^(i+1)) ns.
     pub hist: Vec<u64>,
-    /// rpc: the function that ran the completion most (leaf of its stack).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub completed_in: Option<String>,
+}
+
+impl From<&crate::profile::Latency> for LatencySummary {
+    fn from(latency: &crate::profile::Latency) -> Self {
+        LatencySummary {
+            count: latency.count,
+            total_ns: latency.total_ns,
+            mean_ns: latency.mean_ns(),
+            max_ns: latency.max_ns,
+            min_ns: latency.min_ns,
+            hist: latency.hist.clone(),
+        }
+    }
+}
+
+impl LatencySummary {
+    /// The first columns of a latency table: count, total, mean, max.
+    fn columns(&self) -> String {
+        format!(
+            "{:>7} {:>9} {:>9} {:>9}",
+            self.count,
+            format_ns(self.total_ns),
+            format_ns(self.mean_ns),
+            format_ns(self.max_ns)
+        )
+    }
+
+    /// Their headings.
+    fn headings() -> String {
+        format!("{:>7} {:>9} {:>9} {:>9}", "count", "total", "mean", "max")
+    }
+}
+
+/// A latency table: the latency columns then `headings`; per group up to `top`, its
+/// latency columns then the rest of its row (`row`); the line for the rows not shown.
+fn latency_rows<G>(
+    headings: String,
+    groups: &[G],
+    top: usize,
+    row: impl Fn(&G) -> (&LatencySummary, String),
+) -> String {
+    let mut out = format!("{}  {headings}\n", LatencySummary::headings());
+    let shown = shown_rows(top, groups.len());
+    for group in &groups[..shown] {
+        let (latency, rest) = row(group);
+        out.push_str(&format!("{}  {rest}\n", latency.columns()));
+    }
+    out.push_str(&more_rows(shown, groups.len()));
+    out
 }
 
 fn group_latency<'a>(
@@ -55,12 +112,7 @@ fn group_latency<'a>(
             process: profile.process_name(pid),
             name,
             pid,
-            count: latency.count,
-            total_ns: latency.total_ns,
-            mean_ns: latency.mean_ns(),
-            max_ns: latency.max_ns,
-            min_ns: latency.min_ns,
-            hist: latency.hist.clone(),
+            latency: LatencySummary::from(&latency),
             completed_in: leaves
                 .into_iter()
                 .max_by_key(|(_, total)| *total)
@@ -68,8 +120,9 @@ fn group_latency<'a>(
         })
         .collect();
     out.sort_by(|a, b| {
-        b.total_ns
-            .cmp(&a.total_ns)
+        b.latency
+            .total_ns
+            .cmp(&a.latency.total_ns)
             .then_with(|| a.name.cmp(&b.name))
     });
     out
@@ -121,30 +174,23 @@ fn short_function_name(row: &crate::profile::FuncRow) -> String {
 
 /// A latency table as text, within 100 columns.
 pub fn latency_table(groups: &[LatencyGroup], what: &str, top: usize) -> String {
-    let mut out = String::new();
     if groups.is_empty() {
-        out.push_str(&format!("no {what} recorded\n"));
-        return out;
+        return format!("no {what} recorded\n");
     }
-    out.push_str(&format!(
-        "{:>7} {:>9} {:>9} {:>9}  {:<28} {:<14} {}\n",
-        "count", "total", "mean", "max", what, "process", "completed in"
-    ));
-    let shown = shown_rows(top, groups.len());
-    for group in &groups[..shown] {
-        out.push_str(&format!(
-            "{:>7} {:>9} {:>9} {:>9}  {:<28} {:<14} {}\n",
-            group.count,
-            format_ns(group.total_ns),
-            format_ns(group.mean_ns),
-            format_ns(group.max_ns),
-            fit(&group.name, 28),
-            fit(&group.process, 14),
-            fit(group.completed_in.as_deref().unwrap_or(""), 17),
-        ));
-    }
-    out.push_str(&more_rows(shown, groups.len()));
-    out
+    latency_rows(
+        format!("{:<28} {:<14} {}", what, "process", "completed in"),
+        groups,
+        top,
+        |group| {
+            let rest = format!(
+                "{:<28} {:<14} {}",
+                fit(&group.name, 28),
+                fit(&group.process, 14),
+                fit(group.completed_in.as_deref().unwrap_or(""), 17),
+            );
+            (&group.latency, rest)
+        },
+    )
 }
 
 /// Hold times of the `--hold` lock by one holder: process, acquisition stack and mode.
@@ -159,13 +205,8 @@ pub struct HoldGroup {
     pub acquired_in: String,
     /// The holder's kernel stack where it took the lock, leaf first.
     pub stack: Vec<String>,
-    pub count: u64,
-    pub total_ns: u64,
-    pub mean_ns: u64,
-    pub max_ns: u64,
-    pub min_ns: u64,
-    /// log2 histogram: `hist[i]` counts holds in [2^i, 2^(i+1)) ns.
-    pub hist: Vec<u64>,
+    #[serde(flatten)]
+    pub latency: LatencySummary,
 }
 
 /// One group per hold row, most total hold time first.
@@ -186,18 +227,14 @@ pub fn hold_groups(profile: &Profile) -> Vec<HoldGroup> {
                     (Some(_), None) => UNKNOWN.to_string(),
                 },
                 stack: frames.iter().map(|frame| frame.display()).collect(),
-                count: row.latency.count,
-                total_ns: row.latency.total_ns,
-                mean_ns: row.latency.mean_ns(),
-                max_ns: row.latency.max_ns,
-                min_ns: row.latency.min_ns,
-                hist: row.latency.hist.clone(),
+                latency: LatencySummary::from(&row.latency),
             }
         })
         .collect();
     groups.sort_by(|a, b| {
-        b.total_ns
-            .cmp(&a.total_ns)
+        b.latency
+            .total_ns
+            .cmp(&a.latency.total_ns)
             .then_with(|| a.pid.cmp(&b.pid))
             .then_with(|| a.acquired_in.cmp(&b.acquired_in))
     });
@@ -211,24 +248,20 @@ pub fn hold_table(profile: &Profile, top: usize) -> String {
     let Some(first) = groups.first() else {
         return "no acquisition of the lock was seen\n".to_string();
     };
-    let mut out = format!(
-        "{:>7} {:>9} {:>9} {:>9}  {:<9} {:<22} {}\n",
-        "count", "total", "mean", "max", "type", "holder", "acquired in"
+    let mut out = latency_rows(
+        format!("{:<9} {:<22} {}", "type", "holder", "acquired in"),
+        &groups,
+        top,
+        |group| {
+            let rest = format!(
+                "{:<9} {:<22} {}",
+                group.lock_type,
+                fit(&format!("{}[{}]", group.process, group.pid), 22),
+                fit(&group.acquired_in, 30),
+            );
+            (&group.latency, rest)
+        },
     );
-    let shown = shown_rows(top, groups.len());
-    for group in &groups[..shown] {
-        out.push_str(&format!(
-            "{:>7} {:>9} {:>9} {:>9}  {:<9} {:<22} {}\n",
-            group.count,
-            format_ns(group.total_ns),
-            format_ns(group.mean_ns),
-            format_ns(group.max_ns),
-            group.lock_type,
-            fit(&format!("{}[{}]", group.process, group.pid), 22),
-            fit(&group.acquired_in, 30),
-        ));
-    }
-    out.push_str(&more_rows(shown, groups.len()));
     if !first.stack.is_empty() {
         out.push_str(&format!(
             "stack of {}[{}], leaf first: {}\n",

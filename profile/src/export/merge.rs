@@ -178,35 +178,51 @@ mod tests {
     use super::*;
     use crate::{export::folded, export::report::tests::profile_with_two_locks, kind::Kind};
 
-    #[test]
-    fn merge_keeps_hosts_and_reindexes_stacks() {
-        let mut a = profile_with_two_locks();
+    /// Merges `a` as node-a and `b` as node-b, whose stacks are stored in the other
+    /// order (`flip_rows` rewrites its rows' stack ids to match, so the merge must
+    /// reindex them), checks that `kind`'s folded lines of `b` are in the merge under
+    /// node-b, and returns the merge as read back from its JSON.
+    fn merged_as_two_hosts(
+        mut a: Profile,
+        mut b: Profile,
+        kind: Kind,
+        flip_rows: fn(&mut Profile),
+    ) -> Profile {
         a.host = "node-a".into();
-        a.duration_s = 2.0;
-        let mut b = profile_with_two_locks();
         b.host = "node-b".into();
-        b.duration_s = 3.0;
-        // b has its stacks in another order, so indices must be rewritten.
         b.stacks.reverse();
-        for row in &mut b.locks {
-            row.stack = row.stack.map(|id| 1 - id);
-        }
-        let expected_b = folded::render(&b, Kind::Lock);
+        flip_rows(&mut b);
+        let expected_b = folded::render(&b, kind);
         let merged = merge(vec![a, b], vec!["lockpath".into()]).expect("merge");
-        let bytes = serde_json::to_vec(&merged).expect("serialize");
-        let merged = Profile::from_bytes(&bytes).expect("valid profile");
-        assert_eq!(merged.host, "node-a,node-b");
-        assert_eq!(merged.duration_s, 3.0);
-        assert_eq!(merged.stacks.len(), 2, "identical stacks are stored once");
-        assert_eq!(merged.locks.len(), 6);
-        assert_eq!(merged.processes.len(), 4);
-        let folded = folded::render(&merged, Kind::Lock);
+        let merged = Profile::from_bytes(&serde_json::to_vec(&merged).expect("json"))
+            .expect("valid profile");
+        let folded = folded::render(&merged, kind);
         for line in expected_b.lines() {
             assert!(
                 folded.contains(&format!("node-b:{line}")),
                 "{line} in\n{folded}"
             );
         }
+        merged
+    }
+
+    #[test]
+    fn merge_keeps_hosts_and_reindexes_stacks() {
+        let mut a = profile_with_two_locks();
+        a.duration_s = 2.0;
+        let mut b = profile_with_two_locks();
+        b.duration_s = 3.0;
+        let merged = merged_as_two_hosts(a, b, Kind::Lock, |b| {
+            for row in &mut b.locks {
+                row.stack = row.stack.map(|id| 1 - id);
+            }
+        });
+        assert_eq!(merged.host, "node-a,node-b");
+        assert_eq!(merged.duration_s, 3.0);
+        assert_eq!(merged.stacks.len(), 2, "identical stacks are stored once");
+        assert_eq!(merged.locks.len(), 6);
+        assert_eq!(merged.processes.len(), 4);
+        let folded = folded::render(&merged, Kind::Lock);
         assert!(
             folded.contains("node-a:ior;spinlock;do_pipe2 7000"),
             "{folded}"
@@ -223,27 +239,18 @@ mod tests {
     #[test]
     fn merge_remaps_offcpu_and_io_rows() {
         use crate::export::offcpu::tests::profile_with_waits_and_io;
-        let mut a = profile_with_waits_and_io();
-        a.host = "node-a".into();
-        let mut b = profile_with_waits_and_io();
-        b.host = "node-b".into();
-        b.stacks.reverse();
-        for row in &mut b.offcpu {
-            row.stack = row.stack.map(|id| 1 - id);
-        }
-        let expected_b = folded::render(&b, Kind::Offcpu);
-        let merged = merge(vec![a, b], vec!["lockpath".into()]).expect("merge");
-        let merged = Profile::from_bytes(&serde_json::to_vec(&merged).expect("json"))
-            .expect("valid profile");
+        let merged = merged_as_two_hosts(
+            profile_with_waits_and_io(),
+            profile_with_waits_and_io(),
+            Kind::Offcpu,
+            |b| {
+                for row in &mut b.offcpu {
+                    row.stack = row.stack.map(|id| 1 - id);
+                }
+            },
+        );
         assert_eq!(merged.offcpu.len(), 6);
         assert_eq!(merged.io.len(), 4);
-        let folded = folded::render(&merged, Kind::Offcpu);
-        for line in expected_b.lines() {
-            assert!(
-                folded.contains(&format!("node-b:{line}")),
-                "{line} in\n{folded}"
-            );
-        }
         let moved = merged
             .processes
             .iter()

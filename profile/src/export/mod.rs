@@ -5,6 +5,7 @@ pub mod cpu;
 pub mod csv;
 pub mod diff;
 pub mod escape;
+pub(crate) mod exposition;
 pub(crate) mod flame_prune;
 pub mod flamegraph;
 pub mod fleet;

@@ -273,11 +273,7 @@ pub fn table(profile: &Profile, top: usize) -> String {
         "{:<20} {:>8} {:>10}  {:<10} {:>12} {:>6}  {}\n",
         "process", "pid", "off-CPU", "class", "ms", "%", "waits"
     );
-    let shown = if top == 0 {
-        processes.len()
-    } else {
-        top.min(processes.len())
-    };
+    let shown = super::table::shown_rows(top, processes.len());
     for process in &processes[..shown] {
         for (index, class) in process.classes.iter().enumerate() {
             let (name, pid, total) = if index == 0 {
@@ -316,12 +312,7 @@ pub fn table(profile: &Profile, top: usize) -> String {
             }
         }
     }
-    if shown < processes.len() {
-        out.push_str(&format!(
-            "({} more processes: --top 0 shows all)\n",
-            processes.len() - shown
-        ));
-    }
+    out.push_str(&super::table::more_of(shown, processes.len(), "processes"));
     out
 }
 
@@ -376,24 +367,7 @@ pub(crate) mod tests {
     /// [64, 128) us and 10 in [2048, 4096) us.
     pub(crate) fn profile_with_waits_and_io() -> Profile {
         let mut profile = profile_with_waits();
-        let row = |count, hist: Vec<u64>| crate::profile::IoRow {
-            major: 7,
-            minor: 0,
-            device: "loop0".into(),
-            op: "read".into(),
-            pid: 10,
-            count,
-            bytes: count * 4096,
-            total_ns: count * 100_000,
-            max_ns: 3_000_000,
-            queued: 0,
-            queue_ns: 0,
-            hist,
-        };
-        profile.io = vec![
-            row(90, vec![0, 0, 0, 0, 0, 0, 90]),
-            row(10, vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10]),
-        ];
+        profile.io = crate::export::io::tests::loop0_reads([10, 10]);
         profile.duration_s = 2.0;
         profile
     }

@@ -2,44 +2,35 @@
 //! `record --metrics` serves, rendered from a live snapshot of the kernel maps.
 //! One function per family; label values are escaped.
 
-use std::{
-    collections::{BTreeMap, HashMap},
-    fmt::Write,
-};
+use std::collections::{BTreeMap, HashMap};
 
 use crate::{
     export::{
-        escape::prometheus_label as label,
-        io::groups as io_groups,
+        exposition::{header, histogram_lines, labels, lost_events, metric, seconds},
+        io::{groups as io_groups, IoGroup},
         lock::{STACK_LOST, UNKNOWN},
     },
-    histogram::bucket_us,
     lock::{caller, lock_type_name},
     profile::Profile,
 };
 
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
-
 /// Lock wait seconds and contentions per lock type and caller.
 fn cpu_series(profile: &Profile, out: &mut String) {
-    header(
+    metric(
         out,
         "lockpath_cpu_samples_total",
         "counter",
         "On-CPU samples (perf cpu-clock, idle not counted), by process.",
+        crate::export::cpu::cpu_processes(profile)
+            .into_iter()
+            .map(|process| {
+                let pid = process.pid.to_string();
+                (
+                    labels(&["process", "pid"], &[&process.process, &pid]),
+                    process.samples,
+                )
+            }),
     );
-    for process in crate::export::cpu::cpu_processes(profile) {
-        let _ = writeln!(
-            out,
-            "lockpath_cpu_samples_total{{process=\"{}\",pid=\"{}\"}} {}",
-            label(&process.process),
-            process.pid,
-            process.samples
-        );
-    }
 }
 
 /// (lock type, caller, name source) of one lock series.
@@ -78,37 +69,28 @@ fn lock_sums(profile: &Profile) -> Vec<(LockSeries<'_>, (u64, u64))> {
 
 fn lock_series(profile: &Profile, out: &mut String) {
     let sums = lock_sums(profile);
-    header(
+    let lock_labels = |(lock_type, caller, source): &LockSeries| {
+        labels(
+            &["type", "caller", "name_source"],
+            &[lock_type, caller.as_str(), source],
+        )
+    };
+    metric(
         out,
         "lockpath_lock_wait_seconds_total",
         "counter",
         "Time threads waited for contended kernel locks, by lock type, calling function and how the lock was named.",
+        sums.iter()
+            .map(|(series, (total_ns, _))| (lock_labels(series), seconds(*total_ns))),
     );
-    for ((lock_type, caller, source), (total_ns, _)) in &sums {
-        let _ = writeln!(
-            out,
-            "lockpath_lock_wait_seconds_total{{type=\"{}\",caller=\"{}\",name_source=\"{}\"}} {}",
-            label(lock_type),
-            label(caller),
-            label(source),
-            *total_ns as f64 / 1e9
-        );
-    }
-    header(
+    metric(
         out,
         "lockpath_lock_contentions_total",
         "counter",
         "Contended kernel lock acquisitions, by lock type, calling function and how the lock was named.",
+        sums.iter()
+            .map(|(series, (_, count))| (lock_labels(series), count)),
     );
-    for ((lock_type, caller, source), (_, count)) in &sums {
-        let _ = writeln!(
-            out,
-            "lockpath_lock_contentions_total{{type=\"{}\",caller=\"{}\",name_source=\"{}\"}} {count}",
-            label(lock_type),
-            label(caller),
-            label(source)
-        );
-    }
 }
 
 /// Off-CPU seconds and waits per wait class and process name (names, not pids: the
@@ -122,45 +104,33 @@ fn offcpu_series(profile: &Profile, out: &mut String) {
         total.0 += row.total_ns;
         total.1 += row.count;
     }
-    header(
+    let class_labels =
+        |(class, process): &(String, String)| labels(&["class", "process"], &[class, process]);
+    metric(
         out,
         "lockpath_offcpu_seconds_total",
         "counter",
         "Time threads spent off the CPU, by wait class and process.",
+        totals
+            .iter()
+            .map(|(key, (total_ns, _))| (class_labels(key), seconds(*total_ns))),
     );
-    for ((class, process), (total_ns, _)) in &totals {
-        let _ = writeln!(
-            out,
-            "lockpath_offcpu_seconds_total{{class=\"{}\",process=\"{}\"}} {}",
-            label(class),
-            label(process),
-            *total_ns as f64 / 1e9
-        );
-    }
-    header(
+    metric(
         out,
         "lockpath_offcpu_waits_total",
         "counter",
         "Times threads left the CPU to wait, by wait class and process.",
+        totals
+            .iter()
+            .map(|(key, (_, count))| (class_labels(key), count)),
     );
-    for ((class, process), (_, count)) in &totals {
-        let _ = writeln!(
-            out,
-            "lockpath_offcpu_waits_total{{class=\"{}\",process=\"{}\"}} {count}",
-            label(class),
-            label(process)
-        );
-    }
 }
-
-/// Highest log2 bucket given its own `le`: 2^25 us (33.6 s); slower requests land in
-/// `+Inf`. Fixed, so every scrape has the same buckets.
-const IO_LAST_BUCKET: usize = 24;
 
 /// Block-IO latency per device and operation as a Prometheus histogram (the kernel's
 /// log2 microsecond buckets, cumulative), and bytes.
 fn io_series(profile: &Profile, out: &mut String) {
     let groups = io_groups(profile);
+    let device_labels = |group: &IoGroup| labels(&["device", "op"], &[&group.device, &group.op]);
     header(
         out,
         "lockpath_io_latency_seconds",
@@ -168,75 +138,35 @@ fn io_series(profile: &Profile, out: &mut String) {
         "Block-IO request latency, issue to completion, by device and operation.",
     );
     for group in &groups {
-        let labels = format!(
-            "device=\"{}\",op=\"{}\"",
-            label(&group.device),
-            label(&group.op)
-        );
-        let mut cumulative = 0;
-        for slot in 0..=IO_LAST_BUCKET {
-            cumulative += group.histogram.get(slot).map_or(0, |bucket| bucket.count);
-            let (_, high_us) = bucket_us(slot);
-            let _ = writeln!(
-                out,
-                "lockpath_io_latency_seconds_bucket{{{labels},le=\"{}\"}} {cumulative}",
-                high_us as f64 / 1e6
-            );
-        }
-        let _ = writeln!(
+        histogram_lines(
             out,
-            "lockpath_io_latency_seconds_bucket{{{labels},le=\"+Inf\"}} {}",
-            group.count
-        );
-        let _ = writeln!(
-            out,
-            "lockpath_io_latency_seconds_sum{{{labels}}} {}",
-            group.total_ns as f64 / 1e9
-        );
-        let _ = writeln!(
-            out,
-            "lockpath_io_latency_seconds_count{{{labels}}} {}",
-            group.count
+            "lockpath_io_latency_seconds",
+            &device_labels(group),
+            |slot| group.histogram.get(slot).map_or(0, |bucket| bucket.count),
+            group.count,
+            group.total_ns,
         );
     }
-    header(
+    metric(
         out,
         "lockpath_io_bytes_total",
         "counter",
         "Bytes of completed block-IO requests, by device and operation.",
+        groups
+            .iter()
+            .map(|group| (device_labels(group), group.bytes)),
     );
-    for group in &groups {
-        let _ = writeln!(
-            out,
-            "lockpath_io_bytes_total{{device=\"{}\",op=\"{}\"}} {}",
-            label(&group.device),
-            label(&group.op),
-            group.bytes
-        );
-    }
 }
 
 fn common_series(profile: &Profile, out: &mut String) {
-    header(
+    metric(
         out,
         "lockpath_recording_seconds",
         "gauge",
         "Seconds since the recording started.",
+        [("", profile.duration_s)],
     );
-    let _ = writeln!(out, "lockpath_recording_seconds {}", profile.duration_s);
-    header(
-        out,
-        "lockpath_lost_events_total",
-        "counter",
-        "Events the kernel side could not record, by cause (the other series are lower bounds).",
-    );
-    for (cause, count) in &profile.losses {
-        let _ = writeln!(
-            out,
-            "lockpath_lost_events_total{{cause=\"{}\"}} {count}",
-            label(cause)
-        );
-    }
+    lost_events(out, &profile.losses);
 }
 
 /// Latency totals and counts of the rpc or func tables, by name and process.
@@ -246,38 +176,27 @@ fn latency_series(
     what: &str,
     groups: &[crate::export::latency::LatencyGroup],
 ) {
-    let seconds = format!("lockpath_{family}_latency_seconds_total");
-    header(
+    let name_labels = |group: &crate::export::latency::LatencyGroup| {
+        labels(&[what, "process"], &[&group.name, &group.process])
+    };
+    metric(
         out,
-        &seconds,
+        &format!("lockpath_{family}_latency_seconds_total"),
         "counter",
         &format!("Time spent in each {what}, by {what} and process."),
+        groups
+            .iter()
+            .map(|group| (name_labels(group), seconds(group.latency.total_ns))),
     );
-    for group in groups {
-        let _ = writeln!(
-            out,
-            "{seconds}{{{what}=\"{}\",process=\"{}\"}} {}",
-            label(&group.name),
-            label(&group.process),
-            group.total_ns as f64 / 1e9
-        );
-    }
-    let count = format!("lockpath_{family}_total");
-    header(
+    metric(
         out,
-        &count,
+        &format!("lockpath_{family}_total"),
         "counter",
         &format!("Completed {what}s, by {what} and process."),
+        groups
+            .iter()
+            .map(|group| (name_labels(group), group.latency.count)),
     );
-    for group in groups {
-        let _ = writeln!(
-            out,
-            "{count}{{{what}=\"{}\",process=\"{}\"}} {}",
-            label(&group.name),
-            label(&group.process),
-            group.count
-        );
-    }
 }
 
 pub fn render(profile: &Profile) -> String {
@@ -406,23 +325,18 @@ mod tests {
             )
         };
         // Cumulative: 0 below 64 us, 90 up to 128 us, all 100 from 4096 us on.
-        assert!(
-            text.contains(&format!("{}0\n", bucket("0.000064"))),
-            "{text}"
-        );
-        assert!(
-            text.contains(&format!("{}90\n", bucket("0.000128"))),
-            "{text}"
-        );
-        assert!(
-            text.contains(&format!("{}90\n", bucket("0.002048"))),
-            "{text}"
-        );
-        assert!(
-            text.contains(&format!("{}100\n", bucket("0.004096"))),
-            "{text}"
-        );
-        assert!(text.contains(&format!("{}100\n", bucket("+Inf"))), "{text}");
+        for (le, count) in [
+            ("0.000064", 0),
+            ("0.000128", 90),
+            ("0.002048", 90),
+            ("0.004096", 100),
+            ("+Inf", 100),
+        ] {
+            assert!(
+                text.contains(&format!("{}{count}\n", bucket(le))),
+                "{le}: {text}"
+            );
+        }
         assert!(
             text.contains("lockpath_io_latency_seconds_sum{device=\"loop0\",op=\"read\"} 0.01\n")
         );

@@ -332,6 +332,41 @@ pub(crate) mod tests {
         profile
     }
 
+    /// `profile_with_two_locks` as the BASE and NEW of a diff, runs of `base_s` and
+    /// `new_s` seconds.
+    pub(crate) fn two_runs(base_s: f64, new_s: f64) -> (Profile, Profile) {
+        let mut base = profile_with_two_locks();
+        base.duration_s = base_s;
+        let mut new = profile_with_two_locks();
+        new.duration_s = new_s;
+        (base, new)
+    }
+
+    /// `profile_with_two_locks` saying how each lock was named: `mmap_lock` from the
+    /// waiting task, the spinlock by its address.
+    pub(crate) fn profile_with_named_locks() -> Profile {
+        let mut profile = profile_with_two_locks();
+        for row in &mut profile.locks {
+            row.lock_name_source = if row.lock_name == "mmap_lock" {
+                "task".into()
+            } else {
+                "address".into()
+            };
+        }
+        profile
+    }
+
+    /// The same run with the spinlock named another way (kallsyms, same name).
+    pub(crate) fn spinlock_renamed(profile: &Profile) -> Profile {
+        let mut renamed = profile.clone();
+        for row in &mut renamed.locks {
+            if row.lock_name == "0xffff1" {
+                row.lock_name_source = "kallsyms".into();
+            }
+        }
+        renamed
+    }
+
     #[test]
     fn groups_by_lock_sorted_by_total_wait() {
         let groups = lock_groups(&profile_with_two_locks(), GroupBy::Lock);
@@ -444,9 +479,9 @@ pub(crate) mod tests {
         }];
         let rpcs = rpc_groups(&profile);
         assert_eq!(rpcs.len(), 1);
-        assert_eq!(rpcs[0].count, 3);
-        assert_eq!(rpcs[0].mean_ns, 100_000_000);
-        assert_eq!(rpcs[0].hist, vec![0, 3]);
+        assert_eq!(rpcs[0].latency.count, 3);
+        assert_eq!(rpcs[0].latency.mean_ns, 100_000_000);
+        assert_eq!(rpcs[0].latency.hist, vec![0, 3]);
         // The leaf of the completion stack that carried the most latency.
         assert_eq!(
             rpcs[0].completed_in.as_deref(),

@@ -11,11 +11,16 @@ pub fn shown_rows(top: usize, len: usize) -> usize {
 
 /// The line under a table that does not show all its rows; empty when it does.
 pub fn more_rows(shown: usize, len: usize) -> String {
-    if shown < len {
-        format!("({} more rows: --top 0 shows all)\n", len - shown)
-    } else {
-        String::new()
+    more_of(shown, len, "rows")
+}
+
+/// The same line naming what was left out (`chains`, `processes`; `""`: nothing named).
+pub fn more_of(shown: usize, len: usize, what: &str) -> String {
+    if shown >= len {
+        return String::new();
     }
+    let space = if what.is_empty() { "" } else { " " };
+    format!("({} more{space}{what}: --top 0 shows all)\n", len - shown)
 }
 
 /// Cuts `text` to `width` characters, marking the cut with `…`.

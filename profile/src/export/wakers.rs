@@ -7,7 +7,11 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::{folded::clean, offcpu::short_stack, table::fit};
+use super::{
+    folded::{clean, clean_frames},
+    offcpu::short_stack,
+    table::fit,
+};
 use crate::profile::{Frame, OffcpuRow, Profile, WakerRow};
 
 /// The waits of some off-CPU rows that one waker (thread and stacks) woke.
@@ -227,18 +231,8 @@ pub fn offwake_samples(profile: &Profile, add: &mut dyn FnMut(Vec<String>, &[u64
             if waker.stack.is_none() {
                 frames.push("[stack lost]".into());
             }
-            frames.extend(
-                profile
-                    .stack_frames(waker.stack)
-                    .iter()
-                    .map(|frame| clean(&frame.display())),
-            );
-            frames.extend(
-                profile
-                    .stack_frames(waker.ustack)
-                    .iter()
-                    .map(|frame| clean(&frame.display())),
-            );
+            frames.extend(clean_frames(profile, waker.stack));
+            frames.extend(clean_frames(profile, waker.ustack));
             frames.push(clean(&if waker.interrupt {
                 INTERRUPT.to_string()
             } else {
@@ -258,7 +252,7 @@ pub fn offwake_samples(profile: &Profile, add: &mut dyn FnMut(Vec<String>, &[u64
 /// The HTML section: per waiting process and class, its top wakers; then the offwake
 /// flamegraph.
 pub fn html_section(profile: &Profile) -> anyhow::Result<String> {
-    use super::{escape::html as esc, html};
+    use super::html;
     let mut out = String::from("<section id=\"offwake\">\n<h2>Who woke the waits</h2>\n");
     let mut groups: BTreeMap<(u32, String), Vec<&OffcpuRow>> = BTreeMap::new();
     for row in &profile.offcpu {
@@ -314,13 +308,15 @@ pub fn html_section(profile: &Profile) -> anyhow::Result<String> {
             &rows,
         ));
     }
-    out.push_str(&format!(
-        "<h3>{}</h3>\n",
-        esc("Off-wake flamegraph (waiter stack, --, waker stack upside down; width: time off CPU)")
-    ));
-    let svg = super::flamegraph::render_svg(profile, crate::kind::Kind::Offwake)?;
-    out.push_str(&html::flamegraph_frame(&svg, "off-wake flamegraph"));
-    out.push_str("</section>\n");
+    html::flamegraph_part(
+        &mut out,
+        profile,
+        crate::kind::Kind::Offwake,
+        Some(
+            "Off-wake flamegraph (waiter stack, --, waker stack upside down; width: time off CPU)",
+        ),
+        "off-wake flamegraph",
+    )?;
     Ok(out)
 }
 
