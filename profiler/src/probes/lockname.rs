@@ -395,34 +395,62 @@ mod tests {
             rt_mutex: None,
         };
         let base = 0xffff_8881_0000_1000u64;
-        // The rwsem itself is not named: its wait_lock stays an address.
-        let mut rows = vec![
-            row(base, "0xffff888100001000", SOURCE_ADDRESS, LCB_F_WRITE),
-            row(base + 20, "0xffff888100001014", SOURCE_ADDRESS, LCB_F_SPIN),
+        let none = WaitLockOffsets::default();
+        // (the lock at `base`, the spinlock 20 bytes on, the offsets) -> the spinlock's
+        // name and source afterwards.
+        let cases = [
+            // The rwsem itself is not named: its wait_lock stays an address.
+            (
+                ("0xffff888100001000", SOURCE_ADDRESS, LCB_F_WRITE),
+                ("0xffff888100001014", SOURCE_ADDRESS),
+                &offsets,
+                ("0xffff888100001014", SOURCE_ADDRESS),
+            ),
+            // A spinlock the kernel side named (another task's pi_lock) keeps its name.
+            (
+                ("mmap_lock", SOURCE_TASK, LCB_F_WRITE),
+                ("pi_lock", SOURCE_OTHER_TASK),
+                &offsets,
+                ("pi_lock", SOURCE_OTHER_TASK),
+            ),
+            // A spinlock is no sleeping lock: nothing is named after it.
+            (
+                ("rq_lock:cpu0", SOURCE_RUNQUEUE, LCB_F_SPIN),
+                ("0xffff888100001014", SOURCE_ADDRESS),
+                &offsets,
+                ("0xffff888100001014", SOURCE_ADDRESS),
+            ),
+            // A kernel without the member (no BTF): nothing renamed.
+            (
+                ("mmap_lock", SOURCE_TASK, LCB_F_WRITE),
+                ("0xffff888100001014", SOURCE_ADDRESS),
+                &none,
+                ("0xffff888100001014", SOURCE_ADDRESS),
+            ),
+            // A slab-named rwsem names its wait_lock, which the member says better
+            // than the cache.
+            (
+                ("&inode->i_rwsem", SOURCE_SLAB, LCB_F_WRITE),
+                ("&inode_cache", SOURCE_SLAB),
+                &offsets,
+                ("&inode->i_rwsem.wait_lock", SOURCE_MEMBER),
+            ),
         ];
-        name_wait_locks(&mut rows, &offsets);
-        assert_eq!(rows[1].lock_name_source, SOURCE_ADDRESS);
-        // A spinlock the kernel side named (another task's pi_lock) keeps its name.
-        let mut rows = vec![
-            row(base, "mmap_lock", SOURCE_TASK, LCB_F_WRITE),
-            row(base + 20, "pi_lock", SOURCE_OTHER_TASK, LCB_F_SPIN),
-        ];
-        name_wait_locks(&mut rows, &offsets);
-        assert_eq!(rows[1].lock_name, "pi_lock");
-        // A spinlock is no sleeping lock: nothing is named after it.
-        let mut rows = vec![
-            row(base, "rq_lock:cpu0", SOURCE_RUNQUEUE, LCB_F_SPIN),
-            row(base + 20, "0xffff888100001014", SOURCE_ADDRESS, LCB_F_SPIN),
-        ];
-        name_wait_locks(&mut rows, &offsets);
-        assert_eq!(rows[1].lock_name_source, SOURCE_ADDRESS);
-        // A kernel without the member (no BTF): nothing renamed.
-        let mut rows = vec![
-            row(base, "mmap_lock", SOURCE_TASK, LCB_F_WRITE),
-            row(base + 20, "0xffff888100001014", SOURCE_ADDRESS, LCB_F_SPIN),
-        ];
-        name_wait_locks(&mut rows, &WaitLockOffsets::default());
-        assert_eq!(rows[1].lock_name_source, SOURCE_ADDRESS);
+        for ((lock, lock_source, flags), (spin, spin_source), offsets, expected) in cases {
+            let mut rows = vec![
+                row(base, lock, lock_source, flags),
+                row(base + 20, spin, spin_source, LCB_F_SPIN),
+            ];
+            name_wait_locks(&mut rows, offsets);
+            assert_eq!(
+                (
+                    rows[1].lock_name.as_str(),
+                    rows[1].lock_name_source.as_str()
+                ),
+                expected,
+                "{lock} ({lock_source})"
+            );
+        }
     }
 
     #[test]

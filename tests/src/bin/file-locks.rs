@@ -141,6 +141,19 @@ fn worker(options: &Options, kind: &str) {
     );
 }
 
+/// Starts this program as a worker of `kind`, its stdin and stdout piped.
+fn spawn_worker(options: &Options, kind: &str) -> std::process::Child {
+    Command::new(std::env::current_exe().expect("own executable"))
+        .args(["--worker", kind])
+        .args(["--rounds", &options.rounds.to_string()])
+        .args(["--hold-us", &options.hold_us.to_string()])
+        .args(["--path", &options.path])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start a worker")
+}
+
 /// `F_SETLEASE` with `kind` (F_RDLCK, F_UNLCK) on `file`; retries while a writer still
 /// has the file open (EAGAIN).
 fn set_lease(file: &File, kind: i32) {
@@ -188,15 +201,7 @@ fn lease_breaker(options: &Options) {
     use std::io::BufRead as _;
     let mut byte = [0u8; 1];
     let _ = std::io::stdin().read(&mut byte);
-    let mut holder = Command::new(std::env::current_exe().expect("own executable"))
-        .args(["--worker", "lease-holder"])
-        .args(["--rounds", &options.rounds.to_string()])
-        .args(["--hold-us", &options.hold_us.to_string()])
-        .args(["--path", &options.path])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start the lease holder");
+    let mut holder = spawn_worker(options, "lease-holder");
     let mut to_holder = holder.stdin.take().expect("holder stdin");
     let mut from_holder = std::io::BufReader::new(holder.stdout.take().expect("holder stdout"));
     let (mut blocked, mut wall) = (Duration::ZERO, Duration::ZERO);
@@ -241,20 +246,10 @@ fn main() {
         None => {}
     }
     File::create(&options.path).expect("create the lock file");
-    let me = std::env::current_exe().expect("own executable");
     let mut children = Vec::new();
     for kind in &options.kinds {
         for _ in 0..options.procs {
-            let child = Command::new(&me)
-                .args(["--worker", kind])
-                .args(["--rounds", &options.rounds.to_string()])
-                .args(["--hold-us", &options.hold_us.to_string()])
-                .args(["--path", &options.path])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("start a worker");
-            children.push(child);
+            children.push(spawn_worker(&options, kind));
         }
     }
     // Every worker is started: let them go at once.
