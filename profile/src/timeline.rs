@@ -15,7 +15,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{lock::lock_type_name, profile::Profile};
+use crate::{
+    lock::lock_type_name,
+    profile::{LockRow, Profile},
+};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Timeline {
@@ -68,8 +71,11 @@ pub fn totals(profile: &Profile) -> Totals {
         entry.1 = entry.1.saturating_add(count);
     };
     for row in &profile.locks {
-        let lock = format!("{} {}", lock_type_name(row.flags), row.lock_name);
-        add(("lock", "lock", lock, None), row.total_ns, row.count);
+        add(
+            ("lock", "lock", lock_key(row), None),
+            row.total_ns,
+            row.count,
+        );
         add(
             ("lock", "process", String::new(), Some(row.pid)),
             row.total_ns,
@@ -89,6 +95,28 @@ pub fn totals(profile: &Profile) -> Totals {
         );
     }
     out
+}
+
+/// A lock series while it is built: its type and address. A lock's name can change
+/// during a recording (a runqueue, or the `wait_lock` of a sleeping lock, is named once
+/// the kernel side or the drain has seen enough), so the name is taken from the final
+/// profile; keyed by name, a renamed lock's whole total would count again.
+fn lock_key(row: &LockRow) -> String {
+    format!("{} @{:x}", lock_type_name(row.flags), row.lock_addr)
+}
+
+/// Each lock series' name in `profile`: `TYPE NAME`, the name a row of that address
+/// gives (one that is not an address, where rows differ).
+fn lock_names(profile: &Profile) -> BTreeMap<String, String> {
+    let mut names: BTreeMap<String, String> = BTreeMap::new();
+    for row in &profile.locks {
+        let name = format!("{} {}", lock_type_name(row.flags), row.lock_name);
+        let entry = names.entry(lock_key(row)).or_insert_with(|| name.clone());
+        if entry.ends_with(&format!("0x{:x}", row.lock_addr)) {
+            *entry = name;
+        }
+    }
+    names
 }
 
 /// Builds a timeline from the totals read at each boundary.
@@ -134,8 +162,31 @@ impl Builder {
     /// programs were detached) at its duration; process series get their names.
     pub fn finish(mut self, profile: &Profile) -> Timeline {
         self.add(profile.duration_s, totals(profile));
-        let mut series: Vec<Series> = self
-            .columns
+        let lock_names = lock_names(profile);
+        // Locks by their final names; locks of one name (each process's `mmap_lock`)
+        // are one series.
+        let mut named: BTreeMap<SeriesKey, (Vec<u64>, Vec<u64>)> = BTreeMap::new();
+        for ((family, by, name, pid), (wait_ns, count)) in self.columns {
+            let name = match (family, by) {
+                ("lock", "lock") => lock_names.get(&name).cloned().unwrap_or(name),
+                _ => name,
+            };
+            match named.entry((family, by, name, pid)) {
+                std::collections::btree_map::Entry::Vacant(slot) => {
+                    slot.insert((wait_ns, count));
+                }
+                std::collections::btree_map::Entry::Occupied(mut slot) => {
+                    let (sum_ns, sum_count) = slot.get_mut();
+                    for (sum, add) in sum_ns.iter_mut().zip(&wait_ns) {
+                        *sum = sum.saturating_add(*add);
+                    }
+                    for (sum, add) in sum_count.iter_mut().zip(&count) {
+                        *sum = sum.saturating_add(*add);
+                    }
+                }
+            }
+        }
+        let mut series: Vec<Series> = named
             .into_iter()
             .map(|((family, by, name, pid), (wait_ns, count))| Series {
                 family: family.into(),
@@ -371,6 +422,38 @@ mod tests {
         };
         assert!(text.contains("lock wait by lock"), "{text}");
         crate::export::table::assert_fits_100_columns(&text);
+    }
+
+    #[test]
+    fn a_lock_named_late_counts_once() {
+        let mut profile = profile_with_two_locks();
+        let mut builder = Builder::new(1.0);
+        // The first read knows the spinlock only by its address; the final profile has
+        // its name.
+        let mut early = profile.clone();
+        for row in &mut early.locks {
+            row.lock_name = format!("0x{:x}", row.lock_addr).into();
+            row.total_ns /= 2;
+            row.count /= 2;
+        }
+        builder.add(1.0, totals(&early));
+        for row in &mut profile.locks {
+            row.lock_name = format!("named{:x}", row.lock_addr).into();
+        }
+        profile.duration_s = 2.0;
+        let timeline = builder.finish(&profile);
+        let locks: Vec<&Series> = timeline
+            .series
+            .iter()
+            .filter(|series| series.by == "lock")
+            .collect();
+        let by_rows: u64 = profile.locks.iter().map(|row| row.total_ns).sum();
+        let by_series: u64 = locks.iter().map(|series| series.total_ns()).sum();
+        assert_eq!(by_series, by_rows, "{locks:?}");
+        assert!(
+            locks.iter().all(|series| series.name.contains("named")),
+            "{locks:?}"
+        );
     }
 
     #[test]

@@ -639,11 +639,19 @@ mod tests {
         assert!(Btf::parse(&cut).is_err());
     }
 
+    /// This machine's BTF, or `None` (and a line saying why the test skips).
+    fn this_kernel() -> Option<Btf> {
+        let btf = Btf::from_sys_fs().ok();
+        if btf.is_none() {
+            eprintln!("SKIP: no /sys/kernel/btf/vmlinux here");
+        }
+        btf
+    }
+
     #[test]
     fn this_kernel_when_available() {
         // Real BTF, when the machine has it: offsets exist and are plausible.
-        let Ok(btf) = Btf::from_sys_fs() else {
-            eprintln!("SKIP: no /sys/kernel/btf/vmlinux here");
+        let Some(btf) = this_kernel() else {
             return;
         };
         let mm = btf
@@ -680,8 +688,7 @@ mod tests {
 
     #[test]
     fn lock_members_by_offset_on_this_kernel() {
-        let Ok(btf) = Btf::from_sys_fs() else {
-            eprintln!("SKIP: no /sys/kernel/btf/vmlinux here");
+        let Some(btf) = this_kernel() else {
             return;
         };
         let f_pos_lock = btf

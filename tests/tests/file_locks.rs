@@ -36,6 +36,22 @@ fn workers(stdout: &str) -> Vec<Worker> {
         .collect()
 }
 
+/// Records the `file-locks` workload with `args` off the CPU into `profile_path`;
+/// returns lockpath's stdout (the summary and the workers' lines).
+fn record_file_locks(profile_path: &std::path::Path, args: &[&str]) -> String {
+    let workload = workload("file-locks");
+    let mut record = vec![
+        "record",
+        "--offcpu-all",
+        "-o",
+        path_str(profile_path),
+        "--",
+        path_str(&workload),
+    ];
+    record.extend_from_slice(args);
+    record_ok(&record).0
+}
+
 #[test]
 fn file_lock_waits_are_classed_timed_and_their_holders_named() {
     if !can_load_programs("file_lock_waits_are_classed_timed_and_their_holders_named") {
@@ -44,23 +60,19 @@ fn file_lock_waits_are_classed_timed_and_their_holders_named() {
     let dir = scratch("file-locks");
     let profile_path = dir.join("locks.json");
     let lock_file = dir.join("the-file");
-    let workload = workload("file-locks");
-    let (stdout, _) = record_ok(&[
-        "record",
-        "--offcpu-all",
-        "-o",
-        path_str(&profile_path),
-        "--",
-        path_str(&workload),
-        "--procs",
-        "3",
-        "--rounds",
-        "40",
-        "--hold-us",
-        "2000",
-        "--path",
-        path_str(&lock_file),
-    ]);
+    let stdout = record_file_locks(
+        &profile_path,
+        &[
+            "--procs",
+            "3",
+            "--rounds",
+            "40",
+            "--hold-us",
+            "2000",
+            "--path",
+            path_str(&lock_file),
+        ],
+    );
     let workers = workers(&stdout);
     assert_eq!(workers.len(), 9, "3 workers of each kind:\n{stdout}");
     let profile = load_json(&profile_path);
@@ -209,23 +221,20 @@ fn file_lock_waits_are_classed_timed_and_their_holders_named() {
 /// Records the workload with only `kind` locks; returns the profile path.
 fn record_kind(dir: &std::path::Path, kind: &str) -> std::path::PathBuf {
     let profile_path = dir.join(format!("{kind}.json"));
-    let workload = workload("file-locks");
-    record_ok(&[
-        "record",
-        "--offcpu-all",
-        "-o",
-        path_str(&profile_path),
-        "--",
-        path_str(&workload),
-        "--kinds",
-        kind,
-        "--procs",
-        "3",
-        "--rounds",
-        "30",
-        "--path",
-        path_str(&dir.join(format!("{kind}-file"))),
-    ]);
+    let lock_file = dir.join(format!("{kind}-file"));
+    record_file_locks(
+        &profile_path,
+        &[
+            "--kinds",
+            kind,
+            "--procs",
+            "3",
+            "--rounds",
+            "30",
+            "--path",
+            path_str(&lock_file),
+        ],
+    );
     profile_path
 }
 
@@ -294,25 +303,22 @@ fn lease_breaks_are_file_lock_waits_held_by_the_lease_holder() {
     }
     let dir = scratch("file-leases");
     let profile_path = dir.join("leases.json");
-    let workload = workload("file-locks");
-    let (stdout, _) = record_ok(&[
-        "record",
-        "--offcpu-all",
-        "-o",
-        path_str(&profile_path),
-        "--",
-        path_str(&workload),
-        "--kinds",
-        "lease",
-        "--procs",
-        "2",
-        "--rounds",
-        "20",
-        "--hold-us",
-        "5000",
-        "--path",
-        path_str(&dir.join("the-file")),
-    ]);
+    let lock_file = dir.join("the-file");
+    let stdout = record_file_locks(
+        &profile_path,
+        &[
+            "--kinds",
+            "lease",
+            "--procs",
+            "2",
+            "--rounds",
+            "20",
+            "--hold-us",
+            "5000",
+            "--path",
+            path_str(&lock_file),
+        ],
+    );
     let workers = workers(&stdout);
     let breakers: Vec<&Worker> = workers.iter().filter(|w| w.kind == "lease").collect();
     let holders: Vec<u64> = workers

@@ -121,18 +121,7 @@ fn most_lock_wait_is_on_named_locks() {
 /// Byte offset of `member` in `struct name` from the kernel's BTF, as bpftool prints it
 /// (ground truth independent of lockpath's own BTF reader).
 fn btf_member_offset(name: &str, member: &str) -> Option<u64> {
-    let output = std::process::Command::new("bpftool")
-        .args([
-            "btf",
-            "dump",
-            "file",
-            "/sys/kernel/btf/vmlinux",
-            "format",
-            "raw",
-        ])
-        .output()
-        .ok()?;
-    let text = String::from_utf8_lossy(&output.stdout);
+    let text = bpftool_btf()?;
     let mut lines = text.lines();
     lines.find(|line| line.contains(&format!("STRUCT '{name}' ")))?;
     lines
@@ -225,6 +214,13 @@ fn wait_lock_of_mmap_lock_is_named_after_it() {
 /// Whether the running kernel's BTF has the function `name`, as bpftool reads it
 /// (independent of lockpath's own BTF reader).
 fn kernel_has_function(name: &str) -> bool {
+    bpftool_btf()
+        .expect("run bpftool")
+        .contains(&format!("FUNC '{name}' "))
+}
+
+/// The running kernel's BTF as `bpftool btf dump ... format raw` prints it.
+fn bpftool_btf() -> Option<String> {
     let output = std::process::Command::new("bpftool")
         .args([
             "btf",
@@ -235,8 +231,8 @@ fn kernel_has_function(name: &str) -> bool {
             "raw",
         ])
         .output()
-        .expect("run bpftool");
-    String::from_utf8_lossy(&output.stdout).contains(&format!("FUNC '{name}' "))
+        .ok()?;
+    Some(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
 /// A lock inside a slab object is named after its slab cache, and its struct member
