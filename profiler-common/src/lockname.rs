@@ -42,7 +42,8 @@ pub struct SlabName {
     pub _pad: u32,
 }
 
-/// Locks whose slab cache is noted (`LOCK_SLAB_NAMES`, LRU).
+/// Locks whose slab cache is noted (`LOCK_SLAB_NAMES`; when full, further ones stay
+/// addresses).
 pub const LOCK_SLAB_NAMES_ENTRIES: u32 = 4096;
 
 /// Struct offsets from BTF for naming locks, the load-time global `LOCK_NAME_LAYOUT`.

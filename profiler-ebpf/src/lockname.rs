@@ -15,7 +15,7 @@ use aya_ebpf::{
         generated::{bpf_get_current_task, bpf_get_smp_processor_id},
     },
     macros::map,
-    maps::{Array, LruHashMap},
+    maps::{Array, HashMap},
 };
 use profiler_common::{
     lock::{LOCK_CLASS_MMAP_LOCK, LOCK_CLASS_UNKNOWN},
@@ -46,10 +46,13 @@ macro_rules! layout {
 #[map]
 pub static LOCK_RQ_ADDRS: Array<u64> = Array::with_max_entries(LOCK_RQ_ADDRS_ENTRIES, 0);
 
-/// The slab cache names of locks in slab objects, by lock address.
+/// The slab cache names of locks in slab objects, by lock address. A plain hash map,
+/// not an LRU one: it is written inside lock contention, where the hash map's bucket
+/// lock guards against recursion on the same CPU and an LRU list's locks do not. When
+/// full, further slab locks stay addresses.
 #[map]
-pub static LOCK_SLAB_NAMES: LruHashMap<u64, SlabName> =
-    LruHashMap::with_max_entries(LOCK_SLAB_NAMES_ENTRIES, 0);
+pub static LOCK_SLAB_NAMES: HashMap<u64, SlabName> =
+    HashMap::with_max_entries(LOCK_SLAB_NAMES_ENTRIES, 0);
 
 /// `bpf_get_kmem_cache(addr)`: the `struct kmem_cache *` of the slab object holding
 /// `addr`, or 0. The call is a stand-in that user space rewrites before loading
