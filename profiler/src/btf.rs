@@ -292,6 +292,75 @@ impl Btf {
         None
     }
 
+    /// The per-CPU variable (BTF `DATASEC .data..percpu`) that holds byte `offset` of a
+    /// CPU's per-CPU area, and the lock member starting there: `runqueues.__lock`,
+    /// `timer_bases.lock` (or the variable alone when it is a lock). `None` when no
+    /// lock starts there.
+    pub fn percpu_lock_at(&self, offset: u32) -> Option<String> {
+        let section = self
+            .types
+            .iter()
+            .find(|ty| ty.kind == KIND_DATASEC && ty.name == ".data..percpu")?;
+        for entry in &section.members {
+            let var = self.types.get(entry.type_id as usize)?;
+            let Some(mut inner) = self.resolve(var.type_id) else {
+                continue;
+            };
+            let mut type_id = var.type_id;
+            let mut name = var.name.clone();
+            let start = entry.bit_offset;
+            let Some(mut within) = offset.checked_sub(start) else {
+                continue;
+            };
+            // A per-CPU array of structs (`timer_bases[NR_BASES]`): the element.
+            if inner.kind == KIND_ARRAY {
+                let Some(&Member {
+                    type_id: element,
+                    bit_offset: count,
+                    ..
+                }) = inner.members.first()
+                else {
+                    continue;
+                };
+                let Some(element_type) = self.resolve(element) else {
+                    continue;
+                };
+                let size = element_type.type_id;
+                if !matches!(element_type.kind, KIND_STRUCT | KIND_UNION)
+                    || size == 0
+                    || within >= size.saturating_mul(count)
+                {
+                    continue;
+                }
+                name = format!("{name}[{}]", within / size);
+                within %= size;
+                (inner, type_id) = (element_type, element);
+            }
+            if !matches!(inner.kind, KIND_STRUCT | KIND_UNION) || within >= inner.type_id {
+                continue;
+            }
+            if within == 0 && self.is_lock_type(type_id) {
+                return Some(name);
+            }
+            return self
+                .lock_path(inner, within * 8, 0)
+                .map(|path| format!("{name}.{path}"));
+        }
+        None
+    }
+
+    /// The offset of the per-CPU variable `name` in a CPU's per-CPU area.
+    pub fn percpu_offset(&self, name: &str) -> Option<u32> {
+        let section = self
+            .types
+            .iter()
+            .find(|ty| ty.kind == KIND_DATASEC && ty.name == ".data..percpu")?;
+        section.members.iter().find_map(|entry| {
+            let var = self.types.get(entry.type_id as usize)?;
+            (var.kind == KIND_VAR && var.name == name).then_some(entry.bit_offset)
+        })
+    }
+
     /// Whether type `id` (through typedefs and qualifiers) is one of the kernel's locks.
     fn is_lock_type(&self, mut id: u32) -> bool {
         const LOCKS: &[&str] = &[
@@ -431,7 +500,15 @@ fn parse_types<'a>(
         let mut members = Vec::new();
         let extra = match kind {
             KIND_INT | KIND_VAR | KIND_DECL_TAG => 4,
-            KIND_ARRAY => 12,
+            KIND_ARRAY => {
+                // (element type, index type, elements): kept as (element type, count).
+                members.push(Member {
+                    name: String::new(),
+                    type_id: u32_at(cursor)?,
+                    bit_offset: u32_at(cursor + 8)?,
+                });
+                12
+            }
             KIND_STRUCT | KIND_UNION => {
                 for index in 0..vlen {
                     let base = cursor + index * 12;
@@ -474,7 +551,19 @@ fn parse_types<'a>(
                 }
                 vlen * 12
             }
-            KIND_DATASEC => vlen * 12,
+            KIND_DATASEC => {
+                // (variable, offset, size) per entry: kept as (the VAR's id, offset in
+                // bytes in `bit_offset`).
+                for index in 0..vlen {
+                    let base = cursor + index * 12;
+                    members.push(Member {
+                        name: String::new(),
+                        type_id: u32_at(base)?,
+                        bit_offset: u32_at(base + 4)?,
+                    });
+                }
+                vlen * 12
+            }
             _ => 0,
         };
         cursor += extra;
@@ -712,6 +801,27 @@ mod tests {
         assert_eq!(
             btf.lock_member_at("mm_struct", mmap_lock).as_deref(),
             Some("mmap_lock")
+        );
+        // The runqueue lock by the per-CPU area's layout.
+        let runqueues = btf.percpu_offset("runqueues").expect("per-CPU runqueues");
+        let rq_lock = btf
+            .member_offset("rq", "__lock")
+            .expect("rq.__lock (5.14+)");
+        assert_eq!(
+            btf.percpu_lock_at(runqueues + rq_lock).as_deref(),
+            Some("runqueues.__lock")
+        );
+        assert_eq!(btf.percpu_lock_at(runqueues + rq_lock + 1), None);
+        // An array of them: the second timer base's lock.
+        let timer_bases = btf
+            .percpu_offset("timer_bases")
+            .expect("per-CPU timer_bases");
+        let base_lock = btf
+            .member_offset("timer_base", "lock")
+            .expect("timer_base.lock");
+        assert_eq!(
+            btf.percpu_lock_at(timer_bases + base_lock).as_deref(),
+            Some("timer_bases[0].lock")
         );
         // No lock starts one byte into one, or at a plain field.
         assert_eq!(btf.lock_member_at("file", f_pos_lock + 1), None);

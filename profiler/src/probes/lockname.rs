@@ -42,6 +42,9 @@ pub const SOURCE_MEMBER: &str = "member";
 /// `bpf_get_kmem_cache`.
 pub const SOURCE_SLAB: &str = "slab";
 
+/// A lock in a CPU's per-CPU area, by the per-CPU variable's BTF (`timer_bases.lock:cpu1`).
+pub const SOURCE_PERCPU: &str = "percpu";
+
 /// The kfunc that names a slab object's cache (Linux 6.13).
 pub const KMEM_CACHE_KFUNC: &str = "bpf_get_kmem_cache";
 
@@ -186,6 +189,9 @@ pub fn layout() -> LockNameLayout {
 pub struct LockNamer {
     /// Runqueue lock address -> CPU.
     rq_locks: HashMap<u64, u32>,
+    /// Each CPU's per-CPU area (derived from its runqueue lock), for the other per-CPU
+    /// locks; empty without BTF.
+    percpu_bases: Vec<(u32, u64)>,
     /// Lock address -> the slab cache of its object.
     slab_caches: HashMap<u64, String>,
 }
@@ -200,8 +206,9 @@ impl LockNamer {
                 rq_locks.insert(addr, cpu as u32);
             }
         }
-        let mut slab_caches = HashMap::new();
         let btf = Btf::vmlinux().ok();
+        let percpu_bases = btf.map_or_else(Vec::new, |btf| percpu_bases(btf, &rq_locks));
+        let mut slab_caches = HashMap::new();
         for (addr, slab) in maps.entries::<u64, SlabName>(names::LOCK_SLAB_NAMES)? {
             let end = slab
                 .name
@@ -215,6 +222,7 @@ impl LockNamer {
         }
         Ok(LockNamer {
             rq_locks,
+            percpu_bases,
             slab_caches,
         })
     }
@@ -244,6 +252,9 @@ impl LockNamer {
         if let Some(cpu) = self.rq_locks.get(&addr) {
             return (format!("rq_lock:cpu{cpu}"), SOURCE_RUNQUEUE);
         }
+        if let Some(name) = self.percpu_name(addr) {
+            return (name, SOURCE_PERCPU);
+        }
         let name = stacks.lock_name(addr);
         let source = if name.starts_with("0x") {
             SOURCE_ADDRESS
@@ -252,6 +263,37 @@ impl LockNamer {
         };
         (name, source)
     }
+}
+
+impl LockNamer {
+    /// `VARIABLE.MEMBER:cpuN` for a lock in CPU N's per-CPU area (`timer_bases.lock`).
+    fn percpu_name(&self, addr: u64) -> Option<String> {
+        let btf = Btf::vmlinux().ok()?;
+        self.percpu_bases.iter().find_map(|&(cpu, base)| {
+            let offset = u32::try_from(addr.checked_sub(base)?).ok()?;
+            let name = btf.percpu_lock_at(offset)?;
+            Some(format!("{name}:cpu{cpu}"))
+        })
+    }
+}
+
+/// Each CPU's per-CPU area base: its runqueue lock's address minus where that lock lies
+/// in the area (the `runqueues` variable's offset plus `rq.__lock`'s), from BTF.
+fn percpu_bases(btf: &Btf, rq_locks: &HashMap<u64, u32>) -> Vec<(u32, u64)> {
+    let Some(runqueues) = btf.percpu_offset("runqueues") else {
+        return Vec::new();
+    };
+    let Ok(lock) = btf
+        .member_offset("rq", "__lock")
+        .or_else(|_| btf.member_offset("rq", "lock"))
+    else {
+        return Vec::new();
+    };
+    let within = u64::from(runqueues) + u64::from(lock);
+    rq_locks
+        .iter()
+        .filter_map(|(&addr, &cpu)| Some((cpu, addr.checked_sub(within)?)))
+        .collect()
 }
 
 /// Slab caches of one struct type whose cache is not named after it.
@@ -451,6 +493,32 @@ mod tests {
                 "{lock} ({lock_source})"
             );
         }
+    }
+
+    #[test]
+    fn percpu_locks_are_found_from_a_runqueue_lock() {
+        let Ok(btf) = Btf::vmlinux() else {
+            eprintln!("SKIP: no kernel BTF here");
+            return;
+        };
+        let offset = |var: &str| u64::from(btf.percpu_offset(var).expect(var));
+        let member = |ty: &str, path: &str| u64::from(btf.member_offset(ty, path).expect(path));
+        // CPU 3's per-CPU area at a made-up base: its runqueue lock, as the kernel side
+        // notes it, places every other per-CPU variable.
+        let base = 0xffff_8880_7fd8_0000u64;
+        let rq_lock = base + offset("runqueues") + member("rq", "__lock");
+        let namer = LockNamer {
+            rq_locks: HashMap::from([(rq_lock, 3)]),
+            percpu_bases: percpu_bases(btf, &HashMap::from([(rq_lock, 3)])),
+            slab_caches: HashMap::new(),
+        };
+        let hrtimer = base + offset("hrtimer_bases") + member("hrtimer_cpu_base", "lock");
+        assert_eq!(
+            namer.percpu_name(hrtimer).as_deref(),
+            Some("hrtimer_bases.lock:cpu3")
+        );
+        assert_eq!(namer.percpu_name(hrtimer + 1), None);
+        assert_eq!(namer.percpu_name(base - 8), None);
     }
 
     #[test]
