@@ -913,8 +913,16 @@ fn check_names(args: &[String]) {
             }
             mmap_lock |= row["lock_name"] == "mmap_lock" && source == "task";
         }
-        if total == 0 {
+        if total == 0 && index == 0 {
             fail(format!("{path}: no lock wait recorded"));
+        }
+        if total == 0 {
+            // The open/close storm contends spinlocks only (the fd table's); under
+            // emulation, with the host running one vCPU at a time, they may never queue.
+            // Nothing to name then: said, not counted (the host's root test asserts it).
+            println!("{path}: no lock wait recorded (spinlocks did not queue here)");
+            shares.push("no wait".into());
+            continue;
         }
         let share = named as f64 / total as f64;
         println!(
