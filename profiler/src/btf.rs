@@ -57,6 +57,8 @@ struct Type {
 pub struct Btf {
     types: Vec<Type>,
     by_name: HashMap<String, Vec<u32>>,
+    /// The id of `DATASEC .data..percpu` (the per-CPU variables), found once.
+    percpu: Option<usize>,
 }
 
 impl Btf {
@@ -138,7 +140,21 @@ impl Btf {
                 by_name.entry(ty.name.clone()).or_default().push(id as u32);
             }
         }
-        Btf { types, by_name }
+        let percpu = types
+            .iter()
+            .position(|ty| ty.kind == KIND_DATASEC && ty.name == ".data..percpu");
+        Btf {
+            types,
+            by_name,
+            percpu,
+        }
+    }
+
+    /// The per-CPU variables' section, and its size in bytes.
+    fn percpu_section(&self) -> Option<(&Type, u32)> {
+        let section = self.types.get(self.percpu?)?;
+        // A DATASEC's `type_id` holds its size.
+        Some((section, section.type_id))
     }
 
     /// The type id of the kernel function `name` (a BTF `FUNC`), as a kfunc call names
@@ -297,10 +313,10 @@ impl Btf {
     /// `timer_bases.lock` (or the variable alone when it is a lock). `None` when no
     /// lock starts there.
     pub fn percpu_lock_at(&self, offset: u32) -> Option<String> {
-        let section = self
-            .types
-            .iter()
-            .find(|ty| ty.kind == KIND_DATASEC && ty.name == ".data..percpu")?;
+        let (section, size) = self.percpu_section()?;
+        if offset >= size {
+            return None;
+        }
         for entry in &section.members {
             let var = self.types.get(entry.type_id as usize)?;
             let Some(mut inner) = self.resolve(var.type_id) else {
@@ -351,10 +367,7 @@ impl Btf {
 
     /// The offset of the per-CPU variable `name` in a CPU's per-CPU area.
     pub fn percpu_offset(&self, name: &str) -> Option<u32> {
-        let section = self
-            .types
-            .iter()
-            .find(|ty| ty.kind == KIND_DATASEC && ty.name == ".data..percpu")?;
+        let (section, _) = self.percpu_section()?;
         section.members.iter().find_map(|entry| {
             let var = self.types.get(entry.type_id as usize)?;
             (var.kind == KIND_VAR && var.name == name).then_some(entry.bit_offset)

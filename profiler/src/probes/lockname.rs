@@ -192,6 +192,8 @@ pub struct LockNamer {
     /// Each CPU's per-CPU area (derived from its runqueue lock), for the other per-CPU
     /// locks; empty without BTF.
     percpu_bases: Vec<(u32, u64)>,
+    /// The kernel's BTF, which names the per-CPU variables.
+    btf: Option<&'static Btf>,
     /// Lock address -> the slab cache of its object.
     slab_caches: HashMap<u64, String>,
 }
@@ -223,6 +225,7 @@ impl LockNamer {
         Ok(LockNamer {
             rq_locks,
             percpu_bases,
+            btf,
             slab_caches,
         })
     }
@@ -268,7 +271,7 @@ impl LockNamer {
 impl LockNamer {
     /// `VARIABLE.MEMBER:cpuN` for a lock in CPU N's per-CPU area (`timer_bases.lock`).
     fn percpu_name(&self, addr: u64) -> Option<String> {
-        let btf = Btf::vmlinux().ok()?;
+        let btf = self.btf?;
         self.percpu_bases.iter().find_map(|&(cpu, base)| {
             let offset = u32::try_from(addr.checked_sub(base)?).ok()?;
             let name = btf.percpu_lock_at(offset)?;
@@ -510,6 +513,7 @@ mod tests {
         let namer = LockNamer {
             rq_locks: HashMap::from([(rq_lock, 3)]),
             percpu_bases: percpu_bases(btf, &HashMap::from([(rq_lock, 3)])),
+            btf: Some(btf),
             slab_caches: HashMap::new(),
         };
         let hrtimer = base + offset("hrtimer_bases") + member("hrtimer_cpu_base", "lock");
