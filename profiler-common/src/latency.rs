@@ -39,21 +39,13 @@ pub fn log2_slot(ns: u64) -> usize {
 pub fn log2_slot_of<const SLOTS: usize>(value: u64) -> usize {
     let mut value = value;
     let mut log = 0u32;
-    let shift = ((value > 0xFFFF_FFFF) as u32) << 5;
-    value >>= shift;
-    log |= shift;
-    let shift = ((value > 0xFFFF) as u32) << 4;
-    value >>= shift;
-    log |= shift;
-    let shift = ((value > 0xFF) as u32) << 3;
-    value >>= shift;
-    log |= shift;
-    let shift = ((value > 0xF) as u32) << 2;
-    value >>= shift;
-    log |= shift;
-    let shift = ((value > 0x3) as u32) << 1;
-    value >>= shift;
-    log |= shift;
+    // Halve the search each step: is the value 2^32 or more? then 2^16 in what is left...
+    // (a constant trip count: the compiler unrolls it.)
+    for bits in [32u32, 16, 8, 4, 2] {
+        let shift = ((value >> bits != 0) as u32) * bits;
+        value >>= shift;
+        log |= shift;
+    }
     log |= (value >> 1) as u32;
     let slot = log as usize;
     if slot >= SLOTS {
@@ -83,6 +75,12 @@ mod tests {
         assert_eq!(log2_slot(u64::MAX), HIST_SLOTS - 1);
         for shift in 0..HIST_SLOTS {
             assert_eq!(log2_slot(1 << shift), shift);
+        }
+        // Every power of two, and its neighbours, against the integer log2.
+        for shift in 1..64 {
+            for value in [(1u64 << shift) - 1, 1 << shift, (1 << shift) + 1] {
+                assert_eq!(log2_slot_of::<64>(value), value.ilog2() as usize, "{value}");
+            }
         }
     }
 

@@ -128,19 +128,28 @@ fn describe(rq: u64, open: &mut IoInFlight) {
     open.bytes = read_u32(rq + layout.data_len as u64);
 }
 
+/// The open entry at `rq` when this event continues its request (a requeued request
+/// back in the queue, or an inserted one issued), else `None`. An entry this event does
+/// not continue is stale (its completion was missed): counted, and `stale` set.
+#[inline(always)]
+fn continued(rq: u64, is_issue: bool, stale: &mut bool) -> Option<*mut IoInFlight> {
+    let open = IO_INFLIGHT.get_ptr_mut(rq)?;
+    // SAFETY: element of a hash map from a successful lookup.
+    if seen_again(unsafe { &*open }, read_alloc_ns(rq), is_issue) == Seen::Continue {
+        return Some(open);
+    }
+    count_loss(IO_STALE_REPLACED);
+    *stale = true;
+    None
+}
+
 /// `block_rq_insert`: the request `rq` enters the scheduler's queue.
 pub fn on_rq_insert(rq: u64) {
     let now = now_ns();
     let mut stale = false;
-    if let Some(open) = IO_INFLIGHT.get_ptr_mut(rq) {
-        // SAFETY: element of a hash map from a successful lookup.
-        let seen = seen_again(unsafe { &*open }, read_alloc_ns(rq), false);
-        if seen == Seen::Continue {
-            // Back in the queue after a requeue: same request, same submitter.
-            return;
-        }
-        count_loss(IO_STALE_REPLACED);
-        stale = true;
+    if continued(rq, false, &mut stale).is_some() {
+        // Back in the queue after a requeue: same request, same submitter.
+        return;
     }
     start(rq, now, 0, stale);
 }
@@ -149,27 +158,22 @@ pub fn on_rq_insert(rq: u64) {
 pub fn on_rq_issue(rq: u64) {
     let now = now_ns();
     let mut stale = false;
-    if let Some(open) = IO_INFLIGHT.get_ptr_mut(rq) {
-        // SAFETY: element of a hash map from a successful lookup.
-        let seen = seen_again(unsafe { &*open }, read_alloc_ns(rq), true);
-        if seen == Seen::Continue {
-            // SAFETY: as above; a request is issued on one CPU at a time.
-            unsafe {
-                let requeued = (*open).flags & IO_FLIGHT_REQUEUED != 0;
-                (*open).issue_ns = now;
-                (*open).flags &= !IO_FLIGHT_REQUEUED;
-                if !requeued {
-                    // First issue: merges may have grown it since the insert. After a
-                    // requeue the request keeps the size of its first issue.
-                    describe(rq, &mut *open);
-                }
-            }
-            return;
+    let Some(open) = continued(rq, true, &mut stale) else {
+        start(rq, 0, now, stale);
+        return;
+    };
+    // SAFETY: element of a hash map from a successful lookup; a request is issued on one
+    // CPU at a time.
+    unsafe {
+        let requeued = (*open).flags & IO_FLIGHT_REQUEUED != 0;
+        (*open).issue_ns = now;
+        (*open).flags &= !IO_FLIGHT_REQUEUED;
+        if !requeued {
+            // First issue: merges may have grown it since the insert. After a requeue
+            // the request keeps the size of its first issue.
+            describe(rq, &mut *open);
         }
-        count_loss(IO_STALE_REPLACED);
-        stale = true;
     }
-    start(rq, 0, now, stale);
 }
 
 /// A request seen for the first time: admitted when the current task is a target.

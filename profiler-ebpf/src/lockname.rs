@@ -187,40 +187,51 @@ pub fn classify(lock_addr: u64) -> u32 {
             return LOCK_CLASS_RQ_LOCK;
         }
     }
-    let mm = read_ptr(task, layout!(task_mm));
-    if is_member(lock_addr, mm, layout!(mm_mmap_lock)) {
-        return LOCK_CLASS_MMAP_LOCK;
-    }
-    if is_member(lock_addr, mm, layout!(mm_page_table_lock)) {
-        return LOCK_CLASS_PAGE_TABLE_LOCK;
-    }
-    let files = read_ptr(task, layout!(task_files));
-    if is_member(lock_addr, files, layout!(files_file_lock)) {
-        return LOCK_CLASS_FILE_LOCK;
-    }
-    let sighand = read_ptr(task, layout!(task_sighand));
-    if is_member(lock_addr, sighand, layout!(sighand_siglock)) {
-        return LOCK_CLASS_SIGLOCK;
-    }
-    let fs = read_ptr(task, layout!(task_fs));
-    if is_member(lock_addr, fs, layout!(fs_lock)) {
-        return LOCK_CLASS_FS_LOCK;
-    }
-    let signal = read_ptr(task, layout!(task_signal));
-    if is_member(lock_addr, signal, layout!(signal_cred_guard)) {
-        return LOCK_CLASS_CRED_GUARD;
-    }
-    // A task's own pi_lock / alloc_lock, or another task's (wake-ups take the wakee's).
-    if layout!(task_pi_lock) != NO_OFFSET && lock_addr > layout!(task_pi_lock) as u64 {
-        let candidate = lock_addr - layout!(task_pi_lock) as u64;
-        if candidate == task || is_task(candidate) {
-            return LOCK_CLASS_PI_LOCK;
+    // Locks in the structures the task points to: (the pointer in the task, the lock
+    // in what it points to, the class).
+    let pointed = [
+        (
+            layout!(task_mm),
+            layout!(mm_mmap_lock),
+            LOCK_CLASS_MMAP_LOCK,
+        ),
+        (
+            layout!(task_mm),
+            layout!(mm_page_table_lock),
+            LOCK_CLASS_PAGE_TABLE_LOCK,
+        ),
+        (
+            layout!(task_files),
+            layout!(files_file_lock),
+            LOCK_CLASS_FILE_LOCK,
+        ),
+        (
+            layout!(task_sighand),
+            layout!(sighand_siglock),
+            LOCK_CLASS_SIGLOCK,
+        ),
+        (layout!(task_fs), layout!(fs_lock), LOCK_CLASS_FS_LOCK),
+        (
+            layout!(task_signal),
+            layout!(signal_cred_guard),
+            LOCK_CLASS_CRED_GUARD,
+        ),
+    ];
+    for (pointer, member, class) in pointed {
+        if is_member(lock_addr, read_ptr(task, pointer), member) {
+            return class;
         }
     }
-    if layout!(task_alloc_lock) != NO_OFFSET && lock_addr > layout!(task_alloc_lock) as u64 {
-        let candidate = lock_addr - layout!(task_alloc_lock) as u64;
-        if candidate == task || is_task(candidate) {
-            return LOCK_CLASS_ALLOC_LOCK;
+    // A task's own pi_lock / alloc_lock, or another task's (wake-ups take the wakee's).
+    for (member, class) in [
+        (layout!(task_pi_lock), LOCK_CLASS_PI_LOCK),
+        (layout!(task_alloc_lock), LOCK_CLASS_ALLOC_LOCK),
+    ] {
+        if member != NO_OFFSET && lock_addr > member as u64 {
+            let candidate = lock_addr - member as u64;
+            if candidate == task || is_task(candidate) {
+                return class;
+            }
         }
     }
     if note_slab_cache(lock_addr) {

@@ -21,13 +21,11 @@ mod shared;
 mod target;
 mod wakers;
 
-use core::ffi::c_void;
-
 use aya_ebpf::{
     macros::{fentry, fexit, kprobe, kretprobe, perf_event, raw_tracepoint, uprobe, uretprobe},
     programs::{
         FEntryContext, FExitContext, PerfEventContext, ProbeContext, RawTracePointContext,
-        RetProbeContext, TracePointContext,
+        RetProbeContext,
     },
 };
 use profiler_common::lock::{LCB_F_MUTEX, LCB_F_READ, LCB_F_WRITE};
@@ -50,102 +48,82 @@ pub fn lock_contention_end(ctx: RawTracePointContext) -> i32 {
     0
 }
 
-/// On-CPU sample: a software CPU-clock perf event, one per online CPU.
-#[perf_event]
-pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
-    cpu::on_sample(&ctx);
-    0
-}
-
-// Kprobe fallback for kernels without the lock tracepoints. User space attaches each
-// program to the slow-path symbols this kernel has (see profiler/src/probes/lock.rs).
-
-/// `[native_|__pv_]queued_spin_lock_slowpath(struct qspinlock *lock, u32 val)`.
-#[kprobe]
-pub fn lock_kprobe_spin(ctx: ProbeContext) -> u32 {
-    lock::on_spin_slowpath_entry(&ctx);
-    0
-}
-
-#[kretprobe]
-pub fn lock_kretprobe_spin(ctx: RetProbeContext) -> u32 {
-    lock::on_spin_slowpath_return(&ctx);
-    0
-}
-
-/// Sleeping-lock slow paths: one program per kind of lock (the flags it records).
-macro_rules! lock_sleep_slowpaths {
-    ($($(#[$doc:meta])* $program:ident => $flags:expr;)*) => {
+/// Programs that hand their context to a family's handler and return 0:
+/// `KIND NAME(CONTEXT) => HANDLER;`, KIND being aya's program macro.
+macro_rules! programs {
+    ($($(#[$doc:meta])* $kind:ident $program:ident($context:ty) => $handler:expr;)*) => {
         $(
             $(#[$doc])*
-            #[kprobe]
-            pub fn $program(ctx: ProbeContext) -> u32 {
-                lock::on_sleep_slowpath_entry(&ctx, $flags);
+            #[$kind]
+            pub fn $program(ctx: $context) -> u32 {
+                ($handler)(&ctx);
                 0
             }
         )*
     };
 }
 
-lock_sleep_slowpaths! {
+programs! {
+    /// On-CPU sample: a software CPU-clock perf event, one per online CPU.
+    perf_event cpu_sample(PerfEventContext) => cpu::on_sample;
+
+    // Kprobe fallback for kernels without the lock tracepoints. User space attaches each
+    // program to the slow-path symbols this kernel has (see profiler/src/probes/lock.rs).
+
+    /// `[native_|__pv_]queued_spin_lock_slowpath(struct qspinlock *lock, u32 val)`.
+    kprobe lock_kprobe_spin(ProbeContext) => lock::on_spin_slowpath_entry;
+    kretprobe lock_kretprobe_spin(RetProbeContext) => lock::on_spin_slowpath_return;
     /// `__mutex_lock_slowpath(struct mutex *lock)` and its killable/interruptible siblings.
-    lock_kprobe_mutex => LCB_F_MUTEX;
+    kprobe lock_kprobe_mutex(ProbeContext) =>
+        |ctx: &ProbeContext| lock::on_sleep_slowpath_entry(ctx, LCB_F_MUTEX);
     /// `rwsem_down_read_slowpath(struct rw_semaphore *sem, ...)`.
-    lock_kprobe_rwsem_read => LCB_F_READ;
+    kprobe lock_kprobe_rwsem_read(ProbeContext) =>
+        |ctx: &ProbeContext| lock::on_sleep_slowpath_entry(ctx, LCB_F_READ);
     /// `rwsem_down_write_slowpath(struct rw_semaphore *sem, int state)`.
-    lock_kprobe_rwsem_write => LCB_F_WRITE;
+    kprobe lock_kprobe_rwsem_write(ProbeContext) =>
+        |ctx: &ProbeContext| lock::on_sleep_slowpath_entry(ctx, LCB_F_WRITE);
+    /// Return of any sleeping-lock slow path above.
+    kretprobe lock_kretprobe_sleep(RetProbeContext) => lock::on_sleep_slowpath_return;
+
+    /// Span start / completion on kprobes (Lustre's `ptl_send_rpc` / `after_reply`, or a
+    /// user's `--span kprobe:...`). The fuse and tracepoint span programs are in rpc.rs.
+    kprobe rpc_span_begin_kp(ProbeContext) => rpc::on_span_begin_kprobe;
+    kprobe rpc_span_end_kp(ProbeContext) => rpc::on_span_end_kprobe;
 }
 
-/// Return of any sleeping-lock slow path above.
-#[kretprobe]
-pub fn lock_kretprobe_sleep(ctx: RetProbeContext) -> u32 {
-    lock::on_sleep_slowpath_return(&ctx);
-    0
-}
-
-/// `sched:sched_switch`, a classic tracepoint (fields from the format file). Returns 1
-/// so perf and other tracers keep seeing the event.
-#[unsafe(no_mangle)]
-#[unsafe(link_section = "tracepoint/sched/sched_switch")]
-pub extern "C" fn offcpu_sched_switch(ctx: *mut c_void) -> u32 {
-    offcpu::on_sched_switch::<false>(&TracePointContext::new(ctx));
-    1
-}
-
-/// The same with `--wakers`: closes each wait with its waker and follows wait chains.
-#[unsafe(no_mangle)]
-#[unsafe(link_section = "tracepoint/sched/sched_switch")]
-pub extern "C" fn offcpu_sched_switch_wakers(ctx: *mut c_void) -> u32 {
-    offcpu::on_sched_switch::<true>(&TracePointContext::new(ctx));
-    1
-}
-
-/// `sched:sched_waking` (`--wakers`), a classic tracepoint like sched_switch (the woken
-/// pid from the format file). Returns 1 so perf and other tracers keep the event.
-#[unsafe(no_mangle)]
-#[unsafe(link_section = "tracepoint/sched/sched_waking")]
-pub extern "C" fn wakers_sched_waking(ctx: *mut c_void) -> u32 {
-    wakers::on_sched_waking(&TracePointContext::new(ctx));
-    1
-}
-
-/// `filelock:posix_lock_inode` and `filelock:flock_lock_inode` (one record format): the
-/// holder of the file lock a thread is about to wait for (off-CPU family). Returns 1 so
-/// perf and other tracers still get the event.
-#[unsafe(no_mangle)]
-#[unsafe(link_section = "tracepoint/filelock/posix_lock_inode")]
-pub extern "C" fn offcpu_filelock(ctx: *mut c_void) -> u32 {
-    filelock::on_lock_inode(&TracePointContext::new(ctx));
-    1
-}
-
-/// `filelock:break_lease_block`: the owner of the lease an open waits for. Returns 1.
-#[unsafe(no_mangle)]
-#[unsafe(link_section = "tracepoint/filelock/break_lease_block")]
-pub extern "C" fn offcpu_filelock_lease(ctx: *mut c_void) -> u32 {
-    filelock::on_lease_block(&TracePointContext::new(ctx));
-    1
-}
+// Classic tracepoints (fields from the format file), each returning 1 so perf and
+// other tracers keep seeing the event (see `classic_tracepoint!`).
+classic_tracepoint!(
+    /// `sched:sched_switch`.
+    offcpu_sched_switch,
+    "tracepoint/sched/sched_switch",
+    offcpu::on_sched_switch::<false>
+);
+classic_tracepoint!(
+    /// The same with `--wakers`: closes each wait with its waker and follows wait chains.
+    offcpu_sched_switch_wakers,
+    "tracepoint/sched/sched_switch",
+    offcpu::on_sched_switch::<true>
+);
+classic_tracepoint!(
+    /// `sched:sched_waking` (`--wakers`): the woken pid from the format file.
+    wakers_sched_waking,
+    "tracepoint/sched/sched_waking",
+    wakers::on_sched_waking
+);
+classic_tracepoint!(
+    /// `filelock:posix_lock_inode` and `filelock:flock_lock_inode` (one record format):
+    /// the holder of the file lock a thread is about to wait for (off-CPU family).
+    offcpu_filelock,
+    "tracepoint/filelock/posix_lock_inode",
+    filelock::on_lock_inode
+);
+classic_tracepoint!(
+    /// `filelock:break_lease_block`: the owner of the lease an open waits for.
+    offcpu_filelock_lease,
+    "tracepoint/filelock/break_lease_block",
+    filelock::on_lease_block
+);
 
 // Block IO: raw tracepoints, so the request pointer is the key and perf still sees
 // the events. A raw tracepoint program may only read as many arguments as the
@@ -182,20 +160,6 @@ io_request_event! {
 #[raw_tracepoint(tracepoint = "block_rq_complete")]
 pub fn io_rq_complete(ctx: RawTracePointContext) -> i32 {
     io::on_rq_complete(ctx.arg::<u64>(0), ctx.arg::<u64>(2) as u32);
-    0
-}
-
-/// Span start / completion on kprobes (Lustre's `ptl_send_rpc` / `after_reply`, or a
-/// user's `--span kprobe:...`). The fuse and tracepoint span programs are in rpc.rs.
-#[kprobe]
-pub fn rpc_span_begin_kp(ctx: ProbeContext) -> u32 {
-    rpc::on_span_begin_kprobe(&ctx);
-    0
-}
-
-#[kprobe]
-pub fn rpc_span_end_kp(ctx: ProbeContext) -> u32 {
-    rpc::on_span_end_kprobe(&ctx);
     0
 }
 

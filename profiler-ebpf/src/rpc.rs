@@ -8,8 +8,6 @@
 //! The start honours the target filter; the completion does not (a FUSE reply runs in
 //! the server's thread, a Lustre reply in ptlrpcd): only started requests are in flight.
 
-use core::ffi::c_void;
-
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
     macros::{map, raw_tracepoint},
@@ -212,15 +210,24 @@ fn on_fuse_send(ctx: &RawTracePointContext) {
 }
 
 /// The span id in a classic tracepoint's record: the connection and key fields at the
-/// offsets and sizes held by the given load-time globals.
+/// offsets and sizes of the begin or the end side's load-time globals.
 #[inline(always)]
-fn tp_span_id(
-    ctx: &TracePointContext,
-    conn: &u32,
-    conn_size: &u32,
-    key: &u32,
-    key_size: &u32,
-) -> RpcId {
+fn tp_span_id(ctx: &TracePointContext, end: bool) -> RpcId {
+    let (conn, conn_size, key, key_size) = if end {
+        (
+            &SPAN_TP_END_CONN,
+            &SPAN_TP_END_CONN_SIZE,
+            &SPAN_TP_END_KEY,
+            &SPAN_TP_END_KEY_SIZE,
+        )
+    } else {
+        (
+            &SPAN_TP_BEGIN_CONN,
+            &SPAN_TP_BEGIN_CONN_SIZE,
+            &SPAN_TP_BEGIN_KEY,
+            &SPAN_TP_BEGIN_KEY_SIZE,
+        )
+    };
     RpcId {
         provider: load_u32(&SPAN_TP_PROVIDER),
         connection: read_field(ctx, load_u32(conn), load_u32(conn_size)) as u32,
@@ -228,36 +235,19 @@ fn tp_span_id(
     }
 }
 
-/// The start of a span on any classic tracepoint (attached by user space).
-#[unsafe(no_mangle)]
-#[unsafe(link_section = "tracepoint/span/begin")]
-pub extern "C" fn rpc_span_begin_tp(ctx: *mut c_void) -> u32 {
-    let ctx = TracePointContext::new(ctx);
-    let id = tp_span_id(
-        &ctx,
-        &SPAN_TP_BEGIN_CONN,
-        &SPAN_TP_BEGIN_CONN_SIZE,
-        &SPAN_TP_BEGIN_KEY,
-        &SPAN_TP_BEGIN_KEY_SIZE,
-    );
-    begin(&ctx, id, 0);
-    1
-}
+crate::classic_tracepoint!(
+    /// The start of a span on any classic tracepoint (attached by user space).
+    rpc_span_begin_tp,
+    "tracepoint/span/begin",
+    |ctx: &TracePointContext| begin(ctx, tp_span_id(ctx, false), 0)
+);
 
-#[unsafe(no_mangle)]
-#[unsafe(link_section = "tracepoint/span/end")]
-pub extern "C" fn rpc_span_end_tp(ctx: *mut c_void) -> u32 {
-    let ctx = TracePointContext::new(ctx);
-    let id = tp_span_id(
-        &ctx,
-        &SPAN_TP_END_CONN,
-        &SPAN_TP_END_CONN_SIZE,
-        &SPAN_TP_END_KEY,
-        &SPAN_TP_END_KEY_SIZE,
-    );
-    end(&ctx, id);
-    1
-}
+crate::classic_tracepoint!(
+    /// The end of a span on any classic tracepoint.
+    rpc_span_end_tp,
+    "tracepoint/span/end",
+    |ctx: &TracePointContext| end(ctx, tp_span_id(ctx, true))
+);
 
 #[inline(always)]
 fn kprobe_key(ctx: &ProbeContext, index: u32) -> u64 {

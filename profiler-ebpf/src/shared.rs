@@ -29,6 +29,23 @@ pub static LOSSES: PerCpuArray<u64> = PerCpuArray::with_max_entries(LOSS_SLOTS, 
 pub static TASKS: HashMap<u32, TaskInfo> =
     HashMap::with_max_entries(profiler_common::shared::TASKS_ENTRIES, 0);
 
+/// Declares the program `NAME` on a classic tracepoint (ELF section `"tracepoint/CAT/EVENT"`;
+/// the record's fields at offsets from the format file) that hands its context to
+/// `HANDLER` and returns 1. aya's `#[tracepoint]` returns 0, and a classic tracepoint
+/// program that returns 0 drops the event for perf and every other tracer of it.
+#[macro_export]
+macro_rules! classic_tracepoint {
+    ($(#[$doc:meta])* $program:ident, $section:literal, $handler:expr) => {
+        $(#[$doc])*
+        #[unsafe(no_mangle)]
+        #[unsafe(link_section = $section)]
+        pub extern "C" fn $program(ctx: *mut core::ffi::c_void) -> u32 {
+            ($handler)(&aya_ebpf::programs::TracePointContext::new(ctx));
+            1
+        }
+    };
+}
+
 /// `BPF_F_FAST_STACK_CMP`: compare stacks by hash only; a collision is -EEXIST and counted.
 pub const STACK_FLAGS_KERNEL: u64 = 1 << 9;
 /// `BPF_F_USER_STACK | BPF_F_FAST_STACK_CMP`: the user-space stack of the current task.
@@ -166,11 +183,16 @@ pub fn note_user_process(tgid: u32) {
     }
 }
 
-/// `sched:sched_process_exec`, in the task that exec'd: its memory map is new, so the
-/// next user stack notes the process again.
-#[unsafe(no_mangle)]
-#[unsafe(link_section = "tracepoint/sched/sched_process_exec")]
-pub extern "C" fn processes_exec(_ctx: *mut core::ffi::c_void) -> u32 {
+crate::classic_tracepoint!(
+    /// `sched:sched_process_exec`, in the task that exec'd: its memory map is new, so the
+    /// next user stack notes the process again.
+    processes_exec,
+    "tracepoint/sched/sched_process_exec",
+    on_exec
+);
+
+#[inline(always)]
+fn on_exec(_ctx: &aya_ebpf::programs::TracePointContext) {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     let _ = PROCESSES_SEEN.remove(tgid);
@@ -181,8 +203,6 @@ pub extern "C" fn processes_exec(_ctx: *mut core::ffi::c_void) -> u32 {
     if unsafe { TASKS.get(tid) }.is_some() {
         remember_current_task();
     }
-    // 1: let perf and other tracers see the event too.
-    1
 }
 
 /// `-EEXIST`: from a map insert with `BPF_NOEXIST`, or a stack hash collision.

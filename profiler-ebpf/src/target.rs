@@ -5,8 +5,6 @@
 //! tracked processes, `sched_process_exit` removes them, so the set stays current and
 //! every probe family asks the same cheap question: `is_target()`.
 
-use core::ffi::c_void;
-
 use aya_ebpf::{
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid},
     macros::map,
@@ -141,56 +139,63 @@ fn targets_changed() {
     }
 }
 
-/// `sched:sched_process_fork`, runs in the parent. A new process of a tracked parent
-/// is tracked; a new thread needs nothing (it shares the tgid), but inserting its id is
-/// harmless and cheaper than telling the two apart here.
-#[unsafe(no_mangle)]
-#[unsafe(link_section = "tracepoint/sched/sched_process_fork")]
-pub extern "C" fn target_fork(ctx: *mut c_void) -> u32 {
-    if load_u32(&FILTER_MODE) == FILTER_PIDS {
-        let parent_tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-        if is_tracked(parent_tgid) {
-            let ctx = TracePointContext::new(ctx);
-            // SAFETY: the offset comes from this kernel's format file for this event.
-            if let Ok(child_pid) =
-                unsafe { ctx.read_at::<i32>(load_u32(&FORK_CHILD_PID_OFFSET) as usize) }
-                && TARGETS.insert(child_pid as u32, 1, 0).is_err()
-            {
-                count_loss(TARGET_MAP_FULL);
-            }
-            targets_changed();
-        }
+crate::classic_tracepoint!(
+    /// `sched:sched_process_fork`, runs in the parent. A new process of a tracked parent
+    /// is tracked; a new thread needs nothing (it shares the tgid), but inserting its id
+    /// is harmless and cheaper than telling the two apart here.
+    target_fork,
+    "tracepoint/sched/sched_process_fork",
+    on_fork
+);
+
+crate::classic_tracepoint!(
+    /// `sched:sched_process_exit`, runs in the exiting thread.
+    target_exit,
+    "tracepoint/sched/sched_process_exit",
+    on_exit
+);
+
+#[inline(always)]
+fn on_fork(ctx: &TracePointContext) {
+    if load_u32(&FILTER_MODE) != FILTER_PIDS {
+        return;
     }
-    // 1: let perf and other tracers see the event too.
-    1
+    let parent_tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if !is_tracked(parent_tgid) {
+        return;
+    }
+    // SAFETY: the offset comes from this kernel's format file for this event.
+    if let Ok(child_pid) = unsafe { ctx.read_at::<i32>(load_u32(&FORK_CHILD_PID_OFFSET) as usize) }
+        && TARGETS.insert(child_pid as u32, 1, 0).is_err()
+    {
+        count_loss(TARGET_MAP_FULL);
+    }
+    targets_changed();
 }
 
-/// `sched:sched_process_exit`, runs in the exiting thread.
-#[unsafe(no_mangle)]
-#[unsafe(link_section = "tracepoint/sched/sched_process_exit")]
-pub extern "C" fn target_exit(ctx: *mut c_void) -> u32 {
-    if load_u32(&FILTER_MODE) == FILTER_PIDS {
-        let pid_tgid = bpf_get_current_pid_tgid();
-        let tid = pid_tgid as u32;
-        let tgid = (pid_tgid >> 32) as u32;
-        let group_dead_offset = load_u32(&EXIT_GROUP_DEAD_OFFSET);
-        if tid != tgid {
-            // A thread (tracked by tid only if it was inserted at fork time).
-            let _ = TARGETS.remove(tid);
-        }
-        let process_ends = if group_dead_offset == 0 {
-            tid == tgid
-        } else {
-            let ctx = TracePointContext::new(ctx);
-            // SAFETY: the offset comes from this kernel's format file for this event.
-            unsafe { ctx.read_at::<u8>(group_dead_offset as usize) }.unwrap_or(0) != 0
-        };
-        if process_ends {
-            let _ = TARGETS.remove(tgid);
-            targets_changed();
-        }
+#[inline(always)]
+fn on_exit(ctx: &TracePointContext) {
+    if load_u32(&FILTER_MODE) != FILTER_PIDS {
+        return;
     }
-    1
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tid = pid_tgid as u32;
+    let tgid = (pid_tgid >> 32) as u32;
+    let group_dead_offset = load_u32(&EXIT_GROUP_DEAD_OFFSET);
+    if tid != tgid {
+        // A thread (tracked by tid only if it was inserted at fork time).
+        let _ = TARGETS.remove(tid);
+    }
+    let process_ends = if group_dead_offset == 0 {
+        tid == tgid
+    } else {
+        // SAFETY: the offset comes from this kernel's format file for this event.
+        unsafe { ctx.read_at::<u8>(group_dead_offset as usize) }.unwrap_or(0) != 0
+    };
+    if process_ends {
+        let _ = TARGETS.remove(tgid);
+        targets_changed();
+    }
 }
 
 /// True when every process is profiled (no target given).

@@ -750,24 +750,26 @@ mod tests {
         btf
     }
 
+    /// `TYPE.MEMBER`'s offset in `btf`; the test fails naming it when it is not there.
+    fn offset(btf: &Btf, ty: &str, member: &str) -> u32 {
+        btf.member_offset(ty, member)
+            .unwrap_or_else(|err| panic!("{ty}.{member}: {err:#}"))
+    }
+
     #[test]
     fn this_kernel_when_available() {
         // Real BTF, when the machine has it: offsets exist and are plausible.
         let Some(btf) = this_kernel() else {
             return;
         };
-        let mm = btf
-            .member_offset("task_struct", "mm")
-            .expect("task_struct.mm");
-        let lock = btf
-            .member_offset("mm_struct", "mmap_lock")
-            .expect("mm_struct.mmap_lock");
-        let owner = btf.member_offset("mutex", "owner").expect("mutex.owner");
+        let mm = offset(&btf, "task_struct", "mm");
+        let lock = offset(&btf, "mm_struct", "mmap_lock");
+        let owner = offset(&btf, "mutex", "owner");
         assert!(mm > 0 && mm < 8192, "task_struct.mm at {mm}");
         assert!(lock < 4096, "mm_struct.mmap_lock at {lock}");
         assert_eq!(owner, 0, "mutex.owner is the first member");
-        let pid = btf.member_offset("task_struct", "pid").expect("pid");
-        let tgid = btf.member_offset("task_struct", "tgid").expect("tgid");
+        let pid = offset(&btf, "task_struct", "pid");
+        let tgid = offset(&btf, "task_struct", "tgid");
         assert_eq!(tgid, pid + 4, "tgid follows pid");
         eprintln!("task_struct.mm={mm} mm_struct.mmap_lock={lock} pid={pid}");
         // The block and FUSE raw tracepoints lockpath reads (5.11+: the request first).
@@ -780,10 +782,8 @@ mod tests {
         assert!(btf.member_pointer_offset("request", "q").is_ok());
         if let Ok(args) = btf.raw_tracepoint_args("fuse_request_send") {
             assert_eq!(args, vec!["fuse_req"]);
-            let opcode = btf
-                .member_offset("fuse_req", "in.h.opcode")
-                .expect("fuse_req.in.h.opcode");
-            let pid = btf.member_offset("fuse_req", "in.h.pid").expect("pid");
+            let opcode = offset(&btf, "fuse_req", "in.h.opcode");
+            let pid = offset(&btf, "fuse_req", "in.h.pid");
             assert!(pid > opcode, "{opcode} {pid}");
         }
     }
@@ -793,12 +793,8 @@ mod tests {
         let Some(btf) = this_kernel() else {
             return;
         };
-        let f_pos_lock = btf
-            .member_offset("file", "f_pos_lock")
-            .expect("file.f_pos_lock");
-        let wait_lock = btf
-            .member_offset("mutex", "wait_lock")
-            .expect("mutex.wait_lock");
+        let f_pos_lock = offset(&btf, "file", "f_pos_lock");
+        let wait_lock = offset(&btf, "mutex", "wait_lock");
         assert_eq!(
             btf.lock_member_at("file", f_pos_lock).as_deref(),
             Some("f_pos_lock")
@@ -808,18 +804,14 @@ mod tests {
                 .as_deref(),
             Some("f_pos_lock.wait_lock")
         );
-        let mmap_lock = btf
-            .member_offset("mm_struct", "mmap_lock")
-            .expect("mmap_lock");
+        let mmap_lock = offset(&btf, "mm_struct", "mmap_lock");
         assert_eq!(
             btf.lock_member_at("mm_struct", mmap_lock).as_deref(),
             Some("mmap_lock")
         );
         // The runqueue lock by the per-CPU area's layout.
         let runqueues = btf.percpu_offset("runqueues").expect("per-CPU runqueues");
-        let rq_lock = btf
-            .member_offset("rq", "__lock")
-            .expect("rq.__lock (5.14+)");
+        let rq_lock = offset(&btf, "rq", "__lock");
         assert_eq!(
             btf.percpu_lock_at(runqueues + rq_lock).as_deref(),
             Some("runqueues.__lock")
@@ -829,9 +821,7 @@ mod tests {
         let timer_bases = btf
             .percpu_offset("timer_bases")
             .expect("per-CPU timer_bases");
-        let base_lock = btf
-            .member_offset("timer_base", "lock")
-            .expect("timer_base.lock");
+        let base_lock = offset(&btf, "timer_base", "lock");
         assert_eq!(
             btf.percpu_lock_at(timer_bases + base_lock).as_deref(),
             Some("timer_bases[0].lock")

@@ -645,32 +645,40 @@ fn cached_stacks_attribute_like_exact_walks() {
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     let dir = scratch("lock-stacks");
     for mode in ["open", "pipe"] {
-        // The storm starts after both recordings are attached (the shell's pid is the
-        // storm's after its exec): both see the same contentions, counts included.
+        // The storm starts when both recordings are attached (the shell waits up to 60 s
+        // for the gate file; its pid is the storm's after its exec): both see the same
+        // contentions, counts included, however long a loaded machine takes to attach.
+        let gate = dir.join(format!("{mode}-go"));
         let mut storm = Command::new("sh")
             .arg("-c")
             .arg(format!(
-                "sleep 2; exec {} --seconds 5 --threads 4 --mode {mode}",
+                "i=0; while [ ! -e '{}' ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; \
+                 exec {} --seconds 5 --threads 4 --mode {mode}",
+                path_str(&gate),
                 path_str(&workload("lock-storm"))
             ))
             .stdout(Stdio::null())
             .spawn()
             .expect("start lock-storm");
         let pid = storm.id().to_string();
-        let recordings: Vec<(std::path::PathBuf, std::process::Child)> = ["exact", "cached"]
+        let recordings: Vec<(std::path::PathBuf, Recording)> = ["exact", "cached"]
             .iter()
             .map(|how| {
                 let path = dir.join(format!("{mode}-{how}.json"));
-                let child = Command::new(lockpath_bin())
-                    .args(["record", "--lock", "--lock-stacks", how, "-p", &pid, "-o"])
-                    .arg(&path)
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .expect("start lockpath");
-                (path, child)
+                let (recording, _) = spawn_recording(&[
+                    "record",
+                    "--lock",
+                    "--lock-stacks",
+                    how,
+                    "-p",
+                    &pid,
+                    "-o",
+                    path_str(&path),
+                ]);
+                (path, recording)
             })
             .collect();
+        std::fs::write(&gate, b"").expect("open the gate");
         let mut shares = Vec::new();
         for (path, child) in recordings {
             let output = child.wait_with_output().expect("wait for lockpath");

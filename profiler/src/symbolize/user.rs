@@ -333,14 +333,11 @@ impl UserSymbols {
             // [vdso], [anon:...], JIT code: the live process's vDSO or its perf map
             // (/tmp/perf-PID.map, written by JIT runtimes) may name it; otherwise the
             // mapping's name is all there is.
-            let live = match self.live_names.get(&(pid, lookup)) {
-                Some(name) => name.clone(),
-                None => {
-                    let name = self.symbolize_live(pid, lookup);
-                    self.live_names.insert((pid, lookup), name.clone());
-                    name
-                }
-            };
+            if !self.live_names.contains_key(&(pid, lookup)) {
+                let name = self.symbolize_live(pid, lookup);
+                self.live_names.insert((pid, lookup), name);
+            }
+            let live = self.live_names[&(pid, lookup)].clone();
             let name = match live {
                 Some(name) => name,
                 None if mapping.name.is_empty() => format!("0x{addr:x}"),
@@ -354,14 +351,11 @@ impl UserSymbols {
         };
         let file_offset = lookup - mapping.start + mapping.offset;
         let module = Some(self.objects[object].name.clone());
-        let name = match self.names.get(&(object, file_offset)) {
-            Some(name) => name.clone(),
-            None => {
-                let name = self.symbolize(object, file_offset);
-                self.names.insert((object, file_offset), name.clone());
-                name
-            }
-        };
+        if !self.names.contains_key(&(object, file_offset)) {
+            let name = self.symbolize(object, file_offset);
+            self.names.insert((object, file_offset), name);
+        }
+        let name = self.names[&(object, file_offset)].clone();
         // No symbol: the object and the offset in it still say where (and merge).
         let name = name.unwrap_or_else(|| {
             let object = &self.objects[object].name;
