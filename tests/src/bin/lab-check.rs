@@ -16,7 +16,7 @@
 //! - prints the address of the `rwsem:W` lock whose waits were in `path_openat` /
 //!   `open_last_lookups` (the FUSE directory's inode lock), for `--hold rwsem:ADDR`.
 //!
-//! `lab-check hold PROFILE REPORT RESULTS --method WORD [--tolerance F]`
+//! `lab-check hold PROFILE REPORT RESULTS --method WORD [--delay-ms MS]`
 //! - the hold family was attached with a method containing WORD ("fexit", "kprobe");
 //! - the holds of process A (`a_pid` in RESULTS, the fuse-workload's own numbers) on the
 //!   lock are `rwsem:W`, and the longest is within F (default 0.1) of A's own create
@@ -67,6 +67,7 @@
 
 use std::{collections::BTreeMap, process::exit};
 
+use clap::{Args, Parser};
 use serde_json::Value;
 
 fn fail(why: String) -> ! {
@@ -80,30 +81,151 @@ fn read_json(path: &str) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|err| fail(format!("{path} is not JSON: {err}")))
 }
 
+/// Guest-side checker of the VM lab: asserts numbers in a profile and in its report.
+///
+/// Each subcommand is described at the top of tests/src/bin/lab-check.rs.
+#[derive(Parser)]
+#[command(name = "lab-check")]
+enum Cli {
+    /// The lock family's method, contended types and counts against tracefs.
+    Lock(LockArgs),
+    /// A function's method and call count.
+    Func(FuncArgs),
+    /// Prints the FUSE directory's inode lock (`rwsem:W` waited on in the open path).
+    HoldLock { report: String },
+    /// At least 80% of each profile's lock wait on named locks.
+    Names {
+        #[arg(required = true)]
+        profile: Vec<String>,
+    },
+    /// The hold family against the fuse-workload's own numbers.
+    Hold(HoldArgs),
+    /// Holds of one lock by one process, acquired in one caller.
+    HoldSymbol(HoldSymbolArgs),
+    /// The second creator's hold under contention against the workload's own time.
+    HoldContended {
+        profile: String,
+        results: String,
+        lock: String,
+    },
+    /// Block requests on one device against tracefs's count.
+    Io(IoArgs),
+    /// File-lock waits of the file-locks workload against its own blocked time.
+    FileLock { profile: String, output: String },
+    /// cpu-burn's hot samples carry their user stack up to main.
+    Cpu { profile: String },
+    /// The lock-storm's contentions in its cgroup, in the profile and the report.
+    Cgroup {
+        profile: String,
+        report: String,
+        cgroup: String,
+    },
+}
+
+#[derive(Args)]
+struct LockArgs {
+    profile: String,
+    report: String,
+    /// A word of the lock family's method ("tracepoint", "kprobe").
+    #[arg(long, value_name = "WORD", default_value = "")]
+    method: String,
+    /// Type prefixes that must have contentions.
+    #[arg(long, value_name = "T1,T2", value_delimiter = ',')]
+    types: Vec<String>,
+    /// An independent count of a type (repeatable).
+    #[arg(long, value_name = "TYPE=N", value_parser = parse_truth)]
+    truth: Vec<(String, u64)>,
+    /// How far from the truth a count may be, as a fraction.
+    #[arg(long, value_name = "F", default_value_t = 0.1)]
+    tolerance: f64,
+}
+
+fn parse_truth(value: &str) -> Result<(String, u64), String> {
+    let (name, count) = value.split_once('=').ok_or("expected TYPE=N")?;
+    let count = count.trim().parse().map_err(|_| "N is not a number")?;
+    Ok((name.to_string(), count))
+}
+
+#[derive(Args)]
+struct FuncArgs {
+    profile: String,
+    #[arg(long, value_name = "NAME", default_value = "")]
+    function: String,
+    /// A word of the function's method ("fentry", "kprobe").
+    #[arg(long, value_name = "WORD", default_value = "")]
+    method: String,
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    min_count: u64,
+}
+
+#[derive(Args)]
+struct HoldArgs {
+    profile: String,
+    report: String,
+    results: String,
+    /// A word of the hold family's method ("fexit", "kprobe").
+    #[arg(long, value_name = "WORD", default_value = "")]
+    method: String,
+    /// The server's delay of CREATE (0: the hold is within 10% of A's create).
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    delay_ms: u64,
+}
+
+#[derive(Args)]
+struct HoldSymbolArgs {
+    report: String,
+    #[arg(long, value_name = "NAME", default_value = "")]
+    lock: String,
+    #[arg(long, value_name = "COMM", default_value = "")]
+    process: String,
+    #[arg(long, value_name = "FN", default_value = "")]
+    caller: String,
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    min_count: u64,
+}
+
+#[derive(Args)]
+struct IoArgs {
+    profile: String,
+    #[arg(long, value_name = "MAJ:MIN")]
+    dev: String,
+    #[arg(long, value_name = "N")]
+    issued: u64,
+    #[arg(long, value_name = "F")]
+    flushes: u64,
+    #[arg(long, value_name = "B")]
+    write_bytes: u64,
+    #[arg(long, value_name = "R")]
+    reads: u64,
+    #[arg(long, value_name = "P")]
+    pid: u64,
+}
+
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("lock") => check_lock(&args[1..]),
-        Some("func") => check_func(&args[1..]),
-        Some("hold-lock") => hold_lock(&args[1..]),
-        Some("names") => check_names(&args[1..]),
-        Some("hold") => check_hold(&args[1..]),
-        Some("hold-symbol") => check_hold_symbol(&args[1..]),
-        Some("hold-contended") => check_hold_contended(&args[1..]),
-        Some("io") => check_io(&args[1..]),
-        Some("file-lock") => check_file_lock(&args[1..]),
-        Some("cpu") => check_cpu(&args[1..]),
-        Some("cgroup") => check_cgroup(&args[1..]),
-        _ => fail("usage: lab-check lock PROFILE REPORT --method WORD --types T1,T2 [--truth TYPE=N] [--tolerance F]".into()),
+    match Cli::parse() {
+        Cli::Lock(args) => check_lock(args),
+        Cli::Func(args) => check_func(args),
+        Cli::HoldLock { report } => hold_lock(&report),
+        Cli::Names { profile } => check_names(&profile),
+        Cli::Hold(args) => check_hold(args),
+        Cli::HoldSymbol(args) => check_hold_symbol(args),
+        Cli::HoldContended {
+            profile,
+            results,
+            lock,
+        } => check_hold_contended(&profile, &results, &lock),
+        Cli::Io(args) => check_io(args),
+        Cli::FileLock { profile, output } => check_file_lock(&profile, &output),
+        Cli::Cpu { profile } => check_cpu(&profile),
+        Cli::Cgroup {
+            profile,
+            report,
+            cgroup,
+        } => check_cgroup(&profile, &report, &cgroup),
     }
 }
 
-fn check_cgroup(args: &[String]) {
-    let (Some(profile_path), Some(report_path), Some(cgroup)) =
-        (args.first(), args.get(1), args.get(2))
-    else {
-        fail("lab-check cgroup: PROFILE, REPORT and CGROUP are required".into());
-    };
+fn check_cgroup(profile_path: &str, report_path: &str, cgroup: &str) {
     let profile = read_json(profile_path);
     // By its threads: a main thread seen before its exec (the shell contending as it
     // moves itself into the cgroup) keeps the shell's name.
@@ -121,7 +243,7 @@ fn check_cgroup(args: &[String]) {
         .unwrap_or_else(|| fail("no lock-storm thread in the profile".into()));
     let pid = storm["pid"].as_u64().unwrap_or(0);
     println!("lock-storm[{pid}] cgroup: {}", storm["cgroup"]);
-    if storm["cgroup"].as_str() != Some(cgroup.as_str()) {
+    if storm["cgroup"].as_str() != Some(cgroup) {
         fail(format!(
             "lock-storm's cgroup is {}, expected {cgroup}",
             storm["cgroup"]
@@ -142,7 +264,7 @@ fn check_cgroup(args: &[String]) {
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|group| group["cgroup"].as_str() == Some(cgroup.as_str()))
+        .filter(|group| group["cgroup"].as_str() == Some(cgroup))
         .collect();
     let in_cgroup: u64 = rows
         .iter()
@@ -163,40 +285,16 @@ fn check_cgroup(args: &[String]) {
     println!("WHY: {cgroup}: {in_cgroup} contentions, lock-storm's own {own}");
 }
 
-fn check_lock(args: &[String]) {
-    let (Some(profile_path), Some(report_path)) = (args.first(), args.get(1)) else {
-        fail("lab-check lock: PROFILE and REPORT are required".into());
-    };
-    let mut method = String::new();
-    let mut types = Vec::new();
-    let mut truths: Vec<(String, u64)> = Vec::new();
-    let mut tolerance = 0.1f64;
-    let mut rest = args[2..].iter();
-    while let Some(flag) = rest.next() {
-        let value = rest.next().cloned().unwrap_or_default();
-        match flag.as_str() {
-            "--method" => method = value,
-            "--types" => types = value.split(',').map(String::from).collect(),
-            "--truth" => {
-                let (name, count) = value
-                    .split_once('=')
-                    .unwrap_or_else(|| fail(format!("--truth {value}: expected TYPE=N")));
-                let count = count
-                    .trim()
-                    .parse()
-                    .unwrap_or_else(|_| fail(format!("--truth {value}: N is not a number")));
-                truths.push((name.to_string(), count));
-            }
-            "--tolerance" => {
-                tolerance = value
-                    .parse()
-                    .unwrap_or_else(|_| fail(format!("--tolerance {value}: not a number")))
-            }
-            other => fail(format!("lab-check lock: unknown flag {other}")),
-        }
-    }
-
-    let profile = read_json(profile_path);
+fn check_lock(args: LockArgs) {
+    let LockArgs {
+        profile: profile_path,
+        report: report_path,
+        method,
+        types,
+        truth: truths,
+        tolerance,
+    } = args;
+    let profile = read_json(&profile_path);
     let methods: Vec<String> = profile["probes"]
         .as_array()
         .into_iter()
@@ -211,7 +309,7 @@ fn check_lock(args: &[String]) {
         ));
     }
 
-    let report = read_json(report_path);
+    let report = read_json(&report_path);
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
     for row in report["locks"].as_array().into_iter().flatten() {
         let lock_type = row["type"].as_str().unwrap_or("?").to_string();
@@ -275,26 +373,14 @@ fn check_lock(args: &[String]) {
     );
 }
 
-fn check_func(args: &[String]) {
-    let Some(profile_path) = args.first() else {
-        fail("lab-check func: PROFILE is required".into());
-    };
-    let (mut function, mut method, mut min_count) = (String::new(), String::new(), 1u64);
-    let mut rest = args[1..].iter();
-    while let Some(flag) = rest.next() {
-        let value = rest.next().cloned().unwrap_or_default();
-        match flag.as_str() {
-            "--function" => function = value,
-            "--method" => method = value,
-            "--min-count" => {
-                min_count = value
-                    .parse()
-                    .unwrap_or_else(|_| fail(format!("--min-count {value}: not a number")))
-            }
-            other => fail(format!("lab-check func: unknown flag {other}")),
-        }
-    }
-    let profile = read_json(profile_path);
+fn check_func(args: FuncArgs) {
+    let FuncArgs {
+        profile: profile_path,
+        function,
+        method,
+        min_count,
+    } = args;
+    let profile = read_json(&profile_path);
     let prefix = format!("{function}:");
     let used = profile["probes"]
         .as_array()
@@ -329,31 +415,12 @@ fn check_func(args: &[String]) {
     }
 }
 
-fn check_io(args: &[String]) {
-    let Some(profile_path) = args.first() else {
-        fail("lab-check io: PROFILE is required".into());
-    };
-    let mut dev = String::new();
-    let mut numbers: BTreeMap<&str, u64> = BTreeMap::new();
-    let mut rest = args[1..].iter();
-    while let Some(flag) = rest.next() {
-        let value = rest.next().cloned().unwrap_or_default();
-        match flag.as_str() {
-            "--dev" => dev = value,
-            "--issued" | "--flushes" | "--write-bytes" | "--reads" | "--pid" => {
-                let number = value
-                    .parse()
-                    .unwrap_or_else(|_| fail(format!("{flag} {value}: not a number")));
-                numbers.insert(flag.trim_start_matches("--").to_owned().leak(), number);
-            }
-            other => fail(format!("lab-check io: unknown flag {other}")),
-        }
-    }
-    let number = |name: &str| -> u64 {
-        *numbers
-            .get(name)
-            .unwrap_or_else(|| fail(format!("lab-check io: --{name} is required")))
-    };
+fn check_io(args: IoArgs) {
+    let IoArgs {
+        profile: profile_path,
+        dev,
+        ..
+    } = &args;
     let profile = read_json(profile_path);
     let used = profile["probes"]
         .as_array()
@@ -387,22 +454,18 @@ fn check_io(args: &[String]) {
     let flushes = sum(Some("flush"), "count", None);
     let flush_bytes = sum(Some("flush"), "bytes", None);
     let write_bytes = sum(Some("write"), "bytes", None);
-    let reads = sum(Some("read"), "count", Some(number("pid")));
+    let reads = sum(Some("read"), "count", Some(args.pid));
     println!(
         "{dev}: {requests} requests ({flushes} flushes, {write_bytes} bytes written, \
          {reads} reads by the workload); losses {}",
         profile["losses"]
     );
     for (what, got, want) in [
-        (
-            "requests (tracefs block_rq_issue)",
-            requests,
-            number("issued"),
-        ),
-        ("flush requests", flushes, number("flushes")),
+        ("requests (tracefs block_rq_issue)", requests, args.issued),
+        ("flush requests", flushes, args.flushes),
         ("flush bytes", flush_bytes, 0),
-        ("bytes written", write_bytes, number("write-bytes")),
-        ("reads credited to the workload", reads, number("reads")),
+        ("bytes written", write_bytes, args.write_bytes),
+        ("reads credited to the workload", reads, args.reads),
     ] {
         if got != want {
             fail(format!(
@@ -437,10 +500,7 @@ fn is_open_path(frame: &str) -> bool {
     frame == "open_last_lookups" || frame == "path_openat"
 }
 
-fn hold_lock(args: &[String]) {
-    let Some(report_path) = args.first() else {
-        fail("lab-check hold-lock: REPORT is required".into());
-    };
+fn hold_lock(report_path: &str) {
     let report = read_json(report_path);
     let lock = report["locks"]
         .as_array()
@@ -475,12 +535,7 @@ fn result(path: &str, name: &str) -> u64 {
         .unwrap_or_else(|| fail(format!("{path} has no {name}")))
 }
 
-fn check_hold_contended(args: &[String]) {
-    let (Some(profile_path), Some(results_path), Some(lock)) =
-        (args.first(), args.get(1), args.get(2))
-    else {
-        fail("lab-check hold-contended: PROFILE, RESULTS and LOCK are required".into());
-    };
+fn check_hold_contended(profile_path: &str, results_path: &str, lock: &str) {
     let profile = read_json(profile_path);
     let second = result(results_path, "t2_tid");
     let expected =
@@ -494,7 +549,7 @@ fn check_hold_contended(args: &[String]) {
         .filter(|row| row["flags"].as_u64() == Some(LCB_F_WRITE))
         // The same thread also takes other locks under contention (mmap_lock while it
         // faults its stack in): only the directory's inode lock is the subject.
-        .filter(|row| row["lock_name"].as_str() == Some(lock.as_str()))
+        .filter(|row| row["lock_name"].as_str() == Some(lock))
         .collect();
     let [hold] = contended[..] else {
         fail(format!(
@@ -556,27 +611,15 @@ fn check_hold_contended(args: &[String]) {
     }
 }
 
-fn check_hold(args: &[String]) {
-    let (Some(profile_path), Some(report_path), Some(results_path)) =
-        (args.first(), args.get(1), args.get(2))
-    else {
-        fail("lab-check hold: PROFILE, REPORT and RESULTS are required".into());
-    };
-    let (mut method, mut delay_ms) = (String::new(), 0u64);
-    let mut rest = args[3..].iter();
-    while let Some(flag) = rest.next() {
-        let value = rest.next().cloned().unwrap_or_default();
-        match flag.as_str() {
-            "--method" => method = value,
-            "--delay-ms" => {
-                delay_ms = value
-                    .parse()
-                    .unwrap_or_else(|_| fail(format!("--delay-ms {value}: not a number")))
-            }
-            other => fail(format!("lab-check hold: unknown flag {other}")),
-        }
-    }
-    let profile = read_json(profile_path);
+fn check_hold(args: HoldArgs) {
+    let HoldArgs {
+        profile: profile_path,
+        report: report_path,
+        results: results_path,
+        method,
+        delay_ms,
+    } = args;
+    let profile = read_json(&profile_path);
     let used = profile["probes"]
         .as_array()
         .into_iter()
@@ -595,9 +638,9 @@ fn check_hold(args: &[String]) {
             "--hold was attached with {used:?}, expected {method}"
         ));
     }
-    let a_pid = result(results_path, "a_pid");
-    let a_ns = result(results_path, "a_create_ns");
-    let pid = result(results_path, "pid");
+    let a_pid = result(&results_path, "a_pid");
+    let a_ns = result(&results_path, "a_create_ns");
+    let pid = result(&results_path, "pid");
     const LCB_F_WRITE: u64 = 4;
     let holds: Vec<&Value> = profile["holds"]
         .as_array()
@@ -662,7 +705,7 @@ fn check_hold(args: &[String]) {
             profile["locks"]
         ));
     }
-    let report = read_json(report_path);
+    let report = read_json(&report_path);
     let holder = report["locks"]
         .as_array()
         .into_iter()
@@ -682,28 +725,15 @@ fn check_hold(args: &[String]) {
     }
 }
 
-fn check_hold_symbol(args: &[String]) {
-    let Some(report_path) = args.first() else {
-        fail("lab-check hold-symbol: REPORT is required".into());
-    };
-    let (mut lock, mut process, mut caller, mut min_count) =
-        (String::new(), String::new(), String::new(), 1u64);
-    let mut rest = args[1..].iter();
-    while let Some(flag) = rest.next() {
-        let value = rest.next().cloned().unwrap_or_default();
-        match flag.as_str() {
-            "--lock" => lock = value,
-            "--process" => process = value,
-            "--caller" => caller = value,
-            "--min-count" => {
-                min_count = value
-                    .parse()
-                    .unwrap_or_else(|_| fail(format!("--min-count {value}: not a number")))
-            }
-            other => fail(format!("lab-check hold-symbol: unknown flag {other}")),
-        }
-    }
-    let report = read_json(report_path);
+fn check_hold_symbol(args: HoldSymbolArgs) {
+    let HoldSymbolArgs {
+        report: report_path,
+        lock,
+        process,
+        caller,
+        min_count,
+    } = args;
+    let report = read_json(&report_path);
     let holds: Vec<&Value> = report["holds"].as_array().into_iter().flatten().collect();
     if holds.iter().any(|hold| hold["lock"] != lock.as_str()) {
         fail(format!(
@@ -745,10 +775,7 @@ fn check_hold_symbol(args: &[String]) {
     }
 }
 
-fn check_file_lock(args: &[String]) {
-    let (Some(profile_path), Some(output_path)) = (args.first(), args.get(1)) else {
-        fail("lab-check file-lock: PROFILE and OUTPUT are required".into());
-    };
+fn check_file_lock(profile_path: &str, output_path: &str) {
     let profile = read_json(profile_path);
     let output = std::fs::read_to_string(output_path)
         .unwrap_or_else(|err| fail(format!("cannot read {output_path}: {err}")));
@@ -844,10 +871,7 @@ fn check_file_lock(args: &[String]) {
 
 /// `lab-check cpu PROFILE`: on-CPU samples of cpu-burn recorded with user stack copies;
 /// at least 90% of its hot functions' samples carry their caller up to main.
-fn check_cpu(args: &[String]) {
-    let Some(profile_path) = args.first() else {
-        fail("lab-check cpu: PROFILE is required".into());
-    };
+fn check_cpu(profile_path: &str) {
     let profile = read_json(profile_path);
     let method = profile["probes"]
         .as_array()
@@ -895,12 +919,9 @@ fn check_cpu(args: &[String]) {
     println!("WHY: {whole} of {hot} hot samples carry their stack up to main");
 }
 
-fn check_names(args: &[String]) {
-    if args.is_empty() {
-        fail("lab-check names: PROFILE... is required".into());
-    }
+fn check_names(profiles: &[String]) {
     let mut shares = Vec::new();
-    for (index, path) in args.iter().enumerate() {
+    for (index, path) in profiles.iter().enumerate() {
         let profile = read_json(path);
         let (mut named, mut total) = (0u64, 0u64);
         let mut mmap_lock = false;
