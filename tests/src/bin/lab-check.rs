@@ -75,6 +75,11 @@ fn fail(why: String) -> ! {
     exit(1)
 }
 
+/// The elements of a JSON array (none when `value` is not an array).
+fn items(value: &Value) -> impl Iterator<Item = &Value> {
+    value.as_array().into_iter().flatten()
+}
+
 fn read_json(path: &str) -> Value {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|err| fail(format!("cannot read {path}: {err}")));
@@ -229,17 +234,8 @@ fn check_cgroup(profile_path: &str, report_path: &str, cgroup: &str) {
     let profile = read_json(profile_path);
     // By its threads: a main thread seen before its exec (the shell contending as it
     // moves itself into the cgroup) keeps the shell's name.
-    let storm = profile["processes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|process| {
-            process["threads"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|thread| thread["comm"] == "lock-storm")
-        })
+    let storm = items(&profile["processes"])
+        .find(|process| items(&process["threads"]).any(|thread| thread["comm"] == "lock-storm"))
         .unwrap_or_else(|| fail("no lock-storm thread in the profile".into()));
     let pid = storm["pid"].as_u64().unwrap_or(0);
     println!("lock-storm[{pid}] cgroup: {}", storm["cgroup"]);
@@ -249,10 +245,7 @@ fn check_cgroup(profile_path: &str, report_path: &str, cgroup: &str) {
             storm["cgroup"]
         ));
     }
-    let own: u64 = profile["locks"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let own: u64 = items(&profile["locks"])
         .filter(|row| row["pid"].as_u64() == Some(pid))
         .map(|row| row["count"].as_u64().unwrap_or(0))
         .sum();
@@ -260,10 +253,7 @@ fn check_cgroup(profile_path: &str, report_path: &str, cgroup: &str) {
         fail("lock-storm made no contention".into());
     }
     let report = read_json(report_path);
-    let rows: Vec<&Value> = report["locks"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let rows: Vec<&Value> = items(&report["locks"])
         .filter(|group| group["cgroup"].as_str() == Some(cgroup))
         .collect();
     let in_cgroup: u64 = rows
@@ -295,10 +285,7 @@ fn check_lock(args: LockArgs) {
         tolerance,
     } = args;
     let profile = read_json(&profile_path);
-    let methods: Vec<String> = profile["probes"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let methods: Vec<String> = items(&profile["probes"])
         .filter(|probe| probe["family"] == "lock")
         .filter_map(|probe| probe["method"].as_str().map(String::from))
         .collect();
@@ -311,7 +298,7 @@ fn check_lock(args: LockArgs) {
 
     let report = read_json(&report_path);
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
-    for row in report["locks"].as_array().into_iter().flatten() {
+    for row in items(&report["locks"]) {
         let lock_type = row["type"].as_str().unwrap_or("?").to_string();
         *counts.entry(lock_type).or_default() += row["contended"].as_u64().unwrap_or(0);
     }
@@ -382,10 +369,7 @@ fn check_func(args: FuncArgs) {
     } = args;
     let profile = read_json(&profile_path);
     let prefix = format!("{function}:");
-    let used = profile["probes"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let used = items(&profile["probes"])
         .filter_map(|probe| probe["method"].as_str())
         .find(|used| used.starts_with(&prefix))
         .unwrap_or_else(|| {
@@ -401,7 +385,7 @@ fn check_func(args: FuncArgs) {
         ));
     }
     let (mut count, mut total) = (0u64, 0u64);
-    for row in profile["funcs"].as_array().into_iter().flatten() {
+    for row in items(&profile["funcs"]) {
         if row["function"] == function.as_str() {
             count += row["count"].as_u64().unwrap_or(0);
             total += row["total_ns"].as_u64().unwrap_or(0);
@@ -422,10 +406,7 @@ fn check_io(args: IoArgs) {
         ..
     } = &args;
     let profile = read_json(profile_path);
-    let used = profile["probes"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let used = items(&profile["probes"])
         .find(|probe| probe["family"] == "io")
         .and_then(|probe| probe["method"].as_str())
         .unwrap_or_else(|| fail(format!("io was not attached: {}", profile["probes"])));
@@ -437,10 +418,7 @@ fn check_io(args: IoArgs) {
         .split_once(':')
         .and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?)))
         .unwrap_or_else(|| fail(format!("--dev {dev:?}: expected MAJ:MIN")));
-    let rows: Vec<&Value> = profile["io"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let rows: Vec<&Value> = items(&profile["io"])
         .filter(|row| row["major"].as_u64() == Some(major) && row["minor"].as_u64() == Some(minor))
         .collect();
     let sum = |op: Option<&str>, field: &str, pid: Option<u64>| -> u64 {
@@ -487,10 +465,7 @@ fn stack_frames(profile: &Value, id: &Value) -> Vec<String> {
         return Vec::new();
     };
     let frames = &profile["frames"];
-    profile["stacks"][id as usize]["frames"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    items(&profile["stacks"][id as usize]["frames"])
         .filter_map(|frame| frame.as_u64())
         .filter_map(|frame| frames[frame as usize]["name"].as_str().map(String::from))
         .collect()
@@ -502,16 +477,10 @@ fn is_open_path(frame: &str) -> bool {
 
 fn hold_lock(report_path: &str) {
     let report = read_json(report_path);
-    let lock = report["locks"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let lock = items(&report["locks"])
         .find(|group| {
             group["type"] == "rwsem:W"
-                && group["callers"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
+                && items(&group["callers"])
                     .filter_map(|caller| caller.as_str())
                     .any(is_open_path)
         })
@@ -541,10 +510,7 @@ fn check_hold_contended(profile_path: &str, results_path: &str, lock: &str) {
     let expected =
         result(results_path, "t2_end_ns") as f64 - result(results_path, "t1_end_ns") as f64;
     const LCB_F_WRITE: u64 = 4;
-    let contended: Vec<&Value> = profile["contended_holds"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let contended: Vec<&Value> = items(&profile["contended_holds"])
         .filter(|row| row["tid"].as_u64() == Some(second))
         .filter(|row| row["flags"].as_u64() == Some(LCB_F_WRITE))
         // The same thread also takes other locks under contention (mmap_lock while it
@@ -559,10 +525,7 @@ fn check_hold_contended(profile_path: &str, results_path: &str, lock: &str) {
     };
     let held = hold["latency"]["total_ns"].as_u64().unwrap_or(0) as f64;
     let frames = stack_frames(&profile, &hold["stack"]);
-    let timed: Vec<&Value> = profile["holds"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let timed: Vec<&Value> = items(&profile["holds"])
         .filter(|row| row["flags"].as_u64() == Some(LCB_F_WRITE))
         .collect();
     let (count, total) = timed.iter().fold((0u64, 0u64), |(count, total), row| {
@@ -620,10 +583,7 @@ fn check_hold(args: HoldArgs) {
         delay_ms,
     } = args;
     let profile = read_json(&profile_path);
-    let used = profile["probes"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let used = items(&profile["probes"])
         .find(|probe| probe["family"] == "hold")
         .and_then(|probe| probe["method"].as_str())
         .unwrap_or_else(|| {
@@ -642,10 +602,7 @@ fn check_hold(args: HoldArgs) {
     let a_ns = result(&results_path, "a_create_ns");
     let pid = result(&results_path, "pid");
     const LCB_F_WRITE: u64 = 4;
-    let holds: Vec<&Value> = profile["holds"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let holds: Vec<&Value> = items(&profile["holds"])
         .filter(|row| row["pid"].as_u64() == Some(a_pid))
         .collect();
     let longest = holds
@@ -685,7 +642,7 @@ fn check_hold(args: HoldArgs) {
         ));
     }
     let (mut held_by_a, mut waited) = (0u64, 0u64);
-    for row in profile["locks"].as_array().into_iter().flatten() {
+    for row in items(&profile["locks"]) {
         if row["pid"].as_u64() == Some(pid) && row["flags"].as_u64() == Some(LCB_F_WRITE) {
             let total = row["total_ns"].as_u64().unwrap_or(0);
             waited += total;
@@ -706,10 +663,7 @@ fn check_hold(args: HoldArgs) {
         ));
     }
     let report = read_json(&report_path);
-    let holder = report["locks"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let holder = items(&report["locks"])
         .filter(|group| group["type"] == "rwsem:W")
         .find_map(|group| {
             group["holders"]
@@ -734,7 +688,7 @@ fn check_hold_symbol(args: HoldSymbolArgs) {
         min_count,
     } = args;
     let report = read_json(&report_path);
-    let holds: Vec<&Value> = report["holds"].as_array().into_iter().flatten().collect();
+    let holds: Vec<&Value> = items(&report["holds"]).collect();
     if holds.iter().any(|hold| hold["lock"] != lock.as_str()) {
         fail(format!(
             "holds of another lock than {lock}: {}",
@@ -779,15 +733,11 @@ fn check_file_lock(profile_path: &str, output_path: &str) {
     let profile = read_json(profile_path);
     let output = std::fs::read_to_string(output_path)
         .unwrap_or_else(|err| fail(format!("cannot read {output_path}: {err}")));
-    let attached = profile["probes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|probe| {
-            probe["method"]
-                .as_str()
-                .is_some_and(|method| method.contains("file-lock holders"))
-        });
+    let attached = items(&profile["probes"]).any(|probe| {
+        probe["method"]
+            .as_str()
+            .is_some_and(|method| method.contains("file-lock holders"))
+    });
     if !attached {
         fail(format!(
             "the filelock tracepoints were not attached: {}",
@@ -820,7 +770,7 @@ fn check_file_lock(profile_path: &str, output_path: &str) {
     }
     // pid -> (file-lock ns, ns with a holder)
     let mut waits: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
-    for row in profile["offcpu"].as_array().into_iter().flatten() {
+    for row in items(&profile["offcpu"]) {
         if row["class"] != "file-lock" {
             continue;
         }
@@ -873,10 +823,7 @@ fn check_file_lock(profile_path: &str, output_path: &str) {
 /// at least 90% of its hot functions' samples carry their caller up to main.
 fn check_cpu(profile_path: &str) {
     let profile = read_json(profile_path);
-    let method = profile["probes"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let method = items(&profile["probes"])
         .find(|probe| probe["family"] == "cpu")
         .and_then(|probe| probe["method"].as_str())
         .unwrap_or_else(|| fail("no cpu probe in the profile".into()))
@@ -885,19 +832,9 @@ fn check_cpu(profile_path: &str) {
     if !method.contains("copies") {
         fail(format!("the cpu probe does not copy user stacks: {method}"));
     }
-    let names = |id: &Value| -> Vec<String> {
-        id.as_u64()
-            .and_then(|id| profile["stacks"][id as usize]["frames"].as_array())
-            .into_iter()
-            .flatten()
-            .filter_map(|frame| frame.as_u64())
-            .filter_map(|frame| profile["frames"][frame as usize]["name"].as_str())
-            .map(String::from)
-            .collect()
-    };
     let (mut hot, mut whole) = (0u64, 0u64);
-    for row in profile["cpu"].as_array().into_iter().flatten() {
-        let stack = names(&row["user_stack"]);
+    for row in items(&profile["cpu"]) {
+        let stack = stack_frames(&profile, &row["user_stack"]);
         if !stack.iter().any(|name| name.starts_with("cpu_burn::burn_")) {
             continue;
         }
@@ -925,7 +862,7 @@ fn check_names(profiles: &[String]) {
         let profile = read_json(path);
         let (mut named, mut total) = (0u64, 0u64);
         let mut mmap_lock = false;
-        for row in profile["locks"].as_array().into_iter().flatten() {
+        for row in items(&profile["locks"]) {
             let wait = row["total_ns"].as_u64().unwrap_or(0);
             let source = row["lock_name_source"].as_str().unwrap_or("address");
             total += wait;
