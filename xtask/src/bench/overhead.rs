@@ -24,11 +24,7 @@ pub(super) fn overhead_report(bench: &Bench, options: &Options) -> Result<String
     let families = available_families(&bench.lockpath, options.families.as_deref())?;
     util::say(format!(
         "families offered by lockpath: {}",
-        families
-            .iter()
-            .map(|f| f.name)
-            .collect::<Vec<_>>()
-            .join(", ")
+        util::comma_list(families.iter().map(|f| f.name))
     ));
     let io_fs = match wanted(options.workloads.as_deref(), "io") {
         true => match LoopExt4::mount(&bench.scratch) {
