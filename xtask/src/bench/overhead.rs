@@ -17,7 +17,7 @@ use super::{
     options::Options,
     program_cost::{cost_tables, program_costs},
     readme::{header, targets_table},
-    Bench,
+    table_header, Bench,
 };
 
 pub(super) fn overhead_report(bench: &Bench, options: &Options) -> Result<String> {
@@ -260,11 +260,11 @@ pub(super) fn run_once(bench: &Bench, workload: &Workload, config: &Config) -> R
 pub(super) fn overhead_table(workloads: &[Workload], rows: &[OverheadRow]) -> String {
     let mut md = String::new();
     let _ = writeln!(md, "### Overhead\n");
-    let _ = writeln!(
-        md,
-        "| workload | run under | median ops/s | spread (min-max) | vs baseline | overhead |"
+    table_header(
+        &mut md,
+        "workload | run under | median ops/s | spread (min-max) | vs baseline | overhead",
+        "llrrrr",
     );
-    let _ = writeln!(md, "|---|---|---:|---:|---:|---:|");
     for workload in workloads {
         let group: Vec<&OverheadRow> = rows
             .iter()
