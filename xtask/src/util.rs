@@ -237,3 +237,23 @@ pub fn capture(cmd: &mut Command, step: &str, hint: &str) -> Result<String> {
 pub fn say(message: impl std::fmt::Display) {
     eprintln!("xtask: {message}");
 }
+
+/// `items` joined by ", ", as in a "known: a, b, c" list.
+pub fn comma_list<T: std::fmt::Display>(items: impl IntoIterator<Item = T>) -> String {
+    items
+        .into_iter()
+        .map(|item| item.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::comma_list;
+
+    #[test]
+    fn comma_list_joins_what_it_is_given() {
+        assert_eq!(comma_list(["6.1", "5.10"]), "6.1, 5.10");
+        assert_eq!(comma_list(Vec::<u32>::new()), "");
+    }
+}

@@ -14,23 +14,26 @@ use std::time::{Duration, Instant};
 /// One unit of work: a fixed number of rounds of integer mixing.
 const UNIT: u64 = 200_000;
 
-/// Kept apart from `burn_thirty` by its constant, so the linker cannot merge the two.
-#[inline(never)]
-fn burn_seventy(units: u64) -> u64 {
-    let mut x = std::hint::black_box(0x9E37_79B9_7F4A_7C15u64);
+/// `units` of integer mixing from `seed`. Always inlined: the samples belong to the
+/// named frames that call it (`burn_seventy`, `burn_thirty`), whose constants differ so
+/// that the linker cannot merge the two.
+#[inline(always)]
+fn mix(units: u64, seed: u64, rotate: u32, multiplier: u64) -> u64 {
+    let mut x = std::hint::black_box(seed);
     for i in 0..units * UNIT {
-        x = x.rotate_left(5) ^ i.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        x = x.rotate_left(rotate) ^ i.wrapping_mul(multiplier);
     }
     std::hint::black_box(x)
 }
 
 #[inline(never)]
+fn burn_seventy(units: u64) -> u64 {
+    mix(units, 0x9E37_79B9_7F4A_7C15, 5, 0xBF58_476D_1CE4_E5B9)
+}
+
+#[inline(never)]
 fn burn_thirty(units: u64) -> u64 {
-    let mut x = std::hint::black_box(0x94D0_49BB_1331_11EBu64);
-    for i in 0..units * UNIT {
-        x = x.rotate_left(7) ^ i.wrapping_mul(0x2545_F491_4F6C_DD1D);
-    }
-    std::hint::black_box(x)
+    mix(units, 0x94D0_49BB_1331_11EB, 7, 0x2545_F491_4F6C_DD1D)
 }
 
 fn thread_cpu_ns() -> u64 {

@@ -52,6 +52,11 @@ fn number(text: Option<&String>) -> u64 {
         .unwrap_or_else(|| usage())
 }
 
+/// The FUSE fixture mounted at `mountpoint`, answering CREATE after `create_delay`.
+fn mount_delaying_create(mountpoint: &Path, create_delay: Duration) -> FuseFixture {
+    FuseFixture::mount(mountpoint, &[(FUSE_CREATE, create_delay)]).expect("mount the FUSE fixture")
+}
+
 fn create(path: &Path) -> std::fs::File {
     OpenOptions::new()
         .create(true)
@@ -169,12 +174,13 @@ fn main() {
     }
     let results = PathBuf::from(&args[1]);
     let mountpoint = PathBuf::from(&args[2]);
+    let millis = |index: usize| Duration::from_millis(number(args.get(index)));
     let mut lines = Vec::new();
     match args[0].as_str() {
         "latency" => {
             let files = number(args.get(3));
-            let create_delay = Duration::from_millis(number(args.get(4)));
-            let write_delay = Duration::from_millis(number(args.get(5)));
+            let create_delay = millis(4);
+            let write_delay = millis(5);
             let fixture = FuseFixture::mount(
                 &mountpoint,
                 &[(FUSE_CREATE, create_delay), (FUSE_WRITE, write_delay)],
@@ -192,25 +198,21 @@ fn main() {
             drop(fixture);
         }
         "lockwait" => {
-            let create_delay = Duration::from_millis(number(args.get(3)));
-            let headstart = Duration::from_millis(number(args.get(4)));
-            let fixture = FuseFixture::mount(&mountpoint, &[(FUSE_CREATE, create_delay)])
-                .expect("mount the FUSE fixture");
+            let create_delay = millis(3);
+            let headstart = millis(4);
+            let fixture = mount_delaying_create(&mountpoint, create_delay);
             lock_wait(fixture.path(), headstart, "1", &mut lines);
             drop(fixture);
         }
         "holdchain" => {
-            let create_delay = Duration::from_millis(number(args.get(3)));
-            let fixture = FuseFixture::mount(&mountpoint, &[(FUSE_CREATE, create_delay)])
-                .expect("mount the FUSE fixture");
+            let fixture = mount_delaying_create(&mountpoint, millis(3));
             hold_chain(fixture.path(), "", &mut lines);
             drop(fixture);
         }
         "interrupted" => {
-            let create_delay = Duration::from_millis(number(args.get(3)));
-            let wait = Duration::from_millis(number(args.get(4)));
-            let fixture = FuseFixture::mount(&mountpoint, &[(FUSE_CREATE, create_delay)])
-                .expect("mount the FUSE fixture");
+            let create_delay = millis(3);
+            let wait = millis(4);
+            let fixture = mount_delaying_create(&mountpoint, create_delay);
             interrupted(fixture.path(), wait, &mut lines);
             drop(fixture);
         }
@@ -227,14 +229,12 @@ fn main() {
             hold_chain(&mountpoint, &format!("-{tag}"), &mut lines);
         }
         "lockwait-client" => {
-            let headstart = Duration::from_millis(number(args.get(3)));
+            let headstart = millis(3);
             let tag = args.get(4).unwrap_or_else(|| usage());
             lock_wait(&mountpoint, headstart, tag, &mut lines);
         }
         "serve" => {
-            let create_delay = Duration::from_millis(number(args.get(3)));
-            let fixture = FuseFixture::mount(&mountpoint, &[(FUSE_CREATE, create_delay)])
-                .expect("mount the FUSE fixture");
+            let fixture = mount_delaying_create(&mountpoint, millis(3));
             // RESULTS is the stop file here: its appearance ends the service.
             println!("serving {}", fixture.path().display());
             while !results.exists() {

@@ -16,7 +16,7 @@
 //! - prints the address of the `rwsem:W` lock whose waits were in `path_openat` /
 //!   `open_last_lookups` (the FUSE directory's inode lock), for `--hold rwsem:ADDR`.
 //!
-//! `lab-check hold PROFILE REPORT RESULTS --method WORD [--tolerance F]`
+//! `lab-check hold PROFILE REPORT RESULTS --method WORD [--delay-ms MS]`
 //! - the hold family was attached with a method containing WORD ("fexit", "kprobe");
 //! - the holds of process A (`a_pid` in RESULTS, the fuse-workload's own numbers) on the
 //!   lock are `rwsem:W`, and the longest is within F (default 0.1) of A's own create
@@ -67,11 +67,17 @@
 
 use std::{collections::BTreeMap, process::exit};
 
+use clap::{Args, Parser};
 use serde_json::Value;
 
 fn fail(why: String) -> ! {
     println!("WHY: {why}");
     exit(1)
+}
+
+/// The elements of a JSON array (none when `value` is not an array).
+fn items(value: &Value) -> impl Iterator<Item = &Value> {
+    value.as_array().into_iter().flatten()
 }
 
 fn read_json(path: &str) -> Value {
@@ -80,57 +86,166 @@ fn read_json(path: &str) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|err| fail(format!("{path} is not JSON: {err}")))
 }
 
+/// Guest-side checker of the VM lab: asserts numbers in a profile and in its report.
+///
+/// Each subcommand is described at the top of tests/src/bin/lab-check.rs.
+#[derive(Parser)]
+#[command(name = "lab-check")]
+enum Cli {
+    /// The lock family's method, contended types and counts against tracefs.
+    Lock(LockArgs),
+    /// A function's method and call count.
+    Func(FuncArgs),
+    /// Prints the FUSE directory's inode lock (`rwsem:W` waited on in the open path).
+    HoldLock { report: String },
+    /// At least 80% of each profile's lock wait on named locks.
+    Names {
+        #[arg(required = true)]
+        profile: Vec<String>,
+    },
+    /// The hold family against the fuse-workload's own numbers.
+    Hold(HoldArgs),
+    /// Holds of one lock by one process, acquired in one caller.
+    HoldSymbol(HoldSymbolArgs),
+    /// The second creator's hold under contention against the workload's own time.
+    HoldContended {
+        profile: String,
+        results: String,
+        lock: String,
+    },
+    /// Block requests on one device against tracefs's count.
+    Io(IoArgs),
+    /// File-lock waits of the file-locks workload against its own blocked time.
+    FileLock { profile: String, output: String },
+    /// cpu-burn's hot samples carry their user stack up to main.
+    Cpu { profile: String },
+    /// The lock-storm's contentions in its cgroup, in the profile and the report.
+    Cgroup {
+        profile: String,
+        report: String,
+        cgroup: String,
+    },
+}
+
+#[derive(Args)]
+struct LockArgs {
+    profile: String,
+    report: String,
+    /// A word of the lock family's method ("tracepoint", "kprobe").
+    #[arg(long, value_name = "WORD", default_value = "")]
+    method: String,
+    /// Type prefixes that must have contentions.
+    #[arg(long, value_name = "T1,T2", value_delimiter = ',')]
+    types: Vec<String>,
+    /// An independent count of a type (repeatable).
+    #[arg(long, value_name = "TYPE=N", value_parser = parse_truth)]
+    truth: Vec<(String, u64)>,
+    /// How far from the truth a count may be, as a fraction.
+    #[arg(long, value_name = "F", default_value_t = 0.1)]
+    tolerance: f64,
+}
+
+fn parse_truth(value: &str) -> Result<(String, u64), String> {
+    let (name, count) = value.split_once('=').ok_or("expected TYPE=N")?;
+    let count = count.trim().parse().map_err(|_| "N is not a number")?;
+    Ok((name.to_string(), count))
+}
+
+#[derive(Args)]
+struct FuncArgs {
+    profile: String,
+    #[arg(long, value_name = "NAME", default_value = "")]
+    function: String,
+    /// A word of the function's method ("fentry", "kprobe").
+    #[arg(long, value_name = "WORD", default_value = "")]
+    method: String,
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    min_count: u64,
+}
+
+#[derive(Args)]
+struct HoldArgs {
+    profile: String,
+    report: String,
+    results: String,
+    /// A word of the hold family's method ("fexit", "kprobe").
+    #[arg(long, value_name = "WORD", default_value = "")]
+    method: String,
+    /// The server's delay of CREATE (0: the hold is within 10% of A's create).
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    delay_ms: u64,
+}
+
+#[derive(Args)]
+struct HoldSymbolArgs {
+    report: String,
+    #[arg(long, value_name = "NAME", default_value = "")]
+    lock: String,
+    #[arg(long, value_name = "COMM", default_value = "")]
+    process: String,
+    #[arg(long, value_name = "FN", default_value = "")]
+    caller: String,
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    min_count: u64,
+}
+
+#[derive(Args)]
+struct IoArgs {
+    profile: String,
+    #[arg(long, value_name = "MAJ:MIN")]
+    dev: String,
+    #[arg(long, value_name = "N")]
+    issued: u64,
+    #[arg(long, value_name = "F")]
+    flushes: u64,
+    #[arg(long, value_name = "B")]
+    write_bytes: u64,
+    #[arg(long, value_name = "R")]
+    reads: u64,
+    #[arg(long, value_name = "P")]
+    pid: u64,
+}
+
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("lock") => check_lock(&args[1..]),
-        Some("func") => check_func(&args[1..]),
-        Some("hold-lock") => hold_lock(&args[1..]),
-        Some("names") => check_names(&args[1..]),
-        Some("hold") => check_hold(&args[1..]),
-        Some("hold-symbol") => check_hold_symbol(&args[1..]),
-        Some("hold-contended") => check_hold_contended(&args[1..]),
-        Some("io") => check_io(&args[1..]),
-        Some("file-lock") => check_file_lock(&args[1..]),
-        Some("cpu") => check_cpu(&args[1..]),
-        Some("cgroup") => check_cgroup(&args[1..]),
-        _ => fail("usage: lab-check lock PROFILE REPORT --method WORD --types T1,T2 [--truth TYPE=N] [--tolerance F]".into()),
+    match Cli::parse() {
+        Cli::Lock(args) => check_lock(args),
+        Cli::Func(args) => check_func(args),
+        Cli::HoldLock { report } => hold_lock(&report),
+        Cli::Names { profile } => check_names(&profile),
+        Cli::Hold(args) => check_hold(args),
+        Cli::HoldSymbol(args) => check_hold_symbol(args),
+        Cli::HoldContended {
+            profile,
+            results,
+            lock,
+        } => check_hold_contended(&profile, &results, &lock),
+        Cli::Io(args) => check_io(args),
+        Cli::FileLock { profile, output } => check_file_lock(&profile, &output),
+        Cli::Cpu { profile } => check_cpu(&profile),
+        Cli::Cgroup {
+            profile,
+            report,
+            cgroup,
+        } => check_cgroup(&profile, &report, &cgroup),
     }
 }
 
-fn check_cgroup(args: &[String]) {
-    let (Some(profile_path), Some(report_path), Some(cgroup)) =
-        (args.first(), args.get(1), args.get(2))
-    else {
-        fail("lab-check cgroup: PROFILE, REPORT and CGROUP are required".into());
-    };
+fn check_cgroup(profile_path: &str, report_path: &str, cgroup: &str) {
     let profile = read_json(profile_path);
     // By its threads: a main thread seen before its exec (the shell contending as it
     // moves itself into the cgroup) keeps the shell's name.
-    let storm = profile["processes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|process| {
-            process["threads"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|thread| thread["comm"] == "lock-storm")
-        })
+    let storm = items(&profile["processes"])
+        .find(|process| items(&process["threads"]).any(|thread| thread["comm"] == "lock-storm"))
         .unwrap_or_else(|| fail("no lock-storm thread in the profile".into()));
     let pid = storm["pid"].as_u64().unwrap_or(0);
     println!("lock-storm[{pid}] cgroup: {}", storm["cgroup"]);
-    if storm["cgroup"].as_str() != Some(cgroup.as_str()) {
+    if storm["cgroup"].as_str() != Some(cgroup) {
         fail(format!(
             "lock-storm's cgroup is {}, expected {cgroup}",
             storm["cgroup"]
         ));
     }
-    let own: u64 = profile["locks"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let own: u64 = items(&profile["locks"])
         .filter(|row| row["pid"].as_u64() == Some(pid))
         .map(|row| row["count"].as_u64().unwrap_or(0))
         .sum();
@@ -138,11 +253,8 @@ fn check_cgroup(args: &[String]) {
         fail("lock-storm made no contention".into());
     }
     let report = read_json(report_path);
-    let rows: Vec<&Value> = report["locks"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|group| group["cgroup"].as_str() == Some(cgroup.as_str()))
+    let rows: Vec<&Value> = items(&report["locks"])
+        .filter(|group| group["cgroup"].as_str() == Some(cgroup))
         .collect();
     let in_cgroup: u64 = rows
         .iter()
@@ -163,44 +275,17 @@ fn check_cgroup(args: &[String]) {
     println!("WHY: {cgroup}: {in_cgroup} contentions, lock-storm's own {own}");
 }
 
-fn check_lock(args: &[String]) {
-    let (Some(profile_path), Some(report_path)) = (args.first(), args.get(1)) else {
-        fail("lab-check lock: PROFILE and REPORT are required".into());
-    };
-    let mut method = String::new();
-    let mut types = Vec::new();
-    let mut truths: Vec<(String, u64)> = Vec::new();
-    let mut tolerance = 0.1f64;
-    let mut rest = args[2..].iter();
-    while let Some(flag) = rest.next() {
-        let value = rest.next().cloned().unwrap_or_default();
-        match flag.as_str() {
-            "--method" => method = value,
-            "--types" => types = value.split(',').map(String::from).collect(),
-            "--truth" => {
-                let (name, count) = value
-                    .split_once('=')
-                    .unwrap_or_else(|| fail(format!("--truth {value}: expected TYPE=N")));
-                let count = count
-                    .trim()
-                    .parse()
-                    .unwrap_or_else(|_| fail(format!("--truth {value}: N is not a number")));
-                truths.push((name.to_string(), count));
-            }
-            "--tolerance" => {
-                tolerance = value
-                    .parse()
-                    .unwrap_or_else(|_| fail(format!("--tolerance {value}: not a number")))
-            }
-            other => fail(format!("lab-check lock: unknown flag {other}")),
-        }
-    }
-
-    let profile = read_json(profile_path);
-    let methods: Vec<String> = profile["probes"]
-        .as_array()
-        .into_iter()
-        .flatten()
+fn check_lock(args: LockArgs) {
+    let LockArgs {
+        profile: profile_path,
+        report: report_path,
+        method,
+        types,
+        truth: truths,
+        tolerance,
+    } = args;
+    let profile = read_json(&profile_path);
+    let methods: Vec<String> = items(&profile["probes"])
         .filter(|probe| probe["family"] == "lock")
         .filter_map(|probe| probe["method"].as_str().map(String::from))
         .collect();
@@ -211,9 +296,9 @@ fn check_lock(args: &[String]) {
         ));
     }
 
-    let report = read_json(report_path);
+    let report = read_json(&report_path);
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
-    for row in report["locks"].as_array().into_iter().flatten() {
+    for row in items(&report["locks"]) {
         let lock_type = row["type"].as_str().unwrap_or("?").to_string();
         *counts.entry(lock_type).or_default() += row["contended"].as_u64().unwrap_or(0);
     }
@@ -275,31 +360,16 @@ fn check_lock(args: &[String]) {
     );
 }
 
-fn check_func(args: &[String]) {
-    let Some(profile_path) = args.first() else {
-        fail("lab-check func: PROFILE is required".into());
-    };
-    let (mut function, mut method, mut min_count) = (String::new(), String::new(), 1u64);
-    let mut rest = args[1..].iter();
-    while let Some(flag) = rest.next() {
-        let value = rest.next().cloned().unwrap_or_default();
-        match flag.as_str() {
-            "--function" => function = value,
-            "--method" => method = value,
-            "--min-count" => {
-                min_count = value
-                    .parse()
-                    .unwrap_or_else(|_| fail(format!("--min-count {value}: not a number")))
-            }
-            other => fail(format!("lab-check func: unknown flag {other}")),
-        }
-    }
-    let profile = read_json(profile_path);
+fn check_func(args: FuncArgs) {
+    let FuncArgs {
+        profile: profile_path,
+        function,
+        method,
+        min_count,
+    } = args;
+    let profile = read_json(&profile_path);
     let prefix = format!("{function}:");
-    let used = profile["probes"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let used = items(&profile["probes"])
         .filter_map(|probe| probe["method"].as_str())
         .find(|used| used.starts_with(&prefix))
         .unwrap_or_else(|| {
@@ -315,7 +385,7 @@ fn check_func(args: &[String]) {
         ));
     }
     let (mut count, mut total) = (0u64, 0u64);
-    for row in profile["funcs"].as_array().into_iter().flatten() {
+    for row in items(&profile["funcs"]) {
         if row["function"] == function.as_str() {
             count += row["count"].as_u64().unwrap_or(0);
             total += row["total_ns"].as_u64().unwrap_or(0);
@@ -329,36 +399,14 @@ fn check_func(args: &[String]) {
     }
 }
 
-fn check_io(args: &[String]) {
-    let Some(profile_path) = args.first() else {
-        fail("lab-check io: PROFILE is required".into());
-    };
-    let mut dev = String::new();
-    let mut numbers: BTreeMap<&str, u64> = BTreeMap::new();
-    let mut rest = args[1..].iter();
-    while let Some(flag) = rest.next() {
-        let value = rest.next().cloned().unwrap_or_default();
-        match flag.as_str() {
-            "--dev" => dev = value,
-            "--issued" | "--flushes" | "--write-bytes" | "--reads" | "--pid" => {
-                let number = value
-                    .parse()
-                    .unwrap_or_else(|_| fail(format!("{flag} {value}: not a number")));
-                numbers.insert(flag.trim_start_matches("--").to_owned().leak(), number);
-            }
-            other => fail(format!("lab-check io: unknown flag {other}")),
-        }
-    }
-    let number = |name: &str| -> u64 {
-        *numbers
-            .get(name)
-            .unwrap_or_else(|| fail(format!("lab-check io: --{name} is required")))
-    };
+fn check_io(args: IoArgs) {
+    let IoArgs {
+        profile: profile_path,
+        dev,
+        ..
+    } = &args;
     let profile = read_json(profile_path);
-    let used = profile["probes"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let used = items(&profile["probes"])
         .find(|probe| probe["family"] == "io")
         .and_then(|probe| probe["method"].as_str())
         .unwrap_or_else(|| fail(format!("io was not attached: {}", profile["probes"])));
@@ -370,10 +418,7 @@ fn check_io(args: &[String]) {
         .split_once(':')
         .and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?)))
         .unwrap_or_else(|| fail(format!("--dev {dev:?}: expected MAJ:MIN")));
-    let rows: Vec<&Value> = profile["io"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let rows: Vec<&Value> = items(&profile["io"])
         .filter(|row| row["major"].as_u64() == Some(major) && row["minor"].as_u64() == Some(minor))
         .collect();
     let sum = |op: Option<&str>, field: &str, pid: Option<u64>| -> u64 {
@@ -387,22 +432,18 @@ fn check_io(args: &[String]) {
     let flushes = sum(Some("flush"), "count", None);
     let flush_bytes = sum(Some("flush"), "bytes", None);
     let write_bytes = sum(Some("write"), "bytes", None);
-    let reads = sum(Some("read"), "count", Some(number("pid")));
+    let reads = sum(Some("read"), "count", Some(args.pid));
     println!(
         "{dev}: {requests} requests ({flushes} flushes, {write_bytes} bytes written, \
          {reads} reads by the workload); losses {}",
         profile["losses"]
     );
     for (what, got, want) in [
-        (
-            "requests (tracefs block_rq_issue)",
-            requests,
-            number("issued"),
-        ),
-        ("flush requests", flushes, number("flushes")),
+        ("requests (tracefs block_rq_issue)", requests, args.issued),
+        ("flush requests", flushes, args.flushes),
         ("flush bytes", flush_bytes, 0),
-        ("bytes written", write_bytes, number("write-bytes")),
-        ("reads credited to the workload", reads, number("reads")),
+        ("bytes written", write_bytes, args.write_bytes),
+        ("reads credited to the workload", reads, args.reads),
     ] {
         if got != want {
             fail(format!(
@@ -424,10 +465,7 @@ fn stack_frames(profile: &Value, id: &Value) -> Vec<String> {
         return Vec::new();
     };
     let frames = &profile["frames"];
-    profile["stacks"][id as usize]["frames"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    items(&profile["stacks"][id as usize]["frames"])
         .filter_map(|frame| frame.as_u64())
         .filter_map(|frame| frames[frame as usize]["name"].as_str().map(String::from))
         .collect()
@@ -437,21 +475,12 @@ fn is_open_path(frame: &str) -> bool {
     frame == "open_last_lookups" || frame == "path_openat"
 }
 
-fn hold_lock(args: &[String]) {
-    let Some(report_path) = args.first() else {
-        fail("lab-check hold-lock: REPORT is required".into());
-    };
+fn hold_lock(report_path: &str) {
     let report = read_json(report_path);
-    let lock = report["locks"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let lock = items(&report["locks"])
         .find(|group| {
             group["type"] == "rwsem:W"
-                && group["callers"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
+                && items(&group["callers"])
                     .filter_map(|caller| caller.as_str())
                     .any(is_open_path)
         })
@@ -475,26 +504,18 @@ fn result(path: &str, name: &str) -> u64 {
         .unwrap_or_else(|| fail(format!("{path} has no {name}")))
 }
 
-fn check_hold_contended(args: &[String]) {
-    let (Some(profile_path), Some(results_path), Some(lock)) =
-        (args.first(), args.get(1), args.get(2))
-    else {
-        fail("lab-check hold-contended: PROFILE, RESULTS and LOCK are required".into());
-    };
+fn check_hold_contended(profile_path: &str, results_path: &str, lock: &str) {
     let profile = read_json(profile_path);
     let second = result(results_path, "t2_tid");
     let expected =
         result(results_path, "t2_end_ns") as f64 - result(results_path, "t1_end_ns") as f64;
     const LCB_F_WRITE: u64 = 4;
-    let contended: Vec<&Value> = profile["contended_holds"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let contended: Vec<&Value> = items(&profile["contended_holds"])
         .filter(|row| row["tid"].as_u64() == Some(second))
         .filter(|row| row["flags"].as_u64() == Some(LCB_F_WRITE))
         // The same thread also takes other locks under contention (mmap_lock while it
         // faults its stack in): only the directory's inode lock is the subject.
-        .filter(|row| row["lock_name"].as_str() == Some(lock.as_str()))
+        .filter(|row| row["lock_name"].as_str() == Some(lock))
         .collect();
     let [hold] = contended[..] else {
         fail(format!(
@@ -504,10 +525,7 @@ fn check_hold_contended(args: &[String]) {
     };
     let held = hold["latency"]["total_ns"].as_u64().unwrap_or(0) as f64;
     let frames = stack_frames(&profile, &hold["stack"]);
-    let timed: Vec<&Value> = profile["holds"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let timed: Vec<&Value> = items(&profile["holds"])
         .filter(|row| row["flags"].as_u64() == Some(LCB_F_WRITE))
         .collect();
     let (count, total) = timed.iter().fold((0u64, 0u64), |(count, total), row| {
@@ -556,31 +574,16 @@ fn check_hold_contended(args: &[String]) {
     }
 }
 
-fn check_hold(args: &[String]) {
-    let (Some(profile_path), Some(report_path), Some(results_path)) =
-        (args.first(), args.get(1), args.get(2))
-    else {
-        fail("lab-check hold: PROFILE, REPORT and RESULTS are required".into());
-    };
-    let (mut method, mut delay_ms) = (String::new(), 0u64);
-    let mut rest = args[3..].iter();
-    while let Some(flag) = rest.next() {
-        let value = rest.next().cloned().unwrap_or_default();
-        match flag.as_str() {
-            "--method" => method = value,
-            "--delay-ms" => {
-                delay_ms = value
-                    .parse()
-                    .unwrap_or_else(|_| fail(format!("--delay-ms {value}: not a number")))
-            }
-            other => fail(format!("lab-check hold: unknown flag {other}")),
-        }
-    }
-    let profile = read_json(profile_path);
-    let used = profile["probes"]
-        .as_array()
-        .into_iter()
-        .flatten()
+fn check_hold(args: HoldArgs) {
+    let HoldArgs {
+        profile: profile_path,
+        report: report_path,
+        results: results_path,
+        method,
+        delay_ms,
+    } = args;
+    let profile = read_json(&profile_path);
+    let used = items(&profile["probes"])
         .find(|probe| probe["family"] == "hold")
         .and_then(|probe| probe["method"].as_str())
         .unwrap_or_else(|| {
@@ -595,14 +598,11 @@ fn check_hold(args: &[String]) {
             "--hold was attached with {used:?}, expected {method}"
         ));
     }
-    let a_pid = result(results_path, "a_pid");
-    let a_ns = result(results_path, "a_create_ns");
-    let pid = result(results_path, "pid");
+    let a_pid = result(&results_path, "a_pid");
+    let a_ns = result(&results_path, "a_create_ns");
+    let pid = result(&results_path, "pid");
     const LCB_F_WRITE: u64 = 4;
-    let holds: Vec<&Value> = profile["holds"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let holds: Vec<&Value> = items(&profile["holds"])
         .filter(|row| row["pid"].as_u64() == Some(a_pid))
         .collect();
     let longest = holds
@@ -642,7 +642,7 @@ fn check_hold(args: &[String]) {
         ));
     }
     let (mut held_by_a, mut waited) = (0u64, 0u64);
-    for row in profile["locks"].as_array().into_iter().flatten() {
+    for row in items(&profile["locks"]) {
         if row["pid"].as_u64() == Some(pid) && row["flags"].as_u64() == Some(LCB_F_WRITE) {
             let total = row["total_ns"].as_u64().unwrap_or(0);
             waited += total;
@@ -662,11 +662,8 @@ fn check_hold(args: &[String]) {
             profile["locks"]
         ));
     }
-    let report = read_json(report_path);
-    let holder = report["locks"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let report = read_json(&report_path);
+    let holder = items(&report["locks"])
         .filter(|group| group["type"] == "rwsem:W")
         .find_map(|group| {
             group["holders"]
@@ -682,29 +679,16 @@ fn check_hold(args: &[String]) {
     }
 }
 
-fn check_hold_symbol(args: &[String]) {
-    let Some(report_path) = args.first() else {
-        fail("lab-check hold-symbol: REPORT is required".into());
-    };
-    let (mut lock, mut process, mut caller, mut min_count) =
-        (String::new(), String::new(), String::new(), 1u64);
-    let mut rest = args[1..].iter();
-    while let Some(flag) = rest.next() {
-        let value = rest.next().cloned().unwrap_or_default();
-        match flag.as_str() {
-            "--lock" => lock = value,
-            "--process" => process = value,
-            "--caller" => caller = value,
-            "--min-count" => {
-                min_count = value
-                    .parse()
-                    .unwrap_or_else(|_| fail(format!("--min-count {value}: not a number")))
-            }
-            other => fail(format!("lab-check hold-symbol: unknown flag {other}")),
-        }
-    }
-    let report = read_json(report_path);
-    let holds: Vec<&Value> = report["holds"].as_array().into_iter().flatten().collect();
+fn check_hold_symbol(args: HoldSymbolArgs) {
+    let HoldSymbolArgs {
+        report: report_path,
+        lock,
+        process,
+        caller,
+        min_count,
+    } = args;
+    let report = read_json(&report_path);
+    let holds: Vec<&Value> = items(&report["holds"]).collect();
     if holds.iter().any(|hold| hold["lock"] != lock.as_str()) {
         fail(format!(
             "holds of another lock than {lock}: {}",
@@ -745,22 +729,15 @@ fn check_hold_symbol(args: &[String]) {
     }
 }
 
-fn check_file_lock(args: &[String]) {
-    let (Some(profile_path), Some(output_path)) = (args.first(), args.get(1)) else {
-        fail("lab-check file-lock: PROFILE and OUTPUT are required".into());
-    };
+fn check_file_lock(profile_path: &str, output_path: &str) {
     let profile = read_json(profile_path);
     let output = std::fs::read_to_string(output_path)
         .unwrap_or_else(|err| fail(format!("cannot read {output_path}: {err}")));
-    let attached = profile["probes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|probe| {
-            probe["method"]
-                .as_str()
-                .is_some_and(|method| method.contains("file-lock holders"))
-        });
+    let attached = items(&profile["probes"]).any(|probe| {
+        probe["method"]
+            .as_str()
+            .is_some_and(|method| method.contains("file-lock holders"))
+    });
     if !attached {
         fail(format!(
             "the filelock tracepoints were not attached: {}",
@@ -793,7 +770,7 @@ fn check_file_lock(args: &[String]) {
     }
     // pid -> (file-lock ns, ns with a holder)
     let mut waits: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
-    for row in profile["offcpu"].as_array().into_iter().flatten() {
+    for row in items(&profile["offcpu"]) {
         if row["class"] != "file-lock" {
             continue;
         }
@@ -844,15 +821,9 @@ fn check_file_lock(args: &[String]) {
 
 /// `lab-check cpu PROFILE`: on-CPU samples of cpu-burn recorded with user stack copies;
 /// at least 90% of its hot functions' samples carry their caller up to main.
-fn check_cpu(args: &[String]) {
-    let Some(profile_path) = args.first() else {
-        fail("lab-check cpu: PROFILE is required".into());
-    };
+fn check_cpu(profile_path: &str) {
     let profile = read_json(profile_path);
-    let method = profile["probes"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let method = items(&profile["probes"])
         .find(|probe| probe["family"] == "cpu")
         .and_then(|probe| probe["method"].as_str())
         .unwrap_or_else(|| fail("no cpu probe in the profile".into()))
@@ -861,19 +832,9 @@ fn check_cpu(args: &[String]) {
     if !method.contains("copies") {
         fail(format!("the cpu probe does not copy user stacks: {method}"));
     }
-    let names = |id: &Value| -> Vec<String> {
-        id.as_u64()
-            .and_then(|id| profile["stacks"][id as usize]["frames"].as_array())
-            .into_iter()
-            .flatten()
-            .filter_map(|frame| frame.as_u64())
-            .filter_map(|frame| profile["frames"][frame as usize]["name"].as_str())
-            .map(String::from)
-            .collect()
-    };
     let (mut hot, mut whole) = (0u64, 0u64);
-    for row in profile["cpu"].as_array().into_iter().flatten() {
-        let stack = names(&row["user_stack"]);
+    for row in items(&profile["cpu"]) {
+        let stack = stack_frames(&profile, &row["user_stack"]);
         if !stack.iter().any(|name| name.starts_with("cpu_burn::burn_")) {
             continue;
         }
@@ -895,16 +856,13 @@ fn check_cpu(args: &[String]) {
     println!("WHY: {whole} of {hot} hot samples carry their stack up to main");
 }
 
-fn check_names(args: &[String]) {
-    if args.is_empty() {
-        fail("lab-check names: PROFILE... is required".into());
-    }
+fn check_names(profiles: &[String]) {
     let mut shares = Vec::new();
-    for (index, path) in args.iter().enumerate() {
+    for (index, path) in profiles.iter().enumerate() {
         let profile = read_json(path);
         let (mut named, mut total) = (0u64, 0u64);
         let mut mmap_lock = false;
-        for row in profile["locks"].as_array().into_iter().flatten() {
+        for row in items(&profile["locks"]) {
             let wait = row["total_ns"].as_u64().unwrap_or(0);
             let source = row["lock_name_source"].as_str().unwrap_or("address");
             total += wait;

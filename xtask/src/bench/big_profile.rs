@@ -12,7 +12,7 @@ use std::{
 
 use anyhow::Result;
 
-use super::{program_cost::wait_usage, Bench, MIB};
+use super::{program_cost::wait_usage, table_header, Bench, MIB};
 
 /// Interleaved rounds (JSON report, JSON flamegraph, compact report, compact
 /// flamegraph, again); every figure is the median over the rounds.
@@ -148,11 +148,11 @@ pub(super) fn big_profile_table(big: &BigProfile) -> String {
         "Medians of {ROUNDS} interleaved rounds; each command loads the profile itself. \
          The compact profile is the same one written by `lockpath convert big.json -o big.lpb`.\n"
     );
-    let _ = writeln!(
-        md,
-        "| step | JSON: wall time | JSON: CPU time | compact: wall time | compact: CPU time |"
+    table_header(
+        &mut md,
+        "step | JSON: wall time | JSON: CPU time | compact: wall time | compact: CPU time",
+        "lrrrr",
     );
-    let _ = writeln!(md, "|---|---:|---:|---:|---:|");
     let show = |r: &Run| match r {
         Ok((wall, cpu)) => format!("{wall:.2} s | {cpu:.2} s"),
         Err(e) => format!("failed: {} |", e.chars().take(80).collect::<String>()),

@@ -176,4 +176,31 @@ fn format_count(value: f64) -> String {
     }
 }
 
+/// Appends the header of a Markdown table: the `titles` (separated by `|`) and the
+/// alignment row, one letter of `align` a column: `l` left, `r` right (numbers).
+fn table_header(md: &mut String, titles: &str, align: &str) {
+    let titles: Vec<&str> = titles.split('|').map(str::trim).collect();
+    debug_assert_eq!(titles.len(), align.len(), "one alignment letter a column");
+    md.push_str(&format!("| {} |\n|", titles.join(" | ")));
+    for letter in align.chars() {
+        md.push_str(if letter == 'r' { "---:|" } else { "---|" });
+    }
+    md.push('\n');
+}
+
 const MIB: f64 = 1024.0 * 1024.0;
+
+#[cfg(test)]
+mod tests {
+    use super::table_header;
+
+    #[test]
+    fn table_header_aligns_each_column_by_its_letter() {
+        let mut md = String::from("### Title\n\n");
+        table_header(&mut md, "step | JSON: wall time | met", "lrl");
+        assert_eq!(
+            md,
+            "### Title\n\n| step | JSON: wall time | met |\n|---|---:|---|\n"
+        );
+    }
+}

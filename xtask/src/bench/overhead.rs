@@ -17,18 +17,14 @@ use super::{
     options::Options,
     program_cost::{cost_tables, program_costs},
     readme::{header, targets_table},
-    Bench,
+    table_header, Bench,
 };
 
 pub(super) fn overhead_report(bench: &Bench, options: &Options) -> Result<String> {
     let families = available_families(&bench.lockpath, options.families.as_deref())?;
     util::say(format!(
         "families offered by lockpath: {}",
-        families
-            .iter()
-            .map(|f| f.name)
-            .collect::<Vec<_>>()
-            .join(", ")
+        util::comma_list(families.iter().map(|f| f.name))
     ));
     let io_fs = match wanted(options.workloads.as_deref(), "io") {
         true => match LoopExt4::mount(&bench.scratch) {
@@ -264,11 +260,11 @@ pub(super) fn run_once(bench: &Bench, workload: &Workload, config: &Config) -> R
 pub(super) fn overhead_table(workloads: &[Workload], rows: &[OverheadRow]) -> String {
     let mut md = String::new();
     let _ = writeln!(md, "### Overhead\n");
-    let _ = writeln!(
-        md,
-        "| workload | run under | median ops/s | spread (min-max) | vs baseline | overhead |"
+    table_header(
+        &mut md,
+        "workload | run under | median ops/s | spread (min-max) | vs baseline | overhead",
+        "llrrrr",
     );
-    let _ = writeln!(md, "|---|---|---:|---:|---:|---:|");
     for workload in workloads {
         let group: Vec<&OverheadRow> = rows
             .iter()

@@ -15,7 +15,7 @@ use crate::util;
 use super::{
     families::{Family, Workload},
     overhead::workload_command,
-    Bench, MIB,
+    table_header, Bench, MIB,
 };
 
 pub(super) struct ProgramCost {
@@ -310,11 +310,11 @@ pub(super) fn cost_tables(costs: &[FamilyCost]) -> String {
         md,
         "### eBPF programs' own cost (kernel.bpf_stats_enabled=1)\n"
     );
-    let _ = writeln!(
-        md,
-        "| family | workload | program | runs | total | per event |"
+    table_header(
+        &mut md,
+        "family | workload | program | runs | total | per event",
+        "lllrrr",
     );
-    let _ = writeln!(md, "|---|---|---|---:|---:|---:|");
     for cost in costs {
         for program in &cost.programs {
             let per_event = if program.run_cnt > 0 {
@@ -337,11 +337,11 @@ pub(super) fn cost_tables(costs: &[FamilyCost]) -> String {
         }
     }
     let _ = writeln!(md, "\n### Memory (system-wide recording, default sizes)\n");
-    let _ = writeln!(
-        md,
-        "| family | kernel maps | map memory (memlock) | lockpath max RSS |"
+    table_header(
+        &mut md,
+        "family | kernel maps | map memory (memlock) | lockpath max RSS",
+        "lrrr",
     );
-    let _ = writeln!(md, "|---|---:|---:|---:|");
     for cost in costs {
         let _ = writeln!(
             md,

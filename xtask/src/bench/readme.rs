@@ -8,7 +8,7 @@ use crate::util;
 
 use super::{
     big_profile::BigProfile, families::Family, options::Options, overhead::OverheadRow,
-    program_cost::FamilyCost, MIB,
+    program_cost::FamilyCost, table_header, MIB,
 };
 
 pub(super) const README_START: &str = "<!-- bench:start (cargo xtask bench --readme) -->";
@@ -90,8 +90,7 @@ pub(super) fn targets_table(
 ) -> String {
     let mut md = String::new();
     let _ = writeln!(md, "### Targets\n");
-    let _ = writeln!(md, "| target | measured | met |");
-    let _ = writeln!(md, "|---|---:|---|");
+    table_header(&mut md, "target | measured | met", "lrl");
     let verdict = |ok: bool| if ok { "yes" } else { "**no**" };
     for family in families {
         let (Some(limit), Some(workload)) = (family.target_overhead, family.aimed_at.first())

@@ -14,7 +14,7 @@ use crate::util;
 use super::{
     families::available_families,
     program_cost::{held_objects, start_recording, wait_rusage, wait_usage},
-    Bench, MIB,
+    table_header, Bench, MIB,
 };
 
 /// `--soak`: records system-wide with every family for `minutes` under a lock storm and a
@@ -102,8 +102,7 @@ pub(super) fn soak(bench: &Bench, minutes: f64) -> Result<String> {
         md,
         "## Soak: {minutes} min system-wide, all families, under load\n"
     );
-    let _ = writeln!(md, "| t (s) | lockpath RSS | map memory |");
-    let _ = writeln!(md, "|---:|---:|---:|");
+    table_header(&mut md, "t (s) | lockpath RSS | map memory", "rrr");
     for (t, rss, memlock) in &samples {
         let _ = writeln!(
             md,

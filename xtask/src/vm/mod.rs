@@ -72,11 +72,7 @@ pub fn vm_test(binaries: &GuestBinaries, only: Option<&str>) -> Result<()> {
         if !KERNELS.iter().any(|kernel| kernel.name == name) {
             bail!(
                 "vm-test: no lab kernel named {name}; known: {}",
-                KERNELS
-                    .iter()
-                    .map(|k| k.name)
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                util::comma_list(KERNELS.iter().map(|k| k.name))
             );
         }
     }

@@ -27,7 +27,7 @@ use super::{
     format_count, median,
     program_cost::{fdinfo_fields, held_objects, BpfStats},
     readme::run_context,
-    Bench,
+    table_header, Bench,
 };
 use crate::util;
 
@@ -165,11 +165,12 @@ pub(super) fn section(bench: &Bench, runs: usize) -> String {
         let rounds = interleaved(bench, storm, runs);
         rows.push(storm_rows(&name, &side, &rounds, runs, &mut notes));
     }
-    let _ = writeln!(
-        md,
-        "| workload | measure | lockpath `--lock` | bpftrace, waits by kstack | stackless reference | `perf lock record -a` | target |"
+    table_header(
+        &mut md,
+        "workload | measure | lockpath `--lock` | bpftrace, waits by kstack | stackless reference \
+         | `perf lock record -a` | target",
+        "llrrrrl",
     );
-    let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---|");
     for row in rows {
         md.push_str(&row);
     }

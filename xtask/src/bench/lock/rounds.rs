@@ -291,32 +291,37 @@ pub(super) fn reference_spin(path: &Path) -> Result<(u64, u64)> {
 mod tests {
     use super::*;
 
+    /// `read` of a file `name` holding `contents`, in a temporary directory removed after.
+    fn read_written<T>(name: &str, contents: &str, read: impl FnOnce(&Path) -> T) -> Result<T> {
+        let dir =
+            std::env::temp_dir().join(format!("xtask-lock-test-{name}-{}", std::process::id()));
+        fs::create_dir_all(&dir)?;
+        let path = dir.join(name);
+        fs::write(&path, contents)?;
+        let value = read(&path);
+        let _ = fs::remove_dir_all(&dir);
+        Ok(value)
+    }
+
     #[test]
     fn reference_output_is_read_from_bpftrace_json() -> Result<()> {
-        let dir = std::env::temp_dir().join(format!("xtask-lock-test-{}", std::process::id()));
-        fs::create_dir_all(&dir)?;
-        let path = dir.join("ref.json");
-        fs::write(
-            &path,
+        let spin = read_written(
+            "ref.json",
             "{\"type\": \"attached_probes\", \"data\": {\"probes\": 2}}\n\
              {\"type\": \"map\", \"data\": {\"@n\": 1958}}\n\
              {\"type\": \"map\", \"data\": {\"@total\": 13855862}}\n",
+            reference_spin,
         )?;
-        let spin = reference_spin(&path);
-        let _ = fs::remove_dir_all(&dir);
         assert_eq!(spin?, (1958, 13855862));
         Ok(())
     }
 
     #[test]
     fn lockpath_spin_keeps_spinning_acquired_rows_of_the_workload() -> Result<()> {
-        let dir = std::env::temp_dir().join(format!("xtask-lock-test2-{}", std::process::id()));
-        fs::create_dir_all(&dir)?;
-        let path = dir.join("profile.json");
         // spinlock (1), rwlock:W (5), mutex:spin (33), mutex (32), spinlock !ETIMEDOUT,
         // and a spinlock of another process.
-        fs::write(
-            &path,
+        let spin = read_written(
+            "profile.json",
             r#"{"processes":[{"pid":7,"comm":"lock-storm"},{"pid":8,"comm":"other"}],"locks":[
               {"pid":7,"flags":1,"count":10,"total_ns":1000},
               {"pid":7,"flags":5,"count":2,"total_ns":400},
@@ -324,9 +329,8 @@ mod tests {
               {"pid":7,"flags":32,"count":50,"total_ns":50000},
               {"pid":7,"flags":131073,"count":3,"total_ns":9000},
               {"pid":8,"flags":1,"count":9,"total_ns":9000}]}"#,
+            lockpath_spin,
         )?;
-        let spin = lockpath_spin(&path);
-        let _ = fs::remove_dir_all(&dir);
         assert_eq!(spin?, (12, 1400));
         Ok(())
     }

@@ -87,27 +87,19 @@ pub(super) fn side_by_side_once(bench: &Bench, storm: &Storm) -> Result<SideBySi
     let pid = workload.pid();
     let lockpath_err = bench.scratch.join("side-lockpath.err");
     let bpftrace_err = bench.scratch.join("side-bpftrace.err");
-    let mut lockpath = Reaper::spawn(
+    let mut lockpath = spawn_recorder(
         Command::new(&bench.lockpath)
             .args(["record", "--lock", "--top", "1", "-p"])
-            .arg(pid.to_string())
-            .arg("-o")
-            .arg(bench.scratch.join("side.json"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(output_file(&lockpath_err)?),
-        Duration::from_secs(30),
+            .arg(pid.to_string()),
+        &bench.scratch.join("side.json"),
+        &lockpath_err,
     )?;
-    let mut bpftrace = Reaper::spawn(
+    let mut bpftrace = spawn_recorder(
         Command::new("bpftrace")
             .arg("-e")
-            .arg(STACK_SCRIPT.replace("TARGET", &pid.to_string()))
-            .arg("-o")
-            .arg(bench.scratch.join("side.bt"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(output_file(&bpftrace_err)?),
-        Duration::from_secs(30),
+            .arg(STACK_SCRIPT.replace("TARGET", &pid.to_string())),
+        &bench.scratch.join("side.bt"),
+        &bpftrace_err,
     )?;
     // Both attached: each holds a program on contention_begin and one on contention_end.
     let deadline = Instant::now() + ATTACH_TIMEOUT;
@@ -211,6 +203,18 @@ pub(super) fn side_by_side_once(bench: &Bench, storm: &Storm) -> Result<SideBySi
     let mut result = windows.swap_remove(middle);
     result.windows = figures;
     Ok(result)
+}
+
+/// Starts a recorder of the workload: `cmd -o OUTPUT`, its stderr kept in `err`.
+fn spawn_recorder(cmd: &mut Command, output: &Path, err: &Path) -> Result<Reaper> {
+    Reaper::spawn(
+        cmd.arg("-o")
+            .arg(output)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(output_file(err)?),
+        Duration::from_secs(30),
+    )
 }
 
 /// The workload's `lock:contention_begin` events over about `window` (`perf stat -p PID

@@ -4,6 +4,8 @@ use std::{collections::BTreeMap, fmt::Write as _};
 
 use anyhow::Result;
 
+use crate::util;
+
 use super::{
     counters::ContentionCost,
     format_count,
@@ -68,11 +70,11 @@ pub(super) fn storm_rows(
             );
             notes.push(format!(
                 "{name}, side-by-side run: every window, lockpath / bpftrace ns per contention: {}; in the median window {} contention_begin / {} contention_end runs of lockpath's programs and {} / {} of bpftrace's{}; recursion misses lockpath {} / {}, bpftrace {} / {}{}.",
-                side.windows
-                    .iter()
-                    .map(|(ours, theirs)| format!("{ours:.0} / {theirs:.0}"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                util::comma_list(
+                    side.windows
+                        .iter()
+                        .map(|(ours, theirs)| format!("{ours:.0} / {theirs:.0}"))
+                ),
                 side.lockpath.begin.run_cnt,
                 side.lockpath.end.run_cnt,
                 side.bpftrace.begin.run_cnt,
