@@ -205,19 +205,21 @@ pub fn html_section(profile: &Profile) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::{ChainLinkRow, Frame, StackInterner};
+    use crate::{
+        fixtures::{kernel, set_stacks},
+        profile::ChainLinkRow,
+    };
 
     #[test]
     fn a_chain_reads_waiter_first_then_each_waker() {
         let mut profile = crate::export::wakers::tests::profile_with_wakers();
-        let mut interner = StackInterner::default();
-        let frame = Frame::kernel;
-        let rwsem = interner.stack(
-            vec![frame("schedule"), frame("rwsem_down_write_slowpath")],
-            false,
+        let [rwsem, fuse] = set_stacks(
+            &mut profile,
+            [
+                (kernel(&["schedule", "rwsem_down_write_slowpath"]), false),
+                (kernel(&["schedule", "request_wait_answer"]), false),
+            ],
         );
-        let fuse = interner.stack(vec![frame("schedule"), frame("request_wait_answer")], false);
-        interner.finish(&mut profile);
         profile.offcpu.clear();
         profile.chains = vec![ChainRow {
             pid: 20,

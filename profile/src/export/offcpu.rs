@@ -319,24 +319,19 @@ pub fn table(profile: &Profile, top: usize) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::profile::{Frame, OffcpuRow, Process, StackInterner};
+    use crate::profile::{OffcpuRow, Process};
 
     pub(crate) fn profile_with_waits() -> Profile {
-        let mut profile = Profile::new();
-        let mut interner = StackInterner::default();
-        let frame = Frame::kernel;
-        let buffer = interner.stack(
-            vec![
-                frame("__schedule"),
-                frame("io_schedule"),
-                frame("__wait_on_buffer"),
-                frame("ext4_read_bh"),
-                frame("ext4_bread"),
+        let (mut profile, [buffer, sleep]) = crate::fixtures::with_kernel_stacks([
+            &[
+                "__schedule",
+                "io_schedule",
+                "__wait_on_buffer",
+                "ext4_read_bh",
+                "ext4_bread",
             ],
-            false,
-        );
-        let sleep = interner.stack(vec![frame("schedule"), frame("do_nanosleep")], false);
-        interner.finish(&mut profile);
+            &["schedule", "do_nanosleep"],
+        ]);
         let row = |tid, class: &str, stack, total| OffcpuRow {
             pid: 10,
             tid,
