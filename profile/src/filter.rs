@@ -198,22 +198,28 @@ mod tests {
     #[test]
     fn filters_by_type_lock_and_caller() {
         let strings = |values: &[&str]| values.iter().map(|value| value.to_string()).collect();
-        // (--lock, --type, --caller): the (lock, flags) of the rows kept.
-        let cases: [(&[&str], &[&str], &[&str], &[(&str, u32)]); 4] = [
-            (&[], &["spinlock"], &[], &[("0xffff1", 1)]),
-            (&[], &["rwsem"], &[], &[("mmap_lock", 4), ("mmap_lock", 2)]),
-            (&["0xffff2"], &["rwsem:W"], &[], &[("mmap_lock", 4)]),
-            (&[], &[], &["pipe_*"], &[("0xffff1", 1)]),
+        let filter = |locks: &[&str], types: &[&str], callers: &[&str]| LockFilter {
+            locks: strings(locks),
+            types: strings(types),
+            callers: strings(callers),
+        };
+        // A filter (--lock, --type, --caller), and the (lock, flags) of the rows it keeps.
+        let cases = [
+            (filter(&[], &["spinlock"], &[]), vec![("0xffff1", 1)]),
+            (
+                filter(&[], &["rwsem"], &[]),
+                vec![("mmap_lock", 4), ("mmap_lock", 2)],
+            ),
+            (
+                filter(&["0xffff2"], &["rwsem:W"], &[]),
+                vec![("mmap_lock", 4)],
+            ),
+            (filter(&[], &[], &["pipe_*"]), vec![("0xffff1", 1)]),
         ];
-        for (locks, types, callers, expected) in cases {
-            let filter = LockFilter {
-                locks: strings(locks),
-                types: strings(types),
-                callers: strings(callers),
-            };
+        for (filter, expected) in cases {
             let expected: Vec<(String, u32)> = expected
-                .iter()
-                .map(|&(lock, flags)| (lock.to_string(), flags))
+                .into_iter()
+                .map(|(lock, flags)| (lock.to_string(), flags))
                 .collect();
             assert_eq!(kept(filter.clone()), expected, "{filter:?}");
         }

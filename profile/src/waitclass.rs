@@ -299,7 +299,8 @@ mod tests {
     fn globs_and_wildcards() {
         // (pattern, names it matches whole (`glob_match`), names it is only found in
         // (`wildcard_contains`), names it matches neither way)
-        let cases: &[(&str, &[&str], &[&str], &[&str])] = &[
+        type Names = &'static [&'static str];
+        let cases: &[(&str, Names, Names, Names)] = &[
             ("ext4_*_write", &[], &["ext4_file_write_iter"], &[]),
             ("pipe", &[], &["pipe_write"], &[]),
             ("pipe_*write", &[], &[], &["pipe_read"]),
