@@ -240,17 +240,16 @@ mod tests {
             last_waker_pid: 0,
             last_waker_tid: 0,
         }];
-        let text = text(&profile, 10);
-        assert!(
-            text.contains("reader[21]") && text.contains("waited    160 ms"),
-            "{text}"
+        crate::export::table::assert_table_shows(
+            &text(&profile, 10),
+            &[
+                "reader[21]",
+                "waited    160 ms",
+                "<- woken by writer[22]",
+                "158 ms of it in rpc",
+                "request_wait_answer",
+            ],
         );
-        assert!(
-            text.contains("<- woken by writer[22]") && text.contains("158 ms of it in rpc"),
-            "{text}"
-        );
-        assert!(text.contains("request_wait_answer"), "{text}");
-        crate::export::table::assert_fits_100_columns(&text);
         let html = html_section(&profile);
         assert!(html.contains("id=\"chains\""), "{html}");
     }
