@@ -27,7 +27,7 @@ pub fn more_of(shown: usize, len: usize, what: &str) -> String {
 
 /// Sorts `rows` most first by `amount` (a total, or a tuple of them), ties in the order
 /// of `tie` (names, pids: the same order every time).
-pub fn most_first<T, K: Ord>(
+pub(crate) fn most_first<T, K: Ord>(
     rows: &mut [T],
     amount: impl Fn(&T) -> K,
     tie: impl Fn(&T, &T) -> Ordering,
