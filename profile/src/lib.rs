@@ -10,6 +10,8 @@
 pub mod binary;
 pub mod export;
 pub mod filter;
+#[cfg(test)]
+mod fixtures;
 pub mod histogram;
 pub mod kind;
 pub mod lock;

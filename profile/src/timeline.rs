@@ -379,27 +379,38 @@ fn chart(values: &[u64], ends_s: &[f64]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::report::tests::profile_with_two_locks;
+    use crate::{export::report::tests::profile_with_two_locks, profile::LockRow};
+
+    /// The timeline of `profile` read every second: the read at `n + 1` s is `profile`
+    /// with `earlier[n]` made to each lock row, the last read `profile` itself.
+    fn timeline_of(profile: &Profile, earlier: &[fn(&mut LockRow)]) -> Timeline {
+        let mut builder = Builder::new(1.0);
+        for (index, change) in earlier.iter().enumerate() {
+            let mut read = profile.clone();
+            read.locks.iter_mut().for_each(change);
+            builder.add(index as f64 + 1.0, totals(&read));
+        }
+        builder.finish(profile)
+    }
 
     #[test]
     fn intervals_sum_to_the_total_and_land_where_they_ended() {
         let mut profile = profile_with_two_locks();
-        let mut builder = Builder::new(1.0);
-        // Nothing in the first second, then a third of the final totals each read.
-        let mut partial = profile.clone();
-        for row in &mut partial.locks {
-            row.total_ns = 0;
-            row.count = 0;
-        }
-        builder.add(1.0, totals(&partial));
-        let mut third = profile.clone();
-        for row in &mut third.locks {
-            row.total_ns /= 3;
-            row.count /= 3;
-        }
-        builder.add(2.0, totals(&third));
         profile.duration_s = 3.0;
-        let timeline = builder.finish(&profile);
+        // Nothing in the first second, then a third of the final totals each read.
+        let timeline = timeline_of(
+            &profile,
+            &[
+                |row| {
+                    row.total_ns = 0;
+                    row.count = 0;
+                },
+                |row| {
+                    row.total_ns /= 3;
+                    row.count /= 3;
+                },
+            ],
+        );
         assert_eq!(timeline.ends_s, vec![1.0, 2.0, 3.0]);
         let spin = timeline
             .series
@@ -415,33 +426,28 @@ mod tests {
             .expect("process series");
         assert_eq!(process.name, "ior");
         assert_eq!(process.total_ns(), 11_000_000);
-        let text = {
-            let mut with = profile.clone();
-            with.timeline = Some(timeline);
-            text(&with, 10)
-        };
-        assert!(text.contains("lock wait by lock"), "{text}");
-        crate::export::table::assert_fits_100_columns(&text);
+        let mut with = profile.clone();
+        with.timeline = Some(timeline);
+        crate::export::table::assert_table_shows(&text(&with, 10), &["lock wait by lock"]);
     }
 
     #[test]
     fn a_lock_named_late_counts_once() {
         let mut profile = profile_with_two_locks();
-        let mut builder = Builder::new(1.0);
-        // The first read knows the spinlock only by its address; the final profile has
-        // its name.
-        let mut early = profile.clone();
-        for row in &mut early.locks {
-            row.lock_name = format!("0x{:x}", row.lock_addr).into();
-            row.total_ns /= 2;
-            row.count /= 2;
-        }
-        builder.add(1.0, totals(&early));
         for row in &mut profile.locks {
             row.lock_name = format!("named{:x}", row.lock_addr).into();
         }
         profile.duration_s = 2.0;
-        let timeline = builder.finish(&profile);
+        // The first read knows the spinlock only by its address; the final profile has
+        // its name.
+        let timeline = timeline_of(
+            &profile,
+            &[|row| {
+                row.lock_name = format!("0x{:x}", row.lock_addr).into();
+                row.total_ns /= 2;
+                row.count /= 2;
+            }],
+        );
         let locks: Vec<&Series> = timeline
             .series
             .iter()

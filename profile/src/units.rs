@@ -20,21 +20,6 @@ pub fn format_ns(ns: u64) -> String {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::format_ns;
-
-    #[test]
-    fn picks_readable_units() {
-        assert_eq!(format_ns(0), "0 ns");
-        assert_eq!(format_ns(999), "999 ns");
-        assert_eq!(format_ns(1_500), "1.50 us");
-        assert_eq!(format_ns(25_300_000), "25.3 ms");
-        assert_eq!(format_ns(153_000_000), "153 ms");
-        assert_eq!(format_ns(2_000_000_000), "2.00 s");
-    }
-}
-
 /// `(year, month, day, hour, minute, second)` in UTC of a Unix time (the proleptic
 /// Gregorian calendar, days counted from 1970-01-01).
 pub fn utc_fields(unix_s: u64) -> (i64, u32, u32, u32, u32, u32) {
@@ -78,8 +63,22 @@ pub fn compact_utc(unix_s: u64) -> String {
 }
 
 #[cfg(test)]
-mod time_tests {
+mod tests {
     use super::*;
+
+    #[test]
+    fn picks_readable_units() {
+        for (ns, text) in [
+            (0, "0 ns"),
+            (999, "999 ns"),
+            (1_500, "1.50 us"),
+            (25_300_000, "25.3 ms"),
+            (153_000_000, "153 ms"),
+            (2_000_000_000, "2.00 s"),
+        ] {
+            assert_eq!(format_ns(ns), text);
+        }
+    }
 
     #[test]
     fn unix_times_in_iso_8601() {

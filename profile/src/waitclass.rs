@@ -7,7 +7,7 @@
 
 use anyhow::{bail, Result};
 
-use crate::profile::Frame;
+use crate::{filter::wildcard_contains, profile::Frame};
 
 pub const BUFFER: &str = "buffer";
 pub const PAGE: &str = "page";
@@ -273,119 +273,141 @@ pub fn validate(rules: &[Rule]) -> Result<()> {
 /// `*` matches any run of characters (also empty); everything else literally; the whole
 /// name must match.
 pub fn glob_match(pattern: &str, name: &str) -> bool {
-    let parts: Vec<&str> = pattern.split('*').collect();
-    if parts.len() == 1 {
+    let Some((first, rest)) = pattern.split_once('*') else {
         return pattern == name;
-    }
-    let (first, last) = (parts[0], parts[parts.len() - 1]);
-    if !name.starts_with(first) || name.len() < first.len() + last.len() {
-        return false;
-    }
-    if !name.ends_with(last) {
-        return false;
-    }
-    let middle = &name[first.len()..name.len() - last.len()];
-    crate::filter::contains_in_order(middle, parts[1..parts.len() - 1].iter().copied())
+    };
+    // `first*inner*last`: the name starts with `first` and ends with `last` (the two not
+    // overlapping), and what is between them contains `inner`.
+    let (inner, last) = rest.rsplit_once('*').unwrap_or(("", rest));
+    name.len() >= first.len() + last.len()
+        && name.starts_with(first)
+        && name.ends_with(last)
+        && wildcard_contains(&name[first.len()..name.len() - last.len()], inner)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn frames(names: &[&str]) -> Vec<Frame> {
-        names.iter().map(|name| Frame::kernel(name)).collect()
-    }
-
     fn class_of(classifier: &Classifier, names: &[&str]) -> String {
-        let owned = frames(names);
+        let owned = crate::fixtures::kernel(names);
         let refs: Vec<&Frame> = owned.iter().collect();
         classifier.classify(&refs)
     }
 
     #[test]
-    fn globs() {
-        assert!(glob_match("jbd2_*", "jbd2_log_wait_commit"));
-        assert!(glob_match("*_bread", "ext4_bread"));
-        assert!(!glob_match("*_bread", "ext4_bread_batch"));
-        assert!(glob_match("*_bread_*", "ext4_bread_batch"));
-        assert!(glob_match("a*b*c", "axxbyyc"));
-        assert!(!glob_match("a*b*c", "axxcyyb"));
-        assert!(glob_match("exact", "exact"));
-        assert!(!glob_match("exact", "exactly"));
-        assert!(
-            !glob_match("ab*ba", "aba"),
-            "prefix and suffix may not overlap"
-        );
+    fn globs_and_wildcards() {
+        // (pattern, names it matches whole (`glob_match`), names it is only found in
+        // (`wildcard_contains`), names it matches neither way)
+        type Names = &'static [&'static str];
+        let cases: &[(&str, Names, Names, Names)] = &[
+            ("ext4_*_write", &[], &["ext4_file_write_iter"], &[]),
+            ("pipe", &[], &["pipe_write"], &[]),
+            ("pipe_*write", &[], &[], &["pipe_read"]),
+            ("*", &["x"], &[], &[]),
+            ("jbd2_*", &["jbd2_log_wait_commit"], &[], &[]),
+            ("*_bread", &["ext4_bread"], &["ext4_bread_batch"], &[]),
+            ("*_bread_*", &["ext4_bread_batch"], &[], &[]),
+            ("a*b*c", &["axxbyyc"], &[], &["axxcyyb"]),
+            ("exact", &["exact"], &["exactly"], &[]),
+            // The prefix and suffix of a glob may not overlap.
+            ("ab*ba", &[], &[], &["aba"]),
+        ];
+        for &(pattern, whole, found_in, neither) in cases {
+            let outcomes = [
+                (whole, true, true),
+                (found_in, false, true),
+                (neither, false, false),
+            ];
+            for (names, matches, contained) in outcomes {
+                for name in names {
+                    assert_eq!(glob_match(pattern, name), matches, "{pattern} is {name}");
+                    assert_eq!(
+                        wildcard_contains(name, pattern),
+                        contained,
+                        "{pattern} in {name}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
     fn builtin_classes_from_real_stacks() {
         let c = Classifier::default();
-        let buffer = [
-            "__schedule",
-            "schedule",
-            "io_schedule",
-            "bit_wait_io",
-            "__wait_on_bit",
-            "out_of_line_wait_on_bit",
-            "ext4_read_bh",
-            "ext4_bread",
-            "__ext4_find_entry",
-        ];
-        assert_eq!(class_of(&c, &buffer), BUFFER);
-        // `__wait_on_buffer` tail-calls the bit wait: only the caller names the buffer.
-        let tail_called = [
-            "schedule",
-            "io_schedule",
-            "bit_wait_io",
-            "__wait_on_bit",
-            "out_of_line_wait_on_bit",
-            "__ext4_get_inode_loc",
-        ];
-        assert_eq!(class_of(&c, &tail_called), BUFFER);
-        let page = [
-            "schedule",
-            "io_schedule",
-            "folio_wait_bit_common",
-            "filemap_read",
-        ];
-        assert_eq!(class_of(&c, &page), PAGE);
-        let journal = ["schedule", "jbd2_log_wait_commit", "ext4_sync_file"];
-        assert_eq!(class_of(&c, &journal), JOURNAL);
-        let bio = [
-            "schedule",
-            "io_schedule",
-            "submit_bio_wait",
-            "blkdev_issue_flush",
-        ];
-        assert_eq!(class_of(&c, &bio), BLOCK_IO);
-        let mutex = [
-            "schedule",
-            "schedule_preempt_disabled",
-            "__mutex_lock.constprop.0",
-        ];
-        assert_eq!(class_of(&c, &mutex), LOCK);
-        let fuse = ["schedule", "request_wait_answer", "fuse_simple_request"];
-        assert_eq!(class_of(&c, &fuse), RPC);
-        let sleep = [
-            "schedule",
-            "do_nanosleep",
-            "hrtimer_nanosleep",
-            "__x64_sys_clock_nanosleep",
-        ];
-        assert_eq!(class_of(&c, &sleep), SLEEP);
-        assert_eq!(class_of(&c, &["schedule", "pipe_read"]), PIPE);
-        assert_eq!(
-            class_of(&c, &["schedule", "rcu_gp_kthread", "kthread"]),
-            OTHER
-        );
-        assert_eq!(class_of(&c, &[]), OTHER);
-    }
-
-    #[test]
-    fn every_wait_family_has_its_class() {
-        let c = Classifier::default();
         let cases: &[(&str, &[&str])] = &[
+            (
+                BUFFER,
+                &[
+                    "__schedule",
+                    "schedule",
+                    "io_schedule",
+                    "bit_wait_io",
+                    "__wait_on_bit",
+                    "out_of_line_wait_on_bit",
+                    "ext4_read_bh",
+                    "ext4_bread",
+                    "__ext4_find_entry",
+                ],
+            ),
+            // `__wait_on_buffer` tail-calls the bit wait: only the caller names the buffer.
+            (
+                BUFFER,
+                &[
+                    "schedule",
+                    "io_schedule",
+                    "bit_wait_io",
+                    "__wait_on_bit",
+                    "out_of_line_wait_on_bit",
+                    "__ext4_get_inode_loc",
+                ],
+            ),
+            (
+                PAGE,
+                &[
+                    "schedule",
+                    "io_schedule",
+                    "folio_wait_bit_common",
+                    "filemap_read",
+                ],
+            ),
+            (
+                JOURNAL,
+                &["schedule", "jbd2_log_wait_commit", "ext4_sync_file"],
+            ),
+            (
+                BLOCK_IO,
+                &[
+                    "schedule",
+                    "io_schedule",
+                    "submit_bio_wait",
+                    "blkdev_issue_flush",
+                ],
+            ),
+            (
+                LOCK,
+                &[
+                    "schedule",
+                    "schedule_preempt_disabled",
+                    "__mutex_lock.constprop.0",
+                ],
+            ),
+            (
+                RPC,
+                &["schedule", "request_wait_answer", "fuse_simple_request"],
+            ),
+            (
+                SLEEP,
+                &[
+                    "schedule",
+                    "do_nanosleep",
+                    "hrtimer_nanosleep",
+                    "__x64_sys_clock_nanosleep",
+                ],
+            ),
+            (PIPE, &["schedule", "pipe_read"]),
+            (OTHER, &["schedule", "rcu_gp_kthread", "kthread"]),
+            (OTHER, &[]),
             (
                 FILE_LOCK,
                 &[

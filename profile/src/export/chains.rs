@@ -205,19 +205,21 @@ pub fn html_section(profile: &Profile) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::{ChainLinkRow, Frame, StackInterner};
+    use crate::{
+        fixtures::{kernel, set_stacks},
+        profile::ChainLinkRow,
+    };
 
     #[test]
     fn a_chain_reads_waiter_first_then_each_waker() {
         let mut profile = crate::export::wakers::tests::profile_with_wakers();
-        let mut interner = StackInterner::default();
-        let frame = Frame::kernel;
-        let rwsem = interner.stack(
-            vec![frame("schedule"), frame("rwsem_down_write_slowpath")],
-            false,
+        let [rwsem, fuse] = set_stacks(
+            &mut profile,
+            [
+                (kernel(&["schedule", "rwsem_down_write_slowpath"]), false),
+                (kernel(&["schedule", "request_wait_answer"]), false),
+            ],
         );
-        let fuse = interner.stack(vec![frame("schedule"), frame("request_wait_answer")], false);
-        interner.finish(&mut profile);
         profile.offcpu.clear();
         profile.chains = vec![ChainRow {
             pid: 20,
@@ -238,17 +240,16 @@ mod tests {
             last_waker_pid: 0,
             last_waker_tid: 0,
         }];
-        let text = text(&profile, 10);
-        assert!(
-            text.contains("reader[21]") && text.contains("waited    160 ms"),
-            "{text}"
+        crate::export::table::assert_table_shows(
+            &text(&profile, 10),
+            &[
+                "reader[21]",
+                "waited    160 ms",
+                "<- woken by writer[22]",
+                "158 ms of it in rpc",
+                "request_wait_answer",
+            ],
         );
-        assert!(
-            text.contains("<- woken by writer[22]") && text.contains("158 ms of it in rpc"),
-            "{text}"
-        );
-        assert!(text.contains("request_wait_answer"), "{text}");
-        crate::export::table::assert_fits_100_columns(&text);
         let html = html_section(&profile);
         assert!(html.contains("id=\"chains\""), "{html}");
     }

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use super::table::fit;
+use super::table::{fit, most_first};
 use crate::profile::Profile;
 
 /// On-CPU samples of one process.
@@ -73,12 +73,11 @@ pub fn cpu_functions(profile: &Profile) -> Vec<CpuFunction> {
             },
         )
         .collect();
-    out.sort_by(|a, b| {
-        b.self_samples
-            .cmp(&a.self_samples)
-            .then(b.total_samples.cmp(&a.total_samples))
-            .then_with(|| a.function.cmp(&b.function))
-    });
+    most_first(
+        &mut out,
+        |function| (function.self_samples, function.total_samples),
+        |a, b| a.function.cmp(&b.function),
+    );
     out
 }
 

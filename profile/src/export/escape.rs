@@ -3,31 +3,35 @@
 
 /// Text and attribute values in HTML and SVG (XML): `& < > " '` become entities.
 pub fn html(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for ch in text.chars() {
-        match ch {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            _ => out.push(ch),
-        }
-    }
-    out
+    escape(text, |ch| match ch {
+        '&' => Some("&amp;"),
+        '<' => Some("&lt;"),
+        '>' => Some("&gt;"),
+        '"' => Some("&quot;"),
+        '\'' => Some("&#39;"),
+        _ => None,
+    })
 }
 
 /// A Prometheus label value (text exposition format): `\`, `"` and line feeds escaped;
 /// other control characters are replaced, since some scrapers reject them.
 pub fn prometheus_label(text: &str) -> String {
+    escape(text, |ch| match ch {
+        '\\' => Some("\\\\"),
+        '"' => Some("\\\""),
+        '\n' => Some("\\n"),
+        ch if ch.is_control() => Some("?"),
+        _ => None,
+    })
+}
+
+/// `text` with each character that `replacement` names replaced; the others kept.
+fn escape(text: &str, replacement: impl Fn(char) -> Option<&'static str>) -> String {
     let mut out = String::with_capacity(text.len());
     for ch in text.chars() {
-        match ch {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            ch if ch.is_control() => out.push('?'),
-            _ => out.push(ch),
+        match replacement(ch) {
+            Some(replaced) => out.push_str(replaced),
+            None => out.push(ch),
         }
     }
     out

@@ -323,23 +323,20 @@ mod tests {
 
     #[test]
     fn cpu_lines_put_user_under_kernel_and_mark_truncation() {
-        use crate::profile::{CpuRow, Frame, Process, StackInterner};
+        use crate::{
+            fixtures::{kernel, set_stacks, user},
+            profile::{CpuRow, Process},
+        };
         let mut profile = Profile::new();
-        let mut interner = StackInterner::default();
-        let user = |name: &str| Frame {
-            name: name.into(),
-            module: Some("/bin/app".into()),
-            kernel: false,
-        };
-        let kernel = |name: &str| Frame {
-            name: name.into(),
-            module: None,
-            kernel: true,
-        };
-        let complete = interner.stack(vec![user("app::hot"), user("main"), user("_start")], false);
-        let cut = interner.stack(vec![user("app::cold"), user("0x1234")], true);
-        let syscall = interner.stack(vec![kernel("_raw_spin_lock"), kernel("do_pipe2")], false);
-        interner.finish(&mut profile);
+        let app = |names: &[&str]| user(Some("/bin/app"), names);
+        let [complete, cut, syscall] = set_stacks(
+            &mut profile,
+            [
+                (app(&["app::hot", "main", "_start"]), false),
+                (app(&["app::cold", "0x1234"]), true),
+                (kernel(&["_raw_spin_lock", "do_pipe2"]), false),
+            ],
+        );
         profile.processes = vec![Process {
             pid: 5,
             comm: "app".into(),

@@ -439,12 +439,6 @@ fn kind_section(profile: &Profile, kind: Kind) -> Result<String> {
                     ]
                 })
                 .collect();
-            out.push_str("<h3>By process</h3>\n");
-            out.push_str(&table(
-                &["samples", "pid", "process"],
-                &[true, true, false],
-                &processes,
-            ));
             let functions: Vec<Vec<String>> = cpu::cpu_functions(profile)
                 .into_iter()
                 .take(50)
@@ -457,12 +451,17 @@ fn kind_section(profile: &Profile, kind: Kind) -> Result<String> {
                     ]
                 })
                 .collect();
-            out.push_str("<h3>Top functions (self, total)</h3>\n");
-            out.push_str(&table(
-                &["self", "total", "function"],
-                &[true, true, false],
-                &functions,
-            ));
+            for (title, header, rows) in [
+                ("By process", ["samples", "pid", "process"], processes),
+                (
+                    "Top functions (self, total)",
+                    ["self", "total", "function"],
+                    functions,
+                ),
+            ] {
+                out.push_str(&format!("<h3>{title}</h3>\n"));
+                out.push_str(&table(&header, &[true, true, false], &rows));
+            }
             flamegraph_part(
                 &mut out,
                 profile,

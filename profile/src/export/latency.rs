@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::{
     lock::{STACK_LOST, UNKNOWN},
-    table::{fit, more_rows, shown_rows},
+    table::{fit, more_rows, most_first, shown_rows},
 };
 use crate::{
     lock::{caller, lock_type_name},
@@ -119,12 +119,11 @@ fn group_latency<'a>(
                 .map(|(leaf, _)| leaf),
         })
         .collect();
-    out.sort_by(|a, b| {
-        b.latency
-            .total_ns
-            .cmp(&a.latency.total_ns)
-            .then_with(|| a.name.cmp(&b.name))
-    });
+    most_first(
+        &mut out,
+        |group| group.latency.total_ns,
+        |a, b| a.name.cmp(&b.name),
+    );
     out
 }
 
@@ -231,13 +230,15 @@ pub fn hold_groups(profile: &Profile) -> Vec<HoldGroup> {
             }
         })
         .collect();
-    groups.sort_by(|a, b| {
-        b.latency
-            .total_ns
-            .cmp(&a.latency.total_ns)
-            .then_with(|| a.pid.cmp(&b.pid))
-            .then_with(|| a.acquired_in.cmp(&b.acquired_in))
-    });
+    most_first(
+        &mut groups,
+        |group| group.latency.total_ns,
+        |a, b| {
+            a.pid
+                .cmp(&b.pid)
+                .then_with(|| a.acquired_in.cmp(&b.acquired_in))
+        },
+    );
     groups
 }
 

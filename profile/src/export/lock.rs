@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;
 
-use super::table::{fit, more_rows};
+use super::table::{fit, more_rows, most_first};
 use crate::{
     kind::GroupBy,
     lock::{caller, lock_type_name},
@@ -123,12 +123,11 @@ pub fn contended_hold_groups(profile: &Profile) -> Vec<HoldGroup> {
             },
         )
         .collect();
-    groups.sort_by(|a, b| {
-        b.total_ns
-            .cmp(&a.total_ns)
-            .then_with(|| a.lock.cmp(&b.lock))
-            .then_with(|| a.tid.cmp(&b.tid))
-    });
+    most_first(
+        &mut groups,
+        |group| group.total_ns,
+        |a, b| a.lock.cmp(&b.lock).then_with(|| a.tid.cmp(&b.tid)),
+    );
     groups
 }
 

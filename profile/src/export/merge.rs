@@ -14,53 +14,52 @@ const PID_BITS: u32 = 22;
 
 /// Rewrites the process and stack ids of every family's rows. A family adds its block.
 fn remap_rows(profile: &mut Profile, pid: &dyn Fn(u32) -> u32, stack: &dyn Fn(u32) -> u32) {
+    // One row's process id and its stack ids.
+    let ids = |row_pid: &mut u32, stacks: &mut [&mut Option<u32>]| {
+        *row_pid = pid(*row_pid);
+        for id in stacks {
+            **id = id.map(stack);
+        }
+    };
     for row in &mut profile.locks {
-        row.pid = pid(row.pid);
-        row.stack = row.stack.map(stack);
+        ids(&mut row.pid, &mut [&mut row.stack, &mut row.owner_stack]);
         row.owner_pid = row.owner_pid.map(pid);
-        row.owner_stack = row.owner_stack.map(stack);
     }
     for row in &mut profile.holds {
-        row.pid = pid(row.pid);
-        row.stack = row.stack.map(stack);
+        ids(&mut row.pid, &mut [&mut row.stack]);
     }
     // Thread ids stay: they are looked up inside their (remapped) process.
     for row in &mut profile.offcpu {
-        row.pid = pid(row.pid);
+        ids(&mut row.pid, &mut [&mut row.stack, &mut row.ustack]);
         row.held_by = row.held_by.map(pid);
-        row.stack = row.stack.map(stack);
-        row.ustack = row.ustack.map(stack);
         for waker in &mut row.wakers {
-            waker.pid = pid(waker.pid);
-            waker.stack = waker.stack.map(stack);
-            waker.ustack = waker.ustack.map(stack);
+            ids(&mut waker.pid, &mut [&mut waker.stack, &mut waker.ustack]);
         }
     }
     for chain in &mut profile.chains {
-        chain.pid = pid(chain.pid);
-        chain.stack = chain.stack.map(stack);
+        ids(&mut chain.pid, &mut [&mut chain.stack]);
         chain.last_waker_pid = pid(chain.last_waker_pid);
         for link in &mut chain.links {
-            link.pid = pid(link.pid);
-            link.stack = link.stack.map(stack);
+            ids(&mut link.pid, &mut [&mut link.stack]);
         }
     }
     for row in &mut profile.io {
         row.pid = pid(row.pid);
     }
     for row in &mut profile.cpu {
-        row.pid = pid(row.pid);
-        row.kernel_stack = row.kernel_stack.map(stack);
-        row.user_stack = row.user_stack.map(stack);
+        ids(
+            &mut row.pid,
+            &mut [&mut row.kernel_stack, &mut row.user_stack],
+        );
     }
     for row in &mut profile.rpcs {
-        row.pid = pid(row.pid);
-        row.start_stack = row.start_stack.map(stack);
-        row.end_stack = row.end_stack.map(stack);
+        ids(
+            &mut row.pid,
+            &mut [&mut row.start_stack, &mut row.end_stack],
+        );
     }
     for row in &mut profile.funcs {
-        row.pid = pid(row.pid);
-        row.stack = row.stack.map(stack);
+        ids(&mut row.pid, &mut [&mut row.stack]);
     }
 }
 

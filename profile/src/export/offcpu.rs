@@ -319,24 +319,19 @@ pub fn table(profile: &Profile, top: usize) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::profile::{Frame, OffcpuRow, Process, StackInterner};
+    use crate::profile::{OffcpuRow, Process};
 
     pub(crate) fn profile_with_waits() -> Profile {
-        let mut profile = Profile::new();
-        let mut interner = StackInterner::default();
-        let frame = Frame::kernel;
-        let buffer = interner.stack(
-            vec![
-                frame("__schedule"),
-                frame("io_schedule"),
-                frame("__wait_on_buffer"),
-                frame("ext4_read_bh"),
-                frame("ext4_bread"),
+        let (mut profile, [buffer, sleep]) = crate::fixtures::with_kernel_stacks([
+            &[
+                "__schedule",
+                "io_schedule",
+                "__wait_on_buffer",
+                "ext4_read_bh",
+                "ext4_bread",
             ],
-            false,
-        );
-        let sleep = interner.stack(vec![frame("schedule"), frame("do_nanosleep")], false);
-        interner.finish(&mut profile);
+            &["schedule", "do_nanosleep"],
+        ]);
         let row = |tid, class: &str, stack, total| OffcpuRow {
             pid: 10,
             tid,
@@ -430,24 +425,21 @@ pub(crate) mod tests {
             processes[0].classes[0].held_by.is_empty(),
             "buffer waits have none"
         );
-        let text = table(&profile, 20);
-        assert!(text.contains("held by: "), "{text}");
-        assert!(
-            text.contains("held by: pid 21 7.00 ms, holder[20] 6.00 ms"),
-            "{text}"
+        crate::export::table::assert_table_shows(
+            &table(&profile, 20),
+            &["held by: ", "held by: pid 21 7.00 ms, holder[20] 6.00 ms"],
         );
-        crate::export::table::assert_fits_100_columns(&text);
     }
 
     #[test]
     fn table_shows_ms_percent_and_top_stack() {
-        let text = table(&profile_with_waits(), 20);
-        assert!(text.contains("mdtest"), "{text}");
-        assert!(text.contains("60.0"), "{text}");
-        assert!(
-            text.contains("top: __wait_on_buffer < ext4_read_bh < ext4_bread"),
-            "{text}"
+        crate::export::table::assert_table_shows(
+            &table(&profile_with_waits(), 20),
+            &[
+                "mdtest",
+                "60.0",
+                "top: __wait_on_buffer < ext4_read_bh < ext4_bread",
+            ],
         );
-        crate::export::table::assert_fits_100_columns(&text);
     }
 }

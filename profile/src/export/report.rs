@@ -274,30 +274,14 @@ pub(crate) mod tests {
     use super::*;
     use crate::{
         export::lock::lock_groups,
-        profile::{Frame, LockRow, Process, StackInterner},
+        profile::{LockRow, Process},
     };
 
     pub(crate) fn profile_with_two_locks() -> Profile {
-        let mut profile = Profile::new();
-        let mut interner = StackInterner::default();
-        let frame = Frame::kernel;
-        let spin = interner.stack(
-            vec![
-                frame("queued_spin_lock_slowpath"),
-                frame("_raw_spin_lock"),
-                frame("do_pipe2"),
-            ],
-            false,
-        );
-        let rwsem = interner.stack(
-            vec![
-                frame("rwsem_down_write_slowpath"),
-                frame("down_write"),
-                frame("vm_mmap_pgoff"),
-            ],
-            false,
-        );
-        interner.finish(&mut profile);
+        let (mut profile, [spin, rwsem]) = crate::fixtures::with_kernel_stacks([
+            &["queued_spin_lock_slowpath", "_raw_spin_lock", "do_pipe2"],
+            &["rwsem_down_write_slowpath", "down_write", "vm_mmap_pgoff"],
+        ]);
         let row = |pid, name: &str, flags, stack, count, total| LockRow {
             pid,
             lock_addr: 1,
@@ -488,9 +472,7 @@ pub(crate) mod tests {
             Some("rwsem_down_write_slowpath")
         );
         let text = section(&profile, "rpc", 20, shows) + &section(&profile, "func", 20, shows);
-        assert!(text.contains("fuse CREATE"), "{text}");
-        assert!(text.contains("binary:a_rather_long"), "{text}");
-        crate::export::table::assert_fits_100_columns(&text);
+        crate::export::table::assert_table_shows(&text, &["fuse CREATE", "binary:a_rather_long"]);
     }
 
     #[test]
@@ -519,21 +501,19 @@ pub(crate) mod tests {
 
     #[test]
     fn cpu_functions_count_self_and_total() {
-        use crate::profile::{CpuRow, Frame, ProbeUse};
-        let mut profile = Profile::new();
-        let mut interner = StackInterner::default();
-        let user = |name: &str| Frame {
-            name: name.into(),
-            module: None,
-            kernel: false,
+        use crate::{
+            fixtures::{set_stacks, user},
+            profile::{CpuRow, ProbeUse},
         };
+        let mut profile = Profile::new();
         // A recursive caller is counted once per sample in total.
-        let hot = interner.stack(
-            vec![user("hot"), user("walk"), user("walk"), user("main")],
-            false,
+        let [hot, cold] = set_stacks(
+            &mut profile,
+            [
+                (user(None, &["hot", "walk", "walk", "main"]), false),
+                (user(None, &["cold", "main"]), false),
+            ],
         );
-        let cold = interner.stack(vec![user("cold"), user("main")], false);
-        interner.finish(&mut profile);
         profile.probes.push(ProbeUse {
             family: "cpu".into(),
             method: "test".into(),
@@ -569,9 +549,7 @@ pub(crate) mod tests {
         assert_eq!(functions[0].function, "hot");
         let processes = cpu_processes(&profile);
         assert_eq!((processes[0].pid, processes[0].samples), (1, 7));
-        let table = cpu_tables(&profile, 20);
-        assert!(table.contains("70.0%"), "{table}");
-        crate::export::table::assert_fits_100_columns(&table);
+        crate::export::table::assert_table_shows(&cpu_tables(&profile, 20), &["70.0%"]);
         let json: serde_json::Value =
             serde_json::from_str(&json(&profile, GroupBy::Lock, 0).expect("json")).expect("parse");
         assert_eq!(json["cpu"]["samples"], 10);

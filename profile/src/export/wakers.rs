@@ -323,29 +323,21 @@ pub fn html_section(profile: &Profile) -> anyhow::Result<String> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::profile::{Frame, OffcpuRow, Process, StackInterner, Thread, WakerRow};
+    use crate::profile::{OffcpuRow, Process, Thread, WakerRow};
 
     /// A pipe reader (pid 20, tid 21) woken 90 ms by the writer thread 22 (through
     /// pipe_write) and 10 ms with no waker seen.
     pub(crate) fn profile_with_wakers() -> Profile {
-        let mut profile = Profile::new();
-        let mut interner = StackInterner::default();
-        let frame = Frame::kernel;
-        let read = interner.stack(
-            vec![frame("schedule"), frame("pipe_read"), frame("ksys_read")],
-            false,
-        );
-        let write = interner.stack(
-            vec![
-                frame("try_to_wake_up"),
-                frame("__wake_up_common"),
-                frame("__wake_up_sync_key"),
-                frame("pipe_write"),
-                frame("ksys_write"),
+        let (mut profile, [read, write]) = crate::fixtures::with_kernel_stacks([
+            &["schedule", "pipe_read", "ksys_read"],
+            &[
+                "try_to_wake_up",
+                "__wake_up_common",
+                "__wake_up_sync_key",
+                "pipe_write",
+                "ksys_write",
             ],
-            false,
-        );
-        interner.finish(&mut profile);
+        ]);
         profile.offcpu = vec![OffcpuRow {
             pid: 20,
             tid: 21,
@@ -400,12 +392,10 @@ pub(crate) mod tests {
             wake_site(&shares[0].frames),
             vec!["pipe_write".to_string(), "ksys_write".to_string()]
         );
-        let text = woken_by_lines(&shares, 3, 24);
-        assert!(
-            text.contains("woken by writer[22]") && text.contains("90.0%: pipe_write < ksys_write"),
-            "{text}"
+        crate::export::table::assert_table_shows(
+            &woken_by_lines(&shares, 3, 24),
+            &["woken by writer[22]", "90.0%: pipe_write < ksys_write"],
         );
-        crate::export::table::assert_fits_100_columns(&text);
     }
 
     #[test]
