@@ -9,7 +9,9 @@
 //! these is, inside a slab object, is named after its slab cache where the kernel has
 //! `bpf_get_kmem_cache` (6.13): the cache's name goes to `LOCK_SLAB_NAMES`.
 
+use crate::shared::EEXIST;
 use aya_ebpf::{
+    bindings::BPF_NOEXIST,
     helpers::{
         bpf_probe_read_kernel,
         generated::{bpf_get_current_task, bpf_get_smp_processor_id},
@@ -91,8 +93,15 @@ fn note_slab_cache(lock_addr: u64) -> bool {
         return false;
     }
     let name_ptr = read_ptr(cache, layout!(kmem_cache_name));
-    if name_ptr == 0 || LOCK_SLAB_NAMES.insert(lock_addr, &NO_SLAB_NAME, 0).is_err() {
+    if name_ptr == 0 {
         return false;
+    }
+    // Inserted empty only the first time: a lock noted again (its stack walk refreshed)
+    // is updated in place below, so a drain never reads a name emptied meanwhile.
+    match LOCK_SLAB_NAMES.insert(lock_addr, &NO_SLAB_NAME, BPF_NOEXIST as u64) {
+        Ok(()) => {}
+        Err(err) if err == -EEXIST => {}
+        Err(_) => return false,
     }
     let Some(slab) = LOCK_SLAB_NAMES.get_ptr_mut(lock_addr) else {
         return false;

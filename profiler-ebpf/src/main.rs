@@ -28,7 +28,10 @@ use aya_ebpf::{
         RetProbeContext,
     },
 };
-use profiler_common::lock::{LCB_F_MUTEX, LCB_F_READ, LCB_F_WRITE};
+use profiler_common::{
+    func::UFUNC_SLOT_BASE,
+    lock::{LCB_F_MUTEX, LCB_F_READ, LCB_F_WRITE},
+};
 
 /// `lock:contention_begin(void *lock, unsigned int flags)`.
 ///
@@ -169,40 +172,18 @@ macro_rules! func_slots {
     ($($slot:literal => $fentry:ident, $fexit:ident, $kprobe:ident, $kretprobe:ident,
        $uprobe:ident, $uretprobe:ident;)*) => {
         $(
-            #[fentry]
-            pub fn $fentry(ctx: FEntryContext) -> i32 {
-                func::on_entry(&ctx, $slot, false);
-                0
-            }
-
-            #[fexit]
-            pub fn $fexit(_ctx: FExitContext) -> i32 {
-                func::on_return($slot);
-                0
-            }
-
-            #[kprobe]
-            pub fn $kprobe(ctx: ProbeContext) -> u32 {
-                func::on_entry(&ctx, $slot, false);
-                0
-            }
-
-            #[kretprobe]
-            pub fn $kretprobe(_ctx: RetProbeContext) -> u32 {
-                func::on_return($slot);
-                0
-            }
-
-            #[uprobe]
-            pub fn $uprobe(ctx: ProbeContext) -> u32 {
-                func::on_entry(&ctx, profiler_common::func::UFUNC_SLOT_BASE + $slot, true);
-                0
-            }
-
-            #[uretprobe]
-            pub fn $uretprobe(_ctx: RetProbeContext) -> u32 {
-                func::on_return(profiler_common::func::UFUNC_SLOT_BASE + $slot);
-                0
+            programs! {
+                fentry $fentry(FEntryContext) =>
+                    |ctx: &FEntryContext| func::on_entry(ctx, $slot, false);
+                fexit $fexit(FExitContext) => |_: &FExitContext| func::on_return($slot);
+                kprobe $kprobe(ProbeContext) =>
+                    |ctx: &ProbeContext| func::on_entry(ctx, $slot, false);
+                kretprobe $kretprobe(RetProbeContext) =>
+                    |_: &RetProbeContext| func::on_return($slot);
+                uprobe $uprobe(ProbeContext) =>
+                    |ctx: &ProbeContext| func::on_entry(ctx, UFUNC_SLOT_BASE + $slot, true);
+                uretprobe $uretprobe(RetProbeContext) =>
+                    |_: &RetProbeContext| func::on_return(UFUNC_SLOT_BASE + $slot);
             }
         )*
     };
