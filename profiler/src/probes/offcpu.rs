@@ -262,11 +262,15 @@ mod tests {
 
     #[test]
     fn min_wait_units() {
-        assert_eq!(parse_min_wait("500us"), Ok(500_000));
-        assert_eq!(parse_min_wait("2ms"), Ok(2_000_000));
-        assert_eq!(parse_min_wait("1.5s"), Ok(1_500_000_000));
-        assert_eq!(parse_min_wait("10ns"), Ok(10));
-        assert_eq!(parse_min_wait("0"), Ok(0));
+        for (text, ns) in [
+            ("500us", 500_000),
+            ("2ms", 2_000_000),
+            ("1.5s", 1_500_000_000),
+            ("10ns", 10),
+            ("0", 0),
+        ] {
+            assert_eq!(parse_min_wait(text), Ok(ns), "{text}");
+        }
         assert!(parse_min_wait("garbage")
             .unwrap_err()
             .contains("not a duration"));

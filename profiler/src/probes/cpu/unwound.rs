@@ -276,9 +276,10 @@ mod tests {
 
     #[test]
     fn stack_bytes_are_checked_and_rounded() {
-        assert_eq!(parse_user_stack_bytes("0"), Ok(0));
-        assert_eq!(parse_user_stack_bytes("8192"), Ok(8192));
-        assert_eq!(parse_user_stack_bytes("1001"), Ok(1000));
+        // Multiples of 8 bytes, rounded down.
+        for (text, bytes) in [("0", 0), ("8192", 8192), ("1001", 1000)] {
+            assert_eq!(parse_user_stack_bytes(text), Ok(bytes), "{text}");
+        }
         let err = parse_user_stack_bytes("70000").unwrap_err();
         assert!(err.contains(&USER_STACK_MAX.to_string()), "{err}");
         assert!(parse_user_stack_bytes("8k").is_err());
