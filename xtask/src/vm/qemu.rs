@@ -24,12 +24,34 @@ use super::{
 /// guest's 15 checks took more than 240 s there in session 6).
 const BOOT_TIMEOUT: Duration = Duration::from_secs(420);
 
-/// A finished guest: how qemu ended (`None`: killed at the timeout), its serial log.
+/// A finished guest: how qemu ended (`None`: killed at the timeout, or hung), its
+/// serial log.
 struct GuestRun {
     status: Option<std::process::ExitStatus>,
     serial: String,
     log_path: PathBuf,
     elapsed_s: f64,
+    /// The guest kernel reported CPUs stuck for `HUNG_AFTER_S` or more, and was killed.
+    hung: bool,
+}
+
+/// A guest whose kernel reports a CPU stuck this long (`BUG: soft lockup - CPU#0 stuck
+/// for 53s!`) is not coming back: TCG has been seen to keep re-running a stale
+/// translation of an `int3` that code patching had already removed (both vCPUs at
+/// `down_read+0x0` forever, in a guest log of session 8).
+const HUNG_AFTER_S: u64 = 60;
+
+/// The longest "stuck for Ns" the guest kernel has reported.
+fn longest_soft_lockup_s(serial: &str) -> u64 {
+    serial
+        .lines()
+        .filter(|line| line.contains("BUG: soft lockup"))
+        .filter_map(|line| {
+            let after = line.split("stuck for ").nth(1)?;
+            after.split('s').next()?.parse().ok()
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// Boots `kernel` with the initramfs, `extra` added to its command line, and waits up
@@ -69,11 +91,18 @@ fn run_guest(
     let mut child = cmd
         .spawn()
         .map_err(|err| anyhow!("cannot start `{}` ({err})", util::describe(&cmd)))?;
+    let read_serial =
+        || String::from_utf8_lossy(&fs::read(&log_path).unwrap_or_default()).into_owned();
+    let mut hung = false;
+    let mut polls = 0u64;
     let status = loop {
         if let Some(status) = child.try_wait().context("cannot wait for qemu")? {
             break Some(status);
         }
-        if started.elapsed() > timeout {
+        polls += 1;
+        // Every 5 s: a kernel that reports its CPUs stuck for a minute is hung.
+        hung = polls.is_multiple_of(25) && longest_soft_lockup_s(&read_serial()) >= HUNG_AFTER_S;
+        if hung || started.elapsed() > timeout {
             // Our own child, by pid.
             let _ = child.kill();
             let _ = child.wait();
@@ -81,12 +110,12 @@ fn run_guest(
         }
         std::thread::sleep(Duration::from_millis(200));
     };
-    let serial = fs::read(&log_path).unwrap_or_default();
     Ok(GuestRun {
         status,
-        serial: String::from_utf8_lossy(&serial).into_owned(),
+        serial: read_serial(),
         log_path,
         elapsed_s: started.elapsed().as_secs_f64(),
+        hung,
     })
 }
 
@@ -98,6 +127,10 @@ impl GuestRun {
         verdict: std::result::Result<String, String>,
     ) -> Result<String> {
         let failure = match (&self.status, &verdict) {
+            (None, _) if self.hung => Some(format!(
+                "the guest kernel hung (soft lockup of {} s or more)",
+                HUNG_AFTER_S
+            )),
             (None, _) => Some(format!(
                 "guest did not power off within {} s",
                 timeout.as_secs()
@@ -125,21 +158,45 @@ impl GuestRun {
 }
 
 /// Boots `kernel` and returns a one-line summary, or an error with the guest's log.
+/// A guest whose kernel hung under emulation (see `HUNG_AFTER_S`) is booted once more,
+/// and the summary says so; any other failure, or a second hang, is final.
 pub(super) fn boot(
     vm_dir: &Path,
     kernel: &LabKernel,
     vmlinuz: &Path,
     initrd: &Path,
 ) -> Result<String> {
-    let run = run_guest(
+    let log_name = format!("guest-{}.log", kernel.name);
+    let mut run = run_guest(
         vm_dir,
         kernel,
         (vmlinuz, initrd),
-        (&format!("guest-{}.log", kernel.name), ""),
+        (&log_name, ""),
         BOOT_TIMEOUT,
     )?;
+    let mut retried = String::new();
+    if run.hung {
+        let kept = vm_dir.join(format!("guest-{}-hung.log", kernel.name));
+        let _ = fs::rename(&run.log_path, &kept);
+        util::say(format!(
+            "vm {}: the guest kernel hung after {:.0} s (soft lockup; log kept in {}); \
+             booting it once more",
+            kernel.name,
+            run.elapsed_s,
+            kept.display()
+        ));
+        retried = format!(" (second boot: the first hung, log in {})", kept.display());
+        run = run_guest(
+            vm_dir,
+            kernel,
+            (vmlinuz, initrd),
+            (&log_name, ""),
+            BOOT_TIMEOUT,
+        )?;
+    }
     let verdict = parse_serial(&run.serial, kernel);
     run.check(BOOT_TIMEOUT, verdict)
+        .map(|summary| summary + &retried)
 }
 
 /// A benchmark in the lab: TCG is slow, so a whole run may take minutes.
@@ -193,4 +250,19 @@ pub fn bench(
         format!("Debian {} guest (QEMU TCG, 2 vCPUs)", kernel.name),
         values,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn soft_lockups_are_read_from_the_serial_log() {
+        let serial = "[   84.767876] watchdog: BUG: soft lockup - CPU#0 stuck for 26s! [lockpath:186]\n\
+                      [   84.769567] RIP: 0010:down_read+0x0/0xa0\n\
+                      [  112.770179] watchdog: BUG: soft lockup - CPU#0 stuck for 53s! [lockpath:186]\n\
+                      [  112.935736] watchdog: BUG: soft lockup - CPU#1 stuck for 52s! [fuse-workload:169]\n";
+        assert_eq!(longest_soft_lockup_s(serial), 53);
+        assert_eq!(longest_soft_lockup_s("LAB-CHECK lock-auto PASS ok\n"), 0);
+    }
 }
