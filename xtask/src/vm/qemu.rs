@@ -167,13 +167,16 @@ pub(super) fn boot(
     initrd: &Path,
 ) -> Result<String> {
     let log_name = format!("guest-{}.log", kernel.name);
-    let mut run = run_guest(
-        vm_dir,
-        kernel,
-        (vmlinuz, initrd),
-        (&log_name, ""),
-        BOOT_TIMEOUT,
-    )?;
+    let boot_once = || {
+        run_guest(
+            vm_dir,
+            kernel,
+            (vmlinuz, initrd),
+            (&log_name, ""),
+            BOOT_TIMEOUT,
+        )
+    };
+    let mut run = boot_once()?;
     let mut retried = String::new();
     if run.hung {
         let kept = vm_dir.join(format!("guest-{}-hung.log", kernel.name));
@@ -186,13 +189,7 @@ pub(super) fn boot(
             kept.display()
         ));
         retried = format!(" (second boot: the first hung, log in {})", kept.display());
-        run = run_guest(
-            vm_dir,
-            kernel,
-            (vmlinuz, initrd),
-            (&log_name, ""),
-            BOOT_TIMEOUT,
-        )?;
+        run = boot_once()?;
     }
     let verdict = parse_serial(&run.serial, kernel);
     run.check(BOOT_TIMEOUT, verdict)
