@@ -680,6 +680,7 @@ fn cached_stacks_attribute_like_exact_walks() {
             .collect();
         std::fs::write(&gate, b"").expect("open the gate");
         let mut shares = Vec::new();
+        let mut nested = Vec::new();
         for (path, child) in recordings {
             let output = child.wait_with_output().expect("wait for lockpath");
             assert!(
@@ -687,18 +688,32 @@ fn cached_stacks_attribute_like_exact_walks() {
                 "lockpath failed: {}",
                 String::from_utf8_lossy(&output.stderr)
             );
-            shares.push(call_path_shares(&load_json(&path), 3));
+            let profile = load_json(&path);
+            shares.push(call_path_shares(&profile, 3));
+            nested.push(profile["losses"]["lock_nested"].as_u64().unwrap_or(0));
         }
         let _ = storm.wait();
         let totals: Vec<u64> = shares.iter().map(|(total, _)| *total).collect();
         let shares: Vec<Vec<(String, f64)>> = shares.into_iter().map(|(_, paths)| paths).collect();
         let (exact, cached) = (&shares[0], &shares[1]);
         // Both attached before the storm and detached after its exit: the same waits,
-        // up to the few that other programs' wake-ups add at either end.
-        let (a, b) = (totals[0] as f64, totals[1] as f64);
+        // up to the few that other programs' wake-ups add at either end. A contention
+        // that begins while another is open on the CPU is dropped and counted as
+        // `lock_nested`; a walk of every stack keeps contentions open longer, so the
+        // exact recording drops more of them (CI: 1623 against 1 of 126k): they count
+        // as seen.
+        let (a, b) = (
+            (totals[0] + nested[0]) as f64,
+            (totals[1] + nested[1]) as f64,
+        );
         assert!(
             a >= 1000.0 && (a - b).abs() <= 0.01 * a,
-            "{mode}: {a} spinning contentions with exact walks, {b} with the caches"
+            "{mode}: {} spinning contentions + {} nested dropped with exact walks, {} + {} \
+             with the caches",
+            totals[0],
+            nested[0],
+            totals[1],
+            nested[1]
         );
         let show = |shares: &[(String, f64)]| {
             shares
