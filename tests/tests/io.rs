@@ -6,23 +6,9 @@ mod common;
 use std::{
     path::{Path, PathBuf},
     process::Command,
-    sync::{Mutex, MutexGuard},
 };
 
 use common::*;
-
-/// The tests of this file record every disk's requests (`-a --io`) and two of them hold
-/// the system to "no request lost" (`io_stale_replaced` 0): each runs alone, so another
-/// test's file system is not in its recording (cargo runs a file's tests side by side).
-/// Seen when they did not: ext4 reads on a loop device whose completion no program saw.
-static ONE_RECORDING_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn alone() -> MutexGuard<'static, ()> {
-    // A test that failed while holding it poisons it; the others still run.
-    ONE_RECORDING_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 fn run(program: &str, args: &[&str]) -> String {
     let output = Command::new(program)

@@ -189,9 +189,6 @@ impl Drop for BpfStats {
     }
 }
 
-/// The tests of this file measure time: one at a time.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
@@ -207,9 +204,7 @@ fn spin_waits_match_a_stackless_reference() {
     {
         return;
     }
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _alone = alone();
     let _stats = BpfStats::enable();
     let dir = scratch("lock-accuracy");
     for mode in ["open", "pipe"] {
@@ -264,9 +259,7 @@ fn spinlock_holders_are_the_open_and_close_paths() {
     if !can_load_programs("spinlock_holders_are_the_open_and_close_paths") {
         return;
     }
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _alone = alone();
     let dir = scratch("lock-holders");
     let started = Instant::now();
     let mut last = String::new();
@@ -411,9 +404,7 @@ fn fuse_create_hold_matches_the_workload() {
     if !can_load_programs("fuse_create_hold_matches_the_workload") {
         return;
     }
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _alone = alone();
     let dir = scratch("lock-hold-fuse");
     let profile_path = dir.join("hold.json");
     let results = dir.join("results.txt");
@@ -487,9 +478,7 @@ fn an_interrupted_wait_is_its_own_row() {
     if !can_load_programs("an_interrupted_wait_is_its_own_row") {
         return;
     }
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _alone = alone();
     let dir = scratch("lock-interrupted");
     let profile_path = dir.join("interrupted.json");
     let results = dir.join("results.txt");
@@ -640,9 +629,7 @@ fn cached_stacks_attribute_like_exact_walks() {
     if !can_load_programs("cached_stacks_attribute_like_exact_walks") {
         return;
     }
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _alone = alone();
     let dir = scratch("lock-stacks");
     for mode in ["open", "pipe"] {
         // The storm starts when both recordings are attached (the shell waits up to 60 s

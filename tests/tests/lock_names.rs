@@ -82,6 +82,7 @@ fn named_share(by_name: &BTreeMap<String, (u64, String)>, total: u64) -> f64 {
 
 #[test]
 fn most_lock_wait_is_on_named_locks() {
+    let _alone = alone();
     if !can_load_programs("most_lock_wait_is_on_named_locks") {
         return;
     }
@@ -105,9 +106,25 @@ fn most_lock_wait_is_on_named_locks() {
     assert!(has(&both, "file_lock", "task"), "{both:?}");
     assert!(has(&both, "rq_lock:cpu", "runqueue"), "{both:?}");
 
-    // An open/close storm: the fd table's lock above all.
-    let (open, open_total) = record_storm("open");
+    // An open/close storm: the fd table's lock above all, and `cdev_lock` (a static
+    // spinlock of chrdev_open, for /dev/null). A static lock is named by its kallsyms
+    // symbol; a kernel without data symbols in kallsyms (CONFIG_KALLSYMS_ALL off, like
+    // this machine's 6.18: `cdev_lock` is not in /proc/kallsyms) gives no name to find,
+    // so its kernel-image addresses are left out of the share there, and said so.
+    let (open, mut open_total) = record_storm("open");
     assert!(open_total > 0, "lock-storm contended: {open:?}");
+    if !kallsyms_has_data_symbols() {
+        let unnameable: u64 = open
+            .iter()
+            .filter(|(name, (_, source))| source == "address" && name.starts_with("0xffffffff8"))
+            .map(|(_, (wait, _))| wait)
+            .sum();
+        eprintln!(
+            "open: {:.1}% of the wait on static locks, unnamed: kallsyms has no data symbols",
+            100.0 * unnameable as f64 / open_total as f64
+        );
+        open_total -= unnameable;
+    }
     let share = named_share(&open, open_total);
     eprintln!("open: {:.1}% named: {open:?}", share * 100.0);
     assert!(
@@ -116,6 +133,18 @@ fn most_lock_wait_is_on_named_locks() {
         share * 100.0
     );
     assert!(has(&open, "file_lock", "task"), "{open:?}");
+}
+
+/// Whether /proc/kallsyms lists the kernel's data symbols (CONFIG_KALLSYMS_ALL): a
+/// kernel without them lists a few dozen (section markers), one with them tens of
+/// thousands.
+fn kallsyms_has_data_symbols() -> bool {
+    let text = std::fs::read_to_string("/proc/kallsyms").expect("read /proc/kallsyms");
+    let data = text
+        .lines()
+        .filter(|line| matches!(line.split_whitespace().nth(1), Some("d" | "D" | "b" | "B")))
+        .count();
+    data > 1000
 }
 
 /// Byte offset of `member` in `struct name` from the kernel's BTF, as bpftool prints it
@@ -134,6 +163,7 @@ fn btf_member_offset(name: &str, member: &str) -> Option<u64> {
 
 #[test]
 fn wait_lock_of_mmap_lock_is_named_after_it() {
+    let _alone = alone();
     let test = "wait_lock_of_mmap_lock_is_named_after_it";
     if !can_load_programs(test) || !require_tool(test, "bpftool") {
         return;
@@ -241,6 +271,7 @@ fn bpftool_btf() -> Option<String> {
 /// an object of the `filp` cache. Elsewhere it stays an address.
 #[test]
 fn locks_in_slab_objects_are_named_after_their_cache() {
+    let _alone = alone();
     if !can_load_programs("locks_in_slab_objects_are_named_after_their_cache") {
         return;
     }

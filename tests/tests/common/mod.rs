@@ -463,3 +463,14 @@ pub fn contentions_of(profile: &serde_json::Value, pid: u64) -> u64 {
         .map(|row| row["count"].as_u64().expect("count"))
         .sum()
 }
+
+/// Taken by the tests of one file that need the machine to themselves (every disk's
+/// requests, every lock's contention): cargo runs a file's tests side by side, and one
+/// test's workload would land in the other's recording. A test that failed holding it
+/// poisons it; the others still run.
+pub fn alone() -> std::sync::MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
