@@ -264,8 +264,9 @@ pub struct LockRow {
     /// the row itself, so a million rows load without a million allocations.
     pub lock_name: CompactString,
     /// How the name was found: `task` (the waiting task's structures), `task_struct`
-    /// (another task's), `runqueue`, `kallsyms`, or `address` (not named); empty in
-    /// profiles of older versions.
+    /// (another task's), `runqueue`, `percpu`, `slab`, `kallsyms`, `caller` (a static
+    /// lock without a symbol, by its taker), `member`, or `address` (not named); empty
+    /// in profiles of older versions (docs/lock-names.md).
     #[serde(default, skip_serializing_if = "CompactString::is_empty")]
     pub lock_name_source: CompactString,
     /// `LCB_F_*` flags; the type name is derived (`lock_type_name`).

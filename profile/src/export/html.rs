@@ -112,8 +112,10 @@ pub(crate) fn flamegraph_frame(svg: &[u8], title: &str) -> String {
 /// What each `lock_name_source` means, under a table that shows them.
 const NAME_SOURCES: &str = "named by: task = from the waiting task's structures \
     (mm, files, sighand, fs, signal); task_struct = a task's own lock (its own or \
-    another's); runqueue = a CPU's runqueue lock; kallsyms = a data symbol; member = a \
-    member of a named lock (its wait_lock); address = not named.";
+    another's); runqueue = a CPU's runqueue lock; percpu = a lock in a per-CPU variable; \
+    slab = the slab cache of the lock's object; kallsyms = a data symbol; caller = a \
+    static lock without a symbol, by the function that takes it; member = a member of a \
+    named lock (its wait_lock); address = not named.";
 
 /// A table of locks; with `named`, the "named by" column at `at` and its legend below.
 fn table_named_by(

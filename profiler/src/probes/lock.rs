@@ -350,6 +350,7 @@ pub fn drain(maps: &MapSet, stacks: &mut StackResolver) -> Result<Vec<LockRow>> 
         });
     }
     super::lockname::name_wait_locks(&mut rows, &super::lockname::WaitLockOffsets::of_kernel());
+    super::lockname::name_static_locks(&mut rows, &stacks.interner, |addr| stacks.is_static(addr));
     rows.sort_by_key(|row| std::cmp::Reverse(row.total_ns));
     Ok(rows)
 }

@@ -27,7 +27,7 @@ use profiler_common::{
 use crate::{
     btf::Btf,
     probes::shared::{MapSet, StackResolver},
-    profile::LockRow,
+    profile::{Frame, LockRow, StackInterner},
 };
 
 /// Naming methods, as `lock_name_source` says them.
@@ -41,6 +41,10 @@ pub const SOURCE_MEMBER: &str = "member";
 /// The slab cache the lock's object belongs to (`&kmalloc-512`), from the kernel's
 /// `bpf_get_kmem_cache`.
 pub const SOURCE_SLAB: &str = "slab";
+
+/// A static lock kallsyms has no symbol for, named after the kernel function that
+/// takes it (`static@chrdev_open`).
+pub const SOURCE_CALLER: &str = "caller";
 
 /// A lock in a CPU's per-CPU area, by the per-CPU variable's BTF (`timer_bases.lock:cpu1`).
 pub const SOURCE_PERCPU: &str = "percpu";
@@ -130,6 +134,64 @@ pub fn name_wait_locks(rows: &mut [LockRow], offsets: &WaitLockOffsets) {
         if let Some(name) = wait_locks.get(&row.lock_addr) {
             row.lock_name = name.as_str().into();
             row.lock_name_source = SOURCE_MEMBER.into();
+        }
+    }
+}
+
+/// Names the static locks of `rows` that kallsyms could not name (a kernel without data
+/// symbols) after the function that takes them, as a kernel developer finds one:
+/// `static@chrdev_open` is the static spinlock `chrdev_open` takes (`cdev_lock`). A
+/// lock taken in several functions is named after the one with the most wait; one
+/// function taking several static locks names the others `static@FUNCTION:0xADDR`.
+/// `is_static` says whether an address lies in the kernel image's data.
+pub fn name_static_locks(
+    rows: &mut [LockRow],
+    interner: &StackInterner,
+    is_static: impl Fn(u64) -> bool,
+) {
+    // Lock address -> caller -> wait.
+    let mut callers: HashMap<u64, HashMap<String, u64>> = HashMap::new();
+    for row in rows.iter() {
+        if row.lock_name_source != SOURCE_ADDRESS || !is_static(row.lock_addr) {
+            continue;
+        }
+        let frames = interner.frames_of(row.stack);
+        let frames: Vec<&Frame> = frames.iter().collect();
+        if let Some(frame) = crate::lock::caller(&frames) {
+            *callers
+                .entry(row.lock_addr)
+                .or_default()
+                .entry(frame.name.clone())
+                .or_default() += row.total_ns;
+        }
+    }
+    let mut by_wait: Vec<(u64, String, u64)> = callers
+        .into_iter()
+        .filter_map(|(addr, callers)| {
+            let (caller, wait) = callers
+                .into_iter()
+                .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(&a.0)))?;
+            Some((addr, caller, wait))
+        })
+        .collect();
+    // The lock with the most wait keeps the plain name.
+    by_wait.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
+    let mut names: HashMap<u64, String> = HashMap::new();
+    let mut taken: std::collections::HashSet<String> = std::collections::HashSet::new();
+    for (addr, caller, _) in by_wait {
+        let mut name = format!("static@{caller}");
+        if !taken.insert(name.clone()) {
+            name = format!("{name}:0x{addr:x}");
+        }
+        names.insert(addr, name);
+    }
+    for row in rows.iter_mut() {
+        if row.lock_name_source != SOURCE_ADDRESS {
+            continue;
+        }
+        if let Some(name) = names.get(&row.lock_addr) {
+            row.lock_name = name.as_str().into();
+            row.lock_name_source = SOURCE_CALLER.into();
         }
     }
 }
@@ -430,6 +492,58 @@ mod tests {
         assert_eq!(names[3].1, SOURCE_ADDRESS, "{names:?}");
         assert_eq!(names[4], ("0xother", SOURCE_ADDRESS));
         assert_eq!(names[6], ("cred_guard_mutex.wait_lock", SOURCE_MEMBER));
+    }
+
+    #[test]
+    fn static_locks_without_a_symbol_are_named_after_their_taker() {
+        let mut interner = StackInterner::default();
+        let mut stack = |names: &[&str]| {
+            let frames = names.iter().map(|name| Frame::kernel(name)).collect();
+            Some(interner.stack(frames, false))
+        };
+        let open = stack(&["queued_spin_lock_slowpath", "_raw_spin_lock", "chrdev_open"]);
+        let other = stack(&["_raw_spin_lock", "cdev_put"]);
+        let flock = stack(&[
+            "percpu_down_write",
+            "flock_lock_inode",
+            "locks_lock_inode_wait",
+        ]);
+        let heap = stack(&["_raw_spin_lock", "pipe_write"]);
+        let cdev = 0xffff_ffff_83c1_ab40u64;
+        let second = 0xffff_ffff_83c1_ab80u64;
+        let rwsem = 0xffff_ffff_8315_8b80u64;
+        let on = |addr: u64, stack: Option<u32>, wait: u64| LockRow {
+            stack,
+            total_ns: wait,
+            ..row(addr, &format!("{addr:#x}"), SOURCE_ADDRESS, LCB_F_SPIN)
+        };
+        let mut rows = vec![
+            on(cdev, open, 300),
+            on(cdev, other, 100),
+            on(rwsem, flock, 50),
+            // A second static lock taken in chrdev_open, with less wait.
+            on(second, open, 10),
+            // Not in the image: stays an address.
+            on(0xffff_8881_0000_1000, heap, 500),
+            // Named already: left alone.
+            row(cdev + 8, "jiffies_lock", SOURCE_KALLSYMS, LCB_F_SPIN),
+        ];
+        name_static_locks(&mut rows, &interner, |addr| addr >= 0xffff_ffff_8000_0000);
+        let names: Vec<(&str, &str)> = rows
+            .iter()
+            .map(|row| (row.lock_name.as_str(), row.lock_name_source.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("static@chrdev_open", SOURCE_CALLER),
+                ("static@chrdev_open", SOURCE_CALLER),
+                ("static@flock_lock_inode", SOURCE_CALLER),
+                ("static@chrdev_open:0xffffffff83c1ab80", SOURCE_CALLER),
+                ("0xffff888100001000", SOURCE_ADDRESS),
+                ("jiffies_lock", SOURCE_KALLSYMS),
+            ]
+        );
     }
 
     #[test]

@@ -44,7 +44,17 @@ pub struct KernelSymbols {
     /// it is not the module's, even when the module's last symbol is the closest below
     /// (BPF trampolines and programs live in the same address range).
     module_ends: std::collections::HashMap<String, u64>,
+    /// Start of the kernel image (`_text`, `_stext`) and end of its text (`_etext`); 0 when
+    /// kallsyms does not say.
+    image_start: u64,
+    text_end: u64,
+    /// Lowest module function: modules lie above the image (0 when none is listed).
+    modules_start: u64,
 }
+
+/// Largest kernel image (x86-64's `KERNEL_IMAGE_SIZE` with KASLR): past `_text` plus
+/// this, an address is a module's or elsewhere.
+const MAX_IMAGE_SIZE: u64 = 1 << 30;
 
 impl KernelSymbols {
     pub fn load() -> Result<Self> {
@@ -121,7 +131,24 @@ impl KernelSymbols {
                 kind,
             };
             match kind.to_ascii_lowercase() {
-                't' | 'w' => symbols.text.push(symbol),
+                't' | 'w' => {
+                    if symbol.module.is_some() {
+                        if symbols.modules_start == 0 || addr < symbols.modules_start {
+                            symbols.modules_start = addr;
+                        }
+                    } else {
+                        match symbol.name.as_str() {
+                            "_text" | "_stext"
+                                if symbols.image_start == 0 || addr < symbols.image_start =>
+                            {
+                                symbols.image_start = addr
+                            }
+                            "_etext" => symbols.text_end = addr,
+                            _ => {}
+                        }
+                    }
+                    symbols.text.push(symbol)
+                }
                 'd' | 'b' | 'r' => {
                     if matches!(symbol.name.as_str(), "_end" | "__bss_stop") {
                         symbols.data_end = symbols.data_end.max(addr);
@@ -208,6 +235,20 @@ impl KernelSymbols {
                 kernel: true,
             },
         }
+    }
+
+    /// Whether `addr` lies in the kernel image past its text: a static object (`.data`,
+    /// `.bss`) whether or not kallsyms names it. Heap, per-CPU, vmalloc and module
+    /// addresses are not.
+    pub fn in_image_data(&self, addr: u64) -> bool {
+        if self.image_start == 0 || self.text_end == 0 || addr < self.text_end {
+            return false;
+        }
+        let image_end = match self.data_end {
+            0 => self.image_start.saturating_add(MAX_IMAGE_SIZE),
+            end => end,
+        };
+        addr < image_end && (self.modules_start == 0 || addr < self.modules_start)
     }
 
     /// Name of a static kernel object containing `addr` (`jiffies_lock`,
@@ -334,6 +375,33 @@ ffffffff82001000 B _end
 ffffffffc0a01000 t after_reply\t[ptlrpc]
 ffffffffc0a02000 d ptlrpc_lock\t[ptlrpc]
 ";
+
+    #[test]
+    fn image_data_lies_between_the_text_and_the_modules() {
+        let symbols = KernelSymbols::parse(SAMPLE);
+        // Past _etext, below _end: data and bss, named by a symbol or not.
+        assert!(symbols.in_image_data(0xffffffff82000000));
+        assert!(symbols.in_image_data(0xffffffff81f00000));
+        // Text, heap (direct map), past the image's end, a module's data.
+        for addr in [
+            0xffffffff81001010,
+            0xffff888100000000,
+            0xffffffff82001000,
+            0xffffffffc0a02000,
+        ] {
+            assert!(!symbols.in_image_data(addr), "{addr:x}");
+        }
+        // Without `_end` (kallsyms without data symbols): up to the modules.
+        let bare = KernelSymbols::parse(
+            "ffffffff81000000 T _text\nffffffff82269a88 T _etext\n\
+             ffffffffc0a01000 t after_reply\t[ptlrpc]\n",
+        );
+        assert!(bare.in_image_data(0xffffffff83c1ab40));
+        assert!(!bare.in_image_data(0xffffffffc0a01100));
+        assert!(!bare.in_image_data(0xffffffff81000100));
+        // No image bounds, no guess.
+        assert!(!KernelSymbols::parse("").in_image_data(0xffffffff83c1ab40));
+    }
 
     #[test]
     fn functions_with_offsets_and_modules() {

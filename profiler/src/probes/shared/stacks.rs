@@ -137,6 +137,12 @@ impl StackResolver {
         std::mem::take(&mut self.interner)
     }
 
+    /// Whether a lock at `lock_addr` is a static object of the kernel image (named by
+    /// kallsyms or not).
+    pub fn is_static(&self, lock_addr: u64) -> bool {
+        self.kernel.in_image_data(lock_addr)
+    }
+
     /// Static locks by symbol, the rest by address.
     pub fn lock_name(&self, lock_addr: u64) -> String {
         self.kernel
