@@ -181,7 +181,8 @@ pub const LOSS_NAMES: [(u32, &str, &str); 36] = [
     (
         LOCK_KPROBE_RETURN_LOST,
         "lock_kprobe_return_lost",
-        "kprobe fallback: a slow path's return was missed (kretprobe instances exhausted); wait dropped",
+        "kprobe fallback: a slow path's return was missed (kretprobe instances exhausted); wait \
+         dropped",
     ),
     (
         HOLD_MAP_FULL,
@@ -201,7 +202,8 @@ pub const LOSS_NAMES: [(u32, &str, &str); 36] = [
     (
         LOCK_STALE_WAIT,
         "lock_stale_wait",
-        "a wait whose end never came (lost before the recording or the end probe) was replaced by a new one",
+        "a wait whose end never came (lost before the recording or the end probe) was replaced \
+         by a new one",
     ),
     (
         LOCK_HOLD_MAP_FULL,
@@ -216,7 +218,8 @@ pub const LOSS_NAMES: [(u32, &str, &str); 36] = [
     (
         IO_STALE_REPLACED,
         "io_stale_replaced",
-        "a request address reused while an older request there was open (its completion was missed): the older one dropped",
+        "a request address reused while an older request there was open (its completion was \
+         missed): the older one dropped",
     ),
     (
         WAKER_MAP_FULL,
@@ -226,7 +229,8 @@ pub const LOSS_NAMES: [(u32, &str, &str); 36] = [
     (
         WAKER_PENDING_FULL,
         "waker_pending_full",
-        "map of wake-ups awaiting their thread full: a wait's waker dropped (the wait itself is kept)",
+        "map of wake-ups awaiting their thread full: a wait's waker dropped (the wait itself is \
+         kept)",
     ),
     (
         CHAIN_MAP_FULL,
@@ -243,7 +247,8 @@ pub const PROGRAM_MISS_PREFIX: &str = "prog_recursion_miss:";
 /// What a loss in a profile means, by its name.
 pub fn loss_meaning(name: &str) -> &'static str {
     if name.starts_with(PROGRAM_MISS_PREFIX) {
-        return "the kernel skipped this program (another BPF program was running on the CPU): event lost";
+        return "the kernel skipped this program (another BPF program was running on the CPU): \
+                event lost";
     }
     LOSS_NAMES
         .iter()

@@ -226,8 +226,13 @@ pub fn classify(lock_addr: u64) -> u32 {
             LOCK_CLASS_CRED_GUARD,
         ),
     ];
+    // Entries of one pointer are adjacent: read each pointer once.
+    let mut read = (NO_OFFSET, 0);
     for (pointer, member, class) in pointed {
-        if is_member(lock_addr, read_ptr(task, pointer), member) {
+        if read.0 != pointer {
+            read = (pointer, read_ptr(task, pointer));
+        }
+        if is_member(lock_addr, read.1, member) {
             return class;
         }
     }

@@ -136,6 +136,7 @@ fn exporters_refuse_bad_input_without_writing() {
 /// `-o /proc/x.json -d 3` recorded for 3 s and then lost the run).
 #[test]
 fn unwritable_output_fails_before_recording() {
+    let _alone = alone();
     if !can_load_programs("unwritable_output_fails_before_recording") {
         return;
     }
@@ -161,6 +162,7 @@ fn unwritable_output_fails_before_recording() {
 /// recording goes to a fallback file that the error names, and that file is a profile.
 #[test]
 fn failed_final_write_keeps_the_recording() {
+    let _alone = alone();
     if !can_load_programs("failed_final_write_keeps_the_recording") {
         return;
     }

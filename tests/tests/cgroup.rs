@@ -201,7 +201,14 @@ fn report_by_cgroup_names_the_workloads_cgroup() {
     assert_eq!(storm_rows, per_process, "report --by process");
 
     // The text table: a cgroup column with the path (its end kept when long).
-    let text = lockpath_ok(&["report", path_str(&profile_path), "--by", "cgroup"]);
+    let text = lockpath_ok(&[
+        "report",
+        path_str(&profile_path),
+        "--by",
+        "cgroup",
+        "--top",
+        "0",
+    ]);
     let text = String::from_utf8_lossy(&text.stdout);
     let tail: String = {
         let chars: Vec<char> = cgroup.name.chars().collect();

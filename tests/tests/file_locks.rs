@@ -54,6 +54,7 @@ fn record_file_locks(profile_path: &std::path::Path, args: &[&str]) -> String {
 
 #[test]
 fn file_lock_waits_are_classed_timed_and_their_holders_named() {
+    let _alone = alone();
     if !can_load_programs("file_lock_waits_are_classed_timed_and_their_holders_named") {
         return;
     }
@@ -240,6 +241,7 @@ fn record_kind(dir: &std::path::Path, kind: &str) -> std::path::PathBuf {
 
 #[test]
 fn diff_of_posix_against_flock_shows_the_class_and_the_lock_calls() {
+    let _alone = alone();
     if !can_load_programs("diff_of_posix_against_flock_shows_the_class_and_the_lock_calls") {
         return;
     }
@@ -298,6 +300,7 @@ fn diff_of_posix_against_flock_shows_the_class_and_the_lock_calls() {
 /// class `file-lock`, timed like the breaker's own clock, and held by a lease holder.
 #[test]
 fn lease_breaks_are_file_lock_waits_held_by_the_lease_holder() {
+    let _alone = alone();
     if !can_load_programs("lease_breaks_are_file_lock_waits_held_by_the_lease_holder") {
         return;
     }

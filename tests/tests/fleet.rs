@@ -136,6 +136,7 @@ fn lock_totals(profile: &Value, pid: u64) -> (u64, u64) {
 
 #[test]
 fn rotate_soak_matches_a_long_recording() {
+    let _alone = alone();
     let test = "rotate_soak_matches_a_long_recording";
     if !can_load_programs(test) || !require_tool(test, "bpftool") {
         return;
@@ -346,6 +347,7 @@ fn rotate_soak_matches_a_long_recording() {
 
 #[test]
 fn rotate_keeps_n_files_and_refuses_bad_input() {
+    let _alone = alone();
     let test = "rotate_keeps_n_files_and_refuses_bad_input";
     // Bad input first: no root needed for these to fail clearly.
     let dir = scratch("fleet-keep");
@@ -428,6 +430,7 @@ const SLOWEST_CLIENTS: &str =
 
 #[test]
 fn prometheus_ranks_the_contended_agent_first() {
+    let _alone = alone();
     let test = "prometheus_ranks_the_contended_agent_first";
     if !can_load_programs(test) || !require_tool(test, "prometheus") {
         return;

@@ -263,7 +263,7 @@ fn spinlock_holders_are_the_open_and_close_paths() {
     let dir = scratch("lock-holders");
     let started = Instant::now();
     let mut last = String::new();
-    for round in 0..3 {
+    for round in 0..5 {
         let (_, count, profile) = lockpath_round(&dir, "open", round);
         let elapsed = started.elapsed();
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
@@ -320,15 +320,21 @@ fn spinlock_holders_are_the_open_and_close_paths() {
             .filter_map(|hold| hold["stack"].as_u64().and_then(callers_of))
             .collect();
         let other_holders = fd_lock_holds.len() - holder_callers.len();
+        // The hold flamegraph weighs in microseconds: a round whose holds of the lock
+        // add up to less than one has nothing there to show.
+        let fd_hold_ns: u64 = fd_lock_holds
+            .iter()
+            .map(|hold| hold["latency"]["total_ns"].as_u64().unwrap_or(0))
+            .sum();
         last = format!(
-            "round {round}: {count} waits, {} holds under contention, {} of the fd table's lock ({} by the open/close paths, {other_holders} by others), {total_hold_ns} ns held, {:.1} s elapsed",
+            "round {round}: {count} waits, {} holds under contention, {} of the fd table's lock ({} by the open/close paths, {other_holders} by others; {fd_hold_ns} ns), {total_hold_ns} ns held, {:.1} s elapsed",
             holds.len(),
             fd_lock_holds.len(),
             holder_callers.len(),
             elapsed.as_secs_f64()
         );
         eprintln!("{last}");
-        if !holder_callers.is_empty() {
+        if !holder_callers.is_empty() && fd_hold_ns >= 1000 {
             assert_eq!(
                 other_holders, 0,
                 "every contended holder of the fd table's lock took it in alloc_fd or file_close_fd"
@@ -340,7 +346,7 @@ fn spinlock_holders_are_the_open_and_close_paths() {
         // interrupt, a preempted vCPU): a round may see none.
         std::thread::sleep(Duration::from_millis(100));
     }
-    panic!("no hold under contention of the fd table's lock in three rounds: {last}");
+    panic!("no hold under contention of the fd table's lock (1 us or more) in five rounds: {last}");
 }
 
 /// The views of holds under contention: the text report's holders table, the JSON
@@ -716,28 +722,26 @@ fn cached_stacks_attribute_like_exact_walks() {
             show(cached)
         );
         eprintln!("{report}");
-        // The call paths with 5% or more of the contentions are the same both ways (a
-        // stack given to the wrong call path would add or remove one), and each one's
-        // share is within 5 points (the two recordings start a moment apart).
+        // Every call path with 5% or more of the contentions either way has the same
+        // share both ways, within 5 points (a stack given to the wrong call path would
+        // move one; the two recordings start a moment apart). A path near 5% may be
+        // just above it in one recording and just below in the other.
         let major = |shares: &[(String, f64)]| {
-            let mut paths: Vec<String> = shares
+            shares
                 .iter()
                 .filter(|(_, share)| *share >= 5.0)
                 .map(|(path, _)| path.clone())
-                .collect();
-            paths.sort();
-            paths
+                .collect::<Vec<String>>()
         };
         assert!(
             !major(exact).is_empty(),
             "{mode}: no call path has 5% of the contentions\n{report}"
         );
-        assert_eq!(
-            major(exact),
-            major(cached),
-            "{mode}: the call paths with 5% of the contentions differ\n{report}"
-        );
-        for path in major(exact) {
+        let mut paths = major(exact);
+        paths.extend(major(cached));
+        paths.sort();
+        paths.dedup();
+        for path in paths {
             let share_of = |shares: &[(String, f64)]| {
                 shares
                     .iter()

@@ -309,8 +309,5 @@ fn locks_in_slab_objects_are_named_after_their_cache() {
         *wait * 2 >= total,
         "{name} has {wait} of {total} ns: {by_name:?}"
     );
-    assert!(
-        named_by_line(&stdout).contains(&format!("slab: {name}")),
-        "{stdout}"
-    );
+    check_named_by(named_by_line(&stdout), &by_name);
 }

@@ -156,7 +156,7 @@ fn record_lock_and_caller_filters() {
         .iter()
         .filter(|row| {
             let source = row["lock_name_source"].as_str().unwrap_or("");
-            source == "runqueue" || source == "kallsyms"
+            matches!(source, "runqueue" | "kallsyms" | "caller")
         })
         .max_by_key(|row| row["count"].as_u64().unwrap_or(0))
         .unwrap_or_else(|| {

@@ -290,15 +290,17 @@ fn target_that_exits_early_ends_the_recording() {
     }
     let dir = scratch("early-exit");
     let profile_path = dir.join("early.json");
-    let mut storm = background_storm("4");
+    // A storm that outlives any startup, ended a second into the recording.
+    let mut storm = background_storm("120");
     let storm_pid = storm.id();
     let pid = storm_pid.to_string();
     // No duration: lockpath must notice that its only target is gone and finish.
     let (recorder, programs) =
         spawn_recording(&["record", "-p", &pid, "-o", path_str(&profile_path)]);
+    std::thread::sleep(Duration::from_secs(1));
+    signal(&storm, SIGKILL);
     // Reap the storm so that it does not linger as a zombie.
-    let storm_status = storm.wait().expect("wait for lock-storm");
-    assert!(storm_status.success());
+    storm.wait().expect("wait for lock-storm");
     let started = Instant::now();
     let recorder_pid = recorder.id();
     let waiter = std::thread::spawn(move || recorder.wait_with_output());

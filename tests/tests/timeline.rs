@@ -64,8 +64,10 @@ fn contention_in_the_second_half_lands_in_the_second_half() {
         (ends.last().copied().unwrap_or(0.0) - duration).abs() < 1e-6,
         "the last ends the run"
     );
+    // Near 250 ms each; one may run late while the storm starves the snapshot timer
+    // (4 threads on 2 CPUs), and the count above keeps the cadence.
     for pair in ends.windows(2) {
-        assert!(pair[1] - pair[0] < 0.6, "intervals near 250 ms: {pair:?}");
+        assert!(pair[1] - pair[0] < 1.0, "intervals near 250 ms: {pair:?}");
     }
     let series = timeline["series"].as_array().expect("series");
     let intervals = ends.len();

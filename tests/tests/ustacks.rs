@@ -192,9 +192,10 @@ fn nofp_workload_unwinds_to_main_with_its_shares() {
         (measured - expected).abs() <= 0.05,
         "share {measured:.3} vs the workload's {expected:.3}"
     );
-    // The workload's split is the 80/20 it was built for.
+    // The workload's split is near the 80/20 it was built for (tuned on one CPU; loop
+    // costs differ by CPU model): both functions take a real share.
     assert!(
-        (expected - 0.8).abs() < 0.08,
+        (0.6..0.95).contains(&expected),
         "the workload measured {expected:.3}"
     );
     assert_no_garbage(&stacks);

@@ -633,9 +633,9 @@ pub fn render_diff(base: &Profile, new: &Profile, kind: Kind) -> Result<String> 
         ));
     }
     out.push_str("</dl>\n");
-    let per_second = |value: f64| match kind {
-        Kind::Cpu => format!("{value:.1}"),
-        _ => format!("{}/s", format_ns(value.abs() as u64)),
+    let per_second = |value: f64| match kind.weighs_time() {
+        false => format!("{value:.1}"),
+        true => format!("{}/s", format_ns(value.abs() as u64)),
     };
     for table_data in export::diff::diff(base, new, kind) {
         out.push_str(&format!(

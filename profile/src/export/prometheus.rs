@@ -14,7 +14,7 @@ use crate::{
     profile::Profile,
 };
 
-/// Lock wait seconds and contentions per lock type and caller.
+/// On-CPU samples per process (name and pid).
 fn cpu_series(profile: &Profile, out: &mut String) {
     metric(
         out,

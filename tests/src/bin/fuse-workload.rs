@@ -80,6 +80,7 @@ fn lock_wait(dir: &Path, headstart: Duration, tag: &str, lines: &mut Vec<String>
         .expect("spawn A");
     let a_pid = a.id();
     std::thread::sleep(headstart);
+    wait_in_fuse_request(a_pid);
     let b_path = dir.join(format!("b-{tag}"));
     let b = std::thread::Builder::new()
         .name("creator-b".into())
@@ -98,6 +99,22 @@ fn lock_wait(dir: &Path, headstart: Duration, tag: &str, lines: &mut Vec<String>
     lines.push(format!("a_pid {a_pid}"));
     lines.push(format!("b_create_ns {}", b_time.as_nanos()));
     lines.push(format!("b_tid {b_tid}"));
+}
+
+/// Waits (at most 5 s) until process `pid` sleeps on a FUSE reply (`/proc/PID/wchan`):
+/// from then on it holds the directory's inode lock, so B queues behind A even when the
+/// headstart passed before A got a CPU (a starved guest).
+fn wait_in_fuse_request(pid: u32) {
+    let wchan = format!("/proc/{pid}/wchan");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        match std::fs::read_to_string(&wchan) {
+            Ok(name) if name.contains("fuse") || name.contains("request_wait_answer") => return,
+            Ok(_) => std::thread::sleep(Duration::from_millis(1)),
+            Err(_) => return, // A is gone: B finds out by itself
+        }
+    }
+    eprintln!("fuse-workload: process {pid} never slept on a FUSE reply within 5 s");
 }
 
 /// Three threads create `t1TAG`, `t2TAG`, `t3TAG` in DIR at 0, +40 and +80 ms; with the
@@ -140,6 +157,7 @@ fn interrupted(dir: &Path, wait: Duration, lines: &mut Vec<String>) {
         .spawn()
         .expect("spawn A");
     std::thread::sleep(Duration::from_millis(50));
+    wait_in_fuse_request(a.id());
     let mut b = std::process::Command::new(&exe)
         .arg("list-one")
         .arg("-")
