@@ -108,9 +108,9 @@ pub struct RecordArgs {
     /// Record only the contentions on this lock (repeatable; like perf's -L). ADDR (a
     /// report's lock column) and a static lock's kernel symbol are checked in the
     /// kernel, before any other work (up to 8 addresses); a name known only after the
-    /// fact (mmap_lock, siglock, rq_lock:cpu3, NAME.wait_lock, ...) is kept when the
-    /// maps are drained. Not `--lock`: on record that selects the lock family
-    /// (`report --lock` filters a recorded profile).
+    /// fact (mmap_lock, siglock, rq_lock:cpu3, NAME.wait_lock, static@FUNCTION, ...) is
+    /// kept when the maps are drained. Not `--lock`: on record that selects the lock
+    /// family (`report --lock` filters a recorded profile).
     #[arg(long = "lock-filter", value_name = "NAME|ADDR")]
     pub lock_filter: Vec<String>,
 

@@ -179,6 +179,18 @@ fn resolve(value: &str, symbols: &KernelSymbols) -> Result<Option<u64>> {
     if offset == 0 && is_after_the_fact(value) {
         return Ok(None);
     }
+    // A static lock without a symbol, named after the function that takes it.
+    if let Some(function) = value.strip_prefix("static@") {
+        if symbols.find_function(function, None).is_some() {
+            return Ok(None);
+        }
+        let close = symbols.close_functions(function, 5);
+        let close = match close.is_empty() {
+            true => String::new(),
+            false => format!("; close kernel functions: {}", close.join(", ")),
+        };
+        bail!("--lock-filter {value}: no kernel function {function} in /proc/kallsyms{close}");
+    }
     if let Some(symbol) = symbols.find_data(name) {
         if symbol.addr == 0 {
             bail!(
@@ -202,7 +214,8 @@ fn resolve(value: &str, symbols: &KernelSymbols) -> Result<Option<u64>> {
     };
     bail!(
         "--lock-filter {value}: no kernel data symbol {name} in /proc/kallsyms, and not a \
-         lock name lockpath gives after the fact ({}, rq_lock:cpuN, NAME.wait_lock){close}",
+         lock name lockpath gives after the fact ({}, rq_lock:cpuN, NAME.wait_lock, \
+         static@FUNCTION){close}",
         AFTER_THE_FACT.join(", ")
     )
 }
@@ -365,6 +378,10 @@ mod tests {
         assert_eq!(resolve("mmap_lock", &symbols).unwrap(), None);
         assert_eq!(resolve("rq_lock:cpu3", &symbols).unwrap(), None);
         assert_eq!(resolve("mmap_lock.wait_lock", &symbols).unwrap(), None);
+        assert_eq!(resolve("static@do_work", &symbols).unwrap(), None);
+        let err = resolve("static@do_wrk", &symbols).unwrap_err().to_string();
+        assert!(err.contains("no kernel function do_wrk"), "{err}");
+        assert!(err.contains("close kernel functions: do_work"), "{err}");
         let err = resolve("tasklist_lok", &symbols).unwrap_err().to_string();
         assert!(err.contains("no kernel data symbol tasklist_lok"), "{err}");
         assert!(err.contains("close kernel symbols: tasklist_lock"), "{err}");

@@ -101,17 +101,20 @@ fn lock_wait(dir: &Path, headstart: Duration, tag: &str, lines: &mut Vec<String>
     lines.push(format!("b_tid {b_tid}"));
 }
 
-/// Waits (at most 5 s) until process `pid` sleeps on a FUSE reply (`/proc/PID/wchan`):
-/// from then on it holds the directory's inode lock, so B queues behind A even when the
-/// headstart passed before A got a CPU (a starved guest).
+/// Waits (at most 5 s) until process `pid` sleeps on a FUSE reply (its kernel stack in
+/// `/proc/PID/stack`, else `/proc/PID/wchan`, which x86 kernels before 5.16 leave at 0
+/// without frame pointers): from then on it holds the directory's inode lock, so B
+/// queues behind A even when the headstart passed before A got a CPU (a starved guest).
 fn wait_in_fuse_request(pid: u32) {
-    let wchan = format!("/proc/{pid}/wchan");
+    let in_fuse = |text: &str| text.contains("fuse_") || text.contains("request_wait_answer");
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline {
-        match std::fs::read_to_string(&wchan) {
-            Ok(name) if name.contains("fuse") || name.contains("request_wait_answer") => return,
-            Ok(_) => std::thread::sleep(Duration::from_millis(1)),
-            Err(_) => return, // A is gone: B finds out by itself
+        let stack = std::fs::read_to_string(format!("/proc/{pid}/stack"));
+        let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan"));
+        match (stack, wchan) {
+            (Err(_), Err(_)) => return, // A is gone: B finds out by itself
+            (Ok(text), _) | (_, Ok(text)) if in_fuse(&text) => return,
+            _ => std::thread::sleep(Duration::from_millis(1)),
         }
     }
     eprintln!("fuse-workload: process {pid} never slept on a FUSE reply within 5 s");
