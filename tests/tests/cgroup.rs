@@ -93,13 +93,7 @@ fn report_by_cgroup_names_the_workloads_cgroup() {
         .status()
         .expect("run kill");
     assert!(status.success());
-    let output = recording.wait_with_output().expect("wait for lockpath");
-    assert!(
-        output.status.success(),
-        "lockpath failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert_programs_gone(&programs);
+    recording.finish(&programs);
 
     // The profile: the storm's process carries the cgroup's path.
     let profile = load_json(&profile_path);
@@ -144,16 +138,16 @@ fn report_by_cgroup_names_the_workloads_cgroup() {
     assert!(others_named > 0, "no other process has a cgroup");
 
     // report --by cgroup: the cgroup's rows hold the storm's contentions, and only its.
-    let json = lockpath_ok(&[
+    // Every row, whatever else the machine contended.
+    let by_cgroup = [
         "report",
         path_str(&profile_path),
         "--by",
         "cgroup",
         "--top",
         "0",
-        "--format",
-        "json",
-    ]);
+    ];
+    let json = lockpath_ok(&[&by_cgroup[..], &["--format", "json"]].concat());
     let report: Value = serde_json::from_slice(&json.stdout).expect("report JSON");
     let rows: Vec<&Value> = report["locks"]
         .as_array()
@@ -201,14 +195,7 @@ fn report_by_cgroup_names_the_workloads_cgroup() {
     assert_eq!(storm_rows, per_process, "report --by process");
 
     // The text table: a cgroup column with the path (its end kept when long).
-    let text = lockpath_ok(&[
-        "report",
-        path_str(&profile_path),
-        "--by",
-        "cgroup",
-        "--top",
-        "0",
-    ]);
+    let text = lockpath_ok(&by_cgroup);
     let text = String::from_utf8_lossy(&text.stdout);
     let tail: String = {
         let chars: Vec<char> = cgroup.name.chars().collect();

@@ -85,14 +85,8 @@ fn hot_functions_get_their_share_by_name() {
     ];
     let (child, programs) = spawn_recording(&args);
     assert!(!programs.is_empty(), "the sampling program is loaded");
-    let output = child.wait_with_output().expect("wait for lockpath");
+    let output = child.finish(&programs);
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "lockpath failed: {}\n{stdout}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert_programs_gone(&programs);
 
     let truth = burn_report(&stdout);
     let pid = truth["pid"];
@@ -233,13 +227,7 @@ fn pid_target_is_sampled_and_late_strangers_are_not() {
     ]);
     // A process that starts after recording began and is not a target.
     let mut stranger = start_burn("1.5");
-    let output = recording.wait_with_output().expect("wait for lockpath");
-    assert!(
-        output.status.success(),
-        "lockpath failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert_programs_gone(&programs);
+    recording.finish(&programs);
     let _ = stranger.wait();
     let _ = target.kill();
     let _ = target.wait();
@@ -297,13 +285,7 @@ fn pid_target_follows_threads_created_later() {
         attached < Duration::from_millis(2900),
         "lockpath took {attached:?} to start: the thread was not created after it"
     );
-    let recorded = recording.wait_with_output().expect("wait for lockpath");
-    assert!(
-        recorded.status.success(),
-        "lockpath failed: {}",
-        String::from_utf8_lossy(&recorded.stderr)
-    );
-    assert_programs_gone(&programs);
+    recording.finish(&programs);
     let output = target.wait_with_output().expect("wait for cpu-burn");
     let text = String::from_utf8_lossy(&output.stdout);
     let tid: u64 = text

@@ -555,13 +555,7 @@ fn io_survives_a_device_that_vanishes_mid_run() {
     );
     run("sync", &[]);
     drop(fs);
-    let output = child.wait_with_output().expect("wait for lockpath");
-    assert!(
-        output.status.success(),
-        "lockpath failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert_programs_gone(&programs);
+    child.finish(&programs);
     let profile = load_json(&profile_path);
     let rows: Vec<&serde_json::Value> = profile["io"]
         .as_array()

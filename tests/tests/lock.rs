@@ -59,14 +59,8 @@ fn lock_contention_matches_perf_and_renders() {
             programs.len() >= 2,
             "expected the lock programs, got {programs:?}"
         );
-        let output = child.wait_with_output().expect("wait for lockpath");
+        let output = child.finish(&programs);
         let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-        assert!(
-            output.status.success(),
-            "lockpath failed: {}\n{stdout}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        assert_programs_gone(&programs);
         let profile = load_json(&profile_path);
         let contended = perf_count(&perf_path, "lock:contention_begin");
         let has_rwsem = profile["locks"].as_array().is_some_and(|rows| {

@@ -60,14 +60,8 @@ fn known_sleep_is_reported_as_sleep_with_its_time() {
     ];
     let (child, programs) = spawn_recording(&args);
     assert!(!programs.is_empty(), "the sched_switch program is loaded");
-    let output = child.wait_with_output().expect("wait for lockpath");
+    let output = child.finish(&programs);
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "lockpath failed: {}\n{stdout}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert_programs_gone(&programs);
     let (tid, slept_ns) = parse_sleeper(&stdout);
     assert!(
         slept_ns >= 1_000_000_000,

@@ -83,14 +83,19 @@ pub fn lockpath(args: &[&str]) -> Output {
 /// Runs lockpath and panics with its output unless it succeeded.
 pub fn lockpath_ok(args: &[&str]) -> Output {
     let output = lockpath(args);
+    assert_succeeded(&output, &format!("lockpath {args:?}"));
+    output
+}
+
+/// Panics with `output` unless the run it is of (`what`) succeeded.
+pub fn assert_succeeded(output: &Output, what: &str) {
     assert!(
         output.status.success(),
-        "lockpath {args:?} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}",
         output.status,
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
-    output
 }
 
 pub fn load_json(path: &Path) -> serde_json::Value {
@@ -179,6 +184,15 @@ impl std::ops::DerefMut for Recording {
 
 impl Recording {
     /// Waits for lockpath to end; stdout as it came, stderr as read since the start.
+    /// Waits for lockpath to end: it must have succeeded (its stderr and stdout are
+    /// shown if not) and left none of `programs` loaded.
+    pub fn finish(self, programs: &[u64]) -> Output {
+        let output = self.wait_with_output().expect("wait for lockpath");
+        assert_succeeded(&output, "lockpath");
+        assert_programs_gone(programs);
+        output
+    }
+
     pub fn wait_with_output(self) -> std::io::Result<Output> {
         let Recording {
             child,
