@@ -591,6 +591,12 @@ impl BareLoop {
             .and_then(|file| file.set_len(size_mb << 20))
             .expect("image file");
         let device = run("losetup", &["--show", "-f", image.to_str().expect("path")]);
+        // udev probes a new block device (blkid, partition scan): let that finish before
+        // the counts begin, where udev runs.
+        let _ = Command::new("udevadm")
+            .args(["settle", "--timeout=10"])
+            .stderr(std::process::Stdio::null())
+            .status();
         BareLoop { dir, device }
     }
 
