@@ -62,6 +62,10 @@ fn pids_sampled(profile: &serde_json::Value) -> Vec<u64> {
 
 #[test]
 fn hot_functions_get_their_share_by_name() {
+    // The file's other tests burn CPU (4 to 6 busy threads on a 2-CPU machine); a share
+    // within 4 points of the workload's own clock is measured without them (CI saw
+    // 0.759 against 0.701 once beside them; 0.700-0.704 here in three runs beside them).
+    let _alone = alone();
     if !can_load_programs("hot_functions_get_their_share_by_name") {
         return;
     }
@@ -161,6 +165,7 @@ fn hot_functions_get_their_share_by_name() {
 
 #[test]
 fn forked_child_is_followed() {
+    let _alone = alone();
     if !can_load_programs("forked_child_is_followed") {
         return;
     }
@@ -204,6 +209,7 @@ fn start_burn(seconds: &str) -> std::process::Child {
 
 #[test]
 fn pid_target_is_sampled_and_late_strangers_are_not() {
+    let _alone = alone();
     if !can_load_programs("pid_target_is_sampled_and_late_strangers_are_not") {
         return;
     }
@@ -254,6 +260,7 @@ fn cgroup2_mount() -> Option<PathBuf> {
 
 #[test]
 fn pid_target_follows_threads_created_later() {
+    let _alone = alone();
     if !can_load_programs("pid_target_follows_threads_created_later") {
         return;
     }
@@ -364,6 +371,7 @@ impl Drop for ScratchCgroup {
 
 #[test]
 fn cgroup_target_includes_only_its_processes() {
+    let _alone = alone();
     if !can_load_programs("cgroup_target_includes_only_its_processes") {
         return;
     }
@@ -408,6 +416,7 @@ fn cgroup_target_includes_only_its_processes() {
 
 #[test]
 fn exited_process_keeps_its_symbols() {
+    let _alone = alone();
     if !can_load_programs("exited_process_keeps_its_symbols") {
         return;
     }
@@ -549,6 +558,7 @@ fn takes_lock_with_irqs_off(caller: &str) -> bool {
 
 #[test]
 fn cpu_flamegraph_and_lock_table_agree() {
+    let _alone = alone();
     if !can_load_programs("cpu_flamegraph_and_lock_table_agree") {
         return;
     }
