@@ -31,7 +31,8 @@ struct GuestRun {
     serial: String,
     log_path: PathBuf,
     elapsed_s: f64,
-    /// The guest kernel reported CPUs stuck for `HUNG_AFTER_S` or more, and was killed.
+    /// The guest kernel reported CPUs stuck for `HUNG_AFTER_S` or more, or the guest
+    /// gave no final verdict by the timeout, and was killed.
     hung: bool,
 }
 
@@ -107,6 +108,11 @@ fn run_guest(
         // Every 5 s: a kernel that reports its CPUs stuck for a minute is hung.
         hung = polls.is_multiple_of(25) && longest_soft_lockup_s(&read_serial()) >= HUNG_AFTER_S;
         if hung || started.elapsed() > timeout {
+            // A guest that printed no verdict by the timeout froze as a whole: its checks
+            // are killed after 180 s each (tests/vm/init), so a stuck check ends in a
+            // verdict, and only the emulator or the kernel can keep the last one from
+            // coming (seen once on 5.10 after offcpu-file-lock, without a soft lockup).
+            hung = hung || !read_serial().contains("LAB-DONE");
             // Our own child, by pid.
             let _ = child.kill();
             let _ = child.wait();
@@ -132,8 +138,9 @@ impl GuestRun {
     ) -> Result<String> {
         let failure = match (&self.status, &verdict) {
             (None, _) if self.hung => Some(format!(
-                "the guest kernel hung (soft lockup of {} s or more)",
-                HUNG_AFTER_S
+                "the guest kernel hung (soft lockup of {} s or more, or no verdict in {} s)",
+                HUNG_AFTER_S,
+                timeout.as_secs()
             )),
             (None, _) => Some(format!(
                 "guest did not power off within {} s",
@@ -191,7 +198,7 @@ pub(super) fn boot(
         ));
         let _ = fs::rename(&run.log_path, &kept);
         util::say(format!(
-            "vm {}: the guest kernel hung after {:.0} s (soft lockup; log kept in {}); \
+            "vm {}: the guest hung after {:.0} s (soft lockup, or no verdict; log kept in {}); \
              booting it again",
             kernel.name,
             run.elapsed_s,
