@@ -75,14 +75,11 @@ fn main() {
     let mutex = Arc::new(Mutex::new());
     // Round number the waiter may go for (the holder has the lock by then).
     let go = Arc::new(AtomicU32::new(0));
-    // Last round the waiter took and dropped the lock in.
-    let taken = Arc::new(AtomicU32::new(0));
     let waiter_tid = Arc::new(AtomicU32::new(0));
     let done = Arc::new(AtomicBool::new(false));
 
     let waiter = {
-        let (mutex, go, taken, waiter_tid) =
-            (mutex.clone(), go.clone(), taken.clone(), waiter_tid.clone());
+        let (mutex, go, waiter_tid) = (mutex.clone(), go.clone(), waiter_tid.clone());
         std::thread::Builder::new()
             .name("lp-waiter".into())
             .spawn(move || {
@@ -96,20 +93,14 @@ fn main() {
                     mutex.lock();
                     waited += start.elapsed();
                     mutex.unlock();
-                    taken.store(round, Ordering::SeqCst);
                 }
                 waited
             })
             .expect("spawn waiter")
     };
     let holder = {
-        let (mutex, go, taken, waiter_tid, done) = (
-            mutex.clone(),
-            go.clone(),
-            taken.clone(),
-            waiter_tid.clone(),
-            done.clone(),
-        );
+        let (mutex, go, waiter_tid, done) =
+            (mutex.clone(), go.clone(), waiter_tid.clone(), done.clone());
         std::thread::Builder::new()
             .name("lp-holder".into())
             .spawn(move || {
@@ -126,11 +117,8 @@ fn main() {
                     }
                     std::thread::sleep(Duration::from_millis(hold_ms));
                     release_lock(&mutex);
-                    // Let the waiter take and drop it before the next round (one
-                    // wake-up per round, however late the waiter runs).
-                    while taken.load(Ordering::SeqCst) < round {
-                        std::thread::sleep(Duration::from_micros(200));
-                    }
+                    // Let the waiter take and drop it before the next round.
+                    std::thread::sleep(Duration::from_millis(5));
                 }
                 done.store(true, Ordering::SeqCst);
                 gettid()
