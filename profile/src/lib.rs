@@ -21,6 +21,7 @@ pub mod synthetic;
 pub mod timeline;
 pub mod units;
 pub mod waitclass;
+pub mod waiting;
 
 pub use kind::{GroupBy, Kind};
 pub use profile::Profile;

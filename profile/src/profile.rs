@@ -72,6 +72,53 @@ pub struct Profile {
     /// Wait time per interval (`record --interval`), for every lock, class and process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeline: Option<crate::timeline::Timeline>,
+    /// Waits that had not ended when the profile was drained (its end, or a period's
+    /// end): sleeping lock waits, off-CPU waits, requests and block IO in flight, and
+    /// the waits that had begun before the recording. See `crate::waiting`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waiting: Vec<WaitingRow>,
+}
+
+/// A wait still in progress when the profile was drained.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct WaitingRow {
+    /// `offcpu`, `lock`, `rpc` or `io`: the family that saw the wait.
+    pub kind: String,
+    pub pid: u32,
+    pub tid: u32,
+    /// When the wait began, in CLOCK_MONOTONIC nanoseconds of the recording host.
+    pub since_ns: u64,
+    /// How long it had lasted at the drain.
+    pub age_ns: u64,
+    /// The part of it inside this profile's span (the recording, or the period under
+    /// `--rotate`): what the profile's totals count of it.
+    pub counted_ns: u64,
+    /// It had begun before the recording started (found by the scan of blocked tasks;
+    /// `since_ns` then comes from the scheduler's own time stamp, see docs).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub before_start: bool,
+    /// `D` or `S` (off-CPU waits), else empty.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub state: String,
+    /// Wait class (off-CPU), lock type (`rwsem:W`), operation (`FUSE CREATE`) or IO
+    /// operation (`write`).
+    pub class: String,
+    /// What is waited on, where known: the lock's name, the device, the server.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub what: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ustack: Option<u32>,
+    /// The lock waited for (lock waits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock_addr: Option<u64>,
+    /// The holder of the lock when the wait began (sleeping locks), or the process
+    /// serving the request (FUSE): the next link of the wait's chain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_tid: Option<u32>,
 }
 
 /// A requested probe that this kernel could not offer (the run went on without it).
@@ -434,6 +481,8 @@ impl Profile {
         pids.extend(self.funcs.iter().map(|row| row.pid));
         pids.extend(self.cpu.iter().map(|row| row.pid));
         pids.extend(self.holds.iter().map(|row| row.pid));
+        pids.extend(self.waiting.iter().map(|row| row.pid));
+        pids.extend(self.waiting.iter().filter_map(|row| row.owner_pid));
         pids.sort_unstable();
         pids.dedup();
         pids

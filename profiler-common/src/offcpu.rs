@@ -46,7 +46,41 @@ pub struct OffcpuStart {
     /// See `OffcpuKey::holder_tgid`.
     pub holder_tgid: u32,
     pub _pad: u32,
+    /// The wait's time counts into the profile from here: `start_ns` for a wait that
+    /// began while recording; the start of the recording for a wait found already in
+    /// progress; the start of the period under `--rotate` once a period boundary has
+    /// passed (user space moves it forward when it ends a period). The whole wait,
+    /// `start_ns` to its end, is still the row's maximum.
+    pub counted_from_ns: u64,
 }
+
+/// The part of a wait that falls in the profile (`counted_ns`, added to the total) and
+/// its whole length (`whole_ns`, for the maximum).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WaitPart {
+    pub counted_ns: u64,
+    pub whole_ns: u64,
+}
+
+impl WaitPart {
+    /// A wait from `start_ns` to `end_ns` whose time counts from `counted_from_ns`.
+    #[inline(always)]
+    pub fn of(start_ns: u64, counted_from_ns: u64, end_ns: u64) -> WaitPart {
+        let from = if counted_from_ns > start_ns {
+            counted_from_ns
+        } else {
+            start_ns
+        };
+        WaitPart {
+            counted_ns: end_ns.saturating_sub(from),
+            whole_ns: end_ns.saturating_sub(start_ns),
+        }
+    }
+}
+
+/// Stack ids from this value up name stacks that user space read itself (`/proc`) for
+/// waits that began before the recording: a stack map's ids are far below it.
+pub const SCANNED_STACK_BASE: i32 = 0x4000_0000;
 
 /// The holder of the file lock a thread was just queued behind (`filelock` tracepoints).
 #[repr(C)]

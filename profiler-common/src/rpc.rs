@@ -28,7 +28,8 @@ pub struct RpcStart {
     pub op: u32,
     /// Kernel stack of the issuer (stack id or negative errno).
     pub start_kstack: i32,
-    pub _pad: u32,
+    /// Thread that sent the request (for a synchronous request, the one waiting).
+    pub tid: u32,
 }
 
 /// Aggregation key: one row per provider, operation, issuing process and the two stacks.

@@ -13,7 +13,7 @@ use aya_ebpf::{
 };
 use profiler_common::{
     loss::{OFFCPU_MAP_FULL, OFFCPU_NEGATIVE_DELTA, OFFCPU_START_MAP_FULL},
-    offcpu::{OffcpuKey, OffcpuStart, OffcpuStat, STATE_UNINTERRUPTIBLE},
+    offcpu::{OffcpuKey, OffcpuStart, OffcpuStat, STATE_UNINTERRUPTIBLE, WaitPart},
 };
 
 use crate::{
@@ -97,6 +97,7 @@ fn switch_out(ctx: &TracePointContext, prev_pid: u32, prev_state: u32, now: u64)
         },
         holder_tgid: crate::filelock::take_holder(prev_pid, now),
         _pad: 0,
+        counted_from_ns: now,
     };
     if OFFCPU_START.insert(prev_pid, start, 0).is_err() {
         count_loss(OFFCPU_START_MAP_FULL);
@@ -125,7 +126,8 @@ fn switch_in<const WAKERS: bool>(next_pid: u32, now: u64) {
         count_loss(OFFCPU_NEGATIVE_DELTA);
         return;
     }
-    let wait_ns = now - start.start_ns;
+    let part = WaitPart::of(start.start_ns, start.counted_from_ns, now);
+    let wait_ns = part.whole_ns;
     if wait_ns < load_u64(&OFFCPU_MIN_NS) {
         return;
     }
@@ -137,7 +139,7 @@ fn switch_in<const WAKERS: bool>(next_pid: u32, now: u64) {
         state: start.state,
         holder_tgid: start.holder_tgid,
     };
-    add_to_row(&OFFCPU_STATS, &key, &wait_ns, OFFCPU_MAP_FULL, false);
+    add_to_row(&OFFCPU_STATS, &key, &part, OFFCPU_MAP_FULL, false);
     if WAKERS {
         if found {
             crate::wakers::add_waker_wait(&key, waker, wait_ns);
@@ -146,7 +148,37 @@ fn switch_in<const WAKERS: bool>(next_pid: u32, now: u64) {
     }
 }
 
-/// Off-CPU rows, also the (waiter, waker) rows of `wakers`.
+/// Off-CPU rows: the part of the wait inside the profile to the total, the whole wait
+/// to the maximum.
+impl Aggregate<WaitPart> for OffcpuStat {
+    #[inline(always)]
+    fn first(part: &WaitPart) -> Self {
+        OffcpuStat {
+            count: 1,
+            total_ns: part.counted_ns,
+            max_ns: part.whole_ns,
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn add(stat: *mut Self, part: &WaitPart) {
+        // SAFETY: `stat` points into a map value valid for this program run (the
+        // caller's contract).
+        unsafe {
+            add_count_total_max(
+                &raw mut (*stat).count,
+                &raw mut (*stat).total_ns,
+                &raw mut (*stat).max_ns,
+                part.counted_ns,
+            );
+            if part.whole_ns > (*stat).max_ns {
+                (*stat).max_ns = part.whole_ns;
+            }
+        }
+    }
+}
+
+/// The (waiter, waker) rows of `wakers`.
 impl Aggregate<u64> for OffcpuStat {
     #[inline(always)]
     fn first(wait_ns: &u64) -> Self {

@@ -93,7 +93,7 @@ fn start<C: StackIdContext>(ctx: &C, id: RpcId, op: u32, tgid: u32) {
         tgid,
         op,
         start_kstack: stack_id_or_loss(ctx.get_stackid(&STACKS, STACK_FLAGS_KERNEL)),
-        _pad: 0,
+        tid: bpf_get_current_pid_tgid() as u32,
     };
     // SAFETY: lookup in a map of plain data; the reference is not kept.
     if unsafe { RPC_INFLIGHT.get(id) }.is_some() {

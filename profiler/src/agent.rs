@@ -374,8 +374,10 @@ impl Agent {
         for family in families {
             family.poll(&mut stacks.user);
         }
+        // While the programs run, waits in progress are split at this boundary.
+        let moment = probes::DrainMoment::now(self.ebpf.is_some());
         self.staging.drain_period(&mut self.maps, |maps| {
-            record::drain_families(families, maps, stacks, &mut profile)
+            record::drain_families(families, maps, stacks, &mut profile, moment)
         })?;
         for family in families {
             family.new_period();
@@ -437,16 +439,20 @@ impl Agent {
             true => {
                 let mut live = Profile::new();
                 live.duration_s = self.period_start.elapsed().as_secs_f64();
-                let read =
-                    record::drain_families(&self.families, &self.maps, &mut self.stacks, &mut live)
-                        .and_then(|()| {
-                            self.stacks.interner.copy_into(&mut live);
-                            live.processes =
-                                probes::shared::drain_processes(&self.maps, &live.row_pids())?;
-                            let losses = probes::shared::drain_losses(&self.maps)?;
-                            live.losses = difference(&losses, &self.losses_before);
-                            Ok(())
-                        });
+                let read = record::drain_families(
+                    &self.families,
+                    &self.maps,
+                    &mut self.stacks,
+                    &mut live,
+                    probes::DrainMoment::now(false),
+                )
+                .and_then(|()| {
+                    self.stacks.interner.copy_into(&mut live);
+                    live.processes = probes::shared::drain_processes(&self.maps, &live.row_pids())?;
+                    let losses = probes::shared::drain_losses(&self.maps)?;
+                    live.losses = difference(&losses, &self.losses_before);
+                    Ok(())
+                });
                 match read {
                     Ok(()) => Some(live),
                     Err(err) => {

@@ -108,6 +108,16 @@ pub fn live_process_cgroup(pid: u32) -> Option<String> {
     parse_proc_cgroup(&text)
 }
 
+/// Whether the cgroup v2 path `cgroup` (`/a/b`, as /proc/PID/cgroup names it) lies in
+/// the tree of directory `dir` (a path under the cgroup2 mount, or relative to it).
+pub fn is_under(cgroup: &str, dir: &Path) -> bool {
+    let full = match cgroup2_mount() {
+        Some(mount) => mount.join(cgroup.trim_start_matches('/')),
+        None => PathBuf::from(cgroup),
+    };
+    full.starts_with(dir) || Path::new(cgroup).starts_with(dir)
+}
+
 fn parse_proc_cgroup(text: &str) -> Option<String> {
     text.lines()
         .find_map(|line| line.strip_prefix("0::"))

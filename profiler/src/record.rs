@@ -216,7 +216,13 @@ fn collect(
     profile.targets = target.describe();
     profile.probes = probes;
     profile.unavailable = unavailable;
-    drain_families(families, &maps, &mut stacks, &mut profile)?;
+    drain_families(
+        families,
+        &maps,
+        &mut stacks,
+        &mut profile,
+        probes::DrainMoment::now(false),
+    )?;
     stacks.interner.finish(&mut profile);
     profile.losses = probes::shared::drain_losses(&maps)?;
     profile.losses.extend(program_misses);
@@ -360,11 +366,13 @@ pub(crate) fn drain_families(
     maps: &MapSet,
     stacks: &mut StackResolver,
     profile: &mut Profile,
+    moment: probes::DrainMoment,
 ) -> Result<()> {
     let mut out = probes::Drain {
         maps,
         stacks,
         profile,
+        moment,
     };
     for family in families {
         family.drain(&mut out)?;
@@ -378,7 +386,13 @@ fn snapshot(families: &[Recorded], session: &mut Session, elapsed_s: f64) -> Res
     profile.duration_s = elapsed_s;
     // Recorded families get their series from the first scrape on, even before events.
     profile.probes = session.probes.clone();
-    drain_families(families, &session.maps, &mut session.stacks, &mut profile)?;
+    drain_families(
+        families,
+        &session.maps,
+        &mut session.stacks,
+        &mut profile,
+        probes::DrainMoment::now(false),
+    )?;
     session.stacks.interner.copy_into(&mut profile);
     // Off-CPU and IO series are labelled by process name.
     if !profile.offcpu.is_empty() || !profile.io.is_empty() {
@@ -561,7 +575,10 @@ fn start(
     // The maps leave the object (the programs stay attached until it is dropped), so
     // they can be read live and after the detach alike.
     let mut maps = MapSet::take_all(&mut ebpf);
-    let stacks = StackResolver::new(&mut maps, kernel_symbols)?;
+    let mut stacks = StackResolver::new(&mut maps, kernel_symbols)?;
+    for family in families.iter_mut() {
+        family.started(&maps, &mut stacks, target);
+    }
     Ok(Session {
         ebpf,
         probes,

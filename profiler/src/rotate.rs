@@ -106,6 +106,63 @@ struct Pair {
     value_size: usize,
 }
 
+/// `BPF_NOEXIST` / `BPF_EXIST` of BPF_MAP_UPDATE_ELEM.
+pub const BPF_NOEXIST: u64 = 1;
+pub const BPF_EXIST: u64 = 2;
+
+/// Writes `value` under `key` in a hash map the programs also write, with `flags`
+/// (`BPF_EXIST`: only over an entry still there; `BPF_NOEXIST`: only where none is).
+/// Returns whether it was written (false: the entry was, or was not, there).
+pub fn write_entry<K: aya::Pod, V: aya::Pod>(
+    map: &Map,
+    key: &K,
+    value: &V,
+    flags: u64,
+) -> Result<bool> {
+    let fd = raw_fd(map)?;
+    // SAFETY: `K` and `V` are plain data (`Pod`); their bytes are read for the call only.
+    let key = unsafe {
+        std::slice::from_raw_parts(key as *const K as *const u8, std::mem::size_of::<K>())
+    };
+    let mut value_bytes = vec![0u8; std::mem::size_of::<V>()];
+    // SAFETY: as above, copied into a buffer of the value's size.
+    value_bytes.copy_from_slice(unsafe {
+        std::slice::from_raw_parts(value as *const V as *const u8, std::mem::size_of::<V>())
+    });
+    let mut attr = elem(fd, key, &mut value_bytes, flags);
+    match bpf(BPF_MAP_UPDATE_ELEM, &mut attr) {
+        Ok(_) => Ok(true),
+        Err(err) if matches!(err.raw_os_error(), Some(libc::ENOENT) | Some(libc::EEXIST)) => {
+            Ok(false)
+        }
+        Err(err) => Err(err).context("cannot write a map entry"),
+    }
+}
+
+/// Removes `key` from a hash map the programs also write, if its value is still one
+/// that `is_ours` recognizes (the programs may have replaced it meanwhile).
+pub fn remove_entry<K: aya::Pod, V: aya::Pod>(
+    map: &Map,
+    key: &K,
+    is_ours: impl Fn(&V) -> bool,
+) -> Result<()> {
+    let typed: aya::maps::HashMap<&MapData, K, V> =
+        aya::maps::HashMap::try_from(map).context("unexpected map type")?;
+    if typed.get(key, 0).is_ok_and(|value| is_ours(&value)) {
+        let fd = raw_fd(map)?;
+        // SAFETY: `K` is plain data; its bytes are read for the call only.
+        let key = unsafe {
+            std::slice::from_raw_parts(key as *const K as *const u8, std::mem::size_of::<K>())
+        };
+        match delete(fd, key) {
+            Ok(_) => {}
+            Err(err) if err.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(err) => return Err(err).context("cannot remove a map entry"),
+        }
+    }
+    Ok(())
+}
+
 fn raw_fd(map: &Map) -> Result<i32> {
     match map {
         Map::HashMap(data) => Ok(data.fd().as_fd().as_raw_fd()),

@@ -101,6 +101,41 @@ impl Target {
         }
     }
 
+    /// Whether process `tgid`, which existed before the recording began, is one of the
+    /// targets: any process system-wide; a given process or a descendant of one (the
+    /// kernel's target set follows only children started later); a process of the
+    /// cgroup tree; none for a command (it starts with the recording).
+    pub fn admits_existing(&self, tgid: u32, maps: &crate::probes::shared::MapSet) -> bool {
+        match self {
+            Target::System => true,
+            Target::Command(_) => false,
+            Target::Pids(pids) => {
+                let tracked = |pid: u32| {
+                    pids.contains(&pid)
+                        || maps
+                            .get(names::TARGETS)
+                            .ok()
+                            .and_then(|map| HashMap::<_, u32, u8>::try_from(map).ok())
+                            .is_some_and(|targets| targets.get(&pid, 0).is_ok())
+                };
+                let mut pid = tgid;
+                // Up the parents to init (bounded: a pid's parent is an older process).
+                for _ in 0..64 {
+                    if tracked(pid) {
+                        return true;
+                    }
+                    match parent_of(pid) {
+                        Some(parent) if parent > 1 => pid = parent,
+                        _ => return false,
+                    }
+                }
+                false
+            }
+            Target::Cgroup(path) => crate::cgroups::live_process_cgroup(tgid)
+                .is_some_and(|cgroup| crate::cgroups::is_under(&cgroup, path)),
+        }
+    }
+
     /// Fills the kernel's target maps. `child` is the started command's pid, if any.
     pub fn install(&self, ebpf: &mut Ebpf, child: Option<u32>) -> Result<()> {
         match self {
@@ -168,6 +203,13 @@ fn cgroup2_mount() -> Option<String> {
         let fields: Vec<&str> = line.split_whitespace().collect();
         (fields.get(2) == Some(&"cgroup2")).then(|| fields[1].to_string())
     })
+}
+
+/// The parent of process `pid`, from `/proc/PID/stat`.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    after_name.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// True while `pid` runs: it exists and is neither a zombie nor dead.

@@ -2,7 +2,7 @@
 //! process keeps its host (`Process::host`); frames and stacks are interned again, and
 //! each family's rows get their stack and process ids rewritten (`remap_rows`).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use anyhow::{bail, Result};
 
@@ -61,6 +61,10 @@ fn remap_rows(profile: &mut Profile, pid: &dyn Fn(u32) -> u32, stack: &dyn Fn(u3
     for row in &mut profile.funcs {
         ids(&mut row.pid, &mut [&mut row.stack]);
     }
+    for row in &mut profile.waiting {
+        ids(&mut row.pid, &mut [&mut row.stack, &mut row.ustack]);
+        row.owner_pid = row.owner_pid.map(pid);
+    }
 }
 
 /// Appends `input`'s rows of every family to `merged`. A family adds its line.
@@ -76,6 +80,48 @@ fn append_rows(merged: &mut Profile, input: Profile) {
     merged.funcs.extend(input.funcs);
     merged.holds.extend(input.holds);
     merged.unavailable.extend(input.unavailable);
+    merged.waiting.extend(input.waiting);
+}
+
+/// Off-CPU rows of one key from several periods of a host: one row (a wait that spans
+/// periods has its parts in each; together they are the whole wait).
+fn combine_offcpu_rows(profile: &mut Profile) {
+    type Key = (
+        u32,
+        u32,
+        String,
+        String,
+        Option<u32>,
+        Option<u32>,
+        Option<u32>,
+    );
+    let mut index: HashMap<Key, usize> = HashMap::new();
+    let mut combined: Vec<crate::profile::OffcpuRow> = Vec::new();
+    for row in std::mem::take(&mut profile.offcpu) {
+        let key = (
+            row.pid,
+            row.tid,
+            row.state.clone(),
+            row.class.clone(),
+            row.stack,
+            row.ustack,
+            row.held_by,
+        );
+        match index.get(&key) {
+            Some(&at) => {
+                let kept = &mut combined[at];
+                kept.count = kept.count.saturating_add(row.count);
+                kept.total_ns = kept.total_ns.saturating_add(row.total_ns);
+                kept.max_ns = kept.max_ns.max(row.max_ns);
+                kept.wakers.extend(row.wakers);
+            }
+            None => {
+                index.insert(key, combined.len());
+                combined.push(row);
+            }
+        }
+    }
+    profile.offcpu = combined;
 }
 
 pub fn merge(inputs: Vec<Profile>, command_line: Vec<String>) -> Result<Profile> {
@@ -87,7 +133,8 @@ pub fn merge(inputs: Vec<Profile>, command_line: Vec<String>) -> Result<Profile>
     merged.targets.mode = "merged".into();
     let mut hosts: Vec<String> = Vec::new();
     let mut kernels: Vec<String> = Vec::new();
-    let mut used_pids: HashSet<u32> = HashSet::new();
+    // Pid -> the host whose process has it (periods of one host share their pids).
+    let mut used_pids: HashMap<u32, String> = HashMap::new();
     let mut interner = StackInterner::default();
     let mut probes: Vec<ProbeUse> = Vec::new();
     let mut losses: BTreeMap<String, u64> = BTreeMap::new();
@@ -100,7 +147,17 @@ pub fn merge(inputs: Vec<Profile>, command_line: Vec<String>) -> Result<Profile>
     // The runs overlap in time on different hosts: the merged run lasts as long as the longest.
     merged.duration_s = inputs.iter().map(|p| p.duration_s).fold(0.0, f64::max);
 
+    // A host's waits in progress are those at the end of its latest profile.
+    let ends: Vec<(String, f64)> = inputs
+        .iter()
+        .map(|p| (p.host.clone(), p.start_unix_s as f64 + p.duration_s))
+        .collect();
+    let ends: Vec<(&str, f64)> = ends.iter().map(|(h, e)| (h.as_str(), *e)).collect();
+    let keeps_waits = crate::waiting::latest_of_host(&ends);
     for (index, mut input) in inputs.into_iter().enumerate() {
+        if !keeps_waits[index] {
+            input.waiting.clear();
+        }
         if input.format != FORMAT {
             bail!(
                 "input {} has format {:?}, not {FORMAT:?}",
@@ -136,15 +193,14 @@ pub fn merge(inputs: Vec<Profile>, command_line: Vec<String>) -> Result<Profile>
         for process in &mut input.processes {
             let original = process.pid;
             let mut pid = original;
-            if used_pids.contains(&pid) {
+            let host = process.host.clone().unwrap_or_else(|| input.host.clone());
+            if used_pids.get(&pid).is_some_and(|other| *other != host) {
                 pid = ((index as u32 + 1) << PID_BITS) | (original & ((1 << PID_BITS) - 1));
             }
-            used_pids.insert(pid);
+            used_pids.insert(pid, host.clone());
             pid_map.insert(original, pid);
             process.pid = pid;
-            if process.host.is_none() {
-                process.host = Some(input.host.clone());
-            }
+            process.host = Some(host);
         }
         // Rows of processes without an entry (should not happen) keep their pid.
         let pid = |old: u32| pid_map.get(&old).copied().unwrap_or(old);
@@ -160,9 +216,26 @@ pub fn merge(inputs: Vec<Profile>, command_line: Vec<String>) -> Result<Profile>
             // Saturating: a damaged input must not wrap the sum around (or panic).
             *total = total.saturating_add(*count);
         }
-        merged.processes.append(&mut input.processes);
+        for process in std::mem::take(&mut input.processes) {
+            // The same process in another period of its host: one entry, all threads.
+            match merged
+                .processes
+                .iter_mut()
+                .find(|known| known.pid == process.pid && known.host == process.host)
+            {
+                Some(known) => {
+                    for thread in process.threads {
+                        if !known.threads.iter().any(|t| t.tid == thread.tid) {
+                            known.threads.push(thread);
+                        }
+                    }
+                }
+                None => merged.processes.push(process),
+            }
+        }
         append_rows(&mut merged, input);
     }
+    combine_offcpu_rows(&mut merged);
     interner.finish(&mut merged);
     merged.host = hosts.join(",");
     merged.kernel = kernels.join(",");

@@ -56,6 +56,7 @@ pub fn summary_header(profile: &Profile) -> String {
 /// What `lockpath report` prints (format text).
 pub fn text(profile: &Profile, by: GroupBy, top: usize) -> String {
     let mut text = summary_header(profile);
+    text.push_str(&crate::waiting::text(profile, top));
     if shows(profile, "lock") {
         text.push_str(&lock_section(profile, by, top));
     }
@@ -70,6 +71,7 @@ pub fn text(profile: &Profile, by: GroupBy, top: usize) -> String {
 /// What `record` prints at the end.
 pub fn summary(profile: &Profile, top: usize) -> String {
     let mut out = summary_header(profile);
+    out.push_str(&crate::waiting::text(profile, top));
     if summary_shows(profile, "lock") {
         out.push_str("lock contention, by lock (total wait):\n");
         out.push_str(&lock_table(profile, GroupBy::Lock, top));

@@ -8,9 +8,9 @@ use aya::{programs::KProbe, Ebpf, EbpfLoader};
 use profiler_common::{
     latency::LatencyStat,
     lock::{
-        names, ContendedHoldKey, LockKey, LockLayout, LockStat, LOCK_LAST_ACQUIRER_ENTRIES,
-        LOCK_SLEEP_DROPPED_ENTRIES, LOCK_SLEEP_WAIT_ENTRIES, LOCK_STACK_CACHE_ENTRIES,
-        OUTCOME_SHIFT,
+        names, ContendedHoldKey, LockKey, LockLayout, LockStat, LockWait,
+        LOCK_LAST_ACQUIRER_ENTRIES, LOCK_SLEEP_DROPPED_ENTRIES, LOCK_SLEEP_WAIT_ENTRIES,
+        LOCK_STACK_CACHE_ENTRIES, OUTCOME_SHIFT,
     },
 };
 
@@ -18,7 +18,7 @@ use crate::{
     btf::Btf,
     cli::{LockMethod, LockStacks},
     probes::prelude::*,
-    profile::{HoldRow, LockRow},
+    profile::{HoldRow, LockRow, WaitingRow},
     tracefs,
 };
 
@@ -128,6 +128,8 @@ impl Family for LockFamily {
             &mut out.profile.contended_holds,
             out.stacks,
         );
+        let waiting = drain_open_waits(out.maps, out.stacks, out.moment, &out.profile.locks)?;
+        out.profile.waiting.extend(waiting);
         Ok(())
     }
 
@@ -353,6 +355,46 @@ pub fn drain(maps: &MapSet, stacks: &mut StackResolver) -> Result<Vec<LockRow>> 
     super::lockname::name_static_locks(&mut rows, &stacks.interner, |addr| stacks.is_static(addr));
     rows.sort_by_key(|row| std::cmp::Reverse(row.total_ns));
     Ok(rows)
+}
+
+/// The sleeping lock waits still open at the drain (`LOCK_SLEEP_WAIT`), each with the
+/// lock's holder when the wait began. A lock is named like the rows name it (a static
+/// lock after its taker, ...), else as the namer does. Their time enters the lock rows
+/// when they end.
+fn drain_open_waits(
+    maps: &MapSet,
+    stacks: &mut StackResolver,
+    moment: DrainMoment,
+    rows: &[LockRow],
+) -> Result<Vec<WaitingRow>> {
+    use super::shared::inprogress::{tgid_of, WAITING_MIN_NS};
+    let namer = super::lockname::LockNamer::new(maps)?;
+    let mut waiting = Vec::new();
+    for (tid, wait) in maps.entries::<u32, LockWait>(names::LOCK_SLEEP_WAIT)? {
+        if wait.start_ns > moment.now_ns || moment.now_ns - wait.start_ns < WAITING_MIN_NS {
+            continue;
+        }
+        let name = match rows.iter().find(|row| row.lock_addr == wait.lock_addr) {
+            Some(row) => row.lock_name.to_string(),
+            None => namer.name(wait.lock_class, wait.lock_addr, stacks).0,
+        };
+        waiting.push(WaitingRow {
+            kind: "lock".into(),
+            pid: tgid_of(tid).unwrap_or(tid),
+            tid,
+            since_ns: wait.start_ns,
+            age_ns: moment.now_ns - wait.start_ns,
+            counted_ns: 0,
+            class: crate::lock::lock_type_name(wait.flags).into(),
+            what: name,
+            stack: stacks.kernel_stack(wait.kstack_id),
+            lock_addr: Some(wait.lock_addr),
+            owner_pid: (wait.owner_tgid != 0).then_some(wait.owner_tgid),
+            owner_tid: (wait.owner_tid != 0).then_some(wait.owner_tid),
+            ..Default::default()
+        });
+    }
+    Ok(waiting)
 }
 
 /// Reads the holds under contention out of the kernel.

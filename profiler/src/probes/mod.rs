@@ -4,6 +4,7 @@
 //! a new family is its own files plus one line there. `shared` holds what every family
 //! uses (maps, stacks, losses, thread names, attach helpers).
 
+pub mod blocked;
 pub mod cpu;
 pub mod filelock;
 pub mod func;
@@ -24,6 +25,7 @@ use crate::{
     cli::{Kind, RecordArgs},
     profile::{ProbeUse, Profile, Unavailable},
     symbolize::{KernelSymbols, UserSymbols},
+    target::Target,
 };
 use shared::{MapSet, StackResolver};
 
@@ -123,6 +125,39 @@ pub struct Drain<'a> {
     pub maps: &'a MapSet,
     pub stacks: &'a mut StackResolver,
     pub profile: &'a mut Profile,
+    /// When the drain reads the waits in progress (CLOCK_MONOTONIC, the clock of the
+    /// programs' time stamps), and whether it ends a profile's span.
+    pub moment: DrainMoment,
+}
+
+/// What a drain is for: it decides what happens to the waits in progress.
+#[derive(Debug, Clone, Copy)]
+pub struct DrainMoment {
+    pub now_ns: u64,
+    /// A `--rotate` period ends while the programs run on: a wait in progress counts
+    /// into this period up to `now_ns` and into the next one from there.
+    pub ends_period: bool,
+}
+
+impl DrainMoment {
+    /// Now; `ends_period` as above.
+    pub fn now(ends_period: bool) -> Self {
+        DrainMoment {
+            now_ns: monotonic_ns(),
+            ends_period,
+        }
+    }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns`.
+pub fn monotonic_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given, which lives on this stack.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
 }
 
 /// A planned family during one recording.
@@ -138,6 +173,11 @@ pub trait Family {
     /// Loads and attaches its programs; says how. Empty when nothing could be attached
     /// and the run goes on (the reasons are in `ctx.unavailable`).
     fn attach(&mut self, ebpf: &mut Ebpf, ctx: &mut AttachContext) -> Result<Vec<ProbeUse>>;
+
+    /// Called once its programs are attached and the maps readable, before the
+    /// recording's clock starts: finds what was already in progress (the off-CPU
+    /// family: the threads blocked before the recording).
+    fn started(&mut self, _maps: &MapSet, _stacks: &mut StackResolver, _target: &Target) {}
 
     /// Called often while recording, and once more after the programs are detached
     /// (before the last drain): reads what its programs send per event (the process
@@ -175,7 +215,7 @@ pub mod prelude {
             attach_kprobe_pair, attach_raw_tracepoint, attach_tracepoint, explain,
             kprobes_unavailable, latency_from, program, MapSet, StackResolver,
         },
-        AttachContext, Drain, Family, MapSize, PlanContext, Planned, Registration,
+        AttachContext, Drain, DrainMoment, Family, MapSize, PlanContext, Planned, Registration,
     };
     pub use crate::{
         cli::{Kind, RecordArgs},

@@ -4,12 +4,14 @@
 use anyhow::{bail, Result};
 use aya::{Ebpf, EbpfLoader};
 use profiler_common::offcpu::{
-    names, OffcpuKey, OffcpuStat, OFFCPU_START_ENTRIES, STATE_INTERRUPTIBLE, STATE_UNINTERRUPTIBLE,
+    names, OffcpuKey, OffcpuStart, OffcpuStat, WaitPart, OFFCPU_START_ENTRIES, STATE_INTERRUPTIBLE,
+    STATE_UNINTERRUPTIBLE,
 };
 
 use crate::{
-    probes::{filelock, prelude::*},
-    profile::OffcpuRow,
+    probes::{blocked, filelock, prelude::*},
+    profile::{OffcpuRow, WaitingRow},
+    target::Target,
     tracefs,
     waitclass::{self, Classifier},
 };
@@ -55,6 +57,7 @@ fn plan_family(args: &RecordArgs, _ctx: &mut PlanContext) -> Result<Planned> {
         filelock: filelock::FilelockGlobals::read(),
         options,
         classifier: Classifier::new(args.wait_class.clone()),
+        blocked: Vec::new(),
     })))
 }
 
@@ -65,6 +68,8 @@ struct OffcpuFamily {
     /// Offsets of the file-lock holders' program, or why it cannot run here.
     filelock: Result<filelock::FilelockGlobals>,
     classifier: Classifier,
+    /// The threads found blocked at the start (handed to the program as open waits).
+    blocked: Vec<blocked::BlockedThread>,
 }
 
 impl Family for OffcpuFamily {
@@ -114,8 +119,44 @@ impl Family for OffcpuFamily {
         Ok(vec![used])
     }
 
+    fn started(&mut self, maps: &MapSet, stacks: &mut StackResolver, target: &Target) {
+        let states = match self.options.all_states {
+            true => STATE_UNINTERRUPTIBLE | STATE_INTERRUPTIBLE,
+            false => STATE_UNINTERRUPTIBLE,
+        };
+        let began = std::time::Instant::now();
+        let found = blocked::scan(
+            states,
+            &|tgid| target.admits_existing(tgid, maps),
+            &mut stacks.user,
+        );
+        let scanned = found.len();
+        match hand_over(found, maps, stacks) {
+            Ok(kept) => self.blocked = kept,
+            Err(err) => {
+                log::warn!("cannot follow the waits that began before the recording: {err:#}")
+            }
+        }
+        log::info!(
+            "{scanned} threads blocked at the start, {} followed ({:.1} ms)",
+            self.blocked.len(),
+            began.elapsed().as_secs_f64() * 1e3
+        );
+    }
+
     fn drain(&self, out: &mut Drain) -> Result<()> {
-        out.profile.offcpu = drain(out.maps, out.stacks, &self.classifier)?;
+        let mut rows = drain(out.maps, out.stacks, &self.classifier)?;
+        let waiting = drain_open_waits(
+            out.maps,
+            out.stacks,
+            &self.classifier,
+            self.options.min_wait_ns,
+            out.moment,
+            &mut rows,
+        )?;
+        rows.sort_by_key(|row| std::cmp::Reverse(row.total_ns));
+        out.profile.offcpu = rows;
+        out.profile.waiting.extend(waiting);
         Ok(())
     }
 
@@ -217,6 +258,167 @@ pub fn drain(
     }
     rows.sort_by_key(|row| std::cmp::Reverse(row.total_ns));
     Ok(rows)
+}
+
+/// Hands the threads found blocked to the off-CPU program: each gets an `OFFCPU_START`
+/// entry with its own start and stacks, counted from now, unless the program has an
+/// entry for it already (it ran and left the CPU again since the scan). A thread that
+/// ran between the scan and the hand-over has its entry taken back. Returns the threads
+/// followed.
+fn hand_over(
+    found: Vec<blocked::BlockedThread>,
+    maps: &MapSet,
+    stacks: &mut StackResolver,
+) -> Result<Vec<blocked::BlockedThread>> {
+    use crate::rotate::{remove_entry, write_entry, BPF_NOEXIST};
+    let start_map = maps.get(names::OFFCPU_START)?;
+    let tasks = maps.get(profiler_common::shared::names::TASKS)?;
+    let counted_from_ns = super::monotonic_ns();
+    let mut kept = Vec::new();
+    for thread in found {
+        let kstack_id = stacks.add_scanned_kernel(thread.kernel.clone());
+        let ustack_id = match thread.user.0.is_empty() {
+            true => -1,
+            false => stacks.add_scanned_user(thread.user.0.clone(), thread.user.1),
+        };
+        let entry = OffcpuStart {
+            start_ns: thread.since_ns,
+            tgid: thread.tgid,
+            kstack_id,
+            ustack_id,
+            state: thread.state,
+            holder_tgid: 0,
+            _pad: 0,
+            counted_from_ns,
+        };
+        if !write_entry(start_map, &thread.tid, &entry, BPF_NOEXIST)? {
+            continue;
+        }
+        if !blocked::still_blocked(&thread) {
+            remove_entry(start_map, &thread.tid, |open: &OffcpuStart| {
+                open.start_ns == entry.start_ns && open.kstack_id == kstack_id
+            })?;
+            continue;
+        }
+        // Its name, as the programs note the threads they see.
+        let comm = std::fs::read(format!("/proc/{}/task/{}/comm", thread.tgid, thread.tid))
+            .unwrap_or_default();
+        let mut info = profiler_common::target::TaskInfo {
+            tgid: thread.tgid,
+            _pad: 0,
+            comm: [0; 16],
+            cgroup_id: 0,
+        };
+        let len = comm.len().min(15);
+        info.comm[..len].copy_from_slice(&comm[..len]);
+        if let Some(end) = info.comm.iter().position(|&byte| byte == b'\n') {
+            info.comm[end] = 0;
+        }
+        write_entry(tasks, &thread.tid, &info, BPF_NOEXIST)?;
+        kept.push(thread);
+    }
+    Ok(kept)
+}
+
+/// Off-CPU waits that had not ended at the drain (`OFFCPU_START`). The part of each
+/// inside the profile joins the row of its key (a row of count 0 when the key has no
+/// ended wait: `count` counts the waits that ended), so the rows hold all the off-CPU
+/// time of the profile's span; each wait of `WAITING_MIN_NS` or more is also a row of
+/// `waiting`. When a period ends while the programs run, each open wait counts into
+/// the next period from the boundary on (its entry's `counted_from_ns` moves there).
+fn drain_open_waits(
+    maps: &MapSet,
+    stacks: &mut StackResolver,
+    classifier: &Classifier,
+    min_wait_ns: u64,
+    moment: DrainMoment,
+    rows: &mut Vec<OffcpuRow>,
+) -> Result<Vec<WaitingRow>> {
+    type RowKey = (u32, u32, String, Option<u32>, Option<u32>, Option<u32>);
+    let key_of = |row: &OffcpuRow| -> RowKey {
+        (
+            row.pid,
+            row.tid,
+            row.state.clone(),
+            row.stack,
+            row.ustack,
+            row.held_by,
+        )
+    };
+    let mut index: std::collections::HashMap<RowKey, usize> = rows
+        .iter()
+        .enumerate()
+        .map(|(at, row)| (key_of(row), at))
+        .collect();
+    let mut waiting = Vec::new();
+    let start_map = maps.get(names::OFFCPU_START)?;
+    for (tid, start) in maps.entries::<u32, OffcpuStart>(names::OFFCPU_START)? {
+        // Opened after this drain's clock was read: the next drain's.
+        if start.start_ns > moment.now_ns {
+            continue;
+        }
+        let part = WaitPart::of(start.start_ns, start.counted_from_ns, moment.now_ns);
+        if part.whole_ns < min_wait_ns {
+            continue;
+        }
+        let stack = stacks.kernel_stack(start.kstack_id);
+        let ustack = stacks.user_stack(start.tgid, start.ustack_id);
+        let row = OffcpuRow {
+            pid: start.tgid,
+            tid,
+            state: state_name(start.state).into(),
+            class: String::new(),
+            stack,
+            ustack,
+            count: 0,
+            total_ns: 0,
+            max_ns: 0,
+            held_by: (start.holder_tgid != 0).then_some(start.holder_tgid),
+            wakers: Vec::new(),
+        };
+        let at = *index.entry(key_of(&row)).or_insert_with(|| {
+            let frames = stacks.interner.frames_of(stack);
+            let mut row = row.clone();
+            row.class = classifier.classify(&frames.iter().collect::<Vec<_>>());
+            rows.push(row);
+            rows.len() - 1
+        });
+        let kept = &mut rows[at];
+        kept.total_ns = kept.total_ns.saturating_add(part.counted_ns);
+        kept.max_ns = kept.max_ns.max(part.whole_ns);
+        if part.whole_ns >= super::shared::inprogress::WAITING_MIN_NS {
+            waiting.push(WaitingRow {
+                kind: "offcpu".into(),
+                pid: start.tgid,
+                tid,
+                since_ns: start.start_ns,
+                age_ns: part.whole_ns,
+                counted_ns: part.counted_ns,
+                before_start: stacks.is_scanned(start.kstack_id),
+                state: kept.state.clone(),
+                class: kept.class.clone(),
+                what: String::new(),
+                stack,
+                ustack,
+                lock_addr: None,
+                owner_pid: kept.held_by,
+                owner_tid: None,
+            });
+        }
+        if moment.ends_period {
+            // The wait's time from here on is the next period's. A wait that ends
+            // between the read above and this write is counted whole by its program
+            // (its entry is gone: nothing is written); one that ends within the
+            // write itself may count this period's part twice (a window of
+            // nanoseconds, against a period of seconds).
+            let moved = OffcpuStart {
+                counted_from_ns: moment.now_ns,
+                ..start
+            };
+            crate::rotate::write_entry(start_map, &tid, &moved, crate::rotate::BPF_EXIST)?;
+        }
+    }
+    Ok(waiting)
 }
 
 fn state_name(state: u32) -> &'static str {

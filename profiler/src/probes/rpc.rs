@@ -7,12 +7,18 @@ use aya::{programs::KProbe, Ebpf, EbpfLoader};
 use profiler_common::{
     latency::LatencyStat,
     rpc::{
-        names, RpcKey, PROVIDER_FUSE, PROVIDER_LUSTRE, PROVIDER_SPAN, PROVIDER_SUNRPC,
-        RPC_INFLIGHT_ENTRIES,
+        names, RpcId, RpcKey, RpcStart, PROVIDER_FUSE, PROVIDER_LUSTRE, PROVIDER_SPAN,
+        PROVIDER_SUNRPC, RPC_INFLIGHT_ENTRIES,
     },
 };
 
-use crate::{btf::Btf, cli::RpcProvider, probes::prelude::*, profile::RpcRow, tracefs};
+use crate::{
+    btf::Btf,
+    cli::RpcProvider,
+    probes::prelude::*,
+    profile::{RpcRow, WaitingRow},
+    tracefs,
+};
 
 pub const FAMILY: Registration = Registration {
     name: "rpc",
@@ -56,6 +62,8 @@ impl Family for RpcFamily {
 
     fn drain(&self, out: &mut Drain) -> Result<()> {
         out.profile.rpcs = drain(out.maps, out.stacks, &self.setup)?;
+        let waiting = drain_in_flight(out.maps, out.stacks, &self.setup, out.moment)?;
+        out.profile.waiting.extend(waiting);
         Ok(())
     }
 
@@ -499,8 +507,52 @@ pub fn attach(ebpf: &mut Ebpf, setup: &RpcSetup) -> Result<Vec<ProbeUse>> {
     Ok(used)
 }
 
-/// Reads the aggregate out of the kernel.
-pub fn drain(maps: &MapSet, stacks: &mut StackResolver, setup: &RpcSetup) -> Result<Vec<RpcRow>> {
+/// The requests still in flight at the drain (`RPC_INFLIGHT`), as waits in progress of
+/// the threads that sent them; a FUSE request names the server when the machine has
+/// one. Their time enters the latency rows when they end.
+fn drain_in_flight(
+    maps: &MapSet,
+    stacks: &mut StackResolver,
+    setup: &RpcSetup,
+    moment: DrainMoment,
+) -> Result<Vec<WaitingRow>> {
+    use super::shared::inprogress::{fuse_servers, WAITING_MIN_NS};
+    let mut servers: Option<Vec<u32>> = None;
+    let mut waiting = Vec::new();
+    for (id, start) in maps.entries::<RpcId, RpcStart>(names::RPC_INFLIGHT)? {
+        if start.start_ns > moment.now_ns || moment.now_ns - start.start_ns < WAITING_MIN_NS {
+            continue;
+        }
+        let (provider, op_name) = provider_and_op(id.provider, start.op, setup);
+        let server = match id.provider {
+            PROVIDER_FUSE => match servers.get_or_insert_with(fuse_servers).as_slice() {
+                [one] => Some(*one),
+                _ => None,
+            },
+            _ => None,
+        };
+        waiting.push(WaitingRow {
+            kind: "rpc".into(),
+            pid: start.tgid,
+            tid: if start.tid != 0 {
+                start.tid
+            } else {
+                start.tgid
+            },
+            since_ns: start.start_ns,
+            age_ns: moment.now_ns - start.start_ns,
+            counted_ns: 0,
+            class: format!("{} {op_name}", provider.to_uppercase()),
+            stack: stacks.kernel_stack(start.start_kstack),
+            owner_pid: server,
+            ..Default::default()
+        });
+    }
+    Ok(waiting)
+}
+
+/// A provider's name and the name of an operation of it.
+fn provider_and_op(provider: u32, op: u32, setup: &RpcSetup) -> (String, String) {
     let span_name = |provider: u32| -> String {
         [
             &setup.tp_pair.as_ref().map(|pair| (pair.0, pair.1.clone())),
@@ -512,14 +564,19 @@ pub fn drain(maps: &MapSet, stacks: &mut StackResolver, setup: &RpcSetup) -> Res
         .map(|(_, name)| name.clone())
         .unwrap_or_else(|| "span".into())
     };
+    match provider {
+        PROVIDER_FUSE => ("fuse".to_string(), fuse_opcode_name(op)),
+        PROVIDER_SUNRPC => ("sunrpc".to_string(), "rpc_task".to_string()),
+        PROVIDER_LUSTRE => ("lustre".to_string(), "ptlrpc_request".to_string()),
+        other => ("span".to_string(), span_name(other)),
+    }
+}
+
+/// Reads the aggregate out of the kernel.
+pub fn drain(maps: &MapSet, stacks: &mut StackResolver, setup: &RpcSetup) -> Result<Vec<RpcRow>> {
     let mut rows = Vec::new();
     for (key, stat) in maps.entries::<RpcKey, LatencyStat>(names::RPC_STATS)? {
-        let (provider, op_name) = match key.provider {
-            PROVIDER_FUSE => ("fuse".to_string(), fuse_opcode_name(key.op)),
-            PROVIDER_SUNRPC => ("sunrpc".to_string(), "rpc_task".to_string()),
-            PROVIDER_LUSTRE => ("lustre".to_string(), "ptlrpc_request".to_string()),
-            other => ("span".to_string(), span_name(other)),
-        };
+        let (provider, op_name) = provider_and_op(key.provider, key.op, setup);
         rows.push(RpcRow {
             provider,
             op: key.op,

@@ -24,6 +24,12 @@
 //!   after B said it was about to list, B is killed with SIGKILL, so its wait ends
 //!   without the lock (`-EINTR`). Writes both pids and the time from B's word to the
 //!   kill (`a_pid`, `b_pid`, `b_wait_ns`).
+//! - `stuck RESULTS MOUNTPOINT CREATE_MS`: the hung client. Process A creates `a` (CREATE
+//!   delayed: A holds the directory's inode lock across it); once A sleeps on the FUSE
+//!   reply, process B creates `b` and blocks on that lock. When both are stuck it writes
+//!   RESULTS.ready: `a_pid`, `b_pid`, `server_pid` and, in CLOCK_MONOTONIC nanoseconds,
+//!   when each call began (`a_since_ns`, `b_since_ns`); when both returned, RESULTS with
+//!   the same and each call's own time (`a_create_ns`, `b_create_ns`).
 
 use std::{
     fs::OpenOptions,
@@ -42,7 +48,8 @@ fn usage() -> ! {
          fuse-workload lockwait-client RESULTS DIR HEADSTART_MS TAG\n       \
          fuse-workload holdchain RESULTS MOUNTPOINT CREATE_MS\n       \
          fuse-workload holdchain-client RESULTS DIR TAG\n       \
-         fuse-workload interrupted RESULTS MOUNTPOINT CREATE_MS WAIT_MS"
+         fuse-workload interrupted RESULTS MOUNTPOINT CREATE_MS WAIT_MS\n       \
+         fuse-workload stuck RESULTS MOUNTPOINT CREATE_MS"
     );
     std::process::exit(2)
 }
@@ -99,6 +106,74 @@ fn lock_wait(dir: &Path, headstart: Duration, tag: &str, lines: &mut Vec<String>
     lines.push(format!("a_pid {a_pid}"));
     lines.push(format!("b_create_ns {}", b_time.as_nanos()));
     lines.push(format!("b_tid {b_tid}"));
+}
+
+/// CLOCK_MONOTONIC in nanoseconds (the clock of lockpath's time stamps).
+fn monotonic_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given, which lives on this stack.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
+/// A child process that creates `path` and prints when the call began (CLOCK_MONOTONIC
+/// ns) before it makes it, then the call's own time.
+fn spawn_stamped_creator(path: &Path) -> (std::process::Child, u64) {
+    use std::io::BufRead;
+    let exe = std::env::current_exe().expect("own executable");
+    let mut child = std::process::Command::new(exe)
+        .arg("create-stamped")
+        .arg("-")
+        .arg(path)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn a creator");
+    let stdout = child.stdout.as_mut().expect("the creator's output");
+    let mut line = String::new();
+    std::io::BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("the creator's start");
+    let since = line.trim().parse().expect("a start time");
+    (child, since)
+}
+
+/// Waits (at most 5 s) until process `pid` is in uninterruptible sleep (D).
+fn wait_in_d_state(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat
+            .rfind(')')
+            .and_then(|end| stat[end + 1..].split_whitespace().next());
+        if state == Some("D") {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    eprintln!("fuse-workload: process {pid} never blocked within 5 s");
+}
+
+/// The hung client (see `stuck` above).
+fn stuck(dir: &Path, results: &Path, lines: &mut Vec<String>) {
+    let (a, a_since) = spawn_stamped_creator(&dir.join("a"));
+    wait_in_fuse_request(a.id());
+    let (b, b_since) = spawn_stamped_creator(&dir.join("b"));
+    wait_in_d_state(b.id());
+    lines.push(format!("a_pid {}", a.id()));
+    lines.push(format!("b_pid {}", b.id()));
+    lines.push(format!("server_pid {}", std::process::id()));
+    lines.push(format!("a_since_ns {a_since}"));
+    lines.push(format!("b_since_ns {b_since}"));
+    let ready = results.with_extension("ready");
+    std::fs::write(&ready, lines.join("\n") + "\n").expect("write the ready file");
+    for (name, child) in [("a", a), ("b", b)] {
+        let output = child.wait_with_output().expect("wait for a creator");
+        let create_ns = String::from_utf8_lossy(&output.stdout).trim().to_string();
+        lines.push(format!("{name}_create_ns {create_ns}"));
+    }
 }
 
 /// Waits (at most 5 s) until process `pid` sleeps on a FUSE reply (its kernel stack in
@@ -225,6 +300,11 @@ fn main() {
             lock_wait(fixture.path(), headstart, "1", &mut lines);
             drop(fixture);
         }
+        "stuck" => {
+            let fixture = mount_delaying_create(&mountpoint, millis(3));
+            stuck(fixture.path(), &results, &mut lines);
+            drop(fixture);
+        }
         "holdchain" => {
             let fixture = mount_delaying_create(&mountpoint, millis(3));
             hold_chain(fixture.path(), "", &mut lines);
@@ -262,6 +342,15 @@ fn main() {
                 std::thread::sleep(Duration::from_millis(20));
             }
             drop(fixture);
+            return;
+        }
+        "create-stamped" => {
+            // A creator of `stuck`: when the call began, then its own time.
+            println!("{}", monotonic_ns());
+            std::io::stdout().flush().expect("flush");
+            let started = Instant::now();
+            drop(create(&mountpoint));
+            println!("{}", started.elapsed().as_nanos());
             return;
         }
         "create-one" => {

@@ -3,6 +3,7 @@
 //! object (`kfunc`) and the process watcher (`processes`).
 
 mod attach;
+pub mod inprogress;
 pub mod kfunc;
 mod maps;
 mod processes;

@@ -5,7 +5,7 @@ use std::collections::HashMap as StdHashMap;
 
 use anyhow::{Context, Result};
 use aya::maps::{MapData, StackTraceMap};
-use profiler_common::shared::names;
+use profiler_common::{offcpu::SCANNED_STACK_BASE, shared::names};
 
 use super::MapSet;
 use crate::{
@@ -26,6 +26,17 @@ pub struct StackResolver {
     /// Stack ids are shared by processes with identical frames: cache per process.
     user_cache: StdHashMap<(u32, i32), Option<u32>>,
     pub interner: StackInterner,
+    /// Stacks read from `/proc` for waits that began before the recording, under ids
+    /// from `SCANNED_STACK_BASE` up (the programs carry these ids like their own).
+    scanned: StdHashMap<i32, Scanned>,
+}
+
+/// A stack read by user space rather than by the kernel's stack walker.
+enum Scanned {
+    /// Kernel frames as `/proc/TID/stack` names them, leaf first.
+    Kernel(Vec<Frame>),
+    /// User addresses, leaf first, and whether the unwind reached the outermost frame.
+    User { addrs: Vec<u64>, complete: bool },
 }
 
 impl StackResolver {
@@ -39,7 +50,30 @@ impl StackResolver {
             user: UserSymbols::new(),
             user_cache: StdHashMap::new(),
             interner: StackInterner::default(),
+            scanned: StdHashMap::new(),
         })
+    }
+
+    /// Keeps kernel frames read from `/proc`; returns the stack id that names them.
+    pub fn add_scanned_kernel(&mut self, frames: Vec<Frame>) -> i32 {
+        self.add_scanned(Scanned::Kernel(frames))
+    }
+
+    /// Keeps user addresses unwound from a blocked thread's registers and stack;
+    /// returns the stack id that names them.
+    pub fn add_scanned_user(&mut self, addrs: Vec<u64>, complete: bool) -> i32 {
+        self.add_scanned(Scanned::User { addrs, complete })
+    }
+
+    fn add_scanned(&mut self, stack: Scanned) -> i32 {
+        let id = SCANNED_STACK_BASE + self.scanned.len() as i32;
+        self.scanned.insert(id, stack);
+        id
+    }
+
+    /// Whether a stack id names a stack read from `/proc` (a wait found in progress).
+    pub fn is_scanned(&self, stack_id: i32) -> bool {
+        self.scanned.contains_key(&stack_id)
     }
 
     /// The profile stack for a kernel stack id; `None` when the id is an error (lost).
@@ -49,6 +83,11 @@ impl StackResolver {
         }
         if let Some(&cached) = self.kernel_cache.get(&stack_id) {
             return cached;
+        }
+        if let Some(Scanned::Kernel(frames)) = self.scanned.get(&stack_id) {
+            let resolved = Some(self.interner.stack(frames.clone(), false));
+            self.kernel_cache.insert(stack_id, resolved);
+            return resolved;
         }
         let resolved = self.stack_map.get(&(stack_id as u32), 0).ok().map(|trace| {
             let mut frames: Vec<Frame> = trace
@@ -74,6 +113,12 @@ impl StackResolver {
         }
         if let Some(&cached) = self.user_cache.get(&(tgid, stack_id)) {
             return cached;
+        }
+        if let Some(Scanned::User { addrs, complete }) = self.scanned.get(&stack_id) {
+            let (addrs, stopped) = (addrs.clone(), !*complete);
+            let resolved = Some(self.user_addrs_stack(tgid, &addrs, false, stopped));
+            self.user_cache.insert((tgid, stack_id), resolved);
+            return resolved;
         }
         let resolved = self.stack_map.get(&(stack_id as u32), 0).ok().map(|trace| {
             let addrs: Vec<u64> = trace.frames().iter().map(|frame| frame.ip).collect();
