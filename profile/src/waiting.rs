@@ -138,6 +138,54 @@ pub fn where_waits(profile: &Profile, row: &WaitingRow) -> String {
         .unwrap_or_default()
 }
 
+/// A wait of the JSON report: the row, named, with where it waits and its chain.
+#[derive(Debug, serde::Serialize)]
+pub struct JsonWait {
+    pub thread: String,
+    #[serde(flatten)]
+    pub row: WaitingRow,
+    #[serde(rename = "where", skip_serializing_if = "String::is_empty")]
+    pub where_: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub chain: Vec<JsonLink>,
+}
+
+/// One link of a chain: the holder, and the wait it is in.
+#[derive(Debug, serde::Serialize)]
+pub struct JsonLink {
+    pub thread: String,
+    pub pid: u32,
+    pub tid: u32,
+    pub kind: String,
+    pub on: String,
+    pub age_ns: u64,
+}
+
+/// The JSON report's waits: as the text's section, `top` of them (0: all).
+pub fn json(profile: &Profile, top: usize) -> Vec<JsonWait> {
+    let rows = by_thread(profile);
+    let shown = if top == 0 { rows.len() } else { top };
+    rows.into_iter()
+        .take(shown)
+        .map(|row| JsonWait {
+            thread: who(profile, row.pid, row.tid),
+            row: row.clone(),
+            where_: where_waits(profile, row),
+            chain: chain(profile, row)
+                .into_iter()
+                .map(|link| JsonLink {
+                    thread: who(profile, link.pid, link.tid),
+                    pid: link.pid,
+                    tid: link.tid,
+                    kind: link.kind.clone(),
+                    on: describe(link),
+                    age_ns: link.age_ns,
+                })
+                .collect(),
+        })
+        .collect()
+}
+
 /// The report's first section, when anything was still waiting: longest first, with
 /// each wait's chain.
 pub fn text(profile: &Profile, top: usize) -> String {
@@ -207,6 +255,82 @@ pub fn text(profile: &Profile, top: usize) -> String {
         out.push_str("+ began before the recording (age from the scheduler's time stamp)\n");
     }
     out.push('\n');
+    out
+}
+
+/// The age of the oldest wait in progress (0: none).
+pub fn oldest(profile: &Profile) -> u64 {
+    profile
+        .waiting
+        .iter()
+        .map(|row| row.age_ns)
+        .max()
+        .unwrap_or(0)
+}
+
+/// `diff`'s line on what was still waiting at the end of each run (empty when nothing
+/// was, in either).
+pub fn diff_line(base: &Profile, new: &Profile) -> String {
+    let (base_threads, new_threads) = (by_thread(base).len(), by_thread(new).len());
+    if base_threads == 0 && new_threads == 0 {
+        return String::new();
+    }
+    let side = |threads: usize, profile: &Profile| match threads {
+        0 => "none".to_string(),
+        _ => format!("{threads} (oldest {})", format_ns(oldest(profile))),
+    };
+    format!(
+        "still waiting at the end: BASE {}, NEW {}\n",
+        side(base_threads, base),
+        side(new_threads, new)
+    )
+}
+
+/// The HTML report's first section, when anything was still waiting: one row per
+/// thread, its chain in the last column.
+pub fn html_section(profile: &Profile) -> String {
+    let rows: Vec<Vec<String>> = json(profile, 0)
+        .into_iter()
+        .map(|wait| {
+            let chain: Vec<String> = wait
+                .chain
+                .iter()
+                .map(|link| {
+                    format!(
+                        "{} ({} on {})",
+                        link.thread,
+                        format_ns(link.age_ns),
+                        link.on
+                    )
+                })
+                .collect();
+            vec![
+                format_ns(wait.row.age_ns),
+                wait.thread,
+                describe(&wait.row),
+                wait.where_,
+                if wait.row.before_start { "yes" } else { "" }.into(),
+                chain.join(" → "),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("<section id=\"waiting\">\n<h2>Still waiting at the end</h2>\n");
+    out.push_str(&crate::export::html::table(
+        &[
+            "waiting",
+            "thread",
+            "on",
+            "where",
+            "before start",
+            "held by",
+        ],
+        &[true],
+        &rows,
+    ));
+    out.push_str("</section>\n");
     out
 }
 
@@ -309,6 +433,39 @@ mod tests {
         );
         assert!(text.contains("served by pid 30"), "{text}");
         assert!(text.contains("open_last_lookups"), "{text}");
+    }
+
+    #[test]
+    fn json_and_metrics_know_the_waits() {
+        let profile = hung_client();
+        let waits = json(&profile, 0);
+        assert_eq!(waits.len(), 2);
+        assert_eq!(waits[1].chain.len(), 1);
+        assert_eq!(waits[1].chain[0].on, "FUSE CREATE");
+        let metrics = crate::export::prometheus::render(&profile);
+        assert!(
+            metrics.contains(r#"lockpath_waits_in_progress{kind="rpc",class="FUSE CREATE"} 1"#),
+            "{metrics}"
+        );
+        assert!(
+            metrics.contains(
+                r#"lockpath_wait_in_progress_oldest_seconds{kind="lock",class="rwsem:W"} 4"#
+            ),
+            "{metrics}"
+        );
+    }
+
+    #[test]
+    fn html_and_diff_know_the_waits() {
+        let profile = hung_client();
+        let page = html_section(&profile);
+        assert!(page.contains("Still waiting at the end"), "{page}");
+        assert!(page.contains("FUSE CREATE"), "{page}");
+        assert_eq!(
+            diff_line(&Profile::new(), &profile),
+            "still waiting at the end: BASE none, NEW 2 (oldest 7.00 s)\n"
+        );
+        assert_eq!(diff_line(&Profile::new(), &Profile::new()), "");
     }
 
     #[test]

@@ -8,26 +8,6 @@ use std::{collections::HashMap, path::Path};
 
 use common::*;
 
-/// `name value` lines written by the fuse-workload / timed-calls binaries.
-fn results(path: &Path) -> Vec<(String, u64)> {
-    std::fs::read_to_string(path)
-        .unwrap_or_else(|err| panic!("workload results {}: {err}", path.display()))
-        .lines()
-        .filter_map(|line| {
-            let (name, value) = line.split_once(' ')?;
-            Some((name.to_string(), value.parse().ok()?))
-        })
-        .collect()
-}
-
-fn result(results: &[(String, u64)], name: &str) -> u64 {
-    results
-        .iter()
-        .find(|(key, _)| key == name)
-        .map(|(_, value)| *value)
-        .unwrap_or_else(|| panic!("no {name} in workload results {results:?}"))
-}
-
 fn within(measured: f64, expected: f64, fraction: f64) -> bool {
     (measured - expected).abs() <= expected * fraction
 }

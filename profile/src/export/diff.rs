@@ -475,6 +475,7 @@ pub fn text(base: &Profile, new: &Profile, kind: Kind, top: usize) -> String {
         fit(&new.host, 20),
         new.duration_s
     );
+    out.push_str(&crate::waiting::diff_line(base, new));
     for table in diff(base, new, kind) {
         out.push_str(&format!("\n{} by {}:\n", table.kind, table.by));
         if table.rows.is_empty() {
@@ -521,6 +522,10 @@ struct JsonDiff<'a> {
 struct JsonRun<'a> {
     host: &'a str,
     duration_s: f64,
+    /// Threads still waiting at the end of the run.
+    waiting: usize,
+    /// The oldest of those waits.
+    waiting_oldest_ns: u64,
 }
 
 pub fn json(base: &Profile, new: &Profile, kind: Kind) -> serde_json::Result<String> {
@@ -528,10 +533,14 @@ pub fn json(base: &Profile, new: &Profile, kind: Kind) -> serde_json::Result<Str
         base: JsonRun {
             host: &base.host,
             duration_s: base.duration_s,
+            waiting: crate::waiting::by_thread(base).len(),
+            waiting_oldest_ns: crate::waiting::oldest(base),
         },
         new: JsonRun {
             host: &new.host,
             duration_s: new.duration_s,
+            waiting: crate::waiting::by_thread(new).len(),
+            waiting_oldest_ns: crate::waiting::oldest(new),
         },
         tables: diff(base, new, kind),
     })

@@ -581,6 +581,7 @@ pub fn render(profile: &Profile) -> Result<String> {
     );
     let mut out = page_head(&title);
     out.push_str(&overview(profile));
+    out.push_str(&crate::waiting::html_section(profile));
     let kinds = export::kinds_present(profile);
     if kinds.is_empty() {
         out.push_str("<p>This profile has no recorded events.</p>\n");

@@ -166,7 +166,40 @@ fn common_series(profile: &Profile, out: &mut String) {
         "Seconds since the recording started.",
         [("", profile.duration_s)],
     );
+    waiting_series(profile, out);
     lost_events(out, &profile.losses);
+}
+
+/// Waits in progress at the reading, per kind and class: how many threads, and the
+/// oldest (what a hung client shows first).
+fn waiting_series(profile: &Profile, out: &mut String) {
+    let mut groups: BTreeMap<(&str, &str), (u64, u64)> = BTreeMap::new();
+    for row in crate::waiting::by_thread(profile) {
+        let group = groups
+            .entry((row.kind.as_str(), row.class.as_str()))
+            .or_default();
+        group.0 += 1;
+        group.1 = group.1.max(row.age_ns);
+    }
+    let kind_labels = |(kind, class): &(&str, &str)| labels(&["kind", "class"], &[kind, class]);
+    metric(
+        out,
+        "lockpath_waits_in_progress",
+        "gauge",
+        "Threads waiting at the reading (a wait not ended), by kind and class.",
+        groups
+            .iter()
+            .map(|(key, (threads, _))| (kind_labels(key), *threads)),
+    );
+    metric(
+        out,
+        "lockpath_wait_in_progress_oldest_seconds",
+        "gauge",
+        "Age of the oldest wait in progress at the reading, by kind and class.",
+        groups
+            .iter()
+            .map(|(key, (_, oldest))| (kind_labels(key), seconds(*oldest))),
+    );
 }
 
 /// Latency totals and counts of the rpc or func tables, by name and process.

@@ -208,6 +208,9 @@ struct JsonReport<'a> {
     format: &'a str,
     host: &'a str,
     duration_s: f64,
+    /// Still waiting at the end, one per thread, longest first, with its chain.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    waiting: Vec<crate::waiting::JsonWait>,
     locks: Vec<LockGroup>,
     offcpu: Vec<super::offcpu::OffcpuProcess>,
     io: Vec<super::io::IoGroup>,
@@ -240,6 +243,7 @@ pub fn json(profile: &Profile, by: GroupBy, top: usize) -> serde_json::Result<St
         format: &profile.format,
         host: &profile.host,
         duration_s: profile.duration_s,
+        waiting: crate::waiting::json(profile, top),
         locks,
         offcpu: super::offcpu::processes(profile),
         io: super::io::groups(profile),

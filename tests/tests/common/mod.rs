@@ -105,6 +105,27 @@ pub fn load_json(path: &Path) -> serde_json::Value {
         .unwrap_or_else(|err| panic!("{} is not JSON: {err}", path.display()))
 }
 
+/// `name value` lines written by the fuse-workload / timed-calls binaries.
+pub fn results(path: &Path) -> Vec<(String, u64)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|err| panic!("workload results {}: {err}", path.display()))
+        .lines()
+        .filter_map(|line| {
+            let (name, value) = line.split_once(' ')?;
+            Some((name.to_string(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The value of `name` in workload results.
+pub fn result(results: &[(String, u64)], name: &str) -> u64 {
+    results
+        .iter()
+        .find(|(key, _)| key == name)
+        .map(|(_, value)| *value)
+        .unwrap_or_else(|| panic!("no {name} in workload results {results:?}"))
+}
+
 /// Names of the frames of stack `id` in a profile, leaf first.
 pub fn stack_names(profile: &serde_json::Value, id: u64) -> Vec<String> {
     profile["stacks"][id as usize]["frames"]
