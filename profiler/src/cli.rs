@@ -29,6 +29,11 @@ pub struct Cli {
 pub enum Command {
     /// Record a profile (needs root, or CAP_BPF + CAP_PERFMON).
     Record(Box<RecordArgs>),
+    /// What is stuck right now (needs root): a short recording of the whole system, or
+    /// of -p PIDS, with off-CPU waits (including those that began before it), sleeping
+    /// lock waits, FUSE requests and block IO; prints what is still waiting at its end,
+    /// longest first, and whom it waits for.
+    Stuck(StuckArgs),
     /// Print the tables of a profile (text, JSON or one HTML page).
     Report(ReportArgs),
     /// Render a flamegraph (SVG) from a profile.
@@ -42,6 +47,70 @@ pub enum Command {
     /// Rewrite a profile: in the compact encoding when the output ends in .lpb (a profile
     /// of millions of lock rows loads several times faster), as JSON otherwise.
     Convert(ConvertArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct StuckArgs {
+    /// Only these processes (and their children); comma-separated or repeatable.
+    #[arg(short = 'p', long = "pid", value_name = "PID", value_delimiter = ',')]
+    pub pid: Vec<u32>,
+
+    /// Seconds to watch.
+    #[arg(short = 'd', long = "duration", value_name = "SECONDS", default_value = "1",
+          value_parser = parse_duration)]
+    pub duration: f64,
+
+    /// Also threads in interruptible sleep (S), not only uninterruptible waits (D).
+    #[arg(long)]
+    pub all_states: bool,
+
+    /// Where to write the profile.
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "FILE",
+        default_value = "lockpath-stuck.json"
+    )]
+    pub output: PathBuf,
+
+    /// Rows in the table.
+    #[arg(long, default_value_t = 20)]
+    pub top: usize,
+}
+
+impl StuckArgs {
+    /// The `record` arguments it stands for; FUSE requests and block IO where this
+    /// kernel has their tracepoints.
+    pub fn record_args(&self) -> Vec<String> {
+        let mut args: Vec<String> = vec!["lockpath".into(), "record".into(), "--lock".into()];
+        args.push(
+            if self.all_states {
+                "--offcpu-all"
+            } else {
+                "--offcpu"
+            }
+            .into(),
+        );
+        if crate::tracefs::event_exists("fuse", "fuse_request_send") {
+            args.extend(["--rpc".into(), "fuse".into()]);
+        }
+        if crate::tracefs::event_exists("block", "block_rq_issue") {
+            args.push("--io".into());
+        }
+        if !self.pid.is_empty() {
+            let pids: Vec<String> = self.pid.iter().map(u32::to_string).collect();
+            args.extend(["-p".into(), pids.join(",")]);
+        }
+        args.extend([
+            "-d".into(),
+            self.duration.to_string(),
+            "-o".into(),
+            self.output.display().to_string(),
+            "--top".into(),
+            self.top.to_string(),
+        ]);
+        args
+    }
 }
 
 #[derive(Debug, Args)]
@@ -463,4 +532,32 @@ pub struct MergeArgs {
     /// The combined profile.
     #[arg(short = 'o', long = "output", value_name = "FILE", required = true)]
     pub output: PathBuf,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[test]
+    fn stuck_is_a_short_recording_of_waits() {
+        let Command::Stuck(stuck) =
+            Cli::try_parse_from(["lockpath", "stuck", "-p", "5,6", "--all-states"])
+                .expect("stuck parses")
+                .command
+        else {
+            panic!("not stuck");
+        };
+        let Command::Record(record) = Cli::try_parse_from(stuck.record_args())
+            .expect("its record arguments parse")
+            .command
+        else {
+            panic!("not a recording");
+        };
+        assert!(record.lock && record.offcpu_all);
+        assert_eq!(record.pid, vec![5, 6]);
+        assert_eq!(record.duration, Some(1.0));
+        assert_eq!(record.output, PathBuf::from("lockpath-stuck.json"));
+    }
 }

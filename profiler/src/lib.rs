@@ -26,6 +26,14 @@ use profile::Profile;
 pub fn run(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Record(args) => record::run(*args),
+        Command::Stuck(args) => {
+            let cli = <Cli as clap::Parser>::try_parse_from(args.record_args())
+                .context("lockpath stuck: cannot form its record arguments")?;
+            match cli.command {
+                Command::Record(record) => record::run(*record),
+                _ => anyhow::bail!("lockpath stuck: its arguments are not a recording"),
+            }
+        }
         Command::Report(args) => {
             let filter = lockpath_profile::filter::LockFilter {
                 locks: args.lock.clone(),

@@ -7,11 +7,15 @@ use std::collections::HashMap as StdHashMap;
 use anyhow::{bail, Context, Result};
 use aya::{Ebpf, EbpfLoader};
 use profiler_common::io::{
-    names, IoKey, IoLayout, IoStat, IO_INFLIGHT_ENTRIES, IO_NO_OFFSET, IO_NO_OP, OP_DISCARD,
-    OP_FLUSH, OP_PASSTHROUGH, OP_READ, OP_WRITE,
+    names, IoInFlight, IoKey, IoLayout, IoStat, IO_INFLIGHT_ENTRIES, IO_NO_OFFSET, IO_NO_OP,
+    OP_DISCARD, OP_FLUSH, OP_PASSTHROUGH, OP_READ, OP_WRITE,
 };
 
-use crate::{btf::Btf, probes::prelude::*, profile::IoRow};
+use crate::{
+    btf::Btf,
+    probes::prelude::*,
+    profile::{IoRow, WaitingRow},
+};
 
 pub const FAMILY: Registration = Registration {
     name: "io",
@@ -57,6 +61,8 @@ impl Family for IoFamily {
 
     fn drain(&self, out: &mut Drain) -> Result<()> {
         out.profile.io = drain(out.maps, &self.devices)?;
+        let waiting = drain_in_flight(out.maps, &self.devices, out.moment)?;
+        out.profile.waiting.extend(waiting);
         Ok(())
     }
 
@@ -310,6 +316,44 @@ pub fn op_name(op: u32) -> &'static str {
         OP_PASSTHROUGH => "passthrough",
         _ => "other",
     }
+}
+
+/// The block requests still in flight at the drain (`IO_INFLIGHT`), as waits in
+/// progress of the processes that submitted them (the thread is not known: `tid` is
+/// the process's id). Their time enters the IO rows when they complete.
+fn drain_in_flight(
+    maps: &MapSet,
+    devices: &DeviceNames,
+    moment: DrainMoment,
+) -> Result<Vec<WaitingRow>> {
+    use super::shared::inprogress::WAITING_MIN_NS;
+    let mut waiting = Vec::new();
+    for (_, request) in maps.entries::<u64, IoInFlight>(names::IO_INFLIGHT)? {
+        if request.start_ns > moment.now_ns || moment.now_ns - request.start_ns < WAITING_MIN_NS {
+            continue;
+        }
+        let (major, minor) = split_dev(request.dev);
+        let state = match request.issue_ns {
+            0 => "queued",
+            _ => "issued",
+        };
+        waiting.push(WaitingRow {
+            kind: "io".into(),
+            pid: request.tgid,
+            tid: request.tgid,
+            since_ns: request.start_ns,
+            age_ns: moment.now_ns - request.start_ns,
+            counted_ns: 0,
+            class: op_name(request.op).into(),
+            what: format!(
+                "{} ({state}, {} bytes)",
+                devices.name(major, minor),
+                request.bytes
+            ),
+            ..Default::default()
+        });
+    }
+    Ok(waiting)
 }
 
 pub fn drain(maps: &MapSet, devices: &DeviceNames) -> Result<Vec<IoRow>> {
