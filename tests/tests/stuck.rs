@@ -379,7 +379,7 @@ fn a_wait_across_rotated_periods_is_counted_once() {
     }
     let sum: u64 = parts.iter().sum();
     eprintln!(
-        "A's 5 s wait in {} periods: parts {parts:?} ms, sum {:.4} s, its own clock {:.4} s",
+        "A's 5 s wait in {} periods: parts {parts:?} ns, sum {:.4} s, its own clock {:.4} s",
         parts.len(),
         sum as f64 / 1e9,
         a_create_ns as f64 / 1e9
@@ -388,7 +388,14 @@ fn a_wait_across_rotated_periods_is_counted_once() {
         parts.len() >= 4,
         "a 5 s wait spans at least 4 periods of 1 s: {parts:?}"
     );
-    assert_eq!(ended, 1, "the wait ended once");
+    // The kernel may wake A briefly before its long wait (seen here: a wait of 0.3 ms
+    // at the start of the request), so it may be two or three waits; the longest is the
+    // whole call.
+    assert!((1..=3).contains(&ended), "the call's waits ended: {ended}");
+    assert!(
+        longest.abs_diff(a_create_ns) as f64 <= 0.02 * a_create_ns as f64,
+        "the longest wait lasted {longest} ns, the call {a_create_ns} ns"
+    );
     assert!(
         sum.abs_diff(a_create_ns) as f64 <= 0.02 * a_create_ns as f64,
         "the parts add up to {sum} ns, the call took {a_create_ns} ns"

@@ -63,6 +63,12 @@
 //! - REPORT (`report --by cgroup --format json`) has rows of that cgroup, of the storm
 //!   alone, whose counts add up to the storm's own.
 //!
+//! `lab-check stuck PROFILE READY`
+//! - the hung client of fuse-workload `stuck` (READY: its pids and when each call
+//!   began), stuck before the recording: B's off-CPU wait is in PROFILE's `waiting`, as
+//!   begun before the recording, in D, and began within 5% of its true age of when the
+//!   workload says (the scheduler's time stamp against the workload's own clock).
+//!
 //! Prints what it measured; exits 1 with a `WHY:` line on the first failed assertion.
 
 use std::{collections::BTreeMap, process::exit};
@@ -125,6 +131,8 @@ enum Cli {
         report: String,
         cgroup: String,
     },
+    /// The hung client's waits that began before the recording.
+    Stuck { profile: String, ready: String },
 }
 
 #[derive(Args)]
@@ -227,6 +235,33 @@ fn main() {
             report,
             cgroup,
         } => check_cgroup(&profile, &report, &cgroup),
+        Cli::Stuck { profile, ready } => check_stuck(&profile, &ready),
+    }
+}
+
+fn check_stuck(profile_path: &str, ready: &str) {
+    let profile = read_json(profile_path);
+    let b = result(ready, "b_pid");
+    let true_since = result(ready, "b_since_ns");
+    let row = items(&profile["waiting"])
+        .find(|row| row["pid"].as_u64() == Some(b) && row["kind"] == "offcpu")
+        .unwrap_or_else(|| fail(format!("no off-CPU wait of B ({b}) in {}", profile["waiting"])));
+    let since = row["since_ns"].as_u64().unwrap_or(0);
+    let age = row["age_ns"].as_u64().unwrap_or(0);
+    let true_age = (since + age).saturating_sub(true_since);
+    let off_by = since.abs_diff(true_since);
+    println!(
+        "B: {} wait, age {:.3} s, true {:.3} s, start off by {:.1} ms",
+        row["state"],
+        age as f64 / 1e9,
+        true_age as f64 / 1e9,
+        off_by as f64 / 1e6
+    );
+    if row["before_start"] != true || row["state"] != "D" {
+        fail(format!("B's wait is not a D wait begun before the recording: {row}"));
+    }
+    if off_by as f64 > 0.05 * true_age as f64 {
+        fail(format!("B's wait began {off_by} ns off the workload's own time"));
     }
 }
 

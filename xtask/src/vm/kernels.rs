@@ -50,6 +50,7 @@ pub(super) const KERNELS: &[LabKernel] = &[
             "wakers",
             "offcpu-file-lock",
             "lock-cgroup",
+            "stuck-before-start",
         ],
     },
     LabKernel {
@@ -73,6 +74,7 @@ pub(super) const KERNELS: &[LabKernel] = &[
             "cpu-unwind",
             "offcpu-file-lock",
             "lock-cgroup",
+            "stuck-before-start",
         ],
     },
 ];
