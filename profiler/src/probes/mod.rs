@@ -4,6 +4,7 @@
 //! a new family is its own files plus one line there. `shared` holds what every family
 //! uses (maps, stacks, losses, thread names, attach helpers).
 
+pub mod blocked_on;
 pub mod cpu;
 pub mod filelock;
 pub mod func;
