@@ -39,6 +39,7 @@ pub mod cpu;
 pub mod func;
 pub mod hold;
 pub mod io;
+pub mod kread;
 pub mod latency;
 pub mod lock;
 pub mod lockname;

@@ -12,6 +12,7 @@ mod filelock;
 mod func;
 mod hold;
 mod io;
+mod kread;
 mod latency;
 mod lock;
 mod lockname;
@@ -48,6 +49,14 @@ pub fn lock_contention_begin(ctx: RawTracePointContext) -> i32 {
 #[raw_tracepoint(tracepoint = "contention_end")]
 pub fn lock_contention_end(ctx: RawTracePointContext) -> i32 {
     lock::on_contention_end(&ctx);
+    0
+}
+
+/// The kernel-memory reader: never attached, run by user space with
+/// `BPF_PROG_TEST_RUN` (raw tracepoint programs can be since Linux 5.10).
+#[raw_tracepoint]
+pub fn kread_run(ctx: RawTracePointContext) -> i32 {
+    kread::run(&ctx);
     0
 }
 

@@ -47,6 +47,21 @@ pub enum Command {
     /// Rewrite a profile: in the compact encoding when the output ends in .lpb (a profile
     /// of millions of lock rows loads several times faster), as JSON otherwise.
     Convert(ConvertArgs),
+    /// Developer checks of lockpath's kernel-side helpers (not part of the interface).
+    #[command(hide = true, subcommand)]
+    Debug(DebugCommand),
+}
+
+/// `lockpath debug ...`: one kernel-side helper at a time, for tests.
+#[derive(Debug, Subcommand)]
+pub enum DebugCommand {
+    /// Print on one line what a thread sleeping in the kernel waits for (a sleeping
+    /// lock and its owner, or a FUSE request), read from kernel memory; `none` when
+    /// nothing is verified.
+    BlockedOn {
+        /// The thread id.
+        tid: u32,
+    },
 }
 
 #[derive(Debug, Args)]

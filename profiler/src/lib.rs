@@ -158,6 +158,9 @@ pub fn run(cli: Cli) -> Result<i32> {
             );
             Ok(0)
         }
+        Command::Debug(cli::DebugCommand::BlockedOn { tid }) => {
+            probes::blocked_on::debug_blocked_on(tid)
+        }
         Command::Merge(args) => {
             let inputs = args
                 .inputs

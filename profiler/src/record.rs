@@ -727,6 +727,7 @@ mod tests {
         let shared = [
             profiler_common::shared::names::ALL,
             profiler_common::target::names::ALL,
+            profiler_common::kread::names::ALL,
         ];
         let families: Vec<&[&str]> = shared
             .into_iter()

@@ -5,6 +5,7 @@
 //! uses (maps, stacks, losses, thread names, attach helpers).
 
 pub mod blocked;
+pub mod blocked_on;
 pub mod cpu;
 pub mod filelock;
 pub mod func;

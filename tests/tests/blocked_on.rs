@@ -1,0 +1,176 @@
+//! Root integration test of `lockpath debug blocked-on TID`: what a thread already
+//! asleep in the kernel waits for, read from kernel memory, against the FUSE fixture
+//! (tests/src/fuse.rs) whose delayed CREATE keeps a directory's inode lock held.
+
+mod common;
+
+use std::{
+    path::Path,
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use common::*;
+
+/// `NAME=VALUE` fields of a `blocked-on` line; `name=` takes the rest of the line.
+fn fields(line: &str) -> Vec<(String, String)> {
+    let (head, name) = match line.split_once(" name=") {
+        Some((head, name)) => (head, Some(name)),
+        None => (line, None),
+    };
+    let mut fields: Vec<(String, String)> = head
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|part| {
+            let (key, value) = part.split_once('=')?;
+            Some((key.to_string(), value.to_string()))
+        })
+        .collect();
+    if let Some(name) = name {
+        fields.push(("name".to_string(), name.to_string()));
+    }
+    fields
+}
+
+fn field<'a>(fields: &'a [(String, String)], name: &str, line: &str) -> &'a str {
+    fields
+        .iter()
+        .find(|(key, _)| key == name)
+        .map(|(_, value)| value.as_str())
+        .unwrap_or_else(|| panic!("no {name} in {line:?}"))
+}
+
+/// `name value` lines of the workload's results file.
+fn result(path: &Path, name: &str) -> u32 {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|err| panic!("workload results {}: {err}", path.display()));
+    text.lines()
+        .find_map(|line| line.strip_prefix(&format!("{name} ")))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in workload results:\n{text}"))
+}
+
+/// The kernel stack of a thread, empty when it cannot be read (the thread is gone).
+fn kernel_stack(tid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{tid}/stack")).unwrap_or_default()
+}
+
+/// The child process of `parent` (process A of the workload).
+fn child_of(parent: u32) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.find_map(|entry| {
+        let pid: u32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let ppid: u32 = status
+            .lines()
+            .find_map(|line| line.strip_prefix("PPid:"))?
+            .trim()
+            .parse()
+            .ok()?;
+        (ppid == parent).then_some(pid)
+    })
+}
+
+/// The thread of `pid` named `name` (thread B of the workload).
+fn thread_named(pid: u32, name: &str) -> Option<u32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .find_map(|entry| {
+            let tid: u32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).ok()?;
+            (comm.trim() == name).then_some(tid)
+        })
+}
+
+fn blocked_on(tid: u32) -> String {
+    let output = lockpath_ok(&["debug", "blocked-on", &tid.to_string()]);
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}
+
+/// Process A creates a file while the server delays CREATE (A holds the directory's
+/// i_rwsem, asleep in `request_wait_answer`); thread B of the workload then waits for
+/// that rwsem. Both are found asleep, and `blocked-on` must name what each waits for: B
+/// the directory's i_rwsem, owned by A; A its CREATE request.
+#[test]
+fn blocked_on_names_the_lock_its_owner_and_the_fuse_request() {
+    if !can_load_programs("blocked_on_names_the_lock_its_owner_and_the_fuse_request") {
+        return;
+    }
+    let _alone = alone();
+    let dir = scratch("blocked-on");
+    let results_path = dir.join("results");
+    let mountpoint = dir.join("mnt");
+    // Long enough for the checks below to run while both threads sleep.
+    const CREATE_MS: u64 = 6000;
+    let child = Command::new(workload("fuse-workload"))
+        .args([
+            "lockwait",
+            path_str(&results_path),
+            path_str(&mountpoint),
+            &CREATE_MS.to_string(),
+            "100",
+        ])
+        .spawn()
+        .expect("start fuse-workload");
+    let mut workload = KillOnDrop(child);
+    let pid = workload.0.id();
+
+    // Wait (at most 5 s) for A asleep on its reply and B asleep on the rwsem.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let (a_pid, b_tid) = loop {
+        let a = child_of(pid).filter(|&a| kernel_stack(a).contains("request_wait_answer"));
+        let b = thread_named(pid, "creator-b")
+            .filter(|&b| kernel_stack(b).contains("rwsem_down_write_slowpath"));
+        if let (Some(a), Some(b)) = (a, b) {
+            break (a, b);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "A and B of fuse-workload not both asleep within 5 s (A {a:?}, B {b:?})"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let asked = Instant::now();
+    let b_line = blocked_on(b_tid);
+    let a_line = blocked_on(a_pid);
+    let took = asked.elapsed();
+    eprintln!("B {b_tid}: {b_line}\nA {a_pid}: {a_line}\n(both in {took:?})");
+    assert!(
+        took < Duration::from_millis(CREATE_MS - 1000),
+        "the answers took {took:?}: the waits may have ended meanwhile"
+    );
+
+    let status = workload.0.wait().expect("wait for fuse-workload");
+    assert!(status.success(), "fuse-workload failed: {status}");
+    assert_eq!(result(&results_path, "a_pid"), a_pid, "A's pid");
+    assert_eq!(result(&results_path, "b_tid"), b_tid, "B's thread id");
+
+    let b = fields(&b_line);
+    assert!(b_line.starts_with("lock "), "B: {b_line}");
+    assert_eq!(field(&b, "kind", &b_line), "rwsem-write", "B: {b_line}");
+    assert_eq!(
+        field(&b, "owner_tid", &b_line),
+        a_pid.to_string(),
+        "B: {b_line}"
+    );
+    assert_eq!(
+        field(&b, "owner_tgid", &b_line),
+        a_pid.to_string(),
+        "B: {b_line}"
+    );
+    assert!(
+        field(&b, "name", &b_line).starts_with("i_rwsem of directory inode ")
+            && field(&b, "name", &b_line).ends_with(" (fuse)"),
+        "B: {b_line}"
+    );
+
+    let a = fields(&a_line);
+    assert!(a_line.starts_with("fuse-request "), "A: {a_line}");
+    const FUSE_CREATE: &str = "35";
+    assert_eq!(field(&a, "opcode", &a_line), FUSE_CREATE, "A: {a_line}");
+    assert_ne!(field(&a, "unique", &a_line), "0", "A: {a_line}");
+
+    // A thread that does not sleep in a known wait gets no answer.
+    let own = std::process::id();
+    assert_eq!(blocked_on(own), "none", "the test's own thread");
+    let _ = std::fs::remove_dir_all(&dir);
+}
