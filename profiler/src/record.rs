@@ -574,10 +574,18 @@ fn start(
     }
     // The maps leave the object (the programs stay attached until it is dropped), so
     // they can be read live and after the detach alike.
+    // What threads blocked before the recording wait on is read from kernel memory,
+    // by a program of the object run on demand (it takes its buffer map out first).
+    let mut reader = match families.iter().any(|family| family.name == "offcpu") {
+        true => probes::blocked_on::KernelReader::new(&mut ebpf)
+            .map_err(|err| log::info!("what threads blocked before the recording wait on: {err:#}"))
+            .ok(),
+        false => None,
+    };
     let mut maps = MapSet::take_all(&mut ebpf);
     let mut stacks = StackResolver::new(&mut maps, kernel_symbols)?;
     for family in families.iter_mut() {
-        family.started(&maps, &mut stacks, target);
+        family.started(&maps, &mut stacks, target, reader.as_mut());
     }
     Ok(Session {
         ebpf,

@@ -186,51 +186,56 @@ pub fn scan(
     user: &mut UserSymbols,
 ) -> Vec<BlockedThread> {
     let own = std::process::id();
-    let mut found: Vec<(BlockedThread, u32, u64)> = Vec::new();
+    let mut found = Vec::new();
     for tgid in numbered_entries("/proc") {
         if tgid == own || !is_target(tgid) {
             continue;
         }
         for tid in numbered_entries(&format!("/proc/{tgid}/task")) {
-            let dir = format!("/proc/{tgid}/task/{tid}");
-            let Some(stat) = fs::read_to_string(format!("{dir}/stat"))
-                .ok()
-                .and_then(|text| parse_stat(&text))
-            else {
-                continue;
-            };
-            let state = match stat.state {
-                'D' => STATE_UNINTERRUPTIBLE,
-                'S' => STATE_INTERRUPTIBLE,
-                _ => continue,
-            };
-            if state & states == 0 {
-                continue;
-            }
-            let Some((exec_start, switches)) = fs::read_to_string(format!("{dir}/sched"))
-                .ok()
-                .and_then(|text| parse_sched(&text))
-            else {
-                continue;
-            };
-            let kernel = fs::read_to_string(format!("{dir}/stack"))
-                .map(|text| parse_kernel_stack(&text))
-                .unwrap_or_default();
-            found.push((
-                BlockedThread {
-                    tgid,
-                    tid,
-                    state,
-                    since_ns: 0,
-                    switches,
-                    kernel,
-                    user: (Vec::new(), false),
-                },
-                stat.cpu,
-                exec_start,
-            ));
+            found.extend(read_one(tgid, tid, states));
         }
     }
+    finish(found, user)
+}
+
+/// Thread `tid` of `tgid` if it sleeps (D or S): a lock's holder followed from its
+/// waiter, whatever the states recorded.
+pub fn read(tgid: u32, tid: u32, user: &mut UserSymbols) -> Option<BlockedThread> {
+    let found = read_one(tgid, tid, STATE_UNINTERRUPTIBLE | STATE_INTERRUPTIBLE)?;
+    finish(vec![found], user).pop()
+}
+
+/// A thread read from `/proc` with its CPU and its scheduler stamp, when it sleeps in
+/// one of `states`.
+fn read_one(tgid: u32, tid: u32, states: u32) -> Option<(BlockedThread, u32, u64)> {
+    let dir = format!("/proc/{tgid}/task/{tid}");
+    let stat = parse_stat(&fs::read_to_string(format!("{dir}/stat")).ok()?)?;
+    let state = match stat.state {
+        'D' => STATE_UNINTERRUPTIBLE,
+        'S' => STATE_INTERRUPTIBLE,
+        _ => return None,
+    };
+    if state & states == 0 {
+        return None;
+    }
+    let (exec_start, switches) = parse_sched(&fs::read_to_string(format!("{dir}/sched")).ok()?)?;
+    let kernel = fs::read_to_string(format!("{dir}/stack"))
+        .map(|text| parse_kernel_stack(&text))
+        .unwrap_or_default();
+    let thread = BlockedThread {
+        tgid,
+        tid,
+        state,
+        since_ns: 0,
+        switches,
+        kernel,
+        user: (Vec::new(), false),
+    };
+    Some((thread, stat.cpu, exec_start))
+}
+
+/// The threads with their start in CLOCK_MONOTONIC and their user stacks.
+fn finish(found: Vec<(BlockedThread, u32, u64)>, user: &mut UserSymbols) -> Vec<BlockedThread> {
     let mut cpus: Vec<u32> = found.iter().map(|(_, cpu, _)| *cpu).collect();
     cpus.sort_unstable();
     cpus.dedup();
@@ -242,13 +247,6 @@ pub fn scan(
         .into_iter()
         .filter_map(|(mut thread, cpu, exec_start)| {
             thread.since_ns = clock.to_monotonic(cpu, exec_start)?.min(now);
-            log::debug!(
-                "blocked {}/{}: cpu {cpu} exec_start {exec_start} since {} ({} ms ago)",
-                thread.tgid,
-                thread.tid,
-                thread.since_ns,
-                (now - thread.since_ns) / 1_000_000
-            );
             thread.user = user_stack(&mut unwinder, user, thread.tgid, thread.tid);
             Some(thread)
         })

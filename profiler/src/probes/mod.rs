@@ -178,7 +178,16 @@ pub trait Family {
     /// Called once its programs are attached and the maps readable, before the
     /// recording's clock starts: finds what was already in progress (the off-CPU
     /// family: the threads blocked before the recording).
-    fn started(&mut self, _maps: &MapSet, _stacks: &mut StackResolver, _target: &Target) {}
+    /// `reader` reads kernel memory, where this kernel lets it (what a blocked thread
+    /// waits on).
+    fn started(
+        &mut self,
+        _maps: &MapSet,
+        _stacks: &mut StackResolver,
+        _target: &Target,
+        _reader: Option<&mut blocked_on::KernelReader>,
+    ) {
+    }
 
     /// Called often while recording, and once more after the programs are detached
     /// (before the last drain): reads what its programs send per event (the process

@@ -9,7 +9,12 @@ use profiler_common::offcpu::{
 };
 
 use crate::{
-    probes::{blocked, filelock, prelude::*},
+    probes::{
+        blocked,
+        blocked_on::{BlockedOn, KernelReader, LockKind},
+        filelock,
+        prelude::*,
+    },
     profile::{OffcpuRow, WaitingRow},
     target::Target,
     tracefs,
@@ -61,6 +66,18 @@ fn plan_family(args: &RecordArgs, _ctx: &mut PlanContext) -> Result<Planned> {
     })))
 }
 
+/// Lock holders read in addition to the blocked threads of the targets, at most.
+const MAX_OWNERS_FOLLOWED: usize = 64;
+
+/// A thread found blocked at the start, handed to the program.
+struct Followed {
+    thread: blocked::BlockedThread,
+    /// The stack id of its wait: while its open entry has it, it is still that wait.
+    kstack_id: i32,
+    /// What it waits on, read from kernel memory.
+    on: Option<BlockedOn>,
+}
+
 /// The off-CPU family of one recording.
 struct OffcpuFamily {
     options: OffcpuOptions,
@@ -69,7 +86,7 @@ struct OffcpuFamily {
     filelock: Result<filelock::FilelockGlobals>,
     classifier: Classifier,
     /// The threads found blocked at the start (handed to the program as open waits).
-    blocked: Vec<blocked::BlockedThread>,
+    blocked: Vec<Followed>,
 }
 
 impl Family for OffcpuFamily {
@@ -119,20 +136,63 @@ impl Family for OffcpuFamily {
         Ok(vec![used])
     }
 
-    fn started(&mut self, maps: &MapSet, stacks: &mut StackResolver, target: &Target) {
+    fn started(
+        &mut self,
+        maps: &MapSet,
+        stacks: &mut StackResolver,
+        target: &Target,
+        mut reader: Option<&mut KernelReader>,
+    ) {
         let states = match self.options.all_states {
             true => STATE_UNINTERRUPTIBLE | STATE_INTERRUPTIBLE,
             false => STATE_UNINTERRUPTIBLE,
         };
         let began = std::time::Instant::now();
-        let found = blocked::scan(
+        let mut found = blocked::scan(
             states,
             &|tgid| target.admits_existing(tgid, maps),
             &mut stacks.user,
         );
         let scanned = found.len();
+        // What each waits on, and the holders of their locks, followed from their
+        // waiters whatever their state and target (up to three links).
+        let mut on = std::collections::HashMap::new();
+        if let Some(reader) = reader.as_deref_mut() {
+            let (mut next, mut owners) = (0, 0);
+            while next < found.len() {
+                let tid = found[next].tid;
+                let frames: Vec<&str> =
+                    found[next].kernel.iter().map(|f| f.name.as_str()).collect();
+                if let Some(waits_on) = reader.blocked_on(tid, &frames) {
+                    let holder = match &waits_on {
+                        BlockedOn::Lock {
+                            owner: Some(owner), ..
+                        } => Some((owner.tgid, owner.tid)),
+                        _ => None,
+                    };
+                    on.insert(tid, waits_on);
+                    if let Some((owner_tgid, owner_tid)) = holder {
+                        let known = found.iter().any(|thread| thread.tid == owner_tid);
+                        if !known && owners < MAX_OWNERS_FOLLOWED {
+                            owners += 1;
+                            found.extend(blocked::read(owner_tgid, owner_tid, &mut stacks.user));
+                        }
+                    }
+                }
+                next += 1;
+            }
+        }
         match hand_over(found, maps, stacks) {
-            Ok(kept) => self.blocked = kept,
+            Ok(kept) => {
+                self.blocked = kept
+                    .into_iter()
+                    .map(|(thread, kstack_id)| Followed {
+                        on: on.remove(&thread.tid),
+                        thread,
+                        kstack_id,
+                    })
+                    .collect()
+            }
             Err(err) => {
                 log::warn!("cannot follow the waits that began before the recording: {err:#}")
             }
@@ -157,6 +217,8 @@ impl Family for OffcpuFamily {
         rows.sort_by_key(|row| std::cmp::Reverse(row.total_ns));
         out.profile.offcpu = rows;
         out.profile.waiting.extend(waiting);
+        let still = self.still_waiting_on(out.maps, out.stacks, out.moment)?;
+        out.profile.waiting.extend(still);
         Ok(())
     }
 
@@ -260,6 +322,78 @@ pub fn drain(
     Ok(rows)
 }
 
+impl OffcpuFamily {
+    /// What the threads found blocked at the start wait on, while they are still in
+    /// that wait (their open entry still has the stack id they were handed over with):
+    /// a lock and its holder, or a FUSE request and its server, since the wait began.
+    fn still_waiting_on(
+        &self,
+        maps: &MapSet,
+        stacks: &mut StackResolver,
+        moment: DrainMoment,
+    ) -> Result<Vec<WaitingRow>> {
+        if self.blocked.iter().all(|followed| followed.on.is_none()) {
+            return Ok(Vec::new());
+        }
+        let open = maps.hash_map::<u32, OffcpuStart>(names::OFFCPU_START)?;
+        let mut servers = None;
+        let mut rows = Vec::new();
+        for followed in &self.blocked {
+            let (thread, Some(on)) = (&followed.thread, &followed.on) else {
+                continue;
+            };
+            let still = open
+                .get(&thread.tid, 0)
+                .is_ok_and(|entry| entry.kstack_id == followed.kstack_id);
+            if !still || thread.since_ns > moment.now_ns {
+                continue;
+            }
+            let mut row = WaitingRow {
+                pid: thread.tgid,
+                tid: thread.tid,
+                since_ns: thread.since_ns,
+                age_ns: moment.now_ns - thread.since_ns,
+                counted_ns: 0,
+                before_start: true,
+                stack: stacks.kernel_stack(followed.kstack_id),
+                ..Default::default()
+            };
+            match on {
+                BlockedOn::Lock {
+                    lock_addr,
+                    kind,
+                    owner,
+                    name,
+                } => {
+                    row.kind = "lock".into();
+                    row.class = match kind {
+                        LockKind::Mutex => "mutex",
+                        LockKind::RwsemRead => "rwsem:R",
+                        LockKind::RwsemWrite => "rwsem:W",
+                    }
+                    .into();
+                    row.what = name.clone().unwrap_or_else(|| stacks.lock_name(*lock_addr));
+                    row.lock_addr = Some(*lock_addr);
+                    row.owner_pid = owner.as_ref().map(|owner| owner.tgid);
+                    row.owner_tid = owner.as_ref().map(|owner| owner.tid);
+                }
+                BlockedOn::FuseRequest { opcode, .. } => {
+                    row.kind = "rpc".into();
+                    row.class = format!("FUSE {}", super::rpc::fuse_opcode_name(*opcode));
+                    let servers =
+                        servers.get_or_insert_with(super::shared::inprogress::fuse_servers);
+                    row.owner_pid = match servers.as_slice() {
+                        [one] => Some(*one),
+                        _ => None,
+                    };
+                }
+            }
+            rows.push(row);
+        }
+        Ok(rows)
+    }
+}
+
 /// Hands the threads found blocked to the off-CPU program: each gets an `OFFCPU_START`
 /// entry with its own start and stacks, counted from now, unless the program has an
 /// entry for it already (it ran and left the CPU again since the scan). A thread that
@@ -269,7 +403,7 @@ fn hand_over(
     found: Vec<blocked::BlockedThread>,
     maps: &MapSet,
     stacks: &mut StackResolver,
-) -> Result<Vec<blocked::BlockedThread>> {
+) -> Result<Vec<(blocked::BlockedThread, i32)>> {
     use crate::rotate::{remove_entry, write_entry, BPF_NOEXIST};
     let start_map = maps.get(names::OFFCPU_START)?;
     let tasks = maps.get(profiler_common::shared::names::TASKS)?;
@@ -315,7 +449,7 @@ fn hand_over(
             info.comm[end] = 0;
         }
         write_entry(tasks, &thread.tid, &info, BPF_NOEXIST)?;
-        kept.push(thread);
+        kept.push((thread, kstack_id));
     }
     Ok(kept)
 }

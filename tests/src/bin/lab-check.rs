@@ -245,7 +245,12 @@ fn check_stuck(profile_path: &str, ready: &str) {
     let true_since = result(ready, "b_since_ns");
     let row = items(&profile["waiting"])
         .find(|row| row["pid"].as_u64() == Some(b) && row["kind"] == "offcpu")
-        .unwrap_or_else(|| fail(format!("no off-CPU wait of B ({b}) in {}", profile["waiting"])));
+        .unwrap_or_else(|| {
+            fail(format!(
+                "no off-CPU wait of B ({b}) in {}",
+                profile["waiting"]
+            ))
+        });
     let since = row["since_ns"].as_u64().unwrap_or(0);
     let age = row["age_ns"].as_u64().unwrap_or(0);
     let true_age = (since + age).saturating_sub(true_since);
@@ -258,10 +263,14 @@ fn check_stuck(profile_path: &str, ready: &str) {
         off_by as f64 / 1e6
     );
     if row["before_start"] != true || row["state"] != "D" {
-        fail(format!("B's wait is not a D wait begun before the recording: {row}"));
+        fail(format!(
+            "B's wait is not a D wait begun before the recording: {row}"
+        ));
     }
     if off_by as f64 > 0.05 * true_age as f64 {
-        fail(format!("B's wait began {off_by} ns off the workload's own time"));
+        fail(format!(
+            "B's wait began {off_by} ns off the workload's own time"
+        ));
     }
 }
 
