@@ -208,8 +208,7 @@ fn cgroup2_mount() -> Option<String> {
 /// The parent of process `pid`, from `/proc/PID/stat`.
 fn parent_of(pid: u32) -> Option<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    after_name.split_whitespace().nth(1)?.parse().ok()
+    crate::probes::blocked::parse_stat(&stat).map(|stat| stat.ppid)
 }
 
 /// True while `pid` runs: it exists and is neither a zombie nor dead.

@@ -50,10 +50,12 @@ pub struct BlockedThread {
     pub user: (Vec<u64>, bool),
 }
 
-/// What `/proc/TID/stat` says of a thread: its state letter and last CPU.
+/// What `/proc/TID/stat` says of a thread: its state letter, its process's parent and
+/// its last CPU.
 #[derive(Debug, PartialEq)]
 pub struct ThreadStat {
     pub state: char,
+    pub ppid: u32,
     pub cpu: u32,
 }
 
@@ -64,6 +66,7 @@ pub fn parse_stat(text: &str) -> Option<ThreadStat> {
     // Fields after the name start at field 3 (state); the CPU is field 39.
     Some(ThreadStat {
         state: fields.first()?.chars().next()?,
+        ppid: fields.get(4 - 3)?.parse().ok()?,
         cpu: fields.get(39 - 3)?.parse().ok()?,
     })
 }
@@ -329,7 +332,14 @@ mod tests {
     fn stat_state_and_cpu_past_a_strange_name() {
         let text = "1234 (a (b) c) D 1 1234 1234 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 1 0 \
                     4242 1000 100 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
-        assert_eq!(parse_stat(text), Some(ThreadStat { state: 'D', cpu: 1 }));
+        assert_eq!(
+            parse_stat(text),
+            Some(ThreadStat {
+                state: 'D',
+                ppid: 1,
+                cpu: 1
+            })
+        );
         assert_eq!(parse_stat("garbage"), None);
     }
 

@@ -44,6 +44,7 @@ use profiler_common::kread::{
 };
 
 use crate::btf::Btf;
+use crate::probes::shared::inprogress::tgid_of;
 
 /// Size of a task's kernel stack (`THREAD_SIZE`: 16 KiB on x86_64 and arm64 with 4 KiB
 /// pages and without KASAN). A saved stack pointer outside the first 16 KiB of
@@ -837,17 +838,6 @@ fn wait_functions() -> Vec<WaitFunction> {
             Some(WaitFunction { start, end, wait })
         })
         .collect()
-}
-
-/// The process of thread `tid`, from `/proc/TID/status`.
-fn tgid_of(tid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("Tgid:"))?
-        .trim()
-        .parse()
-        .ok()
 }
 
 /// Whether `/proc/filesystems` lists `name`.

@@ -141,7 +141,7 @@ impl Family for OffcpuFamily {
         maps: &MapSet,
         stacks: &mut StackResolver,
         target: &Target,
-        mut reader: Option<&mut KernelReader>,
+        reader: Option<&mut KernelReader>,
     ) {
         let states = match self.options.all_states {
             true => STATE_UNINTERRUPTIBLE | STATE_INTERRUPTIBLE,
@@ -157,7 +157,7 @@ impl Family for OffcpuFamily {
         // What each waits on, and the holders of their locks, followed from their
         // waiters whatever their state and target (up to three links).
         let mut on = std::collections::HashMap::new();
-        if let Some(reader) = reader.as_deref_mut() {
+        if let Some(reader) = reader {
             let (mut next, mut owners) = (0, 0);
             while next < found.len() {
                 let tid = found[next].tid;
