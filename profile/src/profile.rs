@@ -119,6 +119,9 @@ pub struct WaitingRow {
     pub owner_pid: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner_tid: Option<u32>,
+    /// The request's id (`rpc`: for FUSE, the kernel's `struct fuse_req` address).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<u64>,
 }
 
 /// A requested probe that this kernel could not offer (the run went on without it).

@@ -130,6 +130,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         maps,
         stacks,
         watcher,
+        reader,
     } = session;
     let mut agent = Agent {
         host: record::hostname(),
@@ -142,6 +143,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         maps,
         stacks,
         watcher,
+        reader,
         staging,
         target,
         unavailable,
@@ -195,6 +197,8 @@ struct Agent {
     maps: MapSet,
     stacks: crate::probes::shared::StackResolver,
     watcher: Option<crate::probes::shared::ProcessWatcher>,
+    /// Reads kernel memory (who serves a request in flight).
+    reader: Option<probes::blocked_on::KernelReader>,
     staging: Staging,
     target: Target,
     unavailable: Vec<Unavailable>,
@@ -370,6 +374,7 @@ impl Agent {
         profile.unavailable = self.unavailable.clone();
         let families = &self.families;
         let stacks = &mut self.stacks;
+        let reader = self.reader.as_mut();
         // What the programs sent per event so far belongs to this period.
         for family in families {
             family.poll(&mut stacks.user);
@@ -377,7 +382,7 @@ impl Agent {
         // While the programs run, waits in progress are split at this boundary.
         let moment = probes::DrainMoment::now(self.ebpf.is_some());
         self.staging.drain_period(&mut self.maps, |maps| {
-            record::drain_families(families, maps, stacks, &mut profile, moment)
+            record::drain_families(families, maps, stacks, &mut profile, moment, reader)
         })?;
         for family in families {
             family.new_period();
@@ -445,6 +450,7 @@ impl Agent {
                     &mut self.stacks,
                     &mut live,
                     probes::DrainMoment::now(false),
+                    self.reader.as_mut(),
                 )
                 .and_then(|()| {
                     self.stacks.interner.copy_into(&mut live);

@@ -189,6 +189,7 @@ fn collect(
         maps,
         mut stacks,
         watcher,
+        mut reader,
     } = session;
     // Events the kernel dropped before any program ran (another BPF program was
     // running on the CPU): read while the programs are still loaded.
@@ -222,6 +223,7 @@ fn collect(
         &mut stacks,
         &mut profile,
         probes::DrainMoment::now(false),
+        reader.as_mut(),
     )?;
     stacks.interner.finish(&mut profile);
     profile.losses = probes::shared::drain_losses(&maps)?;
@@ -239,6 +241,8 @@ pub(crate) struct Session {
     pub(crate) stacks: StackResolver,
     /// Snapshots processes whose user stacks are recorded.
     pub(crate) watcher: Option<ProcessWatcher>,
+    /// Reads kernel memory (what a blocked thread waits on, who serves a request).
+    pub(crate) reader: Option<probes::blocked_on::KernelReader>,
 }
 
 /// The first line of a recording (what, of whom) and where the metrics are.
@@ -367,6 +371,7 @@ pub(crate) fn drain_families(
     stacks: &mut StackResolver,
     profile: &mut Profile,
     moment: probes::DrainMoment,
+    reader: Option<&mut probes::blocked_on::KernelReader>,
 ) -> Result<()> {
     let mut out = probes::Drain {
         maps,
@@ -377,6 +382,7 @@ pub(crate) fn drain_families(
     for family in families {
         family.drain(&mut out)?;
     }
+    probes::shared::inprogress::name_fuse_servers(reader, &mut profile.waiting);
     Ok(())
 }
 
@@ -392,6 +398,7 @@ fn snapshot(families: &[Recorded], session: &mut Session, elapsed_s: f64) -> Res
         &mut session.stacks,
         &mut profile,
         probes::DrainMoment::now(false),
+        session.reader.as_mut(),
     )?;
     session.stacks.interner.copy_into(&mut profile);
     // Off-CPU and IO series are labelled by process name.
@@ -593,6 +600,7 @@ fn start(
         maps,
         stacks,
         watcher,
+        reader,
     })
 }
 

@@ -222,6 +222,20 @@ struct FuseLayout {
     req_wait_head: u64,
     req_opcode: u64,
     req_unique: u64,
+    /// From a request to its connection (`fuse_req.fm`, `fuse_mount.fc`), and from a
+    /// `/dev/fuse` file's `fuse_dev` to its connection (`fuse_dev.fc`); absent before
+    /// Linux 5.10 (no `fuse_mount`).
+    connection: Option<(u64, u64, u64)>,
+}
+
+/// From a task to the file behind one of its descriptors.
+#[derive(Debug, Clone, Copy)]
+struct FilesLayout {
+    task_files: u64,
+    files_fdt: u64,
+    fdt_fd: u64,
+    fdt_max_fds: u64,
+    file_private_data: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -260,6 +274,7 @@ struct Layout {
     rwsem_waiter_type: Option<(u64, u32, u32)>,
     wait_entry: Option<WaiterLayout>,
     fuse: Option<FuseLayout>,
+    files: Option<FilesLayout>,
     inode: Option<InodeLayout>,
 }
 
@@ -293,6 +308,15 @@ impl Layout {
             let module = Btf::from_sys_fs_with_module("fuse").ok()?;
             fuse_layout(&module)
         });
+        let files = (|| {
+            Some(FilesLayout {
+                task_files: opt("task_struct", "files")?,
+                files_fdt: opt("files_struct", "fdt")?,
+                fdt_fd: opt("fdtable", "fd")?,
+                fdt_max_fds: opt("fdtable", "max_fds")?,
+                file_private_data: opt("file", "private_data")?,
+            })
+        })();
         let inode = (|| {
             Some(InodeLayout {
                 i_rwsem: opt("inode", "i_rwsem")?,
@@ -334,6 +358,7 @@ impl Layout {
             })(),
             wait_entry: waiter("wait_queue_entry", "entry", "private"),
             fuse,
+            files,
             inode,
         })
     }
@@ -345,6 +370,13 @@ fn fuse_layout(btf: &Btf) -> Option<FuseLayout> {
         req_wait_head: off("fuse_req", "waitq")? + off("wait_queue_head", "head")?,
         req_opcode: off("fuse_req", "in.h.opcode")?,
         req_unique: off("fuse_req", "in.h.unique")?,
+        connection: (|| {
+            Some((
+                off("fuse_req", "fm")?,
+                off("fuse_mount", "fc")?,
+                off("fuse_dev", "fc")?,
+            ))
+        })(),
     })
 }
 
@@ -401,6 +433,32 @@ impl KernelReader {
             .run(KREAD_OP_CURRENT_TASK, 0, 0)
             .context("cannot run the kernel reader with BPF_PROG_TEST_RUN")?;
         Ok(reader)
+    }
+
+    /// The process serving the FUSE connection of request `req_addr` (a `struct
+    /// fuse_req`): of `candidates` (processes and their descriptors open on
+    /// `/dev/fuse`), the one whose descriptor's `fuse_dev` belongs to the request's
+    /// connection. `None` when none can be verified.
+    pub fn fuse_server_of(&mut self, req_addr: u64, candidates: &[(u32, Vec<u32>)]) -> Option<u32> {
+        let (req_fm, fm_fc, dev_fc) = self.layout.fuse?.connection?;
+        let files = self.layout.files?;
+        let mount = self.read_u64(req_addr + req_fm)?;
+        let connection = self.read_u64(mount + fm_fc)?;
+        if connection == 0 {
+            return None;
+        }
+        candidates.iter().find_map(|(pid, fds)| {
+            let task = self.find_task(*pid, *pid)?;
+            let table = self.read_u64(task + files.task_files)?;
+            let fdt = self.read_u64(table + files.files_fdt)?;
+            let array = self.read_u64(fdt + files.fdt_fd)?;
+            let max_fds = self.read_u32(fdt + files.fdt_max_fds)?;
+            fds.iter().filter(|&&fd| fd < max_fds).find_map(|&fd| {
+                let file = self.read_u64(array + 8 * u64::from(fd))?;
+                let device = self.read_u64(file + files.file_private_data)?;
+                (self.read_u64(device + dev_fc)? == connection).then_some(*pid)
+            })
+        })
     }
 
     /// What thread `tid` sleeps on, judged from its kernel stack frames (function names

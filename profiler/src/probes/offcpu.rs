@@ -336,7 +336,6 @@ impl OffcpuFamily {
             return Ok(Vec::new());
         }
         let open = maps.hash_map::<u32, OffcpuStart>(names::OFFCPU_START)?;
-        let mut servers = None;
         let mut rows = Vec::new();
         for followed in &self.blocked {
             let (thread, Some(on)) = (&followed.thread, &followed.on) else {
@@ -377,15 +376,12 @@ impl OffcpuFamily {
                     row.owner_pid = owner.as_ref().map(|owner| owner.tgid);
                     row.owner_tid = owner.as_ref().map(|owner| owner.tid);
                 }
-                BlockedOn::FuseRequest { opcode, .. } => {
+                BlockedOn::FuseRequest {
+                    opcode, req_addr, ..
+                } => {
                     row.kind = "rpc".into();
                     row.class = format!("FUSE {}", super::rpc::fuse_opcode_name(*opcode));
-                    let servers =
-                        servers.get_or_insert_with(super::shared::inprogress::fuse_servers);
-                    row.owner_pid = match servers.as_slice() {
-                        [one] => Some(*one),
-                        _ => None,
-                    };
+                    row.request = Some(*req_addr);
                 }
             }
             rows.push(row);
@@ -534,9 +530,8 @@ fn drain_open_waits(
                 what: String::new(),
                 stack,
                 ustack,
-                lock_addr: None,
                 owner_pid: kept.held_by,
-                owner_tid: None,
+                ..Default::default()
             });
         }
         if moment.ends_period {

@@ -508,29 +508,21 @@ pub fn attach(ebpf: &mut Ebpf, setup: &RpcSetup) -> Result<Vec<ProbeUse>> {
 }
 
 /// The requests still in flight at the drain (`RPC_INFLIGHT`), as waits in progress of
-/// the threads that sent them; a FUSE request names the server when the machine has
-/// one. Their time enters the latency rows when they end.
+/// the threads that sent them (the FUSE server is named after the drain, from kernel
+/// memory). Their time enters the latency rows when they end.
 fn drain_in_flight(
     maps: &MapSet,
     stacks: &mut StackResolver,
     setup: &RpcSetup,
     moment: DrainMoment,
 ) -> Result<Vec<WaitingRow>> {
-    use super::shared::inprogress::{fuse_servers, WAITING_MIN_NS};
-    let mut servers: Option<Vec<u32>> = None;
+    use super::shared::inprogress::WAITING_MIN_NS;
     let mut waiting = Vec::new();
     for (id, start) in maps.entries::<RpcId, RpcStart>(names::RPC_INFLIGHT)? {
         if start.start_ns > moment.now_ns || moment.now_ns - start.start_ns < WAITING_MIN_NS {
             continue;
         }
         let (provider, op_name) = provider_and_op(id.provider, start.op, setup);
-        let server = match id.provider {
-            PROVIDER_FUSE => match servers.get_or_insert_with(fuse_servers).as_slice() {
-                [one] => Some(*one),
-                _ => None,
-            },
-            _ => None,
-        };
         waiting.push(WaitingRow {
             kind: "rpc".into(),
             pid: start.tgid,
@@ -544,7 +536,7 @@ fn drain_in_flight(
             counted_ns: 0,
             class: format!("{} {op_name}", provider.to_uppercase()),
             stack: stacks.kernel_stack(start.start_kstack),
-            owner_pid: server,
+            request: Some(id.id),
             ..Default::default()
         });
     }

@@ -3,6 +3,8 @@
 
 use std::fs;
 
+use crate::{probes::blocked_on::KernelReader, profile::WaitingRow};
+
 /// Waits in progress shorter than this are not listed one by one (with `--offcpu-all`
 /// every sleeping thread has a wait in progress at any moment).
 pub const WAITING_MIN_NS: u64 = 100_000_000;
@@ -16,10 +18,9 @@ pub fn tgid_of(tid: u32) -> Option<u32> {
         .and_then(|value| value.trim().parse().ok())
 }
 
-/// The processes that hold `/dev/fuse` open: the FUSE servers of this machine. With
-/// one server, a request in flight is served by it; with several the connection is
-/// not told apart here, and no server is named.
-pub fn fuse_servers() -> Vec<u32> {
+/// The processes that hold `/dev/fuse` open, with those descriptors: the FUSE servers
+/// of this machine.
+pub fn fuse_servers() -> Vec<(u32, Vec<u32>)> {
     let Ok(entries) = fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -35,11 +36,37 @@ pub fn fuse_servers() -> Vec<u32> {
         let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
             continue;
         };
-        if fds.flatten().any(|fd| {
-            fs::read_link(fd.path()).is_ok_and(|target| target.as_os_str() == "/dev/fuse")
-        }) {
-            servers.push(pid);
+        let open: Vec<u32> = fds
+            .flatten()
+            .filter(|fd| {
+                fs::read_link(fd.path()).is_ok_and(|target| target.as_os_str() == "/dev/fuse")
+            })
+            .filter_map(|fd| fd.file_name().to_str()?.parse().ok())
+            .collect();
+        if !open.is_empty() {
+            servers.push((pid, open));
         }
     }
     servers
+}
+
+/// Names the server of each FUSE request in flight (`kind` rpc with a request id):
+/// the process whose `/dev/fuse` descriptor belongs to the request's connection, read
+/// from kernel memory. Without the kernel reader no server is named (with several FUSE
+/// servers on a machine, a guess could name the wrong one).
+pub fn name_fuse_servers(reader: Option<&mut KernelReader>, waiting: &mut [WaitingRow]) {
+    let Some(reader) = reader else {
+        return;
+    };
+    let mut servers: Option<Vec<(u32, Vec<u32>)>> = None;
+    for row in waiting.iter_mut() {
+        let Some(request) = row
+            .request
+            .filter(|_| row.kind == "rpc" && row.class.starts_with("FUSE "))
+        else {
+            continue;
+        };
+        let candidates = servers.get_or_insert_with(fuse_servers);
+        row.owner_pid = reader.fuse_server_of(request, candidates);
+    }
 }
