@@ -15,7 +15,7 @@ use crate::{
         filelock,
         prelude::*,
     },
-    profile::{OffcpuRow, WaitingRow},
+    profile::{Frame, OffcpuRow, WaitingRow},
     target::Target,
     tracefs,
     waitclass::{self, Classifier},
@@ -64,6 +64,15 @@ fn plan_family(args: &RecordArgs, _ctx: &mut PlanContext) -> Result<Planned> {
         classifier: Classifier::new(args.wait_class.clone()),
         blocked: Vec::new(),
     })))
+}
+
+/// The slow path a thread queued on a lock of `kind` sleeps in.
+fn slow_path_of(kind: LockKind) -> &'static str {
+    match kind {
+        LockKind::Mutex => "__mutex_lock",
+        LockKind::RwsemRead => "rwsem_down_read_slowpath",
+        LockKind::RwsemWrite => "rwsem_down_write_slowpath",
+    }
 }
 
 /// Lock holders read in addition to the blocked threads of the targets, at most.
@@ -170,6 +179,11 @@ impl Family for OffcpuFamily {
                         } => Some((owner.tgid, owner.tid)),
                         _ => None,
                     };
+                    // /proc/TID/stack leaves out the lock's slow path (a `__sched`
+                    // function); the kernel reader found the thread queued on the lock.
+                    if let BlockedOn::Lock { kind, .. } = &waits_on {
+                        found[next].kernel.insert(0, Frame::kernel(slow_path_of(*kind)));
+                    }
                     on.insert(tid, waits_on);
                     if let Some((owner_tgid, owner_tid)) = holder {
                         let known = found.iter().any(|thread| thread.tid == owner_tid);
