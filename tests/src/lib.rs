@@ -1,5 +1,17 @@
 //! Workload building blocks shared by the workload binaries in `src/bin/`.
 
+/// A clock's time in nanoseconds (`libc::CLOCK_MONOTONIC`: the clock of lockpath's
+/// time stamps; `CLOCK_THREAD_CPUTIME_ID`: the calling thread's CPU time).
+pub fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given, which lives on this stack.
+    unsafe { libc::clock_gettime(clock, &mut now) };
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
 /// Creates and closes a pipe: takes kernel spinlocks (fd table, inode allocation).
 pub fn pipe_cycle() {
     let mut fds = [0; 2];

@@ -326,12 +326,12 @@ fn drain_in_flight(
     devices: &DeviceNames,
     moment: DrainMoment,
 ) -> Result<Vec<WaitingRow>> {
-    use super::shared::inprogress::WAITING_MIN_NS;
+    use super::shared::inprogress::listed_age;
     let mut waiting = Vec::new();
     for (_, request) in maps.entries::<u64, IoInFlight>(names::IO_INFLIGHT)? {
-        if request.start_ns > moment.now_ns || moment.now_ns - request.start_ns < WAITING_MIN_NS {
+        let Some(age_ns) = listed_age(request.start_ns, moment.now_ns) else {
             continue;
-        }
+        };
         let (major, minor) = split_dev(request.dev);
         let state = match request.issue_ns {
             0 => "queued",
@@ -342,7 +342,7 @@ fn drain_in_flight(
             pid: request.tgid,
             tid: request.tgid,
             since_ns: request.start_ns,
-            age_ns: moment.now_ns - request.start_ns,
+            age_ns,
             counted_ns: 0,
             class: op_name(request.op).into(),
             what: format!(

@@ -367,13 +367,13 @@ fn drain_open_waits(
     moment: DrainMoment,
     rows: &[LockRow],
 ) -> Result<Vec<WaitingRow>> {
-    use super::shared::inprogress::{tgid_of, WAITING_MIN_NS};
+    use super::shared::inprogress::{listed_age, tgid_of};
     let namer = super::lockname::LockNamer::new(maps)?;
     let mut waiting = Vec::new();
     for (tid, wait) in maps.entries::<u32, LockWait>(names::LOCK_SLEEP_WAIT)? {
-        if wait.start_ns > moment.now_ns || moment.now_ns - wait.start_ns < WAITING_MIN_NS {
+        let Some(age_ns) = listed_age(wait.start_ns, moment.now_ns) else {
             continue;
-        }
+        };
         let name = match rows.iter().find(|row| row.lock_addr == wait.lock_addr) {
             Some(row) => row.lock_name.to_string(),
             None => namer.name(wait.lock_class, wait.lock_addr, stacks).0,
@@ -383,7 +383,7 @@ fn drain_open_waits(
             pid: tgid_of(tid).unwrap_or(tid),
             tid,
             since_ns: wait.start_ns,
-            age_ns: moment.now_ns - wait.start_ns,
+            age_ns,
             counted_ns: 0,
             class: crate::lock::lock_type_name(wait.flags).into(),
             what: name,

@@ -182,7 +182,9 @@ impl Family for OffcpuFamily {
                     // /proc/TID/stack leaves out the lock's slow path (a `__sched`
                     // function); the kernel reader found the thread queued on the lock.
                     if let BlockedOn::Lock { kind, .. } = &waits_on {
-                        found[next].kernel.insert(0, Frame::kernel(slow_path_of(*kind)));
+                        found[next]
+                            .kernel
+                            .insert(0, Frame::kernel(slow_path_of(*kind)));
                     }
                     on.insert(tid, waits_on);
                     if let Some((owner_tgid, owner_tid)) = holder {

@@ -516,12 +516,12 @@ fn drain_in_flight(
     setup: &RpcSetup,
     moment: DrainMoment,
 ) -> Result<Vec<WaitingRow>> {
-    use super::shared::inprogress::WAITING_MIN_NS;
+    use super::shared::inprogress::listed_age;
     let mut waiting = Vec::new();
     for (id, start) in maps.entries::<RpcId, RpcStart>(names::RPC_INFLIGHT)? {
-        if start.start_ns > moment.now_ns || moment.now_ns - start.start_ns < WAITING_MIN_NS {
+        let Some(age_ns) = listed_age(start.start_ns, moment.now_ns) else {
             continue;
-        }
+        };
         let (provider, op_name) = provider_and_op(id.provider, start.op, setup);
         waiting.push(WaitingRow {
             kind: "rpc".into(),
@@ -532,7 +532,7 @@ fn drain_in_flight(
                 start.tgid
             },
             since_ns: start.start_ns,
-            age_ns: moment.now_ns - start.start_ns,
+            age_ns,
             counted_ns: 0,
             class: format!("{} {op_name}", provider.to_uppercase()),
             stack: stacks.kernel_stack(start.start_kstack),

@@ -37,13 +37,7 @@ fn burn_thirty(units: u64) -> u64 {
 }
 
 fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into the timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    lockpath_tests::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 fn work(seconds: f64, cpu_seconds: Option<f64>, seventy: u64, thirty: u64) {

@@ -110,13 +110,7 @@ fn lock_wait(dir: &Path, headstart: Duration, tag: &str, lines: &mut Vec<String>
 
 /// CLOCK_MONOTONIC in nanoseconds (the clock of lockpath's time stamps).
 fn monotonic_ns() -> u64 {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec it is given, which lives on this stack.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+    lockpath_tests::clock_ns(libc::CLOCK_MONOTONIC)
 }
 
 /// A child process that creates `path` and prints when the call began (CLOCK_MONOTONIC

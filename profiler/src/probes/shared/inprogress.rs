@@ -9,6 +9,14 @@ use crate::{probes::blocked_on::KernelReader, profile::WaitingRow};
 /// every sleeping thread has a wait in progress at any moment).
 pub const WAITING_MIN_NS: u64 = 100_000_000;
 
+/// The age at `now_ns` of a wait begun at `start_ns`, when it is listed (it began
+/// before `now_ns` and has lasted `WAITING_MIN_NS`).
+pub fn listed_age(start_ns: u64, now_ns: u64) -> Option<u64> {
+    now_ns
+        .checked_sub(start_ns)
+        .filter(|age| *age >= WAITING_MIN_NS)
+}
+
 /// The process (tgid) of thread `tid`, from `/proc`; `None` once it has exited.
 pub fn tgid_of(tid: u32) -> Option<u32> {
     let status = fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
