@@ -1,4 +1,5 @@
-//! Waits in progress (`Profile::waiting`): what was still waiting when a profile was
+//! Waits in progress (`Profile::waiting`): what was still waiting (or running a traced
+//! function) when a profile was
 //! drained, and whom it waited for. A lock wait names the lock's holder; the holder's
 //! own wait in progress, if it has one, is the next link of the chain, and so on, three
 //! links deep (the hung-client case: B waits on a directory's lock held by A, which
@@ -19,7 +20,7 @@ pub const CHAIN_DEPTH: usize = 3;
 /// The kinds of wait in progress, in the order a thread's waits are preferred as the
 /// link of a chain: what it waits on (a request, a lock, IO) says more than that it is
 /// off the CPU.
-const LINK_PREFERENCE: [&str; 4] = ["rpc", "lock", "io", "offcpu"];
+const LINK_PREFERENCE: [&str; 5] = ["rpc", "lock", "io", "func", "offcpu"];
 
 /// The waits of one thread, the most telling first (see `LINK_PREFERENCE`).
 fn waits_of(profile: &Profile, tid: u32) -> Vec<&WaitingRow> {

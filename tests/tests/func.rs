@@ -123,6 +123,60 @@ fn ufunc_count_and_mean_match_the_workload() {
 /// read of the workload) and the profile says which method was used; where it offers
 /// neither (this development machine), one line says why and the run goes on.
 #[test]
+fn a_call_in_progress_at_the_end_is_reported() {
+    let test = "a_call_in_progress_at_the_end_is_reported";
+    if !can_load_programs(test) {
+        return;
+    }
+    let dir = scratch("ufunc-in-progress");
+    let profile_path = dir.join("p.json");
+    let results_path = dir.join("results");
+    let calls = workload("timed-calls");
+    let spec = format!("{}:lockpath_timed_work", calls.display());
+    let (recording, programs) = spawn_recording(&[
+        "record",
+        "--ufunc",
+        &spec,
+        "-a",
+        "-d",
+        "3",
+        "-o",
+        path_str(&profile_path),
+    ]);
+    // One call of 6 s: still running when the recording ends.
+    let status = std::process::Command::new(&calls)
+        .args(["calls", path_str(&results_path), "1", "6000"])
+        .status()
+        .expect("run timed-calls");
+    assert!(status.success());
+    recording.finish(&programs);
+    let pid = results(&results_path, "pid")[0];
+    let since = results(&results_path, "call_since_ns")[0];
+    let profile = load_json(&profile_path);
+    let row = profile["waiting"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|row| row["kind"] == "func" && row["pid"].as_u64() == Some(pid))
+        .unwrap_or_else(|| panic!("no call in progress of {pid}: {}", profile["waiting"]));
+    assert_eq!(row["class"].as_str(), Some(spec.as_str()));
+    let (row_since, age) = (
+        row["since_ns"].as_u64().unwrap(),
+        row["age_ns"].as_u64().unwrap(),
+    );
+    let true_age = (row_since + age).saturating_sub(since) as f64;
+    eprintln!(
+        "call in progress: age {:.3} s, true {:.3} s",
+        age as f64 / 1e9,
+        true_age / 1e9
+    );
+    assert!(
+        row_since.abs_diff(since) as f64 <= 0.05 * true_age,
+        "began at {row_since}, the workload says {since}"
+    );
+}
+
+#[test]
 fn func_records_or_says_why_not() {
     if !can_load_programs("func_records_or_says_why_not") {
         return;

@@ -10,12 +10,14 @@ use aya::{
     Btf, Ebpf,
 };
 use profiler_common::{
-    func::{names, FuncKey, FUNC_CALLS_ENTRIES, FUNC_SLOTS, UFUNC_SLOT_BASE},
+    func::{names, FuncCall, FuncEntry, FuncKey, FUNC_CALLS_ENTRIES, FUNC_SLOTS, UFUNC_SLOT_BASE},
     latency::LatencyStat,
 };
 
 use crate::{
-    cli::FuncMethod, probes::prelude::*, profile::FuncRow,
+    cli::FuncMethod,
+    probes::prelude::*,
+    profile::{FuncRow, WaitingRow},
     symbolize::kallsyms::check_kernel_function,
 };
 
@@ -73,6 +75,8 @@ impl Family for FuncFamily {
 
     fn drain(&self, out: &mut Drain) -> Result<()> {
         out.profile.funcs = drain(out.maps, out.stacks, &self.targets)?;
+        let waiting = drain_calls_in_progress(out.maps, out.stacks, &self.targets, out.moment)?;
+        out.profile.waiting.extend(waiting);
         Ok(())
     }
 
@@ -342,6 +346,43 @@ pub fn attach(
 }
 
 /// Reads the aggregate out of the kernel.
+/// The calls still in progress at the drain (`FUNC_CALLS`), as waits of the threads
+/// in them. Their time enters the latency rows when they return.
+fn drain_calls_in_progress(
+    maps: &MapSet,
+    stacks: &mut StackResolver,
+    targets: &[FuncTarget],
+    moment: DrainMoment,
+) -> Result<Vec<WaitingRow>> {
+    use super::shared::inprogress::{listed_age, tgid_of};
+    let mut waiting = Vec::new();
+    for (call, entry) in maps.entries::<FuncCall, FuncEntry>(names::FUNC_CALLS)? {
+        let Some(age_ns) = listed_age(entry.start_ns, moment.now_ns) else {
+            continue;
+        };
+        let Some(target) = targets.iter().find(|target| target.slot == call.slot) else {
+            continue;
+        };
+        let pid = tgid_of(call.tid).unwrap_or(call.tid);
+        let stack = match target.user {
+            true => stacks.user_stack(pid, entry.stack_id),
+            false => stacks.kernel_stack(entry.stack_id),
+        };
+        waiting.push(WaitingRow {
+            kind: "func".into(),
+            pid,
+            tid: call.tid,
+            since_ns: entry.start_ns,
+            age_ns,
+            class: target.name.clone(),
+            stack: stack.filter(|_| !target.user),
+            ustack: stack.filter(|_| target.user),
+            ..Default::default()
+        });
+    }
+    Ok(waiting)
+}
+
 pub fn drain(
     maps: &MapSet,
     stacks: &mut StackResolver,

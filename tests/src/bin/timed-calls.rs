@@ -2,7 +2,8 @@
 //!
 //! - `timed-calls calls RESULTS N MILLIS`: calls `lockpath_timed_work` N times; each call
 //!   busy-waits MILLIS ms (so it stays on CPU and the time is exact). Each call's time is
-//!   measured here and written to RESULTS as `call_ns VALUE` lines.
+//!   measured here and written to RESULTS as `call_ns VALUE` lines, with when it began
+//!   (`call_since_ns`, CLOCK_MONOTONIC).
 //! - `timed-calls reads RESULTS N`: N `read(2)` calls of one byte from /dev/zero (each
 //!   goes through the kernel's `vfs_read`).
 //! - `timed-calls pipe RESULTS N`: N rounds of writing one byte to a pipe and reading it
@@ -47,6 +48,8 @@ fn main() {
         Some("calls") => {
             let (calls, millis) = (number(2), number(3));
             for _ in 0..calls {
+                let since = lockpath_tests::clock_ns(libc::CLOCK_MONOTONIC);
+                lines.push(format!("call_since_ns {since}"));
                 let started = Instant::now();
                 std::hint::black_box(lockpath_timed_work(std::hint::black_box(millis)));
                 lines.push(format!("call_ns {}", started.elapsed().as_nanos()));
