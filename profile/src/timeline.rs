@@ -42,7 +42,8 @@ pub struct Series {
     /// The process of a `process` series.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
-    /// Wait time that ended in each interval, nanoseconds.
+    /// Wait time of each interval, nanoseconds: lock waits that ended in it, off-CPU
+    /// time that passed in it (a wait still open at a boundary counts up to it).
     pub wait_ns: Vec<u64>,
     /// Waits that ended in each interval.
     pub count: Vec<u64>,
@@ -256,7 +257,7 @@ pub fn text(profile: &Profile, top: usize) -> String {
     let intervals = timeline.ends_s.len();
     let per = intervals.div_ceil(COLUMNS).max(1);
     let mut out = format!(
-        "\ntimeline: {intervals} intervals of {:.3} s (wait time that ended in each, ms; a column is {per} interval{})\n",
+        "\ntimeline: {intervals} intervals of {:.3} s (wait time in each, ms; a column is {per} interval{})\n",
         timeline.interval_s,
         if per == 1 { "" } else { "s" }
     );
@@ -319,7 +320,7 @@ pub fn html_section(profile: &Profile) -> String {
         return String::new();
     };
     let mut out = format!(
-        "<section id=\"timeline\">\n<h2>Timeline</h2>\n<p>{} intervals of {:.3} s: the wait time that ended in each.</p>\n",
+        "<section id=\"timeline\">\n<h2>Timeline</h2>\n<p>{} intervals of {:.3} s: the lock waits that ended in each, the off-CPU time that passed in each.</p>\n",
         timeline.ends_s.len(),
         timeline.interval_s
     );

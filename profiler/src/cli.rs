@@ -253,7 +253,8 @@ pub struct RecordArgs {
 
     /// Keep the lock and off-CPU wait time per interval of this length (e.g. 500ms, 1s)
     /// for every lock, wait class and process: the profile's timeline, `report
-    /// --timeline`, and charts in the HTML report. A wait counts in the interval it ended in.
+    /// --timeline`, and charts in the HTML report. A lock wait counts in the interval it ended
+    /// in; off-CPU time in the intervals it passed in.
     #[arg(long, value_name = "DUR", value_parser = crate::probes::offcpu::parse_min_wait)]
     pub interval: Option<u64>,
 
