@@ -656,10 +656,15 @@ impl Profile {
             .locks
             .iter()
             .map(|row| ("a lock owner", row.owner_stack));
+        let waiting_stacks = self
+            .waiting
+            .iter()
+            .flat_map(|row| [("a waiting", row.stack), ("a waiting", row.ustack)]);
         for (what, stack) in rpc_stacks
             .chain(func_stacks)
             .chain(hold_stacks)
             .chain(owner_stacks)
+            .chain(waiting_stacks)
         {
             if let Some(stack) = stack {
                 if stack as usize >= self.stacks.len() {
