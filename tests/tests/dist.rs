@@ -229,6 +229,24 @@ fn deb_installs_and_runs_on_bullseye() {
         "{man}"
     );
 
+    // The bash completion parses, and completes the subcommands.
+    let completion = in_chroot(
+        &root,
+        &[
+            "bash",
+            "-c",
+            ". /usr/share/bash-completion/completions/lockpath && \
+             COMP_WORDS=(lockpath re) COMP_CWORD=1 && _lockpath lockpath re lockpath && \
+             echo \"${COMPREPLY[@]}\"",
+        ],
+    );
+    let words = String::from_utf8_lossy(&completion.stdout);
+    assert!(
+        words.split_whitespace().any(|word| word == "record")
+            && words.split_whitespace().any(|word| word == "report"),
+        "bash completes `lockpath re`: {words}"
+    );
+
     in_chroot(&root, &["dpkg", "--purge", "lockpath"]);
     assert!(!root.join("usr/bin/lockpath").exists(), "purged");
 }
