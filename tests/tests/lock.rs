@@ -20,7 +20,25 @@ fn lock_contention_matches_perf_and_renders() {
     if !can_load_programs("lock_contention_matches_perf_and_renders") {
         return;
     }
-    let dir = scratch("lock-perf");
+    let _alone = alone();
+    storm_matches_perf_and_renders(&lockpath_bin(), "lock-perf");
+}
+
+/// The same checks with the static (musl) binary of `cargo xtask dist`.
+#[test]
+fn static_binary_lock_contention_matches_perf_and_renders() {
+    const TEST: &str = "static_binary_lock_contention_matches_perf_and_renders";
+    if !can_load_programs(TEST) || !require_artifact(TEST, &static_lockpath_bin()) {
+        return;
+    }
+    let _alone = alone();
+    storm_matches_perf_and_renders(&static_lockpath_bin(), "lock-perf-static");
+}
+
+/// `bin record --lock` of a lock storm under `perf stat`: the contention count agrees
+/// with perf's, the rows, callers, flamegraph and folded export are right.
+fn storm_matches_perf_and_renders(bin: &std::path::Path, scratch_name: &str) {
+    let dir = scratch(scratch_name);
     let profile_path = dir.join("lock.json");
     let svg_path = dir.join("lock.svg");
     let perf_path = dir.join("perf.txt");
@@ -54,7 +72,7 @@ fn lock_contention_matches_perf_and_renders() {
     let mut attempt = 0;
     let (stdout, profile) = loop {
         attempt += 1;
-        let (child, programs) = spawn_recording(&args);
+        let (child, programs) = spawn_recording_with(bin, &args);
         assert!(
             programs.len() >= 2,
             "expected the lock programs, got {programs:?}"
@@ -168,14 +186,17 @@ fn lock_contention_matches_perf_and_renders() {
     }
 
     // Callers are real kernel functions, and the table and flamegraph name them.
-    let report = lockpath_ok(&[
-        "report",
-        profile_path.to_str().expect("path"),
-        "--format",
-        "json",
-        "--top",
-        "0",
-    ]);
+    let report = lockpath_ok_with(
+        bin,
+        &[
+            "report",
+            profile_path.to_str().expect("path"),
+            "--format",
+            "json",
+            "--top",
+            "0",
+        ],
+    );
     let report: serde_json::Value = serde_json::from_slice(&report.stdout).expect("report JSON");
     let kallsyms = std::fs::read_to_string("/proc/kallsyms").expect("kallsyms");
     let functions: std::collections::HashSet<&str> = kallsyms
@@ -230,12 +251,15 @@ fn lock_contention_matches_perf_and_renders() {
     );
 
     // The folded export carries the same total wait (microseconds) as the profile.
-    let folded = lockpath_ok(&[
-        "export",
-        profile_path.to_str().expect("path"),
-        "--format",
-        "folded",
-    ]);
+    let folded = lockpath_ok_with(
+        bin,
+        &[
+            "export",
+            profile_path.to_str().expect("path"),
+            "--format",
+            "folded",
+        ],
+    );
     let folded_text = String::from_utf8_lossy(&folded.stdout);
     let folded_total: u64 = folded_text
         .lines()

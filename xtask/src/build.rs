@@ -45,7 +45,7 @@ pub fn build(profile: Profile) -> Result<Artifacts> {
 /// `cargo +nightly build --release` inside profiler-ebpf/ (its own workspace;
 /// target and build-std come from its .cargo/config.toml). Always release:
 /// unoptimised eBPF does not pass the verifier.
-fn build_ebpf(tools: &setup::Tools) -> Result<PathBuf> {
+pub(crate) fn build_ebpf(tools: &setup::Tools) -> Result<PathBuf> {
     const STEP: &str = "build step 1/2 (eBPF object)";
     let crate_dir = util::workspace_root().join("profiler-ebpf");
     let path = util::path_with(&[tools.bin_dir.clone(), util::cargo_home()?.join("bin")])?;

@@ -2,6 +2,7 @@
 
 mod bench;
 mod build;
+mod dist;
 mod run;
 mod setup;
 mod test;
@@ -20,8 +21,10 @@ usage: cargo xtask <command>
 commands:
   setup              install rust-src (nightly) and bpf-linker 0.13.0 if missing
   build [--debug]    build the eBPF object and lockpath (release unless --debug)
+  dist               static lockpath (x86_64 musl), man page, completions, .deb
+                     and .rpm into target/dist/
   run [-- ARGS]      build, then run target/release/lockpath ARGS (needs root)
-  test [-- ARGS]     install test tools (root), build, then
+  test [-- ARGS]     install test tools (root), build, dist, then
                      `cargo test --release --workspace ARGS`, then vm-test
   vm-test [KERNEL]   boot the lab kernels (6.1, 5.10) in QEMU and run the guest
                      checks of tests/vm/checks/ (root; kernels cached in target/vm/)
@@ -60,6 +63,10 @@ fn try_main() -> Result<()> {
                 ),
             };
             build::build(profile).map(|_| ())
+        }
+        "dist" => {
+            no_args("dist", &rest)?;
+            dist::dist().map(|_| ())
         }
         "run" => run::run(after_dashes(rest)),
         "test" => test::test(after_dashes(rest)),

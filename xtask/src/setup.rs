@@ -239,6 +239,10 @@ const TEST_TOOLS: &[(&str, &str)] = &[
     ("objcopy", "binutils"),
     ("xz", "xz-utils"),
     ("fio", "fio"),
+    // The dist tests: the static binary, a bullseye chroot for the .deb, the .rpm's files.
+    ("file", "file"),
+    ("debootstrap", "debootstrap"),
+    ("rpm", "rpm"),
 ];
 
 /// Installs missing test tools with apt-get when root. Never fails: the tests
@@ -291,4 +295,74 @@ pub fn ensure_test_tools() {
     ) {
         util::say(format!("warning: {err:#}"));
     }
+}
+
+/// Packaging tools of `cargo xtask dist`, pinned (both build with the stable toolchain).
+const DIST_TOOLS: &[(&str, &str)] = &[("cargo-deb", "3.8.0"), ("cargo-generate-rpm", "0.21.1")];
+
+/// What `cargo xtask dist` needs beyond `ensure`: the rustup target of the static
+/// binary, musl-gcc for the C code of its dependencies (mimalloc, liblzma), and the
+/// pinned packaging tools. Idempotent; a no-op run asks rustup and each tool once.
+pub fn ensure_dist_tools(target: &str) -> Result<()> {
+    const STEP: &str = "dist setup";
+    let installed = util::capture(
+        util::isolated("rustup").args(["target", "list", "--installed"]),
+        STEP,
+        "install rustup",
+    )?;
+    if !installed.lines().any(|line| line.trim() == target) {
+        util::say(format!("adding the rustup target {target}"));
+        util::run(
+            util::isolated("rustup").args(["target", "add", target]),
+            STEP,
+            "check network access to static.rust-lang.org",
+        )?;
+    }
+    if util::find_in_path("musl-gcc").is_none() {
+        apt_install(&["musl-tools"]).context("musl-gcc is missing")?;
+    }
+    let bin_dir = util::install_bin_dir()?;
+    for (tool, version) in DIST_TOOLS {
+        let path = bin_dir.join(tool);
+        let said = Command::new(&path)
+            .arg("--version")
+            .output()
+            .map(|output| String::from_utf8_lossy(&output.stdout).into_owned())
+            .unwrap_or_default();
+        if said.split_whitespace().any(|word| word == *version) {
+            continue;
+        }
+        util::say(format!("installing {tool} {version} (a few minutes)"));
+        let mut cmd = util::isolated("cargo");
+        cmd.args(["install", tool, "--version", version, "--locked", "--force"])
+            // Outside the workspace, so its config does not apply.
+            .current_dir(&bin_dir);
+        if let Some(root) = util::install_root() {
+            cmd.arg("--root").arg(root);
+        }
+        util::run(&mut cmd, STEP, "see cargo's output above")?;
+    }
+    Ok(())
+}
+
+/// `apt-get install` of `packages` (root only), after one `apt-get update`.
+pub fn apt_install(packages: &[&str]) -> Result<()> {
+    let manual = format!("apt-get install -y {}", packages.join(" "));
+    if !util::is_root().unwrap_or(false) || util::find_in_path("apt-get").is_none() {
+        bail!("as root run `{manual}`");
+    }
+    util::say(format!("installing {}", packages.join(" ")));
+    let mut update = Command::new("apt-get");
+    update.args(["update", "-q"]);
+    if let Err(err) = util::run(&mut update, "apt-get update", "using the cached lists") {
+        util::say(format!("warning: {err:#}"));
+    }
+    util::run(
+        Command::new("apt-get")
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(packages)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+        "apt-get install",
+        &format!("run `{manual}` by hand"),
+    )
 }

@@ -8,22 +8,30 @@ use anyhow::{bail, Context as _, Result};
 
 use crate::{
     build::{self, Profile, EBPF_OBJ_ENV},
-    setup, util, vm,
+    dist, setup, util, vm,
 };
 
 /// Env var through which the test crate finds the lockpath binary.
 const BIN_ENV: &str = "LOCKPATH_BIN";
+/// Env vars through which the dist tests find the static binary and the packages.
+const DIST_BIN_ENV: &str = "LOCKPATH_DIST_BIN";
+const DEB_ENV: &str = "LOCKPATH_DEB";
+const RPM_ENV: &str = "LOCKPATH_RPM";
 /// Developers iterating on host tests may set this to 1 to leave the VMs out; CI never does.
 const NO_VM_ENV: &str = "LOCKPATH_NO_VM";
 
 pub fn test(args: Vec<OsString>) -> Result<()> {
     setup::ensure_test_tools();
     let artifacts = build::build(Profile::Release)?;
+    let dist = dist::dist()?;
     let mut cmd = util::host_cargo();
     cmd.args(["test", "--release", "--workspace"])
         .args(&args)
         .env(BIN_ENV, &artifacts.lockpath)
-        .env(EBPF_OBJ_ENV, &artifacts.ebpf_obj);
+        .env(EBPF_OBJ_ENV, &artifacts.ebpf_obj)
+        .env(DIST_BIN_ENV, &dist.binary)
+        .env(DEB_ENV, &dist.deb)
+        .env(RPM_ENV, &dist.rpm);
     util::say(format!("running {}", util::describe(&cmd)));
     util::run(&mut cmd, "test", "see the failing tests above")?;
     if std::env::var_os(NO_VM_ENV).is_some_and(|value| value == "1") {

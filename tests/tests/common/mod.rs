@@ -16,6 +16,42 @@ pub fn lockpath_bin() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release/lockpath")
 }
 
+/// An artifact of `cargo xtask dist`: `$ENV` (set by `cargo xtask test`), else
+/// `target/dist/NAME` of this workspace.
+pub fn dist_artifact(env: &str, name: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os(env) {
+        return PathBuf::from(path);
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/dist")
+        .join(name)
+}
+
+/// The static x86_64 `lockpath` of `cargo xtask dist`.
+pub fn static_lockpath_bin() -> PathBuf {
+    dist_artifact("LOCKPATH_DIST_BIN", "lockpath-x86_64-linux-musl")
+}
+
+/// True when `path` (an artifact of `cargo xtask dist`) exists. Under `CI=true` a missing
+/// one fails the test; elsewhere the test is skipped with the reason printed.
+pub fn require_artifact(test: &str, path: &Path) -> bool {
+    if path.is_file() {
+        return true;
+    }
+    let reason = format!("{} does not exist (run `cargo xtask dist`)", path.display());
+    if is_ci() {
+        panic!("{test}: {reason}");
+    }
+    eprintln!("SKIP {test}: {reason}");
+    false
+}
+
+pub fn is_ci() -> bool {
+    std::env::var("CI")
+        .map(|v| v == "true" || v == "1")
+        .unwrap_or(false)
+}
+
 /// A workload binary of this crate (`src/bin/NAME.rs`).
 pub fn workload(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
@@ -74,16 +110,23 @@ pub fn scratch(test: &str) -> PathBuf {
 
 /// Runs lockpath with `args`; returns its output (stdout, stderr, status).
 pub fn lockpath(args: &[&str]) -> Output {
-    Command::new(lockpath_bin())
-        .args(args)
-        .output()
-        .expect("run lockpath")
+    lockpath_with(&lockpath_bin(), args)
+}
+
+/// Runs the lockpath binary `bin` with `args`.
+pub fn lockpath_with(bin: &Path, args: &[&str]) -> Output {
+    Command::new(bin).args(args).output().expect("run lockpath")
 }
 
 /// Runs lockpath and panics with its output unless it succeeded.
 pub fn lockpath_ok(args: &[&str]) -> Output {
-    let output = lockpath(args);
-    assert_succeeded(&output, &format!("lockpath {args:?}"));
+    lockpath_ok_with(&lockpath_bin(), args)
+}
+
+/// Runs the lockpath binary `bin` and panics with its output unless it succeeded.
+pub fn lockpath_ok_with(bin: &Path, args: &[&str]) -> Output {
+    let output = lockpath_with(bin, args);
+    assert_succeeded(&output, &format!("{} {args:?}", bin.display()));
     output
 }
 
@@ -240,11 +283,16 @@ impl Recording {
 
 /// Starts `lockpath record ARGS` in the background, waits until it says it is recording
 /// (every probe attached), and returns it with the program ids it holds.
+pub fn spawn_recording(args: &[&str]) -> (Recording, Vec<u64>) {
+    spawn_recording_with(&lockpath_bin(), args)
+}
+
+/// [`spawn_recording`] of the lockpath binary `bin`.
 // The caller owns the child and waits for it.
 #[allow(clippy::zombie_processes)]
-pub fn spawn_recording(args: &[&str]) -> (Recording, Vec<u64>) {
+pub fn spawn_recording_with(bin: &Path, args: &[&str]) -> (Recording, Vec<u64>) {
     use std::io::Read;
-    let mut child = Command::new(lockpath_bin())
+    let mut child = Command::new(bin)
         .args(args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
