@@ -220,7 +220,12 @@ impl FleetCounters {
             }
             view.seconds += live.duration_s;
         }
-        view.render()
+        let mut out = view.render();
+        // Waits in progress are a reading of now, not a sum over periods.
+        if let Some(live) = live {
+            super::prometheus::waiting_series(live, &mut out);
+        }
+        out
     }
 
     fn render(&self) -> String {

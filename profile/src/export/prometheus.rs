@@ -172,7 +172,7 @@ fn common_series(profile: &Profile, out: &mut String) {
 
 /// Waits in progress at the reading, per kind and class: how many threads, and the
 /// oldest (what a hung client shows first).
-fn waiting_series(profile: &Profile, out: &mut String) {
+pub(crate) fn waiting_series(profile: &Profile, out: &mut String) {
     let mut groups: BTreeMap<(&str, &str), (u64, u64)> = BTreeMap::new();
     for row in crate::waiting::by_thread(profile) {
         let group = groups
