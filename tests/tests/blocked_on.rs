@@ -50,6 +50,59 @@ fn result(path: &Path, name: &str) -> u32 {
         .unwrap_or_else(|| panic!("no {name} in workload results:\n{text}"))
 }
 
+/// The state letter of a thread (`D`, `S`, ...), from `/proc/TID/stat`.
+fn state(tid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{tid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.chars().next()
+}
+
+/// The workload, killed on drop; its FUSE connection is aborted first, so a failed test
+/// leaves no thread stuck: B, asleep in D state on the inode lock, keeps the workload's
+/// files (its /dev/fuse) open, and A then waits for a reply forever.
+struct Workload {
+    child: std::process::Child,
+    mountpoint: std::path::PathBuf,
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            abort_fuse_connection(&self.mountpoint);
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Aborts the FUSE connection mounted at `mountpoint` through fusectl (mounted first
+/// where it is not), by the mount's device number in /proc/self/mountinfo. Nothing is
+/// asked of the mount itself: with its server stuck, a stat would hang too.
+fn abort_fuse_connection(mountpoint: &Path) {
+    let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return;
+    };
+    let Some(minor) = mountinfo.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        (fields.get(4) == Some(&path_str(mountpoint)))
+            .then(|| {
+                fields
+                    .get(2)?
+                    .split_once(':')
+                    .map(|(_, minor)| minor.to_string())
+            })
+            .flatten()
+    }) else {
+        return;
+    };
+    let connections = Path::new("/sys/fs/fuse/connections");
+    if !connections.join(&minor).exists() {
+        let _ = Command::new("mount")
+            .args(["-t", "fusectl", "none", path_str(connections)])
+            .status();
+    }
+    let _ = std::fs::write(connections.join(&minor).join("abort"), "1");
+}
+
 /// The kernel stack of a thread, empty when it cannot be read (the thread is gone).
 fn kernel_stack(tid: u32) -> String {
     std::fs::read_to_string(format!("/proc/{tid}/stack")).unwrap_or_default()
@@ -111,15 +164,19 @@ fn blocked_on_names_the_lock_its_owner_and_the_fuse_request() {
         ])
         .spawn()
         .expect("start fuse-workload");
-    let mut workload = KillOnDrop(child);
-    let pid = workload.0.id();
+    let mut workload = Workload {
+        child,
+        mountpoint: mountpoint.clone(),
+    };
+    let pid = workload.child.id();
 
-    // Wait (at most 5 s) for A asleep on its reply and B asleep on the rwsem.
+    // Wait (at most 5 s) for A asleep on its reply and B asleep on the rwsem (in D
+    // state: /proc/TID/stack leaves out the lock's slow path, a `__sched` function).
     let deadline = Instant::now() + Duration::from_secs(5);
     let (a_pid, b_tid) = loop {
         let a = child_of(pid).filter(|&a| kernel_stack(a).contains("request_wait_answer"));
         let b = thread_named(pid, "creator-b")
-            .filter(|&b| kernel_stack(b).contains("rwsem_down_write_slowpath"));
+            .filter(|&b| state(b) == Some('D') && kernel_stack(b).contains("path_openat"));
         if let (Some(a), Some(b)) = (a, b) {
             break (a, b);
         }
@@ -139,7 +196,7 @@ fn blocked_on_names_the_lock_its_owner_and_the_fuse_request() {
         "the answers took {took:?}: the waits may have ended meanwhile"
     );
 
-    let status = workload.0.wait().expect("wait for fuse-workload");
+    let status = workload.child.wait().expect("wait for fuse-workload");
     assert!(status.success(), "fuse-workload failed: {status}");
     assert_eq!(result(&results_path, "a_pid"), a_pid, "A's pid");
     assert_eq!(result(&results_path, "b_tid"), b_tid, "B's thread id");
