@@ -134,9 +134,23 @@ fn thread_named(pid: u32, name: &str) -> Option<u32> {
         })
 }
 
-fn blocked_on(tid: u32) -> String {
-    let output = lockpath_ok(&["debug", "blocked-on", &tid.to_string()]);
-    String::from_utf8_lossy(&output.stdout).trim().to_string()
+/// The answers of one `lockpath debug blocked-on` run (one load of the programs) for
+/// `tids`, in their order.
+fn blocked_on(tids: &[u32]) -> Vec<String> {
+    let tids: Vec<String> = tids.iter().map(u32::to_string).collect();
+    let mut args = vec!["debug", "blocked-on"];
+    args.extend(tids.iter().map(String::as_str));
+    let output = lockpath_ok(&args);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    tids.iter()
+        .map(|tid| {
+            stdout
+                .lines()
+                .find_map(|line| line.strip_prefix(&format!("{tid}: ")))
+                .unwrap_or_else(|| panic!("no answer for {tid} in:\n{stdout}"))
+                .to_string()
+        })
+        .collect()
 }
 
 /// Process A creates a file while the server delays CREATE (A holds the directory's
@@ -153,7 +167,8 @@ fn blocked_on_names_the_lock_its_owner_and_the_fuse_request() {
     let results_path = dir.join("results");
     let mountpoint = dir.join("mnt");
     // Long enough for the checks below to run while both threads sleep.
-    const CREATE_MS: u64 = 6000;
+    // (one load of the programs, slow beside CPU hogs).
+    const CREATE_MS: u64 = 15000;
     let child = Command::new(workload("fuse-workload"))
         .args([
             "lockwait",
@@ -187,8 +202,8 @@ fn blocked_on_names_the_lock_its_owner_and_the_fuse_request() {
         std::thread::sleep(Duration::from_millis(10));
     };
     let asked = Instant::now();
-    let b_line = blocked_on(b_tid);
-    let a_line = blocked_on(a_pid);
+    let answers = blocked_on(&[b_tid, a_pid]);
+    let (b_line, a_line) = (answers[0].as_str(), answers[1].as_str());
     let took = asked.elapsed();
     eprintln!("B {b_tid}: {b_line}\nA {a_pid}: {a_line}\n(both in {took:?})");
     assert!(
@@ -201,33 +216,33 @@ fn blocked_on_names_the_lock_its_owner_and_the_fuse_request() {
     assert_eq!(result(&results_path, "a_pid"), a_pid, "A's pid");
     assert_eq!(result(&results_path, "b_tid"), b_tid, "B's thread id");
 
-    let b = fields(&b_line);
+    let b = fields(b_line);
     assert!(b_line.starts_with("lock "), "B: {b_line}");
-    assert_eq!(field(&b, "kind", &b_line), "rwsem-write", "B: {b_line}");
+    assert_eq!(field(&b, "kind", b_line), "rwsem-write", "B: {b_line}");
     assert_eq!(
-        field(&b, "owner_tid", &b_line),
+        field(&b, "owner_tid", b_line),
         a_pid.to_string(),
         "B: {b_line}"
     );
     assert_eq!(
-        field(&b, "owner_tgid", &b_line),
+        field(&b, "owner_tgid", b_line),
         a_pid.to_string(),
         "B: {b_line}"
     );
     assert!(
-        field(&b, "name", &b_line).starts_with("i_rwsem of directory inode ")
-            && field(&b, "name", &b_line).ends_with(" (fuse)"),
+        field(&b, "name", b_line).starts_with("i_rwsem of directory inode ")
+            && field(&b, "name", b_line).ends_with(" (fuse)"),
         "B: {b_line}"
     );
 
-    let a = fields(&a_line);
+    let a = fields(a_line);
     assert!(a_line.starts_with("fuse-request "), "A: {a_line}");
     const FUSE_CREATE: &str = "35";
-    assert_eq!(field(&a, "opcode", &a_line), FUSE_CREATE, "A: {a_line}");
-    assert_ne!(field(&a, "unique", &a_line), "0", "A: {a_line}");
+    assert_eq!(field(&a, "opcode", a_line), FUSE_CREATE, "A: {a_line}");
+    assert_ne!(field(&a, "unique", a_line), "0", "A: {a_line}");
 
     // A thread that does not sleep in a known wait gets no answer.
     let own = std::process::id();
-    assert_eq!(blocked_on(own), "none", "the test's own thread");
+    assert_eq!(blocked_on(&[own]), ["none"], "the test's own thread");
     let _ = std::fs::remove_dir_all(&dir);
 }
