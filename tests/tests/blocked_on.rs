@@ -1,4 +1,4 @@
-//! Root integration test of `lockpath debug blocked-on TID`: what a thread already
+//! Root integration test of `lockpath debug blocked-on TID...`: what a thread already
 //! asleep in the kernel waits for, read from kernel memory, against the FUSE fixture
 //! (tests/src/fuse.rs) whose delayed CREATE keeps a directory's inode lock held.
 
