@@ -55,12 +55,13 @@ pub enum Command {
 /// `lockpath debug ...`: one kernel-side helper at a time, for tests.
 #[derive(Debug, Subcommand)]
 pub enum DebugCommand {
-    /// Print on one line what a thread sleeping in the kernel waits for (a sleeping
-    /// lock and its owner, or a FUSE request), read from kernel memory; `none` when
-    /// nothing is verified.
+    /// Print, one line per thread (`TID: ...`), what a thread sleeping in the kernel
+    /// waits for (a sleeping lock and its owner, or a FUSE request), read from kernel
+    /// memory; `none` when nothing is verified.
     BlockedOn {
-        /// The thread id.
-        tid: u32,
+        /// The thread ids.
+        #[arg(required = true)]
+        tids: Vec<u32>,
     },
 }
 

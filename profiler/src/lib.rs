@@ -158,8 +158,8 @@ pub fn run(cli: Cli) -> Result<i32> {
             );
             Ok(0)
         }
-        Command::Debug(cli::DebugCommand::BlockedOn { tid }) => {
-            probes::blocked_on::debug_blocked_on(tid)
+        Command::Debug(cli::DebugCommand::BlockedOn { tids }) => {
+            probes::blocked_on::debug_blocked_on(&tids)
         }
         Command::Merge(args) => {
             let inputs = args

@@ -1,4 +1,4 @@
-//! Root integration test of `lockpath debug blocked-on TID`: what a thread already
+//! Root integration test of `lockpath debug blocked-on TID...`: what a thread already
 //! asleep in the kernel waits for, read from kernel memory, against the FUSE fixture
 //! (tests/src/fuse.rs) whose delayed CREATE keeps a directory's inode lock held.
 
@@ -50,6 +50,59 @@ fn result(path: &Path, name: &str) -> u32 {
         .unwrap_or_else(|| panic!("no {name} in workload results:\n{text}"))
 }
 
+/// The state letter of a thread (`D`, `S`, ...), from `/proc/TID/stat`.
+fn state(tid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{tid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.chars().next()
+}
+
+/// The workload, killed on drop; its FUSE connection is aborted first, so a failed test
+/// leaves no thread stuck: B, asleep in D state on the inode lock, keeps the workload's
+/// files (its /dev/fuse) open, and A then waits for a reply forever.
+struct Workload {
+    child: std::process::Child,
+    mountpoint: std::path::PathBuf,
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            abort_fuse_connection(&self.mountpoint);
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Aborts the FUSE connection mounted at `mountpoint` through fusectl (mounted first
+/// where it is not), by the mount's device number in /proc/self/mountinfo. Nothing is
+/// asked of the mount itself: with its server stuck, a stat would hang too.
+fn abort_fuse_connection(mountpoint: &Path) {
+    let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return;
+    };
+    let Some(minor) = mountinfo.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        (fields.get(4) == Some(&path_str(mountpoint)))
+            .then(|| {
+                fields
+                    .get(2)?
+                    .split_once(':')
+                    .map(|(_, minor)| minor.to_string())
+            })
+            .flatten()
+    }) else {
+        return;
+    };
+    let connections = Path::new("/sys/fs/fuse/connections");
+    if !connections.join(&minor).exists() {
+        let _ = Command::new("mount")
+            .args(["-t", "fusectl", "none", path_str(connections)])
+            .status();
+    }
+    let _ = std::fs::write(connections.join(&minor).join("abort"), "1");
+}
+
 /// The kernel stack of a thread, empty when it cannot be read (the thread is gone).
 fn kernel_stack(tid: u32) -> String {
     std::fs::read_to_string(format!("/proc/{tid}/stack")).unwrap_or_default()
@@ -81,9 +134,23 @@ fn thread_named(pid: u32, name: &str) -> Option<u32> {
         })
 }
 
-fn blocked_on(tid: u32) -> String {
-    let output = lockpath_ok(&["debug", "blocked-on", &tid.to_string()]);
-    String::from_utf8_lossy(&output.stdout).trim().to_string()
+/// The answers of one `lockpath debug blocked-on` run (one load of the programs) for
+/// `tids`, in their order.
+fn blocked_on(tids: &[u32]) -> Vec<String> {
+    let tids: Vec<String> = tids.iter().map(u32::to_string).collect();
+    let mut args = vec!["debug", "blocked-on"];
+    args.extend(tids.iter().map(String::as_str));
+    let output = lockpath_ok(&args);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    tids.iter()
+        .map(|tid| {
+            stdout
+                .lines()
+                .find_map(|line| line.strip_prefix(&format!("{tid}: ")))
+                .unwrap_or_else(|| panic!("no answer for {tid} in:\n{stdout}"))
+                .to_string()
+        })
+        .collect()
 }
 
 /// Process A creates a file while the server delays CREATE (A holds the directory's
@@ -100,7 +167,8 @@ fn blocked_on_names_the_lock_its_owner_and_the_fuse_request() {
     let results_path = dir.join("results");
     let mountpoint = dir.join("mnt");
     // Long enough for the checks below to run while both threads sleep.
-    const CREATE_MS: u64 = 6000;
+    // (one load of the programs, slow beside CPU hogs).
+    const CREATE_MS: u64 = 15000;
     let child = Command::new(workload("fuse-workload"))
         .args([
             "lockwait",
@@ -111,15 +179,19 @@ fn blocked_on_names_the_lock_its_owner_and_the_fuse_request() {
         ])
         .spawn()
         .expect("start fuse-workload");
-    let mut workload = KillOnDrop(child);
-    let pid = workload.0.id();
+    let mut workload = Workload {
+        child,
+        mountpoint: mountpoint.clone(),
+    };
+    let pid = workload.child.id();
 
-    // Wait (at most 5 s) for A asleep on its reply and B asleep on the rwsem.
+    // Wait (at most 5 s) for A asleep on its reply and B asleep on the rwsem (in D
+    // state: /proc/TID/stack leaves out the lock's slow path, a `__sched` function).
     let deadline = Instant::now() + Duration::from_secs(5);
     let (a_pid, b_tid) = loop {
         let a = child_of(pid).filter(|&a| kernel_stack(a).contains("request_wait_answer"));
         let b = thread_named(pid, "creator-b")
-            .filter(|&b| kernel_stack(b).contains("rwsem_down_write_slowpath"));
+            .filter(|&b| state(b) == Some('D') && kernel_stack(b).contains("path_openat"));
         if let (Some(a), Some(b)) = (a, b) {
             break (a, b);
         }
@@ -130,8 +202,8 @@ fn blocked_on_names_the_lock_its_owner_and_the_fuse_request() {
         std::thread::sleep(Duration::from_millis(10));
     };
     let asked = Instant::now();
-    let b_line = blocked_on(b_tid);
-    let a_line = blocked_on(a_pid);
+    let answers = blocked_on(&[b_tid, a_pid]);
+    let (b_line, a_line) = (answers[0].as_str(), answers[1].as_str());
     let took = asked.elapsed();
     eprintln!("B {b_tid}: {b_line}\nA {a_pid}: {a_line}\n(both in {took:?})");
     assert!(
@@ -139,38 +211,38 @@ fn blocked_on_names_the_lock_its_owner_and_the_fuse_request() {
         "the answers took {took:?}: the waits may have ended meanwhile"
     );
 
-    let status = workload.0.wait().expect("wait for fuse-workload");
+    let status = workload.child.wait().expect("wait for fuse-workload");
     assert!(status.success(), "fuse-workload failed: {status}");
     assert_eq!(result(&results_path, "a_pid"), a_pid, "A's pid");
     assert_eq!(result(&results_path, "b_tid"), b_tid, "B's thread id");
 
-    let b = fields(&b_line);
+    let b = fields(b_line);
     assert!(b_line.starts_with("lock "), "B: {b_line}");
-    assert_eq!(field(&b, "kind", &b_line), "rwsem-write", "B: {b_line}");
+    assert_eq!(field(&b, "kind", b_line), "rwsem-write", "B: {b_line}");
     assert_eq!(
-        field(&b, "owner_tid", &b_line),
+        field(&b, "owner_tid", b_line),
         a_pid.to_string(),
         "B: {b_line}"
     );
     assert_eq!(
-        field(&b, "owner_tgid", &b_line),
+        field(&b, "owner_tgid", b_line),
         a_pid.to_string(),
         "B: {b_line}"
     );
     assert!(
-        field(&b, "name", &b_line).starts_with("i_rwsem of directory inode ")
-            && field(&b, "name", &b_line).ends_with(" (fuse)"),
+        field(&b, "name", b_line).starts_with("i_rwsem of directory inode ")
+            && field(&b, "name", b_line).ends_with(" (fuse)"),
         "B: {b_line}"
     );
 
-    let a = fields(&a_line);
+    let a = fields(a_line);
     assert!(a_line.starts_with("fuse-request "), "A: {a_line}");
     const FUSE_CREATE: &str = "35";
-    assert_eq!(field(&a, "opcode", &a_line), FUSE_CREATE, "A: {a_line}");
-    assert_ne!(field(&a, "unique", &a_line), "0", "A: {a_line}");
+    assert_eq!(field(&a, "opcode", a_line), FUSE_CREATE, "A: {a_line}");
+    assert_ne!(field(&a, "unique", a_line), "0", "A: {a_line}");
 
     // A thread that does not sleep in a known wait gets no answer.
     let own = std::process::id();
-    assert_eq!(blocked_on(own), "none", "the test's own thread");
+    assert_eq!(blocked_on(&[own]), ["none"], "the test's own thread");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -963,9 +963,10 @@ pub fn kernel_stack(tid: u32) -> Result<Vec<String>> {
     Ok(text.lines().map(str::to_string).collect())
 }
 
-/// `lockpath debug blocked-on TID`: loads the eBPF object with its maps at one entry
-/// each, and prints what `tid` waits for on one line (`none` when nothing is verified).
-pub fn debug_blocked_on(tid: u32) -> Result<i32> {
+/// `lockpath debug blocked-on TID...`: loads the eBPF object with its maps at one entry
+/// each, and prints what each thread waits for, one line each: `TID: ANSWER` (`none`
+/// when nothing is verified, the thread gone included).
+pub fn debug_blocked_on(tids: &[u32]) -> Result<i32> {
     crate::record::check_privileges()?;
     if crate::record::EBPF_OBJECT.is_empty() {
         bail!(
@@ -987,11 +988,13 @@ pub fn debug_blocked_on(tid: u32) -> Result<i32> {
         .load(&object)
         .map_err(|err| crate::probes::shared::object_load_error(&err.to_string()))?;
     let mut reader = KernelReader::new(&mut ebpf)?;
-    let stack = kernel_stack(tid)?;
-    let frames: Vec<&str> = stack.iter().map(String::as_str).collect();
-    match reader.blocked_on(tid, &frames) {
-        Some(answer) => println!("{answer}"),
-        None => println!("none"),
+    for &tid in tids {
+        let stack = kernel_stack(tid).unwrap_or_default();
+        let frames: Vec<&str> = stack.iter().map(String::as_str).collect();
+        match reader.blocked_on(tid, &frames) {
+            Some(answer) => println!("{tid}: {answer}"),
+            None => println!("{tid}: none"),
+        }
     }
     Ok(0)
 }
