@@ -239,6 +239,8 @@ const TEST_TOOLS: &[(&str, &str)] = &[
     ("objcopy", "binutils"),
     ("xz", "xz-utils"),
     ("fio", "fio"),
+    // The lock-name tests: the kernel's file, futex and mutex paths under contention.
+    ("stress-ng", "stress-ng"),
 ];
 
 /// Installs missing test tools with apt-get when root. Never fails: the tests
