@@ -535,15 +535,19 @@ fn record_stressor(
             .expect("run perf report --stats");
         let stats = String::from_utf8_lossy(&stats.stdout);
         let lost = stats.lines().any(|line| line.contains("LOST"));
-        if lost && attempt < 3 {
-            eprintln!("{stressor}: perf lost events, recording again:\n{stats}");
+        let perf = perf_contention(&perf_path);
+        let count: u64 = perf.values().map(|(count, _)| count).sum();
+        // A loaded machine contends less (fcntl: under 10 to 1000 in 3 s beside other
+        // work); the comparisons need some. Such a run is done again.
+        if (lost || count < 100) && attempt < 3 {
+            eprintln!(
+                "{stressor}: perf saw {count} contentions, lost events: {lost}; recording again"
+            );
             continue;
         }
         assert!(!lost, "{stressor}: perf lost events three times:\n{stats}");
-        let perf = perf_contention(&perf_path);
-        let count: u64 = perf.values().map(|(count, _)| count).sum();
         assert!(
-            count >= 1000,
+            count >= 100,
             "stress-ng {option} must contend: perf saw {count}"
         );
         return (load_json(&profile_path), perf);
@@ -594,6 +598,7 @@ fn stress_ng_lock_names_are_true_and_counts_are_perfs() {
             {
                 problems.push(line.clone());
             }
+            eprintln!("{line}");
             report.push(line);
         }
         // Heap locks are named where the kernel has `bpf_get_kmem_cache` (6.13).
@@ -633,9 +638,10 @@ fn stress_ng_lock_names_are_true_and_counts_are_perfs() {
             if apart(count, their_count) > 0.05 {
                 problems.push(line.clone());
             }
+            eprintln!("{line}");
             report.push(line);
         }
     }
-    eprintln!("{}", report.join("\n"));
+    assert!(!report.is_empty(), "nothing compared");
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
