@@ -538,18 +538,18 @@ fn record_stressor(
         let perf = perf_contention(&perf_path);
         let count: u64 = perf.values().map(|(count, _)| count).sum();
         // A loaded machine contends less (fcntl: under 10 to 1000 in 3 s beside other
-        // work); the comparisons need some. Such a run is done again.
-        if (lost || count < 100) && attempt < 3 {
+        // work); the comparisons need some. Such a run is done again, once; the
+        // comparisons leave out types and callers of fewer than 100 contentions.
+        if (lost && attempt < 3) || (count < 100 && attempt < 2) {
             eprintln!(
                 "{stressor}: perf saw {count} contentions, lost events: {lost}; recording again"
             );
             continue;
         }
         assert!(!lost, "{stressor}: perf lost events three times:\n{stats}");
-        assert!(
-            count >= 100,
-            "stress-ng {option} must contend: perf saw {count}"
-        );
+        if count < 100 {
+            eprintln!("{stressor}: perf saw {count} contentions only, too few to compare");
+        }
         return (load_json(&profile_path), perf);
     }
     unreachable!()
@@ -601,8 +601,12 @@ fn stress_ng_lock_names_are_true_and_counts_are_perfs() {
             eprintln!("{line}");
             report.push(line);
         }
-        // Heap locks are named where the kernel has `bpf_get_kmem_cache` (6.13).
-        if matches!(stressor, "flock" | "fcntl") && kernel_has_function("bpf_get_kmem_cache") {
+        // Heap locks are named where the kernel has `bpf_get_kmem_cache` (6.13); perf
+        // says whether the file lock context's spinlock was contended.
+        let flc_contended = ["flock_lock_inode", "posix_lock_inode"]
+            .iter()
+            .any(|caller| perf.contains_key(&("spinlock".to_string(), caller.to_string())));
+        if flc_contended && kernel_has_function("bpf_get_kmem_cache") {
             let named = profile["locks"]
                 .as_array()
                 .expect("lock rows")
@@ -642,6 +646,10 @@ fn stress_ng_lock_names_are_true_and_counts_are_perfs() {
             report.push(line);
         }
     }
-    assert!(!report.is_empty(), "nothing compared");
+    // flock contends on any machine (every worker takes one file's lock).
+    assert!(
+        report.iter().any(|line| line.starts_with("flock exact")),
+        "nothing compared: {report:?}"
+    );
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
