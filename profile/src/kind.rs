@@ -140,8 +140,12 @@ impl Kind {
 /// How the lock table groups its rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GroupBy {
-    /// One row per lock (address or static symbol) and type.
+    /// One row per lock class and type: a lock's own name, or the class of
+    /// interchangeable instances (hashed wait queues, on-stack wait queues and
+    /// completions, futex hash buckets, `kmalloc` objects by caller; `lockclass`).
     Lock,
+    /// One row per lock as recorded (address, static symbol, name) and type.
+    Instance,
     /// One row per calling function and lock type.
     Caller,
     /// One row per process and lock type.
@@ -153,8 +157,9 @@ pub enum GroupBy {
 }
 
 impl GroupBy {
-    pub const ALL: [GroupBy; 5] = [
+    pub const ALL: [GroupBy; 6] = [
         GroupBy::Lock,
+        GroupBy::Instance,
         GroupBy::Caller,
         GroupBy::Process,
         GroupBy::Host,
@@ -164,6 +169,7 @@ impl GroupBy {
     pub fn name(self) -> &'static str {
         match self {
             GroupBy::Lock => "lock",
+            GroupBy::Instance => "instance",
             GroupBy::Caller => "caller",
             GroupBy::Process => "process",
             GroupBy::Host => "host",
@@ -173,7 +179,12 @@ impl GroupBy {
 
     pub fn about(self) -> &'static str {
         match self {
-            GroupBy::Lock => "One row per lock (address or static symbol) and type",
+            GroupBy::Lock => {
+                "One row per lock and type; interchangeable instances (hashed and on-stack \
+                 wait queues, futex hash buckets, kmalloc objects by caller) as one class \
+                 with their count"
+            }
+            GroupBy::Instance => "One row per lock as recorded (address, symbol or name) and type",
             GroupBy::Caller => "One row per calling function and lock type",
             GroupBy::Process => "One row per process and lock type",
             GroupBy::Host => "One row per host (profiles merged with `lockpath merge`)",

@@ -15,6 +15,7 @@ mod fixtures;
 pub mod histogram;
 pub mod kind;
 pub mod lock;
+pub mod lockclass;
 mod presized;
 pub mod profile;
 pub mod synthetic;

@@ -109,6 +109,13 @@ pub fn is_lock_internal(name: &str) -> bool {
     name == "down" || PREFIXES.iter().any(|prefix| name.starts_with(prefix))
 }
 
+/// Whether a lock name found by `source` (`LockRow::lock_name_source`) is a guess: a
+/// lock of a merged slab cache named by the one candidate type with a lock there, or a
+/// slab cache whose merging the kernel did not say (docs/lock-names.md).
+pub fn name_is_guess(source: &str) -> bool {
+    matches!(source, "slab_merged" | "slab_unchecked")
+}
+
 /// The first frame, from the leaf outward, that is not locking code: who took the lock.
 pub fn caller<'a>(frames_leaf_first: &[&'a Frame]) -> Option<&'a Frame> {
     frames_leaf_first

@@ -263,6 +263,16 @@ impl Btf {
         Ok(offset)
     }
 
+    /// Whether the BTF describes a struct (or union) called `name`.
+    pub fn has_struct(&self, name: &str) -> bool {
+        self.by_name.get(name).is_some_and(|ids| {
+            ids.iter().any(|&id| {
+                self.resolve(id)
+                    .is_some_and(|ty| matches!(ty.kind, KIND_STRUCT | KIND_UNION))
+            })
+        })
+    }
+
     /// The path of the lock member (a `spinlock_t`, `mutex`, `rw_semaphore`, ...) that
     /// starts at byte `offset` of `struct name`, through nested structs and unions:
     /// `f_pos_lock`, `vfs_inode.i_rwsem`, `f_pos_lock.wait_lock`. `None` when no lock

@@ -243,6 +243,8 @@ const TEST_TOOLS: &[(&str, &str)] = &[
     ("file", "file"),
     ("debootstrap", "debootstrap"),
     ("rpm", "rpm"),
+    // The lock-name tests: the kernel's file, futex and mutex paths under contention.
+    ("stress-ng", "stress-ng"),
 ];
 
 /// Installs missing test tools with apt-get when root. Never fails: the tests

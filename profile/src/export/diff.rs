@@ -100,7 +100,9 @@ pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
                 let mut name_sources: BTreeMap<String, String> = BTreeMap::new();
                 for group in lock_groups(profile, group_by) {
                     let key = match group_by {
-                        GroupBy::Lock => format!("{} {}", group.lock_type, group.lock),
+                        GroupBy::Lock | GroupBy::Instance => {
+                            format!("{} {}", group.lock_type, group.lock)
+                        }
                         GroupBy::Caller => format!("{} {}", group.lock_type, group.caller),
                         GroupBy::Process => format!(
                             "{} {}",

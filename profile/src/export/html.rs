@@ -113,9 +113,13 @@ pub(crate) fn flamegraph_frame(svg: &[u8], title: &str) -> String {
 const NAME_SOURCES: &str = "named by: task = from the waiting task's structures \
     (mm, files, sighand, fs, signal); task_struct = a task's own lock (its own or \
     another's); runqueue = a CPU's runqueue lock; percpu = a lock in a per-CPU variable; \
-    slab = the slab cache of the lock's object; kallsyms = a data symbol; caller = a \
-    static lock without a symbol, by the function that takes it; member = a member of a \
-    named lock (its wait_lock); address = not named.";
+    slab = the slab cache of the lock's object; slab_merged = a guess (~): the one type \
+    with a lock there among the caches merged with it; slab_unchecked = a guess (~): a \
+    cache that may be merged; kallsyms = a data symbol; caller = a static lock without \
+    a symbol (static@) or a lock of an unknown slab object (slab@), by the function that \
+    takes it; member = a member of a named lock (its wait_lock); class = interchangeable \
+    instances in one row (hashed or on-stack wait queues, futex hash buckets, kmalloc \
+    objects by caller); address = not named.";
 
 /// A table of locks; with `named`, the "named by" column at `at` and its legend below.
 fn table_named_by(

@@ -9,6 +9,7 @@ use super::table::{fit, more_rows, most_first};
 use crate::{
     kind::GroupBy,
     lock::{caller, lock_type_name},
+    lockclass::{self, StackClass},
     profile::{CompactString, Profile},
     units::format_ns,
 };
@@ -23,6 +24,13 @@ pub struct LockGroup {
     /// several locks and in profiles of older versions.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub lock_name_source: String,
+    /// How many locks (distinct addresses) the group holds: the instances of a class
+    /// grouped by lock (`bit_wait_table`, `futex hash bucket`).
+    pub instances: u64,
+    /// The class of the group's lock when grouped by instance (`--by instance`) and it
+    /// has one other than its own name (`lockclass`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub class: String,
     /// The caller with the most wait time in this group.
     pub caller: String,
     pub contended: u64,
@@ -261,14 +269,21 @@ pub fn top_lock_groups(
         max: u64,
         min: u64,
     }
-    fn lock_of<'a>(sums: &Sums<'a>) -> &'a str {
-        if sums.several_locks {
-            "(several)"
-        } else {
-            &sums.row.lock_name
-        }
-    }
     let (stack_caller, caller_names) = stack_callers(profile);
+    // Lock classes (`lockclass`), of rows whose name may be one instance of many: what
+    // each stack says, computed once per stack.
+    let mut stack_classes: HashMap<Option<u32>, StackClass, FxBuild> = HashMap::default();
+    let mut class_of = |row: &crate::profile::LockRow| -> Option<String> {
+        if !lockclass::may_have_class(row) {
+            return None;
+        }
+        let stack = stack_classes
+            .entry(row.stack)
+            .or_insert_with(|| lockclass::stack_class(&profile.stack_frames(row.stack)));
+        lockclass::lock_class(row, stack)
+    };
+    // Group id -> its class name, for groups by lock of a class.
+    let mut class_names: HashMap<u32, String, FxBuild> = HashMap::default();
     let caller_of = |stack: Option<u32>| match stack {
         None => STACK_LOST_ID,
         Some(id) => stack_caller.get(id as usize).copied().unwrap_or(UNKNOWN_ID),
@@ -357,13 +372,18 @@ pub fn top_lock_groups(
             (groups.len() - 1) as u32
         };
         let id = match by {
-            GroupBy::Lock => {
+            GroupBy::Lock | GroupBy::Instance => {
                 let type_id = type_id as usize;
                 if by_name.len() <= type_id {
                     by_name.resize_with(type_id + 1, HashMap::default);
                 }
                 let names = &mut by_name[type_id];
-                match names.get_mut(row.lock_name.as_str()) {
+                let class = match by {
+                    GroupBy::Lock => class_of(row),
+                    _ => None,
+                };
+                let key = class.as_deref().unwrap_or(row.lock_name.as_str());
+                match names.get_mut(key) {
                     Some((id, acc)) => {
                         acc.add(row);
                         *id
@@ -372,7 +392,10 @@ pub fn top_lock_groups(
                         let id = new_group();
                         let mut acc = Acc::EMPTY;
                         acc.add(row);
-                        names.insert(row.lock_name.clone(), (id, acc));
+                        names.insert(key.into(), (id, acc));
+                        if let Some(class) = class {
+                            class_names.insert(id, class);
+                        }
                         id
                     }
                 }
@@ -398,8 +421,8 @@ pub fn top_lock_groups(
         if row.owner_pid.is_some() {
             groups[id as usize].has_holder = true;
         }
-        if by == GroupBy::Lock {
-            // Summed in `by_name`; every row of a group has its name.
+        if matches!(by, GroupBy::Lock | GroupBy::Instance) {
+            // Summed in `by_name`; every row of a group has its name (or class).
             continue;
         }
         let sums = &mut groups[id as usize];
@@ -420,13 +443,27 @@ pub fn top_lock_groups(
         sums.min = acc.min;
     }
     drop((ids, by_name));
+    fn lock_of<'s>(
+        class_names: &'s HashMap<u32, String, FxBuild>,
+        sums: &'s Sums<'_>,
+        id: u32,
+    ) -> &'s str {
+        if let Some(class) = class_names.get(&id) {
+            class
+        } else if sums.several_locks {
+            "(several)"
+        } else {
+            &sums.row.lock_name
+        }
+    }
     let total_groups = groups.len();
     let order = |a: &u32, b: &u32| {
+        let (ida, idb) = (*a, *b);
         let (a, b) = (&groups[*a as usize], &groups[*b as usize]);
         b.total
             .cmp(&a.total)
             .then_with(|| b.count.cmp(&a.count))
-            .then_with(|| lock_of(a).cmp(lock_of(b)))
+            .then_with(|| lock_of(&class_names, a, ida).cmp(lock_of(&class_names, b, idb)))
             .then_with(|| type_names[a.type_id as usize].cmp(type_names[b.type_id as usize]))
     };
     let mut shown: Vec<u32> = (0..groups.len() as u32)
@@ -447,6 +484,8 @@ pub fn top_lock_groups(
     }
     let mut callers: Vec<HashMap<u32, u64, FxBuild>> = vec![HashMap::default(); shown.len()];
     let mut pids: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); shown.len()];
+    let mut instances: Vec<std::collections::HashSet<u64, FxBuild>> =
+        vec![Default::default(); shown.len()];
     // owner pid -> (wait, owner stack -> wait)
     type HolderSums = BTreeMap<u32, (u64, BTreeMap<Option<u32>, u64>)>;
     let mut holders: Vec<HolderSums> = vec![BTreeMap::new(); shown.len()];
@@ -458,6 +497,7 @@ pub fn top_lock_groups(
         let total = callers[slot].entry(caller_of(row.stack)).or_default();
         *total = total.saturating_add(row.total_ns);
         pids[slot].insert(row.pid);
+        instances[slot].insert(row.lock_addr);
         if let Some(owner) = row.owner_pid {
             let (wait, stacks) = holders[slot].entry(owner).or_default();
             *wait = wait.saturating_add(row.total_ns);
@@ -478,14 +518,26 @@ pub fn top_lock_groups(
             .map_or(UNKNOWN, String::as_str)
     };
     let knows_cgroups = by == GroupBy::Cgroup || profile.knows_cgroups();
-    let hold_groups = if by == GroupBy::Lock && !profile.contended_holds.is_empty() {
-        contended_hold_groups(profile)
-    } else {
-        Vec::new()
-    };
+    let hold_groups =
+        if matches!(by, GroupBy::Lock | GroupBy::Instance) && !profile.contended_holds.is_empty() {
+            contended_hold_groups(profile)
+        } else {
+            Vec::new()
+        };
     let mut out = Vec::with_capacity(shown.len());
-    for (((&group, callers), pids), holders) in shown.iter().zip(callers).zip(pids).zip(holders) {
+    for ((((&group, callers), pids), holders), instances) in shown
+        .iter()
+        .zip(callers)
+        .zip(pids)
+        .zip(holders)
+        .zip(instances)
+    {
         let sums = &groups[group as usize];
+        let class_name = class_names.get(&group);
+        let class = match by {
+            GroupBy::Instance if !sums.several_locks => class_of(sums.row).unwrap_or_default(),
+            _ => String::new(),
+        };
         let mut callers: Vec<(&str, u64)> = callers
             .into_iter()
             .map(|(id, total)| (caller_name(id), total))
@@ -508,19 +560,26 @@ pub fn top_lock_groups(
             .collect();
         holders.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then_with(|| a.pid.cmp(&b.pid)));
         out.push(LockGroup {
-            contended_holds: if by == GroupBy::Lock && !sums.several_locks {
-                contended_holds_of(&hold_groups, lock_of(sums))
+            contended_holds: if matches!(by, GroupBy::Lock | GroupBy::Instance)
+                && !sums.several_locks
+                && class_name.is_none()
+            {
+                contended_holds_of(&hold_groups, lock_of(&class_names, sums, group))
             } else {
                 None
             },
             holders,
             lock_type: type_names[sums.type_id as usize].to_string(),
-            lock: lock_of(sums).to_string(),
-            lock_name_source: if sums.several_locks {
+            lock: lock_of(&class_names, sums, group).to_string(),
+            lock_name_source: if class_name.is_some() {
+                lockclass::SOURCE_CLASS.to_string()
+            } else if sums.several_locks {
                 String::new()
             } else {
                 sums.row.lock_name_source.to_string()
             },
+            instances: instances.len() as u64,
+            class,
             caller: callers.first().map(|c| c.0.to_string()).unwrap_or_default(),
             contended: sums.count,
             total_wait_ns: sums.total,
@@ -585,7 +644,7 @@ pub fn lock_table(profile: &Profile, by: GroupBy, top: usize) -> String {
             GroupBy::Process => group.processes.first().cloned().unwrap_or_default(),
             GroupBy::Host => group.host.clone(),
             GroupBy::Cgroup => group.cgroup.clone(),
-            _ => group.lock.clone(),
+            _ => lock_cell(group),
         };
         out.push_str(&format!(
             "{:>10} {:>10} {:>10} {:>10}  {:<type_width$} {:<20} {}\n",
@@ -594,19 +653,37 @@ pub fn lock_table(profile: &Profile, by: GroupBy, top: usize) -> String {
             format_ns(group.max_wait_ns),
             format_ns(group.avg_wait_ns),
             group.lock_type,
-            if by == GroupBy::Cgroup {
-                fit_tail(&third_value, 20)
-            } else {
-                fit(&third_value, 20)
+            match by {
+                GroupBy::Cgroup => fit_tail(&third_value, 20),
+                GroupBy::Lock | GroupBy::Instance => third_value,
+                _ => fit(&third_value, 20),
             },
             fit(&group.caller, 30),
         ));
     }
     out.push_str(&more_rows(shown, total_groups));
-    if by == GroupBy::Lock {
+    if matches!(by, GroupBy::Lock | GroupBy::Instance) {
         out.push_str(&name_sources(&groups));
     }
     out
+}
+
+/// The lock column of a lock row, within 20 columns: the name, `~` before a name that
+/// is a guess (`lock_name_source` `slab_merged`), and the count of instances of a class
+/// (`bit_wait_table ×12`), kept when the name is cut.
+fn lock_cell(group: &LockGroup) -> String {
+    let mark = if crate::lock::name_is_guess(&group.lock_name_source) {
+        "~"
+    } else {
+        ""
+    };
+    let count = if group.lock_name_source == lockclass::SOURCE_CLASS {
+        format!(" ×{}", group.instances)
+    } else {
+        String::new()
+    };
+    let room = 20usize.saturating_sub(mark.chars().count() + count.chars().count());
+    format!("{mark}{}{count}", fit(&group.lock, room.max(1)))
 }
 
 /// `text` within `width` characters, its end kept (a cgroup path's leaf says most).
@@ -654,7 +731,14 @@ pub fn name_sources(groups: &[LockGroup]) -> String {
         .map_or(0, |index| by_source.remove(index).1.len());
     let mut parts: Vec<String> = by_source
         .into_iter()
-        .map(|(source, names)| format!("{source}: {}", names.join(", ")))
+        .map(|(source, names)| {
+            let guess = if crate::lock::name_is_guess(source) {
+                " (~ guess)"
+            } else {
+                ""
+            };
+            format!("{source}{guess}: {}", names.join(", "))
+        })
         .collect();
     if addresses > 0 {
         parts.push(format!("not named: {addresses} addresses"));
@@ -709,6 +793,8 @@ mod tests {
             lock_type: "spinlock".into(),
             lock: lock.into(),
             lock_name_source: source.into(),
+            instances: 1,
+            class: String::new(),
             caller: String::new(),
             contended: 1,
             total_wait_ns: 1,

@@ -352,7 +352,16 @@ pub fn drain(maps: &MapSet, stacks: &mut StackResolver) -> Result<Vec<LockRow>> 
         });
     }
     super::lockname::name_wait_locks(&mut rows, &super::lockname::WaitLockOffsets::of_kernel());
-    super::lockname::name_static_locks(&mut rows, &stacks.interner, |addr| stacks.is_static(addr));
+    super::lockname::name_static_locks(&mut rows, &stacks.interner, |addr| {
+        use super::lockname::ByCaller;
+        if stacks.is_static(addr) {
+            Some(ByCaller::Static)
+        } else if namer.slab_by_caller(addr) {
+            Some(ByCaller::Slab)
+        } else {
+            None
+        }
+    });
     rows.sort_by_key(|row| std::cmp::Reverse(row.total_ns));
     Ok(rows)
 }

@@ -42,6 +42,15 @@ pub const SOURCE_MEMBER: &str = "member";
 /// `bpf_get_kmem_cache`.
 pub const SOURCE_SLAB: &str = "slab";
 
+/// A lock in an object of a merged slab cache (SLUB gives caches of one size and flags
+/// one cache): the cache's name is any of the merged ones', so the name is the one struct
+/// type among them with a lock member at the lock's offset, or the few that are, when
+/// the kernel's BTF tells. A guess: the types of some merged caches are unknown.
+pub const SOURCE_SLAB_MERGED: &str = "slab_merged";
+/// A lock in a slab object where `/sys/kernel/slab` could not say whether its cache is
+/// merged: the cache's name as the kernel has it, a guess.
+pub const SOURCE_SLAB_UNCHECKED: &str = "slab_unchecked";
+
 /// A static lock kallsyms has no symbol for, named after the kernel function that
 /// takes it (`static@chrdev_open`).
 pub const SOURCE_CALLER: &str = "caller";
@@ -126,7 +135,11 @@ pub fn name_wait_locks(rows: &mut [LockRow], offsets: &WaitLockOffsets) {
         let spinlock = row.flags & ((1 << OUTCOME_SHIFT) - 1) == LCB_F_SPIN;
         let unnamed = matches!(
             row.lock_name_source.as_str(),
-            SOURCE_ADDRESS | SOURCE_KALLSYMS | SOURCE_SLAB
+            SOURCE_ADDRESS
+                | SOURCE_KALLSYMS
+                | SOURCE_SLAB
+                | SOURCE_SLAB_MERGED
+                | SOURCE_SLAB_UNCHECKED
         );
         if !spinlock || !unnamed {
             continue;
@@ -143,17 +156,27 @@ pub fn name_wait_locks(rows: &mut [LockRow], offsets: &WaitLockOffsets) {
 /// `static@chrdev_open` is the static spinlock `chrdev_open` takes (`cdev_lock`). A
 /// lock taken in several functions is named after the one with the most wait; one
 /// function taking several static locks names the others `static@FUNCTION:0xADDR`.
-/// `is_static` says whether an address lies in the kernel image's data.
+/// `kind` says what an unnamed lock is: `Static` for an address in the kernel image's
+/// data, `Slab` for a lock in a slab object of unknown type (a merged cache none of
+/// whose types has a lock there), named `slab@FUNCTION` (many objects, one name).
 pub fn name_static_locks(
     rows: &mut [LockRow],
     interner: &StackInterner,
-    is_static: impl Fn(u64) -> bool,
+    kind: impl Fn(u64) -> Option<ByCaller>,
 ) {
     // Lock address -> caller -> wait.
     let mut callers: HashMap<u64, HashMap<String, u64>> = HashMap::new();
+    let mut slab: HashMap<u64, ()> = HashMap::new();
     for row in rows.iter() {
-        if row.lock_name_source != SOURCE_ADDRESS || !is_static(row.lock_addr) {
+        if row.lock_name_source != SOURCE_ADDRESS {
             continue;
+        }
+        match kind(row.lock_addr) {
+            None => continue,
+            Some(ByCaller::Slab) => {
+                slab.insert(row.lock_addr, ());
+            }
+            Some(ByCaller::Static) => {}
         }
         let frames = interner.frames_of(row.stack);
         let frames: Vec<&Frame> = frames.iter().collect();
@@ -179,6 +202,10 @@ pub fn name_static_locks(
     let mut names: HashMap<u64, String> = HashMap::new();
     let mut taken: std::collections::HashSet<String> = std::collections::HashSet::new();
     for (addr, caller, _) in by_wait {
+        if slab.contains_key(&addr) {
+            names.insert(addr, format!("slab@{caller}"));
+            continue;
+        }
         let mut name = format!("static@{caller}");
         if !taken.insert(name.clone()) {
             name = format!("{name}:0x{addr:x}");
@@ -194,6 +221,15 @@ pub fn name_static_locks(
             row.lock_name_source = SOURCE_CALLER.into();
         }
     }
+}
+
+/// What an unnamed lock is, for naming it after its caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ByCaller {
+    /// A static lock of the kernel image.
+    Static,
+    /// A lock in a slab object of unknown type.
+    Slab,
 }
 
 /// Offsets from the kernel's BTF; members a kernel lacks are `NO_OFFSET` (their check
@@ -256,8 +292,10 @@ pub struct LockNamer {
     percpu_bases: Vec<(u32, u64)>,
     /// The kernel's BTF, which names the per-CPU variables.
     btf: Option<&'static Btf>,
-    /// Lock address -> the slab cache of its object.
-    slab_caches: HashMap<u64, String>,
+    /// Lock address -> its name from the slab cache of its object, and the source;
+    /// `None` for a lock of a merged cache whose candidate types have no lock there
+    /// (named after its caller).
+    slab_caches: HashMap<u64, Option<(String, &'static str)>>,
 }
 
 impl LockNamer {
@@ -273,6 +311,7 @@ impl LockNamer {
         let btf = Btf::vmlinux().ok();
         let percpu_bases = btf.map_or_else(Vec::new, |btf| percpu_bases(btf, &rq_locks));
         let mut slab_caches = HashMap::new();
+        let mut aliases: Option<SlabAliases> = None;
         for (addr, slab) in maps.entries::<u64, SlabName>(names::LOCK_SLAB_NAMES)? {
             let end = slab
                 .name
@@ -281,7 +320,8 @@ impl LockNamer {
                 .unwrap_or(SLAB_NAME_LEN);
             let cache = String::from_utf8_lossy(&slab.name[..end]).into_owned();
             if !cache.is_empty() {
-                slab_caches.insert(addr, slab_lock_name(&cache, slab.offset, btf));
+                let aliases = aliases.get_or_insert_with(|| SlabAliases::read(SLAB_SYSFS));
+                slab_caches.insert(addr, slab_lock_name(&cache, slab.offset, btf, aliases));
             }
         }
         Ok(LockNamer {
@@ -295,10 +335,14 @@ impl LockNamer {
     /// (name, source) of the lock at `addr` of kernel class `class`.
     pub fn name(&self, class: u32, addr: u64, stacks: &StackResolver) -> (String, &'static str) {
         if class == LOCK_CLASS_SLAB {
-            if let Some(name) = self.slab_caches.get(&addr) {
-                return (name.clone(), SOURCE_SLAB);
+            match self.slab_caches.get(&addr) {
+                Some(Some((name, source))) => return (name.clone(), source),
+                // Named after its caller once the rows are drained.
+                Some(None) => return (format!("0x{addr:x}"), SOURCE_ADDRESS),
+                None => {}
             }
         }
+        let class = checked_class(class, stacks.is_static(addr));
         if let Some(name) = class_name(class) {
             let source = if class == LOCK_CLASS_PI_LOCK || class == LOCK_CLASS_ALLOC_LOCK {
                 SOURCE_OTHER_TASK
@@ -331,6 +375,12 @@ impl LockNamer {
 }
 
 impl LockNamer {
+    /// Whether the lock at `addr` lies in a slab object of unknown type, to be named
+    /// after its caller.
+    pub fn slab_by_caller(&self, addr: u64) -> bool {
+        matches!(self.slab_caches.get(&addr), Some(None))
+    }
+
     /// `VARIABLE.MEMBER:cpuN` for a lock in CPU N's per-CPU area (`timer_bases.lock`).
     fn percpu_name(&self, addr: u64) -> Option<String> {
         let btf = self.btf?;
@@ -364,6 +414,21 @@ fn percpu_bases(btf: &Btf, rq_locks: &HashMap<u64, u32>) -> Vec<(u32, u64)> {
 /// Slab caches of one struct type whose cache is not named after it.
 const CACHE_TYPES: &[(&str, &str)] = &[
     ("filp", "file"),
+    ("file_lock_ctx", "file_lock_context"),
+    ("file_lock_cache", "file_lock"),
+    ("file_lease_cache", "file_lease"),
+    ("vm_area_struct", "vm_area_struct"),
+    ("anon_vma_chain", "anon_vma_chain"),
+    ("dentry", "dentry"),
+    ("bdev_cache", "bdev_inode"),
+    ("radix_tree_node", "radix_tree_node"),
+    ("eventpoll_epi", "epitem"),
+    ("eventpoll_pwq", "eppoll_entry"),
+    ("pid", "pid"),
+    ("uid_cache", "user_struct"),
+    ("kernfs_node_cache", "kernfs_node"),
+    ("biovec-max", "bio_vec"),
+    ("sigqueue", "sigqueue"),
     ("files_cache", "files_struct"),
     ("sighand_cache", "sighand_struct"),
     ("signal_cache", "signal_struct"),
@@ -378,22 +443,166 @@ const CACHE_TYPES: &[(&str, &str)] = &[
     ("cred_jar", "cred"),
 ];
 
-/// The name of a lock at `offset` in an object of slab cache `cache`: `&TYPE->MEMBER`
-/// where the cache holds one struct type (by the table above, or a struct named like the
-/// cache) and its BTF has a lock member there (`&file->f_pos_lock`); else `&CACHE`
-/// (`&kmalloc-1k`).
-pub fn slab_lock_name(cache: &str, offset: u32, btf: Option<&Btf>) -> String {
-    let struct_name = CACHE_TYPES
+/// The struct type the objects of slab cache `cache` have, by the table above or a
+/// struct named like the cache (`mm_struct`).
+fn cache_type(cache: &str) -> &str {
+    CACHE_TYPES
         .iter()
         .find(|(name, _)| *name == cache)
-        .map_or(cache, |(_, ty)| ty);
-    let member = match (offset, btf) {
+        .map_or(cache, |(_, ty)| ty)
+}
+
+/// Where SLUB says which caches it merged: `/sys/kernel/slab`.
+pub const SLAB_SYSFS: &str = "/sys/kernel/slab";
+
+/// Which slab caches SLUB merged. A cache that may be merged is a symbolic link to its
+/// merged cache (`file_lock_ctx -> :0000056`), one that may not is a directory; caches
+/// linked to one target share their objects.
+#[derive(Debug, Default)]
+pub struct SlabAliases {
+    /// False when the directory could not be read: no cache is known unmerged.
+    known: bool,
+    /// Cache name -> the link's target, for caches that may be merged.
+    target: HashMap<String, String>,
+    /// Link target -> every cache name linked to it, sorted.
+    members: HashMap<String, Vec<String>>,
+}
+
+impl SlabAliases {
+    /// Reads the caches and their links under `dir`.
+    pub fn read(dir: &str) -> SlabAliases {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return SlabAliases::default();
+        };
+        let mut aliases = SlabAliases {
+            known: true,
+            ..SlabAliases::default()
+        };
+        for entry in entries.flatten() {
+            let Ok(link) = std::fs::read_link(entry.path()) else {
+                continue;
+            };
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let target = link.to_string_lossy().into_owned();
+            aliases
+                .members
+                .entry(target.clone())
+                .or_default()
+                .push(name.clone());
+            aliases.target.insert(name, target);
+        }
+        for names in aliases.members.values_mut() {
+            names.sort_unstable();
+        }
+        aliases
+    }
+
+    /// Whether SLUB merged `cache`, and with which caches.
+    pub fn merged_with(&self, cache: &str) -> Merging<'_> {
+        if !self.known {
+            return Merging::Unknown;
+        }
+        match self
+            .target
+            .get(cache)
+            .and_then(|target| self.members.get(target))
+            .filter(|names| names.len() > 1)
+        {
+            Some(names) => Merging::With(names),
+            None => Merging::Alone,
+        }
+    }
+}
+
+/// Whether a slab cache is merged with others.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Merging<'a> {
+    /// The kernel did not say (no `/sys/kernel/slab`).
+    Unknown,
+    /// Its objects are its own.
+    Alone,
+    /// Merged: the names of every cache sharing its objects, itself included, sorted.
+    With(&'a [String]),
+}
+
+/// The lock member at `offset` in the objects of cache `cache`: `TYPE->MEMBER`.
+/// `Err` when BTF has no struct for the cache (its type is unknown), `Ok(None)` when
+/// the struct has no lock there.
+fn cache_lock_member(cache: &str, offset: u32, btf: &Btf) -> Result<Option<String>, ()> {
+    let struct_name = cache_type(cache);
+    if !btf.has_struct(struct_name) {
+        return Err(());
+    }
+    Ok(btf
+        .lock_member_at(struct_name, offset)
+        .map(|member| format!("{struct_name}->{member}")))
+}
+
+/// How many candidate types a merged cache's name lists before it says `...`.
+const MERGED_SHOWN: usize = 3;
+
+/// The name and source of a lock at `offset` in an object of slab cache `cache`:
+/// - a cache SLUB did not merge: `&TYPE->MEMBER` where the cache holds one struct type
+///   (by the table above, or a struct named like the cache) and its BTF has a lock
+///   member there (`&file->f_pos_lock`); else `&CACHE` (`&kmalloc-1k`); source `slab`;
+/// - a merged cache (`cache` is the name of whichever came first): the caches merged
+///   with it, narrowed to the struct types with a lock member at that offset: one
+///   (`&file_lock_context->flc_lock`) or several (`&{a->x|b->y}`), source
+///   `slab_merged`; none, `None` (named after its caller);
+/// - where `/sys/kernel/slab` says nothing: as for an unmerged cache, source
+///   `slab_unchecked`.
+pub fn slab_lock_name(
+    cache: &str,
+    offset: u32,
+    btf: Option<&Btf>,
+    aliases: &SlabAliases,
+) -> Option<(String, &'static str)> {
+    let member = |cache: &str| match (offset, btf) {
         (NO_OFFSET, _) | (_, None) => None,
-        (offset, Some(btf)) => btf.lock_member_at(struct_name, offset),
+        (offset, Some(btf)) => cache_lock_member(cache, offset, btf).ok().flatten(),
     };
-    match member {
-        Some(member) => format!("&{struct_name}->{member}"),
-        None => format!("&{cache}"),
+    let single = |source| {
+        Some(match member(cache) {
+            Some(member) => (format!("&{member}"), source),
+            None => (format!("&{cache}"), source),
+        })
+    };
+    let merged = match aliases.merged_with(cache) {
+        Merging::Unknown => return single(SOURCE_SLAB_UNCHECKED),
+        Merging::Alone => return single(SOURCE_SLAB),
+        Merging::With(merged) => merged,
+    };
+    let (Some(btf), false) = (btf, offset == NO_OFFSET) else {
+        return None;
+    };
+    let mut found: Vec<String> = merged
+        .iter()
+        .filter_map(|cache| cache_lock_member(cache, offset, btf).ok().flatten())
+        .collect();
+    found.sort_unstable();
+    found.dedup();
+    match found.len() {
+        0 => None,
+        1 => Some((format!("&{}", found[0]), SOURCE_SLAB_MERGED)),
+        n => {
+            let mut shown = found[..n.min(MERGED_SHOWN)].join("|");
+            if n > MERGED_SHOWN {
+                shown.push_str("|...");
+            }
+            Some((format!("&{{{shown}}}"), SOURCE_SLAB_MERGED))
+        }
+    }
+}
+
+/// The kernel side's class of a lock, unless it cannot be: a task's member is never in
+/// the kernel image's data (the kernel side found something that looked like a task
+/// around a static lock).
+pub fn checked_class(class: u32, in_image: bool) -> u32 {
+    let task_member = class == LOCK_CLASS_PI_LOCK || class == LOCK_CLASS_ALLOC_LOCK;
+    if task_member && in_image {
+        LOCK_CLASS_UNKNOWN
+    } else {
+        class
     }
 }
 
@@ -527,8 +736,20 @@ mod tests {
             on(0xffff_8881_0000_1000, heap, 500),
             // Named already: left alone.
             row(cdev + 8, "jiffies_lock", SOURCE_KALLSYMS, LCB_F_SPIN),
+            // Locks in objects of a merged cache of no known type: one name per
+            // function, whatever the object.
+            on(0xffff_8881_0000_2000, flock, 20),
+            on(0xffff_8881_0000_3000, flock, 20),
         ];
-        name_static_locks(&mut rows, &interner, |addr| addr >= 0xffff_ffff_8000_0000);
+        name_static_locks(&mut rows, &interner, |addr| {
+            if addr >= 0xffff_ffff_8000_0000 {
+                Some(ByCaller::Static)
+            } else if addr >= 0xffff_8881_0000_2000 {
+                Some(ByCaller::Slab)
+            } else {
+                None
+            }
+        });
         let names: Vec<(&str, &str)> = rows
             .iter()
             .map(|row| (row.lock_name.as_str(), row.lock_name_source.as_str()))
@@ -542,6 +763,8 @@ mod tests {
                 ("static@chrdev_open:0xffffffff83c1ab80", SOURCE_CALLER),
                 ("0xffff888100001000", SOURCE_ADDRESS),
                 ("jiffies_lock", SOURCE_KALLSYMS),
+                ("slab@flock_lock_inode", SOURCE_CALLER),
+                ("slab@flock_lock_inode", SOURCE_CALLER),
             ]
         );
     }
@@ -637,6 +860,153 @@ mod tests {
         );
         assert_eq!(namer.percpu_name(hrtimer + 1), None);
         assert_eq!(namer.percpu_name(base - 8), None);
+    }
+
+    #[test]
+    fn task_members_are_never_image_data() {
+        assert_eq!(
+            checked_class(LOCK_CLASS_ALLOC_LOCK, true),
+            LOCK_CLASS_UNKNOWN
+        );
+        assert_eq!(checked_class(LOCK_CLASS_PI_LOCK, true), LOCK_CLASS_UNKNOWN);
+        assert_eq!(checked_class(LOCK_CLASS_PI_LOCK, false), LOCK_CLASS_PI_LOCK);
+        // A static runqueue lock is one (`runqueues` of a kernel without per-CPU areas
+        // elsewhere): only task members are checked.
+        assert_eq!(checked_class(LOCK_CLASS_RQ_LOCK, true), LOCK_CLASS_RQ_LOCK);
+    }
+
+    /// A made-up `/sys/kernel/slab` (removed on drop): `links` are (cache, target)
+    /// symbolic links, `dirs` caches that may not be merged.
+    struct FakeSlabSysfs(std::path::PathBuf);
+
+    impl Drop for FakeSlabSysfs {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn slab_sysfs(links: &[(&str, &str)], dirs: &[&str]) -> (FakeSlabSysfs, SlabAliases) {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "lockpath-slab-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).expect("temporary directory");
+        let fake = FakeSlabSysfs(dir.clone());
+        for name in dirs {
+            std::fs::create_dir(dir.join(name)).expect("cache directory");
+        }
+        for (name, target) in links {
+            std::os::unix::fs::symlink(target, dir.join(name)).expect("link");
+        }
+        let aliases = SlabAliases::read(&dir.to_string_lossy());
+        (fake, aliases)
+    }
+
+    #[test]
+    fn slab_aliases_say_which_caches_are_merged() {
+        let (_dir, aliases) = slab_sysfs(
+            &[
+                ("file_lock_ctx", ":0000056"),
+                ("ftrace_event_field", ":0000056"),
+                ("lonely", ":0000088"),
+            ],
+            &[":0000056", ":0000088", "filp"],
+        );
+        let names = [
+            "file_lock_ctx".to_string(),
+            "ftrace_event_field".to_string(),
+        ];
+        assert_eq!(
+            aliases.merged_with("ftrace_event_field"),
+            Merging::With(&names[..])
+        );
+        // Mergeable but merged with nothing, or not mergeable: its own cache.
+        assert_eq!(aliases.merged_with("lonely"), Merging::Alone);
+        assert_eq!(aliases.merged_with("filp"), Merging::Alone);
+        assert_eq!(
+            SlabAliases::read("/nonexistent").merged_with("filp"),
+            Merging::Unknown
+        );
+    }
+
+    #[test]
+    fn merged_caches_are_named_by_the_types_with_a_lock_there() {
+        let Ok(btf) = Btf::vmlinux() else {
+            eprintln!("SKIP: no kernel BTF here");
+            return;
+        };
+        let Ok(flc_lock) = btf.member_offset("file_lock_context", "flc_lock") else {
+            eprintln!("SKIP: no file_lock_context.flc_lock in this kernel's BTF");
+            return;
+        };
+        let f_pos_lock = btf.member_offset("file", "f_pos_lock").expect("f_pos_lock");
+        let (_dir, aliases) = slab_sysfs(
+            &[
+                ("file_lock_ctx", ":0000056"),
+                ("ftrace_event_field", ":0000056"),
+                // A cache whose type BTF does not know cannot be ruled out, nor named.
+                ("some_module_cache", ":0000056"),
+            ],
+            &[":0000056", "filp"],
+        );
+        // The cache was named after the first of the merged ones, an unrelated struct
+        // without a lock: the lock context's lock, the only one there, marked a guess.
+        assert_eq!(
+            slab_lock_name("ftrace_event_field", flc_lock, Some(btf), &aliases),
+            Some((
+                "&file_lock_context->flc_lock".to_string(),
+                SOURCE_SLAB_MERGED
+            ))
+        );
+        // No candidate type has a lock at that offset: named after its caller.
+        assert_eq!(
+            slab_lock_name("ftrace_event_field", flc_lock + 1, Some(btf), &aliases),
+            None
+        );
+        // Without BTF nothing narrows the candidates.
+        assert_eq!(
+            slab_lock_name("ftrace_event_field", flc_lock, None, &aliases),
+            None
+        );
+        // A cache that is not merged keeps its name and type.
+        assert_eq!(
+            slab_lock_name("filp", f_pos_lock, Some(btf), &aliases),
+            Some(("&file->f_pos_lock".to_string(), SOURCE_SLAB))
+        );
+        // Where sysfs says nothing: the same name, as a guess.
+        let unknown = SlabAliases::default();
+        assert_eq!(
+            slab_lock_name("filp", f_pos_lock, Some(btf), &unknown),
+            Some(("&file->f_pos_lock".to_string(), SOURCE_SLAB_UNCHECKED))
+        );
+    }
+
+    #[test]
+    fn merged_caches_with_several_candidates_say_so() {
+        let Ok(btf) = Btf::vmlinux() else {
+            eprintln!("SKIP: no kernel BTF here");
+            return;
+        };
+        // Two types with a spinlock first (`flc_lock`, `siglock` on 6.x), merged by a
+        // made-up sysfs: the name lists both.
+        let (Ok(0), Ok(0)) = (
+            btf.member_offset("file_lock_context", "flc_lock"),
+            btf.member_offset("sighand_struct", "siglock"),
+        ) else {
+            eprintln!("SKIP: flc_lock and siglock are not both first in this kernel");
+            return;
+        };
+        let (_dir, aliases) =
+            slab_sysfs(&[("file_lock_ctx", ":x"), ("sighand_cache", ":x")], &[":x"]);
+        assert_eq!(
+            slab_lock_name("sighand_cache", 0, Some(btf), &aliases),
+            Some((
+                "&{file_lock_context->flc_lock|sighand_struct->siglock}".to_string(),
+                SOURCE_SLAB_MERGED
+            ))
+        );
     }
 
     #[test]
