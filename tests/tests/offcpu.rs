@@ -308,7 +308,8 @@ fn check_offcpu_exporters(
         "flamegraph inline"
     );
 
-    // merge of two copies: every row twice, the second host's pids moved.
+    // merge of two copies of one host's profile (as of two periods of it): each row once,
+    // with twice its waits and time, the pids kept.
     let merged = dir.join("merged.json");
     lockpath_ok(&[
         "merge",
@@ -319,12 +320,15 @@ fn check_offcpu_exporters(
     ]);
     let merged = load_json(&merged);
     let merged_rows = merged["offcpu"].as_array().expect("merged rows");
-    assert_eq!(merged_rows.len(), rows.len() * 2);
-    let merged_total: u64 = merged_rows
-        .iter()
-        .map(|row| row["total_ns"].as_u64().expect("total"))
-        .sum();
-    assert_eq!(merged_total, 2 * sum("total_ns", None));
+    assert_eq!(merged_rows.len(), rows.len());
+    let merged_sum = |field: &str| -> u64 {
+        merged_rows
+            .iter()
+            .map(|row| row[field].as_u64().expect("a number"))
+            .sum()
+    };
+    assert_eq!(merged_sum("total_ns"), 2 * sum("total_ns", None));
+    assert_eq!(merged_sum("count"), 2 * sum("count", None));
     let pids: std::collections::HashSet<u64> = merged["processes"]
         .as_array()
         .expect("processes")
