@@ -74,15 +74,15 @@ pub fn sticky_flags(open: u32, new: u32) -> u32 {
 /// fingerprint); a full kernel stack walk (`bpf_get_stackid`, 3 us or more) happens only
 /// on a cache miss and when the cached walk is older than `STACK_REFRESH_NS`, to follow
 /// changes: a storm on one call site walks at most ten times a second, however fast it
-/// contends. (Until session 5 the refresh was one hit in 64 at random: on lock-storm that
-/// was a third of the begin program's time.)
+/// contends. (A refresh of one hit in 64 at random instead cost a third of the begin
+/// program's time on lock-storm.)
 pub const STACK_REFRESH_NS: u64 = 100_000_000;
 /// Words of the kernel stack above the tracepoint's arguments read for a spinning
 /// waiter's fingerprint. On 6.18/x86_64 the first five are the rest of the tracepoint
 /// glue's frame, then come the return addresses into the lock function (word 5), into
 /// its caller (word 11) and into the caller's caller (words 12-13); a saved register
-/// holding a text or static data address can push the caller further. 14 words were
-/// tried (session 5): on lock-storm's pipe storm 10-15% of the contentions then got the
+/// holding a text or static data address can push the caller further. With 14 words,
+/// on lock-storm's pipe storm 10-15% of the contentions then got the
 /// other call site's stack (`cached_stacks_attribute_like_exact_walks`); with 22 none.
 /// The site cache keeps this read off the common path (about 12 ns a word here).
 pub const SPIN_FINGERPRINT_WORDS: usize = 22;

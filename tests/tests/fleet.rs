@@ -318,10 +318,10 @@ fn rotate_soak_matches_a_long_recording() {
         count_error < 0.02,
         "sum of periods {count_sum} vs reference {long_count}"
     );
-    // Wait time within 2% as well. (Session 5's CI runs measured 2.7-5.2% here: the
-    // test then started the storm once the agent had loaded its first program, and on a
-    // loaded machine the agent was still attaching, so it missed the storm's first
-    // waits. `spawn_recording` now waits until lockpath says it is recording.)
+    // Wait time within 2% as well. (Starting the storm once the agent had loaded its
+    // first program measured 2.7-5.2% here on a loaded machine: the agent was still
+    // attaching and missed the storm's first waits. `spawn_recording` waits until
+    // lockpath says it is recording.)
     assert!(ns_error < 0.02, "wait: sum {ns_sum} vs reference {long_ns}");
 
     // Flat memory: user RSS and kernel maps after the last period vs after the second.

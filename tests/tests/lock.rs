@@ -96,7 +96,7 @@ fn storm_matches_perf_and_renders(bin: &std::path::Path, scratch_name: &str) {
         .as_array()
         .expect("processes")
         .iter()
-        // Known defect (see the session 4 note): a main thread whose first recorded
+        // Known defect: a main thread whose first recorded
         // event came before its exec keeps the launcher's name (`perf`) in TASKS, so
         // the process is also found by its threads, which were all created after exec.
         .filter(|process| {

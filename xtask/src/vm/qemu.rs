@@ -21,7 +21,7 @@ use super::{
 };
 
 /// Per kernel: boot, run every check, power off. TCG on a busy 2-core host (the 5.10
-/// guest's 15 checks took more than 240 s there in session 6).
+/// guest's 15 checks have taken more than 240 s there).
 const BOOT_TIMEOUT: Duration = Duration::from_secs(420);
 
 /// A finished guest: how qemu ended (`None`: killed at the timeout, or hung), its
@@ -39,7 +39,7 @@ struct GuestRun {
 /// A guest whose kernel reports a CPU stuck this long (`BUG: soft lockup - CPU#0 stuck
 /// for 53s!`) is not coming back: TCG has been seen to keep re-running a stale
 /// translation of an `int3` that code patching had already removed (both vCPUs at
-/// `down_read+0x0` forever, in a guest log of session 8).
+/// `down_read+0x0` forever, in one guest log).
 const HUNG_AFTER_S: u64 = 60;
 
 /// Hung boots tolerated before the next one counts: the 6.1 guest hung so in about one

@@ -51,7 +51,7 @@ pub(super) const README_END: &str = "<!-- bench-lock:end -->";
 const MIN_WAITS: u64 = 500;
 const ATTEMPTS: usize = 3;
 
-/// Targets of issue 12: BPF time per contention, spin-wait accuracy, elapsed slowdown.
+/// Targets: BPF time per contention, spin-wait accuracy, elapsed slowdown.
 const TARGET_COST_NS: f64 = 800.0;
 const TARGET_ACCURACY: f64 = 0.10;
 const TARGET_SLOWDOWN: f64 = 1.05;
