@@ -22,13 +22,11 @@ pub const CHAIN_DEPTH: usize = 3;
 /// off the CPU.
 const LINK_PREFERENCE: [&str; 5] = ["rpc", "lock", "io", "func", "offcpu"];
 
-/// The waits of one thread, the most telling first (see `LINK_PREFERENCE`).
-fn waits_of(profile: &Profile, tid: u32) -> Vec<&WaitingRow> {
-    let mut waits: Vec<&WaitingRow> = profile
-        .waiting
-        .iter()
-        .filter(|row| row.tid == tid)
-        .collect();
+/// The waits that `of` picks (one thread's, or one process's), the most telling first
+/// (see `LINK_PREFERENCE`), then the longest.
+fn waits_of(profile: &Profile, of: impl Fn(&WaitingRow) -> bool) -> Vec<&WaitingRow> {
+    let mut waits: Vec<&WaitingRow> = profile.waiting.iter().filter(|row| of(row)).collect();
+    waits.sort_by_key(|row| std::cmp::Reverse(row.age_ns));
     waits.sort_by_key(|row| {
         LINK_PREFERENCE
             .iter()
@@ -45,17 +43,21 @@ pub fn chain<'a>(profile: &'a Profile, row: &'a WaitingRow) -> Vec<&'a WaitingRo
     let mut links = Vec::new();
     let mut seen = vec![row.tid];
     let mut current = row;
-    while links.len() < CHAIN_DEPTH {
-        let Some(owner) = current.owner_tid.filter(|tid| *tid != 0) else {
+    while links.len() < CHAIN_DEPTH && current.kind != "rpc" {
+        // The holder's thread where it is known, else its process (the lock programs
+        // keep the process; a kernel that cannot be read leaves the thread unknown).
+        let next = match (current.owner_tid, current.owner_pid) {
+            (Some(tid), _) if tid != 0 => waits_of(profile, |row| row.tid == tid),
+            (None, Some(pid)) if pid != 0 => waits_of(profile, |row| row.pid == pid),
+            _ => break,
+        };
+        let Some(next) = next.into_iter().next() else {
             break;
         };
-        if seen.contains(&owner) {
+        if seen.contains(&next.tid) {
             break;
         }
-        seen.push(owner);
-        let Some(next) = waits_of(profile, owner).into_iter().next() else {
-            break;
-        };
+        seen.push(next.tid);
         links.push(next);
         current = next;
     }
@@ -467,6 +469,16 @@ mod tests {
             "still waiting at the end: BASE none, NEW 2 (oldest 7.00 s)\n"
         );
         assert_eq!(diff_line(&Profile::new(), &Profile::new()), "");
+    }
+
+    #[test]
+    fn without_the_holder_s_thread_its_process_s_wait_is_the_link() {
+        let mut profile = hung_client();
+        profile.waiting[1].owner_tid = None;
+        let b = profile.waiting[1].clone();
+        let links = chain(&profile, &b);
+        assert_eq!(links.len(), 1);
+        assert_eq!((links[0].pid, links[0].kind.as_str()), (10, "rpc"));
     }
 
     #[test]

@@ -184,9 +184,7 @@ pub struct LockWait {
     pub lock_class: u32,
     pub owner_tgid: u32,
     pub owner_kstack_id: i32,
-    /// Thread holding a sleeping lock when the wait began (0 when unknown): the link
-    /// from a wait in progress to what its owner is doing.
-    pub owner_tid: u32,
+    pub _pad: u32,
 }
 
 /// The record-time lock filter (`record --type`, `--lock-filter`), applied in the

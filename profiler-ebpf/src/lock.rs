@@ -643,7 +643,6 @@ fn open_spin_wait<C: LockContext>(
     wait.lock_class = lock_class;
     wait.owner_tgid = 0;
     wait.owner_kstack_id = -1;
-    wait.owner_tid = 0;
 }
 
 #[inline(always)]
@@ -673,7 +672,7 @@ fn open_sleep_wait<C: LockContext>(ctx: &C, tid: u32, lock_addr: u64, flags: u32
         lock_class,
         owner_tgid: owner.tgid,
         owner_kstack_id: owner.kstack_id,
-        owner_tid: owner.tid,
+        _pad: 0,
     };
     if LOCK_SLEEP_WAIT
         .insert(tid, wait, BPF_NOEXIST as u64)
@@ -703,14 +702,12 @@ fn classify_lock(layout: &LockLayout, lock_addr: u64) -> u32 {
 /// Who holds a sleeping lock when a wait on it begins.
 #[derive(Clone, Copy)]
 struct Owner {
-    tid: u32,
     tgid: u32,
     /// Where the owner sleeps, when it is off-CPU and the off-CPU family saw it leave.
     kstack_id: i32,
 }
 
 const NO_OWNER: Owner = Owner {
-    tid: 0,
     tgid: 0,
     kstack_id: -1,
 };
@@ -771,11 +768,7 @@ fn read_owner(layout: &LockLayout, lock_addr: u64, flags: u32) -> Owner {
         Some(start) if tid != 0 => start.kstack_id,
         _ => -1,
     };
-    Owner {
-        tid,
-        tgid,
-        kstack_id,
-    }
+    Owner { tgid, kstack_id }
 }
 
 #[inline(always)]

@@ -382,6 +382,8 @@ pub(crate) fn drain_families(
     for family in families {
         family.drain(&mut out)?;
     }
+    let mut reader = reader;
+    probes::shared::inprogress::resolve_lock_owners(reader.as_deref_mut(), &mut profile.waiting);
     probes::shared::inprogress::name_fuse_servers(reader, &mut profile.waiting);
     Ok(())
 }

@@ -398,8 +398,9 @@ fn drain_open_waits(
             what: name,
             stack: stacks.kernel_stack(wait.kstack_id),
             lock_addr: Some(wait.lock_addr),
+            // The holder's thread is read from kernel memory after the drain
+            // (`inprogress::resolve_lock_owners`); the program keeps only its process.
             owner_pid: (wait.owner_tgid != 0).then_some(wait.owner_tgid),
-            owner_tid: (wait.owner_tid != 0).then_some(wait.owner_tid),
             ..Default::default()
         });
     }

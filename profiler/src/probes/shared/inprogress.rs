@@ -3,7 +3,10 @@
 
 use std::fs;
 
-use crate::{probes::blocked_on::KernelReader, profile::WaitingRow};
+use crate::{
+    probes::blocked_on::{BlockedOn, KernelReader},
+    profile::WaitingRow,
+};
 
 /// Waits in progress shorter than this are not listed one by one (with `--offcpu-all`
 /// every sleeping thread has a wait in progress at any moment).
@@ -56,6 +59,44 @@ pub fn fuse_servers() -> Vec<(u32, Vec<u32>)> {
         }
     }
     servers
+}
+
+/// The holder of each sleeping lock waited for (`kind` lock, found by the lock
+/// programs, which keep only the holder's process): the waiting thread is looked up in
+/// kernel memory, and when it is queued on that very lock, its holder's thread (and a
+/// verified name, where the lock had only its address) are taken from there.
+pub fn resolve_lock_owners(reader: Option<&mut KernelReader>, waiting: &mut [WaitingRow]) {
+    let Some(reader) = reader else {
+        return;
+    };
+    for row in waiting.iter_mut() {
+        if row.kind != "lock" || row.owner_tid.is_some() {
+            continue;
+        }
+        let Ok(stack) = super::super::blocked_on::kernel_stack(row.tid) else {
+            continue;
+        };
+        let frames: Vec<&str> = stack.iter().map(String::as_str).collect();
+        let Some(BlockedOn::Lock {
+            lock_addr,
+            owner,
+            name,
+            ..
+        }) = reader.blocked_on(row.tid, &frames)
+        else {
+            continue;
+        };
+        if Some(lock_addr) != row.lock_addr {
+            continue;
+        }
+        if let Some(owner) = owner {
+            row.owner_pid = Some(owner.tgid);
+            row.owner_tid = Some(owner.tid);
+        }
+        if let (Some(name), true) = (name, row.what.starts_with("0x")) {
+            row.what = name;
+        }
+    }
 }
 
 /// Names the server of each FUSE request in flight (`kind` rpc with a request id):
