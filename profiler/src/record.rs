@@ -592,6 +592,11 @@ fn start(
         false => None,
     };
     let mut maps = MapSet::take_all(&mut ebpf);
+    // The symbols again, now that this recording's own programs are loaded: a stack's
+    // leaf frame is the program that took it, and an address the first reading did not
+    // know resolves to the symbol before it (kernel text, or another tool's program),
+    // which the tracing machinery would not be stripped after.
+    let kernel_symbols = KernelSymbols::load().unwrap_or(kernel_symbols);
     let mut stacks = StackResolver::new(&mut maps, kernel_symbols)?;
     for family in families.iter_mut() {
         family.started(&maps, &mut stacks, target, reader.as_mut());
