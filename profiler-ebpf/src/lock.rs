@@ -28,7 +28,7 @@ use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel, generated::bpf_get_current_task},
     macros::map,
-    maps::{Array, HashMap, LruHashMap, PerCpuArray},
+    maps::{Array, HashMap, PerCpuArray},
     programs::{ProbeContext, RawTracePointContext, RetProbeContext, tracing::StackIdContext},
 };
 use profiler_common::{
@@ -93,10 +93,36 @@ static LOCK_LAST_ACQUIRER: Array<LockAcquirer> =
 pub static LOCK_HOLDS: HashMap<ContendedHoldKey, LatencyStat> = stats_map();
 
 /// Threads whose sleeping wait was not recorded (LOCK_SLEEP_WAIT full, counted then):
-/// their end is not counted a second time as unmatched.
+/// their end is not counted a second time as unmatched. A slot per `tid % entries`
+/// holding the thread id: an array, because the end program runs with the acquired lock
+/// held and an LRU map's list locks have no recursion guard (the lock could be one of
+/// them). Two such threads in one slot: the first one's end counts as unmatched.
 #[map]
-static LOCK_SLEEP_DROPPED: LruHashMap<u32, u8> =
-    LruHashMap::with_max_entries(profiler_common::lock::LOCK_SLEEP_DROPPED_ENTRIES, 0);
+static LOCK_SLEEP_DROPPED: Array<u32> =
+    Array::with_max_entries(profiler_common::lock::LOCK_SLEEP_DROPPED_ENTRIES, 0);
+
+/// Notes that `tid`'s wait was dropped.
+#[inline(always)]
+fn note_dropped(tid: u32) {
+    if let Some(slot) = LOCK_SLEEP_DROPPED.get_ptr_mut(tid % profiler_common::lock::LOCK_SLEEP_DROPPED_ENTRIES) {
+        // SAFETY: element of an array map; a racing write only loses one note.
+        unsafe { *slot = tid };
+    }
+}
+
+/// Whether `tid`'s wait was dropped; forgets it.
+#[inline(always)]
+fn take_dropped(tid: u32) -> bool {
+    match LOCK_SLEEP_DROPPED.get_ptr_mut(tid % profiler_common::lock::LOCK_SLEEP_DROPPED_ENTRIES) {
+        // SAFETY: as in note_dropped.
+        Some(slot) if tid != 0 && unsafe { *slot } == tid => {
+            // SAFETY: as above.
+            unsafe { *slot = 0 };
+            true
+        }
+        _ => false,
+    }
+}
 
 /// What the lock programs need from their context besides the stack walk: where the
 /// kernel stack of the contending code starts, for the fingerprint.
@@ -262,16 +288,12 @@ pub fn on_contention_end(ctx: &RawTracePointContext) {
     let lock_addr: u64 = ctx.arg(0);
     let outcome = outcome_of(ctx.arg::<u64>(1) as i32 as i64);
     let pid_tgid = bpf_get_current_pid_tgid();
-    let tid = pid_tgid as u32;
-
-    let spin_slot = LOCK_SPIN_WAIT.get_ptr_mut(0);
+    let Some(slot) = LOCK_SPIN_WAIT.get_ptr_mut(0) else {
+        return;
+    };
     // SAFETY: per-CPU slot from a successful lookup, written only by this CPU.
-    let spin_open = spin_slot
-        .map(|slot| unsafe { (*slot).lock_addr })
-        .unwrap_or(0);
-    if let Some(slot) = spin_slot
-        && spin_open == lock_addr
-    {
+    let spin_open = unsafe { (*slot).lock_addr };
+    if spin_open == lock_addr {
         // SAFETY: as above.
         let wait = unsafe { *slot };
         close_wait(&wait, end_ns, pid_tgid, outcome);
@@ -281,6 +303,32 @@ pub fn on_contention_end(ctx: &RawTracePointContext) {
         unsafe { (*slot).lock_addr = 0 };
         return;
     }
+    if spin_open != 0 {
+        end_other(lock_addr, outcome, end_ns, pid_tgid, true);
+        return;
+    }
+    // The slot is marked busy while this program runs: the kernel skips an interrupt's
+    // end program while this one runs (its recursion guard), so a spin wait the
+    // interrupt's begin opened here would never close. Its begin is ignored as nested.
+    // SAFETY: as above.
+    unsafe {
+        (*slot).lock_addr = SLOT_BUSY;
+        (*slot).start_ns = end_ns;
+    }
+    end_other(lock_addr, outcome, end_ns, pid_tgid, false);
+    // SAFETY: as above.
+    unsafe { (*slot).lock_addr = 0 };
+}
+
+/// A spin slot's lock address while the end program handles an end that is not of the
+/// slot's wait (no lock lives at address 1).
+const SLOT_BUSY: u64 = 1;
+
+/// The end of a sleeping wait, or of a wait not recorded. `spinning`: this CPU has a spin
+/// wait open (of another lock).
+#[inline(always)]
+fn end_other(lock_addr: u64, outcome: u32, end_ns: u64, pid_tgid: u64, spinning: bool) {
+    let tid = pid_tgid as u32;
     if let Some(open) = LOCK_SLEEP_WAIT.get_ptr(tid) {
         // SAFETY: element of a hash map owned by this thread id.
         let wait = unsafe { *open };
@@ -291,11 +339,11 @@ pub fn on_contention_end(ctx: &RawTracePointContext) {
         // Otherwise the end of a wait whose begin was ignored (and counted) as nested.
         return;
     }
-    if spin_open != 0 {
+    if spinning {
         // The end of an interrupt's nested spin, counted at its begin.
         return;
     }
-    if LOCK_SLEEP_DROPPED.remove(tid).is_ok() {
+    if take_dropped(tid) {
         // Its begin found the wait map full and was counted then.
         return;
     }
@@ -314,6 +362,9 @@ pub fn on_contention_end(ctx: &RawTracePointContext) {
 /// no lock address at return time to tell an interrupt's inner wait from the outer one).
 #[map]
 static LOCK_SPIN_DEPTH: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
+
+/// Marks a spin nesting depth whose outermost wait is the tracepoints', not this probe's.
+const INSIDE_TRACEPOINT_WAIT: u32 = 1 << 31;
 
 /// A spin wait open for longer than this lost its return probe (nobody spins for a second
 /// without the soft-lockup detector firing): the slot is reclaimed.
@@ -359,6 +410,15 @@ pub fn on_spin_slowpath_entry(ctx: &ProbeContext) {
     let Some((depth, slot)) = spin_slots() else {
         return;
     };
+    if *depth == 0 && slot.lock_addr != 0 && start_ns.saturating_sub(slot.start_ns) < SPIN_STALE_NS
+    {
+        // The slot is the tracepoints' (the probe runs beside them on a virtual machine
+        // whose spinlocks bypass them): an rwlock's wait, whose own wait lock spins in
+        // this slow path, or an end program at work. This wait is inside it.
+        *depth = INSIDE_TRACEPOINT_WAIT | 1;
+        count_loss(LOCK_NESTED);
+        return;
+    }
     if *depth > 0 {
         if start_ns.saturating_sub(slot.start_ns) < SPIN_STALE_NS {
             // An interrupt contending while this CPU already waits: ignore the inner one.
@@ -385,6 +445,11 @@ pub fn on_spin_slowpath_return(_ctx: &RetProbeContext) {
         return;
     }
     *depth -= 1;
+    if *depth == INSIDE_TRACEPOINT_WAIT {
+        // The slow path inside a tracepoints' wait returned: that wait stays open.
+        *depth = 0;
+        return;
+    }
     if *depth > 0 {
         // The inner (ignored) wait of an interrupt ended.
         return;
@@ -428,7 +493,7 @@ pub fn on_sleep_slowpath_return(_ctx: &RetProbeContext) {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
     let Some(open) = LOCK_SLEEP_WAIT.get_ptr(tid) else {
-        if LOCK_SLEEP_DROPPED.remove(tid).is_err() {
+        if !take_dropped(tid) {
             count_unmatched_end();
         }
         return;
@@ -679,7 +744,7 @@ fn open_sleep_wait<C: LockContext>(ctx: &C, tid: u32, lock_addr: u64, flags: u32
         .is_err()
     {
         count_loss(LOCK_WAIT_MAP_FULL);
-        let _ = LOCK_SLEEP_DROPPED.insert(tid, 1, 0);
+        note_dropped(tid);
     }
 }
 

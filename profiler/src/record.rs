@@ -562,9 +562,23 @@ fn start(
             None
         }
     };
+    // Kernel memory is read by a program of the object run on demand (it takes its
+    // buffer map out first): what threads blocked before the recording wait on, and
+    // whether a virtual machine's spinlocks bypass the lock tracepoints.
+    let wants_reader = families.iter().any(|family| {
+        family.name == "offcpu"
+            || (family.name == "lock" && probes::virtspin::wants_reader(&kernel_symbols))
+    });
+    let mut reader = match wants_reader {
+        true => probes::blocked_on::KernelReader::new(&mut ebpf)
+            .map_err(|err| log::info!("kernel memory cannot be read: {err:#}"))
+            .ok(),
+        false => None,
+    };
     let mut ctx = AttachContext {
         symbols: &kernel_symbols,
         unavailable,
+        reader: reader.as_mut(),
     };
     let mut probes = Vec::new();
     for family in families.iter_mut() {
@@ -583,14 +597,6 @@ fn start(
     }
     // The maps leave the object (the programs stay attached until it is dropped), so
     // they can be read live and after the detach alike.
-    // What threads blocked before the recording wait on is read from kernel memory,
-    // by a program of the object run on demand (it takes its buffer map out first).
-    let mut reader = match families.iter().any(|family| family.name == "offcpu") {
-        true => probes::blocked_on::KernelReader::new(&mut ebpf)
-            .map_err(|err| log::info!("what threads blocked before the recording wait on: {err:#}"))
-            .ok(),
-        false => None,
-    };
     let mut maps = MapSet::take_all(&mut ebpf);
     // The symbols again, now that this recording's own programs are loaded: a stack's
     // leaf frame is the program that took it, and an address the first reading did not

@@ -535,7 +535,8 @@ impl KernelReader {
         Some(u64::from_ne_bytes(value.bytes[..8].try_into().ok()?))
     }
 
-    fn read_u32(&mut self, address: u64) -> Option<u32> {
+    /// The 4 bytes at kernel `address`, or `None` when they cannot be read.
+    pub(crate) fn read_u32(&mut self, address: u64) -> Option<u32> {
         let value = self.run(KREAD_OP_READ, address, 4)?;
         Some(u32::from_ne_bytes(value.bytes[..4].try_into().ok()?))
     }

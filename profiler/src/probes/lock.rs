@@ -14,11 +14,12 @@ use profiler_common::{
     },
 };
 
+use super::virtspin::{self, SpinPath};
 use crate::{
     btf::Btf,
     cli::{LockMethod, LockStacks},
     probes::prelude::*,
-    profile::{HoldRow, LockRow, WaitingRow},
+    profile::{HoldRow, LockRow, Unavailable, WaitingRow},
     tracefs,
 };
 
@@ -109,7 +110,14 @@ impl Family for LockFamily {
     }
 
     fn attach(&mut self, ebpf: &mut Ebpf, ctx: &mut AttachContext) -> Result<Vec<ProbeUse>> {
-        Ok(vec![attach(ebpf, self.method, ctx.symbols)?])
+        let mut used = attach(ebpf, self.method, ctx.symbols)?;
+        if used.method.starts_with("raw_tracepoint") {
+            let path = virtspin::detect(ctx.symbols, ctx.reader.as_deref_mut());
+            if let Some(added) = cover_spin_path(ebpf, &path, self.method, ctx)? {
+                used.method = format!("{}; {added}", used.method);
+            }
+        }
+        Ok(vec![used])
     }
 
     fn drain(&self, out: &mut Drain) -> Result<()> {
@@ -165,6 +173,78 @@ pub fn attach(ebpf: &mut Ebpf, method: LockMethod, symbols: &KernelSymbols) -> R
         family: FAMILY.name.into(),
         method: method_used,
     })
+}
+
+/// On a virtual machine whose spin waits bypass the tracepoints (`virtspin`), the spin
+/// slow path's kprobe pair records them beside the tracepoints; without kprobes the
+/// profile says that spinlocks are missing. Returns what was added to the method.
+/// Under `--lock-method tracepoint` only the profile's note is added.
+fn cover_spin_path(
+    ebpf: &mut Ebpf,
+    path: &SpinPath,
+    method: LockMethod,
+    ctx: &mut AttachContext,
+) -> Result<Option<String>> {
+    let why = match path {
+        SpinPath::Traced { why } => {
+            log::debug!("spin waits reach the lock tracepoints: {why}");
+            return Ok(None);
+        }
+        SpinPath::Unknown => {
+            eprintln!(
+                "lockpath: note: on this virtual machine spinlock waits may bypass the lock \
+                 tracepoints (virt_spin_lock, no paravirt spinlocks) and nothing says whether \
+                 they do: no spinlock rows does not prove no spinlock contention"
+            );
+            return Ok(None);
+        }
+        SpinPath::TestAndSet { why } => why,
+    };
+    let (entry, ret, candidates) = SLOW_PATHS[0];
+    let function = candidates
+        .iter()
+        .copied()
+        .filter(|name| *name != "__pv_queued_spin_lock_slowpath")
+        .find(|name| ctx.symbols.has_function(name));
+    let missing = |reason: String| Unavailable {
+        family: FAMILY.name.into(),
+        what: "spinlock waits".into(),
+        reason,
+    };
+    if method == LockMethod::Tracepoint {
+        ctx.unavailable.push(missing(format!(
+            "{why}: the kernel takes contended spinlocks by test-and-set without the \
+             tracepoints; --lock-method auto adds the kprobe on the spin slow path"
+        )));
+        return Ok(None);
+    }
+    let Some(function) = function.filter(|_| tracefs::kprobes_available()) else {
+        ctx.unavailable.push(missing(format!(
+            "{why}: the kernel takes contended spinlocks by test-and-set without the \
+             tracepoints, and has no kprobe for its spin slow path; spinlock contention \
+             is not recorded, the other lock types are"
+        )));
+        return Ok(None);
+    };
+    let attached = (|| -> Result<()> {
+        for name in [entry, ret] {
+            let program: &mut KProbe = program(ebpf, name)?;
+            program
+                .load()
+                .map_err(|err| crate::probes::shared::load_error(name, err))?;
+        }
+        attach_kprobe_pair(ebpf, entry, ret, function)
+    })();
+    if let Err(err) = attached {
+        ctx.unavailable.push(missing(format!(
+            "{why}: spin waits bypass the tracepoints, and the kprobe on {function} \
+             failed: {err:#}"
+        )));
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "kprobe+kretprobe {function} for spinlocks ({why})"
+    )))
 }
 
 /// In attach order: the end first, so that no wait can be opened whose end would not be

@@ -17,6 +17,7 @@ pub mod lockname;
 pub mod offcpu;
 pub mod rpc;
 pub mod shared;
+pub mod virtspin;
 pub mod wakers;
 
 use anyhow::Result;
@@ -119,6 +120,8 @@ pub struct PlanContext<'a> {
 pub struct AttachContext<'a> {
     pub symbols: &'a KernelSymbols,
     pub unavailable: &'a mut Vec<Unavailable>,
+    /// The kernel-memory reader, when the recording made one.
+    pub reader: Option<&'a mut blocked_on::KernelReader>,
 }
 
 /// Where a family drains to: the maps, the stack resolver and the profile being filled.
