@@ -20,46 +20,42 @@ pub fn format_ns(ns: u64) -> String {
     }
 }
 
-/// `(year, month, day, hour, minute, second)` in UTC of a Unix time (the proleptic
-/// Gregorian calendar, days counted from 1970-01-01).
-pub fn utc_fields(unix_s: u64) -> (i64, u32, u32, u32, u32, u32) {
-    let days = (unix_s / 86_400) as i64;
-    let seconds = (unix_s % 86_400) as u32;
-    // Days to a civil date: eras of 400 years (146097 days) from 0000-03-01.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = (day_of_year - (153 * month_index + 2) / 5 + 1) as u32;
-    let month = if month_index < 10 {
-        month_index + 3
-    } else {
-        month_index - 9
-    } as u32;
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (
-        year,
-        month,
-        day,
-        seconds / 3600,
-        seconds / 60 % 60,
-        seconds % 60,
-    )
+/// A duration as every option takes it (`-d`, `--rotate`, `--interval`, `--min-wait`):
+/// jiff's friendly format (`10m`, `500ms`, `100us`, `1.5h`, `1h30m`, `2 days`; a day is
+/// 24 hours) or a bare number of seconds (`30`, `0.5`).
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let text = text.trim();
+    if let Ok(seconds) = text.parse::<f64>() {
+        return std::time::Duration::try_from_secs_f64(seconds).map_err(|_| {
+            format!("{text:?}: a duration is a positive number of seconds or e.g. 10m")
+        });
+    }
+    let span: jiff::Span = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (e.g. 30, 500ms, 100us, 10m, 1h30m)"))?;
+    let duration = span
+        .to_duration(jiff::SpanRelativeTo::days_are_24_hours())
+        .map_err(|_| format!("{text:?}: months and years are not durations here; use days"))?;
+    std::time::Duration::try_from(duration)
+        .map_err(|_| format!("{text:?}: a duration cannot be negative"))
+}
+
+fn utc(unix_s: u64) -> jiff::civil::DateTime {
+    let timestamp = i64::try_from(unix_s)
+        .ok()
+        .and_then(|seconds| jiff::Timestamp::from_second(seconds).ok())
+        .unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+    timestamp.to_zoned(jiff::tz::TimeZone::UTC).datetime()
 }
 
 /// ISO 8601 in UTC: `2026-12-03T08:12:40Z`.
 pub fn iso8601_utc(unix_s: u64) -> String {
-    let (year, month, day, hour, minute, second) = utc_fields(unix_s);
-    format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}Z")
+    utc(unix_s).strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 /// The same, without separators, for file names: `20261203T081240Z`.
 pub fn compact_utc(unix_s: u64) -> String {
-    let (year, month, day, hour, minute, second) = utc_fields(unix_s);
-    format!("{year:04}{month:02}{day:02}T{hour:02}{minute:02}{second:02}Z")
+    utc(unix_s).strftime("%Y%m%dT%H%M%SZ").to_string()
 }
 
 #[cfg(test)]
@@ -87,5 +83,31 @@ mod tests {
         assert_eq!(iso8601_utc(1_796_272_703), "2026-12-03T04:38:23Z");
         assert_eq!(iso8601_utc(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(compact_utc(1_709_210_096), "20240229T123456Z");
+    }
+
+    #[test]
+    fn one_grammar_for_durations() {
+        let secs = |text: &str| parse_duration(text).map(|d| d.as_secs_f64());
+        for (text, seconds) in [
+            ("30", 30.0),
+            ("0.5", 0.5),
+            ("0", 0.0),
+            ("90s", 90.0),
+            ("10m", 600.0),
+            ("1.5h", 5400.0),
+            ("1h30m", 5400.0),
+            ("2h 30m", 9000.0),
+            ("1d", 86_400.0),
+            ("500ms", 0.5),
+            ("100us", 1e-4),
+            ("100µs", 1e-4),
+            ("10ns", 1e-8),
+        ] {
+            assert_eq!(secs(text), Ok(seconds), "{text}");
+        }
+        for text in ["soon", "10x", "5 parsecs", "-3ms", "-3", "1mo", ""] {
+            assert!(parse_duration(text).is_err(), "{text} was accepted");
+        }
+        assert!(parse_duration("1mo").unwrap_err().contains("use days"));
     }
 }

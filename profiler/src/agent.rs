@@ -38,31 +38,14 @@ const METRICS_REFRESH: Duration = Duration::from_secs(5);
 /// Shortest period: a period costs a drain and a file.
 const MIN_PERIOD: Duration = Duration::from_secs(1);
 
-/// `--rotate`: `90`, `90s`, `10m`, `1h`, `1d` (a bare number is seconds).
+/// `--rotate`: `90`, `90s`, `10m`, `1h`, `1d` (the one duration grammar,
+/// `units::parse_duration`), at least `MIN_PERIOD`.
 pub fn parse_period(text: &str) -> Result<Duration, String> {
-    let (number, unit) = match text.find(|c: char| c.is_ascii_alphabetic()) {
-        Some(at) => text.split_at(at),
-        None => (text, "s"),
-    };
-    let seconds_per = match unit {
-        "s" => 1.0,
-        "m" | "min" => 60.0,
-        "h" => 3600.0,
-        "d" => 86_400.0,
-        _ => {
-            return Err(format!(
-                "{text:?}: the period's unit is s, m, h or d (e.g. 10m)"
-            ))
-        }
-    };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a period (e.g. 30s, 10m, 1h)"))?;
-    let seconds = value * seconds_per;
-    if !seconds.is_finite() || seconds < MIN_PERIOD.as_secs_f64() {
+    let period = units::parse_duration(text)?;
+    if period < MIN_PERIOD {
         return Err(format!("{text:?}: the period must be at least 1 s"));
     }
-    Ok(Duration::from_secs_f64(seconds))
+    Ok(period)
 }
 
 /// Checks the output directory: created when missing, writable, not a file.
@@ -523,7 +506,7 @@ mod tests {
         assert_eq!(parse_period("10m"), Ok(Duration::from_secs(600)));
         assert_eq!(parse_period("1.5h"), Ok(Duration::from_secs(5400)));
         assert!(parse_period("0.5s").unwrap_err().contains("at least 1 s"));
-        assert!(parse_period("10x").unwrap_err().contains("s, m, h or d"));
+        assert!(parse_period("10x").unwrap_err().contains("not a duration"));
         assert!(parse_period("soon").is_err());
     }
 }

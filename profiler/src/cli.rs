@@ -71,8 +71,8 @@ pub struct StuckArgs {
     #[arg(short = 'p', long = "pid", value_name = "PID", value_delimiter = ',')]
     pub pid: Vec<u32>,
 
-    /// Seconds to watch.
-    #[arg(short = 'd', long = "duration", value_name = "SECONDS", default_value = "1",
+    /// How long to watch (seconds, or e.g. 500ms, 2m).
+    #[arg(short = 'd', long = "duration", value_name = "DUR", default_value = "1",
           value_parser = parse_duration)]
     pub duration: f64,
 
@@ -256,7 +256,7 @@ pub struct RecordArgs {
     /// for every lock, wait class and process: the profile's timeline, `report
     /// --timeline`, and charts in the HTML report. A lock wait counts in the interval it ended
     /// in; off-CPU time in the intervals it passed in.
-    #[arg(long, value_name = "DUR", value_parser = crate::probes::offcpu::parse_min_wait)]
+    #[arg(long, value_name = "DUR", value_parser = parse_interval)]
     pub interval: Option<u64>,
 
     /// Record block-IO requests: latency histograms per device, operation and process.
@@ -277,8 +277,9 @@ pub struct RecordArgs {
     #[arg(long, value_name = "PATH", conflicts_with = "pid")]
     pub cgroup: Option<PathBuf>,
 
-    /// Stop after this many seconds (default: until Ctrl-C, or until CMD exits).
-    #[arg(short = 'd', long = "duration", value_name = "SECONDS", value_parser = parse_duration)]
+    /// Stop after this long (seconds, or e.g. 10m, 1h30m; default: until Ctrl-C, or until
+    /// CMD exits).
+    #[arg(short = 'd', long = "duration", value_name = "DUR", value_parser = parse_duration)]
     pub duration: Option<f64>,
 
     /// Where to write the profile (JSON), atomically.
@@ -367,17 +368,21 @@ fn parse_freq(text: &str) -> Result<u64, String> {
     Ok(hz)
 }
 
+/// `-d`: seconds, or any duration of the one grammar (`10m`, `1h30m`).
 fn parse_duration(text: &str) -> Result<f64, String> {
-    let seconds: f64 = text
-        .trim_end_matches('s')
-        .parse()
-        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
-    if !(seconds > 0.0 && seconds.is_finite()) {
-        return Err(format!(
-            "{text:?}: the duration must be a positive number of seconds"
-        ));
+    let duration = crate::units::parse_duration(text)?;
+    if duration.is_zero() {
+        return Err(format!("{text:?}: the duration must be longer than 0"));
     }
-    Ok(seconds)
+    Ok(duration.as_secs_f64())
+}
+
+/// `--interval`: nanoseconds of a duration of the one grammar, longer than 0.
+fn parse_interval(text: &str) -> Result<u64, String> {
+    match crate::probes::offcpu::parse_min_wait(text)? {
+        0 => Err(format!("{text:?}: the interval must be longer than 0")),
+        ns => Ok(ns),
+    }
 }
 
 /// `PORT` or `ADDR:PORT`; a bare port binds to loopback only.

@@ -36,7 +36,7 @@ fn bad_flag_values_are_refused() {
         eprintln!("SKIP bad_flag_values_are_refused: lockpath not built");
         return;
     }
-    one_line_error(&["record", "-d", "abc"], "not a number of seconds");
+    one_line_error(&["record", "-d", "abc"], "not a duration");
     one_line_error(&["record", "-d", "-3"], "");
     one_line_error(
         &["report", "x.json", "--by", "nonsense"],

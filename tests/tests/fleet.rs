@@ -355,7 +355,7 @@ fn rotate_keeps_n_files_and_refuses_bad_input() {
     std::fs::write(&file, "x").expect("write");
     let bad: [(&[&str], &str); 4] = [
         (&["record", "--rotate", "0.2s", "-o", "x"], "at least 1 s"),
-        (&["record", "--rotate", "5q", "-o", "x"], "s, m, h or d"),
+        (&["record", "--rotate", "5q", "-o", "x"], "not a duration"),
         (&["record", "--keep", "3", "-o", "x"], "--rotate"),
         (
             &["record", "--rotate", "2s", "-o", path_str(&file)],

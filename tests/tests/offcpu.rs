@@ -418,8 +418,8 @@ fn bad_offcpu_flags_are_refused() {
             "not a duration",
         ),
         (
-            vec!["record", "--offcpu", "--min-wait", "10", "-o", out],
-            "unknown unit",
+            vec!["record", "--offcpu", "--min-wait", "1mo", "-o", out],
+            "use days",
         ),
         (
             vec!["record", "--offcpu", "--wait-class", "ldiskfs", "-o", out],

@@ -574,33 +574,11 @@ fn state_name(state: u32) -> &'static str {
     }
 }
 
-/// Parses `--min-wait`: a number with a unit (ns, us, ms, s), e.g. `500us`, `2ms`.
+/// Parses `--min-wait`: nanoseconds of a duration (`500us`, `2ms`; the one grammar of
+/// `units::parse_duration`).
 pub fn parse_min_wait(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let value: f64 = number.parse().map_err(|_| {
-        format!("{text:?} is not a duration: give a number and a unit, e.g. 500us or 2ms")
-    })?;
-    let scale = match unit.trim() {
-        "ns" => 1.0,
-        "us" => 1e3,
-        "ms" => 1e6,
-        "s" => 1e9,
-        "" if value == 0.0 => 1.0,
-        other => {
-            return Err(format!(
-                "{text:?}: unknown unit {other:?}; use ns, us, ms or s (e.g. 500us)"
-            ))
-        }
-    };
-    let ns = value * scale;
-    if !ns.is_finite() || ns >= u64::MAX as f64 {
-        return Err(format!("{text:?} is too large"));
-    }
-    Ok(ns as u64)
+    let duration = crate::units::parse_duration(text)?;
+    u64::try_from(duration.as_nanos()).map_err(|_| format!("{text:?} is too large"))
 }
 
 #[cfg(test)]
@@ -621,7 +599,8 @@ mod tests {
         assert!(parse_min_wait("garbage")
             .unwrap_err()
             .contains("not a duration"));
-        assert!(parse_min_wait("10").unwrap_err().contains("unknown unit"));
+        // A bare number is seconds, as for every duration.
+        assert_eq!(parse_min_wait("10"), Ok(10_000_000_000));
         assert!(parse_min_wait("5 parsecs").is_err());
         assert!(parse_min_wait("-3ms").is_err());
     }
