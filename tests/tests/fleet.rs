@@ -245,6 +245,7 @@ fn rotate_soak_matches_a_long_recording() {
     let (mut count_sum, mut ns_sum, mut seconds) = (0u64, 0u64, 0.0);
     let mut previous_start = 0;
     let mut short = 0;
+    let (mut most_rows, mut all_rows) = (0usize, 0usize);
     for (index, file) in files.iter().enumerate() {
         let profile = load_json(file);
         assert_eq!(profile["format"], "lockpath/1", "{}", file.display());
@@ -272,6 +273,9 @@ fn rotate_soak_matches_a_long_recording() {
             "{}: no losses field",
             file.display()
         );
+        let rows = profile["locks"].as_array().map_or(0, Vec::len);
+        most_rows = most_rows.max(rows);
+        all_rows += rows;
         let (count, ns) = lock_totals(&profile, storm_pid);
         // Every period after the one the storm started in saw the storm.
         if index > before_storm && duration > 0.2 {
@@ -328,7 +332,8 @@ fn rotate_soak_matches_a_long_recording() {
     let ((rss2, (mem2, entries2)), (rss_last, (mem_last, entries_last))) = (second, last);
     eprintln!(
         "RSS {rss2} -> {rss_last} KiB; map memory {mem2} -> {mem_last} bytes; LOCK_STATS \
-         entries after a period: {entries2} -> {entries_last}"
+         entries after a period: {entries2} -> {entries_last} (rows: fullest period \
+         {most_rows}, all periods {all_rows})"
     );
     let grew = |a: u64, b: u64| (b as f64 - a as f64) / a as f64;
     assert!(
@@ -339,9 +344,15 @@ fn rotate_soak_matches_a_long_recording() {
         grew(mem2, mem_last) < 0.10,
         "map memory grew {mem2} -> {mem_last} bytes"
     );
+    // The kernel map holds what arrived since the last move, at most about a period's
+    // keys: a map that kept its keys would hold the whole recording's ({all_rows} rows
+    // over the periods). How many new keys arrive after a move depends on what else the
+    // machine does: 6 after the second period and 134 after the last, once, on a machine
+    // building beside the test.
     assert!(
-        entries_last <= entries2.max(1) * 2 + 64,
-        "LOCK_STATS keeps {entries_last} entries (after period 2: {entries2})"
+        entries_last <= most_rows + 64,
+        "LOCK_STATS keeps {entries_last} entries (after period 2: {entries2}; the fullest \
+         period had {most_rows} rows, all periods {all_rows})"
     );
 }
 
