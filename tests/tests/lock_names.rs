@@ -130,8 +130,10 @@ fn most_lock_wait_is_on_named_locks() {
             .any(|(name, (_, how))| name.starts_with(prefix) && how == source)
     };
     assert!(has(&both, "mmap_lock", "task"), "{both:?}");
-    assert!(has(&both, "file_lock", "task"), "{both:?}");
     assert!(has(&both, "rq_lock:cpu", "runqueue"), "{both:?}");
+    // (The fd table's file_lock is checked on the open storm below, where it is most of
+    // the wait: here the pipes' closes contend on it only when two threads close at
+    // once, which a machine busy with other work did not do in one run.)
 
     // An open/close storm: the fd table's lock above all, and `cdev_lock`, the static
     // spinlock chrdev_open takes (the storm opens /dev/null). A static lock is named by
