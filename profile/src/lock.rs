@@ -111,9 +111,10 @@ pub fn is_lock_internal(name: &str) -> bool {
 
 /// Whether a lock name found by `source` (`LockRow::lock_name_source`) is a guess: a
 /// lock of a merged slab cache named by the one candidate type with a lock there, or a
-/// slab cache whose merging the kernel did not say (docs/lock-names.md).
+/// slab cache whose merging the kernel did not say, or a generic kmalloc object typed
+/// by the functions that take it (docs/lock-names.md).
 pub fn name_is_guess(source: &str) -> bool {
-    matches!(source, "slab_merged" | "slab_unchecked")
+    matches!(source, "slab_merged" | "slab_unchecked" | "slab_kmalloc")
 }
 
 /// The first frame, from the leaf outward, that is not locking code: who took the lock.

@@ -7,6 +7,8 @@
 //! name). The class is derived from the row's name, name source, address and stack, so
 //! profiles of every version have classes.
 
+use std::collections::HashMap;
+
 use profiler_common::lock::{LCB_F_SPIN, OUTCOME_SHIFT};
 
 use crate::{
@@ -169,9 +171,54 @@ fn in_vmalloc_area(addr: u64) -> bool {
         || (0xffa0_0000_0000_0000..0xffd2_0000_0000_0000).contains(&addr)
 }
 
-/// The class of a lock row, given its stack's class; `None` when the lock is its own
-/// class.
-pub fn lock_class(row: &LockRow, stack: &StackClass) -> Option<String> {
+/// The function a stack's class names as the taker of a lock in a generic cache object:
+/// the wait queue's or completion's user, or the caller.
+pub fn taker(stack: &StackClass) -> Option<&str> {
+    match stack {
+        StackClass::WaitQueue { user } | StackClass::Completion { user } => Some(user),
+        StackClass::Caller { caller } => Some(caller),
+        _ => None,
+    }
+}
+
+/// The main taker of each lock (by address) in a generic cache object: of the functions
+/// that take it (`taker`), the one with the most wait. One lock is one class, whichever
+/// function a row of it was taken in (`&kmalloc-2k in start_this_handle` holds the
+/// lock's rows of `jbd2_log_wait_commit` too); the locks of several objects taken
+/// mostly in one function share it. `stack_class` gives a row's stack class.
+pub fn main_takers<'a>(
+    rows: impl Iterator<Item = &'a LockRow>,
+    mut stack_class: impl FnMut(&LockRow) -> Option<String>,
+) -> HashMap<u64, String> {
+    let mut waits: HashMap<u64, HashMap<String, u64>> = HashMap::new();
+    for row in rows {
+        if !may_have_class(row) || !is_generic_cache(&row.lock_name) {
+            continue;
+        }
+        if let Some(taker) = stack_class(row) {
+            let wait = waits
+                .entry(row.lock_addr)
+                .or_default()
+                .entry(taker)
+                .or_default();
+            *wait = wait.saturating_add(row.total_ns);
+        }
+    }
+    waits
+        .into_iter()
+        .filter_map(|(addr, takers)| {
+            let (taker, _) = takers
+                .into_iter()
+                .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(&a.0)))?;
+            Some((addr, taker))
+        })
+        .collect()
+}
+
+/// The class of a lock row, given its stack's class and, for a lock in a generic cache
+/// object, its main taker (`main_takers`; else the row's own); `None` when the lock is
+/// its own class.
+pub fn lock_class(row: &LockRow, stack: &StackClass, main_taker: Option<&str>) -> Option<String> {
     let name = row.lock_name.as_str();
     let spinlock = row.flags & ((1 << OUTCOME_SHIFT) - 1) == LCB_F_SPIN;
     // Names that say which lock it is stay their own class.
@@ -191,20 +238,20 @@ pub fn lock_class(row: &LockRow, stack: &StackClass) -> Option<String> {
             };
             Some(format!("on-stack {what} in {user}"))
         }
-        StackClass::WaitQueue { user } | StackClass::Completion { user }
+        StackClass::WaitQueue { .. }
+        | StackClass::Completion { .. }
+        | StackClass::Caller { .. }
             if is_generic_cache(name) =>
         {
-            Some(format!("{name} in {user}"))
-        }
-        StackClass::Caller { caller } if is_generic_cache(name) => {
-            Some(format!("{name} in {caller}"))
+            let taker = main_taker.or(taker(stack))?;
+            Some(format!("{name} in {taker}"))
         }
         _ => None,
     }
 }
 
 /// A slab cache of objects of many types (`&kmalloc-2k`, `&kmalloc-cg-1k`).
-fn is_generic_cache(name: &str) -> bool {
+pub fn is_generic_cache(name: &str) -> bool {
     name.starts_with("&kmalloc-") || name.starts_with("&dma-kmalloc-")
 }
 
@@ -226,7 +273,7 @@ mod tests {
             flags: LCB_F_SPIN,
             ..Default::default()
         };
-        lock_class(&row, &stack_class(&refs))
+        lock_class(&row, &stack_class(&refs), None)
     }
 
     #[test]
@@ -351,5 +398,43 @@ mod tests {
         );
         // No stack: nothing to tell.
         assert_eq!(class_of("0xffffc90000001000", "address", 1, &[]), None);
+    }
+
+    #[test]
+    fn a_kmalloc_lock_is_one_class_under_its_main_taker() {
+        let row = |addr: u64, wait: u64| LockRow {
+            lock_addr: addr,
+            lock_name: "&kmalloc-2k".into(),
+            lock_name_source: "slab".into(),
+            flags: LCB_F_SPIN,
+            total_ns: wait,
+            ..Default::default()
+        };
+        // One lock taken in two functions, another object's lock taken in the second.
+        let rows = [
+            (row(0x1000, 30), "start_this_handle"),
+            (row(0x1000, 10), "jbd2_log_wait_commit"),
+            (row(0x9000, 50), "jbd2_log_wait_commit"),
+        ];
+        let takers = main_takers(rows.iter().map(|(row, _)| row), |row| {
+            rows.iter()
+                .find(|(other, _)| std::ptr::eq(other, row))
+                .map(|(_, taker)| taker.to_string())
+        });
+        assert_eq!(
+            takers.get(&0x1000).map(String::as_str),
+            Some("start_this_handle")
+        );
+        let stack = StackClass::Caller {
+            caller: "jbd2_log_wait_commit".into(),
+        };
+        assert_eq!(
+            lock_class(&rows[1].0, &stack, takers.get(&0x1000).map(String::as_str)).as_deref(),
+            Some("&kmalloc-2k in start_this_handle")
+        );
+        assert_eq!(
+            lock_class(&rows[2].0, &stack, takers.get(&0x9000).map(String::as_str)).as_deref(),
+            Some("&kmalloc-2k in jbd2_log_wait_commit")
+        );
     }
 }

@@ -11,7 +11,10 @@
 //! accessor; only `id_by_type_name_kind` (a type's id by name) is public. So a struct's
 //! members, their names and their bit offsets cannot be read through it.
 
-use std::{collections::HashMap, path::Path};
+use std::{
+    collections::{HashMap, HashSet},
+    path::Path,
+};
 
 use anyhow::{bail, Context, Result};
 
@@ -52,6 +55,21 @@ struct Type {
     /// value); function prototype parameters (`bit_offset` 0).
     members: Vec<Member>,
 }
+
+/// The kernel's lock types, by their BTF names.
+const LOCK_TYPES: &[&str] = &[
+    "spinlock_t",
+    "spinlock",
+    "raw_spinlock_t",
+    "raw_spinlock",
+    "rwlock_t",
+    "mutex",
+    "rw_semaphore",
+    "rt_mutex",
+    "rt_mutex_base",
+    "seqlock_t",
+    "percpu_rw_semaphore",
+];
 
 /// The struct and union types of a BTF blob, by id and by name.
 pub struct Btf {
@@ -318,6 +336,80 @@ impl Btf {
         None
     }
 
+    /// The lock member at byte `offset` of `struct name` (`lock_member_at`) and the
+    /// name of its type (`spinlock_t`, `rwlock_t`, `mutex`, ...); a lock inside a
+    /// non-lock struct member (a wait queue head's) is that inner lock's type.
+    pub fn lock_member_type_at(&self, name: &str, offset: u32) -> Option<(String, String)> {
+        let path = self.lock_member_at(name, offset)?;
+        let mut ty = self
+            .by_name
+            .get(name)?
+            .iter()
+            .find_map(|&id| self.resolve(id))?;
+        let mut type_id = 0;
+        for part in path.split('.') {
+            let (_, id) = self.member_bits(ty, part)?;
+            type_id = id;
+            ty = self.resolve(id)?;
+        }
+        Some((path, self.lock_type_name(type_id)?))
+    }
+
+    /// The kernel lock type name (`spinlock_t`, `mutex`, ...) type `id` is, through
+    /// typedefs and qualifiers.
+    fn lock_type_name(&self, mut id: u32) -> Option<String> {
+        for _ in 0..32 {
+            let ty = self.types.get(id as usize)?;
+            if LOCK_TYPES.contains(&ty.name.as_str()) {
+                return Some(ty.name.clone());
+            }
+            match ty.kind {
+                KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG => {
+                    id = ty.type_id
+                }
+                _ => return None,
+            }
+        }
+        None
+    }
+
+    /// For each function of `functions` the kernel's BTF has, the structs its
+    /// parameters point to, with their sizes in bytes: (struct name, size).
+    pub fn struct_pointer_params(
+        &self,
+        functions: &HashSet<&str>,
+    ) -> HashMap<String, Vec<(String, u32)>> {
+        let mut params = HashMap::new();
+        for ty in &self.types {
+            if ty.kind != KIND_FUNC || !functions.contains(ty.name.as_str()) {
+                continue;
+            }
+            let Some(proto) = self
+                .types
+                .get(ty.type_id as usize)
+                .filter(|proto| proto.kind == KIND_FUNC_PROTO)
+            else {
+                continue;
+            };
+            let structs: Vec<(String, u32)> = proto
+                .members
+                .iter()
+                .filter_map(|param| {
+                    let ptr = self
+                        .resolve(param.type_id)
+                        .filter(|ty| ty.kind == KIND_PTR)?;
+                    let target = self
+                        .resolve(ptr.type_id)
+                        .filter(|ty| matches!(ty.kind, KIND_STRUCT | KIND_UNION))?;
+                    // A struct's `type_id` holds its size in bytes.
+                    (!target.name.is_empty()).then(|| (target.name.clone(), target.type_id))
+                })
+                .collect();
+            params.insert(ty.name.clone(), structs);
+        }
+        params
+    }
+
     /// The per-CPU variable (BTF `DATASEC .data..percpu`) that holds byte `offset` of a
     /// CPU's per-CPU area, and the lock member starting there: `runqueues.__lock`,
     /// `timer_bases.lock` (or the variable alone when it is a lock). `None` when no
@@ -386,19 +478,7 @@ impl Btf {
 
     /// Whether type `id` (through typedefs and qualifiers) is one of the kernel's locks.
     fn is_lock_type(&self, mut id: u32) -> bool {
-        const LOCKS: &[&str] = &[
-            "spinlock_t",
-            "spinlock",
-            "raw_spinlock_t",
-            "raw_spinlock",
-            "rwlock_t",
-            "mutex",
-            "rw_semaphore",
-            "rt_mutex",
-            "rt_mutex_base",
-            "seqlock_t",
-            "percpu_rw_semaphore",
-        ];
+        const LOCKS: &[&str] = LOCK_TYPES;
         for _ in 0..32 {
             let Some(ty) = self.types.get(id as usize) else {
                 return false;

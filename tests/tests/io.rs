@@ -818,3 +818,148 @@ fn device_numbers(device: &str) -> (u32, u32) {
         .map(|hex| u32::from_str_radix(hex, 16).expect("hex"));
     (parts.next().expect("major"), parts.next().expect("minor"))
 }
+
+/// fio on ext4 (4 jobs of random 4 KiB writes, an fsync every 8): the journal's locks,
+/// the loop device's, the block layer's and the wait queues of their waits. The top 10
+/// rows of the lock table (`report --by lock`) are 10 different classes: no row is an
+/// instance of a class (a hashed bit-wait queue, a wait queue or completion on a kernel
+/// stack, a generic kmalloc object: the `class` of its `--by instance` row), no class
+/// is two rows of one type, and no lock is in two rows of one type (a lock taken in
+/// several functions is one class, not one per function).
+#[test]
+fn fio_lock_table_rows_are_distinct_classes() {
+    let test = "fio_lock_table_rows_are_distinct_classes";
+    let _alone = alone();
+    if !can_load_programs(test) {
+        return;
+    }
+    for tool in ["mkfs.ext4", "losetup", "mount", "fio"] {
+        if !have(tool) {
+            assert!(!is_ci(), "{tool} is needed under CI=true");
+            eprintln!("SKIP {test}: no {tool}");
+            return;
+        }
+    }
+    let fs = Ext4Loop::new("io-fio-classes", 512);
+    let out = fs.dir.join("out");
+    std::fs::create_dir_all(&out).expect("out dir");
+    let profile_path = out.join("fio.json");
+    let directory = format!("--directory={}", path_str(&fs.mount));
+    record_ok(&[
+        "record",
+        "--lock",
+        "-o",
+        path_str(&profile_path),
+        "--",
+        "fio",
+        "--name=classes",
+        &directory,
+        "--numjobs=4",
+        "--rw=randwrite",
+        "--bs=4k",
+        "--size=32M",
+        "--fsync=8",
+        "--ioengine=psync",
+        "--time_based",
+        "--runtime=5",
+        "--group_reporting",
+    ]);
+    let profile_arg = path_str(&profile_path);
+    let text = lockpath_ok(&["report", profile_arg, "--by", "lock", "--top", "12"]);
+    eprintln!("{}", String::from_utf8_lossy(&text.stdout));
+    let report = |by: &str| -> Vec<serde_json::Value> {
+        let output = lockpath_ok(&[
+            "report",
+            profile_arg,
+            "--by",
+            by,
+            "--format",
+            "json",
+            "--top",
+            "0",
+        ]);
+        let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON report");
+        json["locks"].as_array().expect("lock rows").clone()
+    };
+    let by_lock = report("lock");
+    let by_instance = report("instance");
+    let field = |row: &serde_json::Value, key: &str| -> String {
+        row[key].as_str().unwrap_or_default().to_string()
+    };
+    let top: Vec<(String, String)> = by_lock
+        .iter()
+        .take(10)
+        .map(|row| (field(row, "lock"), field(row, "type")))
+        .collect();
+    for row in by_lock.iter().take(10) {
+        eprintln!(
+            "top: {:<50} {:<10} {:<13} x{:<3} {} ns",
+            field(row, "lock"),
+            field(row, "type"),
+            field(row, "lock_name_source"),
+            row["instances"].as_u64().unwrap_or(0),
+            row["total_wait_ns"].as_u64().unwrap_or(0)
+        );
+    }
+    assert!(
+        top.len() == 10,
+        "4 fio jobs with fsyncs contend at least 10 locks: {top:?}"
+    );
+    // Each instance (name and type) to its class: its `class`, else its name.
+    let class_of: std::collections::HashMap<(String, String), String> = by_instance
+        .iter()
+        .map(|row| {
+            let class = field(row, "class");
+            let name = field(row, "lock");
+            let key = (name.clone(), field(row, "type"));
+            (key, if class.is_empty() { name } else { class })
+        })
+        .collect();
+    for (name, kind) in &top {
+        // A row named as an instance of a class is a class not grouped.
+        let class = class_of.get(&(name.clone(), kind.clone()));
+        assert!(
+            class.is_none() || class == Some(name),
+            "{name} ({kind}) is one instance of {class:?}: {top:?}"
+        );
+        assert!(
+            !name.starts_with("static@finish_wait")
+                && !name.starts_with("static@__wake_up")
+                && !name.starts_with("static@prepare_to_wait")
+                && !name.starts_with("0xffffc9"),
+            "{name} ({kind}) is a single bit-wait or on-stack instance: {top:?}"
+        );
+    }
+    let mut distinct = top.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), top.len(), "a class in two rows: {top:?}");
+    // No lock in two of the rows (of one type): every recorded row of a lock goes to one
+    // class. Profile row -> (class, type) through its `--by instance` class.
+    let profile = load_json(&profile_path);
+    let mut rows_of_lock: std::collections::BTreeMap<
+        (u64, String),
+        std::collections::BTreeSet<String>,
+    > = Default::default();
+    for row in profile["locks"].as_array().expect("locks") {
+        let addr = row["lock_addr"].as_u64().expect("lock_addr");
+        let kind =
+            lockpath_profile::lock::lock_type_name(row["flags"].as_u64().expect("flags") as u32)
+                .to_string();
+        let name = row["lock_name"].as_str().expect("lock_name").to_string();
+        let class = class_of
+            .get(&(name.clone(), kind.clone()))
+            .cloned()
+            .unwrap_or(name);
+        if top.contains(&(class.clone(), kind.clone())) {
+            rows_of_lock.entry((addr, kind)).or_default().insert(class);
+        }
+    }
+    for ((addr, kind), classes) in &rows_of_lock {
+        assert!(
+            classes.len() == 1,
+            "lock {addr:#x} ({kind}) is in {} rows: {classes:?}",
+            classes.len()
+        );
+    }
+}

@@ -115,7 +115,8 @@ const NAME_SOURCES: &str = "named by: task = from the waiting task's structures 
     another's); runqueue = a CPU's runqueue lock; percpu = a lock in a per-CPU variable; \
     slab = the slab cache of the lock's object; slab_merged = a guess (~): the one type \
     with a lock there among the caches merged with it; slab_unchecked = a guess (~): a \
-    cache that may be merged; kallsyms = a data symbol; caller = a static lock without \
+    cache that may be merged; slab_kmalloc = a guess (~): a kmalloc object's struct, \
+    from the functions that take its lock; kallsyms = a data symbol; caller = a static lock without \
     a symbol (static@) or a lock of an unknown slab object (slab@), by the function that \
     takes it; member = a member of a named lock (its wait_lock); class = interchangeable \
     instances in one row (hashed or on-stack wait queues, futex hash buckets, kmalloc \

@@ -273,6 +273,17 @@ pub fn top_lock_groups(
     // Lock classes (`lockclass`), of rows whose name may be one instance of many: what
     // each stack says, computed once per stack.
     let mut stack_classes: HashMap<Option<u32>, StackClass, FxBuild> = HashMap::default();
+    // A lock in a generic cache object is one class, under the function with the most
+    // wait on it.
+    let main_takers = match by {
+        GroupBy::Lock | GroupBy::Instance => lockclass::main_takers(profile.locks.iter(), |row| {
+            let stack = stack_classes
+                .entry(row.stack)
+                .or_insert_with(|| lockclass::stack_class(&profile.stack_frames(row.stack)));
+            lockclass::taker(stack).map(str::to_string)
+        }),
+        _ => HashMap::new(),
+    };
     let mut class_of = |row: &crate::profile::LockRow| -> Option<String> {
         if !lockclass::may_have_class(row) {
             return None;
@@ -280,7 +291,8 @@ pub fn top_lock_groups(
         let stack = stack_classes
             .entry(row.stack)
             .or_insert_with(|| lockclass::stack_class(&profile.stack_frames(row.stack)));
-        lockclass::lock_class(row, stack)
+        let taker = main_takers.get(&row.lock_addr).map(String::as_str);
+        lockclass::lock_class(row, stack, taker)
     };
     // Group id -> its class name, for groups by lock of a class.
     let mut class_names: HashMap<u32, String, FxBuild> = HashMap::default();

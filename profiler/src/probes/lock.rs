@@ -442,6 +442,16 @@ pub fn drain(maps: &MapSet, stacks: &mut StackResolver) -> Result<Vec<LockRow>> 
             None
         }
     });
+    // The wait_locks of the sleeping locks just named after their takers.
+    super::lockname::name_wait_locks(&mut rows, &super::lockname::WaitLockOffsets::of_kernel());
+    if let Some(btf) = namer.btf() {
+        super::lockname::name_kmalloc_locks(
+            &mut rows,
+            &stacks.interner,
+            |addr| namer.kmalloc_lock(addr),
+            btf,
+        );
+    }
     rows.sort_by_key(|row| std::cmp::Reverse(row.total_ns));
     Ok(rows)
 }

@@ -8,7 +8,10 @@
 //! sleeping lock of the same drain (`mmap_lock`'s, under mmap_lock storms) is named
 //! after it (`mmap_lock.wait_lock`), from the member's BTF offset.
 
-use std::{collections::HashMap, sync::OnceLock};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::OnceLock,
+};
 
 use anyhow::Result;
 use aya::maps::Array;
@@ -50,6 +53,13 @@ pub const SOURCE_SLAB_MERGED: &str = "slab_merged";
 /// A lock in a slab object where `/sys/kernel/slab` could not say whether its cache is
 /// merged: the cache's name as the kernel has it, a guess.
 pub const SOURCE_SLAB_UNCHECKED: &str = "slab_unchecked";
+
+/// A lock in an object of a generic `kmalloc-*` cache (objects of many types), named
+/// after the struct a function that takes it is passed a pointer to: a struct whose
+/// size is of the cache's size class, with a lock of the lock's type at its offset in
+/// the object (`&journal_s->j_state_lock`). A guess: another type of that size may be
+/// the object's.
+pub const SOURCE_SLAB_KMALLOC: &str = "slab_kmalloc";
 
 /// A static lock kallsyms has no symbol for, named after the kernel function that
 /// takes it (`static@chrdev_open`).
@@ -111,8 +121,11 @@ static WAIT_LOCKS: OnceLock<WaitLockOffsets> = OnceLock::new();
 /// Names the spinlocks of `rows` that are the `wait_lock` of a named sleeping lock of
 /// the same rows: a spinlock row at a named rwsem's (mutex's, rt-mutex's) address plus
 /// the member's offset becomes `NAME.wait_lock`, source `member`. Only spinlocks the
-/// kernel side did not name are renamed (addresses, kallsyms `symbol+0x..` and slab
-/// caches `&mm_struct`, which the member's name says better).
+/// kernel side did not name are renamed (addresses, kallsyms `symbol+0x..`, names
+/// after a taker and slab caches `&mm_struct`, which the member's name says better).
+/// Called again once static locks are named after their takers, so a static rwsem's
+/// `wait_lock` is `static@FUNCTION.wait_lock` without kallsyms as it is
+/// `SYMBOL.wait_lock` with it.
 pub fn name_wait_locks(rows: &mut [LockRow], offsets: &WaitLockOffsets) {
     let mut wait_locks: HashMap<u64, String> = HashMap::new();
     for row in rows.iter() {
@@ -136,6 +149,7 @@ pub fn name_wait_locks(rows: &mut [LockRow], offsets: &WaitLockOffsets) {
         let unnamed = matches!(
             row.lock_name_source.as_str(),
             SOURCE_ADDRESS
+                | SOURCE_CALLER
                 | SOURCE_KALLSYMS
                 | SOURCE_SLAB
                 | SOURCE_SLAB_MERGED
@@ -223,6 +237,232 @@ pub fn name_static_locks(
     }
 }
 
+/// Where a lock lies in an object of a generic `kmalloc-*` cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KmallocLock {
+    /// The sizes of the structs the cache holds: above the previous size class, up to
+    /// the cache's (`kmalloc-2k`: 1025 to 2048 bytes).
+    pub sizes: (u32, u32),
+    /// The lock's offset in its object.
+    pub offset: u32,
+}
+
+/// The kmalloc size classes of x86-64, in bytes.
+const KMALLOC_SIZES: &[u32] = &[
+    8, 16, 32, 64, 96, 128, 192, 256, 512, 1024, 2048, 4096, 8192,
+];
+
+/// The sizes of the structs a generic kmalloc cache holds (`kmalloc-2k`,
+/// `kmalloc-cg-512`, `dma-kmalloc-1k`, `kmalloc-rnd-05-192`): above the previous size
+/// class, up to its own. `None` for other caches.
+pub fn kmalloc_sizes(cache: &str) -> Option<(u32, u32)> {
+    if !(cache.starts_with("kmalloc-") || cache.starts_with("dma-kmalloc-")) {
+        return None;
+    }
+    let size = cache.rsplit('-').next()?;
+    let size = match size.strip_suffix('k') {
+        Some(kib) => kib.parse::<u32>().ok()?.checked_mul(1024)?,
+        None => size.parse::<u32>().ok()?,
+    };
+    let index = KMALLOC_SIZES.iter().position(|&class| class == size)?;
+    let below = index.checked_sub(1).map_or(0, |i| KMALLOC_SIZES[i]);
+    Some((below + 1, size))
+}
+
+/// Whether a lock member of BTF type `member_type` can be a lock of type `flags`
+/// (`LCB_F_*`, outcome bits ignored).
+fn lock_type_fits(flags: u32, member_type: &str) -> bool {
+    const MUTEX_SPIN: u32 = LCB_F_MUTEX | LCB_F_SPIN;
+    const RWLOCK_READ: u32 = LCB_F_SPIN | LCB_F_READ;
+    const RWLOCK_WRITE: u32 = LCB_F_SPIN | LCB_F_WRITE;
+    let spinlocks = [
+        "spinlock_t",
+        "spinlock",
+        "raw_spinlock_t",
+        "raw_spinlock",
+        "seqlock_t",
+    ];
+    match flags & ((1 << OUTCOME_SHIFT) - 1) {
+        LCB_F_SPIN => spinlocks.contains(&member_type),
+        RWLOCK_READ | RWLOCK_WRITE => member_type == "rwlock_t",
+        LCB_F_MUTEX | MUTEX_SPIN => member_type == "mutex",
+        LCB_F_READ | LCB_F_WRITE => {
+            matches!(member_type, "rw_semaphore" | "percpu_rw_semaphore")
+        }
+        LCB_F_RT => matches!(member_type, "rt_mutex" | "rt_mutex_base"),
+        _ => false,
+    }
+}
+
+/// How many functions past the locking code a stack is searched for one passed the
+/// object (the wait-queue code sits between a wait queue's lock and its user).
+const KMALLOC_FRAMES: usize = 4;
+
+/// Names the locks of `rows` in objects of generic `kmalloc-*` caches (`&kmalloc-2k`,
+/// source `slab`) after their struct type where the functions that take them tell it:
+/// in each row's stack, the nearest function past the locking code (of the first
+/// `KMALLOC_FRAMES`) that has a parameter pointing to a struct of the cache's size class
+/// with a lock of the row's type at the lock's offset (`lock_member_type_at`). When all
+/// the rows of a lock that find one find the same `TYPE->MEMBER`, every row of the lock
+/// is `&TYPE->MEMBER`, source `slab_kmalloc` (a guess); otherwise the lock keeps its
+/// cache's name. A struct found so types its object (the lock's address less its
+/// offset): another lock of that object none of whose functions tell is named as that
+/// struct's lock member at its offset, if one of its type is there (the journal's
+/// `j_list_lock`, taken in `do_get_write_access`, whose parameters are a handle and a
+/// journal head, in the object whose `j_state_lock` `start_this_handle` takes). `btf` gives the functions' struct parameters and the structs' lock
+/// members.
+pub fn name_kmalloc_locks(
+    rows: &mut [LockRow],
+    interner: &StackInterner,
+    kmalloc: impl Fn(u64) -> Option<KmallocLock>,
+    btf: &dyn KmallocTypes,
+) {
+    let is_kmalloc = |row: &LockRow| {
+        matches!(
+            row.lock_name_source.as_str(),
+            SOURCE_SLAB | SOURCE_SLAB_UNCHECKED
+        ) && kmalloc(row.lock_addr).is_some()
+    };
+    // Each candidate row's functions past the locking code, nearest first.
+    let mut takers: Vec<(usize, Vec<String>)> = Vec::new();
+    for (index, row) in rows.iter().enumerate() {
+        if !is_kmalloc(row) {
+            continue;
+        }
+        let functions: Vec<String> = interner
+            .frames_of(row.stack)
+            .iter()
+            .skip_while(|frame| crate::lock::is_lock_internal(&frame.name))
+            .take(KMALLOC_FRAMES)
+            .map(|frame| frame.name.clone())
+            .collect();
+        takers.push((index, functions));
+    }
+    if takers.is_empty() {
+        return;
+    }
+    let wanted: HashSet<&str> = takers
+        .iter()
+        .flat_map(|(_, functions)| functions.iter().map(String::as_str))
+        .collect();
+    let params = btf.struct_params(&wanted);
+    // Lock address -> the members its rows found (None: rows that disagree).
+    let mut found: HashMap<u64, Option<String>> = HashMap::new();
+    for (index, functions) in &takers {
+        let row = &rows[*index];
+        let Some(lock) = kmalloc(row.lock_addr) else {
+            continue;
+        };
+        let (low, high) = lock.sizes;
+        let mut members: Vec<String> = Vec::new();
+        for function in functions {
+            for (name, size) in params.get(function).map_or(&[][..], Vec::as_slice) {
+                if *size < low || *size > high {
+                    continue;
+                }
+                let Some((path, member_type)) = btf.lock_member(name, lock.offset) else {
+                    continue;
+                };
+                if lock_type_fits(row.flags, &member_type) {
+                    members.push(format!("{name}->{path}"));
+                }
+            }
+            if !members.is_empty() {
+                break;
+            }
+        }
+        members.sort_unstable();
+        members.dedup();
+        let member = match members.len() {
+            0 => continue,
+            1 => members.pop(),
+            _ => None,
+        };
+        match found.entry(row.lock_addr) {
+            std::collections::hash_map::Entry::Vacant(entry) => {
+                entry.insert(member);
+            }
+            std::collections::hash_map::Entry::Occupied(mut entry) => {
+                if *entry.get() != member {
+                    entry.insert(None);
+                }
+            }
+        }
+    }
+    // An object typed by one of its locks types its other locks: object start -> its
+    // struct, where its typed locks agree.
+    let mut objects: HashMap<u64, Option<String>> = HashMap::new();
+    for (addr, member) in &found {
+        let (Some(member), Some(lock)) = (member, kmalloc(*addr)) else {
+            continue;
+        };
+        let Some((name, _)) = member.split_once("->") else {
+            continue;
+        };
+        let start = addr.wrapping_sub(u64::from(lock.offset));
+        let entry = objects
+            .entry(start)
+            .or_insert_with(|| Some(name.to_string()));
+        if entry.as_deref() != Some(name) {
+            *entry = None;
+        }
+    }
+    let mut sibling: HashMap<u64, Option<String>> = HashMap::new();
+    for (index, _) in &takers {
+        let row = &rows[*index];
+        let Some(lock) = kmalloc(row.lock_addr) else {
+            continue;
+        };
+        if found.contains_key(&row.lock_addr) {
+            continue;
+        }
+        let start = row.lock_addr.wrapping_sub(u64::from(lock.offset));
+        let Some(Some(name)) = objects.get(&start) else {
+            continue;
+        };
+        let member = btf
+            .lock_member(name, lock.offset)
+            .filter(|(_, member_type)| lock_type_fits(row.flags, member_type))
+            .map(|(path, _)| format!("{name}->{path}"));
+        // Rows of one lock that disagree (one's type does not fit) leave it unnamed.
+        let entry = sibling
+            .entry(row.lock_addr)
+            .or_insert_with(|| member.clone());
+        if *entry != member {
+            *entry = None;
+        }
+    }
+    found.extend(sibling);
+    for row in rows.iter_mut() {
+        if !is_kmalloc(row) {
+            continue;
+        }
+        if let Some(Some(member)) = found.get(&row.lock_addr) {
+            row.lock_name = format!("&{member}").into();
+            row.lock_name_source = SOURCE_SLAB_KMALLOC.into();
+        }
+    }
+}
+
+/// What naming a kmalloc object's lock needs of the kernel's BTF (a trait, so tests
+/// give their own types).
+pub trait KmallocTypes {
+    /// For each of `functions`, the structs its parameters point to: (name, size).
+    fn struct_params(&self, functions: &HashSet<&str>) -> HashMap<String, Vec<(String, u32)>>;
+    /// The lock member at `offset` of `struct name` and its type name.
+    fn lock_member(&self, name: &str, offset: u32) -> Option<(String, String)>;
+}
+
+impl KmallocTypes for Btf {
+    fn struct_params(&self, functions: &HashSet<&str>) -> HashMap<String, Vec<(String, u32)>> {
+        self.struct_pointer_params(functions)
+    }
+
+    fn lock_member(&self, name: &str, offset: u32) -> Option<(String, String)> {
+        self.lock_member_type_at(name, offset)
+    }
+}
+
 /// What an unnamed lock is, for naming it after its caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ByCaller {
@@ -296,6 +536,8 @@ pub struct LockNamer {
     /// `None` for a lock of a merged cache whose candidate types have no lock there
     /// (named after its caller).
     slab_caches: HashMap<u64, Option<(String, &'static str)>>,
+    /// Lock address -> where it lies in an object of a generic `kmalloc-*` cache.
+    kmalloc: HashMap<u64, KmallocLock>,
 }
 
 impl LockNamer {
@@ -311,6 +553,7 @@ impl LockNamer {
         let btf = Btf::vmlinux().ok();
         let percpu_bases = btf.map_or_else(Vec::new, |btf| percpu_bases(btf, &rq_locks));
         let mut slab_caches = HashMap::new();
+        let mut kmalloc = HashMap::new();
         let mut aliases: Option<SlabAliases> = None;
         for (addr, slab) in maps.entries::<u64, SlabName>(names::LOCK_SLAB_NAMES)? {
             let end = slab
@@ -322,6 +565,15 @@ impl LockNamer {
             if !cache.is_empty() {
                 let aliases = aliases.get_or_insert_with(|| SlabAliases::read(SLAB_SYSFS));
                 slab_caches.insert(addr, slab_lock_name(&cache, slab.offset, btf, aliases));
+                if let (Some(sizes), false) = (kmalloc_sizes(&cache), slab.offset == NO_OFFSET) {
+                    kmalloc.insert(
+                        addr,
+                        KmallocLock {
+                            sizes,
+                            offset: slab.offset,
+                        },
+                    );
+                }
             }
         }
         Ok(LockNamer {
@@ -329,6 +581,7 @@ impl LockNamer {
             percpu_bases,
             btf,
             slab_caches,
+            kmalloc,
         })
     }
 
@@ -379,6 +632,16 @@ impl LockNamer {
     /// after its caller.
     pub fn slab_by_caller(&self, addr: u64) -> bool {
         matches!(self.slab_caches.get(&addr), Some(None))
+    }
+
+    /// Where the lock at `addr` lies in an object of a generic `kmalloc-*` cache.
+    pub fn kmalloc_lock(&self, addr: u64) -> Option<KmallocLock> {
+        self.kmalloc.get(&addr).copied()
+    }
+
+    /// The kernel's BTF, when it could be read.
+    pub fn btf(&self) -> Option<&'static Btf> {
+        self.btf
     }
 
     /// `VARIABLE.MEMBER:cpuN` for a lock in CPU N's per-CPU area (`timer_bases.lock`).
@@ -852,6 +1115,7 @@ mod tests {
             percpu_bases: percpu_bases(btf, &HashMap::from([(rq_lock, 3)])),
             btf: Some(btf),
             slab_caches: HashMap::new(),
+            kmalloc: HashMap::new(),
         };
         let hrtimer = base + offset("hrtimer_bases") + member("hrtimer_cpu_base", "lock");
         assert_eq!(
@@ -1044,5 +1308,141 @@ mod tests {
         ] {
             assert_ne!(offset, NO_OFFSET, "{layout:?}");
         }
+    }
+
+    struct FakeTypes;
+
+    impl KmallocTypes for FakeTypes {
+        fn struct_params(&self, functions: &HashSet<&str>) -> HashMap<String, Vec<(String, u32)>> {
+            let known: [(&str, &[(&str, u32)]); 4] = [
+                (
+                    "start_this_handle",
+                    &[("journal_s", 1408), ("jbd2_journal_handle", 56)],
+                ),
+                ("jbd2_log_wait_commit", &[("journal_s", 1408)]),
+                ("do_get_write_access", &[("jbd2_journal_handle", 56)]),
+                // Too small for kmalloc-2k.
+                ("small_taker", &[("small", 512)]),
+            ];
+            known
+                .iter()
+                .filter(|(name, _)| functions.contains(name))
+                .map(|(name, params)| {
+                    let params = params.iter().map(|(ty, size)| (ty.to_string(), *size));
+                    (name.to_string(), params.collect())
+                })
+                .collect()
+        }
+
+        fn lock_member(&self, name: &str, offset: u32) -> Option<(String, String)> {
+            let (path, ty) = match (name, offset) {
+                ("journal_s", 0x40) => ("j_state_lock", "rwlock_t"),
+                ("journal_s", 0x118) => ("j_checkpoint_mutex", "mutex"),
+                ("journal_s", 0x60) => ("j_wait_done_commit.lock", "spinlock_t"),
+                ("journal_s", 0x80) => ("j_list_lock", "spinlock_t"),
+                ("small", 0x40) => ("lock", "rwlock_t"),
+                _ => return None,
+            };
+            Some((path.to_string(), ty.to_string()))
+        }
+    }
+
+    #[test]
+    fn kmalloc_locks_are_typed_by_the_functions_that_take_them() {
+        assert_eq!(kmalloc_sizes("kmalloc-2k"), Some((1025, 2048)));
+        assert_eq!(kmalloc_sizes("kmalloc-cg-192"), Some((129, 192)));
+        assert_eq!(kmalloc_sizes("dma-kmalloc-8"), Some((1, 8)));
+        assert_eq!(kmalloc_sizes("kmalloc-rnd-05-1k"), Some((513, 1024)));
+        assert_eq!(kmalloc_sizes("filp"), None);
+        let mut interner = StackInterner::default();
+        let mut stack = |names: &[&str]| {
+            let frames = names.iter().map(|name| Frame::kernel(name)).collect();
+            Some(interner.stack(frames, false))
+        };
+        let object = 0xffff_8881_0000_0000u64;
+        let rwlock_read = LCB_F_SPIN | LCB_F_READ;
+        let slab = |addr: u64, flags: u32, stack: Option<u32>| LockRow {
+            stack,
+            ..row(addr, "&kmalloc-2k", SOURCE_SLAB, flags)
+        };
+        let mut rows = vec![
+            // j_state_lock, by start_this_handle's journal.
+            slab(
+                object + 0x40,
+                rwlock_read,
+                stack(&["queued_read_lock_slowpath", "start_this_handle"]),
+            ),
+            // A wait queue's lock: the wait-queue code first, then its user.
+            slab(
+                object + 0x60,
+                LCB_F_SPIN,
+                stack(&[
+                    "_raw_spin_lock_irqsave",
+                    "prepare_to_wait_event",
+                    "jbd2_log_wait_commit",
+                ]),
+            ),
+            // No journal among its parameters: typed by its object's other locks.
+            slab(
+                object + 0x80,
+                LCB_F_SPIN,
+                stack(&["_raw_spin_lock", "do_get_write_access"]),
+            ),
+            // A mutex where the struct has a rwlock: not named.
+            slab(
+                object + 0x2000 + 0x40,
+                LCB_F_MUTEX,
+                stack(&["__mutex_lock", "start_this_handle"]),
+            ),
+            // A struct too small for the cache: not named.
+            slab(
+                object + 0x4000 + 0x40,
+                rwlock_read,
+                stack(&["queued_read_lock_slowpath", "small_taker"]),
+            ),
+        ];
+        let kmalloc = |addr: u64| {
+            Some(KmallocLock {
+                sizes: (1025, 2048),
+                offset: ((addr - object) % 0x2000) as u32,
+            })
+        };
+        name_kmalloc_locks(&mut rows, &interner, kmalloc, &FakeTypes);
+        let names: Vec<(&str, &str)> = rows
+            .iter()
+            .map(|row| (row.lock_name.as_str(), row.lock_name_source.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("&journal_s->j_state_lock", SOURCE_SLAB_KMALLOC),
+                ("&journal_s->j_wait_done_commit.lock", SOURCE_SLAB_KMALLOC),
+                ("&journal_s->j_list_lock", SOURCE_SLAB_KMALLOC),
+                ("&kmalloc-2k", SOURCE_SLAB),
+                ("&kmalloc-2k", SOURCE_SLAB),
+            ]
+        );
+    }
+
+    #[test]
+    fn wait_lock_of_a_static_lock_named_after_its_taker() {
+        let offsets = WaitLockOffsets {
+            rwsem: Some(20),
+            mutex: Some(8),
+            rt_mutex: None,
+        };
+        let rwsem = 0xffff_ffff_8300_0100u64;
+        let mut rows = vec![
+            row(rwsem, "static@flock_lock_inode", SOURCE_CALLER, LCB_F_WRITE),
+            row(
+                rwsem + 20,
+                "static@percpu_down_write",
+                SOURCE_CALLER,
+                LCB_F_SPIN,
+            ),
+        ];
+        name_wait_locks(&mut rows, &offsets);
+        assert_eq!(rows[1].lock_name, "static@flock_lock_inode.wait_lock");
+        assert_eq!(rows[1].lock_name_source, SOURCE_MEMBER);
     }
 }

@@ -40,6 +40,18 @@
 //!   (`lock_name_source` other than `address`); the first has `mmap_lock`, named from
 //!   the task.
 //!
+//! `lab-check names-kallsyms WITH WITHOUT`
+//! - two lock profiles of one storm on one boot: WITH named as usual (the kernel has
+//!   kallsyms data symbols), WITHOUT recorded with `LOCKPATH_NO_KALLSYMS_LOCK_NAMES=1`
+//!   (the names a kernel without data symbols gets). Static locks keep their addresses
+//!   within a boot, so rows are matched by address. Every lock WITH names by symbol
+//!   (source `kallsyms`, or `member` of one: `SYMBOL.wait_lock`) must be named in
+//!   WITHOUT as a static lock after its taker (`static@FUNCTION`, source `caller`; its
+//!   member `static@FUNCTION.wait_lock` for `SYMBOL.wait_lock`), and one heuristic name
+//!   must stand for one symbol; every `static@` lock of WITHOUT must
+//!   be a symbol in WITH (or a lock kallsyms has no symbol for either). Lists every
+//!   disagreement and fails on one; nothing to compare is a skip (exit 77).
+//!
 //! `lab-check hold-contended PROFILE RESULTS LOCK`
 //! - the second of three creators (`t2_tid` in RESULTS, fuse-workload holdchain) has one
 //!   hold under contention of the directory's inode lock (`rwsem:W`, from the lock
@@ -113,6 +125,8 @@ enum Cli {
     Hold(HoldArgs),
     /// Holds of one lock by one process, acquired in one caller.
     HoldSymbol(HoldSymbolArgs),
+    /// Static lock names without kallsyms data symbols against the symbols.
+    NamesKallsyms { with: String, without: String },
     /// The second creator's hold under contention against the workload's own time.
     HoldContended {
         profile: String,
@@ -220,6 +234,23 @@ fn main() {
         Cli::Func(args) => check_func(args),
         Cli::HoldLock { report } => hold_lock(&report),
         Cli::Names { profile } => check_names(&profile),
+        Cli::NamesKallsyms { with, without } => {
+            let outcome = names_kallsyms(&read_json(&with), &read_json(&without));
+            for line in &outcome.lines {
+                println!("{line}");
+            }
+            match (outcome.disagreements.len(), outcome.compared) {
+                (0, 0) => {
+                    println!("WHY: no static lock named by kallsyms was contended in both runs");
+                    exit(77)
+                }
+                (0, n) => println!("WHY: {n} static lock(s): every heuristic name agrees"),
+                (d, n) => fail(format!(
+                    "{d} of {n} static lock(s) disagree: {}",
+                    outcome.disagreements.join("; ")
+                )),
+            }
+        }
         Cli::Hold(args) => check_hold(args),
         Cli::HoldSymbol(args) => check_hold_symbol(args),
         Cli::HoldContended {
@@ -947,4 +978,167 @@ fn check_names(profiles: &[String]) {
         shares.push(format!("{:.0}%", share * 100.0));
     }
     println!("WHY: named {}", shares.join(" and "));
+}
+
+/// What `names-kallsyms` found: every compared lock as a line, the disagreements.
+#[derive(Debug, Default)]
+struct KallsymsComparison {
+    lines: Vec<String>,
+    disagreements: Vec<String>,
+    compared: usize,
+}
+
+/// Lock address -> (name, source) of a profile's rows (a lock's rows share its name).
+fn names_by_address(profile: &Value) -> BTreeMap<u64, (String, String)> {
+    items(&profile["locks"])
+        .filter_map(|row| {
+            let addr = row["lock_addr"].as_u64()?;
+            let name = row["lock_name"].as_str()?.to_string();
+            let source = row["lock_name_source"].as_str().unwrap_or("").to_string();
+            Some((addr, (name, source)))
+        })
+        .collect()
+}
+
+/// A static lock's name without kallsyms: after its taker (`static@FUNCTION`, source
+/// `caller`), or a member of one (`static@FUNCTION.wait_lock`, source `member`).
+fn is_static_heuristic(name: &str, source: &str) -> bool {
+    matches!(source, "caller" | "member") && name.starts_with("static@")
+}
+
+/// Compares the static lock names of a profile named without kallsyms data symbols
+/// (`without`) with those of one named with them (`with`), by lock address.
+fn names_kallsyms(with: &Value, without: &Value) -> KallsymsComparison {
+    let with = names_by_address(with);
+    let without = names_by_address(without);
+    let mut outcome = KallsymsComparison::default();
+    // Heuristic name -> the kallsyms names it stood for.
+    let mut stands_for: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (addr, (name, source)) in &with {
+        // `SYMBOL.wait_lock` (source `member`) is a member of a lock named by symbol
+        // when the run without kallsyms names it otherwise (`mmap_lock.wait_lock` is
+        // named from the task's structures either way).
+        let by_symbol = source == "kallsyms"
+            || (source == "member"
+                && without
+                    .get(addr)
+                    .is_some_and(|(heuristic, _)| heuristic != name));
+        if !by_symbol {
+            continue;
+        }
+        let Some((heuristic, how)) = without.get(addr) else {
+            outcome.lines.push(format!(
+                "{name} ({addr:#x}): not contended without kallsyms"
+            ));
+            continue;
+        };
+        outcome.compared += 1;
+        outcome.lines.push(format!(
+            "{name} ({addr:#x}): {heuristic} ({how}) without kallsyms"
+        ));
+        if !is_static_heuristic(heuristic, how) {
+            outcome.disagreements.push(format!(
+                "{name} ({addr:#x}) is {heuristic} ({how}) without kallsyms, not a static lock by its taker"
+            ));
+            continue;
+        }
+        // A member of a static lock is that member of its taker's name.
+        if name.ends_with(".wait_lock") != heuristic.ends_with(".wait_lock") {
+            outcome.disagreements.push(format!(
+                "{name} ({addr:#x}) is {heuristic} without kallsyms: not the same member"
+            ));
+            continue;
+        }
+        stands_for.entry(heuristic).or_default().push(name);
+    }
+    for (heuristic, names) in &stands_for {
+        if names.len() > 1 {
+            outcome.disagreements.push(format!(
+                "{heuristic} names {} different locks: {}",
+                names.len(),
+                names.join(", ")
+            ));
+        }
+    }
+    // The other way: a lock the heuristics call static must be one.
+    for (addr, (heuristic, how)) in &without {
+        if !is_static_heuristic(heuristic, how) {
+            continue;
+        }
+        match with.get(addr) {
+            None => {}
+            Some((_, source)) if source == "kallsyms" || source == "member" => {}
+            // Kallsyms has no symbol for it either (a lock in a gap between symbols).
+            Some((_, source)) if source == "address" || source == "caller" => outcome.lines.push(
+                format!("{heuristic} ({addr:#x}): no symbol with kallsyms either"),
+            ),
+            Some((name, source)) => outcome.disagreements.push(format!(
+                "{heuristic} ({addr:#x}) is static without kallsyms, but {name} ({source}) with it"
+            )),
+        }
+    }
+    outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn profile(rows: &[(u64, &str, &str)]) -> Value {
+        let rows: Vec<Value> = rows
+            .iter()
+            .map(|(addr, name, source)| {
+                serde_json::json!({"lock_addr": addr, "lock_name": name, "lock_name_source": source})
+            })
+            .collect();
+        serde_json::json!({ "locks": rows })
+    }
+
+    #[test]
+    fn static_names_agree_with_kallsyms() {
+        let with = profile(&[
+            (0xffff_ffff_8300_0000, "cdev_lock", "kallsyms"),
+            (0xffff_ffff_8300_0100, "file_rwsem", "kallsyms"),
+            (0xffff_ffff_8300_0114, "file_rwsem.wait_lock", "member"),
+            (0xffff_8881_0000_0000, "mmap_lock", "task"),
+        ]);
+        let without = profile(&[
+            (0xffff_ffff_8300_0000, "static@chrdev_open", "caller"),
+            (0xffff_ffff_8300_0100, "static@flock_lock_inode", "caller"),
+            (
+                0xffff_ffff_8300_0114,
+                "static@flock_lock_inode.wait_lock",
+                "member",
+            ),
+            (0xffff_8881_0000_0000, "mmap_lock", "task"),
+        ]);
+        let outcome = names_kallsyms(&with, &without);
+        assert_eq!(outcome.disagreements, Vec::<String>::new(), "{outcome:?}");
+        assert_eq!(outcome.compared, 3, "{outcome:?}");
+    }
+
+    #[test]
+    fn disagreements_are_listed() {
+        let with = profile(&[
+            (0xffff_ffff_8300_0000, "cdev_lock", "kallsyms"),
+            (0xffff_ffff_8300_0040, "chrdevs_lock", "kallsyms"),
+            (0xffff_ffff_8300_0080, "jiffies_lock", "kallsyms"),
+            (0xffff_8881_0000_0000, "&file->f_pos_lock", "slab"),
+        ]);
+        let without = profile(&[
+            // One heuristic name for two symbols.
+            (0xffff_ffff_8300_0000, "static@chrdev_open", "caller"),
+            (0xffff_ffff_8300_0040, "static@chrdev_open", "caller"),
+            // A static lock taken for a task's.
+            (0xffff_ffff_8300_0080, "pi_lock", "task_struct"),
+            // Called static, but a slab object's lock.
+            (0xffff_8881_0000_0000, "static@fdget_pos", "caller"),
+        ]);
+        let outcome = names_kallsyms(&with, &without);
+        assert_eq!(outcome.disagreements.len(), 3, "{outcome:?}");
+        let all = outcome.disagreements.join("\n");
+        assert!(all.contains("static@chrdev_open names 2"), "{all}");
+        assert!(all.contains("jiffies_lock"), "{all}");
+        assert!(all.contains("f_pos_lock"), "{all}");
+    }
 }
