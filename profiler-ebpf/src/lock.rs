@@ -325,7 +325,7 @@ pub fn on_contention_end(ctx: &RawTracePointContext) {
         return;
     }
     if spin_open != 0 {
-        end_other(ctx, lock_addr, outcome, end_ns, pid_tgid, true);
+        end_other(lock_addr, outcome, end_ns, pid_tgid, true);
         return;
     }
     // The slot is marked busy while this program runs: the kernel skips an interrupt's
@@ -336,7 +336,7 @@ pub fn on_contention_end(ctx: &RawTracePointContext) {
         (*slot).lock_addr = SLOT_BUSY;
         (*slot).start_ns = end_ns;
     }
-    end_other(ctx, lock_addr, outcome, end_ns, pid_tgid, false);
+    end_other(lock_addr, outcome, end_ns, pid_tgid, false);
     // SAFETY: as above.
     unsafe { (*slot).lock_addr = 0 };
 }
@@ -348,14 +348,7 @@ const SLOT_BUSY: u64 = 1;
 /// The end of a sleeping wait, or of a wait not recorded. `spinning`: this CPU has a spin
 /// wait open (of another lock).
 #[inline(always)]
-fn end_other<C: StackIdContext>(
-    ctx: &C,
-    lock_addr: u64,
-    outcome: u32,
-    end_ns: u64,
-    pid_tgid: u64,
-    spinning: bool,
-) {
+fn end_other(lock_addr: u64, outcome: u32, end_ns: u64, pid_tgid: u64, spinning: bool) {
     let tid = pid_tgid as u32;
     if let Some(open) = LOCK_SLEEP_WAIT.get_ptr(tid) {
         // SAFETY: element of a hash map owned by this thread id.
