@@ -194,57 +194,6 @@ impl KernelSymbols {
         })
     }
 
-    /// The kernel image's text, `_stext` (or `_text`) to `_etext`, when kallsyms says.
-    pub fn image_text(&self) -> Option<(u64, u64)> {
-        (self.image_start != 0 && self.text_end > self.image_start)
-            .then_some((self.image_start, self.text_end))
-    }
-
-    /// The span of the modules' functions: from the lowest to the end of the module
-    /// holding the highest (`/proc/modules`; one page past that function when unknown).
-    /// BPF programs and trampolines, listed as the module `bpf`, are left out. Data of
-    /// modules lying between their text is inside the span.
-    pub fn modules_text(&self) -> Option<(u64, u64)> {
-        let mut functions = self.text.iter().filter(|symbol| {
-            symbol
-                .module
-                .as_deref()
-                .is_some_and(|module| module != "bpf")
-        });
-        let first = functions.next()?;
-        let last = functions.next_back().unwrap_or(first);
-        let end = last
-            .module
-            .as_ref()
-            .and_then(|module| self.module_ends.get(module))
-            .copied()
-            .filter(|end| *end > last.addr)
-            .unwrap_or(last.addr + 4096);
-        Some((first.addr, end))
-    }
-
-    /// The `[start, end)` ranges of consecutive image functions that `wanted` selects:
-    /// a range ends at the next function it does not select.
-    pub fn function_runs(&self, wanted: impl Fn(&Symbol) -> bool) -> Vec<(u64, u64)> {
-        let mut runs = Vec::new();
-        let mut open: Option<u64> = None;
-        for symbol in self.text.iter().filter(|symbol| symbol.module.is_none()) {
-            match (open, wanted(symbol)) {
-                (None, true) => open = Some(symbol.addr),
-                // A symbol not selected at the run's own address is an alias of its start.
-                (Some(start), false) if symbol.addr > start => {
-                    runs.push((start, symbol.addr));
-                    open = None;
-                }
-                _ => {}
-            }
-        }
-        if let Some(start) = open {
-            runs.push((start, self.text_end.max(start)));
-        }
-        runs
-    }
-
     /// The data symbol `name` of the kernel image (a static lock, for `--hold`).
     pub fn find_data(&self, name: &str) -> Option<&Symbol> {
         self.data.iter().find(|symbol| symbol.name == name)
