@@ -159,9 +159,21 @@ fn fuse_latency_per_opcode_matches_injected_delay() {
         .sum();
     let injected_ns = FILES as f64 * (CREATE_MS + WRITE_MS) * 1e6;
     eprintln!("fuse caller off-CPU in rpc: {rpc_wait_ns} ns, injected {injected_ns} ns");
+    let mut by_class: HashMap<String, (u64, u64)> = HashMap::new();
+    for row in profile["offcpu"].as_array().expect("offcpu rows") {
+        if row["pid"].as_u64() == Some(pid) {
+            let entry = by_class
+                .entry(format!("{} {}", row["class"], row["state"]))
+                .or_default();
+            entry.0 += row["count"].as_u64().unwrap_or(0);
+            entry.1 += row["total_ns"].as_u64().unwrap_or(0);
+        }
+    }
     assert!(
         rpc_wait_ns as f64 >= injected_ns * 0.95,
-        "rpc off-CPU {rpc_wait_ns} ns is below the injected {injected_ns} ns"
+        "rpc off-CPU {rpc_wait_ns} ns is below the injected {injected_ns} ns; the caller's \
+         off-CPU (count, ns) by class and state: {by_class:?}; losses: {}",
+        profile["losses"]
     );
 
     // Report and flamegraph of the completion stacks.
