@@ -15,7 +15,38 @@ use crate::profile::Frame;
 /// outcome of waits that did not end with the lock taken (`mutex !EINTR`; the outcome
 /// sits above the `LCB_F_*` bits, `OUTCOME_SHIFT`).
 pub fn lock_type_name(flags: u32) -> &'static str {
-    let base = base_type_name(flags & ((1 << OUTCOME_SHIFT) - 1));
+    with_outcome(base_type_name(flags & ((1 << OUTCOME_SHIFT) - 1)), flags)
+}
+
+/// The type name of a lock with readers and writers without the side (`rwsem` for
+/// `rwsem:R` and `rwsem:W`), for tables with one row per lock; other types as
+/// `lock_type_name`.
+pub fn lock_type_name_both_sides(flags: u32) -> &'static str {
+    let side = LCB_F_READ | LCB_F_WRITE;
+    if flags & side == 0 || flags & LCB_F_MUTEX != 0 {
+        return lock_type_name(flags);
+    }
+    let base = match flags & ((1 << OUTCOME_SHIFT) - 1) & !side {
+        0 => "rwsem",
+        LCB_F_SPIN => "rwlock",
+        LCB_F_RT => "rwlock-rt",
+        LCB_F_PERCPU => "pcpu-sem",
+        _ => return lock_type_name(flags),
+    };
+    with_outcome(base, flags)
+}
+
+/// Whether a lock type's waits are readers' or writers' (`LCB_F_READ`, `LCB_F_WRITE`
+/// of the flags; 0 for a lock without sides).
+pub fn lock_side(flags: u32) -> u32 {
+    if flags & LCB_F_MUTEX != 0 {
+        0
+    } else {
+        flags & (LCB_F_READ | LCB_F_WRITE)
+    }
+}
+
+fn with_outcome(base: &'static str, flags: u32) -> &'static str {
     let suffix = match flags >> OUTCOME_SHIFT {
         0 => return base,
         LOCK_OUTCOME_INTERRUPTED => "EINTR",
@@ -24,15 +55,15 @@ pub fn lock_type_name(flags: u32) -> &'static str {
         LOCK_OUTCOME_FAILED => "failed",
         _ => return "unknown",
     };
-    // Names with an outcome are made once per distinct flags value (a few dozen at
-    // most: 14 types times 4 outcomes) and kept, so every exporter can hold a &str.
-    static NAMES: std::sync::Mutex<BTreeMap<u32, &'static str>> =
+    // Names with an outcome are made once per distinct base and outcome (a few dozen at
+    // most: 18 types times 4 outcomes) and kept, so every exporter can hold a &str.
+    static NAMES: std::sync::Mutex<BTreeMap<(&'static str, u32), &'static str>> =
         std::sync::Mutex::new(BTreeMap::new());
     let mut names = NAMES
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     names
-        .entry(flags)
+        .entry((base, flags >> OUTCOME_SHIFT))
         .or_insert_with(|| Box::leak(format!("{base} !{suffix}").into_boxed_str()))
 }
 
@@ -156,6 +187,32 @@ mod tests {
             lock_type_name(LCB_F_SPIN | LOCK_OUTCOME_DEADLOCK << OUTCOME_SHIFT),
             "spinlock !EDEADLK"
         );
+    }
+
+    #[test]
+    fn both_sides_names_drop_the_side_only() {
+        assert_eq!(lock_type_name_both_sides(LCB_F_READ), "rwsem");
+        assert_eq!(lock_type_name_both_sides(LCB_F_WRITE), "rwsem");
+        assert_eq!(lock_type_name_both_sides(LCB_F_SPIN | LCB_F_READ), "rwlock");
+        assert_eq!(
+            lock_type_name_both_sides(LCB_F_RT | LCB_F_WRITE),
+            "rwlock-rt"
+        );
+        assert_eq!(
+            lock_type_name_both_sides(LCB_F_PERCPU | LCB_F_READ),
+            "pcpu-sem"
+        );
+        assert_eq!(lock_type_name_both_sides(LCB_F_SPIN), "spinlock");
+        assert_eq!(
+            lock_type_name_both_sides(LCB_F_MUTEX | LCB_F_SPIN),
+            "mutex:spin"
+        );
+        assert_eq!(
+            lock_type_name_both_sides(LCB_F_READ | LOCK_OUTCOME_INTERRUPTED << OUTCOME_SHIFT),
+            "rwsem !EINTR"
+        );
+        assert_eq!(lock_side(LCB_F_SPIN | LCB_F_WRITE), LCB_F_WRITE);
+        assert_eq!(lock_side(LCB_F_MUTEX | LCB_F_SPIN), 0);
     }
 
     #[test]

@@ -824,8 +824,8 @@ fn device_numbers(device: &str) -> (u32, u32) {
 /// rows of the lock table (`report --by lock`) are 10 different classes: no row is an
 /// instance of a class (a hashed bit-wait queue, a wait queue or completion on a kernel
 /// stack, a generic kmalloc object: the `class` of its `--by instance` row), no class
-/// is two rows of one type, and no lock is in two rows of one type (a lock taken in
-/// several functions is one class, not one per function).
+/// is two rows (a lock's readers and writers share its row), and no lock is in two rows
+/// (a lock taken in several functions is one class, not one per function).
 #[test]
 fn fio_lock_table_rows_are_distinct_classes() {
     let test = "fio_lock_table_rows_are_distinct_classes";
@@ -905,22 +905,25 @@ fn fio_lock_table_rows_are_distinct_classes() {
         top.len() == 10,
         "4 fio jobs with fsyncs contend at least 10 locks: {top:?}"
     );
-    // Each instance (name and type) to its class: its `class`, else its name.
-    let class_of: std::collections::HashMap<(String, String), String> = by_instance
-        .iter()
-        .map(|row| {
-            let class = field(row, "class");
-            let name = field(row, "lock");
-            let key = (name.clone(), field(row, "type"));
-            (key, if class.is_empty() { name } else { class })
-        })
-        .collect();
+    // Each instance (by name) to its classes: its `class`, else its name.
+    let mut classes_of: std::collections::HashMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    for row in &by_instance {
+        let class = field(row, "class");
+        let name = field(row, "lock");
+        let class = if class.is_empty() {
+            name.clone()
+        } else {
+            class
+        };
+        classes_of.entry(name).or_default().insert(class);
+    }
     for (name, kind) in &top {
         // A row named as an instance of a class is a class not grouped.
-        let class = class_of.get(&(name.clone(), kind.clone()));
+        let classes = classes_of.get(name);
         assert!(
-            class.is_none() || class == Some(name),
-            "{name} ({kind}) is one instance of {class:?}: {top:?}"
+            classes.is_none_or(|classes| classes.iter().all(|class| class == name)),
+            "{name} ({kind}) is one instance of {classes:?}: {top:?}"
         );
         assert!(
             !name.starts_with("static@finish_wait")
@@ -930,13 +933,24 @@ fn fio_lock_table_rows_are_distinct_classes() {
             "{name} ({kind}) is a single bit-wait or on-stack instance: {top:?}"
         );
     }
-    let mut distinct = top.clone();
+    // One row per class: a lock's readers and writers share its row.
+    let mut distinct: Vec<&String> = top.iter().map(|(name, _)| name).collect();
     distinct.sort();
     distinct.dedup();
     assert_eq!(distinct.len(), top.len(), "a class in two rows: {top:?}");
-    // No lock in two of the rows (of one type): every recorded row of a lock goes to one
-    // class. Profile row -> (class, type) through its `--by instance` class.
+    // No lock in two of the rows: every recorded row of a lock goes to one class.
+    // Profile row -> class through its `--by instance` class.
     let profile = load_json(&profile_path);
+    let class_of: std::collections::HashMap<(String, String), String> = by_instance
+        .iter()
+        .map(|row| {
+            let class = field(row, "class");
+            let name = field(row, "lock");
+            let key = (name.clone(), field(row, "type"));
+            (key, if class.is_empty() { name } else { class })
+        })
+        .collect();
+    let top_names: std::collections::BTreeSet<&String> = top.iter().map(|(name, _)| name).collect();
     let mut rows_of_lock: std::collections::BTreeMap<
         (u64, String),
         std::collections::BTreeSet<String>,
@@ -951,7 +965,7 @@ fn fio_lock_table_rows_are_distinct_classes() {
             .get(&(name.clone(), kind.clone()))
             .cloned()
             .unwrap_or(name);
-        if top.contains(&(class.clone(), kind.clone())) {
+        if top_names.contains(&class) {
             rows_of_lock.entry((addr, kind)).or_default().insert(class);
         }
     }

@@ -295,7 +295,8 @@ fn fuse_create_lock_wait_matches_ground_truth() {
         .as_array()
         .expect("locks")
         .iter()
-        .filter(|group| group["type"] == "rwsem:W")
+        // A's lock, with writers' waits (beside readers' it is `rwsem:R+W`).
+        .filter(|group| group["type"] == "rwsem:W" || group["type"] == "rwsem:R+W")
         .flat_map(|group| group["holders"].as_array().expect("holders").iter())
         .find(|holder| holder["pid"].as_u64() == Some(a_pid))
         .unwrap_or_else(|| panic!("no rwsem:W group held by A ({a_pid}):\n{report:#}"));

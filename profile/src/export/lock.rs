@@ -3,12 +3,13 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use profiler_common::lock::{LCB_F_READ, LCB_F_WRITE};
 use serde::Serialize;
 
 use super::table::{fit, more_rows, most_first};
 use crate::{
     kind::GroupBy,
-    lock::{caller, lock_type_name},
+    lock::{caller, lock_side, lock_type_name, lock_type_name_both_sides},
     lockclass::{self, StackClass},
     profile::{CompactString, Profile},
     units::format_ns,
@@ -237,6 +238,9 @@ const STACK_LOST_ID: u32 = 0;
 pub(crate) const UNKNOWN: &str = "[unknown]";
 const UNKNOWN_ID: u32 = 1;
 
+/// A lock whose readers and writers both waited.
+const BOTH_SIDES: u32 = LCB_F_READ | LCB_F_WRITE;
+
 /// A fast, non-cryptographic hasher (rustc's Fx hash) for the grouping maps: a report
 /// of a million rows spends most of its time hashing keys.
 type FxBuild = rustc_hash::FxBuildHasher;
@@ -264,6 +268,9 @@ pub fn top_lock_groups(
         type_id: u16,
         several_locks: bool,
         has_holder: bool,
+        /// By lock: the sides (`lock_side`) of the group's waits, readers and writers
+        /// of one lock being one group.
+        sides: u8,
         count: u64,
         total: u64,
         max: u64,
@@ -324,9 +331,15 @@ pub fn top_lock_groups(
     // of a few entries: keys hold no string to hash and compare.
     let mut type_ids: HashMap<u32, u16, FxBuild> = HashMap::default();
     let mut type_names: Vec<&'static str> = Vec::new();
+    // By lock, one row per lock: its readers and writers are one group (as `perf lock
+    // contention -l` keys by address), the type names both sides when both waited.
+    let type_name = match by {
+        GroupBy::Lock => lock_type_name_both_sides,
+        _ => lock_type_name,
+    };
     let mut type_of = |flags: u32| {
         *type_ids.entry(flags).or_insert_with(|| {
-            let name = lock_type_name(flags);
+            let name = type_name(flags);
             let id = type_names.iter().position(|known| *known == name);
             let id = id.unwrap_or_else(|| {
                 type_names.push(name);
@@ -376,6 +389,7 @@ pub fn top_lock_groups(
                 type_id,
                 several_locks: false,
                 has_holder: false,
+                sides: 0,
                 count: 0,
                 total: 0,
                 max: 0,
@@ -434,6 +448,7 @@ pub fn top_lock_groups(
             groups[id as usize].has_holder = true;
         }
         if matches!(by, GroupBy::Lock | GroupBy::Instance) {
+            groups[id as usize].sides |= lock_side(row.flags) as u8;
             // Summed in `by_name`; every row of a group has its name (or class).
             continue;
         }
@@ -581,7 +596,17 @@ pub fn top_lock_groups(
                 None
             },
             holders,
-            lock_type: type_names[sums.type_id as usize].to_string(),
+            lock_type: match (by, sums.sides as u32) {
+                (GroupBy::Lock, BOTH_SIDES) => {
+                    let merged = type_names[sums.type_id as usize];
+                    match merged.split_once(' ') {
+                        Some((base, outcome)) => format!("{base}:R+W {outcome}"),
+                        None => format!("{merged}:R+W"),
+                    }
+                }
+                (GroupBy::Lock, _) => lock_type_name(sums.row.flags).to_string(),
+                _ => type_names[sums.type_id as usize].to_string(),
+            },
             lock: lock_of(&class_names, sums, group).to_string(),
             lock_name_source: if class_name.is_some() {
                 lockclass::SOURCE_CLASS.to_string()
@@ -834,6 +859,42 @@ mod tests {
             "named by task: file_lock, mmap_lock; runqueue: rq_lock:cpu0; not named: 2 addresses\n"
         );
         assert_eq!(name_sources(&[group("0xffff1", "")]), "");
+    }
+
+    #[test]
+    fn readers_and_writers_of_a_lock_share_its_row_by_lock() {
+        let mut profile = crate::export::report::tests::profile_with_two_locks();
+        let writer = profile
+            .locks
+            .iter()
+            .position(|row| row.flags == LCB_F_WRITE)
+            .expect("an rwsem:W row");
+        let mut reader = profile.locks[writer].clone();
+        reader.flags = LCB_F_READ;
+        reader.count = 3;
+        reader.total_ns = 5;
+        profile.locks.push(reader);
+        let rwsem = |profile: &Profile, by| {
+            lock_groups(profile, by)
+                .into_iter()
+                .filter(|group| group.lock_type.starts_with("rwsem"))
+                .map(|group| (group.lock_type, group.contended))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            rwsem(&profile, GroupBy::Lock),
+            vec![("rwsem:R+W".to_string(), 13)]
+        );
+        assert_eq!(
+            rwsem(&profile, GroupBy::Instance),
+            vec![("rwsem:W".to_string(), 10), ("rwsem:R".to_string(), 3)]
+        );
+        // Alone, a side keeps its name.
+        profile.locks.pop();
+        assert_eq!(
+            rwsem(&profile, GroupBy::Lock),
+            vec![("rwsem:W".to_string(), 10)]
+        );
     }
 
     #[test]

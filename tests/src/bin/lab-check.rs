@@ -546,6 +546,12 @@ fn stack_frames(profile: &Value, id: &Value) -> Vec<String> {
         .collect()
 }
 
+/// Whether a lock group of the report (by lock) has writers' waits of an rwsem: alone
+/// (`rwsem:W`) or beside readers' (`rwsem:R+W`).
+fn has_writers(group: &Value) -> bool {
+    group["type"] == "rwsem:W" || group["type"] == "rwsem:R+W"
+}
+
 fn is_open_path(frame: &str) -> bool {
     frame == "open_last_lookups" || frame == "path_openat"
 }
@@ -554,7 +560,7 @@ fn hold_lock(report_path: &str) {
     let report = read_json(report_path);
     let lock = items(&report["locks"])
         .find(|group| {
-            group["type"] == "rwsem:W"
+            has_writers(group)
                 && items(&group["callers"])
                     .filter_map(|caller| caller.as_str())
                     .any(is_open_path)
@@ -739,7 +745,7 @@ fn check_hold(args: HoldArgs) {
     }
     let report = read_json(&report_path);
     let holder = items(&report["locks"])
-        .filter(|group| group["type"] == "rwsem:W")
+        .filter(|group| has_writers(group))
         .find_map(|group| {
             group["holders"]
                 .as_array()
