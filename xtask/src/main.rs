@@ -76,7 +76,7 @@ fn try_main() -> Result<()> {
                 [] => None,
                 [Some(name)] => Some(name.to_string()),
                 _ => bail!(
-                    "vm-test: unexpected arguments {rest:?}; usage: cargo xtask vm-test [6.1|5.10]"
+                    "vm-test: unexpected arguments {rest:?}; usage: cargo xtask vm-test [6.12|6.1|5.10]"
                 ),
             };
             test::vm_test(only.as_deref())

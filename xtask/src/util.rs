@@ -214,6 +214,15 @@ pub fn run(cmd: &mut Command, step: &str, hint: &str) -> Result<()> {
 /// Runs `cmd` and returns its stdout; stderr goes into the error on failure.
 pub fn capture(cmd: &mut Command, step: &str, hint: &str) -> Result<String> {
     let shown = describe(cmd);
+    let output = capture_bytes(cmd, step, hint)?;
+    String::from_utf8(output)
+        .map_err(|_| anyhow!("{step}: `{shown}` printed non-UTF-8 output; {hint}"))
+}
+
+/// Runs `cmd` and returns its standard output as bytes; a failure is one error line with
+/// the first line the command printed on stderr.
+pub fn capture_bytes(cmd: &mut Command, step: &str, hint: &str) -> Result<Vec<u8>> {
+    let shown = describe(cmd);
     let output = cmd
         .output()
         .map_err(|err| anyhow!("{step}: cannot start `{shown}` ({err}); {hint}"))?;
@@ -229,8 +238,7 @@ pub fn capture(cmd: &mut Command, step: &str, hint: &str) -> Result<String> {
             output.status
         );
     }
-    String::from_utf8(output.stdout)
-        .map_err(|_| anyhow!("{step}: `{shown}` printed non-UTF-8 output; {hint}"))
+    Ok(output.stdout)
 }
 
 /// Progress line on stderr, so that stdout stays the child's.

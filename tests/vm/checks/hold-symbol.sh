@@ -4,7 +4,7 @@
 . /checks/lib
 need fentry
 grep -q " module_mutex$" /proc/kallsyms || skip "no module_mutex in /proc/kallsyms"
-grep -q . /proc/modules || fail "/proc/modules is empty (fuse.ko should be loaded)"
+grep -q . /proc/modules || fail "/proc/modules is empty (fuse.ko or loop.ko should be loaded)"
 run lockpath record --hold mutex:module_mutex -o /tmp/hold-symbol.json -- \
     sh -c 'i=0; while [ $i -lt 20 ]; do cat /proc/modules > /dev/null; i=$((i + 1)); done'
 lockpath report /tmp/hold-symbol.json --format json --top 0 > /tmp/hold-symbol-report.json \

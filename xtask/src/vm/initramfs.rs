@@ -97,13 +97,18 @@ fn copy_guest_modules(vm_dir: &Path, root: &Path) -> Result<()> {
         return Ok(());
     };
     for kernel in kernels.filter_map(|entry| entry.ok()) {
-        let Ok(releases) = fs::read_dir(kernel.path().join("lib/modules")) else {
-            continue;
-        };
+        // Debian from trixie on ships its modules under /usr (merged /usr).
+        let releases = ["lib/modules", "usr/lib/modules"]
+            .iter()
+            .filter_map(|dir| fs::read_dir(kernel.path().join(dir)).ok())
+            .flatten();
         for release in releases.filter_map(|entry| entry.ok()) {
             for module in GUEST_MODULES {
                 let from = release.path().join(module);
-                if !from.is_file() {
+                // Newer Debian kernels ship their modules xz-compressed, which busybox's
+                // insmod cannot load: those are unpacked here.
+                let compressed = release.path().join(format!("{module}.xz"));
+                if !from.is_file() && !compressed.is_file() {
                     continue;
                 }
                 let dir = root.join("lib/modules").join(release.file_name());
@@ -112,9 +117,20 @@ fn copy_guest_modules(vm_dir: &Path, root: &Path) -> Result<()> {
                 let name = Path::new(module)
                     .file_name()
                     .with_context(|| format!("{module} has no file name"))?;
-                fs::copy(&from, dir.join(name)).with_context(|| {
-                    format!("cannot copy {} into the initramfs", from.display())
-                })?;
+                if from.is_file() {
+                    fs::copy(&from, dir.join(name)).with_context(|| {
+                        format!("cannot copy {} into the initramfs", from.display())
+                    })?;
+                } else {
+                    let unpacked = util::capture_bytes(
+                        Command::new("xz").arg("-dc").arg(&compressed),
+                        "vm-test (unpacking a kernel module)",
+                        "install xz-utils (cargo xtask setup does)",
+                    )?;
+                    fs::write(dir.join(name), unpacked).with_context(|| {
+                        format!("cannot write {} into the initramfs", compressed.display())
+                    })?;
+                }
             }
         }
     }

@@ -28,6 +28,34 @@ pub(super) struct LabKernel {
 
 pub(super) const KERNELS: &[LabKernel] = &[
     LabKernel {
+        name: "6.12",
+        package: "linux-image-6.12.117+deb13-cloud-amd64-unsigned",
+        suite: Some("trixie"),
+        features: &["lock_tracepoint", "kprobe", "fentry"],
+        required: &[
+            "lock-auto",
+            "lock-tracepoint",
+            "lock-kprobe",
+            "lock-filter-kprobe",
+            "func-fentry",
+            "func-kprobe",
+            "hold-fentry",
+            "hold-kprobe",
+            "hold-bad-lock",
+            "hold-symbol",
+            "hold-contended",
+            "io-requests",
+            "lock-names",
+            "cpu-unwind",
+            "wakers",
+            "offcpu-file-lock",
+            "lock-cgroup",
+            "stuck-before-start",
+            "lock-spin-vm",
+            "lock-names-kallsyms",
+        ],
+    },
+    LabKernel {
         name: "6.1",
         package: "linux-image-6.1.0-50-cloud-amd64-unsigned",
         suite: None,
@@ -51,6 +79,8 @@ pub(super) const KERNELS: &[LabKernel] = &[
             "offcpu-file-lock",
             "lock-cgroup",
             "stuck-before-start",
+            "lock-names-kallsyms",
+            "lock-spin-vm",
         ],
     },
     LabKernel {
@@ -75,6 +105,7 @@ pub(super) const KERNELS: &[LabKernel] = &[
             "offcpu-file-lock",
             "lock-cgroup",
             "stuck-before-start",
+            "lock-names-kallsyms",
         ],
     },
 ];

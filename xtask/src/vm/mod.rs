@@ -1,5 +1,5 @@
-//! `cargo xtask vm-test`: a lab of other kernels. Boots Debian's 6.1 and 5.10 cloud
-//! kernels in QEMU (TCG) with an initramfs holding busybox, lockpath and the test
+//! `cargo xtask vm-test`: a lab of other kernels. Boots Debian's 6.12, 6.1 and 5.10
+//! cloud kernels in QEMU (TCG) with an initramfs holding busybox, lockpath and the test
 //! workloads, runs every guest check in `tests/vm/checks/` and reads the verdicts
 //! from the serial console. Kernels are downloaded once and cached in `target/vm/`.
 //!
