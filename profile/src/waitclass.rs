@@ -285,6 +285,24 @@ pub fn glob_match(pattern: &str, name: &str) -> bool {
         && wildcard_contains(&name[first.len()..name.len() - last.len()], inner)
 }
 
+/// Where an interrupt entered in a kernel stack (leaf first): the index of its entry
+/// frame. Frames after it (toward the root) belong to whatever the interrupt
+/// interrupted, not to the waker.
+pub fn interrupt_entry(frames: &[Frame]) -> Option<usize> {
+    frames.iter().position(|frame| {
+        let name = frame.name.as_str();
+        name.starts_with("asm_sysvec_")
+            || name.starts_with("asm_common_interrupt")
+            || name == "common_interrupt"
+            || name == "ret_from_intr"
+            || name == "apic_timer_interrupt"
+            || name == "do_IRQ"
+            || name == "call_on_irq_stack"
+            || name == "el1_interrupt"
+            || name == "el0_interrupt"
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,30 +23,17 @@ use crate::{
     cli::RecordArgs,
     export::fleet::FleetCounters,
     metrics::MetricsServer,
+    probes::target::{Child, Target},
     probes::{self, shared::MapSet, Recorded},
     profile::{Profile, Unavailable},
     record::{self, Session},
     rotate::{difference, Staging},
     symbolize::KernelSymbols,
-    target::{Child, Target},
     units,
 };
 
 /// How often `--metrics` adds a reading of the period in progress.
 const METRICS_REFRESH: Duration = Duration::from_secs(5);
-
-/// Shortest period: a period costs a drain and a file.
-const MIN_PERIOD: Duration = Duration::from_secs(1);
-
-/// `--rotate`: `90`, `90s`, `10m`, `1h`, `1d` (the one duration grammar,
-/// `units::parse_duration`), at least `MIN_PERIOD`.
-pub fn parse_period(text: &str) -> Result<Duration, String> {
-    let period = units::parse_duration(text)?;
-    if period < MIN_PERIOD {
-        return Err(format!("{text:?}: the period must be at least 1 s"));
-    }
-    Ok(period)
-}
 
 /// Checks the output directory: created when missing, writable, not a file.
 fn output_dir(args: &RecordArgs) -> Result<PathBuf> {
@@ -90,7 +77,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     let target = record::target_of(&args);
     let asked = record::check_arguments(&args, &target)?;
     let dir = output_dir(&args)?;
-    record::check_loadable()?;
+    crate::ebpf_object::check_loadable()?;
     let kernel_symbols = KernelSymbols::load()?;
     let mut unavailable = Vec::new();
     let mut families = record::plan_families(&args, &asked, &kernel_symbols, &mut unavailable)?;
@@ -252,7 +239,7 @@ impl Agent {
                     }
                     if let Target::Pids(pids) = &self.target {
                         if polls.is_multiple_of(5)
-                            && !crate::target::any_target_alive(&self.maps, pids)
+                            && !crate::probes::target::any_target_alive(&self.maps, pids)
                         {
                             eprintln!("lockpath: every target process has exited; stopping");
                             return Ok(0);
@@ -493,20 +480,4 @@ fn period_files(dir: &Path, host: &str) -> Vec<PathBuf> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn periods_parse_with_units() {
-        assert_eq!(parse_period("2s"), Ok(Duration::from_secs(2)));
-        assert_eq!(parse_period("90"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_period("10m"), Ok(Duration::from_secs(600)));
-        assert_eq!(parse_period("1.5h"), Ok(Duration::from_secs(5400)));
-        assert!(parse_period("0.5s").unwrap_err().contains("at least 1 s"));
-        assert!(parse_period("10x").unwrap_err().contains("not a duration"));
-        assert!(parse_period("soon").is_err());
-    }
 }

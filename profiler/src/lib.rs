@@ -5,12 +5,12 @@ pub mod agent;
 pub mod btf;
 pub mod cgroups;
 pub mod cli;
+pub mod ebpf_object;
 pub mod metrics;
 pub mod probes;
 pub mod record;
 pub mod rotate;
 pub mod symbolize;
-pub mod target;
 pub mod timeline;
 pub mod tracefs;
 
@@ -25,11 +25,13 @@ use profile::Profile;
 /// Runs one command; returns the process exit code.
 pub fn run(cli: Cli) -> Result<i32> {
     match cli.command {
+        Command::Record(args) if args.rotate.is_some() => agent::run(*args),
         Command::Record(args) => record::run(*args),
         Command::Stuck(args) => {
             let cli = <Cli as clap::Parser>::try_parse_from(args.record_args())
                 .context("lockpath stuck: cannot form its record arguments")?;
             match cli.command {
+                Command::Record(record) if record.rotate.is_some() => agent::run(*record),
                 Command::Record(record) => record::run(*record),
                 _ => anyhow::bail!("lockpath stuck: its arguments are not a recording"),
             }

@@ -18,8 +18,10 @@ use profiler_common::{
 use crate::{
     btf::Btf,
     cli::{Kind, RecordArgs},
+    ebpf_object::{check_loadable, EBPF_OBJECT},
     export,
     metrics::MetricsServer,
+    probes::target::{Child, Target},
     probes::{
         self,
         shared::{attach_tracepoint, object_load_error, MapSet, ProcessWatcher, StackResolver},
@@ -27,13 +29,8 @@ use crate::{
     },
     profile::{ProbeUse, Profile, Unavailable},
     symbolize::KernelSymbols,
-    target::{Child, Target},
     tracefs,
 };
-
-/// The eBPF object built by `cargo xtask build` (empty when built without it).
-pub(crate) static EBPF_OBJECT: &[u8] =
-    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler-ebpf.o"));
 
 static STOP: AtomicBool = AtomicBool::new(false);
 static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
@@ -57,18 +54,6 @@ pub(crate) fn check_arguments(args: &RecordArgs, target: &Target) -> Result<Vec<
         .collect();
     crate::timeline::check(args, &asked)?;
     Ok(asked)
-}
-
-/// What recording needs of this machine, checked before anything is loaded.
-/// What loading needs: privileges, the built-in eBPF object, tracefs.
-pub(crate) fn check_loadable() -> Result<()> {
-    check_privileges()?;
-    if EBPF_OBJECT.is_empty() {
-        bail!(
-            "this lockpath was built without its eBPF programs: build it with `cargo xtask build`"
-        );
-    }
-    tracefs::ensure_mounted()
 }
 
 /// The families of this run. Hooks this kernel lacks are one line each in
@@ -109,9 +94,6 @@ pub(crate) fn target_of(args: &RecordArgs) -> Target {
 }
 
 pub fn run(args: RecordArgs) -> Result<i32> {
-    if args.rotate.is_some() {
-        return crate::agent::run(args);
-    }
     // First of all: a Ctrl-C or SIGTERM while the probes load must not kill the
     // process; it ends the recording as soon as it starts, and the profile is written.
     install_signal_handlers();
@@ -297,7 +279,9 @@ fn record(
         // About twice a second (reading /proc for every target is not free): the given
         // processes and every child the kernel follows for them.
         if let Target::Pids(pids) = target {
-            if polls.is_multiple_of(10) && !crate::target::any_target_alive(&session.maps, pids) {
+            if polls.is_multiple_of(10)
+                && !crate::probes::target::any_target_alive(&session.maps, pids)
+            {
                 eprintln!("lockpath: every target process has exited; stopping");
                 break;
             }
@@ -383,8 +367,8 @@ pub(crate) fn drain_families(
         family.drain(&mut out)?;
     }
     let mut reader = reader;
-    probes::shared::inprogress::resolve_lock_owners(reader.as_deref_mut(), &mut profile.waiting);
-    probes::shared::inprogress::name_fuse_servers(reader, &mut profile.waiting);
+    probes::owners::resolve_lock_owners(reader.as_deref_mut(), &mut profile.waiting);
+    probes::owners::name_fuse_servers(reader, &mut profile.waiting);
     Ok(())
 }
 
@@ -615,31 +599,6 @@ fn start(
         watcher,
         reader,
     })
-}
-
-/// Root, or CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN), checked before anything is loaded.
-pub(crate) fn check_privileges() -> Result<()> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return Ok(());
-    }
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let effective = status
-        .lines()
-        .find_map(|line| line.strip_prefix("CapEff:"))
-        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-        .unwrap_or(0);
-    const CAP_SYS_ADMIN: u64 = 1 << 21;
-    const CAP_PERFMON: u64 = 1 << 38;
-    const CAP_BPF: u64 = 1 << 39;
-    if effective & CAP_SYS_ADMIN != 0
-        || effective & (CAP_BPF | CAP_PERFMON) == CAP_BPF | CAP_PERFMON
-    {
-        return Ok(());
-    }
-    bail!(
-        "lockpath record needs root, or the capabilities CAP_BPF and CAP_PERFMON: run it with sudo"
-    )
 }
 
 /// Fails before recording when the profile could not be written at the end.

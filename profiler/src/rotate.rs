@@ -13,88 +13,16 @@
 
 use std::{
     collections::BTreeMap,
-    os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd},
+    os::fd::{FromRawFd, OwnedFd},
 };
 
 use anyhow::{bail, Context, Result};
 use aya::maps::{Map, MapData};
 
-use crate::probes::{shared::MapSet, MapSize, Recorded, FAMILIES};
-
-const BPF_MAP_CREATE: libc::c_long = 0;
-const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
-const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
-const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
-const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
-const BPF_MAP_LOOKUP_AND_DELETE_ELEM: libc::c_long = 21;
-const BPF_MAP_TYPE_HASH: u32 = 1;
-const BPF_F_NO_PREALLOC: u32 = 1;
-/// The kernel's internal "operation not supported" (not in libc).
-const ENOTSUPP: i32 = 524;
-
-/// `union bpf_attr` for BPF_MAP_CREATE (the fields used; the kernel takes a shorter
-/// attribute as zero-extended).
-#[repr(C)]
-#[derive(Default)]
-struct CreateAttr {
-    map_type: u32,
-    key_size: u32,
-    value_size: u32,
-    max_entries: u32,
-    map_flags: u32,
-    inner_map_fd: u32,
-    numa_node: u32,
-    map_name: [u8; 16],
-}
-
-/// `union bpf_attr` for the element commands (`value` is `next_key` for GET_NEXT_KEY).
-#[repr(C)]
-#[derive(Default)]
-struct ElemAttr {
-    map_fd: u32,
-    _pad: u32,
-    key: u64,
-    value: u64,
-    flags: u64,
-}
-
-fn bpf<T>(command: libc::c_long, attr: &mut T) -> std::io::Result<i64> {
-    // SAFETY: `attr` is a live, initialized `repr(C)` prefix of `union bpf_attr` of
-    // the given size; the pointers inside it point to buffers of the map's key and
-    // value sizes owned by the caller for the duration of the call.
-    let result = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            command,
-            attr as *mut T as *mut libc::c_void,
-            std::mem::size_of::<T>() as libc::c_uint,
-        )
-    };
-    match result {
-        -1 => Err(std::io::Error::last_os_error()),
-        fd => Ok(fd),
-    }
-}
-
-fn elem(fd: i32, key: &[u8], value: &mut [u8], flags: u64) -> ElemAttr {
-    ElemAttr {
-        map_fd: fd as u32,
-        _pad: 0,
-        key: key.as_ptr() as u64,
-        value: value.as_mut_ptr() as u64,
-        flags,
-    }
-}
-
-/// BPF_MAP_DELETE_ELEM's attribute: the kernel wants every field after the key zero.
-fn delete(fd: i32, key: &[u8]) -> std::io::Result<i64> {
-    let mut attr = ElemAttr {
-        map_fd: fd as u32,
-        key: key.as_ptr() as u64,
-        ..Default::default()
-    };
-    bpf(BPF_MAP_DELETE_ELEM, &mut attr)
-}
+use crate::probes::{
+    shared::{bpfsys::*, MapSet},
+    MapSize, Recorded, FAMILIES,
+};
 
 /// One hash map of the kernel and its user-space copy.
 struct Pair {
@@ -104,70 +32,6 @@ struct Pair {
     copy: Option<Map>,
     key_size: usize,
     value_size: usize,
-}
-
-/// `BPF_NOEXIST` / `BPF_EXIST` of BPF_MAP_UPDATE_ELEM.
-pub const BPF_NOEXIST: u64 = 1;
-pub const BPF_EXIST: u64 = 2;
-
-/// Writes `value` under `key` in a hash map the programs also write, with `flags`
-/// (`BPF_EXIST`: only over an entry still there; `BPF_NOEXIST`: only where none is).
-/// Returns whether it was written (false: the entry was, or was not, there).
-pub fn write_entry<K: aya::Pod, V: aya::Pod>(
-    map: &Map,
-    key: &K,
-    value: &V,
-    flags: u64,
-) -> Result<bool> {
-    let fd = raw_fd(map)?;
-    // SAFETY: `K` and `V` are plain data (`Pod`); their bytes are read for the call only.
-    let key = unsafe {
-        std::slice::from_raw_parts(key as *const K as *const u8, std::mem::size_of::<K>())
-    };
-    let mut value_bytes = vec![0u8; std::mem::size_of::<V>()];
-    // SAFETY: as above, copied into a buffer of the value's size.
-    value_bytes.copy_from_slice(unsafe {
-        std::slice::from_raw_parts(value as *const V as *const u8, std::mem::size_of::<V>())
-    });
-    let mut attr = elem(fd, key, &mut value_bytes, flags);
-    match bpf(BPF_MAP_UPDATE_ELEM, &mut attr) {
-        Ok(_) => Ok(true),
-        Err(err) if matches!(err.raw_os_error(), Some(libc::ENOENT) | Some(libc::EEXIST)) => {
-            Ok(false)
-        }
-        Err(err) => Err(err).context("cannot write a map entry"),
-    }
-}
-
-/// Removes `key` from a hash map the programs also write, if its value is still one
-/// that `is_ours` recognizes (the programs may have replaced it meanwhile).
-pub fn remove_entry<K: aya::Pod, V: aya::Pod>(
-    map: &Map,
-    key: &K,
-    is_ours: impl Fn(&V) -> bool,
-) -> Result<()> {
-    let typed: aya::maps::HashMap<&MapData, K, V> =
-        aya::maps::HashMap::try_from(map).context("unexpected map type")?;
-    if typed.get(key, 0).is_ok_and(|value| is_ours(&value)) {
-        let fd = raw_fd(map)?;
-        // SAFETY: `K` is plain data; its bytes are read for the call only.
-        let key = unsafe {
-            std::slice::from_raw_parts(key as *const K as *const u8, std::mem::size_of::<K>())
-        };
-        match delete(fd, key) {
-            Ok(_) => {}
-            Err(err) if err.raw_os_error() == Some(libc::ENOENT) => {}
-            Err(err) => return Err(err).context("cannot remove a map entry"),
-        }
-    }
-    Ok(())
-}
-
-fn raw_fd(map: &Map) -> Result<i32> {
-    match map {
-        Map::HashMap(data) => Ok(data.fd().as_fd().as_raw_fd()),
-        _ => bail!("not a hash map"),
-    }
 }
 
 /// The user-space copies of the aggregation maps of a recording.

@@ -12,7 +12,7 @@ use super::{
     offcpu::short_stack,
     table::fit,
 };
-use crate::profile::{Frame, OffcpuRow, Profile, WakerRow};
+use crate::profile::{OffcpuRow, Profile, WakerRow};
 
 /// The waits of some off-CPU rows that one waker (thread and stacks) woke.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -32,24 +32,6 @@ pub struct WakerShare {
     pub max_ns: u64,
     /// Share of the rows' off-CPU time, 0..100.
     pub percent: f64,
-}
-
-/// Where an interrupt entered in a kernel stack (leaf first): the index of its entry
-/// frame. Frames after it (toward the root) belong to whatever the interrupt
-/// interrupted, not to the waker.
-pub fn interrupt_entry(frames: &[Frame]) -> Option<usize> {
-    frames.iter().position(|frame| {
-        let name = frame.name.as_str();
-        name.starts_with("asm_sysvec_")
-            || name.starts_with("asm_common_interrupt")
-            || name == "common_interrupt"
-            || name == "ret_from_intr"
-            || name == "apic_timer_interrupt"
-            || name == "do_IRQ"
-            || name == "call_on_irq_stack"
-            || name == "el1_interrupt"
-            || name == "el0_interrupt"
-    })
 }
 
 /// The name shown for a waker: its thread name, or `[interrupt]`.

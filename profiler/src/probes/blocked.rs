@@ -324,6 +324,15 @@ fn numbered_entries(dir: &str) -> Vec<u32> {
         .unwrap_or_default()
 }
 
+/// The process (tgid) of thread `tid`, from `/proc`; `None` once it has exited.
+pub fn tgid_of(tid: u32) -> Option<u32> {
+    let status = fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Tgid:"))
+        .and_then(|value| value.trim().parse().ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

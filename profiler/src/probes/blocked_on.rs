@@ -44,7 +44,7 @@ use profiler_common::kread::{
 };
 
 use crate::btf::Btf;
-use crate::probes::shared::inprogress::tgid_of;
+use crate::probes::blocked::tgid_of;
 
 /// Size of a task's kernel stack (`THREAD_SIZE`: 16 KiB on x86_64 and arm64 with 4 KiB
 /// pages and without KASAN). A saved stack pointer outside the first 16 KiB of
@@ -968,8 +968,8 @@ pub fn kernel_stack(tid: u32) -> Result<Vec<String>> {
 /// each, and prints what each thread waits for, one line each: `TID: ANSWER` (`none`
 /// when nothing is verified, the thread gone included).
 pub fn debug_blocked_on(tids: &[u32]) -> Result<i32> {
-    crate::record::check_privileges()?;
-    if crate::record::EBPF_OBJECT.is_empty() {
+    crate::ebpf_object::check_privileges()?;
+    if crate::ebpf_object::EBPF_OBJECT.is_empty() {
         bail!(
             "this lockpath was built without its eBPF programs: build it with `cargo xtask build`"
         );
@@ -982,7 +982,7 @@ pub fn debug_blocked_on(tids: &[u32]) -> Result<i32> {
         }
     }
     let object = crate::probes::shared::kfunc::patch_object(
-        crate::record::EBPF_OBJECT,
+        crate::ebpf_object::EBPF_OBJECT,
         Btf::vmlinux().ok(),
     )?;
     let mut ebpf = loader

@@ -13,7 +13,7 @@ use aya::{
 use profiler_common::cpu::{names, CpuKey};
 
 mod unwound;
-pub use unwound::{parse_user_stack_bytes, StackCopies, DEFAULT_USER_STACK_BYTES};
+pub use unwound::StackCopies;
 
 use crate::{probes::prelude::*, profile::CpuRow, symbolize::UserSymbols};
 

@@ -125,10 +125,11 @@ pub fn attach(ebpf: &mut Ebpf, globals: &FilelockGlobals) -> Result<String> {
     ))
 }
 
-/// The reason the holders are not recorded, as the profile's `unavailable` lists it.
-pub fn unavailable(err: &anyhow::Error) -> Unavailable {
+/// The reason the holders are not recorded, as the profile's `unavailable` lists it
+/// under `family` (the off-CPU family, whose waits they would complete).
+pub fn unavailable(family: &str, err: &anyhow::Error) -> Unavailable {
     Unavailable {
-        family: super::offcpu::FAMILY.name.into(),
+        family: family.into(),
         what: WHAT.into(),
         reason: format!("{err:#}; file-lock waits are recorded without their holder"),
     }

@@ -489,7 +489,7 @@ fn drain_open_waits(
             stack: stacks.kernel_stack(wait.kstack_id),
             lock_addr: Some(wait.lock_addr),
             // The holder's thread is read from kernel memory after the drain
-            // (`inprogress::resolve_lock_owners`); the program keeps only its process.
+            // (`owners::resolve_lock_owners`); the program keeps only its process.
             owner_pid: (wait.owner_tgid != 0).then_some(wait.owner_tgid),
             ..Default::default()
         });

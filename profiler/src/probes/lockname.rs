@@ -29,7 +29,7 @@ use profiler_common::{
 
 use crate::{
     btf::Btf,
-    probes::shared::{MapSet, StackResolver},
+    probes::shared::{kfunc::KMEM_CACHE_KFUNC, MapSet, StackResolver},
     profile::{Frame, LockRow, StackInterner},
 };
 
@@ -67,9 +67,6 @@ pub const SOURCE_CALLER: &str = "caller";
 
 /// A lock in a CPU's per-CPU area, by the per-CPU variable's BTF (`timer_bases.lock:cpu1`).
 pub const SOURCE_PERCPU: &str = "percpu";
-
-/// The kfunc that names a slab object's cache (Linux 6.13).
-pub const KMEM_CACHE_KFUNC: &str = "bpf_get_kmem_cache";
 
 /// Where the `wait_lock` spinlock sits in each kind of sleeping lock, from the kernel's
 /// BTF; `None` where the kernel lacks the member (or has no BTF).

@@ -15,8 +15,10 @@ pub mod lock;
 pub mod lockfilter;
 pub mod lockname;
 pub mod offcpu;
+pub mod owners;
 pub mod rpc;
 pub mod shared;
+pub mod target;
 pub mod virtspin;
 pub mod wakers;
 
@@ -27,9 +29,9 @@ use crate::{
     cli::{Kind, RecordArgs},
     profile::{ProbeUse, Profile, Unavailable},
     symbolize::{KernelSymbols, UserSymbols},
-    target::Target,
 };
 use shared::{MapSet, StackResolver};
+use target::Target;
 
 /// Every family, in the order they are planned, attached and drained (the order of
 /// `probes` in a profile).

@@ -14,9 +14,9 @@ use crate::{
         blocked_on::{BlockedOn, KernelReader, LockKind},
         filelock,
         prelude::*,
+        target::Target,
     },
     profile::{Frame, OffcpuRow, WaitingRow},
-    target::Target,
     tracefs,
     waitclass::{self, Classifier},
 };
@@ -140,7 +140,9 @@ impl Family for OffcpuFamily {
             .and_then(|globals| filelock::attach(ebpf, globals))
         {
             Ok(method) => used.method.push_str(&format!("; {method}")),
-            Err(err) => ctx.unavailable.push(filelock::unavailable(&err)),
+            Err(err) => ctx
+                .unavailable
+                .push(filelock::unavailable(FAMILY.name, &err)),
         }
         Ok(vec![used])
     }
@@ -416,7 +418,7 @@ fn hand_over(
     maps: &MapSet,
     stacks: &mut StackResolver,
 ) -> Result<Vec<(blocked::BlockedThread, i32)>> {
-    use crate::rotate::{remove_entry, write_entry, BPF_NOEXIST};
+    use crate::probes::shared::bpfsys::{remove_entry, write_entry, BPF_NOEXIST};
     let start_map = maps.get(names::OFFCPU_START)?;
     let tasks = maps.get(profiler_common::shared::names::TASKS)?;
     let counted_from_ns = super::monotonic_ns();
@@ -560,7 +562,12 @@ fn drain_open_waits(
                 counted_from_ns: moment.now_ns,
                 ..start
             };
-            crate::rotate::write_entry(start_map, &tid, &moved, crate::rotate::BPF_EXIST)?;
+            crate::probes::shared::bpfsys::write_entry(
+                start_map,
+                &tid,
+                &moved,
+                crate::probes::shared::bpfsys::BPF_EXIST,
+            )?;
         }
     }
     Ok(waiting)
@@ -571,37 +578,5 @@ fn state_name(state: u32) -> &'static str {
         STATE_UNINTERRUPTIBLE => "D",
         STATE_INTERRUPTIBLE => "S",
         _ => "?",
-    }
-}
-
-/// Parses `--min-wait`: nanoseconds of a duration (`500us`, `2ms`; the one grammar of
-/// `units::parse_duration`).
-pub fn parse_min_wait(text: &str) -> Result<u64, String> {
-    let duration = crate::units::parse_duration(text)?;
-    u64::try_from(duration.as_nanos()).map_err(|_| format!("{text:?} is too large"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn min_wait_units() {
-        for (text, ns) in [
-            ("500us", 500_000),
-            ("2ms", 2_000_000),
-            ("1.5s", 1_500_000_000),
-            ("10ns", 10),
-            ("0", 0),
-        ] {
-            assert_eq!(parse_min_wait(text), Ok(ns), "{text}");
-        }
-        assert!(parse_min_wait("garbage")
-            .unwrap_err()
-            .contains("not a duration"));
-        // A bare number is seconds, as for every duration.
-        assert_eq!(parse_min_wait("10"), Ok(10_000_000_000));
-        assert!(parse_min_wait("5 parsecs").is_err());
-        assert!(parse_min_wait("-3ms").is_err());
     }
 }

@@ -141,7 +141,9 @@ mod tests {
     fn the_spin_path_follows_the_evidence() {
         let traced = |path: &SpinPath| matches!(path, SpinPath::Traced { .. });
         let tas = |path: &SpinPath| matches!(path, SpinPath::TestAndSet { .. });
-        let cases: &[(&str, Option<u32>, Option<&str>, fn(&SpinPath) -> bool)] = &[
+        // (cpuinfo, virt_spin_lock_key, kernel log line, expected path)
+        type Case<'a> = (&'a str, Option<u32>, Option<&'a str>, fn(&SpinPath) -> bool);
+        let cases: &[Case] = &[
             // Bare metal: never test-and-set, whatever else says.
             (METAL, Some(1), None, traced),
             (METAL, None, None, traced),

@@ -10,7 +10,7 @@ use profiler_common::{
     wakers::{names, ChainKey, ChainStat, WakerKey, LAST_WAIT_ENTRIES, WAKER_PENDING_ENTRIES},
 };
 
-use crate::export::wakers::interrupt_entry;
+use crate::waitclass::interrupt_entry;
 use crate::{
     probes::prelude::*,
     profile::{ChainLinkRow, ChainRow, OffcpuRow, WakerRow},

@@ -16,7 +16,7 @@ use aya::{
     util::online_cpus,
     Ebpf, EbpfLoader,
 };
-use profiler_common::cpu::{names, StackSampleHeader, USER_STACK_MAX};
+use profiler_common::cpu::{names, StackSampleHeader};
 
 use crate::{
     btf::Btf,
@@ -28,25 +28,7 @@ use crate::{
     },
 };
 
-/// Bytes of user stack copied per sample unless `--user-stack-bytes` says otherwise
-/// (see the README's on-CPU section for the measured cost).
-pub const DEFAULT_USER_STACK_BYTES: u32 = USER_STACK_MAX as u32;
-
 const HEADER_BYTES: usize = std::mem::size_of::<StackSampleHeader>();
-
-/// `--user-stack-bytes`: 0 (frame pointers only) up to what one sample can carry.
-pub fn parse_user_stack_bytes(text: &str) -> Result<u32, String> {
-    let bytes: u64 = text.trim().parse().map_err(|_| {
-        format!("{text:?} is not a number of bytes (0 turns stack copies off; default {DEFAULT_USER_STACK_BYTES})")
-    })?;
-    if bytes > USER_STACK_MAX as u64 {
-        return Err(format!(
-            "--user-stack-bytes {bytes} is more than one sample can carry ({USER_STACK_MAX}): choose a smaller size"
-        ));
-    }
-    // Whole stack slots.
-    Ok((bytes as u32) & !7)
-}
 
 /// One unwound sample's aggregation key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -273,17 +255,6 @@ fn header_of(item: &[u8]) -> Option<StackSampleHeader> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stack_bytes_are_checked_and_rounded() {
-        // Multiples of 8 bytes, rounded down.
-        for (text, bytes) in [("0", 0), ("8192", 8192), ("1001", 1000)] {
-            assert_eq!(parse_user_stack_bytes(text), Ok(bytes), "{text}");
-        }
-        let err = parse_user_stack_bytes("70000").unwrap_err();
-        assert!(err.contains(&USER_STACK_MAX.to_string()), "{err}");
-        assert!(parse_user_stack_bytes("8k").is_err());
-    }
 
     #[test]
     fn short_items_have_no_header() {

@@ -9,7 +9,10 @@ use anyhow::{Context, Result};
 use object::{Object, ObjectSection, SectionKind};
 use profiler_common::lockname::KMEM_CACHE_CALL_MARK;
 
-use crate::{btf::Btf, probes::lockname::KMEM_CACHE_KFUNC};
+use crate::btf::Btf;
+
+/// The kfunc that names a slab object's cache (Linux 6.13).
+pub const KMEM_CACHE_KFUNC: &str = "bpf_get_kmem_cache";
 
 /// `BPF_JMP | BPF_CALL`.
 const CALL: u8 = 0x85;
@@ -97,7 +100,7 @@ mod tests {
 
     #[test]
     fn the_built_object_keeps_no_stand_in() {
-        let object = crate::record::EBPF_OBJECT;
+        let object = crate::ebpf_object::EBPF_OBJECT;
         if object.is_empty() {
             eprintln!("SKIP: built without the eBPF object");
             return;

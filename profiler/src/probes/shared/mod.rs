@@ -1,8 +1,10 @@
 //! What every probe family shares: the maps (`maps`), stack resolution (`stacks`),
 //! loading and attaching with one error path (`attach`), the kfunc stand-ins of the
-//! object (`kfunc`) and the process watcher (`processes`).
+//! object (`kfunc`), the process watcher (`processes`) and the map commands aya lacks
+//! (`bpfsys`).
 
 mod attach;
+pub mod bpfsys;
 pub mod inprogress;
 pub mod kfunc;
 mod maps;

@@ -1,5 +1,7 @@
 //! Command-line interface: `lockpath record | report | flamegraph | export`.
 
+pub mod values;
+
 use std::path::PathBuf;
 
 use clap::{
@@ -144,7 +146,7 @@ pub struct RecordArgs {
     /// Record a user-defined request span BEGIN,END; each side is tp:GROUP:EVENT:FIELD
     /// or kprobe:SYMBOL[:ARG], the field or argument being the request key.
     #[arg(long, value_name = "BEGIN,END", value_parser = parse_span)]
-    pub span: Option<crate::probes::rpc::SpanSpec>,
+    pub span: Option<values::SpanSpec>,
 
     /// Record the latency of a kernel function, entry to return (repeatable; up to 8).
     /// fentry/fexit where the kernel allows, else kprobe/kretprobe.
@@ -173,8 +175,8 @@ pub struct RecordArgs {
     /// code built without frame pointers from its .eh_frame/.debug_frame (with --cpu);
     /// 0: frame-pointer stacks only. At most 65488.
     #[arg(long, value_name = "BYTES", requires = "cpu",
-          default_value_t = crate::probes::cpu::DEFAULT_USER_STACK_BYTES,
-          value_parser = crate::probes::cpu::parse_user_stack_bytes)]
+          default_value_t = values::DEFAULT_USER_STACK_BYTES,
+          value_parser = values::parse_user_stack_bytes)]
     pub user_stack_bytes: u32,
 
     /// How lock contention is hooked: `auto` uses the lock:contention_* tracepoints
@@ -244,7 +246,7 @@ pub struct RecordArgs {
     pub wakers: bool,
 
     /// Drop off-CPU waits shorter than this, in the kernel (e.g. 100us, 2ms).
-    #[arg(long, value_name = "DUR", value_parser = crate::probes::offcpu::parse_min_wait)]
+    #[arg(long, value_name = "DUR", value_parser = values::parse_min_wait)]
     pub min_wait: Option<u64>,
 
     /// Add a wait class: off-CPU stacks with a frame matching FRAME_PATTERN (`*` is a
@@ -315,7 +317,7 @@ pub struct RecordArgs {
     /// per period DUR (e.g. 30s, 10m, 1h) into the directory given with -o, named
     /// HOST-STARTTIME.json; the kernel maps are emptied every period, so memory stays
     /// flat. SIGHUP ends the current period early (its profile is written) and goes on.
-    #[arg(long, value_name = "DUR", value_parser = crate::agent::parse_period,
+    #[arg(long, value_name = "DUR", value_parser = values::parse_period,
           conflicts_with = "flamegraph")]
     pub rotate: Option<std::time::Duration>,
 
@@ -353,8 +355,8 @@ pub enum RpcProvider {
     Lustre,
 }
 
-fn parse_span(text: &str) -> Result<crate::probes::rpc::SpanSpec, String> {
-    crate::probes::rpc::SpanSpec::parse(text)
+fn parse_span(text: &str) -> Result<values::SpanSpec, String> {
+    values::SpanSpec::parse(text)
 }
 
 fn parse_freq(text: &str) -> Result<u64, String> {
@@ -379,7 +381,7 @@ fn parse_duration(text: &str) -> Result<f64, String> {
 
 /// `--interval`: nanoseconds of a duration of the one grammar, longer than 0.
 fn parse_interval(text: &str) -> Result<u64, String> {
-    match crate::probes::offcpu::parse_min_wait(text)? {
+    match values::parse_min_wait(text)? {
         0 => Err(format!("{text:?}: the interval must be longer than 0")),
         ns => Ok(ns),
     }
