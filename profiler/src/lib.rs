@@ -25,166 +25,189 @@ use profile::Profile;
 /// Runs one command; returns the process exit code.
 pub fn run(cli: Cli) -> Result<i32> {
     match cli.command {
-        Command::Record(args) if args.rotate.is_some() => agent::run(*args),
-        Command::Record(args) => record::run(*args),
+        Command::Record(args) => record_or_agent(*args),
         Command::Stuck(args) => {
             let cli = <Cli as clap::Parser>::try_parse_from(args.record_args())
                 .context("lockpath stuck: cannot form its record arguments")?;
             match cli.command {
-                Command::Record(record) if record.rotate.is_some() => agent::run(*record),
-                Command::Record(record) => record::run(*record),
+                Command::Record(record) => record_or_agent(*record),
                 _ => anyhow::bail!("lockpath stuck: its arguments are not a recording"),
             }
         }
-        Command::Report(args) => {
-            let filter = lockpath_profile::filter::LockFilter {
-                locks: args.lock.clone(),
-                types: args.lock_type.clone(),
-                callers: args.caller.clone(),
-            };
-            filter.check()?;
-            let mut profile = Profile::load(&args.file)?;
-            if args.timeline && profile.timeline.is_none() {
-                anyhow::bail!(
-                    "{} has no timeline: record it with --interval DUR (e.g. --interval 1s)",
-                    args.file.display()
-                );
-            }
-            filter.apply(&mut profile);
-            let text = match args.format {
-                cli::ReportFormat::Csv => export::csv::render(&profile, args.by, args.top)?,
-                cli::ReportFormat::Text if args.timeline => {
-                    export::report::text(&profile, args.by, args.top)
-                        + &lockpath_profile::timeline::text(&profile, args.top)
-                }
-                cli::ReportFormat::Text => export::report::text(&profile, args.by, args.top),
-                cli::ReportFormat::Json => {
-                    let mut json = export::report::json(&profile, args.by, args.top)
-                        .context("cannot render the JSON report")?;
-                    json.push('\n');
-                    json
-                }
-                cli::ReportFormat::Html => {
-                    let page = export::html::render(&profile)?;
-                    let output = args
-                        .output
-                        .clone()
-                        .unwrap_or_else(|| args.file.with_extension("html"));
-                    profile::write_atomically(&output, page.as_bytes())?;
-                    eprintln!("lockpath: report written to {}", output.display());
-                    return Ok(0);
-                }
-            };
-            write_output(args.output.as_deref(), text.as_bytes())?;
-            Ok(0)
-        }
-        Command::Flamegraph(args) => {
-            let profile = Profile::load(&args.file)?;
-            let output = args
-                .output
-                .unwrap_or_else(|| args.file.with_extension("svg"));
-            export::flamegraph::write_svg(&profile, args.kind, &output)?;
-            eprintln!("lockpath: flamegraph written to {}", output.display());
-            Ok(0)
-        }
-        Command::Export(args) => {
-            let profile = Profile::load(&args.file)?;
-            let bytes = match args.format {
-                cli::ExportFormat::Folded => {
-                    export::folded::render(&profile, args.kind).into_bytes()
-                }
-                cli::ExportFormat::Json => export::json::render(&profile, args.kind)
-                    .context("cannot render the JSON export")?
-                    .into_bytes(),
-                cli::ExportFormat::Pprof => {
-                    use std::io::IsTerminal;
-                    if args.output.is_none() && std::io::stdout().is_terminal() {
-                        anyhow::bail!(
-                            "pprof is binary: write it to a file with -o FILE.pb.gz, or redirect the output"
-                        );
-                    }
-                    export::pprof::render(&profile, args.kind)?
-                }
-            };
-            write_output(args.output.as_deref(), &bytes)?;
-            Ok(0)
-        }
-        Command::Diff(args) => {
-            let base = Profile::load(&args.base)?;
-            let new = Profile::load(&args.new)?;
-            let text = match args.format {
-                cli::DiffFormat::Html => {
-                    let page = export::html::render_diff(&base, &new, args.kind)?;
-                    let output = args
-                        .output
-                        .clone()
-                        .unwrap_or_else(|| std::path::PathBuf::from("diff.html"));
-                    profile::write_atomically(&output, page.as_bytes())?;
-                    eprintln!("lockpath: diff page written to {}", output.display());
-                    return Ok(0);
-                }
-                cli::DiffFormat::Text => export::diff::text(&base, &new, args.kind, args.top),
-                cli::DiffFormat::Json => {
-                    let mut json = export::diff::json(&base, &new, args.kind)
-                        .context("cannot render the JSON diff")?;
-                    json.push('\n');
-                    json
-                }
-            };
-            if let Some(output) = &args.output {
-                let svg = export::flamegraph::render_diff_svg(&base, &new, args.kind)?;
-                profile::write_atomically(output, &svg)?;
-            }
-            print_stdout(&text)?;
-            if let Some(output) = &args.output {
-                eprintln!(
-                    "lockpath: differential flamegraph written to {}",
-                    output.display()
-                );
-            }
-            Ok(0)
-        }
-        Command::Convert(args) => {
-            let profile = Profile::load(&args.input)?;
-            profile
-                .save(&args.output)
-                .with_context(|| format!("cannot write {}", args.output.display()))?;
-            let encoding = match args.output.extension() {
-                Some(extension) if extension == lockpath_profile::binary::EXTENSION => "compact",
-                _ => "JSON",
-            };
-            eprintln!(
-                "lockpath: {} written to {} ({encoding})",
-                args.input.display(),
-                args.output.display()
-            );
-            Ok(0)
-        }
+        Command::Report(args) => report(args),
+        Command::Flamegraph(args) => flamegraph(args),
+        Command::Export(args) => export(args),
+        Command::Diff(args) => diff(args),
+        Command::Convert(args) => convert(args),
         Command::Debug(cli::DebugCommand::BlockedOn { tids }) => {
             probes::blocked_on::debug_blocked_on(&tids)
         }
-        Command::Merge(args) => {
-            let inputs = args
-                .inputs
-                .iter()
-                .map(|path| Profile::load(path))
-                .collect::<Result<Vec<_>>>()?;
-            let merged = export::merge::merge(inputs, std::env::args().collect())?;
-            merged.save(&args.output).with_context(|| {
-                format!(
-                    "cannot write the merged profile to {}",
-                    args.output.display()
-                )
-            })?;
-            eprintln!(
-                "lockpath: {} profiles of {} merged into {}",
-                args.inputs.len(),
-                merged.host,
-                args.output.display()
-            );
-            Ok(0)
-        }
+        Command::Merge(args) => merge(args),
     }
+}
+
+/// `record`: one recording, or the always-on agent with `--rotate`.
+fn record_or_agent(args: cli::RecordArgs) -> Result<i32> {
+    match args.rotate {
+        Some(_) => agent::run(args),
+        None => record::run(args),
+    }
+}
+
+/// `report`: the tables of a profile, as text, CSV, JSON or one HTML page.
+fn report(args: cli::ReportArgs) -> Result<i32> {
+    let filter = lockpath_profile::filter::LockFilter {
+        locks: args.lock.clone(),
+        types: args.lock_type.clone(),
+        callers: args.caller.clone(),
+    };
+    filter.check()?;
+    let mut profile = Profile::load(&args.file)?;
+    if args.timeline && profile.timeline.is_none() {
+        anyhow::bail!(
+            "{} has no timeline: record it with --interval DUR (e.g. --interval 1s)",
+            args.file.display()
+        );
+    }
+    filter.apply(&mut profile);
+    let text = match args.format {
+        cli::ReportFormat::Csv => export::csv::render(&profile, args.by, args.top)?,
+        cli::ReportFormat::Text if args.timeline => {
+            export::report::text(&profile, args.by, args.top)
+                + &lockpath_profile::timeline::text(&profile, args.top)
+        }
+        cli::ReportFormat::Text => export::report::text(&profile, args.by, args.top),
+        cli::ReportFormat::Json => {
+            let mut json = export::report::json(&profile, args.by, args.top)
+                .context("cannot render the JSON report")?;
+            json.push('\n');
+            json
+        }
+        cli::ReportFormat::Html => {
+            let page = export::html::render(&profile)?;
+            let output = args
+                .output
+                .clone()
+                .unwrap_or_else(|| args.file.with_extension("html"));
+            profile::write_atomically(&output, page.as_bytes())?;
+            eprintln!("lockpath: report written to {}", output.display());
+            return Ok(0);
+        }
+    };
+    write_output(args.output.as_deref(), text.as_bytes())?;
+    Ok(0)
+}
+
+/// `flamegraph`: one SVG of a kind of a profile.
+fn flamegraph(args: cli::FlamegraphArgs) -> Result<i32> {
+    let profile = Profile::load(&args.file)?;
+    let output = args
+        .output
+        .unwrap_or_else(|| args.file.with_extension("svg"));
+    export::flamegraph::write_svg(&profile, args.kind, &output)?;
+    eprintln!("lockpath: flamegraph written to {}", output.display());
+    Ok(0)
+}
+
+/// `export`: a profile in a format other tools read (folded, JSON tree, pprof).
+fn export(args: cli::ExportArgs) -> Result<i32> {
+    let profile = Profile::load(&args.file)?;
+    let bytes = match args.format {
+        cli::ExportFormat::Folded => export::folded::render(&profile, args.kind).into_bytes(),
+        cli::ExportFormat::Json => export::json::render(&profile, args.kind)
+            .context("cannot render the JSON export")?
+            .into_bytes(),
+        cli::ExportFormat::Pprof => {
+            use std::io::IsTerminal;
+            if args.output.is_none() && std::io::stdout().is_terminal() {
+                anyhow::bail!(
+                    "pprof is binary: write it to a file with -o FILE.pb.gz, or redirect the output"
+                );
+            }
+            export::pprof::render(&profile, args.kind)?
+        }
+    };
+    write_output(args.output.as_deref(), &bytes)?;
+    Ok(0)
+}
+
+/// `diff`: what grew or shrank from one profile to another, with the differential
+/// flamegraph.
+fn diff(args: cli::DiffArgs) -> Result<i32> {
+    let base = Profile::load(&args.base)?;
+    let new = Profile::load(&args.new)?;
+    let text = match args.format {
+        cli::DiffFormat::Html => {
+            let page = export::html::render_diff(&base, &new, args.kind)?;
+            let output = args
+                .output
+                .clone()
+                .unwrap_or_else(|| std::path::PathBuf::from("diff.html"));
+            profile::write_atomically(&output, page.as_bytes())?;
+            eprintln!("lockpath: diff page written to {}", output.display());
+            return Ok(0);
+        }
+        cli::DiffFormat::Text => export::diff::text(&base, &new, args.kind, args.top),
+        cli::DiffFormat::Json => {
+            let mut json = export::diff::json(&base, &new, args.kind)
+                .context("cannot render the JSON diff")?;
+            json.push('\n');
+            json
+        }
+    };
+    if let Some(output) = &args.output {
+        let svg = export::flamegraph::render_diff_svg(&base, &new, args.kind)?;
+        profile::write_atomically(output, &svg)?;
+    }
+    print_stdout(&text)?;
+    if let Some(output) = &args.output {
+        eprintln!(
+            "lockpath: differential flamegraph written to {}",
+            output.display()
+        );
+    }
+    Ok(0)
+}
+
+/// `convert`: a profile rewritten, JSON or compact by the output's extension.
+fn convert(args: cli::ConvertArgs) -> Result<i32> {
+    let profile = Profile::load(&args.input)?;
+    profile
+        .save(&args.output)
+        .with_context(|| format!("cannot write {}", args.output.display()))?;
+    let encoding = match args.output.extension() {
+        Some(extension) if extension == lockpath_profile::binary::EXTENSION => "compact",
+        _ => "JSON",
+    };
+    eprintln!(
+        "lockpath: {} written to {} ({encoding})",
+        args.input.display(),
+        args.output.display()
+    );
+    Ok(0)
+}
+
+/// `merge`: profiles of several hosts or periods as one.
+fn merge(args: cli::MergeArgs) -> Result<i32> {
+    let inputs = args
+        .inputs
+        .iter()
+        .map(|path| Profile::load(path))
+        .collect::<Result<Vec<_>>>()?;
+    let merged = export::merge::merge(inputs, std::env::args().collect())?;
+    merged.save(&args.output).with_context(|| {
+        format!(
+            "cannot write the merged profile to {}",
+            args.output.display()
+        )
+    })?;
+    eprintln!(
+        "lockpath: {} profiles of {} merged into {}",
+        args.inputs.len(),
+        merged.host,
+        args.output.display()
+    );
+    Ok(0)
 }
 
 /// Writes to the file (atomically) or to stdout.

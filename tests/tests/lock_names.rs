@@ -501,6 +501,17 @@ fn apart(ours: u64, theirs: u64) -> f64 {
     (ours as f64 - theirs as f64).abs() / theirs.max(1) as f64
 }
 
+/// Both tools time a wait between the same two tracepoints, but not at the same moment:
+/// their probes run one after the other, so each one's timestamps are apart from the
+/// other's by the run of the probe before it (lockpath's, attached first: about 0.45 us
+/// for begin and end together, `cargo xtask bench --lock-cost`). On short spins (3 us
+/// on stress-ng's stressors) that is 5-9% of the wait; on sleeping locks nothing.
+/// Total waits agree within 5%, or within `PROBE_GAP_NS` a wait.
+fn waits_agree(ours: u64, theirs: u64, count: u64) -> bool {
+    const PROBE_GAP_NS: u64 = 500;
+    apart(ours, theirs) <= 0.05 || ours.abs_diff(theirs) <= count * PROBE_GAP_NS
+}
+
 /// Sums (count, wait) per lock type.
 fn by_type(callers: &Callers) -> BTreeMap<String, (u64, u64)> {
     let mut types: BTreeMap<String, (u64, u64)> = BTreeMap::new();
@@ -561,7 +572,8 @@ fn record_stressor(
 /// `perf lock record` on the same run:
 /// - no lock name is wrong: no merged cache's name taken as it is, no task member in the
 ///   kernel image, a file lock context's lock named as one or after its caller;
-/// - lockpath counts perf's contentions and wait per lock type within 5%;
+/// - lockpath counts perf's contentions per lock type within 5%, and their total wait
+///   within 5% or half a microsecond a wait (`waits_agree`);
 /// - with every stack walked (`--lock-stacks exact`), lockpath counts perf's
 ///   contentions per caller within 5%. (The stack caches of the default can charge a
 ///   call path's contentions to another that shares its nearest frames, such as the
@@ -596,7 +608,7 @@ fn stress_ng_lock_names_are_true_and_counts_are_perfs() {
             );
             // Types with a few contentions only (a stray wake-up) say nothing.
             if their_count >= 100
-                && (apart(count, their_count) > 0.05 || apart(wait, their_wait) > 0.05)
+                && (apart(count, their_count) > 0.05 || !waits_agree(wait, their_wait, count))
             {
                 problems.push(line.clone());
             }
