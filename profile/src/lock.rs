@@ -18,29 +18,44 @@ pub fn lock_type_name(flags: u32) -> &'static str {
     with_outcome(base_type_name(flags & ((1 << OUTCOME_SHIFT) - 1)), flags)
 }
 
-/// The type name of a lock with readers and writers without the side (`rwsem` for
-/// `rwsem:R` and `rwsem:W`), for tables with one row per lock; other types as
+/// The type name of a lock for tables with one row per lock: without the side of a
+/// lock with readers and writers (`rwsem` for `rwsem:R` and `rwsem:W`), and a mutex
+/// whether its waiter spun or slept (`mutex` for `mutex:spin` too); other types as
 /// `lock_type_name`.
 pub fn lock_type_name_both_sides(flags: u32) -> &'static str {
+    let base = flags & ((1 << OUTCOME_SHIFT) - 1);
+    if base & LCB_F_MUTEX != 0 {
+        return with_outcome("mutex", flags);
+    }
     let side = LCB_F_READ | LCB_F_WRITE;
-    if flags & side == 0 || flags & LCB_F_MUTEX != 0 {
+    if base & side == 0 {
         return lock_type_name(flags);
     }
-    let base = match flags & ((1 << OUTCOME_SHIFT) - 1) & !side {
+    let name = match base & !side {
         0 => "rwsem",
         LCB_F_SPIN => "rwlock",
         LCB_F_RT => "rwlock-rt",
         LCB_F_PERCPU => "pcpu-sem",
         _ => return lock_type_name(flags),
     };
-    with_outcome(base, flags)
+    with_outcome(name, flags)
 }
 
-/// Whether a lock type's waits are readers' or writers' (`LCB_F_READ`, `LCB_F_WRITE`
-/// of the flags; 0 for a lock without sides).
+/// A mutex wait that spun (`mutex:spin`), as `lock_side` says.
+pub const SIDE_SPIN: u32 = 1;
+/// A mutex wait that slept (`mutex`), as `lock_side` says.
+pub const SIDE_SLEEP: u32 = 8;
+
+/// Which way a wait waited on its lock: a reader's or a writer's (`LCB_F_READ`,
+/// `LCB_F_WRITE`), a mutex waiter's spin or sleep (`SIDE_SPIN`, `SIDE_SLEEP`); 0 for
+/// other locks.
 pub fn lock_side(flags: u32) -> u32 {
     if flags & LCB_F_MUTEX != 0 {
-        0
+        if flags & LCB_F_SPIN != 0 {
+            SIDE_SPIN
+        } else {
+            SIDE_SLEEP
+        }
     } else {
         flags & (LCB_F_READ | LCB_F_WRITE)
     }
@@ -190,7 +205,7 @@ mod tests {
     }
 
     #[test]
-    fn both_sides_names_drop_the_side_only() {
+    fn one_row_names_drop_the_side_only() {
         assert_eq!(lock_type_name_both_sides(LCB_F_READ), "rwsem");
         assert_eq!(lock_type_name_both_sides(LCB_F_WRITE), "rwsem");
         assert_eq!(lock_type_name_both_sides(LCB_F_SPIN | LCB_F_READ), "rwlock");
@@ -203,16 +218,16 @@ mod tests {
             "pcpu-sem"
         );
         assert_eq!(lock_type_name_both_sides(LCB_F_SPIN), "spinlock");
-        assert_eq!(
-            lock_type_name_both_sides(LCB_F_MUTEX | LCB_F_SPIN),
-            "mutex:spin"
-        );
+        assert_eq!(lock_type_name_both_sides(LCB_F_MUTEX | LCB_F_SPIN), "mutex");
+        assert_eq!(lock_type_name_both_sides(LCB_F_MUTEX), "mutex");
         assert_eq!(
             lock_type_name_both_sides(LCB_F_READ | LOCK_OUTCOME_INTERRUPTED << OUTCOME_SHIFT),
             "rwsem !EINTR"
         );
         assert_eq!(lock_side(LCB_F_SPIN | LCB_F_WRITE), LCB_F_WRITE);
-        assert_eq!(lock_side(LCB_F_MUTEX | LCB_F_SPIN), 0);
+        assert_eq!(lock_side(LCB_F_MUTEX | LCB_F_SPIN), SIDE_SPIN);
+        assert_eq!(lock_side(LCB_F_MUTEX), SIDE_SLEEP);
+        assert_eq!(lock_side(LCB_F_SPIN), 0);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::table::{fit, more_rows, most_first};
 use crate::{
     kind::GroupBy,
-    lock::{caller, lock_side, lock_type_name, lock_type_name_both_sides},
+    lock::{caller, lock_side, lock_type_name, lock_type_name_both_sides, SIDE_SLEEP, SIDE_SPIN},
     lockclass::{self, StackClass},
     profile::{CompactString, Profile},
     units::format_ns,
@@ -239,7 +239,9 @@ pub(crate) const UNKNOWN: &str = "[unknown]";
 const UNKNOWN_ID: u32 = 1;
 
 /// A lock whose readers and writers both waited.
-const BOTH_SIDES: u32 = LCB_F_READ | LCB_F_WRITE;
+const READERS_AND_WRITERS: u32 = LCB_F_READ | LCB_F_WRITE;
+/// A mutex whose waiters both spun and slept.
+const SPUN_AND_SLEPT: u32 = SIDE_SPIN | SIDE_SLEEP;
 
 /// A fast, non-cryptographic hasher (rustc's Fx hash) for the grouping maps: a report
 /// of a million rows spends most of its time hashing keys.
@@ -597,13 +599,15 @@ pub fn top_lock_groups(
             },
             holders,
             lock_type: match (by, sums.sides as u32) {
-                (GroupBy::Lock, BOTH_SIDES) => {
+                (GroupBy::Lock, READERS_AND_WRITERS) => {
                     let merged = type_names[sums.type_id as usize];
                     match merged.split_once(' ') {
                         Some((base, outcome)) => format!("{base}:R+W {outcome}"),
                         None => format!("{merged}:R+W"),
                     }
                 }
+                // A mutex whose waiters spun and slept: `mutex`.
+                (GroupBy::Lock, SPUN_AND_SLEPT) => type_names[sums.type_id as usize].to_string(),
                 (GroupBy::Lock, _) => lock_type_name(sums.row.flags).to_string(),
                 _ => type_names[sums.type_id as usize].to_string(),
             },
@@ -863,6 +867,7 @@ mod tests {
 
     #[test]
     fn readers_and_writers_of_a_lock_share_its_row_by_lock() {
+        use profiler_common::lock::{LCB_F_MUTEX, LCB_F_SPIN};
         let mut profile = crate::export::report::tests::profile_with_two_locks();
         let writer = profile
             .locks
@@ -889,6 +894,21 @@ mod tests {
             rwsem(&profile, GroupBy::Instance),
             vec![("rwsem:W".to_string(), 10), ("rwsem:R".to_string(), 3)]
         );
+        // A mutex whose waiters spun and slept is one `mutex` row.
+        let mut sleeper = profile.locks[writer].clone();
+        sleeper.lock_name = "j_checkpoint_mutex".into();
+        sleeper.lock_addr = 9;
+        sleeper.flags = LCB_F_MUTEX;
+        let mut spinner = sleeper.clone();
+        spinner.flags = LCB_F_MUTEX | LCB_F_SPIN;
+        profile.locks.extend([sleeper, spinner]);
+        let mutexes: Vec<(String, u64)> = lock_groups(&profile, GroupBy::Lock)
+            .into_iter()
+            .filter(|group| group.lock == "j_checkpoint_mutex")
+            .map(|group| (group.lock_type, group.contended))
+            .collect();
+        assert_eq!(mutexes, vec![("mutex".to_string(), 20)]);
+        profile.locks.truncate(profile.locks.len() - 2);
         // Alone, a side keeps its name.
         profile.locks.pop();
         assert_eq!(
