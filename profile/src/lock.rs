@@ -61,6 +61,28 @@ pub fn lock_side(flags: u32) -> u32 {
     }
 }
 
+/// The type name of one row per lock (`report --by lock`) whose waits waited on the
+/// `sides` (`lock_side`, or-ed) and of which `flags` are one wait's: `rwsem:R+W` when
+/// readers and writers waited, `mutex` when a mutex's waiters spun and slept, else the
+/// wait's own type name.
+pub fn lock_row_type_name(flags: u32, sides: u32) -> &'static str {
+    if sides == SIDE_SPIN | SIDE_SLEEP {
+        return with_outcome("mutex", flags);
+    }
+    let side = LCB_F_READ | LCB_F_WRITE;
+    if sides != side {
+        return lock_type_name(flags);
+    }
+    let name = match flags & ((1 << OUTCOME_SHIFT) - 1) & !side {
+        0 => "rwsem:R+W",
+        LCB_F_SPIN => "rwlock:R+W",
+        LCB_F_RT => "rwlock-rt:R+W",
+        LCB_F_PERCPU => "pcpu-sem:R+W",
+        _ => return lock_type_name(flags),
+    };
+    with_outcome(name, flags)
+}
+
 fn with_outcome(base: &'static str, flags: u32) -> &'static str {
     let suffix = match flags >> OUTCOME_SHIFT {
         0 => return base,
@@ -228,6 +250,21 @@ mod tests {
         assert_eq!(lock_side(LCB_F_MUTEX | LCB_F_SPIN), SIDE_SPIN);
         assert_eq!(lock_side(LCB_F_MUTEX), SIDE_SLEEP);
         assert_eq!(lock_side(LCB_F_SPIN), 0);
+        let both = LCB_F_READ | LCB_F_WRITE;
+        assert_eq!(lock_row_type_name(LCB_F_WRITE, both), "rwsem:R+W");
+        assert_eq!(
+            lock_row_type_name(LCB_F_READ | LOCK_OUTCOME_INTERRUPTED << OUTCOME_SHIFT, both),
+            "rwsem:R+W !EINTR"
+        );
+        assert_eq!(lock_row_type_name(LCB_F_WRITE, LCB_F_WRITE), "rwsem:W");
+        assert_eq!(
+            lock_row_type_name(LCB_F_MUTEX | LCB_F_SPIN, SIDE_SPIN | SIDE_SLEEP),
+            "mutex"
+        );
+        assert_eq!(
+            lock_row_type_name(LCB_F_MUTEX | LCB_F_SPIN, SIDE_SPIN),
+            "mutex:spin"
+        );
     }
 
     #[test]

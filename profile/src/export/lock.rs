@@ -3,13 +3,12 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use profiler_common::lock::{LCB_F_READ, LCB_F_WRITE};
 use serde::Serialize;
 
 use super::table::{fit, more_rows, most_first};
 use crate::{
     kind::GroupBy,
-    lock::{caller, lock_side, lock_type_name, lock_type_name_both_sides, SIDE_SLEEP, SIDE_SPIN},
+    lock::{caller, lock_row_type_name, lock_side, lock_type_name, lock_type_name_both_sides},
     lockclass::{self, StackClass},
     profile::{CompactString, Profile},
     units::format_ns,
@@ -237,11 +236,6 @@ pub(crate) const STACK_LOST: &str = "[stack lost]";
 const STACK_LOST_ID: u32 = 0;
 pub(crate) const UNKNOWN: &str = "[unknown]";
 const UNKNOWN_ID: u32 = 1;
-
-/// A lock whose readers and writers both waited.
-const READERS_AND_WRITERS: u32 = LCB_F_READ | LCB_F_WRITE;
-/// A mutex whose waiters both spun and slept.
-const SPUN_AND_SLEPT: u32 = SIDE_SPIN | SIDE_SLEEP;
 
 /// A fast, non-cryptographic hasher (rustc's Fx hash) for the grouping maps: a report
 /// of a million rows spends most of its time hashing keys.
@@ -598,19 +592,11 @@ pub fn top_lock_groups(
                 None
             },
             holders,
-            lock_type: match (by, sums.sides as u32) {
-                (GroupBy::Lock, READERS_AND_WRITERS) => {
-                    let merged = type_names[sums.type_id as usize];
-                    match merged.split_once(' ') {
-                        Some((base, outcome)) => format!("{base}:R+W {outcome}"),
-                        None => format!("{merged}:R+W"),
-                    }
-                }
-                // A mutex whose waiters spun and slept: `mutex`.
-                (GroupBy::Lock, SPUN_AND_SLEPT) => type_names[sums.type_id as usize].to_string(),
-                (GroupBy::Lock, _) => lock_type_name(sums.row.flags).to_string(),
-                _ => type_names[sums.type_id as usize].to_string(),
-            },
+            lock_type: match by {
+                GroupBy::Lock => lock_row_type_name(sums.row.flags, sums.sides.into()),
+                _ => type_names[sums.type_id as usize],
+            }
+            .to_string(),
             lock: lock_of(&class_names, sums, group).to_string(),
             lock_name_source: if class_name.is_some() {
                 lockclass::SOURCE_CLASS.to_string()
@@ -867,7 +853,7 @@ mod tests {
 
     #[test]
     fn readers_and_writers_of_a_lock_share_its_row_by_lock() {
-        use profiler_common::lock::{LCB_F_MUTEX, LCB_F_SPIN};
+        use profiler_common::lock::{LCB_F_MUTEX, LCB_F_READ, LCB_F_SPIN, LCB_F_WRITE};
         let mut profile = crate::export::report::tests::profile_with_two_locks();
         let writer = profile
             .locks

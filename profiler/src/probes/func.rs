@@ -354,7 +354,7 @@ fn drain_calls_in_progress(
     targets: &[FuncTarget],
     moment: DrainMoment,
 ) -> Result<Vec<WaitingRow>> {
-    use super::shared::inprogress::{listed_age, tgid_of};
+    use super::{blocked::tgid_of, shared::inprogress::listed_age};
     let mut waiting = Vec::new();
     for (call, entry) in maps.entries::<FuncCall, FuncEntry>(names::FUNC_CALLS)? {
         let Some(age_ns) = listed_age(entry.start_ns, moment.now_ns) else {

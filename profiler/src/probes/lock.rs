@@ -466,7 +466,7 @@ fn drain_open_waits(
     moment: DrainMoment,
     rows: &[LockRow],
 ) -> Result<Vec<WaitingRow>> {
-    use super::shared::inprogress::{listed_age, tgid_of};
+    use super::{blocked::tgid_of, shared::inprogress::listed_age};
     let namer = super::lockname::LockNamer::new(maps)?;
     let mut waiting = Vec::new();
     for (tid, wait) in maps.entries::<u32, LockWait>(names::LOCK_SLEEP_WAIT)? {

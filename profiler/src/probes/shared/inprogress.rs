@@ -12,5 +12,3 @@ pub fn listed_age(start_ns: u64, now_ns: u64) -> Option<u64> {
         .checked_sub(start_ns)
         .filter(|age| *age >= WAITING_MIN_NS)
 }
-
-pub use crate::probes::blocked::tgid_of;
