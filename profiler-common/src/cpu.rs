@@ -37,10 +37,12 @@ pub struct StackSampleHeader {
     pub kstack_id: i32,
     /// The frame-pointer walk of the same sample, as in `CpuKey`.
     pub ustack_id: i32,
-    /// User registers at the sample: instruction, stack and frame pointers.
+    /// User registers at the sample: instruction, stack and frame pointers, and the
+    /// link register (aarch64; 0 on x86_64).
     pub ip: u64,
     pub sp: u64,
     pub bp: u64,
+    pub lr: u64,
     /// Bytes of stack that follow (0 when even a short read failed).
     pub len: u32,
     pub _pad: u32,
@@ -68,6 +70,8 @@ pub mod names {
         CPU_USER_STACK_BYTES,
         /// Load-time global (u32): offset of `task_struct.stack`; 0 = unknown.
         CPU_TASK_STACK_OFFSET,
+        /// Load-time global (u32): size of the kernel's `struct pt_regs`; 0 = unknown.
+        CPU_PT_REGS_SIZE,
     }
 }
 

@@ -93,9 +93,20 @@ pub const SLEEP_FINGERPRINT_WORDS: usize = 22;
 /// the lock function and the caller (for a mutex, `__mutex_lock`, its slow-path wrapper,
 /// `mutex_lock` and the caller). The read stops at the last one.
 pub const FINGERPRINT_TEXT_WORDS: u32 = 4;
-/// Kernel text and modules on x86_64 live in the top 2 GiB: the words of the stack in that
-/// range are return addresses (or static data addresses, which are constant per site).
-pub const KERNEL_TEXT_START: u64 = 0xffff_ffff_8000_0000;
+/// Where kernel text lies (arm64): the core kernel's `_stext`..`_etext` and the span of
+/// module text, from kallsyms, as the load-time global `KERNEL_TEXT` of an arm64 object.
+/// (On x86_64 kernel text and modules live in the top 2 GiB, a fixed bound.)
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelText {
+    pub start: u64,
+    pub end: u64,
+    pub modules_start: u64,
+    pub modules_end: u64,
+}
+
+/// Name of the arm64 object's load-time global holding a `KernelText`.
+pub const KERNEL_TEXT_GLOBAL: &str = "KERNEL_TEXT";
 
 /// Key of the stack cache.
 #[repr(C)]
@@ -330,6 +341,7 @@ crate::impl_pod!(
     LockWait,
     LockLayout,
     LockFilter,
+    KernelText,
     StackCacheKey,
     LockAcquirer,
     ContendedHoldKey

@@ -10,7 +10,6 @@ use core::{
 };
 
 use aya_ebpf::{
-    bindings::pt_regs,
     helpers::{
         bpf_get_current_pid_tgid, bpf_probe_read_kernel,
         generated::{bpf_get_current_task, bpf_get_smp_processor_id, bpf_probe_read_user},
@@ -25,6 +24,7 @@ use profiler_common::{
 };
 
 use crate::{
+    arch::{UserRegs, entry_user_regs, sample_user_regs},
     shared::{
         Aggregate, EEXIST, STACK_FLAGS_KERNEL, STACK_FLAGS_USER, STACKS, add_to_row, count_loss,
         load_u32, note_user_process, remember_current_task, stack_id_or_loss, stats_map,
@@ -96,21 +96,10 @@ fn send_stack_sample(ctx: &PerfEventContext, key: &CpuKey) -> bool {
     if wanted == 0 {
         return false;
     }
-    // SAFETY: the context of a perf_event program is a bpf_perf_event_data; its regs
-    // are readable.
-    let (ip, sp, bp, cs) = unsafe {
-        let regs = &(*ctx.ctx).regs;
-        (regs.rip, regs.rsp, regs.rbp, regs.cs)
-    };
     // Taken in kernel mode (a system call, a fault): the registers are the kernel's;
     // the task's user registers are at the top of its kernel stack.
-    let (ip, sp, bp) = if cs & 3 == 3 {
-        (ip, sp, bp)
-    } else {
-        match user_regs_of_current_task() {
-            Some(regs) => regs,
-            None => return false,
-        }
+    let Some(regs) = sample_user_regs(ctx).or_else(user_regs_of_current_task) else {
+        return false;
     };
     // SAFETY: helper without arguments.
     let cpu = unsafe { bpf_get_smp_processor_id() };
@@ -125,9 +114,10 @@ fn send_stack_sample(ctx: &PerfEventContext, key: &CpuKey) -> bool {
         tid: key.tid,
         kstack_id: key.kstack_id,
         ustack_id: key.ustack_id,
-        ip,
-        sp,
-        bp,
+        ip: regs.ip,
+        sp: regs.sp,
+        bp: regs.fp,
+        lr: regs.lr,
         len: 0,
         _pad: 0,
     };
@@ -136,6 +126,7 @@ fn send_stack_sample(ctx: &PerfEventContext, key: &CpuKey) -> bool {
     } else {
         wanted
     };
+    let sp = regs.sp;
     let mut copied = 0usize;
     if read_stack(sample, sp, wanted) {
         copied = wanted;
@@ -212,18 +203,14 @@ impl Aggregate<()> for u64 {
 #[unsafe(no_mangle)]
 static CPU_TASK_STACK_OFFSET: u32 = 0;
 
-/// x86_64's kernel stacks (without KASAN, which doubles them: then no registers match
-/// and the sample keeps its frame-pointer stack).
-const THREAD_SIZE: u64 = 16 * 1024;
-/// x86_64's user code and stack segment selectors.
-const USER_CS: u64 = 0x33;
-const USER_SS: u64 = 0x2b;
+/// Size of the kernel's `struct pt_regs` (from BTF; arm64's grows between releases).
+#[unsafe(no_mangle)]
+static CPU_PT_REGS_SIZE: u32 = 0;
 
 /// The user registers the current task entered the kernel with (`task_pt_regs`): the
-/// `pt_regs` at the top of its kernel stack, below 16 bytes of padding on kernels with
-/// FRED. Only registers with the user segment selectors are taken.
+/// `pt_regs` at the top of its kernel stack. Only registers of user mode are taken.
 #[inline(always)]
-fn user_regs_of_current_task() -> Option<(u64, u64, u64)> {
+fn user_regs_of_current_task() -> Option<UserRegs> {
     let offset = load_u32(&CPU_TASK_STACK_OFFSET) as u64;
     if offset == 0 {
         return None;
@@ -236,18 +223,7 @@ fn user_regs_of_current_task() -> Option<(u64, u64, u64)> {
     if stack == 0 {
         return None;
     }
-    let size = core::mem::size_of::<pt_regs>() as u64;
-    for padding in [0u64, 16] {
-        let at = stack + THREAD_SIZE - padding - size;
-        // SAFETY: fault-safe read of kernel memory into a local.
-        let Ok(regs) = (unsafe { bpf_probe_read_kernel(at as *const pt_regs) }) else {
-            continue;
-        };
-        if regs.cs == USER_CS && regs.ss == USER_SS {
-            return Some((regs.rip, regs.rsp, regs.rbp));
-        }
-    }
-    None
+    entry_user_regs(stack, load_u32(&CPU_PT_REGS_SIZE) as u64)
 }
 
 /// Copies `len` bytes of user stack from `sp` into the sample; false when the read

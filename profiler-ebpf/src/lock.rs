@@ -34,13 +34,13 @@ use aya_ebpf::{
 use profiler_common::{
     latency::LatencyStat,
     lock::{
-        ContendedHoldKey, FINGERPRINT_TEXT_WORDS, KERNEL_TEXT_START, LCB_F_MUTEX, LCB_F_PERCPU,
-        LCB_F_READ, LCB_F_RT, LCB_F_SPIN, LCB_F_WRITE, LOCK_CLASS_MMAP_LOCK, LOCK_CLASS_UNKNOWN,
-        LOCK_FILTER_MAX_ADDRS, LOCK_LAST_ACQUIRER_ENTRIES, LOCK_OUTCOME_ACQUIRED,
-        LOCK_SITE_CACHE_ENTRIES, LOCK_STACK_CACHE_ENTRIES, LockAcquirer, LockFilter, LockKey,
-        LockLayout, LockStat, LockWait, SLEEP_FINGERPRINT_WORDS, SPIN_FINGERPRINT_WORDS,
-        STACK_REFRESH_NS, SiteCacheEntry, StackCacheEntry, StackCacheKey, conflicts, filter_keeps,
-        outcome_of, slot_of, sticky_flags,
+        ContendedHoldKey, FINGERPRINT_TEXT_WORDS, LCB_F_MUTEX, LCB_F_PERCPU, LCB_F_READ, LCB_F_RT,
+        LCB_F_SPIN, LCB_F_WRITE, LOCK_CLASS_MMAP_LOCK, LOCK_CLASS_UNKNOWN, LOCK_FILTER_MAX_ADDRS,
+        LOCK_LAST_ACQUIRER_ENTRIES, LOCK_OUTCOME_ACQUIRED, LOCK_SITE_CACHE_ENTRIES,
+        LOCK_STACK_CACHE_ENTRIES, LockAcquirer, LockFilter, LockKey, LockLayout, LockStat,
+        LockWait, SLEEP_FINGERPRINT_WORDS, SPIN_FINGERPRINT_WORDS, STACK_REFRESH_NS,
+        SiteCacheEntry, StackCacheEntry, StackCacheKey, conflicts, filter_keeps, outcome_of,
+        slot_of, sticky_flags,
     },
     lockname::StackCacheValue,
     loss::{
@@ -51,6 +51,7 @@ use profiler_common::{
 };
 
 use crate::{
+    arch::{is_kernel_text, kernel_text_known, kprobe_sp},
     latency::add_latency,
     offcpu::OFFCPU_START,
     shared::{
@@ -104,7 +105,9 @@ static LOCK_SLEEP_DROPPED: Array<u32> =
 /// Notes that `tid`'s wait was dropped.
 #[inline(always)]
 fn note_dropped(tid: u32) {
-    if let Some(slot) = LOCK_SLEEP_DROPPED.get_ptr_mut(tid % profiler_common::lock::LOCK_SLEEP_DROPPED_ENTRIES) {
+    if let Some(slot) =
+        LOCK_SLEEP_DROPPED.get_ptr_mut(tid % profiler_common::lock::LOCK_SLEEP_DROPPED_ENTRIES)
+    {
         // SAFETY: element of an array map; a racing write only loses one note.
         unsafe { *slot = tid };
     }
@@ -145,8 +148,7 @@ impl LockContext for ProbeContext {
     /// At a kprobe on a slow path's entry, the saved stack pointer points at the return
     /// address into the lock function.
     fn stack_base(&self) -> Option<u64> {
-        // SAFETY: `regs` is the kprobe's pt_regs, valid for this program run.
-        Some(unsafe { (*self.regs).rsp })
+        Some(kprobe_sp(self))
     }
 }
 
@@ -519,7 +521,11 @@ fn waiter_stack<C: LockContext, const WORDS: usize>(
 ) -> (i32, Option<u64>, u32) {
     // SAFETY: reading a load-time global; volatile so the default is not folded in.
     let exact = unsafe { core::ptr::read_volatile(&LOCK_LAYOUT.exact_stacks) } != 0;
-    let base = if exact { None } else { ctx.stack_base() };
+    let base = if exact || !kernel_text_known() {
+        None
+    } else {
+        ctx.stack_base()
+    };
     let Some(base) = base else {
         return walked_stack(ctx, lock_addr);
     };
@@ -671,7 +677,7 @@ fn stack_fingerprint<const WORDS: usize>(base: u64) -> Option<Fingerprint> {
         let word = words[index];
         // Only the nearest few: deeper words are older frames and stale slots, which
         // change from call to call and would defeat the cache.
-        if word >= KERNEL_TEXT_START {
+        if is_kernel_text(word) {
             print.hash = (print.hash ^ word).wrapping_mul(0x0100_0000_01b3);
             taken += 1;
             if taken == 3 {

@@ -7,6 +7,7 @@
 #![allow(internal_features)]
 #![no_main]
 
+mod arch;
 mod cpu;
 mod filelock;
 mod func;

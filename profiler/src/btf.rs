@@ -281,6 +281,14 @@ impl Btf {
         Ok(offset)
     }
 
+    /// Size in bytes of `struct name`.
+    pub fn struct_size(&self, name: &str) -> Option<u32> {
+        self.by_name.get(name)?.iter().find_map(|&id| {
+            let ty = self.types.get(id as usize)?;
+            (ty.kind == KIND_STRUCT).then_some(ty.type_id)
+        })
+    }
+
     /// Whether the BTF describes a struct (or union) called `name`.
     pub fn has_struct(&self, name: &str) -> bool {
         self.by_name.get(name).is_some_and(|ids| {

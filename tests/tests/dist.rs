@@ -88,6 +88,42 @@ fn static_binary_is_static_and_runs() {
     );
 }
 
+/// The static aarch64 binary is one, and gives the x86_64 build's report byte for byte
+/// when QEMU's user-mode emulator runs it here (its recording runs in the arm64 lab).
+#[test]
+fn aarch64_binary_is_static_and_reports_like_x86_64() {
+    const TEST: &str = "aarch64_binary_is_static_and_reports_like_x86_64";
+    let bin = dist_artifact("LOCKPATH_DIST_AARCH64_BIN", "lockpath-aarch64-linux-musl");
+    if !require_artifact(TEST, &bin)
+        || !require_tool(TEST, "file")
+        || !require_tool(TEST, "qemu-aarch64-static")
+    {
+        return;
+    }
+    let said = String::from_utf8_lossy(&run(Command::new("file").arg(&bin)).stdout).into_owned();
+    assert!(
+        said.contains("ARM aarch64") && said.contains("statically linked"),
+        "file says: {said}"
+    );
+    let emulated = |args: &[&str]| {
+        run(Command::new("qemu-aarch64-static").arg(&bin).args(args))
+            .stdout
+            .clone()
+    };
+    assert_eq!(
+        String::from_utf8_lossy(&emulated(&["--version"])).trim(),
+        format!("lockpath {}", env!("CARGO_PKG_VERSION"))
+    );
+    let profile = test_profile();
+    let ours = emulated(&["report", path_str(&profile), "--top", "0"]);
+    let x86_64 = lockpath_ok(&["report", path_str(&profile), "--top", "0"]);
+    assert!(!ours.is_empty());
+    assert_eq!(
+        String::from_utf8_lossy(&ours),
+        String::from_utf8_lossy(&x86_64.stdout)
+    );
+}
+
 #[test]
 fn rpm_holds_binary_man_page_completions_and_unit() {
     const TEST: &str = "rpm_holds_binary_man_page_completions_and_unit";

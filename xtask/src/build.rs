@@ -44,21 +44,39 @@ pub fn build(profile: Profile) -> Result<Artifacts> {
 
 /// `cargo +nightly build --release` inside profiler-ebpf/ (its own workspace;
 /// target and build-std come from its .cargo/config.toml). Always release:
-/// unoptimised eBPF does not pass the verifier.
+/// unoptimised eBPF does not pass the verifier. For this machine's architecture.
 pub(crate) fn build_ebpf(tools: &setup::Tools) -> Result<PathBuf> {
+    build_ebpf_for(tools, std::env::consts::ARCH)
+}
+
+/// The eBPF object for the kernels of `arch` (`x86_64`, `aarch64`): registers and
+/// stack layouts differ, so each architecture's binary embeds its own object, built
+/// with aya's `bpf_target_arch` cfg into `target/<arch>/` when it is not this machine's.
+pub(crate) fn build_ebpf_for(tools: &setup::Tools, arch: &str) -> Result<PathBuf> {
     const STEP: &str = "build step 1/2 (eBPF object)";
     let crate_dir = util::workspace_root().join("profiler-ebpf");
     let path = util::path_with(&[tools.bin_dir.clone(), util::cargo_home()?.join("bin")])?;
-    util::say("building the eBPF object (cargo +nightly build --release in profiler-ebpf/)");
+    util::say(format!(
+        "building the eBPF object for {arch} (cargo +nightly build --release in profiler-ebpf/)"
+    ));
+    let mut cmd = util::isolated("cargo");
+    cmd.args(["+nightly", "build", "--release"])
+        .current_dir(&crate_dir)
+        .env("PATH", path);
+    let mut target_dir = crate_dir.join("target");
+    if arch != std::env::consts::ARCH {
+        target_dir = target_dir.join(arch);
+        cmd.env("CARGO_TARGET_DIR", &target_dir).env(
+            "CARGO_TARGET_BPFEL_UNKNOWN_NONE_RUSTFLAGS",
+            format!("--cfg bpf_target_arch=\"{arch}\""),
+        );
+    }
     util::run(
-        util::isolated("cargo")
-            .args(["+nightly", "build", "--release"])
-            .current_dir(&crate_dir)
-            .env("PATH", path),
+        &mut cmd,
         STEP,
         "fix the errors above in profiler-ebpf/; if bpf-linker is the problem run `cargo xtask setup`",
     )?;
-    let obj = crate_dir.join("target/bpfel-unknown-none/release/profiler-ebpf");
+    let obj = target_dir.join("bpfel-unknown-none/release/profiler-ebpf");
     if !obj.is_file() {
         bail!(
             "{STEP}: cargo succeeded but {} does not exist; check the [[bin]] name and target in profiler-ebpf/",

@@ -1,6 +1,7 @@
-//! `cargo xtask dist`: `lockpath` statically linked for x86_64 musl (stripped, eBPF
-//! object embedded), its man page and shell completions, and a .deb and an .rpm holding
-//! them with the systemd unit (installed disabled), all in `target/dist/`.
+//! `cargo xtask dist`: `lockpath` statically linked for x86_64 and aarch64 musl
+//! (stripped, the eBPF object of the same architecture embedded), its man page and shell
+//! completions, and a .deb and an .rpm (x86_64) holding them with the systemd unit
+//! (installed disabled), all in `target/dist/`.
 
 use std::{
     fs,
@@ -10,15 +11,33 @@ use std::{
 
 use anyhow::{bail, Context as _, Result};
 
-use crate::{build, setup, util};
+use crate::{build, cross, setup, util};
 
-/// The Rust target of the static binary.
-pub const TARGET: &str = "x86_64-unknown-linux-musl";
+/// A static build: the Rust target, the architecture of its eBPF object, and the env
+/// var of its target-only rust flags (host build scripts keep theirs).
+pub struct StaticTarget {
+    pub triple: &'static str,
+    pub arch: &'static str,
+    rustflags_env: &'static str,
+}
+
+pub const X86_64: StaticTarget = StaticTarget {
+    triple: "x86_64-unknown-linux-musl",
+    arch: "x86_64",
+    rustflags_env: "CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_RUSTFLAGS",
+};
+
+pub const AARCH64: StaticTarget = StaticTarget {
+    triple: "aarch64-unknown-linux-musl",
+    arch: "aarch64",
+    rustflags_env: "CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_RUSTFLAGS",
+};
+
+/// The Rust target of the packaged binary.
+pub const TARGET: &str = X86_64.triple;
 /// The cargo profile of the static binary (workspace Cargo.toml: release, no debug
 /// info, stripped).
 const PROFILE: &str = "static";
-/// Rust flags of the static binary's target only (host build scripts keep theirs).
-const RUSTFLAGS_ENV: &str = "CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_RUSTFLAGS";
 /// Where the packaging tools' `target/release/` prefix points for this build.
 const ASSETS: &str = "assets";
 
@@ -27,35 +46,73 @@ pub struct Dist {
     pub binary: PathBuf,
     pub deb: PathBuf,
     pub rpm: PathBuf,
+    /// The static aarch64 binary (arm64 eBPF object embedded).
+    pub aarch64_binary: PathBuf,
+}
+
+/// Builds `-p PACKAGE --bin BIN ...` (`what`) statically for `target` with the cargo
+/// `profile` (`static`: stripped, for shipping; `release`: with symbols, for the lab's
+/// workloads), with the eBPF object `ebpf_obj` embedded; returns the directory of the
+/// binaries.
+pub fn build_static(
+    target: &StaticTarget,
+    profile: &str,
+    what: &[&str],
+    ebpf_obj: &Path,
+) -> Result<PathBuf> {
+    let step = format!("static build ({})", target.triple);
+    setup::ensure_dist_tools(target.triple)?;
+    let mut cmd = util::host_cargo();
+    cmd.args(["build", "--profile", profile, "--target", target.triple])
+        .args(what)
+        .env(build::EBPF_OBJ_ENV, ebpf_obj)
+        // Not position-independent: a static-pie binary starts by relocating itself,
+        // which `file` does not call "statically linked"; a plain static one needs nothing.
+        .env(target.rustflags_env, "-C relocation-model=static");
+    if target.arch == AARCH64.arch && std::env::consts::ARCH != AARCH64.arch {
+        let tools = cross::aarch64_tools()?;
+        cmd.env(
+            "CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER",
+            &tools.linker,
+        )
+        .env("CC_aarch64_unknown_linux_musl", &tools.musl_cc)
+        .env("AR_aarch64_unknown_linux_musl", "aarch64-linux-gnu-ar");
+    }
+    util::say(format!("building {} ({})", what.join(" "), target.triple));
+    util::run(
+        &mut cmd,
+        &step,
+        "see the errors above; a C dependency needs musl-gcc (apt-get install musl-tools)",
+    )?;
+    Ok(util::target_dir()?.join(target.triple).join(profile))
+}
+
+/// The static aarch64 lockpath with the arm64 eBPF object, checked static.
+pub fn aarch64_lockpath() -> Result<PathBuf> {
+    let tools = setup::ensure()?;
+    let ebpf_obj = build::build_ebpf_for(&tools, AARCH64.arch)?;
+    let lockpath = ["-p", "profiler", "--bin", "lockpath"];
+    let built = build_static(&AARCH64, PROFILE, &lockpath, &ebpf_obj)?.join("lockpath");
+    check_static(&built).context("the static aarch64 lockpath")?;
+    Ok(built)
 }
 
 pub fn dist() -> Result<Dist> {
     let tools = setup::ensure()?;
-    setup::ensure_dist_tools(TARGET)?;
     let ebpf_obj = build::build_ebpf(&tools)?;
     let out = util::target_dir()?.join("dist");
     fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
 
-    // 1. The static binary.
+    // 1. The static binaries.
     const STEP: &str = "dist step 1/3 (static lockpath)";
-    let mut cmd = util::host_cargo();
-    cmd.args(["build", "--profile", PROFILE, "--target", TARGET])
-        .args(["-p", "profiler", "--bin", "lockpath"])
-        .env(build::EBPF_OBJ_ENV, &ebpf_obj)
-        // Not position-independent: a static-pie binary starts by relocating itself,
-        // which `file` does not call "statically linked"; a plain static one needs nothing.
-        .env(RUSTFLAGS_ENV, "-C relocation-model=static");
-    util::say(format!("building the static lockpath ({TARGET})"));
-    util::run(
-        &mut cmd,
-        STEP,
-        "see the errors above; a C dependency needs musl-gcc (apt-get install musl-tools)",
-    )?;
-    let build_dir = util::target_dir()?.join(TARGET).join(PROFILE);
+    let lockpath = ["-p", "profiler", "--bin", "lockpath"];
+    let build_dir = build_static(&X86_64, PROFILE, &lockpath, &ebpf_obj)?;
     let built = build_dir.join("lockpath");
     check_static(&built).with_context(|| STEP.to_string())?;
-    let binary = out.join(format!("lockpath-{}", TARGET.replace("-unknown", "")));
+    let binary = out.join(dist_name(&X86_64));
     copy(&built, &binary)?;
+    let aarch64_binary = out.join(dist_name(&AARCH64));
+    copy(&aarch64_lockpath()?, &aarch64_binary)?;
 
     // 2. Man page, completions and the packaged unit, beside the binary where both
     // packaging tools look (`target/release/assets/...` in profiler/Cargo.toml).
@@ -86,7 +143,7 @@ pub fn dist() -> Result<Dist> {
     let deb = only_file(&out, "deb")?;
     let rpm = only_file(&out, "rpm")?;
 
-    for artifact in [&binary, &deb, &rpm] {
+    for artifact in [&binary, &aarch64_binary, &deb, &rpm] {
         let size = fs::metadata(artifact).map(|meta| meta.len()).unwrap_or(0);
         util::say(format!(
             "dist: {} ({:.1} MiB)",
@@ -94,7 +151,17 @@ pub fn dist() -> Result<Dist> {
             size as f64 / (1024.0 * 1024.0)
         ));
     }
-    Ok(Dist { binary, deb, rpm })
+    Ok(Dist {
+        binary,
+        deb,
+        rpm,
+        aarch64_binary,
+    })
+}
+
+/// `lockpath-x86_64-linux-musl`, `lockpath-aarch64-linux-musl`.
+fn dist_name(target: &StaticTarget) -> String {
+    format!("lockpath-{}", target.triple.replace("-unknown", ""))
 }
 
 /// Fails unless `file` calls the binary statically linked (when `file` is installed;

@@ -2,6 +2,7 @@
 
 mod bench;
 mod build;
+mod cross;
 mod dist;
 mod run;
 mod setup;
@@ -21,12 +22,12 @@ usage: cargo xtask <command>
 commands:
   setup              install rust-src (nightly) and bpf-linker 0.13.0 if missing
   build [--debug]    build the eBPF object and lockpath (release unless --debug)
-  dist               static lockpath (x86_64 musl), man page, completions, .deb
-                     and .rpm into target/dist/
+  dist               static lockpath (x86_64 and aarch64 musl), man page,
+                     completions, .deb and .rpm into target/dist/
   run [-- ARGS]      build, then run target/release/lockpath ARGS (needs root)
   test [-- ARGS]     install test tools (root), build, dist, then
                      `cargo test --release --workspace ARGS`, then vm-test
-  vm-test [KERNEL]   boot the lab kernels (6.1, 5.10) in QEMU and run the guest
+  vm-test [KERNEL]   boot the lab kernels (6.12, 6.1, 5.10, 6.1-arm64) in QEMU and run the guest
                      checks of tests/vm/checks/ (root; kernels cached in target/vm/)
   bench [FLAGS]      overhead against bpftrace and perf, per-event cost, memory,
                      report speed (root; `cargo xtask bench --help`); --soak: 10-min memory run";
@@ -76,7 +77,7 @@ fn try_main() -> Result<()> {
                 [] => None,
                 [Some(name)] => Some(name.to_string()),
                 _ => bail!(
-                    "vm-test: unexpected arguments {rest:?}; usage: cargo xtask vm-test [6.12|6.1|5.10]"
+                    "vm-test: unexpected arguments {rest:?}; usage: cargo xtask vm-test [6.12|6.1|5.10|6.1-arm64]"
                 ),
             };
             test::vm_test(only.as_deref())

@@ -243,6 +243,8 @@ const TEST_TOOLS: &[(&str, &str)] = &[
     ("file", "file"),
     ("debootstrap", "debootstrap"),
     ("rpm", "rpm"),
+    // The static aarch64 binary, run on this machine by QEMU's user-mode emulator.
+    ("qemu-aarch64-static", "qemu-user-static"),
     // The lock-name tests: the kernel's file, futex and mutex paths under contention.
     ("stress-ng", "stress-ng"),
 ];

@@ -15,6 +15,7 @@ use crate::{
 const BIN_ENV: &str = "LOCKPATH_BIN";
 /// Env vars through which the dist tests find the static binary and the packages.
 const DIST_BIN_ENV: &str = "LOCKPATH_DIST_BIN";
+const DIST_AARCH64_BIN_ENV: &str = "LOCKPATH_DIST_AARCH64_BIN";
 const DEB_ENV: &str = "LOCKPATH_DEB";
 const RPM_ENV: &str = "LOCKPATH_RPM";
 /// Developers iterating on host tests may set this to 1 to leave the VMs out; CI never does.
@@ -30,6 +31,7 @@ pub fn test(args: Vec<OsString>) -> Result<()> {
         .env(BIN_ENV, &artifacts.lockpath)
         .env(EBPF_OBJ_ENV, &artifacts.ebpf_obj)
         .env(DIST_BIN_ENV, &dist.binary)
+        .env(DIST_AARCH64_BIN_ENV, &dist.aarch64_binary)
         .env(DEB_ENV, &dist.deb)
         .env(RPM_ENV, &dist.rpm);
     util::say(format!("running {}", util::describe(&cmd)));
@@ -40,27 +42,55 @@ pub fn test(args: Vec<OsString>) -> Result<()> {
         ));
         return Ok(());
     }
-    let workloads = build_workloads()?;
-    vm::vm_test(
-        &vm::GuestBinaries {
+    let guests = [
+        vm::GuestBinaries {
+            arch: std::env::consts::ARCH,
             lockpath: artifacts.lockpath,
-            workloads,
+            workloads: build_workloads()?,
         },
-        None,
-    )
+        vm::GuestBinaries {
+            arch: dist::AARCH64.arch,
+            lockpath: dist.aarch64_binary,
+            workloads: aarch64_workloads()?,
+        },
+    ];
+    vm::vm_test(&guests, None)
 }
 
 /// `cargo xtask vm-test [KERNEL]`.
 pub fn vm_test(only: Option<&str>) -> Result<()> {
-    let artifacts = build::build(Profile::Release)?;
-    let workloads = build_workloads()?;
-    vm::vm_test(
-        &vm::GuestBinaries {
-            lockpath: artifacts.lockpath,
-            workloads,
-        },
-        only,
-    )
+    let mut guests = Vec::new();
+    for arch in vm::arches(only) {
+        let guest = if arch == std::env::consts::ARCH {
+            vm::GuestBinaries {
+                arch,
+                lockpath: build::build(Profile::Release)?.lockpath,
+                workloads: build_workloads()?,
+            }
+        } else {
+            vm::GuestBinaries {
+                arch,
+                lockpath: dist::aarch64_lockpath()?,
+                workloads: aarch64_workloads()?,
+            }
+        };
+        guests.push(guest);
+    }
+    vm::vm_test(&guests, only)
+}
+
+/// The test workloads built statically for the arm64 guest (with symbols: the checks
+/// look for their functions in stacks).
+fn aarch64_workloads() -> Result<Vec<PathBuf>> {
+    let tools = setup::ensure()?;
+    let ebpf_obj = build::build_ebpf_for(&tools, dist::AARCH64.arch)?;
+    let dir = dist::build_static(
+        &dist::AARCH64,
+        "release",
+        &["-p", "lockpath-tests", "--bins"],
+        &ebpf_obj,
+    )?;
+    workload_paths(&dir)
 }
 
 /// Builds the binaries of tests/src/bin/ and returns their paths.
@@ -73,8 +103,12 @@ pub(crate) fn build_workloads() -> Result<Vec<PathBuf>> {
         STEP,
         "fix the compile errors above in tests/src/bin/",
     )?;
+    workload_paths(&util::target_dir()?.join("release"))
+}
+
+/// The binaries of tests/src/bin/ in `dir`, all of which must exist.
+fn workload_paths(dir: &std::path::Path) -> Result<Vec<PathBuf>> {
     let sources = util::workspace_root().join("tests/src/bin");
-    let release = util::target_dir()?.join("release");
     let mut binaries = Vec::new();
     let entries =
         fs::read_dir(&sources).with_context(|| format!("cannot list {}", sources.display()))?;
@@ -86,9 +120,9 @@ pub(crate) fn build_workloads() -> Result<Vec<PathBuf>> {
         else {
             continue;
         };
-        let binary = release.join(name);
+        let binary = dir.join(name);
         if !binary.is_file() {
-            bail!("{STEP}: {} was not built", binary.display());
+            bail!("{} was not built", binary.display());
         }
         binaries.push(binary);
     }

@@ -292,7 +292,17 @@ fn user_stack(
         .and_then(|mem| read_some_at(&mem, &mut bytes, sp))
         .unwrap_or(0);
     bytes.truncate(copied);
-    match unwinder.unwind(user, tgid, Regs { ip, sp, bp: 0 }, &bytes) {
+    match unwinder.unwind(
+        user,
+        tgid,
+        Regs {
+            ip,
+            sp,
+            bp: 0,
+            lr: 0,
+        },
+        &bytes,
+    ) {
         Some(unwound) if !unwound.addrs.is_empty() => (unwound.addrs, unwound.complete),
         _ => (vec![ip], false),
     }

@@ -291,8 +291,7 @@ fn resolve_lock(lock: &str, symbols: &KernelSymbols) -> Result<(u64, String), St
     if let Some(hex) = lock.strip_prefix("0x").or_else(|| lock.strip_prefix("0X")) {
         let addr = u64::from_str_radix(hex, 16)
             .map_err(|_| format!("{lock} is not a hexadecimal address"))?;
-        // Kernel addresses on 64-bit Linux are in the upper half.
-        if addr < 0xffff_8000_0000_0000 {
+        if !crate::probes::shared::is_kernel_address(addr) {
             return Err(format!(
                 "{lock} is not a kernel address (take the lock column of a lockpath report)"
             ));

@@ -70,6 +70,9 @@ struct LockFamily {
     names: profiler_common::lockname::LockNameLayout,
     /// `--type`, `--lock-filter`, `--caller` (probes/lockfilter.rs).
     filter: super::lockfilter::RecordFilter,
+    /// Kernel text, for the arm64 object's stack fingerprints (x86_64's has a fixed
+    /// bound and no such global).
+    text: profiler_common::lock::KernelText,
 }
 
 /// Recorded when asked for, and by default: when no other family is asked for.
@@ -95,6 +98,7 @@ fn plan_family(args: &RecordArgs, ctx: &mut PlanContext) -> Result<Planned> {
         },
         names: super::lockname::layout(),
         filter,
+        text: ctx.symbols.text_ranges(),
     })))
 }
 
@@ -102,6 +106,7 @@ impl Family for LockFamily {
     fn configure<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
         loader.override_global(names::LOCK_LAYOUT, &self.layout, true);
         loader.override_global(names::LOCK_FILTER, &self.filter.kernel, true);
+        loader.override_global(profiler_common::lock::KERNEL_TEXT_GLOBAL, &self.text, false);
         loader.override_global(
             profiler_common::lockname::names::LOCK_NAME_LAYOUT,
             &self.names,

@@ -73,8 +73,7 @@ fn parse_addr(value: &str) -> Result<u64> {
             "--lock-filter {value}: not a hexadecimal address (take the lock column of a report)"
         );
     };
-    // Kernel addresses on 64-bit Linux are in the upper half.
-    if addr < 0xffff_8000_0000_0000 {
+    if !crate::probes::shared::is_kernel_address(addr) {
         bail!("--lock-filter {value}: not a kernel address (take the lock column of a report)");
     }
     Ok(addr)

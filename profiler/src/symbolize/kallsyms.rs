@@ -98,6 +98,28 @@ impl KernelSymbols {
         Ok(symbols)
     }
 
+    /// Where kernel text lies: the image's text and the span of the modules (their
+    /// memory from `/proc/modules`, else up to a page past their last function); zero
+    /// where kallsyms does not say. The arm64 lock programs tell return addresses from
+    /// other stack words by it.
+    pub fn text_ranges(&self) -> profiler_common::lock::KernelText {
+        let modules = self.text.iter().filter(|symbol| symbol.module.is_some());
+        let last_function = modules.map(|symbol| symbol.addr + 4096).max().unwrap_or(0);
+        let modules_end = self
+            .module_ends
+            .values()
+            .copied()
+            .max()
+            .unwrap_or(0)
+            .max(last_function);
+        profiler_common::lock::KernelText {
+            start: self.image_start,
+            end: self.text_end,
+            modules_start: self.modules_start,
+            modules_end,
+        }
+    }
+
     /// True when the kernel image (not a module) has a function of this name.
     pub fn has_function(&self, name: &str) -> bool {
         self.text
@@ -359,6 +381,26 @@ ffffffff82001000 B _end
 ffffffffc0a01000 t after_reply\t[ptlrpc]
 ffffffffc0a02000 d ptlrpc_lock\t[ptlrpc]
 ";
+
+    /// The arm64 lock programs' text ranges: the image's text, and the modules' memory
+    /// (from /proc/modules when known, else a page past their last function).
+    #[test]
+    fn text_ranges_cover_image_text_and_modules() {
+        let mut symbols = KernelSymbols::parse(SAMPLE);
+        let text = symbols.text_ranges();
+        assert_eq!(
+            (text.start, text.end),
+            (0xffffffff81000000, 0xffffffff81002000)
+        );
+        assert_eq!(
+            (text.modules_start, text.modules_end),
+            (0xffffffffc0a01000, 0xffffffffc0a02000)
+        );
+        symbols.set_modules("ptlrpc 40960 0 - Live 0xffffffffc0a00000\n");
+        assert_eq!(symbols.text_ranges().modules_end, 0xffffffffc0a0a000);
+        let empty = KernelSymbols::parse("").text_ranges();
+        assert_eq!((empty.end, empty.modules_end), (0, 0));
+    }
 
     #[test]
     fn image_data_lies_between_the_text_and_the_modules() {

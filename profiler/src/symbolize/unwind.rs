@@ -14,10 +14,7 @@ use std::{
     sync::Arc,
 };
 
-use framehop::{
-    x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
-    ExplicitModuleSectionInfo, Module, Unwinder,
-};
+use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
 use memmap2::Mmap;
 use object::{Object, ObjectSection, ObjectSegment};
 
@@ -75,15 +72,40 @@ pub struct Unwound {
 pub struct Regs {
     pub ip: u64,
     pub sp: u64,
+    /// The frame pointer (rbp, x29).
     pub bp: u64,
+    /// The link register (aarch64: x30, the leaf's return address); unused on x86_64.
+    pub lr: u64,
 }
+
+/// framehop's unwinder for the architecture lockpath is built for (the eBPF object
+/// embedded in the binary is built for the same one).
+#[cfg(target_arch = "x86_64")]
+mod arch {
+    pub use framehop::x86_64::{CacheX86_64 as Cache, UnwinderX86_64 as ArchUnwinder};
+
+    pub fn unwind_regs(regs: super::Regs) -> framehop::x86_64::UnwindRegsX86_64 {
+        framehop::x86_64::UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp)
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+mod arch {
+    pub use framehop::aarch64::{CacheAarch64 as Cache, UnwinderAarch64 as ArchUnwinder};
+
+    pub fn unwind_regs(regs: super::Regs) -> framehop::aarch64::UnwindRegsAarch64 {
+        framehop::aarch64::UnwindRegsAarch64::new(regs.lr, regs.sp, regs.bp)
+    }
+}
+
+use arch::{unwind_regs, ArchUnwinder, Cache};
 
 /// Unwinds user stacks of the profiled processes, one framehop unwinder per process.
 pub struct DwarfUnwinder {
     objects: HashMap<usize, Option<Arc<ObjectInfo>>>,
     /// Per process: the snapshot count its unwinder was built from, and the unwinder.
-    processes: HashMap<u32, (usize, UnwinderX86_64<Bytes>)>,
-    cache: CacheX86_64,
+    processes: HashMap<u32, (usize, ArchUnwinder<Bytes>)>,
+    cache: Cache,
 }
 
 impl Default for DwarfUnwinder {
@@ -97,7 +119,7 @@ impl DwarfUnwinder {
         DwarfUnwinder {
             objects: HashMap::new(),
             processes: HashMap::new(),
-            cache: CacheX86_64::new(),
+            cache: Cache::new(),
         }
     }
 
@@ -144,8 +166,8 @@ impl DwarfUnwinder {
         (bytes, objects.count())
     }
 
-    fn build(&mut self, mappings: &[CodeMapping]) -> UnwinderX86_64<Bytes> {
-        let mut unwinder = UnwinderX86_64::new();
+    fn build(&mut self, mappings: &[CodeMapping]) -> ArchUnwinder<Bytes> {
+        let mut unwinder = ArchUnwinder::new();
         for mapping in mappings {
             let info = self
                 .objects
@@ -172,8 +194,8 @@ impl DwarfUnwinder {
 
 /// Unwinds with a built unwinder; stack reads outside the copy fail (the unwind stops).
 fn unwind_with(
-    unwinder: &UnwinderX86_64<Bytes>,
-    cache: &mut CacheX86_64,
+    unwinder: &ArchUnwinder<Bytes>,
+    cache: &mut Cache,
     regs: Regs,
     stack: &[u8],
 ) -> Unwound {
@@ -184,12 +206,7 @@ fn unwind_with(
             .ok_or(())?;
         Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
     };
-    let mut frames = unwinder.iter_frames(
-        regs.ip,
-        UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp),
-        cache,
-        &mut read_stack,
-    );
+    let mut frames = unwinder.iter_frames(regs.ip, unwind_regs(regs), cache, &mut read_stack);
     let mut addrs = Vec::new();
     let complete = loop {
         if addrs.len() >= MAX_FRAMES {
@@ -328,7 +345,7 @@ mod tests {
             unsafe {
                 std::ptr::copy_nonoverlapping(sp as *const u8, copy.as_mut_ptr(), len);
             }
-            (Regs { ip, sp, bp }, copy)
+            (Regs { ip, sp, bp, lr: 0 }, copy)
         }
         /// The highest address of this thread's stack.
         fn thread_stack_top() -> u64 {

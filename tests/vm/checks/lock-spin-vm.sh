@@ -7,6 +7,7 @@
 . /checks/lib
 need lock_tracepoint
 need kprobe
+[ "$(uname -m)" = x86_64 ] || skip "virt_spin_lock is x86-only: $(uname -m) guests take spinlocks by the queued slow path"
 grep -qw hypervisor /proc/cpuinfo || skip "no hypervisor flag: spin waits reach the tracepoints"
 function=queued_spin_lock_slowpath
 grep -q " [tT] $function\$" /proc/kallsyms || function=native_queued_spin_lock_slowpath

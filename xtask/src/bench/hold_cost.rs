@@ -36,6 +36,7 @@ pub(super) const HOLD_CONFIGS: &[(&str, &str)] = &[
 /// workloads time themselves (ns per operation) with and without lockpath attached.
 pub(super) fn hold_cost(bench: &Bench, runs: usize) -> Result<String> {
     let binaries = crate::vm::GuestBinaries {
+        arch: std::env::consts::ARCH,
         lockpath: bench.lockpath.clone(),
         workloads: crate::test::build_workloads()?,
     };

@@ -15,9 +15,10 @@ use crate::util;
 
 use super::{GuestBinaries, BUSYBOX_STATIC};
 
-/// Builds `target/vm/initramfs.cpio.gz` afresh (binaries change between runs).
+/// Builds `target/vm/initramfs-ARCH.cpio.gz` afresh (binaries change between runs).
 pub(super) fn build_initramfs(vm_dir: &Path, binaries: &GuestBinaries) -> Result<PathBuf> {
-    let root = vm_dir.join("initramfs");
+    let arch = binaries.arch;
+    let root = vm_dir.join(format!("initramfs-{arch}"));
     if root.exists() {
         fs::remove_dir_all(&root).with_context(|| format!("cannot remove {}", root.display()))?;
     }
@@ -26,7 +27,8 @@ pub(super) fn build_initramfs(vm_dir: &Path, binaries: &GuestBinaries) -> Result
             .with_context(|| format!("cannot create {}", root.join(dir).display()))?;
     }
     let bin = root.join("bin");
-    copy_executable(Path::new(BUSYBOX_STATIC), &bin.join("busybox"))?;
+    copy_executable(&busybox(vm_dir, arch)?, &bin.join("busybox"))?;
+    // Debian's busybox-static of one release has the same applets on every architecture.
     for applet in busybox_applets()? {
         let link = bin.join(&applet);
         if !link.exists() {
@@ -41,7 +43,12 @@ pub(super) fn build_initramfs(vm_dir: &Path, binaries: &GuestBinaries) -> Result
             .with_context(|| format!("{} has no file name", binary.display()))?;
         copy_executable(binary, &bin.join(name))?;
     }
-    for library in shared_libraries(&elf)? {
+    // The host's binaries are dynamic; another architecture's are static.
+    let libraries = match arch == std::env::consts::ARCH {
+        true => shared_libraries(&elf)?,
+        false => Vec::new(),
+    };
+    for library in libraries {
         let inside = root.join(library.strip_prefix("/").unwrap_or(&library));
         if let Some(parent) = inside.parent() {
             fs::create_dir_all(parent)
@@ -51,7 +58,7 @@ pub(super) fn build_initramfs(vm_dir: &Path, binaries: &GuestBinaries) -> Result
         fs::copy(&library, &inside)
             .with_context(|| format!("cannot copy {} into the initramfs", library.display()))?;
     }
-    copy_guest_modules(vm_dir, &root)?;
+    copy_guest_modules(vm_dir, &root, arch)?;
     let vm_sources = util::workspace_root().join("tests/vm");
     copy_executable(&vm_sources.join("init"), &root.join("init"))?;
     let checks = fs::read_dir(vm_sources.join("checks"))
@@ -72,7 +79,7 @@ pub(super) fn build_initramfs(vm_dir: &Path, binaries: &GuestBinaries) -> Result
         }
     }
 
-    let initrd = vm_dir.join("initramfs.cpio.gz");
+    let initrd = vm_dir.join(format!("initramfs-{arch}.cpio.gz"));
     let script = format!(
         "cd '{}' && find . | cpio -o -H newc --quiet | gzip -1 > '{}'",
         root.display(),
@@ -92,11 +99,16 @@ pub(super) fn build_initramfs(vm_dir: &Path, binaries: &GuestBinaries) -> Result
 /// block devices of the IO check (absent when built in).
 const GUEST_MODULES: &[&str] = &["kernel/fs/fuse/fuse.ko", "kernel/drivers/block/loop.ko"];
 
-fn copy_guest_modules(vm_dir: &Path, root: &Path) -> Result<()> {
+fn copy_guest_modules(vm_dir: &Path, root: &Path, arch: &str) -> Result<()> {
     let Ok(kernels) = fs::read_dir(vm_dir.join("kernels")) else {
         return Ok(());
     };
-    for kernel in kernels.filter_map(|entry| entry.ok()) {
+    // Debian names its arm64 kernel packages `...-arm64-...`.
+    let arm64 = arch == "aarch64";
+    let kernels = kernels
+        .filter_map(|entry| entry.ok())
+        .filter(|kernel| kernel.file_name().to_string_lossy().contains("-arm64") == arm64);
+    for kernel in kernels {
         // Debian from trixie on ships its modules under /usr (merged /usr).
         let releases = ["lib/modules", "usr/lib/modules"]
             .iter()
@@ -142,6 +154,21 @@ fn copy_executable(from: &Path, to: &Path) -> Result<()> {
         .with_context(|| format!("cannot copy {} to {}", from.display(), to.display()))?;
     fs::set_permissions(to, fs::Permissions::from_mode(0o755))
         .with_context(|| format!("cannot make {} executable", to.display()))
+}
+
+/// A static busybox for the guest: the host's, or Debian's busybox-static of `arch`
+/// unpacked under target/vm/.
+fn busybox(vm_dir: &Path, arch: &str) -> Result<PathBuf> {
+    if arch == std::env::consts::ARCH {
+        return Ok(PathBuf::from(BUSYBOX_STATIC));
+    }
+    let unpacked = vm_dir.join(format!("busybox-{arch}"));
+    let binary = unpacked.join("bin/busybox");
+    if !binary.is_file() {
+        let deb = crate::cross::arm64_deb("busybox-static", &vm_dir.join("debs"))?;
+        crate::cross::unpack(&deb, &unpacked)?;
+    }
+    Ok(binary)
 }
 
 fn busybox_applets() -> Result<Vec<String>> {

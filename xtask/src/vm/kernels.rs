@@ -17,13 +17,17 @@ pub(super) struct LabKernel {
     /// Short name, passed to the guest as `lockpath.lab=`.
     pub(super) name: &'static str,
     pub(super) package: &'static str,
+    /// `x86_64` or `aarch64`: which QEMU boots it and which binaries its guest gets.
+    pub(super) arch: &'static str,
     /// Debian suite to add temporarily when the package is not in the host's lists.
     pub(super) suite: Option<&'static str>,
     /// Hooks this kernel offers, passed as `lockpath.features=`; checks skip (exit 77)
     /// only when a hook they need is not listed here.
     pub(super) features: &'static [&'static str],
-    /// Checks that must PASS on this kernel (a SKIP of one of them is a failure).
+    /// Checks that must PASS on this kernel (a SKIP of one of them is a failure)...
     pub(super) required: &'static [&'static str],
+    /// ...but these, which this kernel's build cannot run (they must say why and skip).
+    pub(super) excused: &'static [&'static str],
 }
 
 /// The checks that must pass on a kernel with the lock tracepoints, kprobes and fentry.
@@ -54,20 +58,25 @@ pub(super) const KERNELS: &[LabKernel] = &[
     LabKernel {
         name: "6.12",
         package: "linux-image-6.12.117+deb13-cloud-amd64-unsigned",
+        arch: "x86_64",
         suite: Some("trixie"),
         features: &["lock_tracepoint", "kprobe", "fentry"],
         required: WITH_LOCK_TRACEPOINTS,
+        excused: &[],
     },
     LabKernel {
         name: "6.1",
         package: "linux-image-6.1.0-50-cloud-amd64-unsigned",
+        arch: "x86_64",
         suite: None,
         features: &["lock_tracepoint", "kprobe", "fentry"],
         required: WITH_LOCK_TRACEPOINTS,
+        excused: &[],
     },
     LabKernel {
         name: "5.10",
         package: "linux-image-5.10.0-32-cloud-amd64-unsigned",
+        arch: "x86_64",
         suite: Some("bullseye"),
         features: &["kprobe", "fentry"],
         required: &[
@@ -88,6 +97,27 @@ pub(super) const KERNELS: &[LabKernel] = &[
             "lock-cgroup",
             "stuck-before-start",
             "lock-names-kallsyms",
+        ],
+        excused: &[],
+    },
+    LabKernel {
+        name: "6.1-arm64",
+        package: "linux-image-6.1.0-50-cloud-arm64-unsigned",
+        arch: "aarch64",
+        suite: None,
+        // No fentry: arm64 attaches BPF trampolines to kernel functions from 6.4 on
+        // (ftrace direct calls); 6.1 refuses with ENOTSUPP and lockpath uses kprobes.
+        features: &["lock_tracepoint", "kprobe"],
+        required: WITH_LOCK_TRACEPOINTS,
+        // The checks this kernel cannot run, each of which says so and skips: the fentry
+        // ones; those that need data symbols, which Debian's arm64 cloud kernel lacks
+        // (no CONFIG_KALLSYMS_ALL); and virt_spin_lock's, which is x86-only.
+        excused: &[
+            "func-fentry",
+            "hold-fentry",
+            "hold-symbol",
+            "lock-names-kallsyms",
+            "lock-spin-vm",
         ],
     },
 ];
@@ -156,6 +186,9 @@ fn cached_deb(debs: &Path, package: &str) -> Option<PathBuf> {
 fn download_deb(debs: &Path, kernel: &LabKernel) -> Result<PathBuf> {
     if let Some(deb) = cached_deb(debs, kernel.package) {
         return Ok(deb);
+    }
+    if kernel.arch == "aarch64" {
+        return crate::cross::arm64_deb(kernel.package, debs);
     }
     fs::create_dir_all(debs).with_context(|| format!("cannot create {}", debs.display()))?;
     if !util::is_root().unwrap_or(false) {

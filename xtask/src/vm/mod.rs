@@ -1,7 +1,8 @@
 //! `cargo xtask vm-test`: a lab of other kernels. Boots Debian's 6.12, 6.1 and 5.10
-//! cloud kernels in QEMU (TCG) with an initramfs holding busybox, lockpath and the test
-//! workloads, runs every guest check in `tests/vm/checks/` and reads the verdicts
-//! from the serial console. Kernels are downloaded once and cached in `target/vm/`.
+//! x86_64 cloud kernels and its 6.1 arm64 cloud kernel in QEMU (TCG) with an initramfs
+//! holding busybox, lockpath and the test workloads of the guest's architecture, runs
+//! every guest check in `tests/vm/checks/` and reads the verdicts from the serial
+//! console. Kernels are downloaded once and cached in `target/vm/`.
 //!
 //! Guest protocol (see tests/vm/init): one `LAB-CHECK <name> PASS|FAIL|SKIP <why>` line
 //! per check, then `LAB-DONE pass=N fail=N skip=N`, then the guest powers off.
@@ -33,6 +34,7 @@ use qemu::boot;
 /// Debian packages of the host tools, by command.
 const HOST_TOOLS: &[(&str, &str)] = &[
     ("qemu-system-x86_64", "qemu-system-x86"),
+    ("qemu-system-aarch64", "qemu-system-arm"),
     ("cpio", "cpio"),
     ("dpkg-deb", "dpkg"),
 ];
@@ -40,13 +42,35 @@ const BUSYBOX_STATIC: &str = "/bin/busybox";
 
 /// Binaries that go into the guest's /bin besides busybox.
 pub struct GuestBinaries {
+    /// `x86_64` (this machine's: dynamic binaries, their libraries copied along) or
+    /// `aarch64` (static binaries).
+    pub arch: &'static str,
     pub lockpath: PathBuf,
     /// Workloads and checkers of the `lockpath-tests` crate.
     pub workloads: Vec<PathBuf>,
 }
 
-pub fn vm_test(binaries: &GuestBinaries, only: Option<&str>) -> Result<()> {
+/// The architectures of the lab kernels `only` selects (all when `None`).
+pub fn arches(only: Option<&str>) -> Vec<&'static str> {
+    let mut arches: Vec<&'static str> = KERNELS
+        .iter()
+        .filter(|kernel| only.is_none_or(|name| name == kernel.name))
+        .map(|kernel| kernel.arch)
+        .collect();
+    arches.dedup();
+    arches
+}
+
+pub fn vm_test(binaries: &[GuestBinaries], only: Option<&str>) -> Result<()> {
     let started = Instant::now();
+    if let Some(name) = only {
+        if !KERNELS.iter().any(|kernel| kernel.name == name) {
+            bail!(
+                "vm-test: no lab kernel named {name}; known: {}",
+                util::comma_list(KERNELS.iter().map(|k| k.name))
+            );
+        }
+    }
     TemporarySuite::remove_leftovers();
     ensure_host_tools()?;
     let vm_dir = util::target_dir()?.join("vm");
@@ -57,23 +81,21 @@ pub fn vm_test(binaries: &GuestBinaries, only: Option<&str>) -> Result<()> {
     {
         images.push((kernel, kernel_image(&vm_dir, kernel)?));
     }
-    let initrd = build_initramfs(&vm_dir, binaries)?;
+    let mut initrds = Vec::new();
+    for guest in binaries {
+        initrds.push((guest.arch, build_initramfs(&vm_dir, guest)?));
+    }
     let mut failures = Vec::new();
     for (kernel, vmlinuz) in images {
-        match boot(&vm_dir, kernel, &vmlinuz, &initrd) {
+        let Some((_, initrd)) = initrds.iter().find(|(arch, _)| *arch == kernel.arch) else {
+            bail!("vm-test: no guest binaries were built for {}", kernel.arch);
+        };
+        match boot(&vm_dir, kernel, &vmlinuz, initrd) {
             Ok(summary) => util::say(format!("vm {}: {summary}", kernel.name)),
             Err(err) => {
                 util::say(format!("vm {}: FAILED: {err:#}", kernel.name));
                 failures.push(kernel.name);
             }
-        }
-    }
-    if let Some(name) = only {
-        if !KERNELS.iter().any(|kernel| kernel.name == name) {
-            bail!(
-                "vm-test: no lab kernel named {name}; known: {}",
-                util::comma_list(KERNELS.iter().map(|k| k.name))
-            );
         }
     }
     if !failures.is_empty() {

@@ -68,6 +68,8 @@ pub struct StackCopies {
     /// Offset of `task_struct.stack` from the kernel's BTF (0: unknown), to find the user
     /// registers of samples taken in kernel mode.
     task_stack_offset: u32,
+    /// Size of the kernel's `struct pt_regs` from BTF (0: unknown; arm64 needs it).
+    pt_regs_size: u32,
     state: RefCell<State>,
 }
 
@@ -82,9 +84,17 @@ impl StackCopies {
                     0
                 }),
         };
+        let pt_regs_size = match task_stack_offset {
+            0 => 0,
+            _ => Btf::vmlinux()
+                .ok()
+                .and_then(|btf| btf.struct_size("pt_regs"))
+                .unwrap_or(0),
+        };
         StackCopies {
             bytes,
             task_stack_offset,
+            pt_regs_size,
             state: RefCell::new(State {
                 ring: None,
                 unwinder: DwarfUnwinder::new(),
@@ -109,6 +119,7 @@ impl StackCopies {
         loader
             .override_global(names::CPU_USER_STACK_BYTES, &self.bytes, true)
             .override_global(names::CPU_TASK_STACK_OFFSET, &self.task_stack_offset, true)
+            .override_global(names::CPU_PT_REGS_SIZE, &self.pt_regs_size, true)
             .map_max_entries(names::CPU_STACK_SAMPLES, ring)
             .map_max_entries(names::CPU_STACK_SCRATCH, slots);
     }
@@ -155,6 +166,7 @@ impl StackCopies {
                 ip: header.ip,
                 sp: header.sp,
                 bp: header.bp,
+                lr: header.lr,
             };
             let unwound = unwinder.unwind(user, header.tgid, regs, stack);
             stats.samples += 1;
