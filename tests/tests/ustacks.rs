@@ -540,7 +540,7 @@ fn bad_user_stack_bytes_are_refused_in_one_line() {
             "--",
             "true",
         ],
-        "more than one sample can carry (65488)",
+        "more than one sample can carry (65480)",
     );
     fails_with(
         &["record", "--cpu", "--user-stack-bytes", "8k", "--", "true"],

@@ -173,7 +173,7 @@ pub struct RecordArgs {
 
     /// Bytes of user stack copied with each on-CPU sample taken in user mode, to unwind
     /// code built without frame pointers from its .eh_frame/.debug_frame (with --cpu);
-    /// 0: frame-pointer stacks only. At most 65488.
+    /// 0: frame-pointer stacks only. At most 65480.
     #[arg(long, value_name = "BYTES", requires = "cpu",
           default_value_t = values::DEFAULT_USER_STACK_BYTES,
           value_parser = values::parse_user_stack_bytes)]
