@@ -1,7 +1,8 @@
-//! Golden outputs: the text report, the end-of-record summary, the folded export and the
-//! JSON export of every test profile (tests/golden/*.json and the loadable `ok_*` files
-//! of tests/corpus/) are compared byte for byte with the files in tests/golden/expected/.
-//! A change that moves one byte of output shows here.
+//! Golden outputs: the text report, the end-of-record summary, the folded, JSON, CSV,
+//! pprof (its message, as text) and HTML exports, and the diff (text, JSON, HTML) against
+//! one base profile, of every test profile (tests/golden/*.json and the loadable `ok_*`
+//! files of tests/corpus/) are compared byte for byte with the files in
+//! tests/golden/expected/. A change that moves one byte of output shows here.
 //!
 //! Refresh after an intended change: `UPDATE_GOLDEN=1 cargo test --release -p lockpath-profile
 //! --test golden`, then read `git diff profile/tests/golden/expected`.
@@ -43,11 +44,48 @@ fn outputs(profile: &Profile) -> Vec<(&'static str, String)> {
     json.push_str("==== report --format json\n");
     json.push_str(&export::report::json(profile, GroupBy::Lock, 20).expect("JSON report"));
     json.push('\n');
+    let mut csv = String::new();
+    for by in GroupBy::ALL {
+        csv.push_str(&format!("==== report --format csv --by {}\n", by.name()));
+        csv.push_str(&export::csv::render(profile, by, 20).expect("CSV report"));
+    }
+    let mut pprof = String::new();
+    for kind in Kind::ALL {
+        pprof.push_str(&format!(
+            "==== export --format pprof --kind {} (the message)\n",
+            kind.name()
+        ));
+        pprof.push_str(&format!("{:#?}\n", export::pprof::message(profile, kind)));
+    }
+    let html = export::html::render(profile).expect("HTML report");
     vec![
         ("report.txt", report),
         ("folded.txt", folded),
         ("json.txt", json),
+        ("csv.txt", csv),
+        ("pprof.txt", pprof),
+        ("html", html),
     ]
+}
+
+/// The base every profile is compared with by `diff`.
+fn diff_base() -> Profile {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/lock_offcpu_cpu.json");
+    Profile::load(&path).expect("the diff base loads")
+}
+
+/// `diff BASE PROFILE` of every kind as text and JSON, and the lock kind's HTML page.
+fn diff_outputs(base: &Profile, profile: &Profile) -> Vec<(&'static str, String)> {
+    let mut text = String::new();
+    for kind in Kind::ALL {
+        text.push_str(&format!("==== diff --kind {}\n", kind.name()));
+        text.push_str(&export::diff::text(base, profile, kind, 20));
+        text.push_str(&format!("==== diff --format json --kind {}\n", kind.name()));
+        text.push_str(&export::diff::json(base, profile, kind).expect("diff JSON"));
+        text.push('\n');
+    }
+    let html = export::html::render_diff(base, profile, Kind::Lock).expect("diff HTML");
+    vec![("diff.txt", text), ("diff.html", html)]
 }
 
 #[test]
@@ -57,13 +95,16 @@ fn outputs_match_the_golden_files() {
     let inputs = inputs();
     assert!(inputs.len() >= 5, "the test profiles are there: {inputs:?}");
     let mut differ = Vec::new();
+    let base = diff_base();
     for input in &inputs {
         let profile = Profile::load(input).expect("a test profile loads");
         let stem = input
             .file_stem()
             .map(|stem| stem.to_string_lossy().into_owned())
             .unwrap_or_default();
-        for (suffix, actual) in outputs(&profile) {
+        let mut all = outputs(&profile);
+        all.extend(diff_outputs(&base, &profile));
+        for (suffix, actual) in all {
             let path = expected_dir.join(format!("{stem}.{suffix}"));
             if update {
                 std::fs::create_dir_all(&expected_dir).expect("expected folder");

@@ -24,9 +24,10 @@ const WITH_ARM64: &[&str] = &[
     "DPkg::Lock::Timeout=300",
 ];
 
-/// `dir/<package>_*_arm64.deb`, downloaded once.
+/// `dir/<package>_*_arm64.deb`, downloaded once (kept beside other debs, so `package`
+/// must not also be downloaded there for the host).
 pub fn arm64_deb(package: &str, dir: &Path) -> Result<PathBuf> {
-    if let Some(deb) = cached(dir, package) {
+    if let Some(deb) = cached_deb(dir, package) {
         return Ok(deb);
     }
     fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -54,7 +55,7 @@ pub fn arm64_deb(package: &str, dir: &Path) -> Result<PathBuf> {
         "apt-get download (arm64)",
         "check network access to deb.debian.org and rerun",
     )?;
-    cached(dir, package).ok_or_else(|| {
+    cached_deb(dir, package).ok_or_else(|| {
         anyhow!(
             "apt-get download succeeded but no {package}_*_arm64.deb is in {}",
             dir.display()
@@ -62,7 +63,8 @@ pub fn arm64_deb(package: &str, dir: &Path) -> Result<PathBuf> {
     })
 }
 
-fn cached(dir: &Path, package: &str) -> Option<PathBuf> {
+/// `dir/<package>_*.deb`, when one was downloaded.
+pub fn cached_deb(dir: &Path, package: &str) -> Option<PathBuf> {
     let prefix = format!("{package}_");
     fs::read_dir(dir)
         .ok()?
@@ -71,7 +73,7 @@ fn cached(dir: &Path, package: &str) -> Option<PathBuf> {
         .find(|path| {
             path.file_name().is_some_and(|name| {
                 let name = name.to_string_lossy();
-                name.starts_with(&prefix) && name.ends_with("_arm64.deb")
+                name.starts_with(&prefix) && name.ends_with(".deb")
             })
         })
 }

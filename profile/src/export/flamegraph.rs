@@ -196,16 +196,19 @@ pub fn diff_lines(base: &Profile, new: &Profile, kind: Kind) -> Vec<String> {
         .collect()
 }
 
+/// The differential flamegraph (inferno draws it from the new profile's stacks, coloured
+/// by the change against the base); an error that says so when the new profile has none.
 pub fn render_diff_svg(base: &Profile, new: &Profile, kind: Kind) -> Result<Vec<u8>> {
     let (title, count_name, factor) = diff_labels(kind);
-    render_lines(
-        &diff_lines(base, new, kind),
-        kind,
-        title.to_string(),
-        None,
-        count_name,
-        factor,
-    )
+    let lines = diff_lines(base, new, kind);
+    if !lines.iter().any(|line| !line.ends_with(" 0")) {
+        anyhow::bail!(
+            "the new profile has no {} events: a differential flamegraph is drawn from its \
+             stacks, so there is none to draw (the text diff still compares the two)",
+            kind.name()
+        );
+    }
+    render_lines(&lines, kind, title.to_string(), None, count_name, factor)
 }
 
 #[cfg(test)]
@@ -312,5 +315,13 @@ mod tests {
         let svg = String::from_utf8(render_diff_svg(&base, &new, Kind::Lock).expect("svg"))
             .expect("utf8");
         assert!(svg.contains("vm_mmap_pgoff"));
+        // A new profile without lock events: one clear error, not inferno's.
+        new.locks.clear();
+        let err = render_diff_svg(&base, &new, Kind::Lock).expect_err("nothing to draw");
+        assert!(
+            err.to_string()
+                .contains("the new profile has no lock events"),
+            "{err}"
+        );
     }
 }

@@ -688,10 +688,16 @@ pub fn render_diff(base: &Profile, new: &Profile, kind: Kind) -> Result<String> 
             &rows,
         ));
     }
-    if export::has_kind(base, kind) || export::has_kind(new, kind) {
+    if export::has_kind(new, kind) {
         let svg = flamegraph::render_diff_svg(base, new, kind)?;
         out.push_str("<h2>Differential flamegraph (red grew, blue shrank)</h2>\n");
         out.push_str(&flamegraph_frame(&svg, "differential flamegraph"));
+    } else if export::has_kind(base, kind) {
+        out.push_str(&format!(
+            "<p>No differential flamegraph: it is drawn from the new profile's stacks, and \
+             the new profile has no {} events.</p>\n",
+            kind.name()
+        ));
     }
     out.push_str(&format!(
         "<script>{}</script>\n</body></html>\n",

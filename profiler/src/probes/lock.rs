@@ -271,12 +271,18 @@ fn attach_tracepoints(ebpf: &mut Ebpf) -> Result<String> {
             );
         }
     }
+    let name = |event: &str| match event {
+        "contention_begin" => names::LOCK_CONTENTION_BEGIN,
+        _ => names::LOCK_CONTENTION_END,
+    };
+    // Both verified before either is attached: the begin program's verification takes
+    // hundreds of milliseconds (more on a busy machine), and every end seen meanwhile
+    // would be an end without its begin (a `lock_unmatched_end` loss system-wide).
     for event in TRACEPOINTS {
-        let name = match event {
-            "contention_begin" => names::LOCK_CONTENTION_BEGIN,
-            _ => names::LOCK_CONTENTION_END,
-        };
-        attach_raw_tracepoint(ebpf, name, event)?;
+        load_raw_tracepoint(ebpf, name(event))?;
+    }
+    for event in TRACEPOINTS {
+        attach_raw_tracepoint(ebpf, name(event), event)?;
     }
     Ok("raw_tracepoint lock:contention_begin/contention_end".into())
 }

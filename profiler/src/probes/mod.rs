@@ -228,7 +228,7 @@ pub mod prelude {
         progress_of,
         shared::{
             attach_kprobe_pair, attach_raw_tracepoint, attach_tracepoint, explain,
-            kprobes_unavailable, latency_from, program, MapSet, StackResolver,
+            kprobes_unavailable, latency_from, load_raw_tracepoint, program, MapSet, StackResolver,
         },
         AttachContext, Drain, DrainMoment, Family, MapSize, PlanContext, Planned, Registration,
     };

@@ -169,22 +169,8 @@ fn find_vmlinuz(unpacked: &Path) -> Option<PathBuf> {
         })
 }
 
-fn cached_deb(debs: &Path, package: &str) -> Option<PathBuf> {
-    let prefix = format!("{package}_");
-    fs::read_dir(debs)
-        .ok()?
-        .filter_map(|entry| entry.ok())
-        .map(|entry| entry.path())
-        .find(|path| {
-            path.file_name().is_some_and(|name| {
-                let name = name.to_string_lossy();
-                name.starts_with(&prefix) && name.ends_with(".deb")
-            })
-        })
-}
-
 fn download_deb(debs: &Path, kernel: &LabKernel) -> Result<PathBuf> {
-    if let Some(deb) = cached_deb(debs, kernel.package) {
+    if let Some(deb) = crate::cross::cached_deb(debs, kernel.package) {
         return Ok(deb);
     }
     if kernel.arch == "aarch64" {
@@ -211,7 +197,7 @@ fn download_deb(debs: &Path, kernel: &LabKernel) -> Result<PathBuf> {
         "vm-test (downloading the kernel)",
         "check network access to deb.debian.org and rerun",
     )?;
-    cached_deb(debs, kernel.package).ok_or_else(|| {
+    crate::cross::cached_deb(debs, kernel.package).ok_or_else(|| {
         anyhow!(
             "vm-test: apt-get download succeeded but no {}_*.deb is in {}",
             kernel.package,

@@ -118,11 +118,20 @@ pub fn attach_tracepoint(ebpf: &mut Ebpf, name: &str, group: &str, event: &str) 
 /// tracepoint of every family goes through here.
 pub fn attach_raw_tracepoint(ebpf: &mut Ebpf, name: &str, event: &str) -> Result<()> {
     let program: &mut aya::programs::RawTracePoint = program(ebpf, name)?;
-    program.load().map_err(|err| load_error(name, err))?;
+    if program.fd().is_err() {
+        program.load().map_err(|err| load_error(name, err))?;
+    }
     program
         .attach(event)
         .with_context(|| format!("cannot attach to raw tracepoint {event}"))?;
     Ok(())
+}
+
+/// Loads (verifies) raw tracepoint program `name` without attaching it, so that programs
+/// that work in pairs can be attached one right after the other.
+pub fn load_raw_tracepoint(ebpf: &mut Ebpf, name: &str) -> Result<()> {
+    let program: &mut aya::programs::RawTracePoint = program(ebpf, name)?;
+    program.load().map_err(|err| load_error(name, err))
 }
 
 /// Attaches the loaded kprobe `entry` and kretprobe `ret` to `function`, the return
