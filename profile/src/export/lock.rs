@@ -10,7 +10,7 @@ use crate::{
     kind::GroupBy,
     lock::{caller, lock_row_type_name, lock_side, lock_type_name, lock_type_name_both_sides},
     lockclass::{self, StackClass},
-    profile::{CompactString, Profile},
+    profile::{CompactString, LockRow, Profile},
     units::format_ns,
 };
 
@@ -241,237 +241,292 @@ const UNKNOWN_ID: u32 = 1;
 /// of a million rows spends most of its time hashing keys.
 type FxBuild = rustc_hash::FxBuildHasher;
 
-/// The `top` largest groups (0: all; only groups with a known holder if `need_holders`),
-/// and how many groups there are in total. Two passes: sums per group (keys borrow from
-/// the profile, callers are ids), then callers, processes and holders only for the
-/// groups that are shown, so a million rows cost no million allocations.
-pub fn top_lock_groups(
-    profile: &Profile,
-    by: GroupBy,
-    top: usize,
-    need_holders: bool,
-) -> (Vec<LockGroup>, usize) {
-    #[derive(PartialEq, Eq, Hash)]
-    enum Key<'a> {
-        Host(&'a str),
-        Caller(u32),
-        Pid(u32),
-    }
-    // 48 bytes: with 100,000s of groups, every byte here is memory the kernel must
-    // first zero (the group's lock name and name source are its first row's).
-    struct Sums<'a> {
-        row: &'a crate::profile::LockRow,
-        type_id: u16,
-        several_locks: bool,
-        has_holder: bool,
-        /// By lock: the sides (`lock_side`) of the group's waits, readers and writers
-        /// of one lock being one group.
-        sides: u8,
-        count: u64,
-        total: u64,
-        max: u64,
-        min: u64,
-    }
-    let (stack_caller, caller_names) = stack_callers(profile);
-    // Lock classes (`lockclass`), of rows whose name may be one instance of many: what
-    // each stack says, computed once per stack.
-    let mut stack_classes: HashMap<Option<u32>, StackClass, FxBuild> = HashMap::default();
-    // A lock in a generic cache object is one class, under the function with the most
-    // wait on it.
-    let main_takers = match by {
-        GroupBy::Lock | GroupBy::Instance => lockclass::main_takers(profile.locks.iter(), |row| {
-            let stack = stack_classes
-                .entry(row.stack)
-                .or_insert_with(|| lockclass::stack_class(&profile.stack_frames(row.stack)));
-            lockclass::taker(stack).map(str::to_string)
-        }),
-        _ => HashMap::new(),
-    };
-    let mut class_of = |row: &crate::profile::LockRow| -> Option<String> {
-        if !lockclass::may_have_class(row) {
-            return None;
-        }
-        let stack = stack_classes
-            .entry(row.stack)
-            .or_insert_with(|| lockclass::stack_class(&profile.stack_frames(row.stack)));
-        let taker = main_takers.get(&row.lock_addr).map(String::as_str);
-        lockclass::lock_class(row, stack, taker)
-    };
-    // Group id -> its class name, for groups by lock of a class.
-    let mut class_names: HashMap<u32, String, FxBuild> = HashMap::default();
-    let caller_of = |stack: Option<u32>| match stack {
-        None => STACK_LOST_ID,
-        Some(id) => stack_caller.get(id as usize).copied().unwrap_or(UNKNOWN_ID),
-    };
-    // Hosts (or cgroups) by pid, computed once (only grouping by host or cgroup needs
-    // them).
-    let hosts: HashMap<u32, String> = match by {
-        GroupBy::Host | GroupBy::Cgroup => profile
-            .locks
-            .iter()
-            .map(|row| row.pid)
-            .collect::<BTreeSet<u32>>()
-            .into_iter()
-            .map(|pid| {
-                let name = if by == GroupBy::Host {
-                    profile.host_of(pid)
-                } else {
-                    profile.cgroup_of(pid)
-                };
-                (pid, name)
-            })
-            .collect(),
-        _ => HashMap::new(),
-    };
-    // A row's type is an id among the distinct type names, found by its flags in a map
-    // of a few entries: keys hold no string to hash and compare.
-    let mut type_ids: HashMap<u32, u16, FxBuild> = HashMap::default();
-    let mut type_names: Vec<&'static str> = Vec::new();
-    // By lock, one row per lock: its readers and writers are one group (as `perf lock
-    // contention -l` keys by address), the type names both sides when both waited.
-    let type_name = match by {
-        GroupBy::Lock => lock_type_name_both_sides,
-        _ => lock_type_name,
-    };
-    let mut type_of = |flags: u32| {
-        *type_ids.entry(flags).or_insert_with(|| {
-            let name = type_name(flags);
-            let id = type_names.iter().position(|known| *known == name);
-            let id = id.unwrap_or_else(|| {
-                type_names.push(name);
-                type_names.len() - 1
-            });
-            id as u16
-        })
-    };
-    // By lock: one map of names per type, keyed by the name's own bytes (a lock name of
-    // up to 24 bytes is inline), so finding a row's group reads no other row. The sums
-    // live beside the key: a row's group is one place in memory, not two (with rows of
-    // 100,000s of locks, each is a cache miss).
-    #[derive(Clone, Copy)]
-    struct Acc {
-        count: u64,
-        total: u64,
-        max: u64,
-        min: u64,
-    }
-    impl Acc {
-        const EMPTY: Acc = Acc {
+/// The key of a group by caller, process, host or cgroup (with its type id).
+#[derive(PartialEq, Eq, Hash)]
+enum Key<'a> {
+    Host(&'a str),
+    Caller(u32),
+    Pid(u32),
+}
+
+/// The sums of one group in the first pass. 48 bytes: with 100,000s of groups, every
+/// byte here is memory the kernel must first zero (the group's lock name and name
+/// source are its first row's).
+struct Sums<'a> {
+    row: &'a LockRow,
+    type_id: u16,
+    several_locks: bool,
+    has_holder: bool,
+    /// By lock: the sides (`lock_side`) of the group's waits, readers and writers of one
+    /// lock being one group.
+    sides: u8,
+    count: u64,
+    total: u64,
+    max: u64,
+    min: u64,
+}
+
+impl<'a> Sums<'a> {
+    fn new(row: &'a LockRow, type_id: u16) -> Self {
+        Sums {
+            row,
+            type_id,
+            several_locks: false,
+            has_holder: false,
+            sides: 0,
             count: 0,
             total: 0,
             max: 0,
             min: u64::MAX,
-        };
-        fn add(&mut self, row: &crate::profile::LockRow) {
-            // Saturating: a damaged or hand-made profile must not wrap around.
-            self.count = self.count.saturating_add(row.count);
-            self.total = self.total.saturating_add(row.total_ns);
-            self.max = self.max.max(row.max_ns);
-            self.min = self.min.min(row.min_ns);
         }
     }
-    let mut by_name: Vec<HashMap<CompactString, (u32, Acc), FxBuild>> = Vec::new();
-    // By caller, process or host (host: every type in one group).
-    let mut ids: HashMap<(Key, u16), u32, FxBuild> = HashMap::default();
-    // At most one group per row: reserved (address space, not memory) rather than grown
-    // by copies.
-    let mut groups: Vec<Sums> = Vec::with_capacity(profile.locks.len());
-    let mut row_group: Vec<u32> = Vec::with_capacity(profile.locks.len());
-    for row in &profile.locks {
-        let type_id = type_of(row.flags);
-        let mut new_group = || {
-            groups.push(Sums {
-                row,
-                type_id,
-                several_locks: false,
-                has_holder: false,
-                sides: 0,
-                count: 0,
-                total: 0,
-                max: 0,
-                min: u64::MAX,
-            });
-            (groups.len() - 1) as u32
-        };
-        let id = match by {
-            GroupBy::Lock | GroupBy::Instance => {
-                let type_id = type_id as usize;
-                if by_name.len() <= type_id {
-                    by_name.resize_with(type_id + 1, HashMap::default);
-                }
-                let names = &mut by_name[type_id];
-                let class = match by {
-                    GroupBy::Lock => class_of(row),
-                    _ => None,
-                };
-                let key = class.as_deref().unwrap_or(row.lock_name.as_str());
-                match names.get_mut(key) {
-                    Some((id, acc)) => {
-                        acc.add(row);
-                        *id
-                    }
-                    None => {
-                        let id = new_group();
-                        let mut acc = Acc::EMPTY;
-                        acc.add(row);
-                        names.insert(key.into(), (id, acc));
-                        if let Some(class) = class {
-                            class_names.insert(id, class);
-                        }
-                        id
-                    }
-                }
-            }
-            GroupBy::Caller => *ids
-                .entry((Key::Caller(caller_of(row.stack)), type_id))
-                .or_insert_with(new_group),
-            GroupBy::Process => *ids
-                .entry((Key::Pid(row.pid), type_id))
-                .or_insert_with(new_group),
-            GroupBy::Host => {
-                let host = hosts.get(&row.pid).map_or("", String::as_str);
-                *ids.entry((Key::Host(host), u16::MAX))
-                    .or_insert_with(new_group)
-            }
-            GroupBy::Cgroup => {
-                let cgroup = hosts.get(&row.pid).map_or("", String::as_str);
-                *ids.entry((Key::Host(cgroup), type_id))
-                    .or_insert_with(new_group)
-            }
-        };
-        row_group.push(id);
-        if row.owner_pid.is_some() {
-            groups[id as usize].has_holder = true;
-        }
-        if matches!(by, GroupBy::Lock | GroupBy::Instance) {
-            groups[id as usize].sides |= lock_side(row.flags) as u8;
-            // Summed in `by_name`; every row of a group has its name (or class).
-            continue;
-        }
-        let sums = &mut groups[id as usize];
-        if sums.row.lock_name != row.lock_name {
-            sums.several_locks = true;
+
+    fn add(&mut self, row: &LockRow) {
+        if self.row.lock_name != row.lock_name {
+            self.several_locks = true;
         }
         // Saturating: a damaged or hand-made profile must not wrap around.
-        sums.count = sums.count.saturating_add(row.count);
-        sums.total = sums.total.saturating_add(row.total_ns);
-        sums.max = sums.max.max(row.max_ns);
-        sums.min = sums.min.min(row.min_ns);
+        self.count = self.count.saturating_add(row.count);
+        self.total = self.total.saturating_add(row.total_ns);
+        self.max = self.max.max(row.max_ns);
+        self.min = self.min.min(row.min_ns);
     }
-    for &(id, acc) in by_name.iter().flat_map(HashMap::values) {
-        let sums = &mut groups[id as usize];
-        sums.count = acc.count;
-        sums.total = acc.total;
-        sums.max = acc.max;
-        sums.min = acc.min;
+}
+
+/// By lock, the sums live beside the name's key in the map that finds a row's group:
+/// a row's group is one place in memory, not two (with rows of 100,000s of locks, each
+/// is a cache miss).
+#[derive(Clone, Copy)]
+struct Acc {
+    count: u64,
+    total: u64,
+    max: u64,
+    min: u64,
+}
+
+impl Acc {
+    const EMPTY: Acc = Acc {
+        count: 0,
+        total: 0,
+        max: 0,
+        min: u64::MAX,
+    };
+
+    fn add(&mut self, row: &LockRow) {
+        // Saturating: a damaged or hand-made profile must not wrap around.
+        self.count = self.count.saturating_add(row.count);
+        self.total = self.total.saturating_add(row.total_ns);
+        self.max = self.max.max(row.max_ns);
+        self.min = self.min.min(row.min_ns);
     }
-    drop((ids, by_name));
-    fn lock_of<'s>(
-        class_names: &'s HashMap<u32, String, FxBuild>,
-        sums: &'s Sums<'_>,
-        id: u32,
-    ) -> &'s str {
-        if let Some(class) = class_names.get(&id) {
+}
+
+/// Lock classes (`lockclass`) of rows whose name may be one instance of many: what each
+/// stack says, computed once per stack; a lock in a generic cache object is one class,
+/// under the function with the most wait on it.
+struct Classes<'p> {
+    profile: &'p Profile,
+    stacks: HashMap<Option<u32>, StackClass, FxBuild>,
+    main_takers: HashMap<u64, String>,
+}
+
+impl<'p> Classes<'p> {
+    fn new(profile: &'p Profile, by: GroupBy) -> Self {
+        let mut stacks: HashMap<Option<u32>, StackClass, FxBuild> = HashMap::default();
+        let main_takers = match by {
+            GroupBy::Lock | GroupBy::Instance => {
+                lockclass::main_takers(profile.locks.iter(), |row| {
+                    let stack = stacks.entry(row.stack).or_insert_with(|| {
+                        lockclass::stack_class(&profile.stack_frames(row.stack))
+                    });
+                    lockclass::taker(stack).map(str::to_string)
+                })
+            }
+            _ => HashMap::new(),
+        };
+        Classes {
+            profile,
+            stacks,
+            main_takers,
+        }
+    }
+
+    fn of(&mut self, row: &LockRow) -> Option<String> {
+        if !lockclass::may_have_class(row) {
+            return None;
+        }
+        let profile = self.profile;
+        let stack = self
+            .stacks
+            .entry(row.stack)
+            .or_insert_with(|| lockclass::stack_class(&profile.stack_frames(row.stack)));
+        let taker = self.main_takers.get(&row.lock_addr).map(String::as_str);
+        lockclass::lock_class(row, stack, taker)
+    }
+}
+
+/// A row's type as an id among the distinct type names, found by its flags in a map of
+/// a few entries: keys hold no string to hash and compare.
+struct Types {
+    ids: HashMap<u32, u16, FxBuild>,
+    names: Vec<&'static str>,
+    name_of: fn(u32) -> &'static str,
+}
+
+impl Types {
+    fn new(by: GroupBy) -> Self {
+        Types {
+            ids: HashMap::default(),
+            names: Vec::new(),
+            // By lock, one row per lock: its readers and writers are one group (as `perf
+            // lock contention -l` keys by address), the type names both sides when both
+            // waited.
+            name_of: match by {
+                GroupBy::Lock => lock_type_name_both_sides,
+                _ => lock_type_name,
+            },
+        }
+    }
+
+    fn id(&mut self, flags: u32) -> u16 {
+        let (names, name_of) = (&mut self.names, self.name_of);
+        *self.ids.entry(flags).or_insert_with(|| {
+            let name = name_of(flags);
+            let id = names.iter().position(|known| *known == name);
+            let id = id.unwrap_or_else(|| {
+                names.push(name);
+                names.len() - 1
+            });
+            id as u16
+        })
+    }
+}
+
+/// The first pass over the rows: every row's group and the groups' sums. Keys borrow
+/// from the profile and callers are ids, so a million rows cost no million allocations.
+struct Grouped<'p> {
+    groups: Vec<Sums<'p>>,
+    /// The group of each row of `profile.locks`.
+    row_group: Vec<u32>,
+    /// Group id -> its class name, for groups by lock of a class.
+    class_names: HashMap<u32, String, FxBuild>,
+    types: Types,
+}
+
+impl<'p> Grouped<'p> {
+    fn new(
+        profile: &'p Profile,
+        by: GroupBy,
+        classes: &mut Classes,
+        caller_of: &impl Fn(Option<u32>) -> u32,
+    ) -> Self {
+        // Hosts (or cgroups) by pid, computed once (only grouping by host or cgroup
+        // needs them).
+        let hosts: HashMap<u32, String> = match by {
+            GroupBy::Host | GroupBy::Cgroup => profile
+                .locks
+                .iter()
+                .map(|row| row.pid)
+                .collect::<BTreeSet<u32>>()
+                .into_iter()
+                .map(|pid| match by {
+                    GroupBy::Host => (pid, profile.host_of(pid)),
+                    _ => (pid, profile.cgroup_of(pid)),
+                })
+                .collect(),
+            _ => HashMap::new(),
+        };
+        let mut grouped = Grouped {
+            // At most one group per row: reserved (address space, not memory) rather
+            // than grown by copies.
+            groups: Vec::with_capacity(profile.locks.len()),
+            row_group: Vec::with_capacity(profile.locks.len()),
+            class_names: HashMap::default(),
+            types: Types::new(by),
+        };
+        // By lock: one map of names per type, keyed by the name's own bytes (a lock
+        // name of up to 24 bytes is inline), so finding a row's group reads no other row.
+        let mut by_name: Vec<HashMap<CompactString, (u32, Acc), FxBuild>> = Vec::new();
+        // By caller, process or host (host: every type in one group).
+        let mut ids: HashMap<(Key, u16), u32, FxBuild> = HashMap::default();
+        for row in &profile.locks {
+            let type_id = grouped.types.id(row.flags);
+            let groups = &mut grouped.groups;
+            let mut new_group = || {
+                groups.push(Sums::new(row, type_id));
+                (groups.len() - 1) as u32
+            };
+            let id = match by {
+                GroupBy::Lock | GroupBy::Instance => {
+                    if by_name.len() <= type_id as usize {
+                        by_name.resize_with(type_id as usize + 1, HashMap::default);
+                    }
+                    let names = &mut by_name[type_id as usize];
+                    let class = match by {
+                        GroupBy::Lock => classes.of(row),
+                        _ => None,
+                    };
+                    let key = class.as_deref().unwrap_or(row.lock_name.as_str());
+                    match names.get_mut(key) {
+                        Some((id, acc)) => {
+                            acc.add(row);
+                            *id
+                        }
+                        None => {
+                            let id = new_group();
+                            let mut acc = Acc::EMPTY;
+                            acc.add(row);
+                            names.insert(key.into(), (id, acc));
+                            if let Some(class) = class {
+                                grouped.class_names.insert(id, class);
+                            }
+                            id
+                        }
+                    }
+                }
+                GroupBy::Caller => *ids
+                    .entry((Key::Caller(caller_of(row.stack)), type_id))
+                    .or_insert_with(new_group),
+                GroupBy::Process => *ids
+                    .entry((Key::Pid(row.pid), type_id))
+                    .or_insert_with(new_group),
+                GroupBy::Host => {
+                    let host = hosts.get(&row.pid).map_or("", String::as_str);
+                    *ids.entry((Key::Host(host), u16::MAX))
+                        .or_insert_with(new_group)
+                }
+                GroupBy::Cgroup => {
+                    let cgroup = hosts.get(&row.pid).map_or("", String::as_str);
+                    *ids.entry((Key::Host(cgroup), type_id))
+                        .or_insert_with(new_group)
+                }
+            };
+            grouped.row_group.push(id);
+            let sums = &mut grouped.groups[id as usize];
+            if row.owner_pid.is_some() {
+                sums.has_holder = true;
+            }
+            if matches!(by, GroupBy::Lock | GroupBy::Instance) {
+                sums.sides |= lock_side(row.flags) as u8;
+                // Summed in `by_name`; every row of a group has its name (or class).
+                continue;
+            }
+            sums.add(row);
+        }
+        for &(id, acc) in by_name.iter().flat_map(HashMap::values) {
+            let sums = &mut grouped.groups[id as usize];
+            sums.count = acc.count;
+            sums.total = acc.total;
+            sums.max = acc.max;
+            sums.min = acc.min;
+        }
+        grouped
+    }
+
+    /// The name of group `id`'s lock: its class, `(several)`, or its first row's name.
+    fn lock_of(&self, id: u32) -> &str {
+        let sums = &self.groups[id as usize];
+        if let Some(class) = self.class_names.get(&id) {
             class
         } else if sums.several_locks {
             "(several)"
@@ -479,55 +534,130 @@ pub fn top_lock_groups(
             &sums.row.lock_name
         }
     }
-    let total_groups = groups.len();
-    let order = |a: &u32, b: &u32| {
-        let (ida, idb) = (*a, *b);
-        let (a, b) = (&groups[*a as usize], &groups[*b as usize]);
-        b.total
-            .cmp(&a.total)
-            .then_with(|| b.count.cmp(&a.count))
-            .then_with(|| lock_of(&class_names, a, ida).cmp(lock_of(&class_names, b, idb)))
-            .then_with(|| type_names[a.type_id as usize].cmp(type_names[b.type_id as usize]))
-    };
-    let mut shown: Vec<u32> = (0..groups.len() as u32)
-        .filter(|&id| !need_holders || groups[id as usize].has_holder)
-        .collect();
-    if top != 0 && shown.len() > top {
-        // Only the top rows are shown: select them, then sort only those.
-        shown.select_nth_unstable_by(top - 1, order);
-        shown.truncate(top);
-    }
-    shown.sort_unstable_by(order);
 
-    // Second pass: callers, processes and holders of the shown groups.
+    /// The ids of the `top` largest groups (0: all; only groups with a known holder if
+    /// `need_holders`), most wait first.
+    fn shown(&self, top: usize, need_holders: bool) -> Vec<u32> {
+        let order = |a: &u32, b: &u32| {
+            let (sums_a, sums_b) = (&self.groups[*a as usize], &self.groups[*b as usize]);
+            sums_b
+                .total
+                .cmp(&sums_a.total)
+                .then_with(|| sums_b.count.cmp(&sums_a.count))
+                .then_with(|| self.lock_of(*a).cmp(self.lock_of(*b)))
+                .then_with(|| {
+                    self.types.names[sums_a.type_id as usize]
+                        .cmp(self.types.names[sums_b.type_id as usize])
+                })
+        };
+        let mut shown: Vec<u32> = (0..self.groups.len() as u32)
+            .filter(|&id| !need_holders || self.groups[id as usize].has_holder)
+            .collect();
+        if top != 0 && shown.len() > top {
+            // Only the top rows are shown: select them, then sort only those.
+            shown.select_nth_unstable_by(top - 1, order);
+            shown.truncate(top);
+        }
+        shown.sort_unstable_by(order);
+        shown
+    }
+}
+
+/// owner pid -> (wait, owner stack -> wait)
+type HolderSums = BTreeMap<u32, (u64, BTreeMap<Option<u32>, u64>)>;
+
+/// What the second pass gathers for one shown group.
+#[derive(Default, Clone)]
+struct Details {
+    /// Caller id -> wait.
+    callers: HashMap<u32, u64, FxBuild>,
+    pids: BTreeSet<u32>,
+    instances: std::collections::HashSet<u64, FxBuild>,
+    holders: HolderSums,
+}
+
+/// The second pass: callers, processes, instances and holders of the shown groups only.
+fn details(
+    profile: &Profile,
+    grouped: &Grouped,
+    shown: &[u32],
+    caller_of: &impl Fn(Option<u32>) -> u32,
+) -> Vec<Details> {
     const HIDDEN: u32 = u32::MAX;
-    let mut slot_of_group = vec![HIDDEN; groups.len()];
+    let mut slot_of_group = vec![HIDDEN; grouped.groups.len()];
     for (slot, &group) in shown.iter().enumerate() {
         slot_of_group[group as usize] = slot as u32;
     }
-    let mut callers: Vec<HashMap<u32, u64, FxBuild>> = vec![HashMap::default(); shown.len()];
-    let mut pids: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); shown.len()];
-    let mut instances: Vec<std::collections::HashSet<u64, FxBuild>> =
-        vec![Default::default(); shown.len()];
-    // owner pid -> (wait, owner stack -> wait)
-    type HolderSums = BTreeMap<u32, (u64, BTreeMap<Option<u32>, u64>)>;
-    let mut holders: Vec<HolderSums> = vec![BTreeMap::new(); shown.len()];
-    for (row, &group) in profile.locks.iter().zip(&row_group) {
-        let slot = slot_of_group[group as usize] as usize;
-        if slot == HIDDEN as usize {
+    let mut details = vec![Details::default(); shown.len()];
+    for (row, &group) in profile.locks.iter().zip(&grouped.row_group) {
+        let slot = slot_of_group[group as usize];
+        if slot == HIDDEN {
             continue;
         }
-        let total = callers[slot].entry(caller_of(row.stack)).or_default();
+        let details = &mut details[slot as usize];
+        let total = details.callers.entry(caller_of(row.stack)).or_default();
         *total = total.saturating_add(row.total_ns);
-        pids[slot].insert(row.pid);
-        instances[slot].insert(row.lock_addr);
+        details.pids.insert(row.pid);
+        details.instances.insert(row.lock_addr);
         if let Some(owner) = row.owner_pid {
-            let (wait, stacks) = holders[slot].entry(owner).or_default();
+            let (wait, stacks) = details.holders.entry(owner).or_default();
             *wait = wait.saturating_add(row.total_ns);
             let stack_wait = stacks.entry(row.owner_stack).or_default();
             *stack_wait = stack_wait.saturating_add(row.total_ns);
         }
     }
+    details
+}
+
+/// The holders of a group, most wait first, each with where it slept (its stack with the
+/// most wait).
+fn holders_of(
+    profile: &Profile,
+    holders: HolderSums,
+    name_of: &mut impl FnMut(u32) -> String,
+) -> Vec<Holder> {
+    let mut holders: Vec<Holder> = holders
+        .into_iter()
+        .map(|(pid, (wait_ns, stacks))| Holder {
+            pid,
+            process: name_of(pid),
+            wait_ns,
+            sleeping_in: stacks
+                .into_iter()
+                .filter(|(stack, _)| stack.is_some())
+                .max_by_key(|(_, wait)| *wait)
+                .map(|(stack, _)| sleeping_frames(profile, stack))
+                .unwrap_or_default(),
+        })
+        .collect();
+    holders.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then_with(|| a.pid.cmp(&b.pid)));
+    holders
+}
+
+/// The `top` largest groups (0: all; only groups with a known holder if `need_holders`),
+/// and how many groups there are in total. Two passes: sums per group (`Grouped`), then
+/// callers, processes and holders only for the groups that are shown (`details`).
+pub fn top_lock_groups(
+    profile: &Profile,
+    by: GroupBy,
+    top: usize,
+    need_holders: bool,
+) -> (Vec<LockGroup>, usize) {
+    let (stack_caller, caller_names) = stack_callers(profile);
+    let caller_of = |stack: Option<u32>| match stack {
+        None => STACK_LOST_ID,
+        Some(id) => stack_caller.get(id as usize).copied().unwrap_or(UNKNOWN_ID),
+    };
+    let caller_name = |id: u32| {
+        caller_names
+            .get(id as usize)
+            .map_or(UNKNOWN, String::as_str)
+    };
+    let mut classes = Classes::new(profile, by);
+    let grouped = Grouped::new(profile, by, &mut classes, &caller_of);
+    let total_groups = grouped.groups.len();
+    let shown = grouped.shown(top, need_holders);
+    let details = details(profile, &grouped, &shown, &caller_of);
     let mut names: HashMap<u32, String> = HashMap::new();
     let mut name_of = |pid: u32| {
         names
@@ -535,69 +665,37 @@ pub fn top_lock_groups(
             .or_insert_with(|| profile.process_name(pid))
             .clone()
     };
-    let caller_name = |id: u32| {
-        caller_names
-            .get(id as usize)
-            .map_or(UNKNOWN, String::as_str)
-    };
     let knows_cgroups = by == GroupBy::Cgroup || profile.knows_cgroups();
-    let hold_groups =
-        if matches!(by, GroupBy::Lock | GroupBy::Instance) && !profile.contended_holds.is_empty() {
-            contended_hold_groups(profile)
-        } else {
-            Vec::new()
-        };
+    let by_lock = matches!(by, GroupBy::Lock | GroupBy::Instance);
+    let hold_groups = if by_lock && !profile.contended_holds.is_empty() {
+        contended_hold_groups(profile)
+    } else {
+        Vec::new()
+    };
     let mut out = Vec::with_capacity(shown.len());
-    for ((((&group, callers), pids), holders), instances) in shown
-        .iter()
-        .zip(callers)
-        .zip(pids)
-        .zip(holders)
-        .zip(instances)
-    {
-        let sums = &groups[group as usize];
-        let class_name = class_names.get(&group);
-        let class = match by {
-            GroupBy::Instance if !sums.several_locks => class_of(sums.row).unwrap_or_default(),
-            _ => String::new(),
-        };
-        let mut callers: Vec<(&str, u64)> = callers
+    for (&group, details) in shown.iter().zip(details) {
+        let sums = &grouped.groups[group as usize];
+        let lock = grouped.lock_of(group);
+        let class_name = grouped.class_names.get(&group);
+        let mut callers: Vec<(&str, u64)> = details
+            .callers
             .into_iter()
             .map(|(id, total)| (caller_name(id), total))
             .collect();
         callers.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
-        let pids: Vec<u32> = pids.into_iter().collect();
-        let mut holders: Vec<Holder> = holders
-            .into_iter()
-            .map(|(pid, (wait_ns, stacks))| Holder {
-                pid,
-                process: name_of(pid),
-                wait_ns,
-                sleeping_in: stacks
-                    .into_iter()
-                    .filter(|(stack, _)| stack.is_some())
-                    .max_by_key(|(_, wait)| *wait)
-                    .map(|(stack, _)| sleeping_frames(profile, stack))
-                    .unwrap_or_default(),
-            })
-            .collect();
-        holders.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then_with(|| a.pid.cmp(&b.pid)));
+        let pids: Vec<u32> = details.pids.into_iter().collect();
         out.push(LockGroup {
-            contended_holds: if matches!(by, GroupBy::Lock | GroupBy::Instance)
-                && !sums.several_locks
-                && class_name.is_none()
-            {
-                contended_holds_of(&hold_groups, lock_of(&class_names, sums, group))
-            } else {
-                None
+            contended_holds: match by_lock && !sums.several_locks && class_name.is_none() {
+                true => contended_holds_of(&hold_groups, lock),
+                false => None,
             },
-            holders,
+            holders: holders_of(profile, details.holders, &mut name_of),
             lock_type: match by {
                 GroupBy::Lock => lock_row_type_name(sums.row.flags, sums.sides.into()),
-                _ => type_names[sums.type_id as usize],
+                _ => grouped.types.names[sums.type_id as usize],
             }
             .to_string(),
-            lock: lock_of(&class_names, sums, group).to_string(),
+            lock: lock.to_string(),
             lock_name_source: if class_name.is_some() {
                 lockclass::SOURCE_CLASS.to_string()
             } else if sums.several_locks {
@@ -605,8 +703,13 @@ pub fn top_lock_groups(
             } else {
                 sums.row.lock_name_source.to_string()
             },
-            instances: instances.len() as u64,
-            class,
+            instances: details.instances.len() as u64,
+            class: match by {
+                GroupBy::Instance if !sums.several_locks => {
+                    classes.of(sums.row).unwrap_or_default()
+                }
+                _ => String::new(),
+            },
             caller: callers.first().map(|c| c.0.to_string()).unwrap_or_default(),
             contended: sums.count,
             total_wait_ns: sums.total,
