@@ -79,179 +79,191 @@ fn keyed_breakdowns<R>(
 }
 
 /// Keys stay comparable across runs: names, never pids (lock addresses of dynamic
-/// locks differ between runs; static locks keep their symbol).
+/// locks differ between runs; static locks keep their symbol). A kind adds its arm and
+/// its function.
 pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
     let mut out = Vec::new();
     match kind {
-        Kind::Lock => {
-            let mut ways = vec![
-                ("lock", GroupBy::Lock),
-                ("caller", GroupBy::Caller),
-                ("process", GroupBy::Process),
-            ];
-            if profile.is_merged() {
-                ways.push(("host", GroupBy::Host));
-            }
-            if profile.knows_cgroups() {
-                ways.push(("cgroup", GroupBy::Cgroup));
-            }
-            for (by, group_by) in ways {
-                let mut entries: BTreeMap<String, Measure> = BTreeMap::new();
-                let mut name_sources: BTreeMap<String, String> = BTreeMap::new();
-                for group in lock_groups(profile, group_by) {
-                    let key = match group_by {
-                        GroupBy::Lock | GroupBy::Instance => {
-                            format!("{} {}", group.lock_type, group.lock)
-                        }
-                        GroupBy::Caller => format!("{} {}", group.lock_type, group.caller),
-                        GroupBy::Process => format!(
-                            "{} {}",
-                            group.lock_type,
-                            group.processes.first().cloned().unwrap_or_default()
-                        ),
-                        GroupBy::Host => group.host.clone(),
-                        GroupBy::Cgroup => format!("{} {}", group.lock_type, group.cgroup),
-                    };
-                    if group_by == GroupBy::Lock && !group.lock_name_source.is_empty() {
-                        name_sources.insert(key.clone(), group.lock_name_source.clone());
-                    }
-                    add(&mut entries, key, group.total_wait_ns, group.contended);
-                }
-                out.push(Breakdown {
-                    by,
-                    entries,
-                    name_sources,
-                });
-            }
-        }
-        Kind::Offcpu => {
-            let mut ways: Vec<(&'static str, RowKey<OffcpuRow>)> = vec![
-                ("class", Box::new(|row: &OffcpuRow| row.class.clone())),
-                (
-                    "process",
-                    Box::new(|row: &OffcpuRow| profile.process_name(row.pid)),
-                ),
-                (
-                    "function",
-                    Box::new(|row: &OffcpuRow| {
-                        format!("{} {}", row.class, wait_site(profile, row.stack))
-                    }),
-                ),
-            ];
-            if profile.is_merged() {
-                ways.push(("host", Box::new(|row: &OffcpuRow| profile.host_of(row.pid))));
-            }
-            if profile.knows_cgroups() {
-                ways.push((
-                    "cgroup",
-                    Box::new(|row: &OffcpuRow| profile.cgroup_of(row.pid)),
-                ));
-            }
-            keyed_breakdowns(&mut out, ways, &profile.offcpu, |row| {
-                (row.total_ns, row.count)
-            });
-        }
-        Kind::Io => {
-            let mut ways: Vec<(&'static str, RowKey<IoRow>)> = vec![
-                (
-                    "device",
-                    Box::new(|row: &IoRow| format!("{} {}", row.device, row.op)),
-                ),
-                (
-                    "process",
-                    Box::new(|row: &IoRow| {
-                        format!("{} {}", row.device, profile.process_name(row.pid))
-                    }),
-                ),
-            ];
-            if profile.is_merged() {
-                ways.push(("host", Box::new(|row: &IoRow| profile.host_of(row.pid))));
-            }
-            if profile.knows_cgroups() {
-                ways.push((
-                    "cgroup",
-                    Box::new(|row: &IoRow| {
-                        format!("{} {}", row.device, profile.cgroup_of(row.pid))
-                    }),
-                ));
-            }
-            keyed_breakdowns(&mut out, ways, &profile.io, |row| (row.total_ns, row.count));
-        }
-        // Holders compared between two runs: who held which lock, taken where.
-        Kind::Hold => {
-            let mut by_holder: BTreeMap<String, Measure> = BTreeMap::new();
-            let mut by_lock: BTreeMap<String, Measure> = BTreeMap::new();
-            for group in crate::export::lock::contended_hold_groups(profile) {
-                for (entries, key) in [
-                    (
-                        &mut by_holder,
-                        format!("{} {} {}", group.lock_type, group.caller, group.process),
-                    ),
-                    (&mut by_lock, format!("{} {}", group.lock_type, group.lock)),
-                ] {
-                    add(entries, key, group.total_ns, group.count);
-                }
-            }
-            out.push(Breakdown::new("holder", by_holder));
-            out.push(Breakdown::new("lock", by_lock));
-        }
-        Kind::Rpc | Kind::Func => {
-            let groups = if kind == Kind::Rpc {
-                crate::export::latency::rpc_groups(profile)
-            } else {
-                crate::export::latency::func_groups(profile)
-            };
-            let what = if kind == Kind::Rpc {
-                "operation"
-            } else {
-                "function"
-            };
-            let mut by_name: BTreeMap<String, Measure> = BTreeMap::new();
-            let mut by_process: BTreeMap<String, Measure> = BTreeMap::new();
-            for group in groups {
-                for (entries, key) in [
-                    (&mut by_name, group.name.clone()),
-                    (&mut by_process, format!("{} {}", group.name, group.process)),
-                ] {
-                    add(entries, key, group.latency.total_ns, group.latency.count);
-                }
-            }
-            out.push(Breakdown::new(what, by_name));
-            out.push(Breakdown::new("process", by_process));
-        }
-        Kind::Cpu => {
-            let processes = cpu_processes(profile)
-                .into_iter()
-                .map(|process| (process.process, process.samples, process.samples));
-            out.push(Breakdown::new("process", summed(processes)));
-            let functions = cpu_functions(profile).into_iter().map(|function| {
-                (
-                    function.function,
-                    function.self_samples,
-                    function.total_samples,
-                )
-            });
-            out.push(Breakdown::new("function (self, total)", summed(functions)));
-        }
-        // Off-CPU time by who woke it: the waker's process and where it woke (names only).
-        Kind::Offwake => {
-            let mut wakers: BTreeMap<String, Measure> = BTreeMap::new();
-            for row in &profile.offcpu {
-                for share in crate::export::wakers::shares(profile, [row]) {
-                    let site = crate::export::wakers::wake_site(&share.frames);
-                    let key = format!(
-                        "{} {} < {}",
-                        row.class,
-                        share.process,
-                        site.first().cloned().unwrap_or_default()
-                    );
-                    add(&mut wakers, key, share.wait_ns, share.count);
-                }
-            }
-            out.push(Breakdown::new("class and waker", wakers));
-        }
+        Kind::Lock => lock_breakdowns(profile, &mut out),
+        Kind::Offcpu => offcpu_breakdowns(profile, &mut out),
+        Kind::Io => io_breakdowns(profile, &mut out),
+        Kind::Hold => hold_breakdowns(profile, &mut out),
+        Kind::Rpc | Kind::Func => latency_breakdowns(profile, kind, &mut out),
+        Kind::Cpu => cpu_breakdowns(profile, &mut out),
+        Kind::Offwake => offwake_breakdowns(profile, &mut out),
     }
     out
+}
+
+/// Lock wait by lock, caller and process (host and cgroup when known).
+fn lock_breakdowns(profile: &Profile, out: &mut Vec<Breakdown>) {
+    let mut ways = vec![
+        ("lock", GroupBy::Lock),
+        ("caller", GroupBy::Caller),
+        ("process", GroupBy::Process),
+    ];
+    if profile.is_merged() {
+        ways.push(("host", GroupBy::Host));
+    }
+    if profile.knows_cgroups() {
+        ways.push(("cgroup", GroupBy::Cgroup));
+    }
+    for (by, group_by) in ways {
+        let mut entries: BTreeMap<String, Measure> = BTreeMap::new();
+        let mut name_sources: BTreeMap<String, String> = BTreeMap::new();
+        for group in lock_groups(profile, group_by) {
+            let key = match group_by {
+                GroupBy::Lock | GroupBy::Instance => {
+                    format!("{} {}", group.lock_type, group.lock)
+                }
+                GroupBy::Caller => format!("{} {}", group.lock_type, group.caller),
+                GroupBy::Process => format!(
+                    "{} {}",
+                    group.lock_type,
+                    group.processes.first().cloned().unwrap_or_default()
+                ),
+                GroupBy::Host => group.host.clone(),
+                GroupBy::Cgroup => format!("{} {}", group.lock_type, group.cgroup),
+            };
+            if group_by == GroupBy::Lock && !group.lock_name_source.is_empty() {
+                name_sources.insert(key.clone(), group.lock_name_source.clone());
+            }
+            add(&mut entries, key, group.total_wait_ns, group.contended);
+        }
+        out.push(Breakdown {
+            by,
+            entries,
+            name_sources,
+        });
+    }
+}
+
+/// Off-CPU time by class, process and wait site (host and cgroup when known).
+fn offcpu_breakdowns(profile: &Profile, out: &mut Vec<Breakdown>) {
+    let mut ways: Vec<(&'static str, RowKey<OffcpuRow>)> = vec![
+        ("class", Box::new(|row: &OffcpuRow| row.class.clone())),
+        (
+            "process",
+            Box::new(|row: &OffcpuRow| profile.process_name(row.pid)),
+        ),
+        (
+            "function",
+            Box::new(|row: &OffcpuRow| format!("{} {}", row.class, wait_site(profile, row.stack))),
+        ),
+    ];
+    if profile.is_merged() {
+        ways.push(("host", Box::new(|row: &OffcpuRow| profile.host_of(row.pid))));
+    }
+    if profile.knows_cgroups() {
+        ways.push((
+            "cgroup",
+            Box::new(|row: &OffcpuRow| profile.cgroup_of(row.pid)),
+        ));
+    }
+    keyed_breakdowns(out, ways, &profile.offcpu, |row| (row.total_ns, row.count));
+}
+
+/// Block IO by device and operation, and by process (host and cgroup when known).
+fn io_breakdowns(profile: &Profile, out: &mut Vec<Breakdown>) {
+    let mut ways: Vec<(&'static str, RowKey<IoRow>)> = vec![
+        (
+            "device",
+            Box::new(|row: &IoRow| format!("{} {}", row.device, row.op)),
+        ),
+        (
+            "process",
+            Box::new(|row: &IoRow| format!("{} {}", row.device, profile.process_name(row.pid))),
+        ),
+    ];
+    if profile.is_merged() {
+        ways.push(("host", Box::new(|row: &IoRow| profile.host_of(row.pid))));
+    }
+    if profile.knows_cgroups() {
+        ways.push((
+            "cgroup",
+            Box::new(|row: &IoRow| format!("{} {}", row.device, profile.cgroup_of(row.pid))),
+        ));
+    }
+    keyed_breakdowns(out, ways, &profile.io, |row| (row.total_ns, row.count));
+}
+
+/// Holders compared between two runs: who held which lock, taken where.
+fn hold_breakdowns(profile: &Profile, out: &mut Vec<Breakdown>) {
+    let mut by_holder: BTreeMap<String, Measure> = BTreeMap::new();
+    let mut by_lock: BTreeMap<String, Measure> = BTreeMap::new();
+    for group in crate::export::lock::contended_hold_groups(profile) {
+        for (entries, key) in [
+            (
+                &mut by_holder,
+                format!("{} {} {}", group.lock_type, group.caller, group.process),
+            ),
+            (&mut by_lock, format!("{} {}", group.lock_type, group.lock)),
+        ] {
+            add(entries, key, group.total_ns, group.count);
+        }
+    }
+    out.push(Breakdown::new("holder", by_holder));
+    out.push(Breakdown::new("lock", by_lock));
+}
+
+/// Request or function latency by name and by process.
+fn latency_breakdowns(profile: &Profile, kind: Kind, out: &mut Vec<Breakdown>) {
+    let groups = if kind == Kind::Rpc {
+        crate::export::latency::rpc_groups(profile)
+    } else {
+        crate::export::latency::func_groups(profile)
+    };
+    let what = if kind == Kind::Rpc {
+        "operation"
+    } else {
+        "function"
+    };
+    let mut by_name: BTreeMap<String, Measure> = BTreeMap::new();
+    let mut by_process: BTreeMap<String, Measure> = BTreeMap::new();
+    for group in groups {
+        for (entries, key) in [
+            (&mut by_name, group.name.clone()),
+            (&mut by_process, format!("{} {}", group.name, group.process)),
+        ] {
+            add(entries, key, group.latency.total_ns, group.latency.count);
+        }
+    }
+    out.push(Breakdown::new(what, by_name));
+    out.push(Breakdown::new("process", by_process));
+}
+
+/// On-CPU samples by process and by function (self, total).
+fn cpu_breakdowns(profile: &Profile, out: &mut Vec<Breakdown>) {
+    let processes = cpu_processes(profile)
+        .into_iter()
+        .map(|process| (process.process, process.samples, process.samples));
+    out.push(Breakdown::new("process", summed(processes)));
+    let functions = cpu_functions(profile).into_iter().map(|function| {
+        (
+            function.function,
+            function.self_samples,
+            function.total_samples,
+        )
+    });
+    out.push(Breakdown::new("function (self, total)", summed(functions)));
+}
+
+/// Off-CPU time by who woke it: the waker's process and where it woke (names only).
+fn offwake_breakdowns(profile: &Profile, out: &mut Vec<Breakdown>) {
+    let mut wakers: BTreeMap<String, Measure> = BTreeMap::new();
+    for row in &profile.offcpu {
+        for share in crate::export::wakers::shares(profile, [row]) {
+            let site = crate::export::wakers::wake_site(&share.frames);
+            let key = format!(
+                "{} {} < {}",
+                row.class,
+                share.process,
+                site.first().cloned().unwrap_or_default()
+            );
+            add(&mut wakers, key, share.wait_ns, share.count);
+        }
+    }
+    out.push(Breakdown::new("class and waker", wakers));
 }
 
 /// Where a thread waited: the first two kernel frames from the leaf below the scheduler
