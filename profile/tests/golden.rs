@@ -57,7 +57,7 @@ fn outputs(profile: &Profile) -> Vec<(&'static str, String)> {
         ));
         pprof.push_str(&format!("{:#?}\n", export::pprof::message(profile, kind)));
     }
-    let html = export::html::render(profile).expect("HTML report");
+    let html = constant_parts_out(&export::html::render(profile).expect("HTML report"));
     vec![
         ("report.txt", report),
         ("folded.txt", folded),
@@ -66,6 +66,40 @@ fn outputs(profile: &Profile) -> Vec<(&'static str, String)> {
         ("pprof.txt", pprof),
         ("html", html),
     ]
+}
+
+/// An HTML page without its style sheets and scripts (the page's own and those of each
+/// flamegraph, escaped in its frame): constants of the code, the same on every page, which
+/// would make most of every golden page. What the profile decides stays.
+fn constant_parts_out(html: &str) -> String {
+    let mut out = html.to_string();
+    // (start of the opening tag, end of a tag, closing tag)
+    for (open, tag_end, close) in [
+        ("<style", ">", "</style>"),
+        ("<script", ">", "</script>"),
+        ("&lt;style", "&gt;", "&lt;/style&gt;"),
+        ("&lt;script", "&gt;", "&lt;/script&gt;"),
+    ] {
+        let mut kept = String::with_capacity(out.len());
+        let mut rest = out.as_str();
+        while let Some(start) = rest.find(open) {
+            let Some(body) = rest[start..]
+                .find(tag_end)
+                .map(|at| start + at + tag_end.len())
+            else {
+                break;
+            };
+            let Some(end) = rest[body..].find(close) else {
+                break;
+            };
+            kept.push_str(&rest[..body]);
+            kept.push_str("[constant]");
+            rest = &rest[body + end..];
+        }
+        kept.push_str(rest);
+        out = kept;
+    }
+    out
 }
 
 /// The base every profile is compared with by `diff`.
@@ -84,7 +118,9 @@ fn diff_outputs(base: &Profile, profile: &Profile) -> Vec<(&'static str, String)
         text.push_str(&export::diff::json(base, profile, kind).expect("diff JSON"));
         text.push('\n');
     }
-    let html = export::html::render_diff(base, profile, Kind::Lock).expect("diff HTML");
+    let html = constant_parts_out(
+        &export::html::render_diff(base, profile, Kind::Lock).expect("diff HTML"),
+    );
     vec![("diff.txt", text), ("diff.html", html)]
 }
 
@@ -96,6 +132,7 @@ fn outputs_match_the_golden_files() {
     assert!(inputs.len() >= 5, "the test profiles are there: {inputs:?}");
     let mut differ = Vec::new();
     let base = diff_base();
+    let golden_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
     for input in &inputs {
         let profile = Profile::load(input).expect("a test profile loads");
         let stem = input
@@ -104,6 +141,11 @@ fn outputs_match_the_golden_files() {
             .unwrap_or_default();
         let mut all = outputs(&profile);
         all.extend(diff_outputs(&base, &profile));
+        // The pages of the recorded profiles; the corpus's small hand-made ones add
+        // pages that differ from those in a few numbers.
+        if !input.starts_with(&golden_dir) {
+            all.retain(|(suffix, _)| !suffix.ends_with("html"));
+        }
         for (suffix, actual) in all {
             let path = expected_dir.join(format!("{stem}.{suffix}"));
             if update {

@@ -35,9 +35,11 @@ pub(super) fn build_initramfs(vm_dir: &Path, binaries: &GuestBinaries) -> Result
             symlink("busybox", &link).with_context(|| format!("cannot link {}", link.display()))?;
         }
     }
+    // lockpath by its own name (the dist binary is `lockpath-aarch64-linux-musl`).
+    copy_executable(&binaries.lockpath, &bin.join("lockpath"))?;
     let mut elf = vec![binaries.lockpath.clone()];
     elf.extend(binaries.workloads.iter().cloned());
-    for binary in &elf {
+    for binary in &binaries.workloads {
         let name = binary
             .file_name()
             .with_context(|| format!("{} has no file name", binary.display()))?;

@@ -110,10 +110,10 @@ pub(super) const KERNELS: &[LabKernel] = &[
         features: &["lock_tracepoint", "kprobe"],
         required: WITH_LOCK_TRACEPOINTS,
         // The checks this kernel cannot run, each of which says so and skips: the fentry
-        // ones; those that need data symbols, which Debian's arm64 cloud kernel lacks
-        // (no CONFIG_KALLSYMS_ALL); and virt_spin_lock's, which is x86-only.
+        // ones (func-fentry checks here that lockpath says so in one line); those that
+        // need data symbols, which Debian's arm64 cloud kernel lacks (no
+        // CONFIG_KALLSYMS_ALL); and virt_spin_lock's, which is x86-only.
         excused: &[
-            "func-fentry",
             "hold-fentry",
             "hold-symbol",
             "lock-names-kallsyms",

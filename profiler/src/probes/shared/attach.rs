@@ -156,6 +156,14 @@ pub fn explain(err: &str) -> String {
         format!(
             "{step} refused by the kernel with EPERM: BPF tracing programs are not allowed here"
         )
+    } else if (err.contains("fentry attach") || err.contains("fexit attach"))
+        && err.contains("os error 524")
+    {
+        // ENOTSUPP from the trampoline: the architecture cannot attach to kernel
+        // functions (arm64 before 6.4 has no ftrace direct calls).
+        "fentry/fexit cannot attach to kernel functions on this kernel (ENOTSUPP: arm64 \
+         before Linux 6.4); kprobes can (the default method falls back to them)"
+            .to_string()
     } else {
         err.replace(". Verifier output: ", ": ")
     }
@@ -218,6 +226,18 @@ fn prog_info(fd: std::os::fd::BorrowedFd<'_>) -> Option<aya_obj::generated::bpf_
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fentry_refused_by_the_architecture_says_so() {
+        // As the arm64 6.1 lab guest answers.
+        let err = "fentry attach: `bpf_raw_tracepoint_open` failed: No error information \
+                   (os error 524)";
+        let text = explain(err);
+        assert!(text.contains("arm64 before Linux 6.4"), "{text}");
+        assert!(!text.contains("524"), "{text}");
+        // Other errors pass through.
+        assert_eq!(explain("kprobe load: EINVAL"), "kprobe load: EINVAL");
+    }
 
     #[test]
     fn verifier_rejection_is_one_line_naming_the_log() {
