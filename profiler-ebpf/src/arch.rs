@@ -80,15 +80,21 @@ mod imp {
         None
     }
 
-    #[inline(always)]
-    pub fn is_kernel_text(word: u64) -> bool {
-        word >= KERNEL_TEXT_START
+    /// Nothing to carry: the bound is a constant.
+    #[derive(Clone, Copy)]
+    pub struct KernelTextBounds;
+
+    impl KernelTextBounds {
+        #[inline(always)]
+        pub fn contains(&self, word: u64) -> bool {
+            word >= KERNEL_TEXT_START
+        }
     }
 
     /// The text test needs nothing from user space here.
     #[inline(always)]
-    pub fn kernel_text_known() -> bool {
-        true
+    pub fn kernel_text() -> Option<KernelTextBounds> {
+        Some(KernelTextBounds)
     }
 }
 
@@ -154,22 +160,31 @@ mod imp {
         user_mode(&regs)
     }
 
-    #[inline(always)]
-    pub fn is_kernel_text(word: u64) -> bool {
-        let (start, end, modules_start, modules_end) = (
-            load_u64(&KERNEL_TEXT.start),
-            load_u64(&KERNEL_TEXT.end),
-            load_u64(&KERNEL_TEXT.modules_start),
-            load_u64(&KERNEL_TEXT.modules_end),
-        );
-        (word >= start && word < end) || (word >= modules_start && word < modules_end)
+    /// The ranges, read from the global once per fingerprint (not once per word).
+    #[derive(Clone, Copy)]
+    pub struct KernelTextBounds(KernelText);
+
+    impl KernelTextBounds {
+        #[inline(always)]
+        pub fn contains(&self, word: u64) -> bool {
+            let text = &self.0;
+            (word >= text.start && word < text.end)
+                || (word >= text.modules_start && word < text.modules_end)
+        }
     }
 
-    /// Whether user space set the text ranges (else fingerprints would be empty).
+    /// The ranges user space set, or `None` when it set none (then every stack is
+    /// walked: fingerprints would be empty).
     #[inline(always)]
-    pub fn kernel_text_known() -> bool {
-        load_u64(&KERNEL_TEXT.end) != 0
+    pub fn kernel_text() -> Option<KernelTextBounds> {
+        let text = KernelText {
+            start: load_u64(&KERNEL_TEXT.start),
+            end: load_u64(&KERNEL_TEXT.end),
+            modules_start: load_u64(&KERNEL_TEXT.modules_start),
+            modules_end: load_u64(&KERNEL_TEXT.modules_end),
+        };
+        (text.end != 0).then_some(KernelTextBounds(text))
     }
 }
 
-pub use imp::{entry_user_regs, is_kernel_text, kernel_text_known, kprobe_sp, sample_user_regs};
+pub use imp::{KernelTextBounds, entry_user_regs, kernel_text, kprobe_sp, sample_user_regs};

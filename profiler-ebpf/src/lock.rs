@@ -51,7 +51,7 @@ use profiler_common::{
 };
 
 use crate::{
-    arch::{is_kernel_text, kernel_text_known, kprobe_sp},
+    arch::{KernelTextBounds, kernel_text, kprobe_sp},
     latency::add_latency,
     offcpu::OFFCPU_START,
     shared::{
@@ -521,12 +521,9 @@ fn waiter_stack<C: LockContext, const WORDS: usize>(
 ) -> (i32, Option<u64>, u32) {
     // SAFETY: reading a load-time global; volatile so the default is not folded in.
     let exact = unsafe { core::ptr::read_volatile(&LOCK_LAYOUT.exact_stacks) } != 0;
-    let base = if exact || !kernel_text_known() {
-        None
-    } else {
-        ctx.stack_base()
-    };
-    let Some(base) = base else {
+    // Kernel text's bounds, read once for the fingerprint's words.
+    let text = if exact { None } else { kernel_text() };
+    let Some((text, base)) = text.and_then(|text| Some((text, ctx.stack_base()?))) else {
         return walked_stack(ctx, lock_addr);
     };
     // First the two call sites seen last at this lock on this CPU: two words to check.
@@ -547,7 +544,7 @@ fn waiter_stack<C: LockContext, const WORDS: usize>(
         return (known1.value.kstack_id, None, known1.value.lock_class);
     }
     // Then the fingerprint of the whole call path.
-    let Some(fingerprint) = stack_fingerprint::<WORDS>(base) else {
+    let Some(fingerprint) = stack_fingerprint::<WORDS>(base, &text) else {
         count_loss(LOCK_STACK_CACHE_FAILED);
         return walked_stack(ctx, lock_addr);
     };
@@ -656,7 +653,10 @@ const NO_ANCHOR: u32 = u32::MAX;
 /// the lock, so the same call path gives the same fingerprint. One bounded read onto the
 /// BPF stack (warm in cache, unlike a map value), no unwinding.
 #[inline(always)]
-fn stack_fingerprint<const WORDS: usize>(base: u64) -> Option<Fingerprint> {
+fn stack_fingerprint<const WORDS: usize>(
+    base: u64,
+    text: &KernelTextBounds,
+) -> Option<Fingerprint> {
     let mut words = [0u64; WORDS];
     // SAFETY: the byte view covers exactly the local array.
     let bytes =
@@ -677,7 +677,7 @@ fn stack_fingerprint<const WORDS: usize>(base: u64) -> Option<Fingerprint> {
         let word = words[index];
         // Only the nearest few: deeper words are older frames and stale slots, which
         // change from call to call and would defeat the cache.
-        if is_kernel_text(word) {
+        if text.contains(word) {
             print.hash = (print.hash ^ word).wrapping_mul(0x0100_0000_01b3);
             taken += 1;
             if taken == 3 {

@@ -52,23 +52,25 @@ pub struct Dist {
 
 /// Builds `-p PACKAGE --bin BIN ...` (`what`) statically for `target` with the cargo
 /// `profile` (`static`: stripped, for shipping; `release`: with symbols, for the lab's
-/// workloads), with the eBPF object `ebpf_obj` embedded; returns the directory of the
-/// binaries.
+/// workloads), with the eBPF object `ebpf_obj` embedded when it builds lockpath; returns
+/// the directory of the binaries.
 pub fn build_static(
     target: &StaticTarget,
     profile: &str,
     what: &[&str],
-    ebpf_obj: &Path,
+    ebpf_obj: Option<&Path>,
 ) -> Result<PathBuf> {
     let step = format!("static build ({})", target.triple);
     setup::ensure_dist_tools(target.triple)?;
     let mut cmd = util::host_cargo();
     cmd.args(["build", "--profile", profile, "--target", target.triple])
         .args(what)
-        .env(build::EBPF_OBJ_ENV, ebpf_obj)
         // Not position-independent: a static-pie binary starts by relocating itself,
         // which `file` does not call "statically linked"; a plain static one needs nothing.
         .env(target.rustflags_env, "-C relocation-model=static");
+    if let Some(ebpf_obj) = ebpf_obj {
+        cmd.env(build::EBPF_OBJ_ENV, ebpf_obj);
+    }
     if target.arch == AARCH64.arch && std::env::consts::ARCH != AARCH64.arch {
         let tools = cross::aarch64_tools()?;
         cmd.env(
@@ -92,7 +94,7 @@ pub fn aarch64_lockpath() -> Result<PathBuf> {
     let tools = setup::ensure()?;
     let ebpf_obj = build::build_ebpf_for(&tools, AARCH64.arch)?;
     let lockpath = ["-p", "profiler", "--bin", "lockpath"];
-    let built = build_static(&AARCH64, PROFILE, &lockpath, &ebpf_obj)?.join("lockpath");
+    let built = build_static(&AARCH64, PROFILE, &lockpath, Some(&ebpf_obj))?.join("lockpath");
     check_static(&built).context("the static aarch64 lockpath")?;
     Ok(built)
 }
@@ -106,7 +108,7 @@ pub fn dist() -> Result<Dist> {
     // 1. The static binaries.
     const STEP: &str = "dist step 1/3 (static lockpath)";
     let lockpath = ["-p", "profiler", "--bin", "lockpath"];
-    let build_dir = build_static(&X86_64, PROFILE, &lockpath, &ebpf_obj)?;
+    let build_dir = build_static(&X86_64, PROFILE, &lockpath, Some(&ebpf_obj))?;
     let built = build_dir.join("lockpath");
     check_static(&built).with_context(|| STEP.to_string())?;
     let binary = out.join(dist_name(&X86_64));

@@ -82,13 +82,11 @@ pub fn vm_test(only: Option<&str>) -> Result<()> {
 /// The test workloads built statically for the arm64 guest (with symbols: the checks
 /// look for their functions in stacks).
 fn aarch64_workloads() -> Result<Vec<PathBuf>> {
-    let tools = setup::ensure()?;
-    let ebpf_obj = build::build_ebpf_for(&tools, dist::AARCH64.arch)?;
     let dir = dist::build_static(
         &dist::AARCH64,
         "release",
         &["-p", "lockpath-tests", "--bins"],
-        &ebpf_obj,
+        None,
     )?;
     workload_paths(&dir)
 }

@@ -70,9 +70,9 @@ struct LockFamily {
     names: profiler_common::lockname::LockNameLayout,
     /// `--type`, `--lock-filter`, `--caller` (probes/lockfilter.rs).
     filter: super::lockfilter::RecordFilter,
-    /// Kernel text, for the arm64 object's stack fingerprints (x86_64's has a fixed
-    /// bound and no such global).
-    text: profiler_common::lock::KernelText,
+    /// Kernel text, for the arm64 object's stack fingerprints; `None` on x86_64, whose
+    /// object has a fixed bound and no such global.
+    text: Option<profiler_common::lock::KernelText>,
 }
 
 /// Recorded when asked for, and by default: when no other family is asked for.
@@ -98,7 +98,7 @@ fn plan_family(args: &RecordArgs, ctx: &mut PlanContext) -> Result<Planned> {
         },
         names: super::lockname::layout(),
         filter,
-        text: ctx.symbols.text_ranges(),
+        text: cfg!(target_arch = "aarch64").then(|| ctx.symbols.text_ranges()),
     })))
 }
 
@@ -106,7 +106,9 @@ impl Family for LockFamily {
     fn configure<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
         loader.override_global(names::LOCK_LAYOUT, &self.layout, true);
         loader.override_global(names::LOCK_FILTER, &self.filter.kernel, true);
-        loader.override_global(profiler_common::lock::KERNEL_TEXT_GLOBAL, &self.text, false);
+        if let Some(text) = &self.text {
+            loader.override_global(profiler_common::lock::KERNEL_TEXT_GLOBAL, text, true);
+        }
         loader.override_global(
             profiler_common::lockname::names::LOCK_NAME_LAYOUT,
             &self.names,
@@ -282,7 +284,7 @@ fn attach_tracepoints(ebpf: &mut Ebpf) -> Result<String> {
         load_raw_tracepoint(ebpf, name(event))?;
     }
     for event in TRACEPOINTS {
-        attach_raw_tracepoint(ebpf, name(event), event)?;
+        attach_loaded_raw_tracepoint(ebpf, name(event), event)?;
     }
     Ok("raw_tracepoint lock:contention_begin/contention_end".into())
 }

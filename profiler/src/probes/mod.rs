@@ -227,8 +227,9 @@ pub mod prelude {
     pub use super::{
         progress_of,
         shared::{
-            attach_kprobe_pair, attach_raw_tracepoint, attach_tracepoint, explain,
-            kprobes_unavailable, latency_from, load_raw_tracepoint, program, MapSet, StackResolver,
+            attach_kprobe_pair, attach_loaded_raw_tracepoint, attach_raw_tracepoint,
+            attach_tracepoint, explain, kprobes_unavailable, latency_from, load_raw_tracepoint,
+            program, MapSet, StackResolver,
         },
         AttachContext, Drain, DrainMoment, Family, MapSize, PlanContext, Planned, Registration,
     };

@@ -117,21 +117,25 @@ pub fn attach_tracepoint(ebpf: &mut Ebpf, name: &str, group: &str, event: &str) 
 /// Loads the raw tracepoint program `name` and attaches it to `event`. Every raw
 /// tracepoint of every family goes through here.
 pub fn attach_raw_tracepoint(ebpf: &mut Ebpf, name: &str, event: &str) -> Result<()> {
+    load_raw_tracepoint(ebpf, name)?;
+    attach_loaded_raw_tracepoint(ebpf, name, event)
+}
+
+/// Loads (verifies) raw tracepoint program `name` without attaching it, so that programs
+/// that work in pairs can be attached one right after the other
+/// (`attach_loaded_raw_tracepoint`).
+pub fn load_raw_tracepoint(ebpf: &mut Ebpf, name: &str) -> Result<()> {
     let program: &mut aya::programs::RawTracePoint = program(ebpf, name)?;
-    if program.fd().is_err() {
-        program.load().map_err(|err| load_error(name, err))?;
-    }
+    program.load().map_err(|err| load_error(name, err))
+}
+
+/// Attaches raw tracepoint program `name`, already loaded, to `event`.
+pub fn attach_loaded_raw_tracepoint(ebpf: &mut Ebpf, name: &str, event: &str) -> Result<()> {
+    let program: &mut aya::programs::RawTracePoint = program(ebpf, name)?;
     program
         .attach(event)
         .with_context(|| format!("cannot attach to raw tracepoint {event}"))?;
     Ok(())
-}
-
-/// Loads (verifies) raw tracepoint program `name` without attaching it, so that programs
-/// that work in pairs can be attached one right after the other.
-pub fn load_raw_tracepoint(ebpf: &mut Ebpf, name: &str) -> Result<()> {
-    let program: &mut aya::programs::RawTracePoint = program(ebpf, name)?;
-    program.load().map_err(|err| load_error(name, err))
 }
 
 /// Attaches the loaded kprobe `entry` and kretprobe `ret` to `function`, the return
