@@ -78,35 +78,63 @@ pub fn sticky_flags(open: u32, new: u32) -> u32 {
 /// program's time on lock-storm.)
 pub const STACK_REFRESH_NS: u64 = 100_000_000;
 /// Words of the kernel stack above the tracepoint's arguments read for a spinning
-/// waiter's fingerprint. On 6.18/x86_64 the first five are the rest of the tracepoint
-/// glue's frame, then come the return addresses into the lock function (word 5), into
-/// its caller (word 11) and into the caller's caller (words 12-13); a saved register
-/// holding a text or static data address can push the caller further. With 14 words,
-/// on lock-storm's pipe storm 10-15% of the contentions then got the
-/// other call site's stack (`cached_stacks_attribute_like_exact_walks`); with 22 none.
-/// The site cache keeps this read off the common path (about 12 ns a word here).
-pub const SPIN_FINGERPRINT_WORDS: usize = 22;
-/// The same for a sleeping waiter (mutex, rwsem): the slow paths keep their wait
-/// structure on the stack, so the caller lies deeper; and a sleeper's wait hides the cost.
-pub const SLEEP_FINGERPRINT_WORDS: usize = 22;
-/// How many kernel text addresses, nearest first, make the fingerprint: the slow path,
-/// the lock function and the caller (for a mutex, `__mutex_lock`, its slow-path wrapper,
-/// `mutex_lock` and the caller). The read stops at the last one.
-pub const FINGERPRINT_TEXT_WORDS: u32 = 4;
-/// Where kernel text lies (arm64): the core kernel's `_stext`..`_etext` and the span of
-/// module text, from kallsyms, as the load-time global `KERNEL_TEXT` of an arm64 object.
-/// (On x86_64 kernel text and modules live in the top 2 GiB, a fixed bound.)
+/// waiter's fingerprint. On 6.18/x86_64 the tracepoint glue's frames come first (one
+/// frame more when two programs are attached to the tracepoint: `__traceiter_*` then
+/// calls each), then the lock functions' (the slow path, the lock function), then the
+/// caller's; saved registers and locals lie between the return addresses. The call
+/// path's words start after the last lock function's return address, which for a
+/// sleeping lock (`__mutex_lock` keeps its waiter on the stack) lies deeper: with 32
+/// words and two programs attached, 43% of lock-paths' mutex waits found only one
+/// call-path word. A spinning waiter's three are within 32 (on lock-storm's storms
+/// fewer than 1 in 10,000 fingerprints were short). The site cache keeps this read off
+/// the common path.
+pub const SPIN_FINGERPRINT_WORDS: usize = 32;
+/// The same for a sleeping waiter (mutex, rwsem).
+pub const SLEEP_FINGERPRINT_WORDS: usize = 48;
+/// How many call-path return addresses, nearest first, make the fingerprint: the
+/// caller of the lock functions (a wrapper such as `fdget_pos`), its caller and that
+/// one's caller, so two call paths through one wrapper (or two) differ. The lock
+/// functions themselves (`LockText::internal`), the same for every caller, are not
+/// counted, nor are words outside kernel text. A fingerprint that finds fewer within
+/// its words is not used: the stack is walked and not cached (counted as
+/// `lock_stack_fingerprint_short`). The read stops at the last one. (Call paths that
+/// differ only deeper share a fingerprint; `EXACT_WAIT_NS` bounds what they can be
+/// charged.)
+pub const FINGERPRINT_TEXT_WORDS: u32 = 3;
+const _: () = assert!(
+    FINGERPRINT_TEXT_WORDS >= 2,
+    "the site cache checks two words"
+);
+/// A sleeping wait (mutex, rwsem) at least this long whose stack came from a cache gets
+/// its stack walked at its end (the waiter is still in the lock's slow path, on the same
+/// call path), after the end's timestamp: the walk (3 us or more) adds at most a few
+/// percent to such a wait's cost, and a call path whose fingerprint another one shares
+/// cannot be charged a long wait that was not its own. Shorter waits, and spin waits
+/// (whose end runs with a spinlock held), keep the cached stack.
+pub const EXACT_WAIT_NS: u64 = 50_000;
+/// Most ranges of lock-function text (`LockText::internal`).
+pub const LOCK_TEXT_RANGES: usize = 4;
+
+/// Where kernel text lies, for the fingerprint: the load-time global `LOCK_TEXT`, from
+/// kallsyms. A stack word is a call-path return address when it lies in the image's
+/// text or in the span of the modules' functions, and outside every `internal` range.
+/// All zero (kallsyms unreadable): no word is text, every fingerprint is short, and
+/// user space asks for exact walks instead.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct KernelText {
-    pub start: u64,
-    pub end: u64,
+pub struct LockText {
+    /// `_stext`..`_etext` of the kernel image.
+    pub image_start: u64,
+    pub image_end: u64,
+    /// From the lowest module function to the end of the module holding the highest
+    /// (BPF programs excluded): module data between modules' text is inside the span.
     pub modules_start: u64,
     pub modules_end: u64,
+    /// `[start, end)` ranges of the lock functions (the `.spinlock.text` section, the
+    /// locking functions of `.sched.text`), unused ones `[0, 0)`. A word in one of them
+    /// restarts the fingerprint: what follows it on the stack is the call path.
+    pub internal: [[u64; 2]; LOCK_TEXT_RANGES],
 }
-
-/// Name of the arm64 object's load-time global holding a `KernelText`.
-pub const KERNEL_TEXT_GLOBAL: &str = "KERNEL_TEXT";
 
 /// Key of the stack cache.
 #[repr(C)]
@@ -195,7 +223,8 @@ pub struct LockWait {
     pub lock_class: u32,
     pub owner_tgid: u32,
     pub owner_kstack_id: i32,
-    pub _pad: u32,
+    /// 1 when the stack came from a cache, not from a walk at the wait's begin.
+    pub cached: u32,
 }
 
 /// The record-time lock filter (`record --type`, `--lock-filter`), applied in the
@@ -282,12 +311,11 @@ pub fn slot_of(value: u64, entries: u32) -> u32 {
 pub const LOCK_SITE_CACHE_ENTRIES: u32 = 1024;
 
 /// A call site of a lock as the begin program last saw it on this CPU: the word indexes
-/// (from the tracepoint's arguments) of the third and fourth kernel text words of its
-/// fingerprint (the return addresses into the lock function's caller and into that
-/// caller's caller, or one frame nearer when a saved register holds a text address) and
-/// those words. Two words read there confirm the site, so the whole fingerprint is read
-/// only when they differ. (Not keyed by stack depth: kernels randomize the stack offset
-/// of each system call.)
+/// (from the tracepoint's arguments) of the second and third call-path words of its
+/// fingerprint (the return addresses into the lock functions' caller's caller and into
+/// the next frame out) and those words. Two words read there confirm the site, so the
+/// whole fingerprint is read only when they differ. (Not keyed by stack depth: kernels
+/// randomize the stack offset of each system call.)
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SiteCacheEntry {
@@ -317,10 +345,12 @@ pub mod names {
         LOCK_SPIN_DEPTH,
         LOCK_LAYOUT,
         LOCK_FILTER,
+        LOCK_TEXT,
         LOCK_HOLDS,
         LOCK_LAST_ACQUIRER,
         LOCK_STACK_CACHE,
         LOCK_SITE_CACHE,
+        LOCK_STACK_WORDS,
         LOCK_SLEEP_DROPPED,
         LOCK_CONTENTION_BEGIN = lock_contention_begin,
         LOCK_CONTENTION_END = lock_contention_end,
@@ -341,7 +371,7 @@ crate::impl_pod!(
     LockWait,
     LockLayout,
     LockFilter,
-    KernelText,
+    LockText,
     StackCacheKey,
     LockAcquirer,
     ContendedHoldKey

@@ -43,16 +43,17 @@ pub const WAKER_MAP_FULL: u32 = 40;
 pub const WAKER_PENDING_FULL: u32 = 41;
 pub const CHAIN_MAP_FULL: u32 = 42;
 
-// lock accuracy: 30..=32.
+// lock accuracy: 30..=32 and 34.
 pub const LOCK_STALE_WAIT: u32 = 30;
 pub const LOCK_HOLD_MAP_FULL: u32 = 31;
 pub const LOCK_STACK_CACHE_FAILED: u32 = 32;
+pub const LOCK_STACK_FINGERPRINT_SHORT: u32 = 34;
 
 /// Number of slots in `LOSSES` (room for the other probe families).
 pub const LOSS_SLOTS: u32 = 48;
 
 /// Names for the report, by index. `None` slots are unused.
-pub const LOSS_NAMES: [(u32, &str, &str); 36] = [
+pub const LOSS_NAMES: [(u32, &str, &str); 37] = [
     (
         STACK_COLLISION,
         "stack_collision",
@@ -214,6 +215,12 @@ pub const LOSS_NAMES: [(u32, &str, &str); 36] = [
         LOCK_STACK_CACHE_FAILED,
         "lock_stack_cache_failed",
         "the kernel stack above a lock tracepoint could not be read: stack walked instead",
+    ),
+    (
+        LOCK_STACK_FINGERPRINT_SHORT,
+        "lock_stack_fingerprint_short",
+        "the kernel stack above a lock tracepoint showed too few call-path frames to tell its \
+         call path from others: stack walked instead, and not cached",
     ),
     (
         IO_STALE_REPLACED,

@@ -1,7 +1,7 @@
 //! What differs between the architectures the programs are built for (x86_64 and
 //! aarch64, chosen by aya's `bpf_target_arch` cfg): the registers of a kprobe and of a
-//! perf sample, where a task's user registers sit on its kernel stack, and which words
-//! of a kernel stack are kernel text.
+//! perf sample and where a task's user registers sit on its kernel stack. (Which words of a
+//! kernel stack are kernel text comes from kallsyms on both: `LockText`.)
 
 use aya_ebpf::programs::{PerfEventContext, ProbeContext};
 
@@ -30,11 +30,6 @@ mod imp {
     /// x86_64's user code and stack segment selectors.
     const USER_CS: u64 = 0x33;
     const USER_SS: u64 = 0x2b;
-
-    /// Kernel text and modules on x86_64 live in the top 2 GiB: the words of a stack in
-    /// that range are return addresses (or static data addresses, which are constant per
-    /// call site).
-    const KERNEL_TEXT_START: u64 = 0xffff_ffff_8000_0000;
 
     #[inline(always)]
     pub fn kprobe_sp(ctx: &ProbeContext) -> u64 {
@@ -80,46 +75,17 @@ mod imp {
         None
     }
 
-    /// Nothing to carry: the bound is a constant.
-    #[derive(Clone, Copy)]
-    pub struct KernelTextBounds;
-
-    impl KernelTextBounds {
-        #[inline(always)]
-        pub fn contains(&self, word: u64) -> bool {
-            word >= KERNEL_TEXT_START
-        }
-    }
-
-    /// The text test needs nothing from user space here.
-    #[inline(always)]
-    pub fn kernel_text() -> Option<KernelTextBounds> {
-        Some(KernelTextBounds)
-    }
 }
 
 #[cfg(bpf_target_arch = "aarch64")]
 mod imp {
     use aya_ebpf::bindings::user_pt_regs;
-    use profiler_common::lock::KernelText;
 
     use super::*;
-    use crate::shared::load_u64;
 
     /// `PSTATE.M`: the exception level and stack pointer; 0 is EL0 (user), and bit 4
     /// set is a 32-bit (compat) task, whose registers an aarch64 unwinder cannot use.
     const PSR_MODE_MASK: u64 = 0x1f;
-
-    /// Where kernel text lies, from kallsyms at load time. On arm64 kernel stacks are
-    /// vmalloc'ed among the image and the modules, so no fixed bound separates return
-    /// addresses from saved frame pointers; all zero: unknown.
-    #[unsafe(no_mangle)]
-    static KERNEL_TEXT: KernelText = KernelText {
-        start: 0,
-        end: 0,
-        modules_start: 0,
-        modules_end: 0,
-    };
 
     #[inline(always)]
     pub fn kprobe_sp(ctx: &ProbeContext) -> u64 {
@@ -160,31 +126,6 @@ mod imp {
         user_mode(&regs)
     }
 
-    /// The ranges, read from the global once per fingerprint (not once per word).
-    #[derive(Clone, Copy)]
-    pub struct KernelTextBounds(KernelText);
-
-    impl KernelTextBounds {
-        #[inline(always)]
-        pub fn contains(&self, word: u64) -> bool {
-            let text = &self.0;
-            (word >= text.start && word < text.end)
-                || (word >= text.modules_start && word < text.modules_end)
-        }
-    }
-
-    /// The ranges user space set, or `None` when it set none (then every stack is
-    /// walked: fingerprints would be empty).
-    #[inline(always)]
-    pub fn kernel_text() -> Option<KernelTextBounds> {
-        let text = KernelText {
-            start: load_u64(&KERNEL_TEXT.start),
-            end: load_u64(&KERNEL_TEXT.end),
-            modules_start: load_u64(&KERNEL_TEXT.modules_start),
-            modules_end: load_u64(&KERNEL_TEXT.modules_end),
-        };
-        (text.end != 0).then_some(KernelTextBounds(text))
-    }
 }
 
-pub use imp::{KernelTextBounds, entry_user_regs, kernel_text, kprobe_sp, sample_user_regs};
+pub use imp::{entry_user_regs, kprobe_sp, sample_user_regs};

@@ -13,9 +13,14 @@
 //! times a typical spin. So the walk is not done per contention: the stack is looked up
 //! in `LOCK_STACK_CACHE` by (lock, fingerprint of the kernel stack above the tracepoint),
 //! and walked only on a miss or when the cached walk is `STACK_REFRESH_NS` old. The
-//! wait starts at the program's entry (the moment the waiter found the lock taken);
-//! when the program walked, it starts after the walk, so lockpath's own work is never
-//! reported as waiting.
+//! fingerprint is made of call-path return addresses only (the lock functions' own,
+//! the same for every caller, and words that are not kernel text are skipped: see
+//! `LockText`), and one that finds too few of them is not used. A wait of
+//! `EXACT_WAIT_NS` or more whose stack came from a cache is walked again at its end when
+//! it is a sleeping wait (mutex, rwsem), so a long wait is charged to its own call path
+//! whatever the fingerprint. The wait starts at the program's entry (the moment the waiter found the lock taken); when the
+//! program walked, it starts after the walk, so lockpath's own work is never reported
+//! as waiting.
 //!
 //! Holds under contention: each acquisition after a wait (`contention_end`, ret 0) is
 //! remembered per lock in `LOCK_LAST_ACQUIRER`. When the next waiter that was already
@@ -34,24 +39,24 @@ use aya_ebpf::{
 use profiler_common::{
     latency::LatencyStat,
     lock::{
-        ContendedHoldKey, FINGERPRINT_TEXT_WORDS, LCB_F_MUTEX, LCB_F_PERCPU, LCB_F_READ, LCB_F_RT,
-        LCB_F_SPIN, LCB_F_WRITE, LOCK_CLASS_MMAP_LOCK, LOCK_CLASS_UNKNOWN, LOCK_FILTER_MAX_ADDRS,
-        LOCK_LAST_ACQUIRER_ENTRIES, LOCK_OUTCOME_ACQUIRED, LOCK_SITE_CACHE_ENTRIES,
-        LOCK_STACK_CACHE_ENTRIES, LockAcquirer, LockFilter, LockKey, LockLayout, LockStat,
-        LockWait, SLEEP_FINGERPRINT_WORDS, SPIN_FINGERPRINT_WORDS, STACK_REFRESH_NS,
-        SiteCacheEntry, StackCacheEntry, StackCacheKey, conflicts, filter_keeps, outcome_of,
-        slot_of, sticky_flags,
+        ContendedHoldKey, EXACT_WAIT_NS, FINGERPRINT_TEXT_WORDS, LCB_F_MUTEX, LCB_F_PERCPU,
+        LCB_F_READ, LCB_F_RT, LCB_F_SPIN, LCB_F_WRITE, LOCK_CLASS_MMAP_LOCK, LOCK_CLASS_UNKNOWN,
+        LOCK_FILTER_MAX_ADDRS, LOCK_LAST_ACQUIRER_ENTRIES, LOCK_OUTCOME_ACQUIRED,
+        LOCK_SITE_CACHE_ENTRIES, LOCK_STACK_CACHE_ENTRIES, LOCK_TEXT_RANGES, LockAcquirer,
+        LockFilter, LockKey, LockLayout, LockStat, LockText, LockWait, SLEEP_FINGERPRINT_WORDS,
+        SPIN_FINGERPRINT_WORDS, STACK_REFRESH_NS, SiteCacheEntry, StackCacheEntry, StackCacheKey,
+        conflicts, filter_keeps, outcome_of, slot_of, sticky_flags,
     },
     lockname::StackCacheValue,
     loss::{
         LOCK_HOLD_MAP_FULL, LOCK_KPROBE_RETURN_LOST, LOCK_MAP_FULL, LOCK_NEGATIVE_DELTA,
-        LOCK_NESTED, LOCK_STACK_CACHE_FAILED, LOCK_STALE_WAIT, LOCK_UNMATCHED_END,
-        LOCK_WAIT_MAP_FULL,
+        LOCK_NESTED, LOCK_STACK_CACHE_FAILED, LOCK_STACK_FINGERPRINT_SHORT, LOCK_STALE_WAIT,
+        LOCK_UNMATCHED_END, LOCK_WAIT_MAP_FULL,
     },
 };
 
 use crate::{
-    arch::{KernelTextBounds, kernel_text, kprobe_sp},
+    arch::kprobe_sp,
     latency::add_latency,
     offcpu::OFFCPU_START,
     shared::{
@@ -83,6 +88,11 @@ static LOCK_STACK_CACHE: PerCpuArray<StackCacheEntry> =
 #[map]
 static LOCK_SITE_CACHE: PerCpuArray<SiteCacheEntry> =
     PerCpuArray::with_max_entries(LOCK_SITE_CACHE_ENTRIES, 0);
+
+/// The words of the stack a fingerprint reads, per CPU (too many for the BPF stack).
+#[map]
+static LOCK_STACK_WORDS: PerCpuArray<[u64; MAX_FINGERPRINT_WORDS]> =
+    PerCpuArray::with_max_entries(1, 0);
 
 /// The last contended acquisition of each lock (holds under contention).
 #[map]
@@ -164,6 +174,16 @@ static LOCK_LAYOUT: LockLayout = LockLayout {
     mutex_owner: 0,
     rwsem_owner: 0,
     exact_stacks: 0,
+};
+
+/// Kernel text and the lock functions' text, set at load time (see `LockText`).
+#[unsafe(no_mangle)]
+static LOCK_TEXT: LockText = LockText {
+    image_start: 0,
+    image_end: 0,
+    modules_start: 0,
+    modules_end: 0,
+    internal: [[0; 2]; LOCK_TEXT_RANGES],
 };
 
 /// The record-time lock filter (`--type`, `--lock-filter`), set at load time; all zero
@@ -306,7 +326,7 @@ pub fn on_contention_end(ctx: &RawTracePointContext) {
         return;
     }
     if spin_open != 0 {
-        end_other(lock_addr, outcome, end_ns, pid_tgid, true);
+        end_other(ctx, lock_addr, outcome, end_ns, pid_tgid, true);
         return;
     }
     // The slot is marked busy while this program runs: the kernel skips an interrupt's
@@ -317,7 +337,7 @@ pub fn on_contention_end(ctx: &RawTracePointContext) {
         (*slot).lock_addr = SLOT_BUSY;
         (*slot).start_ns = end_ns;
     }
-    end_other(lock_addr, outcome, end_ns, pid_tgid, false);
+    end_other(ctx, lock_addr, outcome, end_ns, pid_tgid, false);
     // SAFETY: as above.
     unsafe { (*slot).lock_addr = 0 };
 }
@@ -329,12 +349,20 @@ const SLOT_BUSY: u64 = 1;
 /// The end of a sleeping wait, or of a wait not recorded. `spinning`: this CPU has a spin
 /// wait open (of another lock).
 #[inline(always)]
-fn end_other(lock_addr: u64, outcome: u32, end_ns: u64, pid_tgid: u64, spinning: bool) {
+fn end_other(
+    ctx: &RawTracePointContext,
+    lock_addr: u64,
+    outcome: u32,
+    end_ns: u64,
+    pid_tgid: u64,
+    spinning: bool,
+) {
     let tid = pid_tgid as u32;
     if let Some(open) = LOCK_SLEEP_WAIT.get_ptr(tid) {
         // SAFETY: element of a hash map owned by this thread id.
-        let wait = unsafe { *open };
+        let mut wait = unsafe { *open };
         if wait.lock_addr == lock_addr {
+            walk_if_long(ctx, &mut wait, end_ns);
             close_wait(&wait, end_ns, pid_tgid, outcome);
             let _ = LOCK_SLEEP_WAIT.remove(tid);
         }
@@ -490,7 +518,7 @@ pub fn on_sleep_slowpath_entry(ctx: &ProbeContext, flags: u32) {
 }
 
 /// Return of a sleeping lock's slow path (the lock is held, or the wait was interrupted).
-pub fn on_sleep_slowpath_return(_ctx: &RetProbeContext) {
+pub fn on_sleep_slowpath_return(ctx: &RetProbeContext) {
     let end_ns = now_ns();
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
@@ -501,7 +529,8 @@ pub fn on_sleep_slowpath_return(_ctx: &RetProbeContext) {
         return;
     };
     // SAFETY: element of a hash map owned by this thread id.
-    let wait = unsafe { *open };
+    let mut wait = unsafe { *open };
+    walk_if_long(ctx, &mut wait, end_ns);
     // The slow paths' return values differ (void, or an int for the killable ones):
     // the fallback cannot tell an interrupted wait from an acquisition.
     close_wait(&wait, end_ns, pid_tgid, LOCK_OUTCOME_ACQUIRED);
@@ -509,6 +538,23 @@ pub fn on_sleep_slowpath_return(_ctx: &RetProbeContext) {
 }
 
 // ---- shared by both methods ----
+
+/// A sleeping wait of `EXACT_WAIT_NS` or more whose stack came from a cache: its stack
+/// walked now, at its end, after the end's timestamp (the waiter is still in the lock's
+/// slow path: above it lies the same call path as at the begin). A failed walk keeps the
+/// cached one. Not for spin waits: their end runs with a spinlock held, often with
+/// interrupts off, where a walk would lengthen every handoff; they keep the
+/// fingerprint's stack.
+#[inline(always)]
+fn walk_if_long<C: StackIdContext>(ctx: &C, wait: &mut LockWait, end_ns: u64) {
+    if wait.cached == 0 || end_ns.saturating_sub(wait.start_ns) < EXACT_WAIT_NS {
+        return;
+    }
+    let kstack_id = stack_id_or_loss(ctx.get_stackid(&STACKS, STACK_FLAGS_KERNEL));
+    if kstack_id >= 0 {
+        wait.kstack_id = kstack_id;
+    }
+}
 
 /// The waiter's kernel stack id, and whether it was walked now (then the wait starts
 /// after the walk, `walked_ns`), or taken from the cache; and the lock's class
@@ -521,9 +567,8 @@ fn waiter_stack<C: LockContext, const WORDS: usize>(
 ) -> (i32, Option<u64>, u32) {
     // SAFETY: reading a load-time global; volatile so the default is not folded in.
     let exact = unsafe { core::ptr::read_volatile(&LOCK_LAYOUT.exact_stacks) } != 0;
-    // Kernel text's bounds, read once for the fingerprint's words.
-    let text = if exact { None } else { kernel_text() };
-    let Some((text, base)) = text.and_then(|text| Some((text, ctx.stack_base()?))) else {
+    let base = if exact { None } else { ctx.stack_base() };
+    let Some(base) = base else {
         return walked_stack(ctx, lock_addr);
     };
     // First the two call sites seen last at this lock on this CPU: two words to check.
@@ -544,9 +589,18 @@ fn waiter_stack<C: LockContext, const WORDS: usize>(
         return (known1.value.kstack_id, None, known1.value.lock_class);
     }
     // Then the fingerprint of the whole call path.
-    let Some(fingerprint) = stack_fingerprint::<WORDS>(base, &text) else {
-        count_loss(LOCK_STACK_CACHE_FAILED);
-        return walked_stack(ctx, lock_addr);
+    let fingerprint = match stack_fingerprint::<WORDS>(base) {
+        Ok(fingerprint) => fingerprint,
+        Err(NoFingerprint::Unreadable) => {
+            count_loss(LOCK_STACK_CACHE_FAILED);
+            return walked_stack(ctx, lock_addr);
+        }
+        Err(NoFingerprint::Short) => {
+            // Too few call-path words to tell this path from another: walked, and not
+            // cached (under this fingerprint another path would find its stack).
+            count_loss(LOCK_STACK_FINGERPRINT_SHORT);
+            return walked_stack(ctx, lock_addr);
+        }
     };
     let key = StackCacheKey {
         lock_addr,
@@ -582,7 +636,10 @@ fn waiter_stack<C: LockContext, const WORDS: usize>(
             (value, walked_ns)
         }
     };
-    if value.kstack_id >= 0 && fingerprint.anchor != NO_ANCHOR {
+    // A fingerprint always has both anchors (it has FINGERPRINT_TEXT_WORDS call-path
+    // words, at least two). (Not checked: a check would make the verifier tell every
+    // anchor position apart, and the begin program's verification exceeded its limit.)
+    if value.kstack_id >= 0 {
         // The way this lock does not use, else the older one.
         let site = if known0.lock_addr == lock_addr
             && (known1.lock_addr != lock_addr || known1.value.walked_ns < known0.value.walked_ns)
@@ -614,10 +671,9 @@ fn walked_stack<C: StackIdContext>(ctx: &C, lock_addr: u64) -> (i32, Option<u64>
     (kstack_id, Some(now_ns()), lock_class)
 }
 
-/// Whether `known` is a fresh site of this lock whose third and fourth text words are
-/// still where they were: the return addresses into the lock function's caller and into
-/// its caller (or, when a saved register holds a text address below them, the lock
-/// function's and its caller's).
+/// Whether `known` is a fresh site of this lock whose second and third call-path words
+/// (the return addresses into the lock functions' caller's caller and into the next
+/// frame out, see `stack_fingerprint`) are still where they were.
 #[inline(always)]
 fn site_matches(base: u64, known: &SiteCacheEntry, lock_addr: u64, now: u64) -> bool {
     if known.lock_addr != lock_addr || now.saturating_sub(known.value.walked_ns) >= STACK_REFRESH_NS
@@ -631,13 +687,13 @@ fn site_matches(base: u64, known: &SiteCacheEntry, lock_addr: u64, now: u64) -> 
 
 #[inline(always)]
 fn word_at(base: u64, index: u32) -> Option<u64> {
-    let at = base + ((index as u64) & 0x1f) * 8;
+    let at = base + ((index as u64) % MAX_FINGERPRINT_WORDS as u64) * 8;
     // SAFETY: bpf_probe_read_kernel checks the source address; a bad one is an error.
     unsafe { bpf_probe_read_kernel(at as *const u64) }.ok()
 }
 
-/// The fingerprint of a call path and where its third and fourth text words lie, for
-/// the site cache's quick check.
+/// The fingerprint of a call path and where its last two call-path words lie, for the
+/// site cache's quick check.
 struct Fingerprint {
     hash: u64,
     anchor: u32,
@@ -646,53 +702,166 @@ struct Fingerprint {
     next_word: u64,
 }
 
+/// Why a contention has no fingerprint.
+enum NoFingerprint {
+    /// The stack could not be read.
+    Unreadable,
+    /// Fewer than `FINGERPRINT_TEXT_WORDS` call-path words after the lock functions.
+    Short,
+}
+
 const NO_ANCHOR: u32 = u32::MAX;
 
-/// A hash of the nearest `FINGERPRINT_TEXT_WORDS` kernel text addresses among the first
-/// `WORDS` words of the stack at `base`: the return addresses of the frames that led to
-/// the lock, so the same call path gives the same fingerprint. One bounded read onto the
-/// BPF stack (warm in cache, unlike a map value), no unwinding.
+/// What a stack word is to the fingerprint (`word_kind`): not kernel text (a stack or
+/// heap address, a saved value, a static's address).
+const WORD_OTHER: u32 = 0;
+/// A return address into a lock function (or the lock text around it).
+const WORD_LOCK_FUNCTION: u32 = 1;
+/// Any other kernel text: a return address on the call path (or a saved register holding
+/// a text address, constant for a call path).
+const WORD_CALL_PATH: u32 = 2;
+
+/// What the word at `words[index]` is, by `LOCK_TEXT`. Out of line, reading the word
+/// itself: the verifier then checks its range comparisons once per word and call,
+/// without carrying what they tell about the word into the caller's states (inline, the
+/// begin program's verification passed the million-instruction limit).
+#[inline(never)]
+fn word_kind(words: *const u64, index: usize) -> u32 {
+    if index >= MAX_FINGERPRINT_WORDS {
+        return WORD_OTHER;
+    }
+    // SAFETY: the caller passes its array of words and an index below its length (at
+    // most MAX_FINGERPRINT_WORDS, checked again above for the verifier).
+    let word = unsafe { core::ptr::read_volatile(words.add(index)) };
+    // SAFETY: reading load-time globals; volatile so the defaults are not folded in.
+    let (image_start, image_end) = unsafe {
+        (
+            core::ptr::read_volatile(&LOCK_TEXT.image_start),
+            core::ptr::read_volatile(&LOCK_TEXT.image_end),
+        )
+    };
+    if word >= image_start && word < image_end {
+        let mut range = 0;
+        while range < LOCK_TEXT_RANGES {
+            // SAFETY: as above; the index is below the array's length.
+            let [start, end] = unsafe { core::ptr::read_volatile(&LOCK_TEXT.internal[range]) };
+            if word >= start && word < end {
+                return WORD_LOCK_FUNCTION;
+            }
+            range += 1;
+        }
+        return WORD_CALL_PATH;
+    }
+    // SAFETY: as above.
+    let (modules_start, modules_end) = unsafe {
+        (
+            core::ptr::read_volatile(&LOCK_TEXT.modules_start),
+            core::ptr::read_volatile(&LOCK_TEXT.modules_end),
+        )
+    };
+    if word >= modules_start && word < modules_end {
+        WORD_CALL_PATH
+    } else {
+        WORD_OTHER
+    }
+}
+
+/// The largest `WORDS` of `stack_fingerprint`.
+const MAX_FINGERPRINT_WORDS: usize = 64;
+
+/// A hash of the nearest `FINGERPRINT_TEXT_WORDS` call-path words among the first
+/// `WORDS` words of the stack at `base`: the kernel text words after the last return
+/// address into a lock function (the tracepoint glue before the lock functions, and the
+/// lock functions themselves, are the same for every caller), so the same call path
+/// gives the same fingerprint and two call paths through one wrapper differ by the
+/// wrapper's caller. One bounded read onto the BPF stack (warm in cache, unlike a map
+/// value), no unwinding. Without a lock function's return address among the words, or
+/// with fewer call-path words after it, there is no fingerprint (`Short`).
 #[inline(always)]
-fn stack_fingerprint<const WORDS: usize>(
-    base: u64,
-    text: &KernelTextBounds,
-) -> Option<Fingerprint> {
-    let mut words = [0u64; WORDS];
-    // SAFETY: the byte view covers exactly the local array.
-    let bytes =
-        unsafe { core::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, WORDS * 8) };
-    // SAFETY: bpf_probe_read_kernel checks the source address; a bad one is an error.
-    unsafe { aya_ebpf::helpers::bpf_probe_read_kernel_buf(base as *const u8, bytes) }.ok()?;
+fn stack_fingerprint<const WORDS: usize>(base: u64) -> Result<Fingerprint, NoFingerprint> {
+    const { assert!(WORDS <= MAX_FINGERPRINT_WORDS) };
+    let Some(words) = LOCK_STACK_WORDS.get_ptr_mut(0) else {
+        return Err(NoFingerprint::Unreadable);
+    };
+    // SAFETY: the destination is this CPU's scratch slot, `MAX_FINGERPRINT_WORDS` words
+    // of which the first `size` bytes are written (only one lock program runs at a time
+    // on a CPU); the helper checks the source address, a bad one is an error.
+    let read = |size: usize| unsafe {
+        aya_ebpf::helpers::generated::bpf_probe_read_kernel(
+            words.cast(),
+            size as u32,
+            base as *const core::ffi::c_void,
+        )
+    };
+    let mut count = WORDS;
+    if read(WORDS * 8) != 0 {
+        // Near the top of a shallow stack, a read across its end fails as a whole: the
+        // nearer half may still hold the call path.
+        count = WORDS / 2;
+        if read(count * 8) != 0 {
+            return Err(NoFingerprint::Unreadable);
+        }
+    }
+    let words = words as *const u64;
+    const START: u64 = 0xcbf2_9ce4_8422_2325;
     let mut print = Fingerprint {
-        hash: 0xcbf2_9ce4_8422_2325,
+        hash: START,
         anchor: NO_ANCHOR,
         next_anchor: NO_ANCHOR,
         word: 0,
         next_word: 0,
     };
     let mut taken = 0;
+    let mut lock_seen = false;
     // An index loop: this shape is the one the 5.10 and 6.1 verifiers were run on.
-    #[allow(clippy::needless_range_loop)]
+    // Below both the image and the modules no word is text: most words of the stack are
+    // left out with this one comparison, before word_kind's call.
+    // SAFETY: reading load-time globals; volatile so the defaults are not folded in.
+    let lowest_text = unsafe {
+        let image = core::ptr::read_volatile(&LOCK_TEXT.image_start);
+        let modules = core::ptr::read_volatile(&LOCK_TEXT.modules_start);
+        if modules != 0 && modules < image {
+            modules
+        } else {
+            image
+        }
+    };
     for index in 0..WORDS {
-        let word = words[index];
-        // Only the nearest few: deeper words are older frames and stale slots, which
-        // change from call to call and would defeat the cache.
-        if text.contains(word) {
+        if index >= count {
+            break;
+        }
+        // SAFETY: reading the scratch words at an index below `count`, all written.
+        if unsafe { core::ptr::read_volatile(words.add(index)) } < lowest_text {
+            continue;
+        }
+        let kind = word_kind(words, index);
+        if kind == WORD_LOCK_FUNCTION {
+            // The call path starts after the last lock function: start over.
+            lock_seen = true;
+            taken = 0;
+            print.hash = START;
+        } else if kind == WORD_CALL_PATH && lock_seen {
+            // Only the nearest few: deeper words are older frames and stale slots,
+            // which change from call to call and would defeat the cache.
+            // SAFETY: reading the local array at an index below its length; volatile
+            // so that the word is loaded anew here (see word_kind).
+            let word = unsafe { core::ptr::read_volatile(words.add(index)) };
             print.hash = (print.hash ^ word).wrapping_mul(0x0100_0000_01b3);
             taken += 1;
-            if taken == 3 {
+            if taken == FINGERPRINT_TEXT_WORDS - 1 {
                 print.anchor = index as u32;
                 print.word = word;
-            } else if taken == 4 {
+            } else if taken == FINGERPRINT_TEXT_WORDS {
                 print.next_anchor = index as u32;
                 print.next_word = word;
-            }
-            if taken == FINGERPRINT_TEXT_WORDS {
                 break;
             }
         }
     }
-    Some(print)
+    if taken < FINGERPRINT_TEXT_WORDS {
+        return Err(NoFingerprint::Short);
+    }
+    Ok(print)
 }
 
 #[inline(always)]
@@ -714,6 +883,7 @@ fn open_spin_wait<C: LockContext>(
     wait.lock_class = lock_class;
     wait.owner_tgid = 0;
     wait.owner_kstack_id = -1;
+    wait.cached = u32::from(walked_ns.is_none());
 }
 
 #[inline(always)]
@@ -743,7 +913,7 @@ fn open_sleep_wait<C: LockContext>(ctx: &C, tid: u32, lock_addr: u64, flags: u32
         lock_class,
         owner_tgid: owner.tgid,
         owner_kstack_id: owner.kstack_id,
-        _pad: 0,
+        cached: u32::from(walked_ns.is_none()),
     };
     if LOCK_SLEEP_WAIT
         .insert(tid, wait, BPF_NOEXIST as u64)

@@ -8,9 +8,9 @@ use aya::{programs::KProbe, Ebpf, EbpfLoader};
 use profiler_common::{
     latency::LatencyStat,
     lock::{
-        names, ContendedHoldKey, LockKey, LockLayout, LockStat, LockWait,
+        names, ContendedHoldKey, LockKey, LockLayout, LockStat, LockText, LockWait,
         LOCK_LAST_ACQUIRER_ENTRIES, LOCK_SLEEP_DROPPED_ENTRIES, LOCK_SLEEP_WAIT_ENTRIES,
-        LOCK_STACK_CACHE_ENTRIES, OUTCOME_SHIFT,
+        LOCK_STACK_CACHE_ENTRIES, LOCK_TEXT_RANGES, OUTCOME_SHIFT,
     },
 };
 
@@ -68,11 +68,10 @@ struct LockFamily {
     method: LockMethod,
     layout: LockLayout,
     names: profiler_common::lockname::LockNameLayout,
+    /// Kernel text and the lock functions' text, for the stack caches' fingerprint.
+    text: LockText,
     /// `--type`, `--lock-filter`, `--caller` (probes/lockfilter.rs).
     filter: super::lockfilter::RecordFilter,
-    /// Kernel text, for the arm64 object's stack fingerprints; `None` on x86_64, whose
-    /// object has a fixed bound and no such global.
-    text: Option<profiler_common::lock::KernelText>,
 }
 
 /// Recorded when asked for, and by default: when no other family is asked for.
@@ -90,15 +89,24 @@ fn plan_family(args: &RecordArgs, ctx: &mut PlanContext) -> Result<Planned> {
     if let Some(note) = filter.describe() {
         eprintln!("{note}");
     }
+    let text = lock_text(ctx.symbols);
+    let mut exact = args.lock_stacks == LockStacks::Exact;
+    if !exact && text.image_end == 0 {
+        eprintln!(
+            "lockpath: kallsyms does not show the kernel's text: every lock contention's \
+             stack is walked (as with --lock-stacks exact)"
+        );
+        exact = true;
+    }
     Ok(Some(Box::new(LockFamily {
         method: args.lock_method,
         layout: LockLayout {
-            exact_stacks: u32::from(args.lock_stacks == LockStacks::Exact),
+            exact_stacks: u32::from(exact),
             ..layout()
         },
+        text,
         names: super::lockname::layout(),
         filter,
-        text: cfg!(target_arch = "aarch64").then(|| ctx.symbols.text_ranges()),
     })))
 }
 
@@ -106,9 +114,7 @@ impl Family for LockFamily {
     fn configure<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
         loader.override_global(names::LOCK_LAYOUT, &self.layout, true);
         loader.override_global(names::LOCK_FILTER, &self.filter.kernel, true);
-        if let Some(text) = &self.text {
-            loader.override_global(profiler_common::lock::KERNEL_TEXT_GLOBAL, text, true);
-        }
+        loader.override_global(names::LOCK_TEXT, &self.text, true);
         loader.override_global(
             profiler_common::lockname::names::LOCK_NAME_LAYOUT,
             &self.names,
@@ -396,6 +402,92 @@ fn slow_path_type(entry: &str) -> &'static str {
     }
 }
 
+/// Whether an image function is one of the lock functions a contention's stack passes
+/// through between its caller and the tracepoint (or the slow path's kprobe): any of the
+/// `.spinlock.text` section (`_raw_spin_lock`, `queued_spin_lock_slowpath`, ...), the
+/// locking functions of `.sched.text` (`mutex_lock`, `__mutex_lock`, `down_write`,
+/// `rwsem_down_write_slowpath`, rt-mutex, semaphore, ...), and the spin slow paths and
+/// debug lock functions wherever they are. `lock_text` and `sched_text` are the sections.
+fn is_lock_function(name: &str, addr: u64, lock_text: (u64, u64), sched_text: (u64, u64)) -> bool {
+    if addr >= lock_text.0 && addr < lock_text.1 {
+        return true;
+    }
+    let bare = name.strip_prefix("__pfx_").unwrap_or(name);
+    let bare = bare.trim_start_matches('_');
+    // (Not `_raw_*` outside the section: the scheduler's `_raw_spin_rq_lock_irqsave`
+    // copies are a caller's wrapper, like `raw_spin_rq_lock_nested`.)
+    const ANYWHERE: &[&str] = &[
+        "do_raw_",
+        "queued_spin_lock_slowpath",
+        "queued_read_lock_slowpath",
+        "queued_write_lock_slowpath",
+        "native_queued_spin_lock_slowpath",
+        "pv_queued_spin_lock_slowpath",
+    ];
+    if ANYWHERE.iter().any(|prefix| bare.starts_with(prefix)) {
+        return true;
+    }
+    const SCHED_TEXT: &[&str] = &[
+        "mutex_",
+        "ww_mutex_",
+        "down",
+        "up",
+        "rwsem_",
+        "percpu_down",
+        "percpu_rwsem",
+        "rt_mutex",
+        "try_to_take_rt_mutex",
+        "task_blocks_on_rt_mutex",
+        "remove_waiter",
+        "mark_wakeup_next_waiter",
+        "rwbase_",
+        "ldsem_",
+    ];
+    addr >= sched_text.0
+        && addr < sched_text.1
+        && SCHED_TEXT.iter().any(|prefix| bare.starts_with(prefix))
+}
+
+/// Kernel text and the lock functions' ranges for `LOCK_TEXT`, from kallsyms; all zero
+/// when kallsyms does not show the image's text. With more lock-function ranges than
+/// `LOCK_TEXT_RANGES`, the largest are kept (a lock function left out counts as a call
+/// path's frame: its fingerprints then reach one frame less deep).
+pub fn lock_text(symbols: &KernelSymbols) -> LockText {
+    let Some((image_start, image_end)) = symbols.image_text() else {
+        return LockText::default();
+    };
+    let section = |start: &str, end: &str| -> (u64, u64) {
+        match (
+            symbols.find_function(start, None),
+            symbols.find_function(end, None),
+        ) {
+            (Some(start), Some(end)) if end.addr > start.addr => (start.addr, end.addr),
+            _ => (0, 0),
+        }
+    };
+    let lock_text = section("__lock_text_start", "__lock_text_end");
+    let sched_text = section("__sched_text_start", "__sched_text_end");
+    let mut runs = symbols
+        .function_runs(|symbol| is_lock_function(&symbol.name, symbol.addr, lock_text, sched_text));
+    if runs.len() > LOCK_TEXT_RANGES {
+        runs.sort_by_key(|(start, end)| std::cmp::Reverse(end - start));
+        runs.truncate(LOCK_TEXT_RANGES);
+        log::warn!("more lock-function ranges than {LOCK_TEXT_RANGES}: the largest are kept");
+    }
+    let mut internal = [[0u64; 2]; LOCK_TEXT_RANGES];
+    for (slot, (start, end)) in internal.iter_mut().zip(runs) {
+        *slot = [start, end];
+    }
+    let (modules_start, modules_end) = symbols.modules_text().unwrap_or((0, 0));
+    LockText {
+        image_start,
+        image_end,
+        modules_start,
+        modules_end,
+        internal,
+    }
+}
+
 /// Struct offsets from the kernel's BTF that let the lock programs name `mmap_lock` and
 /// read the owner of a contended mutex or rwsem. Without BTF both are off (`enabled` 0)
 /// and lock contention is recorded as before.
@@ -533,4 +625,86 @@ pub fn drain_contended_holds(
     }
     rows.sort_by_key(|row| std::cmp::Reverse(row.latency.total_ns));
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Part of a 6.18 x86_64 kallsyms: the lock functions of `.sched.text` between the
+    /// scheduler's and the timers', and the `.spinlock.text` section.
+    const SAMPLE: &str = "\
+ffffffff81000000 T _stext
+ffffffff813ea4b0 T __traceiter_contention_begin
+ffffffff8170e6c0 T fdget_pos
+ffffffff816dc920 T ksys_read
+ffffffff82247b40 T __sched_text_start
+ffffffff82247be0 T __schedule
+ffffffff82248b50 T schedule
+ffffffff82249cd0 T wait_for_completion
+ffffffff82249f60 t __pfx___mutex_unlock_slowpath.isra.0
+ffffffff82249f70 t __mutex_unlock_slowpath.isra.0
+ffffffff8224b210 t __mutex_lock.constprop.0
+ffffffff8224bd40 t __mutex_lock_slowpath
+ffffffff8224bd60 T mutex_lock
+ffffffff8224cd30 t rwsem_down_write_slowpath
+ffffffff8224d450 T down_write
+ffffffff8224fb70 T __pfx_do_nanosleep
+ffffffff8224fb80 T do_nanosleep
+ffffffff822502f0 T ldsem_down_read
+ffffffff82250862 T __sched_text_end
+ffffffff82250870 T __lock_text_start
+ffffffff82250f90 T _raw_spin_lock
+ffffffff82251230 T native_queued_spin_lock_slowpath
+ffffffff822522f1 T __lock_text_end
+ffffffff82252300 T __cpuidle_text_start
+ffffffff82259b00 T _etext
+ffffffffc0201000 t ext4_file_read_iter\t[ext4]
+ffffffffc0208000 t bpf_prog_1234_lock_contention\t[bpf]
+";
+
+    #[test]
+    fn lock_functions_are_internal_and_their_callers_are_not() {
+        let symbols = KernelSymbols::parse(SAMPLE);
+        let text = lock_text(&symbols);
+        assert_eq!(
+            (text.image_start, text.image_end),
+            (0xffffffff81000000, 0xffffffff82259b00)
+        );
+        assert_eq!(
+            (text.modules_start, text.modules_end),
+            (0xffffffffc0201000, 0xffffffffc0202000)
+        );
+        let internal = |addr: u64| {
+            text.internal
+                .iter()
+                .any(|[start, end]| addr >= *start && addr < *end)
+        };
+        for addr in [
+            0xffffffff8224b210 + 0x200, // __mutex_lock
+            0xffffffff8224bd60 + 0x10,  // mutex_lock
+            0xffffffff8224d450 + 0x20,  // down_write
+            0xffffffff822502f0 + 0x30,  // ldsem_down_read
+            0xffffffff82250f90 + 0x10,  // _raw_spin_lock
+            0xffffffff82251230 + 0x100, // native_queued_spin_lock_slowpath
+        ] {
+            assert!(internal(addr), "{addr:x} is a lock function's");
+        }
+        for addr in [
+            0xffffffff8170e6c0 + 0x40, // fdget_pos
+            0xffffffff816dc920 + 0x40, // ksys_read
+            0xffffffff82247be0 + 0x40, // __schedule
+            0xffffffff82249cd0 + 0x40, // wait_for_completion
+            0xffffffff8224fb80 + 0x40, // do_nanosleep
+            0xffffffff82252300 + 0x40, // past the lock text
+        ] {
+            assert!(!internal(addr), "{addr:x} is a caller's");
+        }
+    }
+
+    #[test]
+    fn no_kernel_text_no_fingerprint() {
+        let symbols = KernelSymbols::parse("ffffffff81001000 T do_pipe2\n");
+        assert_eq!(lock_text(&symbols), LockText::default());
+    }
 }

@@ -98,28 +98,6 @@ impl KernelSymbols {
         Ok(symbols)
     }
 
-    /// Where kernel text lies: the image's text and the span of the modules (their
-    /// memory from `/proc/modules`, else up to a page past their last function); zero
-    /// where kallsyms does not say. The arm64 lock programs tell return addresses from
-    /// other stack words by it.
-    pub fn text_ranges(&self) -> profiler_common::lock::KernelText {
-        let modules = self.text.iter().filter(|symbol| symbol.module.is_some());
-        let last_function = modules.map(|symbol| symbol.addr + 4096).max().unwrap_or(0);
-        let modules_end = self
-            .module_ends
-            .values()
-            .copied()
-            .max()
-            .unwrap_or(0)
-            .max(last_function);
-        profiler_common::lock::KernelText {
-            start: self.image_start,
-            end: self.text_end,
-            modules_start: self.modules_start,
-            modules_end,
-        }
-    }
-
     /// True when the kernel image (not a module) has a function of this name.
     pub fn has_function(&self, name: &str) -> bool {
         self.text
@@ -214,6 +192,57 @@ impl KernelSymbols {
             symbol.name == name
                 && module.is_none_or(|module| symbol.module.as_deref() == Some(module))
         })
+    }
+
+    /// The kernel image's text, `_stext` (or `_text`) to `_etext`, when kallsyms says.
+    pub fn image_text(&self) -> Option<(u64, u64)> {
+        (self.image_start != 0 && self.text_end > self.image_start)
+            .then_some((self.image_start, self.text_end))
+    }
+
+    /// The span of the modules' functions: from the lowest to the end of the module
+    /// holding the highest (`/proc/modules`; one page past that function when unknown).
+    /// BPF programs and trampolines, listed as the module `bpf`, are left out. Data of
+    /// modules lying between their text is inside the span.
+    pub fn modules_text(&self) -> Option<(u64, u64)> {
+        let mut functions = self.text.iter().filter(|symbol| {
+            symbol
+                .module
+                .as_deref()
+                .is_some_and(|module| module != "bpf")
+        });
+        let first = functions.next()?;
+        let last = functions.next_back().unwrap_or(first);
+        let end = last
+            .module
+            .as_ref()
+            .and_then(|module| self.module_ends.get(module))
+            .copied()
+            .filter(|end| *end > last.addr)
+            .unwrap_or(last.addr + 4096);
+        Some((first.addr, end))
+    }
+
+    /// The `[start, end)` ranges of consecutive image functions that `wanted` selects:
+    /// a range ends at the next function it does not select.
+    pub fn function_runs(&self, wanted: impl Fn(&Symbol) -> bool) -> Vec<(u64, u64)> {
+        let mut runs = Vec::new();
+        let mut open: Option<u64> = None;
+        for symbol in self.text.iter().filter(|symbol| symbol.module.is_none()) {
+            match (open, wanted(symbol)) {
+                (None, true) => open = Some(symbol.addr),
+                // A symbol not selected at the run's own address is an alias of its start.
+                (Some(start), false) if symbol.addr > start => {
+                    runs.push((start, symbol.addr));
+                    open = None;
+                }
+                _ => {}
+            }
+        }
+        if let Some(start) = open {
+            runs.push((start, self.text_end.max(start)));
+        }
+        runs
     }
 
     /// The data symbol `name` of the kernel image (a static lock, for `--hold`).
@@ -382,24 +411,27 @@ ffffffffc0a01000 t after_reply\t[ptlrpc]
 ffffffffc0a02000 d ptlrpc_lock\t[ptlrpc]
 ";
 
-    /// The arm64 lock programs' text ranges: the image's text, and the modules' memory
-    /// (from /proc/modules when known, else a page past their last function).
+    /// The lock programs' text ranges: the image's text, and the modules' span (to the
+    /// end of the last one's memory from /proc/modules when known, else a page past its
+    /// last function).
     #[test]
     fn text_ranges_cover_image_text_and_modules() {
         let mut symbols = KernelSymbols::parse(SAMPLE);
-        let text = symbols.text_ranges();
         assert_eq!(
-            (text.start, text.end),
-            (0xffffffff81000000, 0xffffffff81002000)
+            symbols.image_text(),
+            Some((0xffffffff81000000, 0xffffffff81002000))
         );
         assert_eq!(
-            (text.modules_start, text.modules_end),
-            (0xffffffffc0a01000, 0xffffffffc0a02000)
+            symbols.modules_text(),
+            Some((0xffffffffc0a01000, 0xffffffffc0a02000))
         );
         symbols.set_modules("ptlrpc 40960 0 - Live 0xffffffffc0a00000\n");
-        assert_eq!(symbols.text_ranges().modules_end, 0xffffffffc0a0a000);
-        let empty = KernelSymbols::parse("").text_ranges();
-        assert_eq!((empty.end, empty.modules_end), (0, 0));
+        assert_eq!(
+            symbols.modules_text(),
+            Some((0xffffffffc0a01000, 0xffffffffc0a0a000))
+        );
+        let empty = KernelSymbols::parse("");
+        assert_eq!((empty.image_text(), empty.modules_text()), (None, None));
     }
 
     #[test]
