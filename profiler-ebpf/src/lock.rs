@@ -774,9 +774,10 @@ const MAX_FINGERPRINT_WORDS: usize = 64;
 /// address into a lock function (the tracepoint glue before the lock functions, and the
 /// lock functions themselves, are the same for every caller), so the same call path
 /// gives the same fingerprint and two call paths through one wrapper differ by the
-/// wrapper's caller. One bounded read onto the BPF stack (warm in cache, unlike a map
-/// value), no unwinding. Without a lock function's return address among the words, or
-/// with fewer call-path words after it, there is no fingerprint (`Short`).
+/// wrapper's caller. One bounded read into a per-CPU scratch slot (the BPF stack is too
+/// small for 48 words), no unwinding. Without a lock function's return address among
+/// the words, or with fewer call-path words after it, there is no fingerprint
+/// (`Short`).
 #[inline(always)]
 fn stack_fingerprint<const WORDS: usize>(base: u64) -> Result<Fingerprint, NoFingerprint> {
     const { assert!(WORDS <= MAX_FINGERPRINT_WORDS) };
@@ -813,7 +814,6 @@ fn stack_fingerprint<const WORDS: usize>(base: u64) -> Result<Fingerprint, NoFin
     };
     let mut taken = 0;
     let mut lock_seen = false;
-    // An index loop: this shape is the one the 5.10 and 6.1 verifiers were run on.
     // Below both the image and the modules no word is text: most words of the stack are
     // left out with this one comparison, before word_kind's call.
     // SAFETY: reading load-time globals; volatile so the defaults are not folded in.
@@ -826,6 +826,7 @@ fn stack_fingerprint<const WORDS: usize>(base: u64) -> Result<Fingerprint, NoFin
             image
         }
     };
+    // An index loop: this shape is the one the 5.10 and 6.1 verifiers were run on.
     for index in 0..WORDS {
         if index >= count {
             break;
@@ -843,8 +844,8 @@ fn stack_fingerprint<const WORDS: usize>(base: u64) -> Result<Fingerprint, NoFin
         } else if kind == WORD_CALL_PATH && lock_seen {
             // Only the nearest few: deeper words are older frames and stale slots,
             // which change from call to call and would defeat the cache.
-            // SAFETY: reading the local array at an index below its length; volatile
-            // so that the word is loaded anew here (see word_kind).
+            // SAFETY: reading the scratch words at an index below `count`, all written;
+            // volatile so that the word is loaded anew here (see word_kind).
             let word = unsafe { core::ptr::read_volatile(words.add(index)) };
             print.hash = (print.hash ^ word).wrapping_mul(0x0100_0000_01b3);
             taken += 1;
