@@ -92,6 +92,7 @@ pub fn set_process_name(name: &str) {
 
 pub mod block;
 pub mod fuse;
+pub mod lock_paths;
 
 /// A workload's `--name value` arguments (and bare `--flag`s), checked against the
 /// names it knows: an unknown one, or a value that does not parse, ends it with a panic.

@@ -147,6 +147,14 @@ enum Cli {
     },
     /// The hung client's waits that began before the recording.
     Stuck { profile: String, ready: String },
+    /// lock-paths recorded with exact walks and with the stack caches at once: the same
+    /// split of its waits between `read` and `readv`.
+    Paths {
+        exact: String,
+        cached: String,
+        #[arg(long)]
+        pid: u64,
+    },
 }
 
 #[derive(Args)]
@@ -267,6 +275,38 @@ fn main() {
             cgroup,
         } => check_cgroup(&profile, &report, &cgroup),
         Cli::Stuck { profile, ready } => check_stuck(&profile, &ready),
+        Cli::Paths { exact, cached, pid } => check_paths(&exact, &cached, pid),
+    }
+}
+
+/// Two call paths through one wrapper (lock-paths): `readv`'s share of the waits and of
+/// the wait time, with the caches, within 2 points of exact walks' (as the root test
+/// `two_paths_through_one_wrapper_keep_their_waits` asks on the host).
+fn check_paths(exact_path: &str, cached_path: &str, pid: u64) {
+    use lockpath_tests::lock_paths::{readv_share, waits_by_call};
+    let (exact, cached) = (read_json(exact_path), read_json(cached_path));
+    let (by_exact, by_cached) = (waits_by_call(&exact, pid), waits_by_call(&cached, pid));
+    println!(
+        "exact walks: {by_exact:?}\ncaches: {by_cached:?} ({} fingerprints too short)",
+        cached["losses"]["lock_stack_fingerprint_short"]
+    );
+    let waits: u64 = ["read", "readv"]
+        .iter()
+        .map(|call| by_exact.get(call).map_or(0, |(count, _)| *count))
+        .sum();
+    if waits < 500 {
+        fail(format!("{waits} waits of the two paths: too few to tell"));
+    }
+    for wait in [false, true] {
+        let what = if wait { "wait time" } else { "waits" };
+        let (theirs, ours) = (readv_share(&by_exact, wait), readv_share(&by_cached, wait));
+        println!("readv's share of the {what}: {theirs:.1}% exact, {ours:.1}% cached");
+        if (ours - theirs).abs() > 2.0 {
+            fail(format!(
+                "readv's share of the {what}: {theirs:.1}% with exact walks, {ours:.1}% \
+                 with the caches"
+            ));
+        }
     }
 }
 

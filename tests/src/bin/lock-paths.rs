@@ -5,9 +5,9 @@
 //! and for `readv` (the threads share the descriptor table, so every call takes it) and
 //! holds for the whole copy from the page cache. The threads alternate phases in step,
 //! by the clock: in a `read` phase each call reads `--short` bytes (4 KiB), in a
-//! `readv` phase `--long` bytes (1 MiB); `--long-percent` of each `--phase-us` period
-//! (half of 2 ms) is a `readv` phase. A `readv` holds the lock tens of times as long as
-//! a `read`, so its phases have far fewer calls and contentions than the `read` phases
+//! `readv` phase `--long` bytes (1 MiB by default); `--long-percent` of each
+//! `--phase-us` period (half of 2 ms) is a `readv` phase. A `readv` holds the lock many
+//! times as long as a `read` (about ten times for 96 KiB, a hundred for 1 MiB), so its phases have far fewer calls and contentions than the `read` phases
 //! of the same length, and much longer waits.
 //!
 //! `lock-paths [--seconds S] [--threads N] [--short B] [--long B] [--phase-us U]

@@ -52,6 +52,7 @@ const WITH_LOCK_TRACEPOINTS: &[&str] = &[
     "stuck-before-start",
     "lock-spin-vm",
     "lock-names-kallsyms",
+    "lock-paths",
 ];
 
 pub(super) const KERNELS: &[LabKernel] = &[
@@ -97,6 +98,7 @@ pub(super) const KERNELS: &[LabKernel] = &[
             "lock-cgroup",
             "stuck-before-start",
             "lock-names-kallsyms",
+            "lock-paths",
         ],
         excused: &[],
     },

@@ -1,0 +1,81 @@
+//! Reading lock-paths' recordings: the waits of its shared file's `f_pos_lock` per call
+//! path (`read`, `readv`, `lseek`), for the root test and the lab check that compare the
+//! stack caches with exact walks.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+/// `LCB_F_MUTEX`: the lock-type bit of a mutex in a lock row's flags.
+const LCB_F_MUTEX: u64 = 0x20;
+/// The outcome bits of a lock row's flags (0: the lock was acquired).
+const OUTCOME_MASK: u64 = !0xffff;
+
+/// The lock-paths call a stack (frame names, leaf first) belongs to: a stack through
+/// `fdget_pos` (`__fdget_pos` on older kernels) and the system call.
+pub fn call_of(frames: &[String]) -> Option<&'static str> {
+    if !frames.iter().any(|name| name.contains("fdget_pos")) {
+        return None;
+    }
+    frames.iter().find_map(|name| match name.as_str() {
+        "ksys_read" | "__x64_sys_read" | "__arm64_sys_read" => Some("read"),
+        "do_readv" | "__x64_sys_readv" | "__arm64_sys_readv" => Some("readv"),
+        "ksys_lseek" | "__x64_sys_lseek" | "__arm64_sys_lseek" => Some("lseek"),
+        _ => None,
+    })
+}
+
+/// Frame names of a profile's stack `id`, leaf first.
+pub fn stack_names(profile: &Value, id: u64) -> Vec<String> {
+    let frames = &profile["frames"];
+    profile["stacks"][id as usize]["frames"]
+        .as_array()
+        .map(|ids| {
+            ids.iter()
+                .filter_map(Value::as_u64)
+                .filter_map(|frame| frames[frame as usize]["name"].as_str())
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Per call of lock-paths: (acquired mutex waits, their total ns), from the lock rows
+/// of process `pid`.
+pub fn waits_by_call(profile: &Value, pid: u64) -> BTreeMap<&'static str, (u64, u64)> {
+    let mut by_call = BTreeMap::new();
+    let rows = profile["locks"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    for row in rows
+        .iter()
+        .filter(|row| row["pid"].as_u64() == Some(pid))
+        .filter(|row| {
+            let flags = row["flags"].as_u64().unwrap_or(0);
+            flags & LCB_F_MUTEX != 0 && flags & OUTCOME_MASK == 0
+        })
+    {
+        let Some(call) = row["stack"]
+            .as_u64()
+            .and_then(|id| call_of(&stack_names(profile, id)))
+        else {
+            continue;
+        };
+        let entry: &mut (u64, u64) = by_call.entry(call).or_default();
+        entry.0 += row["count"].as_u64().unwrap_or(0);
+        entry.1 += row["total_ns"].as_u64().unwrap_or(0);
+    }
+    by_call
+}
+
+/// `readv`'s share, in percent, of the `read` and `readv` waits (`wait`: of their wait
+/// time, else of their count).
+pub fn readv_share(split: &BTreeMap<&str, (u64, u64)>, wait: bool) -> f64 {
+    let of = |call: &str| {
+        split
+            .get(call)
+            .map_or(0, |(count, ns)| if wait { *ns } else { *count }) as f64
+    };
+    100.0 * of("readv") / (of("read") + of("readv")).max(1.0)
+}

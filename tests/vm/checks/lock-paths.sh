@@ -1,0 +1,26 @@
+# Two call paths through one wrapper (lock-paths: frequent short `read`s and rare long
+# `readv`s of one file, both through fdget_pos's f_pos_lock), recorded with the stack
+# caches and with exact walks at once: the caches split the waits between the paths as
+# the walks do, by count and by wait time.
+. /checks/lib
+# No `need`: the lock method is the default one (the tracepoints, else kprobes).
+dir=/tmp/paths
+mkdir -p $dir
+sh -c "i=0; while [ ! -e $dir/go ] && [ \$i -lt 600 ]; do sleep 0.05; i=\$((i+1)); done; \
+    exec lock-paths --seconds 4 --threads 4 --short 4096 --long 98304 --long-percent 20 \
+    --results $dir/results" > /dev/null &
+storm=$!
+for how in exact cached; do
+    lockpath record --lock --lock-stacks $how -p $storm -o $dir/$how.json 2> $dir/$how.err &
+done
+i=0
+until grep -q ' recording ' $dir/exact.err && grep -q ' recording ' $dir/cached.err; do
+    i=$((i + 1))
+    [ $i -lt 600 ] || { cat $dir/*.err; fail "lockpath did not start recording"; }
+    sleep 0.1
+done
+touch $dir/go
+wait
+cat $dir/exact.err $dir/cached.err $dir/results
+[ -s $dir/exact.json ] && [ -s $dir/cached.json ] || fail "a recording wrote no profile"
+exec lab-check paths $dir/exact.json $dir/cached.json --pid $storm
