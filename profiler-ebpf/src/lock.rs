@@ -41,7 +41,8 @@ use profiler_common::{
     lock::{
         ContendedHoldKey, EXACT_WAIT_NS, FINGERPRINT_TEXT_WORDS, LCB_F_MUTEX, LCB_F_PERCPU,
         LCB_F_READ, LCB_F_RT, LCB_F_SPIN, LCB_F_WRITE, LOCK_CLASS_MMAP_LOCK, LOCK_CLASS_UNKNOWN,
-        LOCK_FILTER_MAX_ADDRS, LOCK_LAST_ACQUIRER_ENTRIES, LOCK_OUTCOME_ACQUIRED,
+        LOCK_FILTER_MAX_ADDRS, LOCK_LAST_ACQUIRER_ENTRIES, LOCK_OUTCOME_ACQUIRED, LOCK_PENDING_ROWS, LockPending,
+        PendingHold, PendingWait,
         LOCK_SITE_CACHE_ENTRIES, LOCK_STACK_CACHE_ENTRIES, LOCK_TEXT_RANGES, LockAcquirer,
         LockFilter, LockKey, LockLayout, LockStat, LockText, LockWait, SLEEP_FINGERPRINT_WORDS,
         SPIN_FINGERPRINT_WORDS, STACK_REFRESH_NS, SiteCacheEntry, StackCacheEntry, StackCacheKey,
@@ -60,8 +61,8 @@ use crate::{
     latency::add_latency,
     offcpu::OFFCPU_START,
     shared::{
-        Aggregate, STACK_FLAGS_KERNEL, STACKS, TASKS, add_count_total_max, add_to_row, count_loss,
-        now_ns, stack_id_or_loss, stats_map,
+        Aggregate, STACK_FLAGS_KERNEL, STACKS, TASKS, add_count_total_max, add_to_row,
+        add_to_row_then, count_loss, now_ns, remember_task, stack_id_or_loss, stats_map,
     },
     target::is_target,
 };
@@ -89,10 +90,10 @@ static LOCK_STACK_CACHE: PerCpuArray<StackCacheEntry> =
 static LOCK_SITE_CACHE: PerCpuArray<SiteCacheEntry> =
     PerCpuArray::with_max_entries(LOCK_SITE_CACHE_ENTRIES, 0);
 
-/// The words of the stack a fingerprint reads, per CPU (too many for the BPF stack).
+/// The words of the stack a fingerprint reads, and the masks of what they are, per CPU
+/// (too many for the BPF stack; see `FingerprintScratch`).
 #[map]
-static LOCK_STACK_WORDS: PerCpuArray<[u64; MAX_FINGERPRINT_WORDS]> =
-    PerCpuArray::with_max_entries(1, 0);
+static LOCK_STACK_WORDS: PerCpuArray<FingerprintScratch> = PerCpuArray::with_max_entries(1, 0);
 
 /// The last contended acquisition of each lock (holds under contention).
 #[map]
@@ -111,6 +112,10 @@ pub static LOCK_HOLDS: HashMap<ContendedHoldKey, LatencyStat> = stats_map();
 #[map]
 static LOCK_SLEEP_DROPPED: Array<u32> =
     Array::with_max_entries(profiler_common::lock::LOCK_SLEEP_DROPPED_ENTRIES, 0);
+
+/// Rows the end programs left for the next begin on the CPU (see `LockPending`).
+#[map]
+static LOCK_PENDING: PerCpuArray<LockPending> = PerCpuArray::with_max_entries(1, 0);
 
 /// Notes that `tid`'s wait was dropped.
 #[inline(always)]
@@ -283,6 +288,7 @@ pub fn on_contention_begin(ctx: RawTracePointContext) {
             count_loss(LOCK_STALE_WAIT);
         }
         open_spin_wait(ctx, slot, lock_addr, flags, start_ns);
+        flush_pending();
         return;
     }
     let tid = bpf_get_current_pid_tgid() as u32;
@@ -303,6 +309,7 @@ pub fn on_contention_begin(ctx: RawTracePointContext) {
         let _ = LOCK_SLEEP_WAIT.remove(tid);
     }
     open_sleep_wait(ctx, tid, lock_addr, flags, start_ns);
+    flush_pending();
 }
 
 pub fn on_contention_end(ctx: &RawTracePointContext) {
@@ -461,6 +468,7 @@ pub fn on_spin_slowpath_entry(ctx: &ProbeContext) {
     }
     *depth = 1;
     open_spin_wait(ctx, slot, lock_addr, LCB_F_SPIN, start_ns);
+    flush_pending();
 }
 
 /// Return of the spin slow path: the lock is held.
@@ -515,6 +523,7 @@ pub fn on_sleep_slowpath_entry(ctx: &ProbeContext, flags: u32) {
         let _ = LOCK_SLEEP_WAIT.remove(tid);
     }
     open_sleep_wait(ctx, tid, lock_addr, flags, start_ns);
+    flush_pending();
 }
 
 /// Return of a sleeping lock's slow path (the lock is held, or the wait was interrupted).
@@ -766,30 +775,68 @@ fn word_kind(words: *const u64, index: usize) -> u32 {
     }
 }
 
-/// The largest `WORDS` of `stack_fingerprint`.
+/// The largest `WORDS` of `stack_fingerprint`: one bit of a `u64` mask per word.
 const MAX_FINGERPRINT_WORDS: usize = 64;
 
+/// `stack_fingerprint`'s working memory. The masks live in map memory, not in registers:
+/// a value loaded from a map is unknown to the verifier, so the states of the loop over
+/// the words do not differ by which words were text so far, and they prune (with the
+/// masks in registers, 6.1's verifier passed its million-instruction limit).
+#[repr(C)]
+pub struct FingerprintScratch {
+    words: [u64; MAX_FINGERPRINT_WORDS],
+    /// Bit `i`: word `i` is a return address into a lock function.
+    lock_mask: u64,
+    /// Bit `i`: word `i` is other kernel text (a call path's return address).
+    text_mask: u64,
+}
+
+/// A de Bruijn sequence of order 6: the top six bits of it times a power of two are
+/// different for each of the 64 powers.
+const DE_BRUIJN_64: u64 = 0x03f7_9d71_b4cb_0a89;
+
+/// The exponent of each power of two, by the top six bits of its product with
+/// `DE_BRUIJN_64`.
+static LOWEST_BIT_OF: [u8; 64] = {
+    let mut table = [0u8; 64];
+    let mut bit = 0;
+    while bit < 64 {
+        table[((1u64 << bit).wrapping_mul(DE_BRUIJN_64) >> 58) as usize] = bit as u8;
+        bit += 1;
+    }
+    table
+};
+
+/// The index of the lowest set bit of `mask` (not 0): a multiplication and a table
+/// lookup, no branch (a branch per bit halving, as in a binary search, would multiply
+/// the verifier's paths by 32 per call).
+#[inline(always)]
+fn lowest_bit(mask: u64) -> u32 {
+    let slot = ((mask & mask.wrapping_neg()).wrapping_mul(DE_BRUIJN_64) >> 58) as usize;
+    LOWEST_BIT_OF.get(slot).copied().unwrap_or(0) as u32
+}
+
 /// A hash of the nearest `FINGERPRINT_TEXT_WORDS` call-path words among the first
-/// `WORDS` words of the stack at `base`: the kernel text words after the last return
+/// `WORDS` words of the stack at `base`: the kernel text words after the first return
 /// address into a lock function (the tracepoint glue before the lock functions, and the
-/// lock functions themselves, are the same for every caller), so the same call path
-/// gives the same fingerprint and two call paths through one wrapper differ by the
-/// wrapper's caller. One bounded read into a per-CPU scratch slot (the BPF stack is too
-/// small for 48 words), no unwinding. Without a lock function's return address among
-/// the words, or with fewer call-path words after it, there is no fingerprint
-/// (`Short`).
+/// lock functions themselves, are the same for every caller; lock-function words among
+/// the call path's are skipped), so the same call path gives the same fingerprint and
+/// two call paths through one wrapper differ by the wrapper's caller. One bounded read
+/// into a per-CPU scratch slot (the BPF stack is too small for 48 words), no unwinding.
+/// Without a lock function's return address among the words, or with fewer call-path
+/// words after it, there is no fingerprint (`Short`).
 #[inline(always)]
 fn stack_fingerprint<const WORDS: usize>(base: u64) -> Result<Fingerprint, NoFingerprint> {
-    const { assert!(WORDS <= MAX_FINGERPRINT_WORDS) };
-    let Some(words) = LOCK_STACK_WORDS.get_ptr_mut(0) else {
+    const { assert!(WORDS <= MAX_FINGERPRINT_WORDS && FINGERPRINT_TEXT_WORDS == 3) };
+    let Some(scratch) = LOCK_STACK_WORDS.get_ptr_mut(0) else {
         return Err(NoFingerprint::Unreadable);
     };
-    // SAFETY: the destination is this CPU's scratch slot, `MAX_FINGERPRINT_WORDS` words
-    // of which the first `size` bytes are written (only one lock program runs at a time
-    // on a CPU); the helper checks the source address, a bad one is an error.
+    // SAFETY: the destination is this CPU's scratch slot, whose first `size` bytes (at
+    // most its words) are written (only one lock program runs at a time on a CPU); the
+    // helper checks the source address, a bad one is an error.
     let read = |size: usize| unsafe {
         aya_ebpf::helpers::generated::bpf_probe_read_kernel(
-            words.cast(),
+            scratch.cast(),
             size as u32,
             base as *const core::ffi::c_void,
         )
@@ -803,17 +850,11 @@ fn stack_fingerprint<const WORDS: usize>(base: u64) -> Result<Fingerprint, NoFin
             return Err(NoFingerprint::Unreadable);
         }
     }
-    let words = words as *const u64;
-    const START: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut print = Fingerprint {
-        hash: START,
-        anchor: NO_ANCHOR,
-        next_anchor: NO_ANCHOR,
-        word: 0,
-        next_word: 0,
-    };
-    let mut taken = 0;
-    let mut lock_seen = false;
+    // SAFETY: this CPU's scratch slot, as above.
+    let scratch = unsafe { &mut *scratch };
+    let words = scratch.words.as_ptr();
+    scratch.lock_mask = 0;
+    scratch.text_mask = 0;
     // Below both the image and the modules no word is text: most words of the stack are
     // left out with this one comparison, before word_kind's call.
     // SAFETY: reading load-time globals; volatile so the defaults are not folded in.
@@ -826,7 +867,6 @@ fn stack_fingerprint<const WORDS: usize>(base: u64) -> Result<Fingerprint, NoFin
             image
         }
     };
-    // An index loop: this shape is the one the 5.10 and 6.1 verifiers were run on.
     for index in 0..WORDS {
         if index >= count {
             break;
@@ -836,33 +876,59 @@ fn stack_fingerprint<const WORDS: usize>(base: u64) -> Result<Fingerprint, NoFin
             continue;
         }
         let kind = word_kind(words, index);
-        if kind == WORD_LOCK_FUNCTION {
-            // The call path starts after the last lock function: start over.
-            lock_seen = true;
-            taken = 0;
-            print.hash = START;
-        } else if kind == WORD_CALL_PATH && lock_seen {
-            // Only the nearest few: deeper words are older frames and stale slots,
-            // which change from call to call and would defeat the cache.
-            // SAFETY: reading the scratch words at an index below `count`, all written;
-            // volatile so that the word is loaded anew here (see word_kind).
-            let word = unsafe { core::ptr::read_volatile(words.add(index)) };
-            print.hash = (print.hash ^ word).wrapping_mul(0x0100_0000_01b3);
-            taken += 1;
-            if taken == FINGERPRINT_TEXT_WORDS - 1 {
-                print.anchor = index as u32;
-                print.word = word;
-            } else if taken == FINGERPRINT_TEXT_WORDS {
-                print.next_anchor = index as u32;
-                print.next_word = word;
-                break;
+        let bit = 1u64 << index;
+        // SAFETY: the scratch slot's masks; volatile so that they stay in map memory.
+        unsafe {
+            if kind == WORD_LOCK_FUNCTION {
+                let mask = core::ptr::read_volatile(&scratch.lock_mask);
+                core::ptr::write_volatile(&mut scratch.lock_mask, mask | bit);
+            } else if kind == WORD_CALL_PATH {
+                let mask = core::ptr::read_volatile(&scratch.text_mask);
+                core::ptr::write_volatile(&mut scratch.text_mask, mask | bit);
             }
         }
     }
-    if taken < FINGERPRINT_TEXT_WORDS {
+    // SAFETY: as above.
+    let (lock_mask, text_mask) = unsafe {
+        (
+            core::ptr::read_volatile(&scratch.lock_mask),
+            core::ptr::read_volatile(&scratch.text_mask),
+        )
+    };
+    if lock_mask == 0 {
         return Err(NoFingerprint::Short);
     }
-    Ok(print)
+    // The call path: the text words above the first lock function's.
+    let first_lock = lowest_bit(lock_mask);
+    let mut call = text_mask & !2u64.wrapping_shl(first_lock).wrapping_sub(1);
+    let mut at = [0u32; 3];
+    for slot in at.iter_mut() {
+        if call == 0 {
+            return Err(NoFingerprint::Short);
+        }
+        *slot = lowest_bit(call);
+        call &= call - 1;
+    }
+    // The three words read again from the stack itself (a helper's address argument
+    // needs no exact index, where an index into the scratch words would).
+    let (Some(first), Some(second), Some(third)) = (
+        word_at(base, at[0]),
+        word_at(base, at[1]),
+        word_at(base, at[2]),
+    ) else {
+        return Err(NoFingerprint::Unreadable);
+    };
+    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    for word in [first, second, third] {
+        hash = (hash ^ word).wrapping_mul(0x0100_0000_01b3);
+    }
+    Ok(Fingerprint {
+        hash,
+        anchor: at[1],
+        next_anchor: at[2],
+        word: second,
+        next_word: third,
+    })
 }
 
 #[inline(always)]
@@ -1041,14 +1107,9 @@ fn close_wait(wait: &LockWait, end_ns: u64, pid_tgid: u64, outcome: u32) {
         owner_tgid: wait.owner_tgid,
         owner_kstack_id: wait.owner_kstack_id,
         outcome,
+        _pad: 0,
     };
-    add_to_row(
-        &LOCK_STATS,
-        &key,
-        &(end_ns - wait.start_ns),
-        LOCK_MAP_FULL,
-        true,
-    );
+    defer_wait(&key, end_ns - wait.start_ns, pid_tgid);
     if outcome == LOCK_OUTCOME_ACQUIRED {
         note_acquisition(wait, end_ns, pid_tgid);
     }
@@ -1101,16 +1162,105 @@ fn note_acquisition(wait: &LockWait, end_ns: u64, pid_tgid: u64) {
             kstack_id: previous.kstack_id,
             flags: previous.flags,
         };
-        add_latency(
-            &LOCK_HOLDS,
-            &key,
-            end_ns - previous.acquired_ns,
-            LOCK_HOLD_MAP_FULL,
-        );
+        defer_hold(&key, end_ns - previous.acquired_ns);
     }
     if waited_for_previous || wait.start_ns > previous.acquired_ns {
         *previous = current;
     }
+}
+
+/// This CPU's pending rows, unless a program of this CPU works on them (then `None`: an
+/// interrupt's program inside it).
+#[inline(always)]
+fn pending() -> Option<&'static mut LockPending> {
+    let pending = LOCK_PENDING.get_ptr_mut(0)?;
+    // SAFETY: this CPU's element of a per-CPU array, valid for this program run; only
+    // programs of this CPU touch it, and `busy` keeps a nested one out.
+    let pending = unsafe { &mut *pending };
+    (pending.busy == 0).then_some(pending)
+}
+
+/// Leaves a wait that ended for the next begin on this CPU to add to `LOCK_STATS` (see
+/// `LockPending`), or adds it now when no pending slot is free.
+#[inline(always)]
+fn defer_wait(key: &LockKey, wait_ns: u64, pid_tgid: u64) {
+    if let Some(pending) = pending() {
+        let index = pending.waits as usize;
+        if index < LOCK_PENDING_ROWS {
+            pending.busy = 1;
+            pending.wait[index] = PendingWait {
+                key: *key,
+                wait_ns,
+                tid: pid_tgid as u32,
+                _pad: 0,
+                // SAFETY: helper without arguments.
+                cgroup_id: unsafe { aya_ebpf::helpers::bpf_get_current_cgroup_id() },
+                comm: aya_ebpf::helpers::bpf_get_current_comm().unwrap_or([0u8; 16]),
+            };
+            pending.waits = index as u32 + 1;
+            pending.busy = 0;
+            return;
+        }
+    }
+    add_to_row(&LOCK_STATS, key, &wait_ns, LOCK_MAP_FULL, true);
+}
+
+/// Leaves a hold under contention that ended for the next begin on this CPU to add to
+/// `LOCK_HOLDS`, or adds it now when no pending slot is free.
+#[inline(always)]
+fn defer_hold(key: &ContendedHoldKey, hold_ns: u64) {
+    if let Some(pending) = pending() {
+        let index = pending.holds as usize;
+        if index < LOCK_PENDING_ROWS {
+            pending.busy = 1;
+            pending.hold[index] = PendingHold { key: *key, hold_ns };
+            pending.holds = index as u32 + 1;
+            pending.busy = 0;
+            return;
+        }
+    }
+    add_latency(&LOCK_HOLDS, key, hold_ns, LOCK_HOLD_MAP_FULL);
+}
+
+/// Adds this CPU's pending rows to `LOCK_STATS` and `LOCK_HOLDS` (in a begin program,
+/// while its waiter waits). Out of line: the begin programs' verification stays within
+/// its limits.
+#[inline(never)]
+fn flush_pending() {
+    let Some(pending) = pending() else {
+        return;
+    };
+    if pending.waits == 0 && pending.holds == 0 {
+        return;
+    }
+    pending.busy = 1;
+    let waits = pending.waits as usize;
+    for index in 0..LOCK_PENDING_ROWS {
+        if index >= waits {
+            break;
+        }
+        let row = &pending.wait[index];
+            add_to_row_then(&LOCK_STATS, &row.key, &row.wait_ns, LOCK_MAP_FULL, || {
+            let info = profiler_common::target::TaskInfo {
+                tgid: row.key.tgid,
+                _pad: 0,
+                comm: row.comm,
+                cgroup_id: row.cgroup_id,
+            };
+            remember_task(row.tid, &info);
+        });
+    }
+    pending.waits = 0;
+    let holds = pending.holds as usize;
+    for index in 0..LOCK_PENDING_ROWS {
+        if index >= holds {
+            break;
+        }
+        let row = &pending.hold[index];
+        add_latency(&LOCK_HOLDS, &row.key, row.hold_ns, LOCK_HOLD_MAP_FULL);
+    }
+    pending.holds = 0;
+    pending.busy = 0;
 }
 
 impl Aggregate<u64> for LockStat {

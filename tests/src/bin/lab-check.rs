@@ -297,10 +297,12 @@ fn check_paths(exact_path: &str, cached_path: &str, pid: u64) {
     if waits < 500 {
         fail(format!("{waits} waits of the two paths: too few to tell"));
     }
+    let mut why = Vec::new();
     for wait in [false, true] {
         let what = if wait { "wait time" } else { "waits" };
         let (theirs, ours) = (readv_share(&by_exact, wait), readv_share(&by_cached, wait));
         println!("readv's share of the {what}: {theirs:.1}% exact, {ours:.1}% cached");
+        why.push(format!("{what} {theirs:.1}% / {ours:.1}%"));
         if (ours - theirs).abs() > 2.0 {
             fail(format!(
                 "readv's share of the {what}: {theirs:.1}% with exact walks, {ours:.1}% \
@@ -308,6 +310,7 @@ fn check_paths(exact_path: &str, cached_path: &str, pid: u64) {
             ));
         }
     }
+    println!("WHY: readv's share exact / cached: {}", why.join(", "));
 }
 
 fn check_stuck(profile_path: &str, ready: &str) {
