@@ -910,14 +910,13 @@ fn stack_fingerprint<const WORDS: usize>(base: u64) -> Result<Fingerprint, NoFin
         call &= call - 1;
     }
     // The three words read again from the stack itself (a helper's address argument
-    // needs no exact index, where an index into the scratch words would).
-    let (Some(first), Some(second), Some(third)) = (
-        word_at(base, at[0]),
-        word_at(base, at[1]),
-        word_at(base, at[2]),
-    ) else {
-        return Err(NoFingerprint::Unreadable);
-    };
+    // needs no exact index, where an index into the scratch words would), one after
+    // the other: read all at once and checked together, the compiler joins the checks
+    // into one test of their OR, from which older verifiers cannot tell that each read
+    // succeeded.
+    let first = word_at(base, at[0]).ok_or(NoFingerprint::Unreadable)?;
+    let second = word_at(base, at[1]).ok_or(NoFingerprint::Unreadable)?;
+    let third = word_at(base, at[2]).ok_or(NoFingerprint::Unreadable)?;
     let mut hash = 0xcbf2_9ce4_8422_2325u64;
     for word in [first, second, third] {
         hash = (hash ^ word).wrapping_mul(0x0100_0000_01b3);
@@ -1180,13 +1179,25 @@ fn pending() -> Option<&'static mut LockPending> {
     (pending.busy == 0).then_some(pending)
 }
 
+/// A row index from a pending count already checked below `LOCK_PENDING_ROWS`: read
+/// again and masked, so that the verifier sees the bound (older verifiers lose the
+/// compiler's 32-bit comparison on the way to the address: "unbounded memory access").
+#[inline(always)]
+fn slot_index(count: &u32) -> usize {
+    const { assert!(LOCK_PENDING_ROWS.is_power_of_two()) };
+    // SAFETY: a field of this CPU's pending slot; volatile so that the compiler keeps
+    // the mask it could otherwise prove redundant.
+    (unsafe { core::ptr::read_volatile(count) } as usize) & (LOCK_PENDING_ROWS - 1)
+}
+
 /// Leaves a wait that ended for the next begin on this CPU to add to `LOCK_STATS` (see
 /// `LockPending`), or adds it now when no pending slot is free.
 #[inline(always)]
 fn defer_wait(key: &LockKey, wait_ns: u64, pid_tgid: u64) {
     if let Some(pending) = pending() {
-        let index = pending.waits as usize;
-        if index < LOCK_PENDING_ROWS {
+        let count = pending.waits;
+        if (count as usize) < LOCK_PENDING_ROWS {
+            let index = slot_index(&pending.waits);
             pending.busy = 1;
             pending.wait[index] = PendingWait {
                 key: *key,
@@ -1197,7 +1208,7 @@ fn defer_wait(key: &LockKey, wait_ns: u64, pid_tgid: u64) {
                 cgroup_id: unsafe { aya_ebpf::helpers::bpf_get_current_cgroup_id() },
                 comm: aya_ebpf::helpers::bpf_get_current_comm().unwrap_or([0u8; 16]),
             };
-            pending.waits = index as u32 + 1;
+            pending.waits = count + 1;
             pending.busy = 0;
             return;
         }
@@ -1210,11 +1221,12 @@ fn defer_wait(key: &LockKey, wait_ns: u64, pid_tgid: u64) {
 #[inline(always)]
 fn defer_hold(key: &ContendedHoldKey, hold_ns: u64) {
     if let Some(pending) = pending() {
-        let index = pending.holds as usize;
-        if index < LOCK_PENDING_ROWS {
+        let count = pending.holds;
+        if (count as usize) < LOCK_PENDING_ROWS {
+            let index = slot_index(&pending.holds);
             pending.busy = 1;
             pending.hold[index] = PendingHold { key: *key, hold_ns };
-            pending.holds = index as u32 + 1;
+            pending.holds = count + 1;
             pending.busy = 0;
             return;
         }
