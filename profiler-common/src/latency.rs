@@ -16,12 +16,6 @@ pub struct LatencyStat {
     pub hist: [u64; HIST_SLOTS],
 }
 
-impl Default for LatencyStat {
-    fn default() -> Self {
-        LatencyStat::EMPTY
-    }
-}
-
 impl LatencyStat {
     /// The value a new aggregate starts from.
     pub const EMPTY: LatencyStat = LatencyStat {
@@ -31,17 +25,6 @@ impl LatencyStat {
         min_ns: u64::MAX,
         hist: [0; HIST_SLOTS],
     };
-
-    /// Adds one latency (user space, for rows the programs left pending).
-    pub fn add(&mut self, ns: u64) {
-        self.count += 1;
-        self.total_ns += ns;
-        self.max_ns = self.max_ns.max(ns);
-        self.min_ns = self.min_ns.min(ns);
-        if let Some(bucket) = self.hist.get_mut(log2_slot(ns)) {
-            *bucket += 1;
-        }
-    }
 }
 
 /// floor(log2(ns)), clamped to the histogram (0 for 0 and 1).

@@ -30,7 +30,7 @@ pub struct LockKey {
     /// How the wait ended (`LOCK_OUTCOME_*`): acquired, or given up.
     pub outcome: u32,
     /// Always 0: the map hashes every byte of the key, so the padding must not be left
-    /// to chance (a key copied through the pending rows would carry another's).
+    /// to chance (stray stack bytes there would split one row into several).
     pub _pad: u32,
 }
 
@@ -215,65 +215,6 @@ pub struct LockStat {
     pub min_ns: u64,
 }
 
-impl LockStat {
-    /// Adds one wait (user space, for rows the programs left pending); an empty stat
-    /// (`count` 0) takes it as its first.
-    pub fn add(&mut self, wait_ns: u64) {
-        self.min_ns = if self.count == 0 {
-            wait_ns
-        } else {
-            self.min_ns.min(wait_ns)
-        };
-        self.count += 1;
-        self.total_ns += wait_ns;
-        self.max_ns = self.max_ns.max(wait_ns);
-    }
-}
-
-/// Rows the end programs leave per CPU for the next begin program on that CPU to add to
-/// `LOCK_STATS` and `LOCK_HOLDS` (see `LockPending`). With all taken, an end adds its
-/// rows itself, as every end did before.
-pub const LOCK_PENDING_ROWS: usize = 4;
-
-/// A wait that ended, not yet added to `LOCK_STATS`: its key and length, and the
-/// waiting thread's name and cgroup for `TASKS` when its row is new.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct PendingWait {
-    pub key: LockKey,
-    pub wait_ns: u64,
-    pub tid: u32,
-    pub _pad: u32,
-    pub cgroup_id: u64,
-    pub comm: [u8; 16],
-}
-
-/// A hold under contention that ended, not yet added to `LOCK_HOLDS`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct PendingHold {
-    pub key: ContendedHoldKey,
-    pub hold_ns: u64,
-}
-
-/// Per CPU (`LOCK_PENDING`): the end programs run with the lock just acquired, so every
-/// nanosecond they take lengthens the critical section of a contended lock. They leave
-/// their rows here, a copy into a per-CPU slot, and the next begin program on the CPU (a
-/// waiter, which waits anyway) adds them to the hash maps. `busy` marks a program of this
-/// CPU working on the slot: an interrupt's program that finds it set adds its rows
-/// itself and flushes nothing. User space adds what is left here at the last drain,
-/// once the programs are detached; a periodic drain leaves it for the next period.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct LockPending {
-    pub busy: u32,
-    pub waits: u32,
-    pub holds: u32,
-    pub _pad: u32,
-    pub wait: [PendingWait; LOCK_PENDING_ROWS],
-    pub hold: [PendingHold; LOCK_PENDING_ROWS],
-}
-
 /// A contention in progress (begin seen, end not yet).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -414,7 +355,6 @@ pub mod names {
         LOCK_SITE_CACHE,
         LOCK_STACK_WORDS,
         LOCK_SLEEP_DROPPED,
-        LOCK_PENDING,
         LOCK_CONTENTION_BEGIN = lock_contention_begin,
         LOCK_CONTENTION_END = lock_contention_end,
         LOCK_KPROBE_SPIN = lock_kprobe_spin,
@@ -437,10 +377,7 @@ crate::impl_pod!(
     LockText,
     StackCacheKey,
     LockAcquirer,
-    ContendedHoldKey,
-    PendingWait,
-    PendingHold,
-    LockPending
+    ContendedHoldKey
 );
 
 #[cfg(test)]

@@ -41,8 +41,7 @@ use profiler_common::{
     lock::{
         ContendedHoldKey, EXACT_WAIT_NS, FINGERPRINT_TEXT_WORDS, LCB_F_MUTEX, LCB_F_PERCPU,
         LCB_F_READ, LCB_F_RT, LCB_F_SPIN, LCB_F_WRITE, LOCK_CLASS_MMAP_LOCK, LOCK_CLASS_UNKNOWN,
-        LOCK_FILTER_MAX_ADDRS, LOCK_LAST_ACQUIRER_ENTRIES, LOCK_OUTCOME_ACQUIRED, LOCK_PENDING_ROWS, LockPending,
-        PendingHold, PendingWait,
+        LOCK_FILTER_MAX_ADDRS, LOCK_LAST_ACQUIRER_ENTRIES, LOCK_OUTCOME_ACQUIRED,
         LOCK_SITE_CACHE_ENTRIES, LOCK_STACK_CACHE_ENTRIES, LOCK_TEXT_RANGES, LockAcquirer,
         LockFilter, LockKey, LockLayout, LockStat, LockText, LockWait, SLEEP_FINGERPRINT_WORDS,
         SPIN_FINGERPRINT_WORDS, STACK_REFRESH_NS, SiteCacheEntry, StackCacheEntry, StackCacheKey,
@@ -61,8 +60,8 @@ use crate::{
     latency::add_latency,
     offcpu::OFFCPU_START,
     shared::{
-        Aggregate, STACK_FLAGS_KERNEL, STACKS, TASKS, add_count_total_max, add_to_row,
-        add_to_row_then, count_loss, now_ns, remember_task, stack_id_or_loss, stats_map,
+        Aggregate, STACK_FLAGS_KERNEL, STACKS, TASKS, add_count_total_max, add_to_row, count_loss,
+        now_ns, stack_id_or_loss, stats_map,
     },
     target::is_target,
 };
@@ -112,10 +111,6 @@ pub static LOCK_HOLDS: HashMap<ContendedHoldKey, LatencyStat> = stats_map();
 #[map]
 static LOCK_SLEEP_DROPPED: Array<u32> =
     Array::with_max_entries(profiler_common::lock::LOCK_SLEEP_DROPPED_ENTRIES, 0);
-
-/// Rows the end programs left for the next begin on the CPU (see `LockPending`).
-#[map]
-static LOCK_PENDING: PerCpuArray<LockPending> = PerCpuArray::with_max_entries(1, 0);
 
 /// Notes that `tid`'s wait was dropped.
 #[inline(always)]
@@ -288,7 +283,6 @@ pub fn on_contention_begin(ctx: RawTracePointContext) {
             count_loss(LOCK_STALE_WAIT);
         }
         open_spin_wait(ctx, slot, lock_addr, flags, start_ns);
-        flush_pending();
         return;
     }
     let tid = bpf_get_current_pid_tgid() as u32;
@@ -309,7 +303,6 @@ pub fn on_contention_begin(ctx: RawTracePointContext) {
         let _ = LOCK_SLEEP_WAIT.remove(tid);
     }
     open_sleep_wait(ctx, tid, lock_addr, flags, start_ns);
-    flush_pending();
 }
 
 pub fn on_contention_end(ctx: &RawTracePointContext) {
@@ -468,7 +461,6 @@ pub fn on_spin_slowpath_entry(ctx: &ProbeContext) {
     }
     *depth = 1;
     open_spin_wait(ctx, slot, lock_addr, LCB_F_SPIN, start_ns);
-    flush_pending();
 }
 
 /// Return of the spin slow path: the lock is held.
@@ -523,7 +515,6 @@ pub fn on_sleep_slowpath_entry(ctx: &ProbeContext, flags: u32) {
         let _ = LOCK_SLEEP_WAIT.remove(tid);
     }
     open_sleep_wait(ctx, tid, lock_addr, flags, start_ns);
-    flush_pending();
 }
 
 /// Return of a sleeping lock's slow path (the lock is held, or the wait was interrupted).
@@ -1108,7 +1099,13 @@ fn close_wait(wait: &LockWait, end_ns: u64, pid_tgid: u64, outcome: u32) {
         outcome,
         _pad: 0,
     };
-    defer_wait(&key, end_ns - wait.start_ns, pid_tgid);
+    add_to_row(
+        &LOCK_STATS,
+        &key,
+        &(end_ns - wait.start_ns),
+        LOCK_MAP_FULL,
+        true,
+    );
     if outcome == LOCK_OUTCOME_ACQUIRED {
         note_acquisition(wait, end_ns, pid_tgid);
     }
@@ -1161,118 +1158,16 @@ fn note_acquisition(wait: &LockWait, end_ns: u64, pid_tgid: u64) {
             kstack_id: previous.kstack_id,
             flags: previous.flags,
         };
-        defer_hold(&key, end_ns - previous.acquired_ns);
+        add_latency(
+            &LOCK_HOLDS,
+            &key,
+            end_ns - previous.acquired_ns,
+            LOCK_HOLD_MAP_FULL,
+        );
     }
     if waited_for_previous || wait.start_ns > previous.acquired_ns {
         *previous = current;
     }
-}
-
-/// This CPU's pending rows, unless a program of this CPU works on them (then `None`: an
-/// interrupt's program inside it).
-#[inline(always)]
-fn pending() -> Option<&'static mut LockPending> {
-    let pending = LOCK_PENDING.get_ptr_mut(0)?;
-    // SAFETY: this CPU's element of a per-CPU array, valid for this program run; only
-    // programs of this CPU touch it, and `busy` keeps a nested one out.
-    let pending = unsafe { &mut *pending };
-    (pending.busy == 0).then_some(pending)
-}
-
-/// A row index from a pending count already checked below `LOCK_PENDING_ROWS`: read
-/// again and masked, so that the verifier sees the bound (older verifiers lose the
-/// compiler's 32-bit comparison on the way to the address: "unbounded memory access").
-#[inline(always)]
-fn slot_index(count: &u32) -> usize {
-    const { assert!(LOCK_PENDING_ROWS.is_power_of_two()) };
-    // SAFETY: a field of this CPU's pending slot; volatile so that the compiler keeps
-    // the mask it could otherwise prove redundant.
-    (unsafe { core::ptr::read_volatile(count) } as usize) & (LOCK_PENDING_ROWS - 1)
-}
-
-/// Leaves a wait that ended for the next begin on this CPU to add to `LOCK_STATS` (see
-/// `LockPending`), or adds it now when no pending slot is free.
-#[inline(always)]
-fn defer_wait(key: &LockKey, wait_ns: u64, pid_tgid: u64) {
-    if let Some(pending) = pending() {
-        let count = pending.waits;
-        if (count as usize) < LOCK_PENDING_ROWS {
-            let index = slot_index(&pending.waits);
-            pending.busy = 1;
-            pending.wait[index] = PendingWait {
-                key: *key,
-                wait_ns,
-                tid: pid_tgid as u32,
-                _pad: 0,
-                // SAFETY: helper without arguments.
-                cgroup_id: unsafe { aya_ebpf::helpers::bpf_get_current_cgroup_id() },
-                comm: aya_ebpf::helpers::bpf_get_current_comm().unwrap_or([0u8; 16]),
-            };
-            pending.waits = count + 1;
-            pending.busy = 0;
-            return;
-        }
-    }
-    add_to_row(&LOCK_STATS, key, &wait_ns, LOCK_MAP_FULL, true);
-}
-
-/// Leaves a hold under contention that ended for the next begin on this CPU to add to
-/// `LOCK_HOLDS`, or adds it now when no pending slot is free.
-#[inline(always)]
-fn defer_hold(key: &ContendedHoldKey, hold_ns: u64) {
-    if let Some(pending) = pending() {
-        let count = pending.holds;
-        if (count as usize) < LOCK_PENDING_ROWS {
-            let index = slot_index(&pending.holds);
-            pending.busy = 1;
-            pending.hold[index] = PendingHold { key: *key, hold_ns };
-            pending.holds = count + 1;
-            pending.busy = 0;
-            return;
-        }
-    }
-    add_latency(&LOCK_HOLDS, key, hold_ns, LOCK_HOLD_MAP_FULL);
-}
-
-/// Adds this CPU's pending rows to `LOCK_STATS` and `LOCK_HOLDS` (in a begin program,
-/// while its waiter waits). Out of line: the begin programs' verification stays within
-/// its limits.
-#[inline(never)]
-fn flush_pending() {
-    let Some(pending) = pending() else {
-        return;
-    };
-    if pending.waits == 0 && pending.holds == 0 {
-        return;
-    }
-    pending.busy = 1;
-    let waits = pending.waits as usize;
-    for index in 0..LOCK_PENDING_ROWS {
-        if index >= waits {
-            break;
-        }
-        let row = &pending.wait[index];
-            add_to_row_then(&LOCK_STATS, &row.key, &row.wait_ns, LOCK_MAP_FULL, || {
-            let info = profiler_common::target::TaskInfo {
-                tgid: row.key.tgid,
-                _pad: 0,
-                comm: row.comm,
-                cgroup_id: row.cgroup_id,
-            };
-            remember_task(row.tid, &info);
-        });
-    }
-    pending.waits = 0;
-    let holds = pending.holds as usize;
-    for index in 0..LOCK_PENDING_ROWS {
-        if index >= holds {
-            break;
-        }
-        let row = &pending.hold[index];
-        add_latency(&LOCK_HOLDS, &row.key, row.hold_ns, LOCK_HOLD_MAP_FULL);
-    }
-    pending.holds = 0;
-    pending.busy = 0;
 }
 
 impl Aggregate<u64> for LockStat {

@@ -100,35 +100,31 @@ pub fn user_stack_id_or_collision(result: Result<i64, i32>) -> i32 {
 #[inline(always)]
 pub fn remember_current_task() {
     let pid_tgid = bpf_get_current_pid_tgid();
-    let info = TaskInfo {
-        tgid: (pid_tgid >> 32) as u32,
-        _pad: 0,
-        comm: bpf_get_current_comm().unwrap_or([0u8; 16]),
-        // SAFETY: helper without arguments.
-        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
-    };
-    remember_task(pid_tgid as u32, &info);
-}
-
-/// Remembers thread `tid`'s name and cgroup as `info` gives them (taken when the thread
-/// was current: a row added later, on its behalf, by another program).
-#[inline(always)]
-pub fn remember_task(tid: u32, info: &TaskInfo) {
+    let tid = pid_tgid as u32;
+    let comm = bpf_get_current_comm().unwrap_or([0u8; 16]);
+    // SAFETY: helper without arguments.
+    let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
     if let Some(known) = TASKS.get_ptr_mut(tid) {
         // SAFETY: element of a hash map from a successful lookup; only this thread
-        // (or a program on its behalf) writes its own entry.
+        // writes its own entry.
         unsafe {
-            if (*known).comm != info.comm {
-                (*known).comm = info.comm;
-                (*known).tgid = info.tgid;
+            if (*known).comm != comm {
+                (*known).comm = comm;
+                (*known).tgid = (pid_tgid >> 32) as u32;
             }
-            if (*known).cgroup_id != info.cgroup_id {
-                (*known).cgroup_id = info.cgroup_id;
+            if (*known).cgroup_id != cgroup_id {
+                (*known).cgroup_id = cgroup_id;
             }
         }
         return;
     }
-    if TASKS.insert(tid, *info, 0).is_err() {
+    let info = TaskInfo {
+        tgid: (pid_tgid >> 32) as u32,
+        _pad: 0,
+        comm,
+        cgroup_id,
+    };
+    if TASKS.insert(tid, info, 0).is_err() {
         count_loss(TASK_MAP_FULL);
     }
 }
@@ -259,30 +255,17 @@ pub fn add_to_row<K, V: Aggregate<S>, S>(
     loss_slot: u32,
     remember: bool,
 ) {
-    add_to_row_then(map, key, sample, loss_slot, || {
-        if remember {
-            remember_current_task();
-        }
-    });
-}
-
-/// `add_to_row`, running `on_new` when the row is new (instead of remembering the
-/// current thread).
-#[inline(always)]
-pub fn add_to_row_then<K, V: Aggregate<S>, S>(
-    map: &HashMap<K, V>,
-    key: &K,
-    sample: &S,
-    loss_slot: u32,
-    on_new: impl FnOnce(),
-) {
     if let Some(row) = map.get_ptr_mut(key) {
         // SAFETY: from a successful lookup; valid for this program run.
         unsafe { V::add(row, sample) };
         return;
     }
     match map.insert(key, V::first(sample), BPF_NOEXIST as u64) {
-        Ok(()) => on_new(),
+        Ok(()) => {
+            if remember {
+                remember_current_task();
+            }
+        }
         // Another CPU inserted the same key in between.
         Err(errno) if errno == -EEXIST => {
             if let Some(row) = map.get_ptr_mut(key) {

@@ -3,14 +3,14 @@
 //! names as `perf lock contention` prints them, the caller frame) are the profile
 //! library's (`lockpath_profile::lock`).
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use aya::{programs::KProbe, Ebpf, EbpfLoader};
 use profiler_common::{
     latency::LatencyStat,
     lock::{
-        names, ContendedHoldKey, LockKey, LockLayout, LockPending, LockStat, LockText, LockWait,
-        LOCK_LAST_ACQUIRER_ENTRIES, LOCK_PENDING_ROWS, LOCK_SLEEP_DROPPED_ENTRIES,
-        LOCK_SLEEP_WAIT_ENTRIES, LOCK_STACK_CACHE_ENTRIES, LOCK_TEXT_RANGES, OUTCOME_SHIFT,
+        names, ContendedHoldKey, LockKey, LockLayout, LockStat, LockText, LockWait,
+        LOCK_LAST_ACQUIRER_ENTRIES, LOCK_SLEEP_DROPPED_ENTRIES, LOCK_SLEEP_WAIT_ENTRIES,
+        LOCK_STACK_CACHE_ENTRIES, LOCK_TEXT_RANGES, OUTCOME_SHIFT,
     },
 };
 
@@ -72,9 +72,6 @@ struct LockFamily {
     text: LockText,
     /// `--type`, `--lock-filter`, `--caller` (probes/lockfilter.rs).
     filter: super::lockfilter::RecordFilter,
-    /// The programs are detached: the rows they left pending (`LOCK_PENDING`) are
-    /// final and the drain adds them.
-    detached: bool,
 }
 
 /// Recorded when asked for, and by default: when no other family is asked for.
@@ -110,7 +107,6 @@ fn plan_family(args: &RecordArgs, ctx: &mut PlanContext) -> Result<Planned> {
         text,
         names: super::lockname::layout(),
         filter,
-        detached: false,
     })))
 }
 
@@ -137,19 +133,8 @@ impl Family for LockFamily {
         Ok(vec![used])
     }
 
-    fn stopped(&mut self) {
-        self.detached = true;
-    }
-
     fn drain(&self, out: &mut Drain) -> Result<()> {
-        let pending = if self.detached {
-            Pending::read(out.maps)?
-        } else {
-            // Left for the next period: the programs add them at the next contention
-            // on their CPU.
-            Pending::default()
-        };
-        out.profile.locks = drain(out.maps, out.stacks, &pending)?;
+        out.profile.locks = drain(out.maps, out.stacks)?;
         // Holds are named like the waits on the same lock (`mmap_lock` is known from the
         // waiter's side only).
         let names: std::collections::HashMap<u64, String> = out
@@ -158,8 +143,7 @@ impl Family for LockFamily {
             .iter()
             .map(|row| (row.lock_addr, row.lock_name.to_string()))
             .collect();
-        out.profile.contended_holds =
-            drain_contended_holds(out.maps, out.stacks, &names, &pending)?;
+        out.profile.contended_holds = drain_contended_holds(out.maps, out.stacks, &names)?;
         self.filter.apply(
             &mut out.profile.locks,
             &mut out.profile.contended_holds,
@@ -531,64 +515,11 @@ pub fn layout() -> LockLayout {
     }
 }
 
-/// The rows the end programs left per CPU for a later begin to add (`LockPending`).
-#[derive(Default)]
-struct Pending {
-    waits: Vec<(LockKey, u64)>,
-    holds: Vec<(ContendedHoldKey, u64)>,
-}
-
-impl Pending {
-    fn read(maps: &MapSet) -> Result<Pending> {
-        let map: aya::maps::PerCpuArray<_, LockPending> =
-            aya::maps::PerCpuArray::try_from(maps.get(names::LOCK_PENDING)?)
-                .context("LOCK_PENDING has an unexpected type")?;
-        let mut pending = Pending::default();
-        for cpu in map.get(&0, 0).context("cannot read LOCK_PENDING")?.iter() {
-            let waits = (cpu.waits as usize).min(LOCK_PENDING_ROWS);
-            let holds = (cpu.holds as usize).min(LOCK_PENDING_ROWS);
-            pending
-                .waits
-                .extend(cpu.wait[..waits].iter().map(|row| (row.key, row.wait_ns)));
-            pending
-                .holds
-                .extend(cpu.hold[..holds].iter().map(|row| (row.key, row.hold_ns)));
-        }
-        Ok(pending)
-    }
-}
-
-/// `rows` with `extra` samples added to the row of their key (a new row when none).
-fn with_samples<K: Ord + Copy, V: Default>(
-    mut rows: Vec<(K, V)>,
-    extra: &[(K, u64)],
-    add: impl Fn(&mut V, u64),
-) -> Vec<(K, V)> {
-    let mut at: std::collections::BTreeMap<K, usize> = rows
-        .iter()
-        .enumerate()
-        .map(|(index, (key, _))| (*key, index))
-        .collect();
-    for (key, sample) in extra {
-        let index = *at.entry(*key).or_insert_with(|| {
-            rows.push((*key, V::default()));
-            rows.len() - 1
-        });
-        add(&mut rows[index].1, *sample);
-    }
-    rows
-}
-
-/// Reads the aggregate out of the kernel, with the rows left `pending`.
-fn drain(maps: &MapSet, stacks: &mut StackResolver, pending: &Pending) -> Result<Vec<LockRow>> {
+/// Reads the aggregate out of the kernel.
+pub fn drain(maps: &MapSet, stacks: &mut StackResolver) -> Result<Vec<LockRow>> {
     let namer = super::lockname::LockNamer::new(maps)?;
     let mut rows = Vec::new();
-    let stats = with_samples(
-        maps.entries::<LockKey, LockStat>(names::LOCK_STATS)?,
-        &pending.waits,
-        LockStat::add,
-    );
-    for (key, stat) in stats {
+    for (key, stat) in maps.entries::<LockKey, LockStat>(names::LOCK_STATS)? {
         let (lock_name, source) = namer.name(key.lock_class, key.lock_addr, stacks);
         rows.push(LockRow {
             pid: key.tgid,
@@ -672,19 +603,13 @@ fn drain_open_waits(
 }
 
 /// Reads the holds under contention out of the kernel.
-fn drain_contended_holds(
+pub fn drain_contended_holds(
     maps: &MapSet,
     stacks: &mut StackResolver,
     names: &std::collections::HashMap<u64, String>,
-    pending: &Pending,
 ) -> Result<Vec<HoldRow>> {
     let mut rows = Vec::new();
-    let stats = with_samples(
-        maps.entries::<ContendedHoldKey, LatencyStat>(names::LOCK_HOLDS)?,
-        &pending.holds,
-        LatencyStat::add,
-    );
-    for (key, stat) in stats {
+    for (key, stat) in maps.entries::<ContendedHoldKey, LatencyStat>(names::LOCK_HOLDS)? {
         rows.push(HoldRow {
             lock_addr: key.lock_addr,
             lock_name: match names.get(&key.lock_addr) {
@@ -775,57 +700,6 @@ ffffffffc0208000 t bpf_prog_1234_lock_contention\t[bpf]
         ] {
             assert!(!internal(addr), "{addr:x} is a caller's");
         }
-    }
-
-    /// The rows the programs left pending add to their key's row, or make a new one.
-    #[test]
-    fn pending_waits_join_their_rows() {
-        let key = |lock_addr| LockKey {
-            lock_addr,
-            tgid: 7,
-            kstack_id: 3,
-            flags: 0,
-            lock_class: 0,
-            owner_tgid: 0,
-            owner_kstack_id: -1,
-            outcome: 0,
-            _pad: 0,
-        };
-        let drained = vec![(
-            key(0x10),
-            LockStat {
-                count: 2,
-                total_ns: 300,
-                max_ns: 200,
-                min_ns: 100,
-            },
-        )];
-        let rows = with_samples(
-            drained,
-            &[(key(0x10), 50), (key(0x20), 400), (key(0x20), 600)],
-            LockStat::add,
-        );
-        assert_eq!(rows.len(), 2);
-        assert_eq!(
-            rows[0].1,
-            LockStat {
-                count: 3,
-                total_ns: 350,
-                max_ns: 200,
-                min_ns: 50
-            }
-        );
-        assert_eq!(
-            rows[1].1,
-            LockStat {
-                count: 2,
-                total_ns: 1000,
-                max_ns: 600,
-                min_ns: 400
-            }
-        );
-        let holds = with_samples(Vec::new(), &[(0u8, 1000)], LatencyStat::add);
-        assert_eq!((holds[0].1.count, holds[0].1.min_ns), (1, 1000));
     }
 
     #[test]
