@@ -112,11 +112,13 @@ const _: () = assert!(
 /// its stack walked at its end (the waiter is still in the lock's slow path, on the same
 /// call path), after the end's timestamp: the walk (3 us or more) adds at most a few
 /// percent to such a wait's cost, and a call path whose fingerprint another one shares
-/// cannot be charged a long wait that was not its own. Shorter waits, and spin waits
-/// (whose end runs with a spinlock held), keep the cached stack.
+/// cannot be charged a long wait that was not its own. Shorter waits, spin waits (whose
+/// end runs with a spinlock held) and the kprobe fallback's waits (a walk from a return
+/// probe shows the kretprobe trampoline where the callers were) keep the cached stack.
 pub const EXACT_WAIT_NS: u64 = 50_000;
-/// Most ranges of lock-function text (`LockText::internal`).
-pub const LOCK_TEXT_RANGES: usize = 4;
+/// Most ranges of lock-function text (`LockText::internal`): 6.12 has four, older kernels
+/// interleave more of the scheduler's functions with the locking ones in `.sched.text`.
+pub const LOCK_TEXT_RANGES: usize = 16;
 
 /// Where kernel text lies, for the fingerprint: the load-time global `LOCK_TEXT`, from
 /// kallsyms. A stack word is a call-path return address when it lies in the image's

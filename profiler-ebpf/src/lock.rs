@@ -518,7 +518,7 @@ pub fn on_sleep_slowpath_entry(ctx: &ProbeContext, flags: u32) {
 }
 
 /// Return of a sleeping lock's slow path (the lock is held, or the wait was interrupted).
-pub fn on_sleep_slowpath_return(ctx: &RetProbeContext) {
+pub fn on_sleep_slowpath_return(_ctx: &RetProbeContext) {
     let end_ns = now_ns();
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
@@ -529,8 +529,9 @@ pub fn on_sleep_slowpath_return(ctx: &RetProbeContext) {
         return;
     };
     // SAFETY: element of a hash map owned by this thread id.
-    let mut wait = unsafe { *open };
-    walk_if_long(ctx, &mut wait, end_ns);
+    // (Not walked again here, however long: from a return probe the walk shows the
+    // kretprobe trampoline where the callers were, on 5.10 at least.)
+    let wait = unsafe { *open };
     // The slow paths' return values differ (void, or an int for the killable ones):
     // the fallback cannot tell an interrupted wait from an acquisition.
     close_wait(&wait, end_ns, pid_tgid, LOCK_OUTCOME_ACQUIRED);
@@ -745,6 +746,10 @@ fn word_kind(words: *const u64, index: usize) -> u32 {
         while range < LOCK_TEXT_RANGES {
             // SAFETY: as above; the index is below the array's length.
             let [start, end] = unsafe { core::ptr::read_volatile(&LOCK_TEXT.internal[range]) };
+            if end == 0 {
+                // The used ranges come first.
+                break;
+            }
             if word >= start && word < end {
                 return WORD_LOCK_FUNCTION;
             }

@@ -631,6 +631,70 @@ fn call_path_shares(profile: &serde_json::Value, depth: usize) -> (u64, Vec<(Str
     (total, shares)
 }
 
+/// Starts `workload` (a shell command line) behind a gate file in `dir`, records its
+/// process with every stack walked and with the stack caches at once (`--lock-stacks
+/// exact` and `cached`, both attached before the gate opens, so both see the same
+/// contentions however long a loaded machine takes to attach), and returns the two
+/// profiles, exact first, the workload's pid and its exit status. `name` keeps the
+/// files of several calls in one `dir` apart.
+fn record_exact_and_cached(
+    dir: &std::path::Path,
+    name: &str,
+    workload: &str,
+) -> ([serde_json::Value; 2], u32, std::process::ExitStatus) {
+    let gate = dir.join(format!("{name}-go"));
+    // The shell waits up to 60 s for the gate; its pid is the workload's after its exec.
+    let mut storm = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "i=0; while [ ! -e '{}' ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; \
+             exec {workload}",
+            path_str(&gate)
+        ))
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start the workload");
+    let pid = storm.id();
+    let pid_text = pid.to_string();
+    let recordings: Vec<(std::path::PathBuf, Recording)> = ["exact", "cached"]
+        .iter()
+        .map(|how| {
+            let path = dir.join(format!("{name}-{how}.json"));
+            let (recording, _) = spawn_recording(&[
+                "record",
+                "--lock",
+                "--lock-stacks",
+                how,
+                "-p",
+                &pid_text,
+                "-o",
+                path_str(&path),
+            ]);
+            (path, recording)
+        })
+        .collect();
+    std::fs::write(&gate, b"").expect("open the gate");
+    let profiles = finished_profiles(recordings);
+    let status = storm.wait().expect("wait for the workload");
+    (profiles, pid, status)
+}
+
+/// The profiles of two finished recordings, in order, each checked to succeed.
+fn finished_profiles(recordings: Vec<(std::path::PathBuf, Recording)>) -> [serde_json::Value; 2] {
+    let mut profiles = recordings.into_iter().map(|(path, child)| {
+        let output = child.wait_with_output().expect("wait for lockpath");
+        assert!(
+            output.status.success(),
+            "lockpath failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        load_json(&path)
+    });
+    let exact = profiles.next().expect("the exact recording");
+    let cached = profiles.next().expect("the cached recording");
+    [exact, cached]
+}
+
 /// The caches (one walk per lock and call path every 100 ms, two stack words checked in
 /// between) attribute the storm's contentions to the same call paths, in the same
 /// shares, as walking every contention's stack (`--lock-stacks exact`). Both recordings
@@ -645,54 +709,20 @@ fn cached_stacks_attribute_like_exact_walks() {
     let _alone = alone();
     let dir = scratch("lock-stacks");
     for mode in ["open", "pipe"] {
-        // The storm starts when both recordings are attached (the shell waits up to 60 s
-        // for the gate file; its pid is the storm's after its exec): both see the same
-        // contentions, counts included, however long a loaded machine takes to attach.
-        let gate = dir.join(format!("{mode}-go"));
-        let mut storm = Command::new("sh")
-            .arg("-c")
-            .arg(format!(
-                "i=0; while [ ! -e '{}' ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; \
-                 exec {} --seconds 5 --threads 4 --mode {mode}",
-                path_str(&gate),
+        let (profiles, _, _) = record_exact_and_cached(
+            &dir,
+            mode,
+            &format!(
+                "{} --seconds 5 --threads 4 --mode {mode}",
                 path_str(&workload("lock-storm"))
-            ))
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start lock-storm");
-        let pid = storm.id().to_string();
-        let recordings: Vec<(std::path::PathBuf, Recording)> = ["exact", "cached"]
-            .iter()
-            .map(|how| {
-                let path = dir.join(format!("{mode}-{how}.json"));
-                let (recording, _) = spawn_recording(&[
-                    "record",
-                    "--lock",
-                    "--lock-stacks",
-                    how,
-                    "-p",
-                    &pid,
-                    "-o",
-                    path_str(&path),
-                ]);
-                (path, recording)
-            })
-            .collect();
-        std::fs::write(&gate, b"").expect("open the gate");
+            ),
+        );
         let mut shares = Vec::new();
         let mut nested = Vec::new();
-        for (path, child) in recordings {
-            let output = child.wait_with_output().expect("wait for lockpath");
-            assert!(
-                output.status.success(),
-                "lockpath failed: {}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-            let profile = load_json(&path);
-            shares.push(call_path_shares(&profile, 3));
+        for profile in &profiles {
+            shares.push(call_path_shares(profile, 3));
             nested.push(profile["losses"]["lock_nested"].as_u64().unwrap_or(0));
         }
-        let _ = storm.wait();
         let totals: Vec<u64> = shares.iter().map(|(total, _)| *total).collect();
         let shares: Vec<Vec<(String, f64)>> = shares.into_iter().map(|(_, paths)| paths).collect();
         let (exact, cached) = (&shares[0], &shares[1]);
@@ -785,59 +815,29 @@ fn two_paths_through_one_wrapper_keep_their_waits() {
     }
     let _alone = alone();
     let dir = scratch("lock-paths");
-    let gate = dir.join("go");
     let results_path = dir.join("results.txt");
-    let mut storm = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "i=0; while [ ! -e '{}' ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; \
-             exec {} --seconds 5 --threads 4 --short 4096 --long 98304 --long-percent 20 \
+    let (profiles, pid, status) = record_exact_and_cached(
+        &dir,
+        "paths",
+        &format!(
+            "{} --seconds 5 --threads 4 --short 4096 --long 98304 --long-percent 20 \
              --results '{}'",
-            path_str(&gate),
             path_str(&workload("lock-paths")),
             path_str(&results_path)
-        ))
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start lock-paths");
-    let pid = storm.id();
-    let pid_text = pid.to_string();
-    let recordings: Vec<(std::path::PathBuf, Recording)> = ["exact", "cached"]
+        ),
+    );
+    let splits: Vec<_> = profiles
         .iter()
-        .map(|how| {
-            let path = dir.join(format!("{how}.json"));
-            let (recording, _) = spawn_recording(&[
-                "record",
-                "--lock",
-                "--lock-stacks",
-                how,
-                "-p",
-                &pid_text,
-                "-o",
-                path_str(&path),
-            ]);
-            (path, recording)
-        })
+        .map(|profile| lock_paths::waits_by_call(profile, pid as u64))
         .collect();
-    std::fs::write(&gate, b"").expect("open the gate");
-    let mut splits = Vec::new();
-    let mut short = Vec::new();
-    for (path, child) in recordings {
-        let output = child.wait_with_output().expect("wait for lockpath");
-        assert!(
-            output.status.success(),
-            "lockpath failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let profile = load_json(&path);
-        splits.push(lock_paths::waits_by_call(&profile, pid as u64));
-        short.push(
+    let short: Vec<u64> = profiles
+        .iter()
+        .map(|profile| {
             profile["losses"]["lock_stack_fingerprint_short"]
                 .as_u64()
-                .unwrap_or(0),
-        );
-    }
-    let status = storm.wait().expect("wait for lock-paths");
+                .unwrap_or(0)
+        })
+        .collect();
     assert!(status.success(), "lock-paths failed: {status}");
     let results = results(&results_path);
     let value = |name: &str| result(&results, name);

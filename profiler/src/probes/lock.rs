@@ -450,8 +450,7 @@ fn is_lock_function(name: &str, addr: u64, lock_text: (u64, u64), sched_text: (u
 
 /// Kernel text and the lock functions' ranges for `LOCK_TEXT`, from kallsyms; all zero
 /// when kallsyms does not show the image's text. With more lock-function ranges than
-/// `LOCK_TEXT_RANGES`, the largest are kept (a lock function left out counts as a call
-/// path's frame: its fingerprints then reach one frame less deep).
+/// `LOCK_TEXT_RANGES`, the nearest are joined.
 pub fn lock_text(symbols: &KernelSymbols) -> LockText {
     let Some((image_start, image_end)) = symbols.image_text() else {
         return LockText::default();
@@ -469,10 +468,16 @@ pub fn lock_text(symbols: &KernelSymbols) -> LockText {
     let sched_text = section("__sched_text_start", "__sched_text_end");
     let mut runs = symbols
         .function_runs(|symbol| is_lock_function(&symbol.name, symbol.addr, lock_text, sched_text));
-    if runs.len() > LOCK_TEXT_RANGES {
-        runs.sort_by_key(|(start, end)| std::cmp::Reverse(end - start));
-        runs.truncate(LOCK_TEXT_RANGES);
-        log::warn!("more lock-function ranges than {LOCK_TEXT_RANGES}: the largest are kept");
+    // Too many ranges: the two nearest neighbours are joined, the few functions between
+    // them counted as lock functions (a caller among them is then skipped like one;
+    // dropping a range instead would leave its lock functions as call-path words, and
+    // a stack whose only lock frame is one of them would have no fingerprint at all).
+    while runs.len() > LOCK_TEXT_RANGES {
+        let nearest = (1..runs.len())
+            .min_by_key(|&index| runs[index].0.saturating_sub(runs[index - 1].1))
+            .unwrap_or(1);
+        runs[nearest - 1].1 = runs[nearest].1;
+        runs.remove(nearest);
     }
     let mut internal = [[0u64; 2]; LOCK_TEXT_RANGES];
     for (slot, (start, end)) in internal.iter_mut().zip(runs) {
@@ -700,6 +705,35 @@ ffffffffc0208000 t bpf_prog_1234_lock_contention\t[bpf]
         ] {
             assert!(!internal(addr), "{addr:x} is a caller's");
         }
+    }
+
+    /// More lock-function ranges than the global holds: the nearest are joined, so that
+    /// every lock function stays covered.
+    #[test]
+    fn too_many_lock_ranges_are_joined_not_dropped() {
+        let mut text =
+            String::from("ffffffff81000000 T _stext\nffffffff82000000 T __sched_text_start\n");
+        let mut mutexes = Vec::new();
+        for index in 0..20u64 {
+            // A locking function, then a scheduler one; the gaps grow with the index.
+            let at = 0xffffffff82000000 + index * index * 0x100 + index * 0x1000;
+            text.push_str(&format!("{at:x} T mutex_lock_{index}\n"));
+            text.push_str(&format!("{:x} T schedule_{index}\n", at + 0x80));
+            mutexes.push(at + 0x10);
+        }
+        text.push_str("ffffffff82100000 T __sched_text_end\nffffffff82200000 T _etext\n");
+        let lock = lock_text(&KernelSymbols::parse(&text));
+        let covered = |addr: u64| {
+            lock.internal
+                .iter()
+                .any(|[start, end]| addr >= *start && addr < *end)
+        };
+        assert!(mutexes.iter().all(|addr| covered(*addr)));
+        assert!(lock.internal.iter().all(|[start, end]| end > start));
+        // The widest gaps (between the last functions) stay out.
+        assert!(!covered(
+            0xffffffff82000000 + 19 * 19 * 0x100 + 19 * 0x1000 - 0x10
+        ));
     }
 
     #[test]

@@ -98,7 +98,6 @@ pub(super) const KERNELS: &[LabKernel] = &[
             "lock-cgroup",
             "stuck-before-start",
             "lock-names-kallsyms",
-            "lock-paths",
         ],
         excused: &[],
     },
