@@ -78,6 +78,39 @@ pub fn file_cycle() {
     }
 }
 
+/// Takes and drops an exclusive `flock` of one file through the thread's own open of
+/// it: the threads wait for each other (asleep, off the CPU), and each take, wait and
+/// wake-up takes the spinlock of the file's lock context (`flc_lock`, in an object of
+/// the `file_lock_ctx` slab cache, which SLUB merges with other caches of its size),
+/// which the threads contend.
+pub fn flock_cycle() {
+    static SHARED: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
+    thread_local! {
+        // The thread's own open of the shared file (removed once open), through the
+        // first descriptor's /proc/self/fd link.
+        static FILE: std::fs::File = {
+            let shared = SHARED.get_or_init(|| {
+                let path = std::env::temp_dir()
+                    .join(format!("lock-storm-flock-{}", std::process::id()));
+                std::fs::write(&path, b"flock").expect("write the shared file");
+                let file = std::fs::File::open(&path).expect("open the shared file");
+                let _ = std::fs::remove_file(&path);
+                file
+            });
+            let fd = std::os::fd::AsRawFd::as_raw_fd(shared);
+            std::fs::File::open(format!("/proc/self/fd/{fd}")).expect("open the shared file again")
+        };
+    }
+    FILE.with(|file| {
+        let fd = std::os::fd::AsRawFd::as_raw_fd(file);
+        // SAFETY: flock on a descriptor this thread keeps open.
+        unsafe {
+            libc::flock(fd, libc::LOCK_EX);
+            libc::flock(fd, libc::LOCK_UN);
+        }
+    });
+}
+
 /// Sets the calling thread's name (the process's comm when called from the main thread,
 /// inherited by threads started later); the kernel keeps the first 15 bytes.
 pub fn set_process_name(name: &str) {

@@ -634,7 +634,9 @@ fn call_path_shares(profile: &serde_json::Value, depth: usize) -> (u64, Vec<(Str
 /// Starts `workload` (a shell command line) behind a gate file in `dir`, records its
 /// process with every stack walked and with the stack caches at once (`--lock-stacks
 /// exact` and `cached`, both attached before the gate opens, so both see the same
-/// contentions however long a loaded machine takes to attach), and returns the two
+/// contentions however long a loaded machine takes to attach; the exact one first, so
+/// its programs run first on each tracepoint and the cached one's clock reads after
+/// the exact one's walk, as the exact wait's start does), and returns the two
 /// profiles, exact first, the workload's pid and its exit status. `name` keeps the
 /// files of several calls in one `dir` apart.
 fn record_exact_and_cached(

@@ -130,6 +130,11 @@ impl KernelSymbols {
                 module,
                 kind,
             };
+            // The end of the image's text, whatever its type: `T` on x86_64, `D` on
+            // arm64 (Debian's 6.1 cloud kernel).
+            if symbol.module.is_none() && symbol.name == "_etext" {
+                symbols.text_end = addr;
+            }
             match kind.to_ascii_lowercase() {
                 't' | 'w' => {
                     if symbol.module.is_some() {
@@ -143,7 +148,6 @@ impl KernelSymbols {
                             {
                                 symbols.image_start = addr
                             }
-                            "_etext" => symbols.text_end = addr,
                             _ => {}
                         }
                     }
@@ -432,6 +436,14 @@ ffffffffc0a02000 d ptlrpc_lock\t[ptlrpc]
         );
         let empty = KernelSymbols::parse("");
         assert_eq!((empty.image_text(), empty.modules_text()), (None, None));
+        // arm64 lists `_etext` as data (and no `_text`).
+        let arm64 = KernelSymbols::parse(
+            "ffffaf7a39810000 T _stext\nffffaf7a39811000 T do_pipe2\nffffaf7a3a3d0000 D _etext\n",
+        );
+        assert_eq!(
+            arm64.image_text(),
+            Some((0xffffaf7a39810000, 0xffffaf7a3a3d0000))
+        );
     }
 
     #[test]

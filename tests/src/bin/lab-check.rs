@@ -81,6 +81,11 @@
 //!   begun before the recording, in D, and began within 5% of its true age of when the
 //!   workload says (the scheduler's time stamp against the workload's own clock).
 //!
+//! `lab-check slab-names REPORT...`
+//! - prints a `LAB-SLAB TYPE CALLER SOURCE NAME` line for each lock in a slab object in
+//!   the `report --by instance` JSON files (the lab compares them with a `slab_nomerge`
+//!   boot's); the file lock context's spinlock (`flock_lock_inode`) must be among them.
+//!
 //! Prints what it measured; exits 1 with a `WHY:` line on the first failed assertion.
 
 use std::{collections::BTreeMap, process::exit};
@@ -154,6 +159,12 @@ enum Cli {
         cached: String,
         #[arg(long)]
         pid: u64,
+    },
+    /// Prints the names of locks in slab objects, by lock type and caller, for the
+    /// host to compare across boots; the file lock context's must be among them.
+    SlabNames {
+        #[arg(required = true)]
+        report: Vec<String>,
     },
 }
 
@@ -276,7 +287,44 @@ fn main() {
         } => check_cgroup(&profile, &report, &cgroup),
         Cli::Stuck { profile, ready } => check_stuck(&profile, &ready),
         Cli::Paths { exact, cached, pid } => check_paths(&exact, &cached, pid),
+        Cli::SlabNames { report } => slab_names(&report),
     }
+}
+
+/// The rows of `report --by instance` JSON files whose lock sits in a slab object
+/// (named by its cache, a guess from one, or after its taker), one `LAB-SLAB TYPE
+/// CALLER SOURCE NAME` line each: the lab compares a boot's lines with those of a
+/// `slab_nomerge` boot of the same kernel (xtask/src/vm/protocol.rs). The file lock
+/// context's spinlock, taken in `flock_lock_inode` (lock-storm's flock mode), must be
+/// among them: its cache is one SLUB merges.
+fn slab_names(reports: &[String]) {
+    let mut flc_lock = false;
+    let mut lines = 0;
+    for path in reports {
+        let report = read_json(path);
+        for row in items(&report["locks"]) {
+            let field = |key: &str| row[key].as_str().unwrap_or("?").to_string();
+            let (kind, caller, source, name) = (
+                field("type"),
+                field("caller"),
+                field("lock_name_source"),
+                field("lock"),
+            );
+            if !source.starts_with("slab") && !name.starts_with("slab@") {
+                continue;
+            }
+            println!("LAB-SLAB {kind} {caller} {source} {name}");
+            lines += 1;
+            flc_lock |= caller == "flock_lock_inode";
+        }
+    }
+    if !flc_lock {
+        fail(format!(
+            "no slab lock taken in flock_lock_inode among {lines} ({})",
+            reports.join(" ")
+        ));
+    }
+    println!("WHY: {lines} lock(s) in slab objects, the file lock context's among them");
 }
 
 /// Two call paths through one wrapper (lock-paths): `readv`'s share of the waits and of

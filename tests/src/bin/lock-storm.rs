@@ -1,9 +1,11 @@
 //! Workload: heavy kernel lock contention for a known time.
-//! `lock-storm [--seconds S] [--threads N] [--mode pipe|mmap|open|file|both] [--name COMM]`
+//! `lock-storm [--seconds S] [--threads N] [--mode pipe|mmap|open|file|flock|both] [--name COMM]`
 //! pipe: threads create and close pipes (spinlock contention in the kernel);
 //! mmap: threads map and unmap memory (mmap_lock rwsem contention);
 //! open: threads open and close /dev/null (the fd table's spinlock);
-//! file: threads seek and read one shared file (its `f_pos_lock` mutex, in a slab object).
+//! file: threads seek and read one shared file (its `f_pos_lock` mutex, in a slab object);
+//! flock: threads take and drop exclusive flocks of one file (its lock context's
+//! spinlock, in an object of a cache SLUB merges with others).
 //! `--name` sets the process name (comm, 15 bytes at most) before the threads start,
 //! e.g. to test that hostile names are escaped. Prints `ops=N` when done.
 
@@ -20,6 +22,7 @@ fn main() {
             "mmap" => lockpath_tests::mmap_cycle,
             "open" => lockpath_tests::open_cycle,
             "file" => lockpath_tests::file_cycle,
+            "flock" => lockpath_tests::flock_cycle,
             _ if index % 2 == 1 => lockpath_tests::mmap_cycle,
             _ => lockpath_tests::pipe_cycle,
         };

@@ -13,14 +13,18 @@ sh -c "i=0; while [ ! -e $dir/go ] && [ \$i -lt 600 ]; do sleep 0.05; i=\$((i+1)
     exec lock-paths --seconds 4 --threads 4 --short 4096 --long 98304 --long-percent 20 \
     --results $dir/results" > /dev/null &
 storm=$!
+# One after the other: programs on one tracepoint run in the order they were attached, and
+# an exact recording's wait starts after its walk (microseconds under emulation). With
+# the exact recording's programs first, the cached one's clock reads after that walk too,
+# so both time the same span of each wait.
 for how in exact cached; do
     lockpath record --lock --lock-stacks $how -p $storm -o $dir/$how.json 2> $dir/$how.err &
-done
-i=0
-until grep -q ' recording ' $dir/exact.err && grep -q ' recording ' $dir/cached.err; do
-    i=$((i + 1))
-    [ $i -lt 600 ] || { cat $dir/*.err; fail "lockpath did not start recording"; }
-    sleep 0.1
+    i=0
+    until grep -q ' recording ' $dir/$how.err; do
+        i=$((i + 1))
+        [ $i -lt 600 ] || { cat $dir/*.err; fail "lockpath did not start recording"; }
+        sleep 0.1
+    done
 done
 touch $dir/go
 wait

@@ -54,7 +54,7 @@ pub struct GuestBinaries {
 pub fn arches(only: Option<&str>) -> Vec<&'static str> {
     let mut arches: Vec<&'static str> = KERNELS
         .iter()
-        .filter(|kernel| only.is_none_or(|name| name == kernel.name))
+        .filter(|kernel| kernel.selected(only))
         .map(|kernel| kernel.arch)
         .collect();
     arches.dedup();
@@ -75,10 +75,7 @@ pub fn vm_test(binaries: &[GuestBinaries], only: Option<&str>) -> Result<()> {
     ensure_host_tools()?;
     let vm_dir = util::target_dir()?.join("vm");
     let mut images = Vec::new();
-    for kernel in KERNELS
-        .iter()
-        .filter(|kernel| only.is_none_or(|name| name == kernel.name))
-    {
+    for kernel in KERNELS.iter().filter(|kernel| kernel.selected(only)) {
         images.push((kernel, kernel_image(&vm_dir, kernel)?));
     }
     let mut initrds = Vec::new();
@@ -86,15 +83,37 @@ pub fn vm_test(binaries: &[GuestBinaries], only: Option<&str>) -> Result<()> {
         initrds.push((guest.arch, build_initramfs(&vm_dir, guest)?));
     }
     let mut failures = Vec::new();
+    let mut passed = Vec::new();
     for (kernel, vmlinuz) in images {
         let Some((_, initrd)) = initrds.iter().find(|(arch, _)| *arch == kernel.arch) else {
             bail!("vm-test: no guest binaries were built for {}", kernel.arch);
         };
         match boot(&vm_dir, kernel, &vmlinuz, initrd) {
-            Ok(summary) => util::say(format!("vm {}: {summary}", kernel.name)),
+            Ok(summary) => {
+                util::say(format!("vm {}: {summary}", kernel.name));
+                passed.push(kernel.name);
+            }
             Err(err) => {
                 util::say(format!("vm {}: FAILED: {err:#}", kernel.name));
                 failures.push(kernel.name);
+            }
+        }
+    }
+    for reference in KERNELS.iter().filter(|kernel| passed.contains(&kernel.name)) {
+        let Some(name) = reference.reference_for.filter(|name| passed.contains(name)) else {
+            continue;
+        };
+        let serial = |kernel: &str| {
+            std::fs::read_to_string(vm_dir.join(format!("guest-{kernel}.log"))).unwrap_or_default()
+        };
+        match protocol::compare_slab_names(&serial(name), &serial(reference.name)) {
+            Ok(summary) => util::say(format!("vm {name} against {}: {summary}", reference.name)),
+            Err(why) => {
+                util::say(format!(
+                    "vm {name} against {}: FAILED: slab lock names: {why}",
+                    reference.name
+                ));
+                failures.push(name);
             }
         }
     }

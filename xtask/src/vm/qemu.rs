@@ -91,10 +91,15 @@ fn run_guest(
         ),
         _ => ("qemu-system-x86_64", &[], "ttyS0"),
     };
+    let only = match kernel.only {
+        [] => String::new(),
+        checks => format!("lockpath.checks={}", checks.join(",")),
+    };
     let append = format!(
-        "console={console} panic=-1 quiet loglevel=5 lockpath.lab={} lockpath.features={} {extra}",
+        "console={console} panic=-1 quiet loglevel=5 lockpath.lab={} lockpath.features={} {} {only} {extra}",
         kernel.name,
-        kernel.features.join(",")
+        kernel.features.join(","),
+        kernel.cmdline,
     );
     let mut cmd = Command::new(qemu);
     cmd.args(machine)
