@@ -727,7 +727,7 @@ const WORD_CALL_PATH: u32 = 2;
 /// without carrying what they tell about the word into the caller's states (inline, the
 /// begin program's verification passed the million-instruction limit).
 #[inline(never)]
-fn word_kind(words: *const u64, index: usize) -> u32 {
+fn word_kind(words: *const u64, base: u64, index: usize) -> u32 {
     if index >= MAX_FINGERPRINT_WORDS {
         return WORD_OTHER;
     }
@@ -755,7 +755,7 @@ fn word_kind(words: *const u64, index: usize) -> u32 {
             }
             range += 1;
         }
-        return WORD_CALL_PATH;
+        return call_path_word(words, base, index);
     }
     // SAFETY: as above.
     let (modules_start, modules_end) = unsafe {
@@ -765,10 +765,37 @@ fn word_kind(words: *const u64, index: usize) -> u32 {
         )
     };
     if word >= modules_start && word < modules_end {
-        WORD_CALL_PATH
+        call_path_word(words, base, index)
     } else {
         WORD_OTHER
     }
+}
+
+/// A text word that is not a lock function's: a call-path word if it is a return
+/// address saved in a frame record. On arm64, whose kernel keeps frame pointers, a
+/// frame record is the pair (frame pointer, return address), and the frame pointer is
+/// the address of the next record out: above its own, within the 16 KiB of the task's
+/// stack. A text word without one is a stale return address among a frame's locals,
+/// which would make two call paths look alike (or one look like two). Elsewhere
+/// (x86_64 with ORC, no frame pointers) every such word is one.
+#[inline(always)]
+fn call_path_word(words: *const u64, base: u64, index: usize) -> u32 {
+    #[cfg(bpf_target_arch = "aarch64")]
+    {
+        if index == 0 || index >= MAX_FINGERPRINT_WORDS {
+            return WORD_OTHER;
+        }
+        // SAFETY: the caller's array of words, at an index below its length (checked
+        // again above for the verifier).
+        let frame_pointer = unsafe { core::ptr::read_volatile(words.add(index - 1)) };
+        let at = base + (index as u64 - 1) * 8;
+        if frame_pointer <= at || frame_pointer - at >= 16384 {
+            return WORD_OTHER;
+        }
+    }
+    #[cfg(not(bpf_target_arch = "aarch64"))]
+    let _ = (words, base, index);
+    WORD_CALL_PATH
 }
 
 /// The largest `WORDS` of `stack_fingerprint`: one bit of a `u64` mask per word.
@@ -871,7 +898,7 @@ fn stack_fingerprint<const WORDS: usize>(base: u64) -> Result<Fingerprint, NoFin
         if unsafe { core::ptr::read_volatile(words.add(index)) } < lowest_text {
             continue;
         }
-        let kind = word_kind(words, index);
+        let kind = word_kind(words, base, index);
         let bit = 1u64 << index;
         // SAFETY: the scratch slot's masks; volatile so that they stay in map memory.
         unsafe {

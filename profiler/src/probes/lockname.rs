@@ -343,9 +343,34 @@ pub fn name_kmalloc_locks(
         .flat_map(|(_, functions)| functions.iter().map(String::as_str))
         .collect();
     let params = btf.struct_params(&wanted);
-    // Lock address -> the members its rows found (None: rows that disagree).
+    let mut found = typed_by_takers(rows, &takers, &params, &kmalloc, btf);
+    let sibling = typed_by_object(rows, &takers, &found, &kmalloc, btf);
+    found.extend(sibling);
+    for row in rows.iter_mut() {
+        if !is_kmalloc(row) {
+            continue;
+        }
+        if let Some(Some(member)) = found.get(&row.lock_addr) {
+            row.lock_name = format!("&{member}").into();
+            row.lock_name_source = SOURCE_SLAB_KMALLOC.into();
+        }
+    }
+}
+
+/// A kmalloc lock's rows, each with its functions past the locking code.
+type Takers = [(usize, Vec<String>)];
+
+/// Lock address -> the `TYPE->MEMBER` its rows' takers found (None: rows that
+/// disagree); locks none of whose rows found one are not listed.
+fn typed_by_takers(
+    rows: &[LockRow],
+    takers: &Takers,
+    params: &HashMap<String, Vec<(String, u32)>>,
+    kmalloc: &dyn Fn(u64) -> Option<KmallocLock>,
+    btf: &dyn KmallocTypes,
+) -> HashMap<u64, Option<String>> {
     let mut found: HashMap<u64, Option<String>> = HashMap::new();
-    for (index, functions) in &takers {
+    for (index, functions) in takers {
         let row = &rows[*index];
         let Some(lock) = kmalloc(row.lock_addr) else {
             continue;
@@ -386,10 +411,22 @@ pub fn name_kmalloc_locks(
             }
         }
     }
+    found
+}
+
+/// The locks no taker typed, in an object another lock of which was typed: that
+/// struct's lock member at their offset, if one of their type is there.
+fn typed_by_object(
+    rows: &[LockRow],
+    takers: &Takers,
+    found: &HashMap<u64, Option<String>>,
+    kmalloc: &dyn Fn(u64) -> Option<KmallocLock>,
+    btf: &dyn KmallocTypes,
+) -> HashMap<u64, Option<String>> {
     // An object typed by one of its locks types its other locks: object start -> its
     // struct, where its typed locks agree.
     let mut objects: HashMap<u64, Option<String>> = HashMap::new();
-    for (addr, member) in &found {
+    for (addr, member) in found {
         let (Some(member), Some(lock)) = (member, kmalloc(*addr)) else {
             continue;
         };
@@ -405,7 +442,7 @@ pub fn name_kmalloc_locks(
         }
     }
     let mut sibling: HashMap<u64, Option<String>> = HashMap::new();
-    for (index, _) in &takers {
+    for (index, _) in takers {
         let row = &rows[*index];
         let Some(lock) = kmalloc(row.lock_addr) else {
             continue;
@@ -429,16 +466,7 @@ pub fn name_kmalloc_locks(
             *entry = None;
         }
     }
-    found.extend(sibling);
-    for row in rows.iter_mut() {
-        if !is_kmalloc(row) {
-            continue;
-        }
-        if let Some(Some(member)) = found.get(&row.lock_addr) {
-            row.lock_name = format!("&{member}").into();
-            row.lock_name_source = SOURCE_SLAB_KMALLOC.into();
-        }
-    }
+    sibling
 }
 
 /// What naming a kmalloc object's lock needs of the kernel's BTF (a trait, so tests

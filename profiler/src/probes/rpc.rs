@@ -176,137 +176,167 @@ pub fn resolve(
         });
     };
     if plan.fuse {
-        if tracefs::event_exists("fuse", "fuse_request_send")
-            && tracefs::event_exists("fuse", "fuse_request_end")
-        {
-            match fuse_globals() {
-                Ok(globals) => {
-                    setup.globals.extend(globals);
-                    setup.fuse = true;
-                }
-                Err(err) => missing("fuse", format!("{err:#}")),
-            }
-        } else {
-            missing(
-                "fuse",
-                "this kernel has no fuse:fuse_request_send/fuse_request_end tracepoints \
-                 (FUSE not built or module not loaded: modprobe fuse)"
-                    .into(),
-            );
-        }
+        resolve_fuse(&mut setup, &mut missing);
     }
     if plan.sunrpc {
-        if tracefs::event_exists("sunrpc", SUNRPC_BEGIN)
-            && tracefs::event_exists("sunrpc", SUNRPC_END)
-        {
-            set_tp_pair(
-                &mut setup,
-                PROVIDER_SUNRPC,
-                "sunrpc",
-                ("sunrpc", SUNRPC_BEGIN, "task_id", Some("client_id")),
-                ("sunrpc", SUNRPC_END, "task_id", Some("client_id")),
-            )?;
-        } else {
-            missing(
-                "sunrpc",
-                format!(
-                    "this kernel has no sunrpc:{SUNRPC_BEGIN}/{SUNRPC_END} tracepoints \
-                     (no SUNRPC/NFS client: CONFIG_SUNRPC off or module sunrpc not loaded)"
-                ),
-            );
-        }
+        resolve_sunrpc(&mut setup, &mut missing)?;
     }
     if plan.lustre {
-        let absent: Vec<&str> = [LUSTRE_SEND, LUSTRE_REPLY]
-            .into_iter()
-            .filter(|symbol| symbols.find_function(symbol, None).is_none())
-            .collect();
-        if !absent.is_empty() {
-            missing(
-                "lustre",
-                format!(
-                    "{} not in /proc/kallsyms (the Lustre client module ptlrpc is not loaded)",
-                    absent.join(" and ")
-                ),
-            );
-        } else if let Some(why) = kprobes_unavailable() {
-            missing("lustre", format!("its hooks are kprobes and {why}"));
-        } else {
-            setup.globals.extend([
-                (names::SPAN_KP_PROVIDER, PROVIDER_LUSTRE),
-                (names::SPAN_KP_BEGIN_ARG, 0),
-                (names::SPAN_KP_END_ARG, 0),
-            ]);
-            setup.kp_pair = Some((
-                PROVIDER_LUSTRE,
-                "lustre".into(),
-                LUSTRE_SEND.into(),
-                LUSTRE_REPLY.into(),
-            ));
-        }
+        resolve_lustre(&mut setup, symbols, &mut missing);
     }
     if let Some(span) = &plan.span {
-        match (&span.begin, &span.end) {
-            (
-                SpanPoint::Tracepoint {
-                    group: begin_group,
-                    event: begin_event,
-                    field: begin_field,
-                },
-                SpanPoint::Tracepoint {
-                    group: end_group,
-                    event: end_event,
-                    field: end_field,
-                },
-            ) => {
-                for (group, event) in [(begin_group, begin_event), (end_group, end_event)] {
-                    if !tracefs::event_exists(group, event) {
-                        bail!(
-                            "--span: this kernel has no tracepoint {group}:{event} (see {}/events)",
-                            "/sys/kernel/tracing"
-                        );
-                    }
-                }
-                set_tp_pair(
-                    &mut setup,
-                    PROVIDER_SPAN,
-                    &span.text,
-                    (begin_group, begin_event, begin_field, None),
-                    (end_group, end_event, end_field, None),
-                )?;
-            }
-            (
-                SpanPoint::Kprobe {
-                    symbol: begin,
-                    arg: begin_arg,
-                },
-                SpanPoint::Kprobe {
-                    symbol: end,
-                    arg: end_arg,
-                },
-            ) => {
-                for symbol in [begin, end] {
-                    crate::symbolize::kallsyms::check_kernel_function(symbols, symbol)?;
-                }
-                if let Some(why) = kprobes_unavailable() {
-                    missing(&span.text, format!("its hooks are kprobes and {why}"));
-                } else {
-                    setup.globals.extend([
-                        (names::SPAN_KP_PROVIDER, PROVIDER_SPAN),
-                        (names::SPAN_KP_BEGIN_ARG, *begin_arg),
-                        (names::SPAN_KP_END_ARG, *end_arg),
-                    ]);
-                    setup.kp_pair =
-                        Some((PROVIDER_SPAN, span.text.clone(), begin.clone(), end.clone()));
-                }
-            }
-            _ => bail!(
-                "--span {}: BEGIN and END must be of the same kind",
-                span.text
-            ),
-        }
+        resolve_span(&mut setup, span, symbols, &mut missing)?;
     }
     Ok(setup)
+}
+
+/// What an unavailable provider says: its name and why (one line, and the profile's
+/// `unavailable` list).
+type Missing<'a> = dyn FnMut(&str, String) + 'a;
+
+/// FUSE requests: the fuse tracepoints, and the globals that read a request's opcode.
+fn resolve_fuse(setup: &mut RpcSetup, missing: &mut Missing) {
+    if !(tracefs::event_exists("fuse", "fuse_request_send")
+        && tracefs::event_exists("fuse", "fuse_request_end"))
+    {
+        missing(
+            "fuse",
+            "this kernel has no fuse:fuse_request_send/fuse_request_end tracepoints \
+             (FUSE not built or module not loaded: modprobe fuse)"
+                .into(),
+        );
+        return;
+    }
+    match fuse_globals() {
+        Ok(globals) => {
+            setup.globals.extend(globals);
+            setup.fuse = true;
+        }
+        Err(err) => missing("fuse", format!("{err:#}")),
+    }
+}
+
+/// SUNRPC tasks (NFS): a pair of sunrpc tracepoints keyed by task and client id.
+fn resolve_sunrpc(setup: &mut RpcSetup, missing: &mut Missing) -> Result<()> {
+    if !(tracefs::event_exists("sunrpc", SUNRPC_BEGIN)
+        && tracefs::event_exists("sunrpc", SUNRPC_END))
+    {
+        missing(
+            "sunrpc",
+            format!(
+                "this kernel has no sunrpc:{SUNRPC_BEGIN}/{SUNRPC_END} tracepoints \
+                 (no SUNRPC/NFS client: CONFIG_SUNRPC off or module sunrpc not loaded)"
+            ),
+        );
+        return Ok(());
+    }
+    set_tp_pair(
+        setup,
+        PROVIDER_SUNRPC,
+        "sunrpc",
+        ("sunrpc", SUNRPC_BEGIN, "task_id", Some("client_id")),
+        ("sunrpc", SUNRPC_END, "task_id", Some("client_id")),
+    )
+}
+
+/// Lustre RPCs: kprobes on ptlrpc's send and reply functions.
+fn resolve_lustre(setup: &mut RpcSetup, symbols: &KernelSymbols, missing: &mut Missing) {
+    let absent: Vec<&str> = [LUSTRE_SEND, LUSTRE_REPLY]
+        .into_iter()
+        .filter(|symbol| symbols.find_function(symbol, None).is_none())
+        .collect();
+    if !absent.is_empty() {
+        missing(
+            "lustre",
+            format!(
+                "{} not in /proc/kallsyms (the Lustre client module ptlrpc is not loaded)",
+                absent.join(" and ")
+            ),
+        );
+    } else if let Some(why) = kprobes_unavailable() {
+        missing("lustre", format!("its hooks are kprobes and {why}"));
+    } else {
+        setup.globals.extend([
+            (names::SPAN_KP_PROVIDER, PROVIDER_LUSTRE),
+            (names::SPAN_KP_BEGIN_ARG, 0),
+            (names::SPAN_KP_END_ARG, 0),
+        ]);
+        setup.kp_pair = Some((
+            PROVIDER_LUSTRE,
+            "lustre".into(),
+            LUSTRE_SEND.into(),
+            LUSTRE_REPLY.into(),
+        ));
+    }
+}
+
+/// `--span BEGIN,END`: two tracepoints, or two kprobes, of the user's choosing.
+fn resolve_span(
+    setup: &mut RpcSetup,
+    span: &SpanSpec,
+    symbols: &KernelSymbols,
+    missing: &mut Missing,
+) -> Result<()> {
+    match (&span.begin, &span.end) {
+        (
+            SpanPoint::Tracepoint {
+                group: begin_group,
+                event: begin_event,
+                field: begin_field,
+            },
+            SpanPoint::Tracepoint {
+                group: end_group,
+                event: end_event,
+                field: end_field,
+            },
+        ) => {
+            for (group, event) in [(begin_group, begin_event), (end_group, end_event)] {
+                if !tracefs::event_exists(group, event) {
+                    bail!(
+                        "--span: this kernel has no tracepoint {group}:{event} (see {}/events)",
+                        "/sys/kernel/tracing"
+                    );
+                }
+            }
+            set_tp_pair(
+                setup,
+                PROVIDER_SPAN,
+                &span.text,
+                (begin_group, begin_event, begin_field, None),
+                (end_group, end_event, end_field, None),
+            )
+        }
+        (
+            SpanPoint::Kprobe {
+                symbol: begin,
+                arg: begin_arg,
+            },
+            SpanPoint::Kprobe {
+                symbol: end,
+                arg: end_arg,
+            },
+        ) => {
+            for symbol in [begin, end] {
+                crate::symbolize::kallsyms::check_kernel_function(symbols, symbol)?;
+            }
+            if let Some(why) = kprobes_unavailable() {
+                missing(&span.text, format!("its hooks are kprobes and {why}"));
+            } else {
+                setup.globals.extend([
+                    (names::SPAN_KP_PROVIDER, PROVIDER_SPAN),
+                    (names::SPAN_KP_BEGIN_ARG, *begin_arg),
+                    (names::SPAN_KP_END_ARG, *end_arg),
+                ]);
+                setup.kp_pair =
+                    Some((PROVIDER_SPAN, span.text.clone(), begin.clone(), end.clone()));
+            }
+            Ok(())
+        }
+        _ => bail!(
+            "--span {}: BEGIN and END must be of the same kind",
+            span.text
+        ),
+    }
 }
 
 type TpSide<'a> = (&'a str, &'a str, &'a str, Option<&'a str>);

@@ -14,14 +14,15 @@
 //!
 //! `lab-check hold-lock REPORT`
 //! - prints the address of the `rwsem:W` lock whose waits were in `path_openat` /
-//!   `open_last_lookups` (the FUSE directory's inode lock), for `--hold rwsem:ADDR`.
+//!   `open_last_lookups` / `lookup_open` (the FUSE directory's inode lock), for
+//!   `--hold rwsem:ADDR`.
 //!
 //! `lab-check hold PROFILE REPORT RESULTS --method WORD [--delay-ms MS]`
 //! - the hold family was attached with a method containing WORD ("fexit", "kprobe");
 //! - the holds of process A (`a_pid` in RESULTS, the fuse-workload's own numbers) on the
 //!   lock are `rwsem:W`, and the longest is within F (default 0.1) of A's own create
 //!   time `a_create_ns`; its stack was taken where the lock is taken (`down_write`, called
-//!   by `open_last_lookups` or `path_openat`);
+//!   by `open_last_lookups`, `path_openat` or `lookup_open`);
 //! - the waiter's table names the holder: B's `rwsem:W` waits carry `owner_pid` A, and the
 //!   report's holders list A first.
 //!
@@ -643,8 +644,10 @@ fn has_writers(group: &Value) -> bool {
     group["type"] == "rwsem:W" || group["type"] == "rwsem:R+W"
 }
 
+/// A frame of the open path that takes the directory's inode lock for a create:
+/// `open_last_lookups` (or `path_openat` where it is inlined), `lookup_open` on 7.x.
 fn is_open_path(frame: &str) -> bool {
-    frame == "open_last_lookups" || frame == "path_openat"
+    matches!(frame, "open_last_lookups" | "path_openat" | "lookup_open")
 }
 
 fn hold_lock(report_path: &str) {

@@ -1,5 +1,6 @@
-//! `cargo xtask vm-test`: a lab of other kernels. Boots Debian's 6.12, 6.1 and 5.10
-//! x86_64 cloud kernels and its 6.1 arm64 cloud kernel in QEMU (TCG) with an initramfs
+//! `cargo xtask vm-test`: a lab of other kernels. Boots Debian's 7.3 (twice: as is and
+//! with `slab_nomerge`), 6.12, 6.1 and 5.10 x86_64 cloud kernels and its 6.1 arm64 cloud
+//! kernel in QEMU (TCG) with an initramfs
 //! holding busybox, lockpath and the test workloads of the guest's architecture, runs
 //! every guest check in `tests/vm/checks/` and reads the verdicts from the serial
 //! console. Kernels are downloaded once and cached in `target/vm/`.
@@ -99,7 +100,10 @@ pub fn vm_test(binaries: &[GuestBinaries], only: Option<&str>) -> Result<()> {
             }
         }
     }
-    for reference in KERNELS.iter().filter(|kernel| passed.contains(&kernel.name)) {
+    for reference in KERNELS
+        .iter()
+        .filter(|kernel| passed.contains(&kernel.name))
+    {
         let Some(name) = reference.reference_for.filter(|name| passed.contains(name)) else {
             continue;
         };

@@ -70,12 +70,13 @@ pub(super) fn parse_serial(
 }
 
 /// The `LAB-SLAB TYPE CALLER SOURCE NAME` lines of a serial log (`lab-check
-/// slab-names`): (type, caller) -> (source, name).
+/// slab-names`, within its check's output, each line of which the guest's init
+/// prefixes with `  | `): (type, caller) -> (source, name).
 pub(super) fn slab_names(serial: &str) -> BTreeMap<(String, String), (String, String)> {
     serial
         .lines()
         .filter_map(|line| {
-            let rest = line.trim_end_matches('\r').strip_prefix("LAB-SLAB ")?;
+            let (_, rest) = line.trim_end_matches('\r').split_once("LAB-SLAB ")?;
             let mut words = rest.split(' ');
             let (kind, caller, source, name) =
                 (words.next()?, words.next()?, words.next()?, words.next()?);
@@ -153,9 +154,10 @@ mod tests {
     use super::*;
 
     const NOMERGE: &str = "\
-LAB-SLAB spinlock flock_lock_inode slab &file_lock_context->flc_lock\r
-LAB-SLAB mutex fdget_pos slab &file->f_pos_lock
-LAB-SLAB mutex pipe_write slab_kmalloc &pipe_inode_info->mutex
+  | LAB-SLAB spinlock flock_lock_inode slab &file_lock_context->flc_lock\r
+  | LAB-SLAB mutex fdget_pos slab &file->f_pos_lock
+  | LAB-SLAB mutex pipe_write slab_kmalloc &pipe_inode_info->mutex
+LAB-CHECK lock-names-slab PASS 3 lock(s) in slab objects
 ";
 
     #[test]
