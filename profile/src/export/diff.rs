@@ -300,7 +300,7 @@ fn value_names(kind: Kind) -> (&'static str, &'static str) {
 }
 
 fn format_value(kind: Kind, per_second: f64) -> String {
-    if kind.weighs_time() {
+    if kind.view().weighs_time() {
         format_ns(per_second.abs().round() as u64)
     } else {
         format!("{:.1}", per_second.abs())
@@ -338,7 +338,7 @@ pub struct DiffTable {
 }
 
 fn unit(kind: Kind) -> &'static str {
-    if kind.weighs_time() {
+    if kind.view().weighs_time() {
         "ns/s"
     } else {
         "samples/s"

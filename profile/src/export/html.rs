@@ -668,7 +668,7 @@ pub fn render_diff(base: &Profile, new: &Profile, kind: Kind) -> Result<String> 
         ));
     }
     out.push_str("</dl>\n");
-    let per_second = |value: f64| match kind.weighs_time() {
+    let per_second = |value: f64| match kind.view().weighs_time() {
         false => format!("{value:.1}"),
         true => format!("{}/s", format_ns(value.abs() as u64)),
     };

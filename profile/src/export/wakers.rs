@@ -203,7 +203,7 @@ pub fn offwake_samples(profile: &Profile, add: &mut dyn FnMut(Vec<String>, &[u64
         return;
     }
     for row in &profile.offcpu {
-        let mut waiter = super::folded::offcpu_waiter_frames(profile, row);
+        let mut waiter = crate::views::offcpu::waiter_frames(profile, row);
         waiter.push("--".into());
         let (mut seen_ns, mut seen_count) = (0u64, 0u64);
         for waker in &row.wakers {

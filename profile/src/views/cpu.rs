@@ -1,0 +1,107 @@
+//! `cpu`: on-CPU samples (perf cpu-clock), counted rather than timed.
+
+use inferno::flamegraph::color::{MultiPalette, Palette};
+
+use super::{AddSample, FlameLabels, View};
+use crate::{
+    export::folded::clean,
+    kind::Kind,
+    profile::{CpuRow, Profile},
+};
+
+pub struct CpuView;
+
+impl View for CpuView {
+    fn kind(&self) -> Kind {
+        Kind::Cpu
+    }
+
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn about(&self) -> &'static str {
+        "On-CPU samples by process and stack (user frames, then kernel frames `_[k]`)"
+    }
+
+    fn families(&self) -> &'static [&'static str] {
+        &["cpu"]
+    }
+
+    fn has_rows(&self, profile: &Profile) -> bool {
+        !profile.cpu.is_empty()
+    }
+
+    fn weighs_time(&self) -> bool {
+        false
+    }
+
+    fn sample_types(&self) -> &'static [(&'static str, &'static str)] {
+        &[("samples", "count")]
+    }
+
+    fn samples(&self, profile: &Profile, add: &mut AddSample) {
+        for row in &profile.cpu {
+            add(cpu_frames(profile, row), &[row.samples]);
+        }
+    }
+
+    fn flame_labels(&self) -> FlameLabels {
+        FlameLabels {
+            title: "On-CPU samples (width: CPU time; kernel frames _[k], orange)",
+            count_name: "samples",
+            factor: 1.0,
+        }
+    }
+
+    fn diff_flame_labels(&self) -> FlameLabels {
+        FlameLabels {
+            title: "On-CPU samples, NEW against BASE (width: NEW samples per second of run; red grew, blue shrank)",
+            count_name: "samples/s",
+            factor: 1.0,
+        }
+    }
+
+    /// What one sample is worth, when the profile says how often it sampled.
+    fn flame_subtitle(&self, profile: &Profile) -> Option<String> {
+        (profile.cpu_freq_hz > 0).then(|| {
+            format!(
+                "{} Hz per CPU: one sample is about {:.1} ms of CPU",
+                profile.cpu_freq_hz,
+                1000.0 / profile.cpu_freq_hz as f64
+            )
+        })
+    }
+
+    /// Kernel frames (`_[k]`) orange, Rust/C++ (`::`) yellow, C red.
+    fn flame_palette(&self) -> Option<Palette> {
+        Some(Palette::Multi(MultiPalette::Perl))
+    }
+}
+
+/// Suffix of kernel frames in CPU stacks, as perf and inferno write it (inferno's
+/// palettes color such frames apart).
+pub const KERNEL_SUFFIX: &str = "_[k]";
+
+/// On-CPU sample: process; user frames from the outermost; kernel frames (`_[k]`) from
+/// the system call or interrupt entry to the leaf. A user stack that stops short of the
+/// program's entry point starts with `[truncated]`, so it does not pose as complete.
+pub fn cpu_frames(profile: &Profile, row: &CpuRow) -> Vec<String> {
+    let mut frames = vec![clean(&profile.process_name(row.pid))];
+    let user = profile.stack_frames(row.user_stack);
+    if row.user_stack.is_some() && profile.stack_truncated(row.user_stack) {
+        frames.push("[truncated]".into());
+    }
+    frames.extend(user.iter().rev().map(|frame| clean(&frame.display())));
+    let kernel = profile.stack_frames(row.kernel_stack);
+    frames.extend(
+        kernel
+            .iter()
+            .rev()
+            .map(|frame| format!("{}{KERNEL_SUFFIX}", clean(&frame.display()))),
+    );
+    if user.is_empty() && kernel.is_empty() {
+        frames.push("[stack lost]".into());
+    }
+    frames
+}

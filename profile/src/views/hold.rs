@@ -1,0 +1,61 @@
+//! `hold`: the holds under contention the lock family records by itself (how long each
+//! contended acquirer held the lock while the next waiter waited). The timings of
+//! `--hold` (every hold of one lock) are in the text, JSON and HTML reports.
+
+use super::{lock::lock_stack_frames, AddSample, FlameLabels, View};
+use crate::{export::folded::clean, kind::Kind, lock::lock_type_name, profile::Profile};
+
+pub struct HoldView;
+
+impl View for HoldView {
+    fn kind(&self) -> Kind {
+        Kind::Hold
+    }
+
+    fn name(&self) -> &'static str {
+        "hold"
+    }
+
+    fn about(&self) -> &'static str {
+        "Holds under contention by lock, holder process and acquisition stack (from \
+         --lock: how long each contended acquirer held the lock while the next \
+         waiter waited); --hold's own timings are in the report and JSON"
+    }
+
+    fn families(&self) -> &'static [&'static str] {
+        &["lock"]
+    }
+
+    fn has_rows(&self, profile: &Profile) -> bool {
+        !profile.contended_holds.is_empty()
+    }
+
+    fn sample_types(&self) -> &'static [(&'static str, &'static str)] {
+        &[("holds", "count"), ("hold", "nanoseconds")]
+    }
+
+    /// Lock type and lock; holder process; the holder's acquisition stack from the
+    /// outermost frame to where it took the lock. Width: hold time under contention.
+    fn samples(&self, profile: &Profile, add: &mut AddSample) {
+        for row in &profile.contended_holds {
+            let mut frames = vec![
+                clean(&format!("{} {}", lock_type_name(row.flags), row.lock_name)),
+                clean(&profile.process_name(row.pid)),
+            ];
+            frames.extend(lock_stack_frames(profile, row.stack));
+            add(frames, &[row.latency.count, row.latency.total_ns]);
+        }
+    }
+
+    fn flame_labels(&self) -> FlameLabels {
+        FlameLabels::ms(
+            "Holds under contention by lock, holder and acquisition stack (width: hold time while others waited, ms)",
+        )
+    }
+
+    fn diff_flame_labels(&self) -> FlameLabels {
+        FlameLabels::ms_per_s(
+            "Holds under contention, NEW against BASE (width: NEW hold time in ms per second of run; red grew, blue shrank)",
+        )
+    }
+}

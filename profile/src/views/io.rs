@@ -1,0 +1,57 @@
+//! `io`: IO waits, in two faces. Block requests carry no stacks, so the stack views
+//! (flamegraph, folded, pprof, JSON tree) weigh the off-CPU time in IO wait classes,
+//! while the tables (diff, HTML) list the block-IO requests by device, operation and
+//! process.
+
+use super::{offcpu::waiter_samples, AddSample, FlameLabels, View};
+use crate::{kind::Kind, profile::Profile, waitclass::IO_CLASSES};
+
+pub struct IoView;
+
+impl View for IoView {
+    fn kind(&self) -> Kind {
+        Kind::Io
+    }
+
+    fn name(&self) -> &'static str {
+        "io"
+    }
+
+    fn about(&self) -> &'static str {
+        "IO waits: in flamegraph, folded, pprof and JSON exports the off-CPU time in IO \
+         wait classes (buffer, page, block-io, journal); in diff and HTML the block-IO \
+         requests by device, operation and process"
+    }
+
+    fn families(&self) -> &'static [&'static str] {
+        &["io"]
+    }
+
+    /// Block-IO rows, or off-CPU waits in an IO class (the IO flamegraph).
+    fn has_rows(&self, profile: &Profile) -> bool {
+        !profile.io.is_empty()
+            || profile
+                .offcpu
+                .iter()
+                .any(|row| IO_CLASSES.contains(&row.class.as_str()))
+    }
+
+    fn sample_types(&self) -> &'static [(&'static str, &'static str)] {
+        &[("waits", "count"), ("io_wait", "nanoseconds")]
+    }
+
+    /// The off-CPU samples of the IO wait classes only.
+    fn samples(&self, profile: &Profile, add: &mut AddSample) {
+        waiter_samples(profile, |row| IO_CLASSES.contains(&row.class.as_str()), add);
+    }
+
+    fn flame_labels(&self) -> FlameLabels {
+        FlameLabels::ms("IO wait time: buffer, page, block-io, journal (width: time off CPU, ms)")
+    }
+
+    fn diff_flame_labels(&self) -> FlameLabels {
+        FlameLabels::ms_per_s(
+            "IO wait time, NEW against BASE (width: NEW IO wait in ms per second of run; red grew, blue shrank)",
+        )
+    }
+}

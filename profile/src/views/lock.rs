@@ -1,0 +1,103 @@
+//! `lock`: time threads waited for contended kernel locks.
+
+use std::collections::HashMap;
+
+use rustc_hash::FxBuildHasher;
+
+use super::{AddSample, FlameLabels, View};
+use crate::{
+    export::{folded::clean, lock_lines},
+    kind::Kind,
+    lock::{is_lock_internal, lock_type_name},
+    profile::Profile,
+};
+
+pub struct LockView;
+
+impl View for LockView {
+    fn kind(&self) -> Kind {
+        Kind::Lock
+    }
+
+    fn name(&self) -> &'static str {
+        "lock"
+    }
+
+    fn about(&self) -> &'static str {
+        "Lock wait time by process, lock type and waiter stack"
+    }
+
+    fn families(&self) -> &'static [&'static str] {
+        &["lock"]
+    }
+
+    fn has_rows(&self, profile: &Profile) -> bool {
+        !profile.locks.is_empty()
+    }
+
+    fn sample_types(&self) -> &'static [(&'static str, &'static str)] {
+        &[("contentions", "count"), ("delay", "nanoseconds")]
+    }
+
+    /// Process; lock type; the lock, when it has a name (`mmap_lock`, `rq_lock:cpu1`, a
+    /// static symbol; an address is left out); stack from the outermost frame to the
+    /// caller (the locking code itself is left out, so the caller is on top).
+    fn samples(&self, profile: &Profile, add: &mut AddSample) {
+        // Sum by (process, type, named lock, stack) with integer keys first, then build
+        // the frames of each distinct key once: rows (one per lock address) far
+        // outnumber paths, and a million rows must not cost a million frame lists.
+        let sums = lock_lines::lock_sums(profile);
+        let mut stack_parts: HashMap<Option<u32>, Vec<String>, FxBuildHasher> = HashMap::default();
+        let mut process_parts: HashMap<u32, String, FxBuildHasher> = HashMap::default();
+        for ((pid, flags, name, stack), values) in sums {
+            let process = process_parts
+                .entry(pid)
+                .or_insert_with(|| clean(&profile.process_name(pid)));
+            let stack_frames = stack_parts
+                .entry(stack)
+                .or_insert_with(|| lock_stack_frames(profile, stack));
+            let mut frames = Vec::with_capacity(stack_frames.len() + 3);
+            frames.push(process.clone());
+            frames.push(clean(lock_type_name(flags)));
+            if let Some(name) = name {
+                frames.push(clean(name));
+            }
+            frames.extend(stack_frames.iter().cloned());
+            add(frames, &values);
+        }
+    }
+
+    /// The same lines as from `samples`, without a frame list per path (a million rows,
+    /// export/lock_lines.rs).
+    fn folded_lines(&self, profile: &Profile) -> Option<Vec<(String, u64)>> {
+        Some(lock_lines::lock_lines(profile))
+    }
+
+    fn flame_labels(&self) -> FlameLabels {
+        FlameLabels::ms("Lock wait time (width: time waiting, ms)")
+    }
+
+    fn diff_flame_labels(&self) -> FlameLabels {
+        FlameLabels::ms_per_s(
+            "Lock wait, NEW against BASE (width: NEW wait in ms per second of run; red grew, blue shrank)",
+        )
+    }
+}
+
+/// Frames of a lock stack from the outermost to the caller (the locking code itself
+/// is left out, so the caller is on top), or `[stack lost]`.
+pub(crate) fn lock_stack_frames(profile: &Profile, stack: Option<u32>) -> Vec<String> {
+    if stack.is_none() {
+        return vec!["[stack lost]".to_string()];
+    }
+    let frames = profile.stack_frames(stack);
+    let outside_lock = frames
+        .iter()
+        .position(|frame| !is_lock_internal(&frame.name))
+        .unwrap_or(frames.len());
+    frames[outside_lock..]
+        .iter()
+        .rev()
+        .map(|frame| clean(&frame.display()))
+        .collect()
+}

@@ -1,0 +1,59 @@
+//! `rpc`: request latency, weighted onto the stack that completes each request.
+
+use super::{AddSample, FlameLabels, View};
+use crate::{
+    export::folded::{clean, push_stack},
+    kind::Kind,
+    profile::Profile,
+};
+
+pub struct RpcView;
+
+impl View for RpcView {
+    fn kind(&self) -> Kind {
+        Kind::Rpc
+    }
+
+    fn name(&self) -> &'static str {
+        "rpc"
+    }
+
+    fn about(&self) -> &'static str {
+        "Request latency by process, provider, operation and completion stack"
+    }
+
+    fn families(&self) -> &'static [&'static str] {
+        &["rpc"]
+    }
+
+    fn has_rows(&self, profile: &Profile) -> bool {
+        !profile.rpcs.is_empty()
+    }
+
+    fn sample_types(&self) -> &'static [(&'static str, &'static str)] {
+        &[("requests", "count"), ("latency", "nanoseconds")]
+    }
+
+    /// Process; provider and operation; who runs the completion path, weighted by the
+    /// latency of the requests.
+    fn samples(&self, profile: &Profile, add: &mut AddSample) {
+        for row in &profile.rpcs {
+            let mut parts = vec![
+                clean(&profile.process_name(row.pid)),
+                clean(&format!("{} {}", row.provider, row.op_name)),
+            ];
+            push_stack(&mut parts, profile, row.end_stack);
+            add(parts, &[row.latency.count, row.latency.total_ns]);
+        }
+    }
+
+    fn flame_labels(&self) -> FlameLabels {
+        FlameLabels::ms("Request latency by completion stack (width: request time, ms)")
+    }
+
+    fn diff_flame_labels(&self) -> FlameLabels {
+        FlameLabels::ms_per_s(
+            "Request latency, NEW against BASE (width: NEW latency in ms per second of run; red grew, blue shrank)",
+        )
+    }
+}
