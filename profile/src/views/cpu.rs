@@ -4,7 +4,11 @@ use inferno::flamegraph::color::{MultiPalette, Palette};
 
 use super::{AddSample, FlameLabels, View};
 use crate::{
-    export::folded::clean,
+    export::{
+        cpu::{cpu_functions, cpu_processes},
+        diff::{summed, Breakdown},
+        folded::clean,
+    },
     kind::Kind,
     profile::{CpuRow, Profile},
 };
@@ -76,6 +80,26 @@ impl View for CpuView {
     /// Kernel frames (`_[k]`) orange, Rust/C++ (`::`) yellow, C red.
     fn flame_palette(&self) -> Option<Palette> {
         Some(Palette::Multi(MultiPalette::Perl))
+    }
+
+    /// On-CPU samples by process and by function (self, total).
+    fn breakdowns(&self, profile: &Profile, out: &mut Vec<Breakdown>) {
+        let processes = cpu_processes(profile)
+            .into_iter()
+            .map(|process| (process.process, process.samples, process.samples));
+        out.push(Breakdown::new("process", summed(processes)));
+        let functions = cpu_functions(profile).into_iter().map(|function| {
+            (
+                function.function,
+                function.self_samples,
+                function.total_samples,
+            )
+        });
+        out.push(Breakdown::new("function (self, total)", summed(functions)));
+    }
+
+    fn diff_columns(&self) -> (&'static str, &'static str) {
+        ("samples/s", "total/s")
     }
 }
 

@@ -3,7 +3,11 @@
 
 use super::{AddSample, FlameLabels, View};
 use crate::{
-    export::folded::{clean, push_stack},
+    export::{
+        diff::Breakdown,
+        folded::{clean, push_stack},
+        latency::{func_groups, latency_breakdowns},
+    },
     kind::Kind,
     profile::Profile,
 };
@@ -52,5 +56,14 @@ impl View for FuncView {
         FlameLabels::ms_per_s(
             "Function latency, NEW against BASE (width: NEW time in ms per second of run; red grew, blue shrank)",
         )
+    }
+
+    /// Function latency by function and by process.
+    fn breakdowns(&self, profile: &Profile, out: &mut Vec<Breakdown>) {
+        latency_breakdowns(func_groups(profile), "function", out);
+    }
+
+    fn diff_columns(&self) -> (&'static str, &'static str) {
+        ("time/s", "calls/s")
     }
 }

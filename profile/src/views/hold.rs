@@ -2,8 +2,18 @@
 //! contended acquirer held the lock while the next waiter waited). The timings of
 //! `--hold` (every hold of one lock) are in the text, JSON and HTML reports.
 
+use std::collections::BTreeMap;
+
 use super::{lock::lock_stack_frames, AddSample, FlameLabels, View};
-use crate::{export::folded::clean, kind::Kind, lock::lock_type_name, profile::Profile};
+use crate::{
+    export::{
+        diff::{add, Breakdown, Measure},
+        folded::clean,
+    },
+    kind::Kind,
+    lock::lock_type_name,
+    profile::Profile,
+};
 
 pub struct HoldView;
 
@@ -57,5 +67,28 @@ impl View for HoldView {
         FlameLabels::ms_per_s(
             "Holds under contention, NEW against BASE (width: NEW hold time in ms per second of run; red grew, blue shrank)",
         )
+    }
+
+    /// Holders compared between two runs: who held which lock, taken where.
+    fn breakdowns(&self, profile: &Profile, out: &mut Vec<Breakdown>) {
+        let mut by_holder: BTreeMap<String, Measure> = BTreeMap::new();
+        let mut by_lock: BTreeMap<String, Measure> = BTreeMap::new();
+        for group in crate::export::lock::contended_hold_groups(profile) {
+            for (entries, key) in [
+                (
+                    &mut by_holder,
+                    format!("{} {} {}", group.lock_type, group.caller, group.process),
+                ),
+                (&mut by_lock, format!("{} {}", group.lock_type, group.lock)),
+            ] {
+                add(entries, key, group.total_ns, group.count);
+            }
+        }
+        out.push(Breakdown::new("holder", by_holder));
+        out.push(Breakdown::new("lock", by_lock));
+    }
+
+    fn diff_columns(&self) -> (&'static str, &'static str) {
+        ("held/s", "holds/s")
     }
 }

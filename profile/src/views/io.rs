@@ -4,7 +4,12 @@
 //! process.
 
 use super::{offcpu::waiter_samples, AddSample, FlameLabels, View};
-use crate::{kind::Kind, profile::Profile, waitclass::IO_CLASSES};
+use crate::{
+    export::diff::{keyed_breakdowns, Breakdown, RowKey},
+    kind::Kind,
+    profile::{IoRow, Profile},
+    waitclass::IO_CLASSES,
+};
 
 pub struct IoView;
 
@@ -53,5 +58,33 @@ impl View for IoView {
         FlameLabels::ms_per_s(
             "IO wait time, NEW against BASE (width: NEW IO wait in ms per second of run; red grew, blue shrank)",
         )
+    }
+
+    /// Block IO by device and operation, and by process (host and cgroup when known).
+    fn breakdowns(&self, profile: &Profile, out: &mut Vec<Breakdown>) {
+        let mut ways: Vec<(&'static str, RowKey<IoRow>)> = vec![
+            (
+                "device",
+                Box::new(|row: &IoRow| format!("{} {}", row.device, row.op)),
+            ),
+            (
+                "process",
+                Box::new(|row: &IoRow| format!("{} {}", row.device, profile.process_name(row.pid))),
+            ),
+        ];
+        if profile.is_merged() {
+            ways.push(("host", Box::new(|row: &IoRow| profile.host_of(row.pid))));
+        }
+        if profile.knows_cgroups() {
+            ways.push((
+                "cgroup",
+                Box::new(|row: &IoRow| format!("{} {}", row.device, profile.cgroup_of(row.pid))),
+            ));
+        }
+        keyed_breakdowns(out, ways, &profile.io, |row| (row.total_ns, row.count));
+    }
+
+    fn diff_columns(&self) -> (&'static str, &'static str) {
+        ("lat/s", "req/s")
     }
 }

@@ -1,13 +1,18 @@
 //! `lock`: time threads waited for contended kernel locks.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use rustc_hash::FxBuildHasher;
 
 use super::{AddSample, FlameLabels, View};
 use crate::{
-    export::{folded::clean, lock_lines},
-    kind::Kind,
+    export::{
+        diff::{add, Breakdown, Measure},
+        folded::clean,
+        lock::lock_groups,
+        lock_lines,
+    },
+    kind::{GroupBy, Kind},
     lock::{is_lock_internal, lock_type_name},
     profile::Profile,
 };
@@ -81,6 +86,53 @@ impl View for LockView {
         FlameLabels::ms_per_s(
             "Lock wait, NEW against BASE (width: NEW wait in ms per second of run; red grew, blue shrank)",
         )
+    }
+
+    /// Lock wait by lock, caller and process (host and cgroup when known).
+    fn breakdowns(&self, profile: &Profile, out: &mut Vec<Breakdown>) {
+        let mut ways = vec![
+            ("lock", GroupBy::Lock),
+            ("caller", GroupBy::Caller),
+            ("process", GroupBy::Process),
+        ];
+        if profile.is_merged() {
+            ways.push(("host", GroupBy::Host));
+        }
+        if profile.knows_cgroups() {
+            ways.push(("cgroup", GroupBy::Cgroup));
+        }
+        for (by, group_by) in ways {
+            let mut entries: BTreeMap<String, Measure> = BTreeMap::new();
+            let mut name_sources: BTreeMap<String, String> = BTreeMap::new();
+            for group in lock_groups(profile, group_by) {
+                let key = match group_by {
+                    GroupBy::Lock | GroupBy::Instance => {
+                        format!("{} {}", group.lock_type, group.lock)
+                    }
+                    GroupBy::Caller => format!("{} {}", group.lock_type, group.caller),
+                    GroupBy::Process => format!(
+                        "{} {}",
+                        group.lock_type,
+                        group.processes.first().cloned().unwrap_or_default()
+                    ),
+                    GroupBy::Host => group.host.clone(),
+                    GroupBy::Cgroup => format!("{} {}", group.lock_type, group.cgroup),
+                };
+                if group_by == GroupBy::Lock && !group.lock_name_source.is_empty() {
+                    name_sources.insert(key.clone(), group.lock_name_source.clone());
+                }
+                add(&mut entries, key, group.total_wait_ns, group.contended);
+            }
+            out.push(Breakdown {
+                by,
+                entries,
+                name_sources,
+            });
+        }
+    }
+
+    fn diff_columns(&self) -> (&'static str, &'static str) {
+        ("wait/s", "cont/s")
     }
 }
 

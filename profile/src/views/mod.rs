@@ -1,7 +1,7 @@
 //! One view per kind: everything the read side knows about a kind sits in its module
 //! (lock.rs, rpc.rs, func.rs, cpu.rs, offcpu.rs, io.rs, hold.rs, offwake.rs): its name
-//! and meaning, whether a profile has it, its stack samples and their value types, and
-//! the labels of its flamegraphs. The exporters take a kind's view from [`VIEWS`] (or
+//! and meaning, whether a profile has it, its stack samples and their value types, the
+//! labels of its flamegraphs, and the breakdowns `diff` compares. The exporters take a kind's view from [`VIEWS`] (or
 //! loop over it) instead of matching on `Kind`.
 //!
 //! A new kind is a variant of `Kind`, a module here that implements [`View`], and its
@@ -9,7 +9,7 @@
 
 use inferno::flamegraph::color::Palette;
 
-use crate::{kind::Kind, profile::Profile};
+use crate::{export::diff::Breakdown, kind::Kind, profile::Profile};
 
 pub mod cpu;
 pub mod func;
@@ -124,6 +124,13 @@ pub trait View: Sync {
     fn flame_palette(&self) -> Option<Palette> {
         None
     }
+
+    /// The ways `diff` splits the kind's totals, each a table of its own. Keys stay
+    /// comparable across runs: names, never pids.
+    fn breakdowns(&self, profile: &Profile, out: &mut Vec<Breakdown>);
+
+    /// Names of the `diff` text's value and event columns (per second of run).
+    fn diff_columns(&self) -> (&'static str, &'static str);
 }
 
 /// Every kind's view, in the order of `Kind` (the order of the HTML report's sections).

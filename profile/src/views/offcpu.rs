@@ -2,7 +2,11 @@
 
 use super::{AddSample, FlameLabels, View};
 use crate::{
-    export::folded::{clean, clean_frames, push_stack},
+    export::{
+        diff::{keyed_breakdowns, Breakdown, RowKey},
+        folded::{clean, clean_frames, push_stack},
+        offcpu::is_scheduler_frame,
+    },
     kind::Kind,
     profile::{OffcpuRow, Profile},
 };
@@ -47,6 +51,37 @@ impl View for OffcpuView {
             "Off-CPU time, NEW against BASE (width: NEW time off CPU in ms per second of run; red grew, blue shrank)",
         )
     }
+
+    /// Off-CPU time by class, process and wait site (host and cgroup when known).
+    fn breakdowns(&self, profile: &Profile, out: &mut Vec<Breakdown>) {
+        let mut ways: Vec<(&'static str, RowKey<OffcpuRow>)> = vec![
+            ("class", Box::new(|row: &OffcpuRow| row.class.clone())),
+            (
+                "process",
+                Box::new(|row: &OffcpuRow| profile.process_name(row.pid)),
+            ),
+            (
+                "function",
+                Box::new(|row: &OffcpuRow| {
+                    format!("{} {}", row.class, wait_site(profile, row.stack))
+                }),
+            ),
+        ];
+        if profile.is_merged() {
+            ways.push(("host", Box::new(|row: &OffcpuRow| profile.host_of(row.pid))));
+        }
+        if profile.knows_cgroups() {
+            ways.push((
+                "cgroup",
+                Box::new(|row: &OffcpuRow| profile.cgroup_of(row.pid)),
+            ));
+        }
+        keyed_breakdowns(out, ways, &profile.offcpu, |row| (row.total_ns, row.count));
+    }
+
+    fn diff_columns(&self) -> (&'static str, &'static str) {
+        ("off/s", "waits/s")
+    }
 }
 
 /// One sample (waits, time) per off-CPU row that `keep` keeps, on its waiter frames.
@@ -70,4 +105,24 @@ pub(crate) fn waiter_frames(profile: &Profile, row: &OffcpuRow) -> Vec<String> {
     frames.extend(clean_frames(profile, row.ustack).rev());
     push_stack(&mut frames, profile, row.stack);
     frames
+}
+
+/// Where a thread waited: the first two kernel frames from the leaf below the scheduler
+/// (`__wait_on_buffer < ext4_read_bh`), comparable across runs (names, no addresses).
+fn wait_site(profile: &Profile, stack: Option<u32>) -> String {
+    if stack.is_none() {
+        return "[stack lost]".into();
+    }
+    let site: Vec<String> = profile
+        .stack_frames(stack)
+        .iter()
+        .filter(|frame| !is_scheduler_frame(&frame.name))
+        .take(2)
+        .map(|frame| frame.display())
+        .collect();
+    if site.is_empty() {
+        "[scheduler only]".into()
+    } else {
+        site.join(" < ")
+    }
 }

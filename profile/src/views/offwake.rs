@@ -1,7 +1,16 @@
 //! `offwake`: off-CPU time by waiter and by the waker seen to end each wait (`--wakers`).
 
 use super::{AddSample, FlameLabels, View};
-use crate::{export::wakers, kind::Kind, profile::Profile};
+use std::collections::BTreeMap;
+
+use crate::{
+    export::{
+        diff::{add, Breakdown, Measure},
+        wakers,
+    },
+    kind::Kind,
+    profile::Profile,
+};
 
 pub struct OffwakeView;
 
@@ -46,5 +55,27 @@ impl View for OffwakeView {
         FlameLabels::ms_per_s(
             "Off-CPU time by waker, NEW against BASE (width: NEW time off CPU in ms per second of run; red grew, blue shrank)",
         )
+    }
+
+    /// Off-CPU time by who woke it: the waker's process and where it woke (names only).
+    fn breakdowns(&self, profile: &Profile, out: &mut Vec<Breakdown>) {
+        let mut wakers: BTreeMap<String, Measure> = BTreeMap::new();
+        for row in &profile.offcpu {
+            for share in crate::export::wakers::shares(profile, [row]) {
+                let site = crate::export::wakers::wake_site(&share.frames);
+                let key = format!(
+                    "{} {} < {}",
+                    row.class,
+                    share.process,
+                    site.first().cloned().unwrap_or_default()
+                );
+                add(&mut wakers, key, share.wait_ns, share.count);
+            }
+        }
+        out.push(Breakdown::new("class and waker", wakers));
+    }
+
+    fn diff_columns(&self) -> (&'static str, &'static str) {
+        ("off/s", "waits/s")
     }
 }

@@ -2,7 +2,11 @@
 
 use super::{AddSample, FlameLabels, View};
 use crate::{
-    export::folded::{clean, push_stack},
+    export::{
+        diff::Breakdown,
+        folded::{clean, push_stack},
+        latency::{latency_breakdowns, rpc_groups},
+    },
     kind::Kind,
     profile::Profile,
 };
@@ -55,5 +59,14 @@ impl View for RpcView {
         FlameLabels::ms_per_s(
             "Request latency, NEW against BASE (width: NEW latency in ms per second of run; red grew, blue shrank)",
         )
+    }
+
+    /// Request latency by operation and by process.
+    fn breakdowns(&self, profile: &Profile, out: &mut Vec<Breakdown>) {
+        latency_breakdowns(rpc_groups(profile), "operation", out);
+    }
+
+    fn diff_columns(&self) -> (&'static str, &'static str) {
+        ("latency/s", "req/s")
     }
 }
