@@ -7,6 +7,7 @@ use crate::{
     export::{
         cpu::{cpu_functions, cpu_processes},
         diff::{summed, Breakdown},
+        exposition::{labels, metric},
         folded::clean,
     },
     kind::Kind,
@@ -101,6 +102,10 @@ impl View for CpuView {
     fn diff_columns(&self) -> (&'static str, &'static str) {
         ("samples/s", "total/s")
     }
+
+    fn metrics(&self, profile: &Profile, out: &mut String) {
+        cpu_series(profile, out);
+    }
 }
 
 /// Suffix of kernel frames in CPU stacks, as perf and inferno write it (inferno's
@@ -128,4 +133,23 @@ pub fn cpu_frames(profile: &Profile, row: &CpuRow) -> Vec<String> {
         frames.push("[stack lost]".into());
     }
     frames
+}
+
+/// On-CPU samples per process (name and pid).
+fn cpu_series(profile: &Profile, out: &mut String) {
+    metric(
+        out,
+        "lockpath_cpu_samples_total",
+        "counter",
+        "On-CPU samples (perf cpu-clock, idle not counted), by process.",
+        crate::export::cpu::cpu_processes(profile)
+            .into_iter()
+            .map(|process| {
+                let pid = process.pid.to_string();
+                (
+                    labels(&["process", "pid"], &[&process.process, &pid]),
+                    process.samples,
+                )
+            }),
+    );
 }

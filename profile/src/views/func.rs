@@ -7,6 +7,7 @@ use crate::{
         diff::Breakdown,
         folded::{clean, push_stack},
         latency::{func_groups, latency_breakdowns},
+        prometheus::latency_series,
     },
     kind::Kind,
     profile::Profile,
@@ -65,5 +66,9 @@ impl View for FuncView {
 
     fn diff_columns(&self) -> (&'static str, &'static str) {
         ("time/s", "calls/s")
+    }
+
+    fn metrics(&self, profile: &Profile, out: &mut String) {
+        latency_series(out, "func", "function", &func_groups(profile));
     }
 }

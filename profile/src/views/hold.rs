@@ -91,4 +91,7 @@ impl View for HoldView {
     fn diff_columns(&self) -> (&'static str, &'static str) {
         ("held/s", "holds/s")
     }
+
+    /// No series yet: holds under contention are in the report, JSON and flamegraphs.
+    fn metrics(&self, _profile: &Profile, _out: &mut String) {}
 }

@@ -5,7 +5,11 @@
 
 use super::{offcpu::waiter_samples, AddSample, FlameLabels, View};
 use crate::{
-    export::diff::{keyed_breakdowns, Breakdown, RowKey},
+    export::{
+        diff::{keyed_breakdowns, Breakdown, RowKey},
+        exposition::{header, histogram_lines, labels, metric},
+        io::{groups as io_groups, IoGroup},
+    },
     kind::Kind,
     profile::{IoRow, Profile},
     waitclass::IO_CLASSES,
@@ -87,4 +91,40 @@ impl View for IoView {
     fn diff_columns(&self) -> (&'static str, &'static str) {
         ("lat/s", "req/s")
     }
+
+    fn metrics(&self, profile: &Profile, out: &mut String) {
+        io_series(profile, out);
+    }
+}
+
+/// Block-IO latency per device and operation as a Prometheus histogram (the kernel's
+/// log2 microsecond buckets, cumulative), and bytes.
+fn io_series(profile: &Profile, out: &mut String) {
+    let groups = io_groups(profile);
+    let device_labels = |group: &IoGroup| labels(&["device", "op"], &[&group.device, &group.op]);
+    header(
+        out,
+        "lockpath_io_latency_seconds",
+        "histogram",
+        "Block-IO request latency, issue to completion, by device and operation.",
+    );
+    for group in &groups {
+        histogram_lines(
+            out,
+            "lockpath_io_latency_seconds",
+            &device_labels(group),
+            |slot| group.histogram.get(slot).map_or(0, |bucket| bucket.count),
+            group.count,
+            group.total_ns,
+        );
+    }
+    metric(
+        out,
+        "lockpath_io_bytes_total",
+        "counter",
+        "Bytes of completed block-IO requests, by device and operation.",
+        groups
+            .iter()
+            .map(|group| (device_labels(group), group.bytes)),
+    );
 }

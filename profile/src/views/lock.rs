@@ -8,12 +8,13 @@ use super::{AddSample, FlameLabels, View};
 use crate::{
     export::{
         diff::{add, Breakdown, Measure},
+        exposition::{labels, metric, seconds},
         folded::clean,
-        lock::lock_groups,
+        lock::{lock_groups, STACK_LOST, UNKNOWN},
         lock_lines,
     },
     kind::{GroupBy, Kind},
-    lock::{is_lock_internal, lock_type_name},
+    lock::{caller, is_lock_internal, lock_type_name},
     profile::Profile,
 };
 
@@ -134,6 +135,10 @@ impl View for LockView {
     fn diff_columns(&self) -> (&'static str, &'static str) {
         ("wait/s", "cont/s")
     }
+
+    fn metrics(&self, profile: &Profile, out: &mut String) {
+        lock_series(profile, out);
+    }
 }
 
 /// Frames of a lock stack from the outermost to the caller (the locking code itself
@@ -152,4 +157,64 @@ pub(crate) fn lock_stack_frames(profile: &Profile, stack: Option<u32>) -> Vec<St
         .rev()
         .map(|frame| clean(&frame.display()))
         .collect()
+}
+
+/// (lock type, caller, name source) of one lock series.
+type LockSeries<'a> = (&'static str, String, &'a str);
+
+/// Lock wait and contentions per (type, caller, name source), most wait first. The name
+/// source (`task`, `runqueue`, `kallsyms`, `address`, ...) splits a caller's series by
+/// how its locks were named: a handful of values, so the series stay few; the lock
+/// names themselves are in the fleet counters, which bound their label sets.
+fn series_sums(profile: &Profile) -> Vec<(LockSeries<'_>, (u64, u64))> {
+    let mut callers: HashMap<Option<u32>, String> = HashMap::new();
+    let mut sums: BTreeMap<LockSeries, (u64, u64)> = BTreeMap::new();
+    for row in &profile.locks {
+        let caller = callers
+            .entry(row.stack)
+            .or_insert_with(|| match row.stack {
+                None => STACK_LOST.to_string(),
+                Some(_) => caller(&profile.stack_frames(row.stack))
+                    .map(|frame| frame.display())
+                    .unwrap_or_else(|| UNKNOWN.to_string()),
+            })
+            .clone();
+        let key = (
+            lock_type_name(row.flags),
+            caller,
+            row.lock_name_source.as_str(),
+        );
+        let sum = sums.entry(key).or_default();
+        sum.0 = sum.0.saturating_add(row.total_ns);
+        sum.1 = sum.1.saturating_add(row.count);
+    }
+    let mut sums: Vec<_> = sums.into_iter().collect();
+    sums.sort_by(|a, b| (b.1).0.cmp(&(a.1).0).then_with(|| a.0.cmp(&b.0)));
+    sums
+}
+
+fn lock_series(profile: &Profile, out: &mut String) {
+    let sums = series_sums(profile);
+    let lock_labels = |(lock_type, caller, source): &LockSeries| {
+        labels(
+            &["type", "caller", "name_source"],
+            &[lock_type, caller.as_str(), source],
+        )
+    };
+    metric(
+        out,
+        "lockpath_lock_wait_seconds_total",
+        "counter",
+        "Time threads waited for contended kernel locks, by lock type, calling function and how the lock was named.",
+        sums.iter()
+            .map(|(series, (total_ns, _))| (lock_labels(series), seconds(*total_ns))),
+    );
+    metric(
+        out,
+        "lockpath_lock_contentions_total",
+        "counter",
+        "Contended kernel lock acquisitions, by lock type, calling function and how the lock was named.",
+        sums.iter()
+            .map(|(series, (_, count))| (lock_labels(series), count)),
+    );
 }

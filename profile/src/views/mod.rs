@@ -1,7 +1,7 @@
 //! One view per kind: everything the read side knows about a kind sits in its module
 //! (lock.rs, rpc.rs, func.rs, cpu.rs, offcpu.rs, io.rs, hold.rs, offwake.rs): its name
 //! and meaning, whether a profile has it, its stack samples and their value types, the
-//! labels of its flamegraphs, and the breakdowns `diff` compares. The exporters take a kind's view from [`VIEWS`] (or
+//! labels of its flamegraphs, the breakdowns `diff` compares, and its Prometheus series. The exporters take a kind's view from [`VIEWS`] (or
 //! loop over it) instead of matching on `Kind`.
 //!
 //! A new kind is a variant of `Kind`, a module here that implements [`View`], and its
@@ -131,6 +131,9 @@ pub trait View: Sync {
 
     /// Names of the `diff` text's value and event columns (per second of run).
     fn diff_columns(&self) -> (&'static str, &'static str);
+
+    /// Appends the kind's Prometheus series (text exposition format) to `out`.
+    fn metrics(&self, profile: &Profile, out: &mut String);
 }
 
 /// Every kind's view, in the order of `Kind` (the order of the HTML report's sections).

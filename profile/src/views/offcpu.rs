@@ -1,9 +1,12 @@
 //! `offcpu`: time threads spent off the CPU, by wait class.
 
+use std::collections::BTreeMap;
+
 use super::{AddSample, FlameLabels, View};
 use crate::{
     export::{
         diff::{keyed_breakdowns, Breakdown, RowKey},
+        exposition::{labels, metric, seconds},
         folded::{clean, clean_frames, push_stack},
         offcpu::is_scheduler_frame,
     },
@@ -82,6 +85,10 @@ impl View for OffcpuView {
     fn diff_columns(&self) -> (&'static str, &'static str) {
         ("off/s", "waits/s")
     }
+
+    fn metrics(&self, profile: &Profile, out: &mut String) {
+        offcpu_series(profile, out);
+    }
 }
 
 /// One sample (waits, time) per off-CPU row that `keep` keeps, on its waiter frames.
@@ -125,4 +132,37 @@ fn wait_site(profile: &Profile, stack: Option<u32>) -> String {
     } else {
         site.join(" < ")
     }
+}
+
+/// Off-CPU seconds and waits per wait class and process name (names, not pids: the
+/// series stay few and survive restarts).
+fn offcpu_series(profile: &Profile, out: &mut String) {
+    let mut totals: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
+    for row in &profile.offcpu {
+        let total = totals
+            .entry((row.class.clone(), profile.process_name(row.pid)))
+            .or_default();
+        total.0 += row.total_ns;
+        total.1 += row.count;
+    }
+    let class_labels =
+        |(class, process): &(String, String)| labels(&["class", "process"], &[class, process]);
+    metric(
+        out,
+        "lockpath_offcpu_seconds_total",
+        "counter",
+        "Time threads spent off the CPU, by wait class and process.",
+        totals
+            .iter()
+            .map(|(key, (total_ns, _))| (class_labels(key), seconds(*total_ns))),
+    );
+    metric(
+        out,
+        "lockpath_offcpu_waits_total",
+        "counter",
+        "Times threads left the CPU to wait, by wait class and process.",
+        totals
+            .iter()
+            .map(|(key, (_, count))| (class_labels(key), count)),
+    );
 }

@@ -78,4 +78,7 @@ impl View for OffwakeView {
     fn diff_columns(&self) -> (&'static str, &'static str) {
         ("off/s", "waits/s")
     }
+
+    /// No series yet: wakers are in the report, JSON and flamegraphs.
+    fn metrics(&self, _profile: &Profile, _out: &mut String) {}
 }

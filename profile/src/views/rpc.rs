@@ -6,6 +6,7 @@ use crate::{
         diff::Breakdown,
         folded::{clean, push_stack},
         latency::{latency_breakdowns, rpc_groups},
+        prometheus::latency_series,
     },
     kind::Kind,
     profile::Profile,
@@ -68,5 +69,9 @@ impl View for RpcView {
 
     fn diff_columns(&self) -> (&'static str, &'static str) {
         ("latency/s", "req/s")
+    }
+
+    fn metrics(&self, profile: &Profile, out: &mut String) {
+        latency_series(out, "rpc", "request", &rpc_groups(profile));
     }
 }
