@@ -1,5 +1,6 @@
 //! `cpu`: on-CPU samples (perf cpu-clock), counted rather than timed.
 
+use anyhow::Result;
 use inferno::flamegraph::color::{MultiPalette, Palette};
 
 use super::{AddSample, FlameLabels, View};
@@ -9,6 +10,7 @@ use crate::{
         diff::{summed, Breakdown},
         exposition::{labels, metric},
         folded::clean,
+        html::{flamegraph_part, table},
     },
     kind::Kind,
     profile::{CpuRow, Profile},
@@ -106,6 +108,10 @@ impl View for CpuView {
     fn metrics(&self, profile: &Profile, out: &mut String) {
         cpu_series(profile, out);
     }
+
+    fn html_section(&self, profile: &Profile) -> Result<String> {
+        report_section(profile)
+    }
 }
 
 /// Suffix of kernel frames in CPU stacks, as perf and inferno write it (inferno's
@@ -142,14 +148,60 @@ fn cpu_series(profile: &Profile, out: &mut String) {
         "lockpath_cpu_samples_total",
         "counter",
         "On-CPU samples (perf cpu-clock, idle not counted), by process.",
-        crate::export::cpu::cpu_processes(profile)
-            .into_iter()
-            .map(|process| {
-                let pid = process.pid.to_string();
-                (
-                    labels(&["process", "pid"], &[&process.process, &pid]),
-                    process.samples,
-                )
-            }),
+        cpu_processes(profile).into_iter().map(|process| {
+            let pid = process.pid.to_string();
+            (
+                labels(&["process", "pid"], &[&process.process, &pid]),
+                process.samples,
+            )
+        }),
     );
+}
+
+/// On-CPU samples by process and function, and their flamegraph.
+fn report_section(profile: &Profile) -> Result<String> {
+    let mut out = String::new();
+    out.push_str("<section id=\"cpu\">\n<h2>On-CPU samples</h2>\n");
+    let processes: Vec<Vec<String>> = cpu_processes(profile)
+        .into_iter()
+        .take(50)
+        .map(|process| {
+            vec![
+                process.samples.to_string(),
+                process.pid.to_string(),
+                process.process,
+            ]
+        })
+        .collect();
+    let functions: Vec<Vec<String>> = cpu_functions(profile)
+        .into_iter()
+        .take(50)
+        .map(|function| {
+            let suffix = if function.kernel { " [k]" } else { "" };
+            vec![
+                function.self_samples.to_string(),
+                function.total_samples.to_string(),
+                format!("{}{suffix}", function.function),
+            ]
+        })
+        .collect();
+    for (title, header, rows) in [
+        ("By process", ["samples", "pid", "process"], processes),
+        (
+            "Top functions (self, total)",
+            ["self", "total", "function"],
+            functions,
+        ),
+    ] {
+        out.push_str(&format!("<h3>{title}</h3>\n"));
+        out.push_str(&table(&header, &[true, true, false], &rows));
+    }
+    flamegraph_part(
+        &mut out,
+        profile,
+        Kind::Cpu,
+        Some("Flamegraph (width: CPU samples; kernel frames _[k])"),
+        "on-CPU flamegraph",
+    )?;
+    Ok(out)
 }

@@ -1,11 +1,14 @@
 //! `func`: function latency (kernel `func` and user `ufunc` probes), by the stack at
 //! the function's entry.
 
+use anyhow::Result;
+
 use super::{AddSample, FlameLabels, View};
 use crate::{
     export::{
         diff::Breakdown,
         folded::{clean, push_stack},
+        html::latency_section,
         latency::{func_groups, latency_breakdowns},
         prometheus::latency_series,
     },
@@ -70,5 +73,16 @@ impl View for FuncView {
 
     fn metrics(&self, profile: &Profile, out: &mut String) {
         latency_series(out, "func", "function", &func_groups(profile));
+    }
+
+    fn html_section(&self, profile: &Profile) -> Result<String> {
+        latency_section(
+            profile,
+            Kind::Func,
+            "func",
+            "Function latency",
+            "function",
+            &func_groups(profile),
+        )
     }
 }

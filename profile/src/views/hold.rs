@@ -4,11 +4,14 @@
 
 use std::collections::BTreeMap;
 
+use anyhow::Result;
+
 use super::{lock::lock_stack_frames, AddSample, FlameLabels, View};
 use crate::{
     export::{
         diff::{add, Breakdown, Measure},
         folded::clean,
+        html::{flamegraph_part, table},
     },
     kind::Kind,
     lock::lock_type_name,
@@ -94,4 +97,41 @@ impl View for HoldView {
 
     /// No series yet: holds under contention are in the report, JSON and flamegraphs.
     fn metrics(&self, _profile: &Profile, _out: &mut String) {}
+
+    fn html_section(&self, profile: &Profile) -> Result<String> {
+        report_section(profile)
+    }
+}
+
+/// Held while others waited: the holds under contention and their flamegraph.
+fn report_section(profile: &Profile) -> Result<String> {
+    let mut out = String::new();
+    out.push_str("<section id=\"hold\">\n<h2>Held while others waited</h2>\n");
+    let rows: Vec<Vec<String>> = crate::export::lock::contended_hold_groups(profile)
+        .into_iter()
+        .take(50)
+        .map(|group| {
+            vec![
+                group.count.to_string(),
+                crate::units::format_ns(group.total_ns),
+                crate::units::format_ns(group.max_ns),
+                format!("{} {}", group.lock_type, group.lock),
+                format!("{}[{}/{}]", group.process, group.pid, group.tid),
+                group.caller,
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &["holds", "total", "max", "lock", "holder", "acquired in"],
+        &[true, true, true, false, false, false],
+        &rows,
+    ));
+    flamegraph_part(
+        &mut out,
+        profile,
+        Kind::Hold,
+        None,
+        "Holds under contention flamegraph",
+    )?;
+    Ok(out)
 }

@@ -3,15 +3,20 @@
 //! while the tables (diff, HTML) list the block-IO requests by device, operation and
 //! process.
 
+use anyhow::Result;
+
 use super::{offcpu::waiter_samples, AddSample, FlameLabels, View};
 use crate::{
     export::{
         diff::{keyed_breakdowns, Breakdown, RowKey},
+        escape::html as esc,
         exposition::{header, histogram_lines, labels, metric},
-        io::{groups as io_groups, IoGroup},
+        html::{flamegraph_part, table},
+        io::{self as io_tables, groups as io_groups, IoGroup},
     },
     kind::Kind,
     profile::{IoRow, Profile},
+    units::format_ns,
     waitclass::IO_CLASSES,
 };
 
@@ -95,6 +100,10 @@ impl View for IoView {
     fn metrics(&self, profile: &Profile, out: &mut String) {
         io_series(profile, out);
     }
+
+    fn html_section(&self, profile: &Profile) -> Result<String> {
+        report_section(profile)
+    }
 }
 
 /// Block-IO latency per device and operation as a Prometheus histogram (the kernel's
@@ -127,4 +136,54 @@ fn io_series(profile: &Profile, out: &mut String) {
             .iter()
             .map(|group| (device_labels(group), group.bytes)),
     );
+}
+
+/// Block IO per device and operation, latency histograms, and the IO-wait flamegraph.
+fn report_section(profile: &Profile) -> Result<String> {
+    let mut out = String::new();
+    out.push_str("<section id=\"io\">\n<h2>Block IO</h2>\n");
+    let groups = io_groups(profile);
+    if groups.is_empty() {
+        out.push_str("<p>No block-IO requests recorded.</p>\n");
+    } else {
+        let rows: Vec<Vec<String>> = groups
+            .iter()
+            .map(|group| {
+                vec![
+                    format!("{} ({})", group.device, group.dev),
+                    group.op.clone(),
+                    group.count.to_string(),
+                    io_tables::format_bytes(group.bytes),
+                    format_ns(group.avg_ns),
+                    format_ns(group.p50_ns),
+                    format_ns(group.p99_ns),
+                    format_ns(group.max_ns),
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            &[
+                "device", "op", "requests", "bytes", "avg", "p50", "p99", "max",
+            ],
+            &[false, false, true, true, true, true, true, true],
+            &rows,
+        ));
+        for group in &groups {
+            out.push_str(&format!(
+                "<h3>Latency histogram: {} ({}) {}</h3>\n<pre class=\"histogram\">{}</pre>\n",
+                esc(&group.device),
+                esc(&group.dev),
+                esc(&group.op),
+                esc(&io_tables::histogram(&group.histogram))
+            ));
+        }
+    }
+    flamegraph_part(
+        &mut out,
+        profile,
+        Kind::Io,
+        Some("IO wait flamegraph (off-CPU in buffer, page, block-io, journal)"),
+        "IO wait flamegraph",
+    )?;
+    Ok(out)
 }

@@ -2,20 +2,24 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use anyhow::Result;
 use rustc_hash::FxBuildHasher;
 
 use super::{AddSample, FlameLabels, View};
 use crate::{
     export::{
         diff::{add, Breakdown, Measure},
+        escape::html as esc,
         exposition::{labels, metric, seconds},
         folded::clean,
+        html::{flamegraph_part, table_named_by},
         lock::{lock_groups, STACK_LOST, UNKNOWN},
         lock_lines,
     },
     kind::{GroupBy, Kind},
     lock::{caller, is_lock_internal, lock_type_name},
     profile::Profile,
+    units::format_ns,
 };
 
 pub struct LockView;
@@ -139,6 +143,10 @@ impl View for LockView {
     fn metrics(&self, profile: &Profile, out: &mut String) {
         lock_series(profile, out);
     }
+
+    fn html_section(&self, profile: &Profile) -> Result<String> {
+        report_section(profile)
+    }
 }
 
 /// Frames of a lock stack from the outermost to the caller (the locking code itself
@@ -217,4 +225,105 @@ fn lock_series(profile: &Profile, out: &mut String) {
         sums.iter()
             .map(|(series, (_, count))| (lock_labels(series), count)),
     );
+}
+
+/// Lock contention: the table by lock, caller, process (host, cgroup when known) and the flamegraph.
+fn report_section(profile: &Profile) -> Result<String> {
+    let mut out = String::new();
+    out.push_str("<section id=\"lock\">\n<h2>Lock contention</h2>\n");
+    let numeric = [true, true, true, true, false, false, false, false];
+    let mut ways = vec![
+        ("By lock", GroupBy::Lock, "lock"),
+        ("By caller", GroupBy::Caller, "lock"),
+        (
+            "Per process (wait by process and lock type)",
+            GroupBy::Process,
+            "process",
+        ),
+    ];
+    if profile.is_merged() {
+        ways.push(("Per host", GroupBy::Host, "host"));
+    }
+    if profile.knows_cgroups() {
+        ways.push((
+            "Per cgroup (wait by cgroup and lock type)",
+            GroupBy::Cgroup,
+            "cgroup",
+        ));
+    }
+    // Profiles of older versions do not say how locks were named: no column.
+    let says_names = profile
+        .locks
+        .iter()
+        .any(|row| !row.lock_name_source.is_empty());
+    for (title, by, third) in ways {
+        out.push_str(&format!("<h3>{}</h3>\n", esc(title)));
+        let named = says_names && by == GroupBy::Lock;
+        let rows = lock_rows(profile, by, 50, named);
+        if rows.is_empty() {
+            out.push_str("<p>No lock contention recorded.</p>\n");
+            break;
+        }
+        let headers = vec![
+            "contended",
+            "total wait",
+            "max wait",
+            "avg wait",
+            "type",
+            third,
+            "callers",
+            "pids",
+        ];
+        out.push_str(&table_named_by(headers, numeric.to_vec(), 6, named, &rows));
+    }
+    flamegraph_part(
+        &mut out,
+        profile,
+        Kind::Lock,
+        Some("Flamegraph (width: wait time)"),
+        "lock wait flamegraph",
+    )?;
+    Ok(out)
+}
+
+/// Rows of a lock table; with `named`, a column after the lock says how it was named.
+fn lock_rows(profile: &Profile, by: GroupBy, top: usize, named: bool) -> Vec<Vec<String>> {
+    lock_groups(profile, by)
+        .into_iter()
+        .take(top)
+        .map(|group| {
+            let third = match by {
+                GroupBy::Process => group.processes.join(", "),
+                GroupBy::Host => group.host.clone(),
+                GroupBy::Cgroup => group.cgroup.clone(),
+                _ => group.lock.clone(),
+            };
+            let named = named.then(|| group.lock_name_source.clone());
+            let mut row = vec![
+                group.contended.to_string(),
+                format_ns(group.total_wait_ns),
+                format_ns(group.max_wait_ns),
+                format_ns(group.avg_wait_ns),
+                group.lock_type,
+                third,
+                group
+                    .callers
+                    .iter()
+                    .take(3)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                group
+                    .pids
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ];
+            if let Some(named) = named {
+                row.insert(6, named);
+            }
+            row
+        })
+        .collect()
 }

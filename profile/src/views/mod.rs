@@ -1,12 +1,14 @@
 //! One view per kind: everything the read side knows about a kind sits in its module
 //! (lock.rs, rpc.rs, func.rs, cpu.rs, offcpu.rs, io.rs, hold.rs, offwake.rs): its name
 //! and meaning, whether a profile has it, its stack samples and their value types, the
-//! labels of its flamegraphs, the breakdowns `diff` compares, and its Prometheus series. The exporters take a kind's view from [`VIEWS`] (or
+//! labels of its flamegraphs, the breakdowns `diff` compares, its Prometheus series and
+//! its section of the HTML report. The exporters take a kind's view from [`VIEWS`] (or
 //! loop over it) instead of matching on `Kind`.
 //!
 //! A new kind is a variant of `Kind`, a module here that implements [`View`], and its
 //! line in [`VIEWS`].
 
+use anyhow::Result;
 use inferno::flamegraph::color::Palette;
 
 use crate::{export::diff::Breakdown, kind::Kind, profile::Profile};
@@ -134,6 +136,9 @@ pub trait View: Sync {
 
     /// Appends the kind's Prometheus series (text exposition format) to `out`.
     fn metrics(&self, profile: &Profile, out: &mut String);
+
+    /// The kind's section of the HTML report: its tables and its flamegraph.
+    fn html_section(&self, profile: &Profile) -> Result<String>;
 }
 
 /// Every kind's view, in the order of `Kind` (the order of the HTML report's sections).

@@ -2,16 +2,20 @@
 
 use std::collections::BTreeMap;
 
+use anyhow::Result;
+
 use super::{AddSample, FlameLabels, View};
 use crate::{
     export::{
         diff::{keyed_breakdowns, Breakdown, RowKey},
         exposition::{labels, metric, seconds},
         folded::{clean, clean_frames, push_stack},
-        offcpu::is_scheduler_frame,
+        html::{flamegraph_part, table},
+        offcpu::{self as offcpu_tables, is_scheduler_frame},
     },
     kind::Kind,
     profile::{OffcpuRow, Profile},
+    units::format_ns,
 };
 
 pub struct OffcpuView;
@@ -89,6 +93,10 @@ impl View for OffcpuView {
     fn metrics(&self, profile: &Profile, out: &mut String) {
         offcpu_series(profile, out);
     }
+
+    fn html_section(&self, profile: &Profile) -> Result<String> {
+        report_section(profile)
+    }
 }
 
 /// One sample (waits, time) per off-CPU row that `keep` keeps, on its waiter frames.
@@ -165,4 +173,94 @@ fn offcpu_series(profile: &Profile, out: &mut String) {
             .iter()
             .map(|(key, (_, count))| (class_labels(key), count)),
     );
+}
+
+/// Off-CPU waits per process and class, and their flamegraph.
+fn report_section(profile: &Profile) -> Result<String> {
+    let mut out = String::new();
+    out.push_str("<section id=\"offcpu\">\n<h2>Off-CPU waits</h2>\n");
+    out.push_str("<h3>Per process (wait breakdown by class)</h3>\n");
+    let rows = offcpu_rows(profile, 50);
+    if rows.is_empty() {
+        out.push_str("<p>No off-CPU waits recorded.</p>\n");
+    } else {
+        let mut headers = vec![
+            "process",
+            "pid",
+            "off-CPU",
+            "class",
+            "time",
+            "%",
+            "waits",
+            "max",
+            "top stack",
+        ];
+        let mut numeric = vec![false, true, true, false, true, true, true, true, false];
+        // File-lock holders: a column only when the profile names some.
+        if rows.iter().any(|row| row.len() > headers.len()) {
+            headers.push("held by");
+            numeric.push(false);
+        }
+        let rows: Vec<Vec<String>> = rows
+            .into_iter()
+            .map(|mut row| {
+                row.resize(headers.len(), String::new());
+                row
+            })
+            .collect();
+        out.push_str(&table(&headers, &numeric, &rows));
+    }
+    flamegraph_part(
+        &mut out,
+        profile,
+        Kind::Offcpu,
+        Some("Flamegraph (width: time off CPU)"),
+        "off-CPU flamegraph",
+    )?;
+    Ok(out)
+}
+
+/// One row per (process, class), most off-CPU time first; the process columns on its
+/// first row only.
+fn offcpu_rows(profile: &Profile, top: usize) -> Vec<Vec<String>> {
+    let mut rows = Vec::new();
+    for process in offcpu_tables::processes(profile).into_iter().take(top) {
+        for (index, class) in process.classes.iter().enumerate() {
+            let first = index == 0;
+            let top_stack = class
+                .stacks
+                .first()
+                .map(|stack| offcpu_tables::short_stack(&stack.kernel, 120))
+                .unwrap_or_default();
+            rows.push(vec![
+                if first {
+                    process.process.clone()
+                } else {
+                    String::new()
+                },
+                if first {
+                    process.pid.to_string()
+                } else {
+                    String::new()
+                },
+                if first {
+                    format_ns(process.total_ns)
+                } else {
+                    String::new()
+                },
+                class.class.clone(),
+                format_ns(class.total_ns),
+                format!("{:.1}", class.percent),
+                class.count.to_string(),
+                format_ns(class.max_ns),
+                top_stack,
+            ]);
+            if !class.held_by.is_empty() {
+                if let Some(row) = rows.last_mut() {
+                    row.push(offcpu_tables::holders_text(&class.held_by, 5));
+                }
+            }
+        }
+    }
+    rows
 }

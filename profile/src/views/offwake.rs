@@ -3,6 +3,8 @@
 use super::{AddSample, FlameLabels, View};
 use std::collections::BTreeMap;
 
+use anyhow::Result;
+
 use crate::{
     export::{
         diff::{add, Breakdown, Measure},
@@ -81,4 +83,8 @@ impl View for OffwakeView {
 
     /// No series yet: wakers are in the report, JSON and flamegraphs.
     fn metrics(&self, _profile: &Profile, _out: &mut String) {}
+
+    fn html_section(&self, profile: &Profile) -> Result<String> {
+        wakers::html_section(profile)
+    }
 }

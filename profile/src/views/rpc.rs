@@ -1,10 +1,13 @@
 //! `rpc`: request latency, weighted onto the stack that completes each request.
 
+use anyhow::Result;
+
 use super::{AddSample, FlameLabels, View};
 use crate::{
     export::{
         diff::Breakdown,
         folded::{clean, push_stack},
+        html::latency_section,
         latency::{latency_breakdowns, rpc_groups},
         prometheus::latency_series,
     },
@@ -73,5 +76,16 @@ impl View for RpcView {
 
     fn metrics(&self, profile: &Profile, out: &mut String) {
         latency_series(out, "rpc", "request", &rpc_groups(profile));
+    }
+
+    fn html_section(&self, profile: &Profile) -> Result<String> {
+        latency_section(
+            profile,
+            Kind::Rpc,
+            "rpc",
+            "Request latency",
+            "request",
+            &rpc_groups(profile),
+        )
     }
 }
