@@ -1,6 +1,7 @@
-//! Stacks of every kind, built once here: `samples()` turns a profile into root-first
-//! frame paths with one value per sample type; the flamegraph, the differential
-//! flamegraph, pprof and the folded / JSON exports all start from it.
+//! Stacks of every kind, merged once here: `samples()` turns the samples a kind's view
+//! gives (`View::samples`) into root-first frame paths with one value per sample type,
+//! merged by path; the flamegraph, the differential flamegraph, pprof and the folded /
+//! JSON exports all start from it. The helpers the views build frames with are here too.
 
 use std::collections::BTreeMap;
 

@@ -5,8 +5,8 @@
 //! its section of the HTML report. The exporters take a kind's view from [`VIEWS`] (or
 //! loop over it) instead of matching on `Kind`.
 //!
-//! A new kind is a variant of `Kind`, a module here that implements [`View`], and its
-//! line in [`VIEWS`].
+//! A new kind is a variant of `Kind` (in `Kind::ALL` too), a module here that implements
+//! [`View`], and its two lines in this file: the module and its entry in [`VIEWS`].
 
 use anyhow::Result;
 use inferno::flamegraph::color::Palette;
@@ -142,7 +142,7 @@ pub trait View: Sync {
 }
 
 /// Every kind's view, in the order of `Kind` (the order of the HTML report's sections).
-pub static VIEWS: [&dyn View; 8] = [
+pub static VIEWS: [&dyn View; Kind::ALL.len()] = [
     &lock::LockView,
     &rpc::RpcView,
     &func::FuncView,
