@@ -1,8 +1,9 @@
 //! lockpath's profile and everything that reads it, without the kernel: the data model
-//! (`profile`: JSON "lockpath/1", loading and validation), its views (`kind`), the
-//! domain rules every view follows (`lock`: type names and callers; `histogram`:
-//! percentiles; `waitclass`: off-CPU wait classes) and the exporters (`export`: text and
-//! JSON reports, flamegraphs, folded, JSON tree, pprof, HTML, diff, merge, Prometheus).
+//! (`profile`: JSON "lockpath/1", loading and validation), its kinds (`kind`) and the
+//! view of each (`views`: one module per kind), the domain rules every view follows
+//! (`lock`: type names and callers; `histogram`: percentiles; `waitclass`: off-CPU wait
+//! classes) and the exporters (`export`: text and JSON reports, flamegraphs, folded,
+//! JSON tree, pprof, HTML, diff, merge, Prometheus).
 //!
 //! No aya, no clap: `lockpath` (the CLI and recorder) and the fuzz target use it, and so
 //! can any tool that reads profiles.
@@ -21,6 +22,7 @@ pub mod profile;
 pub mod synthetic;
 pub mod timeline;
 pub mod units;
+pub mod views;
 pub mod waitclass;
 pub mod waiting;
 

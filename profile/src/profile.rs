@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::presized::{presized, with_document_size};
 
-pub use crate::kind::{GroupBy, Kind, KINDS};
+pub use crate::kind::{GroupBy, Kind};
 
 /// Written into every profile; loading checks it.
 pub const FORMAT: &str = "lockpath/1";

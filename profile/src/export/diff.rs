@@ -5,17 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::{
-    export::{
-        cpu::{cpu_functions, cpu_processes},
-        lock::lock_groups,
-        offcpu::is_scheduler_frame,
-        table::fit,
-    },
-    kind::{GroupBy, Kind},
-    profile::{IoRow, OffcpuRow, Profile},
-    units::format_ns,
-};
+use crate::{export::table::fit, kind::Kind, profile::Profile, units::format_ns};
 
 /// A value and an event count (lock: wait ns and contentions) under one key.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -34,7 +24,7 @@ pub struct Breakdown {
 }
 
 impl Breakdown {
-    fn new(by: &'static str, entries: BTreeMap<String, Measure>) -> Breakdown {
+    pub fn new(by: &'static str, entries: BTreeMap<String, Measure>) -> Breakdown {
         Breakdown {
             by,
             entries,
@@ -44,17 +34,19 @@ impl Breakdown {
 }
 
 /// How a breakdown names a row (its table key).
-type RowKey<'a, R> = Box<dyn Fn(&R) -> String + 'a>;
+pub(crate) type RowKey<'a, R> = Box<dyn Fn(&R) -> String + 'a>;
 
 /// Adds a value and an event count to the entry of `key`.
-fn add(entries: &mut BTreeMap<String, Measure>, key: String, value: u64, events: u64) {
+pub(crate) fn add(entries: &mut BTreeMap<String, Measure>, key: String, value: u64, events: u64) {
     let entry = entries.entry(key).or_default();
     entry.value = entry.value.saturating_add(value);
     entry.events = entry.events.saturating_add(events);
 }
 
 /// The entries of (key, value, events) triples, summed per key.
-fn summed(items: impl IntoIterator<Item = (String, u64, u64)>) -> BTreeMap<String, Measure> {
+pub(crate) fn summed(
+    items: impl IntoIterator<Item = (String, u64, u64)>,
+) -> BTreeMap<String, Measure> {
     let mut entries = BTreeMap::new();
     for (key, value, events) in items {
         add(&mut entries, key, value, events);
@@ -63,7 +55,7 @@ fn summed(items: impl IntoIterator<Item = (String, u64, u64)>) -> BTreeMap<Strin
 }
 
 /// One breakdown per way of keying `rows`, each summing the rows' (value, events).
-fn keyed_breakdowns<R>(
+pub(crate) fn keyed_breakdowns<R>(
     out: &mut Vec<Breakdown>,
     ways: Vec<(&'static str, RowKey<R>)>,
     rows: &[R],
@@ -78,229 +70,17 @@ fn keyed_breakdowns<R>(
     }
 }
 
-/// Keys stay comparable across runs: names, never pids (lock addresses of dynamic
-/// locks differ between runs; static locks keep their symbol). A kind adds its arm and
-/// its function.
+/// The ways the kind's view splits its totals (`View::breakdowns`). Keys stay
+/// comparable across runs: names, never pids (lock addresses of dynamic locks differ
+/// between runs; static locks keep their symbol).
 pub fn breakdowns(profile: &Profile, kind: Kind) -> Vec<Breakdown> {
     let mut out = Vec::new();
-    match kind {
-        Kind::Lock => lock_breakdowns(profile, &mut out),
-        Kind::Offcpu => offcpu_breakdowns(profile, &mut out),
-        Kind::Io => io_breakdowns(profile, &mut out),
-        Kind::Hold => hold_breakdowns(profile, &mut out),
-        Kind::Rpc | Kind::Func => latency_breakdowns(profile, kind, &mut out),
-        Kind::Cpu => cpu_breakdowns(profile, &mut out),
-        Kind::Offwake => offwake_breakdowns(profile, &mut out),
-    }
+    kind.view().breakdowns(profile, &mut out);
     out
 }
 
-/// Lock wait by lock, caller and process (host and cgroup when known).
-fn lock_breakdowns(profile: &Profile, out: &mut Vec<Breakdown>) {
-    let mut ways = vec![
-        ("lock", GroupBy::Lock),
-        ("caller", GroupBy::Caller),
-        ("process", GroupBy::Process),
-    ];
-    if profile.is_merged() {
-        ways.push(("host", GroupBy::Host));
-    }
-    if profile.knows_cgroups() {
-        ways.push(("cgroup", GroupBy::Cgroup));
-    }
-    for (by, group_by) in ways {
-        let mut entries: BTreeMap<String, Measure> = BTreeMap::new();
-        let mut name_sources: BTreeMap<String, String> = BTreeMap::new();
-        for group in lock_groups(profile, group_by) {
-            let key = match group_by {
-                GroupBy::Lock | GroupBy::Instance => {
-                    format!("{} {}", group.lock_type, group.lock)
-                }
-                GroupBy::Caller => format!("{} {}", group.lock_type, group.caller),
-                GroupBy::Process => format!(
-                    "{} {}",
-                    group.lock_type,
-                    group.processes.first().cloned().unwrap_or_default()
-                ),
-                GroupBy::Host => group.host.clone(),
-                GroupBy::Cgroup => format!("{} {}", group.lock_type, group.cgroup),
-            };
-            if group_by == GroupBy::Lock && !group.lock_name_source.is_empty() {
-                name_sources.insert(key.clone(), group.lock_name_source.clone());
-            }
-            add(&mut entries, key, group.total_wait_ns, group.contended);
-        }
-        out.push(Breakdown {
-            by,
-            entries,
-            name_sources,
-        });
-    }
-}
-
-/// Off-CPU time by class, process and wait site (host and cgroup when known).
-fn offcpu_breakdowns(profile: &Profile, out: &mut Vec<Breakdown>) {
-    let mut ways: Vec<(&'static str, RowKey<OffcpuRow>)> = vec![
-        ("class", Box::new(|row: &OffcpuRow| row.class.clone())),
-        (
-            "process",
-            Box::new(|row: &OffcpuRow| profile.process_name(row.pid)),
-        ),
-        (
-            "function",
-            Box::new(|row: &OffcpuRow| format!("{} {}", row.class, wait_site(profile, row.stack))),
-        ),
-    ];
-    if profile.is_merged() {
-        ways.push(("host", Box::new(|row: &OffcpuRow| profile.host_of(row.pid))));
-    }
-    if profile.knows_cgroups() {
-        ways.push((
-            "cgroup",
-            Box::new(|row: &OffcpuRow| profile.cgroup_of(row.pid)),
-        ));
-    }
-    keyed_breakdowns(out, ways, &profile.offcpu, |row| (row.total_ns, row.count));
-}
-
-/// Block IO by device and operation, and by process (host and cgroup when known).
-fn io_breakdowns(profile: &Profile, out: &mut Vec<Breakdown>) {
-    let mut ways: Vec<(&'static str, RowKey<IoRow>)> = vec![
-        (
-            "device",
-            Box::new(|row: &IoRow| format!("{} {}", row.device, row.op)),
-        ),
-        (
-            "process",
-            Box::new(|row: &IoRow| format!("{} {}", row.device, profile.process_name(row.pid))),
-        ),
-    ];
-    if profile.is_merged() {
-        ways.push(("host", Box::new(|row: &IoRow| profile.host_of(row.pid))));
-    }
-    if profile.knows_cgroups() {
-        ways.push((
-            "cgroup",
-            Box::new(|row: &IoRow| format!("{} {}", row.device, profile.cgroup_of(row.pid))),
-        ));
-    }
-    keyed_breakdowns(out, ways, &profile.io, |row| (row.total_ns, row.count));
-}
-
-/// Holders compared between two runs: who held which lock, taken where.
-fn hold_breakdowns(profile: &Profile, out: &mut Vec<Breakdown>) {
-    let mut by_holder: BTreeMap<String, Measure> = BTreeMap::new();
-    let mut by_lock: BTreeMap<String, Measure> = BTreeMap::new();
-    for group in crate::export::lock::contended_hold_groups(profile) {
-        for (entries, key) in [
-            (
-                &mut by_holder,
-                format!("{} {} {}", group.lock_type, group.caller, group.process),
-            ),
-            (&mut by_lock, format!("{} {}", group.lock_type, group.lock)),
-        ] {
-            add(entries, key, group.total_ns, group.count);
-        }
-    }
-    out.push(Breakdown::new("holder", by_holder));
-    out.push(Breakdown::new("lock", by_lock));
-}
-
-/// Request or function latency by name and by process.
-fn latency_breakdowns(profile: &Profile, kind: Kind, out: &mut Vec<Breakdown>) {
-    let groups = if kind == Kind::Rpc {
-        crate::export::latency::rpc_groups(profile)
-    } else {
-        crate::export::latency::func_groups(profile)
-    };
-    let what = if kind == Kind::Rpc {
-        "operation"
-    } else {
-        "function"
-    };
-    let mut by_name: BTreeMap<String, Measure> = BTreeMap::new();
-    let mut by_process: BTreeMap<String, Measure> = BTreeMap::new();
-    for group in groups {
-        for (entries, key) in [
-            (&mut by_name, group.name.clone()),
-            (&mut by_process, format!("{} {}", group.name, group.process)),
-        ] {
-            add(entries, key, group.latency.total_ns, group.latency.count);
-        }
-    }
-    out.push(Breakdown::new(what, by_name));
-    out.push(Breakdown::new("process", by_process));
-}
-
-/// On-CPU samples by process and by function (self, total).
-fn cpu_breakdowns(profile: &Profile, out: &mut Vec<Breakdown>) {
-    let processes = cpu_processes(profile)
-        .into_iter()
-        .map(|process| (process.process, process.samples, process.samples));
-    out.push(Breakdown::new("process", summed(processes)));
-    let functions = cpu_functions(profile).into_iter().map(|function| {
-        (
-            function.function,
-            function.self_samples,
-            function.total_samples,
-        )
-    });
-    out.push(Breakdown::new("function (self, total)", summed(functions)));
-}
-
-/// Off-CPU time by who woke it: the waker's process and where it woke (names only).
-fn offwake_breakdowns(profile: &Profile, out: &mut Vec<Breakdown>) {
-    let mut wakers: BTreeMap<String, Measure> = BTreeMap::new();
-    for row in &profile.offcpu {
-        for share in crate::export::wakers::shares(profile, [row]) {
-            let site = crate::export::wakers::wake_site(&share.frames);
-            let key = format!(
-                "{} {} < {}",
-                row.class,
-                share.process,
-                site.first().cloned().unwrap_or_default()
-            );
-            add(&mut wakers, key, share.wait_ns, share.count);
-        }
-    }
-    out.push(Breakdown::new("class and waker", wakers));
-}
-
-/// Where a thread waited: the first two kernel frames from the leaf below the scheduler
-/// (`__wait_on_buffer < ext4_read_bh`), comparable across runs (names, no addresses).
-fn wait_site(profile: &Profile, stack: Option<u32>) -> String {
-    if stack.is_none() {
-        return "[stack lost]".into();
-    }
-    let site: Vec<String> = profile
-        .stack_frames(stack)
-        .iter()
-        .filter(|frame| !is_scheduler_frame(&frame.name))
-        .take(2)
-        .map(|frame| frame.display())
-        .collect();
-    if site.is_empty() {
-        "[scheduler only]".into()
-    } else {
-        site.join(" < ")
-    }
-}
-
-/// Column names of a kind's value and events, and how a per-second value is shown.
-fn value_names(kind: Kind) -> (&'static str, &'static str) {
-    match kind {
-        Kind::Lock => ("wait/s", "cont/s"),
-        Kind::Offcpu | Kind::Offwake => ("off/s", "waits/s"),
-        Kind::Io => ("lat/s", "req/s"),
-        Kind::Rpc => ("latency/s", "req/s"),
-        Kind::Func => ("time/s", "calls/s"),
-        Kind::Hold => ("held/s", "holds/s"),
-        Kind::Cpu => ("samples/s", "total/s"),
-    }
-}
-
 fn format_value(kind: Kind, per_second: f64) -> String {
-    if kind.weighs_time() {
+    if kind.view().weighs_time() {
         format_ns(per_second.abs().round() as u64)
     } else {
         format!("{:.1}", per_second.abs())
@@ -338,7 +118,7 @@ pub struct DiffTable {
 }
 
 fn unit(kind: Kind) -> &'static str {
-    if kind.weighs_time() {
+    if kind.view().weighs_time() {
         "ns/s"
     } else {
         "samples/s"
@@ -481,7 +261,7 @@ fn key_with_source(row: &DiffRow) -> String {
 
 /// The tables as text, within 100 columns; `top` rows each (0: all).
 pub fn text(base: &Profile, new: &Profile, kind: Kind, top: usize) -> String {
-    let (value_name, events_name) = value_names(kind);
+    let (value_name, events_name) = kind.view().diff_columns();
     let mut out = format!(
         "BASE {} ({:.1} s) -> NEW {} ({:.1} s); per second of run, largest growth first\n",
         fit(&base.host, 20),

@@ -9,118 +9,28 @@ use crate::{
     export::folded,
     kind::Kind,
     profile::{write_atomically, Profile},
+    views::{FlameLabels, View},
 };
 
-/// Title, count unit and the factor applied to the folded values of `folded::lines`.
-fn labels(kind: Kind) -> (&'static str, &'static str, f64) {
-    match kind {
-        Kind::Lock => ("Lock wait time (width: time waiting, ms)", "ms", 0.001),
-        Kind::Offcpu => (
-            "Off-CPU time by process and wait class (width: time off CPU, ms)",
-            "ms",
-            0.001,
-        ),
-        Kind::Io => (
-            "IO wait time: buffer, page, block-io, journal (width: time off CPU, ms)",
-            "ms",
-            0.001,
-        ),
-        Kind::Rpc => (
-            "Request latency by completion stack (width: request time, ms)",
-            "ms",
-            0.001,
-        ),
-        Kind::Func => (
-            "Function latency by stack at entry (width: time in the function, ms)",
-            "ms",
-            0.001,
-        ),
-        Kind::Cpu => (
-            "On-CPU samples (width: CPU time; kernel frames _[k], orange)",
-            "samples",
-            1.0,
-        ),
-        Kind::Hold => (
-            "Holds under contention by lock, holder and acquisition stack (width: hold time while others waited, ms)",
-            "ms",
-            0.001,
-        ),
-        Kind::Offwake => (
-            "Off-CPU time by waiter and waker: waiter stack, --, waker stack upside down (width: time off CPU, ms)",
-            "ms",
-            0.001,
-        ),
-    }
-}
-
-/// Same for the differential flamegraph, whose values are the flame value of
-/// `folded::flame_value` (undivided) per second of run time.
-fn diff_labels(kind: Kind) -> (&'static str, &'static str, f64) {
-    match kind {
-        Kind::Lock => (
-            "Lock wait, NEW against BASE (width: NEW wait in ms per second of run; red grew, blue shrank)",
-            "ms/s",
-            1e-6,
-        ),
-        Kind::Offcpu => (
-            "Off-CPU time, NEW against BASE (width: NEW time off CPU in ms per second of run; red grew, blue shrank)",
-            "ms/s",
-            1e-6,
-        ),
-        Kind::Io => (
-            "IO wait time, NEW against BASE (width: NEW IO wait in ms per second of run; red grew, blue shrank)",
-            "ms/s",
-            1e-6,
-        ),
-        Kind::Rpc => (
-            "Request latency, NEW against BASE (width: NEW latency in ms per second of run; red grew, blue shrank)",
-            "ms/s",
-            1e-6,
-        ),
-        Kind::Func => (
-            "Function latency, NEW against BASE (width: NEW time in ms per second of run; red grew, blue shrank)",
-            "ms/s",
-            1e-6,
-        ),
-        Kind::Cpu => (
-            "On-CPU samples, NEW against BASE (width: NEW samples per second of run; red grew, blue shrank)",
-            "samples/s",
-            1.0,
-        ),
-        Kind::Hold => (
-            "Holds under contention, NEW against BASE (width: NEW hold time in ms per second of run; red grew, blue shrank)",
-            "ms/s",
-            1e-6,
-        ),
-        Kind::Offwake => (
-            "Off-CPU time by waker, NEW against BASE (width: NEW time off CPU in ms per second of run; red grew, blue shrank)",
-            "ms/s",
-            1e-6,
-        ),
-    }
-}
-
+/// The SVG of folded `lines` under `title`, in the units of `labels` and the view's
+/// palette.
 fn render_lines(
     lines: &[String],
-    kind: Kind,
+    view: &dyn View,
     title: String,
     subtitle: Option<String>,
-    count_name: &str,
-    factor: f64,
+    labels: FlameLabels,
 ) -> Result<Vec<u8>> {
     let mut options = inferno::flamegraph::Options::default();
     options.title = title;
-    options.count_name = count_name.to_string();
-    options.factor = factor;
+    options.count_name = labels.count_name.to_string();
+    options.factor = labels.factor;
     options.name_type = "Function:".to_string();
     // Lines that come sorted (as `folded::lines` returns them) are not sorted again:
     // inferno's own sort costs seconds on big profiles. Checking is one cheap pass.
     options.no_sort = lines.windows(2).all(|pair| pair[0] <= pair[1]);
-    if kind == Kind::Cpu {
-        // Kernel frames (`_[k]`) orange, Rust/C++ (`::`) yellow, C red.
-        options.colors = inferno::flamegraph::color::Palette::Multi(
-            inferno::flamegraph::color::MultiPalette::Perl,
-        );
+    if let Some(palette) = view.flame_palette() {
+        options.colors = palette;
     }
     options.subtitle = subtitle;
     let mut svg = Vec::new();
@@ -154,16 +64,14 @@ pub fn render_svg(profile: &Profile, kind: Kind) -> Result<Vec<u8>> {
     // The same drawing from fewer frames (export/flame_prune.rs).
     let min_width = inferno::flamegraph::Options::default().min_width;
     let lines = crate::export::flame_prune::prune(&lines, min_width).unwrap_or(lines);
-    let (title, count_name, factor) = labels(kind);
-    let title = format!("{title} — {} — {:.1} s", profile.host, profile.duration_s);
-    let subtitle = (kind == Kind::Cpu && profile.cpu_freq_hz > 0).then(|| {
-        format!(
-            "{} Hz per CPU: one sample is about {:.1} ms of CPU",
-            profile.cpu_freq_hz,
-            1000.0 / profile.cpu_freq_hz as f64
-        )
-    });
-    render_lines(&lines, kind, title, subtitle, count_name, factor)
+    let view = kind.view();
+    let labels = view.flame_labels();
+    let title = format!(
+        "{} — {} — {:.1} s",
+        labels.title, profile.host, profile.duration_s
+    );
+    let subtitle = view.flame_subtitle(profile);
+    render_lines(&lines, view, title, subtitle, labels)
 }
 
 pub fn write_svg(profile: &Profile, kind: Kind, path: &Path) -> Result<()> {
@@ -171,9 +79,9 @@ pub fn write_svg(profile: &Profile, kind: Kind, path: &Path) -> Result<()> {
     write_atomically(path, &svg)
 }
 
-/// Differential folded lines `stack BASE NEW`, both per second of each run's length.
+/// Differential folded lines `stack BASE NEW` (the flame value, undivided), both per second of each run's length.
 pub fn diff_lines(base: &Profile, new: &Profile, kind: Kind) -> Vec<String> {
-    let (index, _) = folded::flame_value(kind);
+    let (index, _) = kind.view().flame_value();
     let per_second = |profile: &Profile| {
         let seconds = profile.duration_s.max(1e-3);
         folded::samples(profile, kind)
@@ -199,7 +107,8 @@ pub fn diff_lines(base: &Profile, new: &Profile, kind: Kind) -> Vec<String> {
 /// The differential flamegraph (inferno draws it from the new profile's stacks, coloured
 /// by the change against the base); an error that says so when the new profile has none.
 pub fn render_diff_svg(base: &Profile, new: &Profile, kind: Kind) -> Result<Vec<u8>> {
-    let (title, count_name, factor) = diff_labels(kind);
+    let view = kind.view();
+    let labels = view.diff_flame_labels();
     let lines = diff_lines(base, new, kind);
     if !lines.iter().any(|line| !line.ends_with(" 0")) {
         anyhow::bail!(
@@ -208,7 +117,7 @@ pub fn render_diff_svg(base: &Profile, new: &Profile, kind: Kind) -> Result<Vec<
             kind.name()
         );
     }
-    render_lines(&lines, kind, title.to_string(), None, count_name, factor)
+    render_lines(&lines, view, labels.title.to_string(), None, labels)
 }
 
 #[cfg(test)]
@@ -243,13 +152,14 @@ mod tests {
         if cuts {
             assert!(frames(&pruned) < frames(&lines), "some frames are cut");
         }
-        let (title, count_name, factor) = labels(kind);
+        let view = kind.view();
+        let labels = view.flame_labels();
         // inferno's colors come from a generator seeded once per thread: one thread each.
         let draw = |lines: &[String]| {
             std::thread::scope(|scope| {
                 scope
                     .spawn(|| {
-                        render_lines(lines, kind, title.to_string(), None, count_name, factor)
+                        render_lines(lines, view, labels.title.to_string(), None, labels)
                             .expect("svg")
                     })
                     .join()

@@ -6,8 +6,8 @@
 use anyhow::Result;
 
 use crate::{
-    export::{self, cpu, escape::html as esc, flamegraph, latency, lock},
-    kind::{GroupBy, Kind},
+    export::{self, escape::html as esc, flamegraph, latency},
+    kind::Kind,
     profile::Profile,
     units::format_ns,
 };
@@ -123,7 +123,7 @@ const NAME_SOURCES: &str = "named by: task = from the waiting task's structures 
     objects by caller); address = not named.";
 
 /// A table of locks; with `named`, the "named by" column at `at` and its legend below.
-fn table_named_by(
+pub(crate) fn table_named_by(
     mut headers: Vec<&str>,
     mut numeric: Vec<bool>,
     at: usize,
@@ -159,267 +159,17 @@ pub(crate) fn flamegraph_part(
     Ok(())
 }
 
-/// Rows of a lock table; with `named`, a column after the lock says how it was named.
-fn lock_rows(profile: &Profile, by: GroupBy, top: usize, named: bool) -> Vec<Vec<String>> {
-    lock::lock_groups(profile, by)
-        .into_iter()
-        .take(top)
-        .map(|group| {
-            let third = match by {
-                GroupBy::Process => group.processes.join(", "),
-                GroupBy::Host => group.host.clone(),
-                GroupBy::Cgroup => group.cgroup.clone(),
-                _ => group.lock.clone(),
-            };
-            let named = named.then(|| group.lock_name_source.clone());
-            let mut row = vec![
-                group.contended.to_string(),
-                format_ns(group.total_wait_ns),
-                format_ns(group.max_wait_ns),
-                format_ns(group.avg_wait_ns),
-                group.lock_type,
-                third,
-                group
-                    .callers
-                    .iter()
-                    .take(3)
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                group
-                    .pids
-                    .iter()
-                    .map(u32::to_string)
-                    .collect::<Vec<_>>()
-                    .join(" "),
-            ];
-            if let Some(named) = named {
-                row.insert(6, named);
-            }
-            row
-        })
-        .collect()
-}
-
-/// The section of one kind: its tables and its flamegraph. A kind adds its arm and its
-/// function.
-fn kind_section(profile: &Profile, kind: Kind) -> Result<String> {
-    match kind {
-        Kind::Hold => hold_section(profile, kind),
-        Kind::Lock => lock_section(profile, kind),
-        Kind::Offcpu => offcpu_section(profile, kind),
-        Kind::Io => io_section(profile, kind),
-        Kind::Rpc | Kind::Func => latency_section(profile, kind),
-        Kind::Cpu => cpu_section(profile, kind),
-        Kind::Offwake => crate::export::wakers::html_section(profile),
-    }
-}
-
-/// Held while others waited: the holds under contention and their flamegraph.
-fn hold_section(profile: &Profile, kind: Kind) -> Result<String> {
+/// Request or function latency: the section `id` under `title`, the table of `groups`
+/// (each a `what`: request, function), and the kind's flamegraph.
+pub(crate) fn latency_section(
+    profile: &Profile,
+    kind: Kind,
+    id: &str,
+    title: &str,
+    what: &str,
+    groups: &[latency::LatencyGroup],
+) -> Result<String> {
     let mut out = String::new();
-    out.push_str("<section id=\"hold\">\n<h2>Held while others waited</h2>\n");
-    let rows: Vec<Vec<String>> = crate::export::lock::contended_hold_groups(profile)
-        .into_iter()
-        .take(50)
-        .map(|group| {
-            vec![
-                group.count.to_string(),
-                crate::units::format_ns(group.total_ns),
-                crate::units::format_ns(group.max_ns),
-                format!("{} {}", group.lock_type, group.lock),
-                format!("{}[{}/{}]", group.process, group.pid, group.tid),
-                group.caller,
-            ]
-        })
-        .collect();
-    out.push_str(&table(
-        &["holds", "total", "max", "lock", "holder", "acquired in"],
-        &[true, true, true, false, false, false],
-        &rows,
-    ));
-    flamegraph_part(
-        &mut out,
-        profile,
-        kind,
-        None,
-        "Holds under contention flamegraph",
-    )?;
-    Ok(out)
-}
-
-/// Lock contention: the table by lock, caller, process (host, cgroup when known) and the flamegraph.
-fn lock_section(profile: &Profile, kind: Kind) -> Result<String> {
-    let mut out = String::new();
-    out.push_str("<section id=\"lock\">\n<h2>Lock contention</h2>\n");
-    let numeric = [true, true, true, true, false, false, false, false];
-    let mut ways = vec![
-        ("By lock", GroupBy::Lock, "lock"),
-        ("By caller", GroupBy::Caller, "lock"),
-        (
-            "Per process (wait by process and lock type)",
-            GroupBy::Process,
-            "process",
-        ),
-    ];
-    if profile.is_merged() {
-        ways.push(("Per host", GroupBy::Host, "host"));
-    }
-    if profile.knows_cgroups() {
-        ways.push((
-            "Per cgroup (wait by cgroup and lock type)",
-            GroupBy::Cgroup,
-            "cgroup",
-        ));
-    }
-    // Profiles of older versions do not say how locks were named: no column.
-    let says_names = profile
-        .locks
-        .iter()
-        .any(|row| !row.lock_name_source.is_empty());
-    for (title, by, third) in ways {
-        out.push_str(&format!("<h3>{}</h3>\n", esc(title)));
-        let named = says_names && by == GroupBy::Lock;
-        let rows = lock_rows(profile, by, 50, named);
-        if rows.is_empty() {
-            out.push_str("<p>No lock contention recorded.</p>\n");
-            break;
-        }
-        let headers = vec![
-            "contended",
-            "total wait",
-            "max wait",
-            "avg wait",
-            "type",
-            third,
-            "callers",
-            "pids",
-        ];
-        out.push_str(&table_named_by(headers, numeric.to_vec(), 6, named, &rows));
-    }
-    flamegraph_part(
-        &mut out,
-        profile,
-        kind,
-        Some("Flamegraph (width: wait time)"),
-        "lock wait flamegraph",
-    )?;
-    Ok(out)
-}
-
-/// Off-CPU waits per process and class, and their flamegraph.
-fn offcpu_section(profile: &Profile, kind: Kind) -> Result<String> {
-    let mut out = String::new();
-    out.push_str("<section id=\"offcpu\">\n<h2>Off-CPU waits</h2>\n");
-    out.push_str("<h3>Per process (wait breakdown by class)</h3>\n");
-    let rows = offcpu_rows(profile, 50);
-    if rows.is_empty() {
-        out.push_str("<p>No off-CPU waits recorded.</p>\n");
-    } else {
-        let mut headers = vec![
-            "process",
-            "pid",
-            "off-CPU",
-            "class",
-            "time",
-            "%",
-            "waits",
-            "max",
-            "top stack",
-        ];
-        let mut numeric = vec![false, true, true, false, true, true, true, true, false];
-        // File-lock holders: a column only when the profile names some.
-        if rows.iter().any(|row| row.len() > headers.len()) {
-            headers.push("held by");
-            numeric.push(false);
-        }
-        let rows: Vec<Vec<String>> = rows
-            .into_iter()
-            .map(|mut row| {
-                row.resize(headers.len(), String::new());
-                row
-            })
-            .collect();
-        out.push_str(&table(&headers, &numeric, &rows));
-    }
-    flamegraph_part(
-        &mut out,
-        profile,
-        kind,
-        Some("Flamegraph (width: time off CPU)"),
-        "off-CPU flamegraph",
-    )?;
-    Ok(out)
-}
-
-/// Block IO per device and operation, latency histograms, and the IO-wait flamegraph.
-fn io_section(profile: &Profile, kind: Kind) -> Result<String> {
-    let mut out = String::new();
-    out.push_str("<section id=\"io\">\n<h2>Block IO</h2>\n");
-    let groups = export::io::groups(profile);
-    if groups.is_empty() {
-        out.push_str("<p>No block-IO requests recorded.</p>\n");
-    } else {
-        let rows: Vec<Vec<String>> = groups
-            .iter()
-            .map(|group| {
-                vec![
-                    format!("{} ({})", group.device, group.dev),
-                    group.op.clone(),
-                    group.count.to_string(),
-                    export::io::format_bytes(group.bytes),
-                    format_ns(group.avg_ns),
-                    format_ns(group.p50_ns),
-                    format_ns(group.p99_ns),
-                    format_ns(group.max_ns),
-                ]
-            })
-            .collect();
-        out.push_str(&table(
-            &[
-                "device", "op", "requests", "bytes", "avg", "p50", "p99", "max",
-            ],
-            &[false, false, true, true, true, true, true, true],
-            &rows,
-        ));
-        for group in &groups {
-            out.push_str(&format!(
-                "<h3>Latency histogram: {} ({}) {}</h3>\n<pre class=\"histogram\">{}</pre>\n",
-                esc(&group.device),
-                esc(&group.dev),
-                esc(&group.op),
-                esc(&export::io::histogram(&group.histogram))
-            ));
-        }
-    }
-    flamegraph_part(
-        &mut out,
-        profile,
-        kind,
-        Some("IO wait flamegraph (off-CPU in buffer, page, block-io, journal)"),
-        "IO wait flamegraph",
-    )?;
-    Ok(out)
-}
-
-/// Request or function latency (`kind` Rpc or Func), and its flamegraph.
-fn latency_section(profile: &Profile, kind: Kind) -> Result<String> {
-    let mut out = String::new();
-    let (id, title, groups, what) = if kind == Kind::Rpc {
-        (
-            "rpc",
-            "Request latency",
-            latency::rpc_groups(profile),
-            "request",
-        )
-    } else {
-        (
-            "func",
-            "Function latency",
-            latency::func_groups(profile),
-            "function",
-        )
-    };
     out.push_str(&format!("<section id=\"{id}\">\n<h2>{title}</h2>\n"));
     let rows: Vec<Vec<String>> = groups
         .iter()
@@ -461,99 +211,6 @@ fn latency_section(profile: &Profile, kind: Kind) -> Result<String> {
         &format!("{id} latency flamegraph"),
     )?;
     Ok(out)
-}
-
-/// On-CPU samples by process and function, and their flamegraph.
-fn cpu_section(profile: &Profile, kind: Kind) -> Result<String> {
-    let mut out = String::new();
-    out.push_str("<section id=\"cpu\">\n<h2>On-CPU samples</h2>\n");
-    let processes: Vec<Vec<String>> = cpu::cpu_processes(profile)
-        .into_iter()
-        .take(50)
-        .map(|process| {
-            vec![
-                process.samples.to_string(),
-                process.pid.to_string(),
-                process.process,
-            ]
-        })
-        .collect();
-    let functions: Vec<Vec<String>> = cpu::cpu_functions(profile)
-        .into_iter()
-        .take(50)
-        .map(|function| {
-            let suffix = if function.kernel { " [k]" } else { "" };
-            vec![
-                function.self_samples.to_string(),
-                function.total_samples.to_string(),
-                format!("{}{suffix}", function.function),
-            ]
-        })
-        .collect();
-    for (title, header, rows) in [
-        ("By process", ["samples", "pid", "process"], processes),
-        (
-            "Top functions (self, total)",
-            ["self", "total", "function"],
-            functions,
-        ),
-    ] {
-        out.push_str(&format!("<h3>{title}</h3>\n"));
-        out.push_str(&table(&header, &[true, true, false], &rows));
-    }
-    flamegraph_part(
-        &mut out,
-        profile,
-        kind,
-        Some("Flamegraph (width: CPU samples; kernel frames _[k])"),
-        "on-CPU flamegraph",
-    )?;
-    Ok(out)
-}
-
-/// One row per (process, class), most off-CPU time first; the process columns on its
-/// first row only.
-fn offcpu_rows(profile: &Profile, top: usize) -> Vec<Vec<String>> {
-    let mut rows = Vec::new();
-    for process in export::offcpu::processes(profile).into_iter().take(top) {
-        for (index, class) in process.classes.iter().enumerate() {
-            let first = index == 0;
-            let top_stack = class
-                .stacks
-                .first()
-                .map(|stack| export::offcpu::short_stack(&stack.kernel, 120))
-                .unwrap_or_default();
-            rows.push(vec![
-                if first {
-                    process.process.clone()
-                } else {
-                    String::new()
-                },
-                if first {
-                    process.pid.to_string()
-                } else {
-                    String::new()
-                },
-                if first {
-                    format_ns(process.total_ns)
-                } else {
-                    String::new()
-                },
-                class.class.clone(),
-                format_ns(class.total_ns),
-                format!("{:.1}", class.percent),
-                class.count.to_string(),
-                format_ns(class.max_ns),
-                top_stack,
-            ]);
-            if !class.held_by.is_empty() {
-                if let Some(row) = rows.last_mut() {
-                    row.push(export::offcpu::holders_text(&class.held_by, 5));
-                }
-            }
-        }
-    }
-    rows
 }
 
 fn overview(profile: &Profile) -> String {
@@ -621,7 +278,7 @@ pub fn render(profile: &Profile) -> Result<String> {
         out.push_str("<p>This profile has no recorded events.</p>\n");
     }
     for kind in kinds {
-        out.push_str(&kind_section(profile, kind)?);
+        out.push_str(&kind.view().html_section(profile)?);
     }
     out.push_str(&export::chains::html_section(profile));
     out.push_str(&crate::timeline::html_section(profile));
@@ -668,7 +325,7 @@ pub fn render_diff(base: &Profile, new: &Profile, kind: Kind) -> Result<String> 
         ));
     }
     out.push_str("</dl>\n");
-    let per_second = |value: f64| match kind.weighs_time() {
+    let per_second = |value: f64| match kind.view().weighs_time() {
         false => format!("{value:.1}"),
         true => format!("{}/s", format_ns(value.abs() as u64)),
     };

@@ -11,9 +11,9 @@ use crate::{export::folded, kind::Kind, profile::Profile};
 #[derive(Debug, Default, Serialize)]
 pub struct Node {
     pub name: String,
-    /// The flamegraph value (`folded::flame_value`, undivided), self plus children.
+    /// The flamegraph value (`View::flame_value`, undivided), self plus children.
     pub value: u64,
-    /// Every sample value, in the order of `sample_types`.
+    /// Every sample value, in the order of `View::sample_types`.
     pub values: Vec<u64>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub children: Vec<Node>,
@@ -60,7 +60,7 @@ struct SampleType {
 }
 
 pub fn tree(profile: &Profile, kind: Kind) -> Node {
-    let width = folded::sample_types(kind).len();
+    let width = kind.view().sample_types().len();
     let mut root = Building {
         values: vec![0; width],
         ..Default::default()
@@ -76,7 +76,7 @@ pub fn tree(profile: &Profile, kind: Kind) -> Node {
             add(&mut node.values, &sample.values);
         }
     }
-    root.finish("all".into(), folded::flame_value(kind).0)
+    root.finish("all".into(), kind.view().flame_value().0)
 }
 
 fn add(totals: &mut [u64], values: &[u64]) {
@@ -91,7 +91,9 @@ pub fn render(profile: &Profile, kind: Kind) -> serde_json::Result<String> {
         kind: kind.name().to_string(),
         host: &profile.host,
         duration_s: profile.duration_s,
-        sample_types: folded::sample_types(kind)
+        sample_types: kind
+            .view()
+            .sample_types()
             .iter()
             .map(|&(kind, unit)| SampleType { kind, unit })
             .collect(),

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::{
+    diff::{add, Breakdown, Measure},
     lock::{STACK_LOST, UNKNOWN},
     table::{fit, more_rows, most_first, shown_rows},
 };
@@ -14,6 +15,27 @@ use crate::{
     profile::Profile,
     units::format_ns,
 };
+
+/// Request or function latency (`groups`) by name (its breakdown called `what`) and
+/// by process, as `diff` compares them.
+pub(crate) fn latency_breakdowns(
+    groups: Vec<LatencyGroup>,
+    what: &'static str,
+    out: &mut Vec<Breakdown>,
+) {
+    let mut by_name: BTreeMap<String, Measure> = BTreeMap::new();
+    let mut by_process: BTreeMap<String, Measure> = BTreeMap::new();
+    for group in groups {
+        for (entries, key) in [
+            (&mut by_name, group.name.clone()),
+            (&mut by_process, format!("{} {}", group.name, group.process)),
+        ] {
+            add(entries, key, group.latency.total_ns, group.latency.count);
+        }
+    }
+    out.push(Breakdown::new(what, by_name));
+    out.push(Breakdown::new("process", by_process));
+}
 
 /// One row of a latency table: profile rows grouped by (what, process).
 #[derive(Debug, Clone, Serialize, PartialEq)]

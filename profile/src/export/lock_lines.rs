@@ -36,7 +36,7 @@ pub(crate) fn lock_sums(profile: &Profile) -> HashMap<LockKey<'_>, [u64; 2], FxB
 
 /// Unsorted `(root;...;leaf, value)` lines of the lock kind, zero lines left out.
 pub(crate) fn lock_lines(profile: &Profile) -> Vec<(String, u64)> {
-    let (index, divisor) = folded::flame_value(Kind::Lock);
+    let (index, divisor) = Kind::Lock.view().flame_value();
     let sums = lock_sums(profile);
     // `;` and the stack's frames from the outermost, joined once per stack (empty when
     // the stack has no frame outside the locking code).
@@ -86,7 +86,7 @@ pub(crate) fn lock_lines(profile: &Profile) -> Vec<(String, u64)> {
         .collect()
 }
 
-/// `;` and each frame of `folded::lock_stack_frames`, each frame's text made once.
+/// `;` and each frame of `views::lock::lock_stack_frames`, each frame's text made once.
 fn stack_frames_text(
     profile: &Profile,
     stack: Option<u32>,
@@ -129,7 +129,7 @@ mod tests {
 
     /// The plain path: `folded::samples`, joined.
     fn plain(profile: &Profile) -> Vec<(String, u64)> {
-        let (index, divisor) = folded::flame_value(Kind::Lock);
+        let (index, divisor) = Kind::Lock.view().flame_value();
         let mut lines: Vec<(String, u64)> = folded::samples(profile, Kind::Lock)
             .into_iter()
             .filter_map(|sample| {

@@ -25,39 +25,18 @@ pub mod report;
 pub mod table;
 pub mod wakers;
 
-use crate::{kind::Kind, profile::Profile, waitclass::IO_CLASSES};
+use crate::{kind::Kind, profile::Profile, views::VIEWS};
 
 /// Whether a profile has data of `kind` (a family of the kind recorded, or rows present).
 pub fn has_kind(profile: &Profile, kind: Kind) -> bool {
-    let recorded = kind
-        .info()
-        .families
-        .iter()
-        .any(|family| profile.recorded(family));
-    recorded
-        || match kind {
-            Kind::Lock => !profile.locks.is_empty(),
-            Kind::Hold => !profile.contended_holds.is_empty(),
-            Kind::Rpc => !profile.rpcs.is_empty(),
-            Kind::Func => !profile.funcs.is_empty(),
-            Kind::Cpu => !profile.cpu.is_empty(),
-            Kind::Offcpu => !profile.offcpu.is_empty(),
-            Kind::Offwake => profile.offcpu.iter().any(|row| !row.wakers.is_empty()),
-            // Block-IO rows, or off-CPU waits in an IO class (the IO flamegraph).
-            Kind::Io => {
-                !profile.io.is_empty()
-                    || profile
-                        .offcpu
-                        .iter()
-                        .any(|row| IO_CLASSES.contains(&row.class.as_str()))
-            }
-        }
+    kind.view().present_in(profile)
 }
 
 /// Every kind the profile has, in the order of `Kind`.
 pub fn kinds_present(profile: &Profile) -> Vec<Kind> {
-    Kind::ALL
-        .into_iter()
-        .filter(|&kind| has_kind(profile, kind))
+    VIEWS
+        .iter()
+        .filter(|view| view.present_in(profile))
+        .map(|view| view.kind())
         .collect()
 }

@@ -52,7 +52,8 @@ fn int64(value: u64) -> i64 {
 pub fn message(profile: &Profile, kind: Kind) -> proto::Profile {
     let mut strings = Strings::new();
     let mut out = proto::Profile::default();
-    let types = folded::sample_types(kind);
+    let view = kind.view();
+    let types = view.sample_types();
     for (name, unit) in types {
         out.sample_type.push(value_type(&mut strings, name, unit));
     }
@@ -97,7 +98,7 @@ pub fn message(profile: &Profile, kind: Kind) -> proto::Profile {
     }
     out.time_nanos = int64(profile.start_unix_s.saturating_mul(1_000_000_000));
     out.duration_nanos = (profile.duration_s * 1e9) as i64;
-    let (flame_index, _) = folded::flame_value(kind);
+    let (flame_index, _) = view.flame_value();
     if let Some((name, unit)) = types.get(flame_index) {
         out.period_type = Some(value_type(&mut strings, name, unit));
         out.period = 1;

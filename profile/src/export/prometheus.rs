@@ -1,162 +1,15 @@
 //! Prometheus text exposition format (version 0.0.4) of a profile: what
 //! `record --metrics` serves, rendered from a live snapshot of the kernel maps.
-//! One function per family; label values are escaped.
+//! The series common to every profile here, then those of each kind its view writes
+//! (`View::metrics`); label values are escaped.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use crate::{
-    export::{
-        exposition::{header, histogram_lines, labels, lost_events, metric, seconds},
-        io::{groups as io_groups, IoGroup},
-        lock::{STACK_LOST, UNKNOWN},
-    },
-    lock::{caller, lock_type_name},
+    export::exposition::{labels, lost_events, metric, seconds},
     profile::Profile,
+    views::VIEWS,
 };
-
-/// On-CPU samples per process (name and pid).
-fn cpu_series(profile: &Profile, out: &mut String) {
-    metric(
-        out,
-        "lockpath_cpu_samples_total",
-        "counter",
-        "On-CPU samples (perf cpu-clock, idle not counted), by process.",
-        crate::export::cpu::cpu_processes(profile)
-            .into_iter()
-            .map(|process| {
-                let pid = process.pid.to_string();
-                (
-                    labels(&["process", "pid"], &[&process.process, &pid]),
-                    process.samples,
-                )
-            }),
-    );
-}
-
-/// (lock type, caller, name source) of one lock series.
-type LockSeries<'a> = (&'static str, String, &'a str);
-
-/// Lock wait and contentions per (type, caller, name source), most wait first. The name
-/// source (`task`, `runqueue`, `kallsyms`, `address`, ...) splits a caller's series by
-/// how its locks were named: a handful of values, so the series stay few; the lock
-/// names themselves are in the fleet counters, which bound their label sets.
-fn lock_sums(profile: &Profile) -> Vec<(LockSeries<'_>, (u64, u64))> {
-    let mut callers: HashMap<Option<u32>, String> = HashMap::new();
-    let mut sums: BTreeMap<LockSeries, (u64, u64)> = BTreeMap::new();
-    for row in &profile.locks {
-        let caller = callers
-            .entry(row.stack)
-            .or_insert_with(|| match row.stack {
-                None => STACK_LOST.to_string(),
-                Some(_) => caller(&profile.stack_frames(row.stack))
-                    .map(|frame| frame.display())
-                    .unwrap_or_else(|| UNKNOWN.to_string()),
-            })
-            .clone();
-        let key = (
-            lock_type_name(row.flags),
-            caller,
-            row.lock_name_source.as_str(),
-        );
-        let sum = sums.entry(key).or_default();
-        sum.0 = sum.0.saturating_add(row.total_ns);
-        sum.1 = sum.1.saturating_add(row.count);
-    }
-    let mut sums: Vec<_> = sums.into_iter().collect();
-    sums.sort_by(|a, b| (b.1).0.cmp(&(a.1).0).then_with(|| a.0.cmp(&b.0)));
-    sums
-}
-
-fn lock_series(profile: &Profile, out: &mut String) {
-    let sums = lock_sums(profile);
-    let lock_labels = |(lock_type, caller, source): &LockSeries| {
-        labels(
-            &["type", "caller", "name_source"],
-            &[lock_type, caller.as_str(), source],
-        )
-    };
-    metric(
-        out,
-        "lockpath_lock_wait_seconds_total",
-        "counter",
-        "Time threads waited for contended kernel locks, by lock type, calling function and how the lock was named.",
-        sums.iter()
-            .map(|(series, (total_ns, _))| (lock_labels(series), seconds(*total_ns))),
-    );
-    metric(
-        out,
-        "lockpath_lock_contentions_total",
-        "counter",
-        "Contended kernel lock acquisitions, by lock type, calling function and how the lock was named.",
-        sums.iter()
-            .map(|(series, (_, count))| (lock_labels(series), count)),
-    );
-}
-
-/// Off-CPU seconds and waits per wait class and process name (names, not pids: the
-/// series stay few and survive restarts).
-fn offcpu_series(profile: &Profile, out: &mut String) {
-    let mut totals: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
-    for row in &profile.offcpu {
-        let total = totals
-            .entry((row.class.clone(), profile.process_name(row.pid)))
-            .or_default();
-        total.0 += row.total_ns;
-        total.1 += row.count;
-    }
-    let class_labels =
-        |(class, process): &(String, String)| labels(&["class", "process"], &[class, process]);
-    metric(
-        out,
-        "lockpath_offcpu_seconds_total",
-        "counter",
-        "Time threads spent off the CPU, by wait class and process.",
-        totals
-            .iter()
-            .map(|(key, (total_ns, _))| (class_labels(key), seconds(*total_ns))),
-    );
-    metric(
-        out,
-        "lockpath_offcpu_waits_total",
-        "counter",
-        "Times threads left the CPU to wait, by wait class and process.",
-        totals
-            .iter()
-            .map(|(key, (_, count))| (class_labels(key), count)),
-    );
-}
-
-/// Block-IO latency per device and operation as a Prometheus histogram (the kernel's
-/// log2 microsecond buckets, cumulative), and bytes.
-fn io_series(profile: &Profile, out: &mut String) {
-    let groups = io_groups(profile);
-    let device_labels = |group: &IoGroup| labels(&["device", "op"], &[&group.device, &group.op]);
-    header(
-        out,
-        "lockpath_io_latency_seconds",
-        "histogram",
-        "Block-IO request latency, issue to completion, by device and operation.",
-    );
-    for group in &groups {
-        histogram_lines(
-            out,
-            "lockpath_io_latency_seconds",
-            &device_labels(group),
-            |slot| group.histogram.get(slot).map_or(0, |bucket| bucket.count),
-            group.count,
-            group.total_ns,
-        );
-    }
-    metric(
-        out,
-        "lockpath_io_bytes_total",
-        "counter",
-        "Bytes of completed block-IO requests, by device and operation.",
-        groups
-            .iter()
-            .map(|group| (device_labels(group), group.bytes)),
-    );
-}
 
 fn common_series(profile: &Profile, out: &mut String) {
     metric(
@@ -203,7 +56,7 @@ pub(crate) fn waiting_series(profile: &Profile, out: &mut String) {
 }
 
 /// Latency totals and counts of the rpc or func tables, by name and process.
-fn latency_series(
+pub(crate) fn latency_series(
     out: &mut String,
     family: &str,
     what: &str,
@@ -235,29 +88,8 @@ fn latency_series(
 pub fn render(profile: &Profile) -> String {
     let mut out = String::new();
     common_series(profile, &mut out);
-    for kind in crate::export::kinds_present(profile) {
-        match kind {
-            crate::kind::Kind::Lock => lock_series(profile, &mut out),
-            crate::kind::Kind::Offcpu => offcpu_series(profile, &mut out),
-            crate::kind::Kind::Io => io_series(profile, &mut out),
-            crate::kind::Kind::Rpc => latency_series(
-                &mut out,
-                "rpc",
-                "request",
-                &crate::export::latency::rpc_groups(profile),
-            ),
-            crate::kind::Kind::Func => latency_series(
-                &mut out,
-                "func",
-                "function",
-                &crate::export::latency::func_groups(profile),
-            ),
-            crate::kind::Kind::Cpu => cpu_series(profile, &mut out),
-            // Holds under contention are in the report, JSON and flamegraphs; no series yet.
-            crate::kind::Kind::Hold => {}
-            // Wakers are in the report, JSON and flamegraphs; no series yet.
-            crate::kind::Kind::Offwake => {}
-        }
+    for view in VIEWS.iter().filter(|view| view.present_in(profile)) {
+        view.metrics(profile, &mut out);
     }
     out
 }

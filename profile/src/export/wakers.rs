@@ -1,17 +1,12 @@
-//! Wakers (`record --wakers`): who woke the off-CPU waits. The "woken by" lines of the
-//! text report, the `wakers` of the JSON report, and the `offwake` stacks (the waiter's
-//! stack, a `--` separator, then the waker's stack upside down with its name on top,
-//! the layout of bcc's offwaketime; width: the waiter's time off CPU).
+//! Wakers (`record --wakers`): who woke the off-CPU waits. The waker shares, the "woken
+//! by" lines of the text report and the `wakers` of the JSON report; the `offwake`
+//! view's stacks and HTML section are in views/offwake.rs.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::{
-    folded::{clean, clean_frames},
-    offcpu::short_stack,
-    table::fit,
-};
+use super::{offcpu::short_stack, table::fit};
 use crate::profile::{OffcpuRow, Profile, WakerRow};
 
 /// The waits of some off-CPU rows that one waker (thread and stacks) woke.
@@ -35,7 +30,7 @@ pub struct WakerShare {
 }
 
 /// The name shown for a waker: its thread name, or `[interrupt]`.
-fn waker_name(profile: &Profile, waker: &WakerRow) -> String {
+pub(crate) fn waker_name(profile: &Profile, waker: &WakerRow) -> String {
     if waker.interrupt {
         INTERRUPT.to_string()
     } else {
@@ -192,116 +187,6 @@ pub fn woken_by_lines(shares: &[WakerShare], top: usize, indent: usize) -> Strin
     out
 }
 
-/// The offwake stacks, root first: waiter process; wait class; the waiter's user and
-/// kernel stacks from the outermost frame; `--`; the waker's kernel then user frames
-/// from the leaf (the waker's stack hangs upside down); the waker `comm[tid]` on top.
-/// Values: waits, time. The time of a row no waker was seen for is under
-/// `--;[waker not seen]`, so the graph's total is the off-CPU total.
-pub fn offwake_samples(profile: &Profile, add: &mut dyn FnMut(Vec<String>, &[u64])) {
-    // A profile recorded without --wakers has no offwake view (not all "not seen").
-    if !profile.recorded("wakers") && profile.offcpu.iter().all(|row| row.wakers.is_empty()) {
-        return;
-    }
-    for row in &profile.offcpu {
-        let mut waiter = super::folded::offcpu_waiter_frames(profile, row);
-        waiter.push("--".into());
-        let (mut seen_ns, mut seen_count) = (0u64, 0u64);
-        for waker in &row.wakers {
-            seen_ns = seen_ns.saturating_add(waker.wait_ns);
-            seen_count = seen_count.saturating_add(waker.count);
-            let mut frames = waiter.clone();
-            if waker.stack.is_none() {
-                frames.push("[stack lost]".into());
-            }
-            frames.extend(clean_frames(profile, waker.stack));
-            frames.extend(clean_frames(profile, waker.ustack));
-            frames.push(clean(&if waker.interrupt {
-                INTERRUPT.to_string()
-            } else {
-                format!("{}[{}]", waker_name(profile, waker), waker.tid)
-            }));
-            add(frames, &[waker.count, waker.wait_ns]);
-        }
-        let unseen_ns = row.total_ns.saturating_sub(seen_ns);
-        if unseen_ns > 0 {
-            let mut frames = waiter;
-            frames.push("[waker not seen]".into());
-            add(frames, &[row.count.saturating_sub(seen_count), unseen_ns]);
-        }
-    }
-}
-
-/// The HTML section: per waiting process and class, its top wakers; then the offwake
-/// flamegraph.
-pub fn html_section(profile: &Profile) -> anyhow::Result<String> {
-    use super::html;
-    let mut out = String::from("<section id=\"offwake\">\n<h2>Who woke the waits</h2>\n");
-    let mut groups: BTreeMap<(u32, String), Vec<&OffcpuRow>> = BTreeMap::new();
-    for row in &profile.offcpu {
-        groups
-            .entry((row.pid, row.class.clone()))
-            .or_default()
-            .push(row);
-    }
-    let mut ordered: Vec<((u32, String), Vec<&OffcpuRow>, u64)> = groups
-        .into_iter()
-        .map(|(key, rows)| {
-            let total = rows.iter().map(|row| row.total_ns).sum();
-            (key, rows, total)
-        })
-        .collect();
-    ordered.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
-    let mut rows = Vec::new();
-    for ((pid, class), group, total) in ordered.into_iter().take(50) {
-        for (index, share) in shares(profile, group).into_iter().take(5).enumerate() {
-            let first = index == 0;
-            rows.push(vec![
-                if first {
-                    profile.process_name(pid)
-                } else {
-                    String::new()
-                },
-                if first { class.clone() } else { String::new() },
-                if first {
-                    crate::units::format_ns(total)
-                } else {
-                    String::new()
-                },
-                if share.thread == INTERRUPT {
-                    INTERRUPT.to_string()
-                } else {
-                    format!("{}[{}] ({})", share.thread, share.tid, share.process)
-                },
-                crate::units::format_ns(share.wait_ns),
-                format!("{:.1}", share.percent),
-                share.count.to_string(),
-                short_stack(&wake_site(&share.frames), 120),
-            ]);
-        }
-    }
-    if rows.is_empty() {
-        out.push_str("<p>No waker recorded.</p>\n");
-    } else {
-        out.push_str(&html::table(
-            &[
-                "waiter", "class", "off-CPU", "woken by", "time", "%", "wake-ups", "where",
-            ],
-            &[false, false, true, false, true, true, true, false],
-            &rows,
-        ));
-    }
-    html::flamegraph_part(
-        &mut out,
-        profile,
-        crate::kind::Kind::Offwake,
-        Some(
-            "Off-wake flamegraph (waiter stack, --, waker stack upside down; width: time off CPU)",
-        ),
-        "off-wake flamegraph",
-    )?;
-    Ok(out)
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -384,9 +269,11 @@ pub(crate) mod tests {
     fn offwake_puts_the_waker_upside_down_above_the_separator() {
         let profile = profile_with_wakers();
         let mut lines = Vec::new();
-        offwake_samples(&profile, &mut |frames, values| {
-            lines.push((frames.join(";"), values.to_vec()))
-        });
+        crate::kind::Kind::Offwake
+            .view()
+            .samples(&profile, &mut |frames, values| {
+                lines.push((frames.join(";"), values.to_vec()))
+            });
         lines.sort();
         assert_eq!(
             lines,

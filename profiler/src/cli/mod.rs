@@ -9,8 +9,8 @@ use clap::{
     Args, Parser, Subcommand, ValueEnum,
 };
 
-use crate::kind::KINDS;
 pub use crate::kind::{GroupBy, Kind};
+use lockpath_profile::views::VIEWS;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -459,12 +459,12 @@ pub struct ReportArgs {
     pub caller: Vec<String>,
 }
 
-/// `--kind`: the names and meanings of `Kind`'s table.
+/// `--kind`: the names and meanings of the kinds' views.
 fn kind_parser() -> impl TypedValueParser<Value = Kind> {
     PossibleValuesParser::new(
-        KINDS
+        VIEWS
             .iter()
-            .map(|info| PossibleValue::new(info.name).help(info.about)),
+            .map(|view| PossibleValue::new(view.name()).help(view.about())),
     )
     .try_map(|name| Kind::from_name(&name).ok_or("unknown kind"))
 }

@@ -1,0 +1,88 @@
+//! `func`: function latency (kernel `func` and user `ufunc` probes), by the stack at
+//! the function's entry.
+
+use anyhow::Result;
+
+use super::{AddSample, FlameLabels, View};
+use crate::{
+    export::{
+        diff::Breakdown,
+        folded::{clean, push_stack},
+        html::latency_section,
+        latency::{func_groups, latency_breakdowns},
+        prometheus::latency_series,
+    },
+    kind::Kind,
+    profile::Profile,
+};
+
+pub struct FuncView;
+
+impl View for FuncView {
+    fn kind(&self) -> Kind {
+        Kind::Func
+    }
+
+    fn name(&self) -> &'static str {
+        "func"
+    }
+
+    fn about(&self) -> &'static str {
+        "Function latency by process, function and stack at entry"
+    }
+
+    fn families(&self) -> &'static [&'static str] {
+        &["func", "ufunc"]
+    }
+
+    fn has_rows(&self, profile: &Profile) -> bool {
+        !profile.funcs.is_empty()
+    }
+
+    fn sample_types(&self) -> &'static [(&'static str, &'static str)] {
+        &[("calls", "count"), ("latency", "nanoseconds")]
+    }
+
+    /// Process; function; the stack at entry from the outermost frame.
+    fn samples(&self, profile: &Profile, add: &mut AddSample) {
+        for row in &profile.funcs {
+            let mut parts = vec![clean(&profile.process_name(row.pid)), clean(&row.function)];
+            push_stack(&mut parts, profile, row.stack);
+            add(parts, &[row.latency.count, row.latency.total_ns]);
+        }
+    }
+
+    fn flame_labels(&self) -> FlameLabels {
+        FlameLabels::ms("Function latency by stack at entry (width: time in the function, ms)")
+    }
+
+    fn diff_flame_labels(&self) -> FlameLabels {
+        FlameLabels::ms_per_s(
+            "Function latency, NEW against BASE (width: NEW time in ms per second of run; red grew, blue shrank)",
+        )
+    }
+
+    /// Function latency by function and by process.
+    fn breakdowns(&self, profile: &Profile, out: &mut Vec<Breakdown>) {
+        latency_breakdowns(func_groups(profile), "function", out);
+    }
+
+    fn diff_columns(&self) -> (&'static str, &'static str) {
+        ("time/s", "calls/s")
+    }
+
+    fn metrics(&self, profile: &Profile, out: &mut String) {
+        latency_series(out, "func", "function", &func_groups(profile));
+    }
+
+    fn html_section(&self, profile: &Profile) -> Result<String> {
+        latency_section(
+            profile,
+            Kind::Func,
+            "func",
+            "Function latency",
+            "function",
+            &func_groups(profile),
+        )
+    }
+}

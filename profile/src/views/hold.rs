@@ -1,0 +1,137 @@
+//! `hold`: the holds under contention the lock family records by itself (how long each
+//! contended acquirer held the lock while the next waiter waited). The timings of
+//! `--hold` (every hold of one lock) are in the text, JSON and HTML reports.
+
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+
+use super::{lock::lock_stack_frames, AddSample, FlameLabels, View};
+use crate::{
+    export::{
+        diff::{add, Breakdown, Measure},
+        folded::clean,
+        html::{flamegraph_part, table},
+    },
+    kind::Kind,
+    lock::lock_type_name,
+    profile::Profile,
+};
+
+pub struct HoldView;
+
+impl View for HoldView {
+    fn kind(&self) -> Kind {
+        Kind::Hold
+    }
+
+    fn name(&self) -> &'static str {
+        "hold"
+    }
+
+    fn about(&self) -> &'static str {
+        "Holds under contention by lock, holder process and acquisition stack (from \
+         --lock: how long each contended acquirer held the lock while the next \
+         waiter waited); --hold's own timings are in the report and JSON"
+    }
+
+    fn families(&self) -> &'static [&'static str] {
+        &["lock"]
+    }
+
+    fn has_rows(&self, profile: &Profile) -> bool {
+        !profile.contended_holds.is_empty()
+    }
+
+    fn sample_types(&self) -> &'static [(&'static str, &'static str)] {
+        &[("holds", "count"), ("hold", "nanoseconds")]
+    }
+
+    /// Lock type and lock; holder process; the holder's acquisition stack from the
+    /// outermost frame to where it took the lock. Width: hold time under contention.
+    fn samples(&self, profile: &Profile, add: &mut AddSample) {
+        for row in &profile.contended_holds {
+            let mut frames = vec![
+                clean(&format!("{} {}", lock_type_name(row.flags), row.lock_name)),
+                clean(&profile.process_name(row.pid)),
+            ];
+            frames.extend(lock_stack_frames(profile, row.stack));
+            add(frames, &[row.latency.count, row.latency.total_ns]);
+        }
+    }
+
+    fn flame_labels(&self) -> FlameLabels {
+        FlameLabels::ms(
+            "Holds under contention by lock, holder and acquisition stack (width: hold time while others waited, ms)",
+        )
+    }
+
+    fn diff_flame_labels(&self) -> FlameLabels {
+        FlameLabels::ms_per_s(
+            "Holds under contention, NEW against BASE (width: NEW hold time in ms per second of run; red grew, blue shrank)",
+        )
+    }
+
+    /// Holders compared between two runs: who held which lock, taken where.
+    fn breakdowns(&self, profile: &Profile, out: &mut Vec<Breakdown>) {
+        let mut by_holder: BTreeMap<String, Measure> = BTreeMap::new();
+        let mut by_lock: BTreeMap<String, Measure> = BTreeMap::new();
+        for group in crate::export::lock::contended_hold_groups(profile) {
+            for (entries, key) in [
+                (
+                    &mut by_holder,
+                    format!("{} {} {}", group.lock_type, group.caller, group.process),
+                ),
+                (&mut by_lock, format!("{} {}", group.lock_type, group.lock)),
+            ] {
+                add(entries, key, group.total_ns, group.count);
+            }
+        }
+        out.push(Breakdown::new("holder", by_holder));
+        out.push(Breakdown::new("lock", by_lock));
+    }
+
+    fn diff_columns(&self) -> (&'static str, &'static str) {
+        ("held/s", "holds/s")
+    }
+
+    /// No series yet: holds under contention are in the report, JSON and flamegraphs.
+    fn metrics(&self, _profile: &Profile, _out: &mut String) {}
+
+    fn html_section(&self, profile: &Profile) -> Result<String> {
+        report_section(profile)
+    }
+}
+
+/// Held while others waited: the holds under contention and their flamegraph.
+fn report_section(profile: &Profile) -> Result<String> {
+    let mut out = String::new();
+    out.push_str("<section id=\"hold\">\n<h2>Held while others waited</h2>\n");
+    let rows: Vec<Vec<String>> = crate::export::lock::contended_hold_groups(profile)
+        .into_iter()
+        .take(50)
+        .map(|group| {
+            vec![
+                group.count.to_string(),
+                crate::units::format_ns(group.total_ns),
+                crate::units::format_ns(group.max_ns),
+                format!("{} {}", group.lock_type, group.lock),
+                format!("{}[{}/{}]", group.process, group.pid, group.tid),
+                group.caller,
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &["holds", "total", "max", "lock", "holder", "acquired in"],
+        &[true, true, true, false, false, false],
+        &rows,
+    ));
+    flamegraph_part(
+        &mut out,
+        profile,
+        Kind::Hold,
+        None,
+        "Holds under contention flamegraph",
+    )?;
+    Ok(out)
+}

@@ -1,0 +1,329 @@
+//! `lock`: time threads waited for contended kernel locks.
+
+use std::collections::{BTreeMap, HashMap};
+
+use anyhow::Result;
+use rustc_hash::FxBuildHasher;
+
+use super::{AddSample, FlameLabels, View};
+use crate::{
+    export::{
+        diff::{add, Breakdown, Measure},
+        escape::html as esc,
+        exposition::{labels, metric, seconds},
+        folded::clean,
+        html::{flamegraph_part, table_named_by},
+        lock::{lock_groups, STACK_LOST, UNKNOWN},
+        lock_lines,
+    },
+    kind::{GroupBy, Kind},
+    lock::{caller, is_lock_internal, lock_type_name},
+    profile::Profile,
+    units::format_ns,
+};
+
+pub struct LockView;
+
+impl View for LockView {
+    fn kind(&self) -> Kind {
+        Kind::Lock
+    }
+
+    fn name(&self) -> &'static str {
+        "lock"
+    }
+
+    fn about(&self) -> &'static str {
+        "Lock wait time by process, lock type and waiter stack"
+    }
+
+    fn families(&self) -> &'static [&'static str] {
+        &["lock"]
+    }
+
+    fn has_rows(&self, profile: &Profile) -> bool {
+        !profile.locks.is_empty()
+    }
+
+    fn sample_types(&self) -> &'static [(&'static str, &'static str)] {
+        &[("contentions", "count"), ("delay", "nanoseconds")]
+    }
+
+    /// Process; lock type; the lock, when it has a name (`mmap_lock`, `rq_lock:cpu1`, a
+    /// static symbol; an address is left out); stack from the outermost frame to the
+    /// caller (the locking code itself is left out, so the caller is on top).
+    fn samples(&self, profile: &Profile, add: &mut AddSample) {
+        // Sum by (process, type, named lock, stack) with integer keys first, then build
+        // the frames of each distinct key once: rows (one per lock address) far
+        // outnumber paths, and a million rows must not cost a million frame lists.
+        let sums = lock_lines::lock_sums(profile);
+        let mut stack_parts: HashMap<Option<u32>, Vec<String>, FxBuildHasher> = HashMap::default();
+        let mut process_parts: HashMap<u32, String, FxBuildHasher> = HashMap::default();
+        for ((pid, flags, name, stack), values) in sums {
+            let process = process_parts
+                .entry(pid)
+                .or_insert_with(|| clean(&profile.process_name(pid)));
+            let stack_frames = stack_parts
+                .entry(stack)
+                .or_insert_with(|| lock_stack_frames(profile, stack));
+            let mut frames = Vec::with_capacity(stack_frames.len() + 3);
+            frames.push(process.clone());
+            frames.push(clean(lock_type_name(flags)));
+            if let Some(name) = name {
+                frames.push(clean(name));
+            }
+            frames.extend(stack_frames.iter().cloned());
+            add(frames, &values);
+        }
+    }
+
+    /// The same lines as from `samples`, without a frame list per path (a million rows,
+    /// export/lock_lines.rs).
+    fn folded_lines(&self, profile: &Profile) -> Option<Vec<(String, u64)>> {
+        Some(lock_lines::lock_lines(profile))
+    }
+
+    fn flame_labels(&self) -> FlameLabels {
+        FlameLabels::ms("Lock wait time (width: time waiting, ms)")
+    }
+
+    fn diff_flame_labels(&self) -> FlameLabels {
+        FlameLabels::ms_per_s(
+            "Lock wait, NEW against BASE (width: NEW wait in ms per second of run; red grew, blue shrank)",
+        )
+    }
+
+    /// Lock wait by lock, caller and process (host and cgroup when known).
+    fn breakdowns(&self, profile: &Profile, out: &mut Vec<Breakdown>) {
+        let mut ways = vec![
+            ("lock", GroupBy::Lock),
+            ("caller", GroupBy::Caller),
+            ("process", GroupBy::Process),
+        ];
+        if profile.is_merged() {
+            ways.push(("host", GroupBy::Host));
+        }
+        if profile.knows_cgroups() {
+            ways.push(("cgroup", GroupBy::Cgroup));
+        }
+        for (by, group_by) in ways {
+            let mut entries: BTreeMap<String, Measure> = BTreeMap::new();
+            let mut name_sources: BTreeMap<String, String> = BTreeMap::new();
+            for group in lock_groups(profile, group_by) {
+                let key = match group_by {
+                    GroupBy::Lock | GroupBy::Instance => {
+                        format!("{} {}", group.lock_type, group.lock)
+                    }
+                    GroupBy::Caller => format!("{} {}", group.lock_type, group.caller),
+                    GroupBy::Process => format!(
+                        "{} {}",
+                        group.lock_type,
+                        group.processes.first().cloned().unwrap_or_default()
+                    ),
+                    GroupBy::Host => group.host.clone(),
+                    GroupBy::Cgroup => format!("{} {}", group.lock_type, group.cgroup),
+                };
+                if group_by == GroupBy::Lock && !group.lock_name_source.is_empty() {
+                    name_sources.insert(key.clone(), group.lock_name_source.clone());
+                }
+                add(&mut entries, key, group.total_wait_ns, group.contended);
+            }
+            out.push(Breakdown {
+                by,
+                entries,
+                name_sources,
+            });
+        }
+    }
+
+    fn diff_columns(&self) -> (&'static str, &'static str) {
+        ("wait/s", "cont/s")
+    }
+
+    fn metrics(&self, profile: &Profile, out: &mut String) {
+        lock_series(profile, out);
+    }
+
+    fn html_section(&self, profile: &Profile) -> Result<String> {
+        report_section(profile)
+    }
+}
+
+/// Frames of a lock stack from the outermost to the caller (the locking code itself
+/// is left out, so the caller is on top), or `[stack lost]`.
+pub(crate) fn lock_stack_frames(profile: &Profile, stack: Option<u32>) -> Vec<String> {
+    if stack.is_none() {
+        return vec!["[stack lost]".to_string()];
+    }
+    let frames = profile.stack_frames(stack);
+    let outside_lock = frames
+        .iter()
+        .position(|frame| !is_lock_internal(&frame.name))
+        .unwrap_or(frames.len());
+    frames[outside_lock..]
+        .iter()
+        .rev()
+        .map(|frame| clean(&frame.display()))
+        .collect()
+}
+
+/// (lock type, caller, name source) of one lock series.
+type LockSeries<'a> = (&'static str, String, &'a str);
+
+/// Lock wait and contentions per (type, caller, name source), most wait first. The name
+/// source (`task`, `runqueue`, `kallsyms`, `address`, ...) splits a caller's series by
+/// how its locks were named: a handful of values, so the series stay few; the lock
+/// names themselves are in the fleet counters, which bound their label sets.
+fn series_sums(profile: &Profile) -> Vec<(LockSeries<'_>, (u64, u64))> {
+    let mut callers: HashMap<Option<u32>, String> = HashMap::new();
+    let mut sums: BTreeMap<LockSeries, (u64, u64)> = BTreeMap::new();
+    for row in &profile.locks {
+        let caller = callers
+            .entry(row.stack)
+            .or_insert_with(|| match row.stack {
+                None => STACK_LOST.to_string(),
+                Some(_) => caller(&profile.stack_frames(row.stack))
+                    .map(|frame| frame.display())
+                    .unwrap_or_else(|| UNKNOWN.to_string()),
+            })
+            .clone();
+        let key = (
+            lock_type_name(row.flags),
+            caller,
+            row.lock_name_source.as_str(),
+        );
+        let sum = sums.entry(key).or_default();
+        sum.0 = sum.0.saturating_add(row.total_ns);
+        sum.1 = sum.1.saturating_add(row.count);
+    }
+    let mut sums: Vec<_> = sums.into_iter().collect();
+    sums.sort_by(|a, b| (b.1).0.cmp(&(a.1).0).then_with(|| a.0.cmp(&b.0)));
+    sums
+}
+
+fn lock_series(profile: &Profile, out: &mut String) {
+    let sums = series_sums(profile);
+    let lock_labels = |(lock_type, caller, source): &LockSeries| {
+        labels(
+            &["type", "caller", "name_source"],
+            &[lock_type, caller.as_str(), source],
+        )
+    };
+    metric(
+        out,
+        "lockpath_lock_wait_seconds_total",
+        "counter",
+        "Time threads waited for contended kernel locks, by lock type, calling function and how the lock was named.",
+        sums.iter()
+            .map(|(series, (total_ns, _))| (lock_labels(series), seconds(*total_ns))),
+    );
+    metric(
+        out,
+        "lockpath_lock_contentions_total",
+        "counter",
+        "Contended kernel lock acquisitions, by lock type, calling function and how the lock was named.",
+        sums.iter()
+            .map(|(series, (_, count))| (lock_labels(series), count)),
+    );
+}
+
+/// Lock contention: the table by lock, caller, process (host, cgroup when known) and the flamegraph.
+fn report_section(profile: &Profile) -> Result<String> {
+    let mut out = String::new();
+    out.push_str("<section id=\"lock\">\n<h2>Lock contention</h2>\n");
+    let numeric = [true, true, true, true, false, false, false, false];
+    let mut ways = vec![
+        ("By lock", GroupBy::Lock, "lock"),
+        ("By caller", GroupBy::Caller, "lock"),
+        (
+            "Per process (wait by process and lock type)",
+            GroupBy::Process,
+            "process",
+        ),
+    ];
+    if profile.is_merged() {
+        ways.push(("Per host", GroupBy::Host, "host"));
+    }
+    if profile.knows_cgroups() {
+        ways.push((
+            "Per cgroup (wait by cgroup and lock type)",
+            GroupBy::Cgroup,
+            "cgroup",
+        ));
+    }
+    // Profiles of older versions do not say how locks were named: no column.
+    let says_names = profile
+        .locks
+        .iter()
+        .any(|row| !row.lock_name_source.is_empty());
+    for (title, by, third) in ways {
+        out.push_str(&format!("<h3>{}</h3>\n", esc(title)));
+        let named = says_names && by == GroupBy::Lock;
+        let rows = lock_rows(profile, by, 50, named);
+        if rows.is_empty() {
+            out.push_str("<p>No lock contention recorded.</p>\n");
+            break;
+        }
+        let headers = vec![
+            "contended",
+            "total wait",
+            "max wait",
+            "avg wait",
+            "type",
+            third,
+            "callers",
+            "pids",
+        ];
+        out.push_str(&table_named_by(headers, numeric.to_vec(), 6, named, &rows));
+    }
+    flamegraph_part(
+        &mut out,
+        profile,
+        Kind::Lock,
+        Some("Flamegraph (width: wait time)"),
+        "lock wait flamegraph",
+    )?;
+    Ok(out)
+}
+
+/// Rows of a lock table; with `named`, a column after the lock says how it was named.
+fn lock_rows(profile: &Profile, by: GroupBy, top: usize, named: bool) -> Vec<Vec<String>> {
+    lock_groups(profile, by)
+        .into_iter()
+        .take(top)
+        .map(|group| {
+            let third = match by {
+                GroupBy::Process => group.processes.join(", "),
+                GroupBy::Host => group.host.clone(),
+                GroupBy::Cgroup => group.cgroup.clone(),
+                _ => group.lock.clone(),
+            };
+            let named = named.then(|| group.lock_name_source.clone());
+            let mut row = vec![
+                group.contended.to_string(),
+                format_ns(group.total_wait_ns),
+                format_ns(group.max_wait_ns),
+                format_ns(group.avg_wait_ns),
+                group.lock_type,
+                third,
+                group
+                    .callers
+                    .iter()
+                    .take(3)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                group
+                    .pids
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ];
+            if let Some(named) = named {
+                row.insert(6, named);
+            }
+            row
+        })
+        .collect()
+}

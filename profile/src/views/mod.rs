@@ -1,0 +1,176 @@
+//! One view per kind: everything the read side knows about a kind sits in its module
+//! (lock.rs, rpc.rs, func.rs, cpu.rs, offcpu.rs, io.rs, hold.rs, offwake.rs): its name
+//! and meaning, whether a profile has it, its stack samples and their value types, the
+//! labels of its flamegraphs, the breakdowns `diff` compares, its Prometheus series and
+//! its section of the HTML report. The exporters take a kind's view from [`VIEWS`] (or
+//! loop over it) instead of matching on `Kind`.
+//!
+//! A new kind is a variant of `Kind` (in `Kind::ALL` too), a module here that implements
+//! [`View`], and its two lines in this file: the module and its entry in [`VIEWS`].
+
+use anyhow::Result;
+use inferno::flamegraph::color::Palette;
+
+use crate::{export::diff::Breakdown, kind::Kind, profile::Profile};
+
+pub mod cpu;
+pub mod func;
+pub mod hold;
+pub mod io;
+pub mod lock;
+pub mod offcpu;
+pub mod offwake;
+pub mod rpc;
+
+/// Takes one sample of a view: its frames from the root to the leaf and one value per
+/// entry of [`View::sample_types`]. `folded::samples` merges samples of the same path.
+pub type AddSample<'a> = dyn FnMut(Vec<String>, &[u64]) + 'a;
+
+/// How a flamegraph is labelled: its title, the unit of its counts, and the factor
+/// inferno applies to the values it is given.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FlameLabels {
+    pub title: &'static str,
+    pub count_name: &'static str,
+    pub factor: f64,
+}
+
+impl FlameLabels {
+    /// Labels of a kind that weighs time: folded values in microseconds, shown in ms.
+    pub const fn ms(title: &'static str) -> FlameLabels {
+        FlameLabels {
+            title,
+            count_name: "ms",
+            factor: 0.001,
+        }
+    }
+
+    /// Labels of a differential flamegraph of a kind that weighs time: nanoseconds per
+    /// second of run, shown in ms per second.
+    pub const fn ms_per_s(title: &'static str) -> FlameLabels {
+        FlameLabels {
+            title,
+            count_name: "ms/s",
+            factor: 1e-6,
+        }
+    }
+}
+
+/// What the read side knows about one kind.
+pub trait View: Sync {
+    /// The kind this view shows (its key on the command line and in [`VIEWS`]).
+    fn kind(&self) -> Kind;
+
+    /// The kind's name on the command line and in exports.
+    fn name(&self) -> &'static str;
+
+    /// What the kind weighs, in one sentence (the command line's help).
+    fn about(&self) -> &'static str;
+
+    /// The recorded families that make a profile have this kind, even without rows.
+    fn families(&self) -> &'static [&'static str];
+
+    /// Whether the profile has rows of this kind.
+    fn has_rows(&self, profile: &Profile) -> bool;
+
+    /// Whether a profile has data of this kind: a family of it recorded, or rows present.
+    fn present_in(&self, profile: &Profile) -> bool {
+        self.families()
+            .iter()
+            .any(|family| profile.recorded(family))
+            || self.has_rows(profile)
+    }
+
+    /// Whether the kind weighs time in nanoseconds (waits, latencies, holds); `cpu`
+    /// counts samples instead. Exporters pick units and divisors by it.
+    fn weighs_time(&self) -> bool {
+        true
+    }
+
+    /// What the values of the kind's samples are, pprof style: (type, unit).
+    fn sample_types(&self) -> &'static [(&'static str, &'static str)];
+
+    /// Which sample value the flamegraph width is, and the divisor that turns it into
+    /// the folded unit (time in nanoseconds is folded in microseconds).
+    fn flame_value(&self) -> (usize, u64) {
+        if self.weighs_time() {
+            (1, 1_000)
+        } else {
+            (0, 1)
+        }
+    }
+
+    /// Hands every stack sample of the kind to `add`, frames from the root (cleaned
+    /// with `folded::clean`), unmerged and in any order.
+    fn samples(&self, profile: &Profile, add: &mut AddSample);
+
+    /// The kind's folded lines `(root;...;leaf, value)`, unsorted, zero lines left out,
+    /// when the view builds them faster than from [`View::samples`]; `None` otherwise.
+    fn folded_lines(&self, _profile: &Profile) -> Option<Vec<(String, u64)>> {
+        None
+    }
+
+    /// Title, count unit and factor of the kind's flamegraph (values of `folded::lines`).
+    fn flame_labels(&self) -> FlameLabels;
+
+    /// Same for the differential flamegraph, whose values are the flame value
+    /// (undivided) per second of run time.
+    fn diff_flame_labels(&self) -> FlameLabels;
+
+    /// A line under the flamegraph's title, when the kind has something to say.
+    fn flame_subtitle(&self, _profile: &Profile) -> Option<String> {
+        None
+    }
+
+    /// The flamegraph's palette, when not inferno's default.
+    fn flame_palette(&self) -> Option<Palette> {
+        None
+    }
+
+    /// The ways `diff` splits the kind's totals, each a table of its own. Keys stay
+    /// comparable across runs: names, never pids.
+    fn breakdowns(&self, profile: &Profile, out: &mut Vec<Breakdown>);
+
+    /// Names of the `diff` text's value and event columns (per second of run).
+    fn diff_columns(&self) -> (&'static str, &'static str);
+
+    /// Appends the kind's Prometheus series (text exposition format) to `out`.
+    fn metrics(&self, profile: &Profile, out: &mut String);
+
+    /// The kind's section of the HTML report: its tables and its flamegraph.
+    fn html_section(&self, profile: &Profile) -> Result<String>;
+}
+
+/// Every kind's view, in the order of `Kind` (the order of the HTML report's sections).
+pub static VIEWS: [&dyn View; Kind::ALL.len()] = [
+    &lock::LockView,
+    &rpc::RpcView,
+    &func::FuncView,
+    &cpu::CpuView,
+    &offcpu::OffcpuView,
+    &io::IoView,
+    &hold::HoldView,
+    &offwake::OffwakeView,
+];
+
+impl Kind {
+    /// The kind's view.
+    pub fn view(self) -> &'static dyn View {
+        // Every kind has its view: the table is in the order of the enum (tested below).
+        VIEWS[self as usize]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_views_are_in_the_order_of_the_enum() {
+        assert_eq!(VIEWS.len(), Kind::ALL.len());
+        for (index, kind) in Kind::ALL.into_iter().enumerate() {
+            assert_eq!(VIEWS[index].kind(), kind);
+            assert_eq!(kind.view().kind(), kind);
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! `rpc`: request latency, weighted onto the stack that completes each request.
+
+use anyhow::Result;
+
+use super::{AddSample, FlameLabels, View};
+use crate::{
+    export::{
+        diff::Breakdown,
+        folded::{clean, push_stack},
+        html::latency_section,
+        latency::{latency_breakdowns, rpc_groups},
+        prometheus::latency_series,
+    },
+    kind::Kind,
+    profile::Profile,
+};
+
+pub struct RpcView;
+
+impl View for RpcView {
+    fn kind(&self) -> Kind {
+        Kind::Rpc
+    }
+
+    fn name(&self) -> &'static str {
+        "rpc"
+    }
+
+    fn about(&self) -> &'static str {
+        "Request latency by process, provider, operation and completion stack"
+    }
+
+    fn families(&self) -> &'static [&'static str] {
+        &["rpc"]
+    }
+
+    fn has_rows(&self, profile: &Profile) -> bool {
+        !profile.rpcs.is_empty()
+    }
+
+    fn sample_types(&self) -> &'static [(&'static str, &'static str)] {
+        &[("requests", "count"), ("latency", "nanoseconds")]
+    }
+
+    /// Process; provider and operation; who runs the completion path, weighted by the
+    /// latency of the requests.
+    fn samples(&self, profile: &Profile, add: &mut AddSample) {
+        for row in &profile.rpcs {
+            let mut parts = vec![
+                clean(&profile.process_name(row.pid)),
+                clean(&format!("{} {}", row.provider, row.op_name)),
+            ];
+            push_stack(&mut parts, profile, row.end_stack);
+            add(parts, &[row.latency.count, row.latency.total_ns]);
+        }
+    }
+
+    fn flame_labels(&self) -> FlameLabels {
+        FlameLabels::ms("Request latency by completion stack (width: request time, ms)")
+    }
+
+    fn diff_flame_labels(&self) -> FlameLabels {
+        FlameLabels::ms_per_s(
+            "Request latency, NEW against BASE (width: NEW latency in ms per second of run; red grew, blue shrank)",
+        )
+    }
+
+    /// Request latency by operation and by process.
+    fn breakdowns(&self, profile: &Profile, out: &mut Vec<Breakdown>) {
+        latency_breakdowns(rpc_groups(profile), "operation", out);
+    }
+
+    fn diff_columns(&self) -> (&'static str, &'static str) {
+        ("latency/s", "req/s")
+    }
+
+    fn metrics(&self, profile: &Profile, out: &mut String) {
+        latency_series(out, "rpc", "request", &rpc_groups(profile));
+    }
+
+    fn html_section(&self, profile: &Profile) -> Result<String> {
+        latency_section(
+            profile,
+            Kind::Rpc,
+            "rpc",
+            "Request latency",
+            "request",
+            &rpc_groups(profile),
+        )
+    }
+}
