@@ -61,6 +61,14 @@ pub fn outcome_of(ret: i64) -> u32 {
     }
 }
 
+/// Whether a contention's flags are a plain spinlock's (`spinlock_t`,
+/// `raw_spinlock_t`): the spin flag alone, no rwlock, mutex or rwsem bit. Only such a
+/// lock can be a task's `pi_lock` or `alloc_lock`.
+#[inline(always)]
+pub fn is_plain_spinlock(flags: u32) -> bool {
+    flags == LCB_F_SPIN
+}
+
 /// The flags a wait keeps when a later `contention_begin` of the same wait changes them:
 /// a mutex that once went to sleep (MUTEX without SPIN) stays a sleeping mutex even if it
 /// spins again after a wake-up, so one wait is one row (`mutex`, not `mutex:spin`).

@@ -564,13 +564,14 @@ fn walk_if_long<C: StackIdContext>(ctx: &C, wait: &mut LockWait, end_ns: u64) {
 fn waiter_stack<C: LockContext, const WORDS: usize>(
     ctx: &C,
     lock_addr: u64,
+    flags: u32,
     now: u64,
 ) -> (i32, Option<u64>, u32) {
     // SAFETY: reading a load-time global; volatile so the default is not folded in.
     let exact = unsafe { core::ptr::read_volatile(&LOCK_LAYOUT.exact_stacks) } != 0;
     let base = if exact { None } else { ctx.stack_base() };
     let Some(base) = base else {
-        return walked_stack(ctx, lock_addr);
+        return walked_stack(ctx, lock_addr, flags);
     };
     // First the two call sites seen last at this lock on this CPU: two words to check.
     let way0 = slot_of(lock_addr, LOCK_SITE_CACHE_ENTRIES) & !1;
@@ -579,7 +580,7 @@ fn waiter_stack<C: LockContext, const WORDS: usize>(
         LOCK_SITE_CACHE.get_ptr_mut(way0 + 1),
     );
     let (Some(site0), Some(site1)) = sites else {
-        return walked_stack(ctx, lock_addr);
+        return walked_stack(ctx, lock_addr, flags);
     };
     // SAFETY: this CPU's elements of a per-CPU array; only this CPU writes them.
     let (known0, known1) = unsafe { (&*site0, &*site1) };
@@ -594,13 +595,13 @@ fn waiter_stack<C: LockContext, const WORDS: usize>(
         Ok(fingerprint) => fingerprint,
         Err(NoFingerprint::Unreadable) => {
             count_loss(LOCK_STACK_CACHE_FAILED);
-            return walked_stack(ctx, lock_addr);
+            return walked_stack(ctx, lock_addr, flags);
         }
         Err(NoFingerprint::Short) => {
             // Too few call-path words to tell this path from another: walked, and not
             // cached (under this fingerprint another path would find its stack).
             count_loss(LOCK_STACK_FINGERPRINT_SHORT);
-            return walked_stack(ctx, lock_addr);
+            return walked_stack(ctx, lock_addr, flags);
         }
     };
     let key = StackCacheKey {
@@ -622,7 +623,7 @@ fn waiter_stack<C: LockContext, const WORDS: usize>(
     let (value, walked_ns) = match found {
         Some(value) => (value, None),
         None => {
-            let (kstack_id, walked_ns, lock_class) = walked_stack(ctx, lock_addr);
+            let (kstack_id, walked_ns, lock_class) = walked_stack(ctx, lock_addr, flags);
             let value = StackCacheValue {
                 kstack_id,
                 lock_class,
@@ -666,8 +667,12 @@ fn waiter_stack<C: LockContext, const WORDS: usize>(
 
 /// A stack walk now, with the lock's class (decided with each walk, cached with it).
 #[inline(always)]
-fn walked_stack<C: StackIdContext>(ctx: &C, lock_addr: u64) -> (i32, Option<u64>, u32) {
-    let lock_class = crate::lockname::classify(lock_addr);
+fn walked_stack<C: StackIdContext>(
+    ctx: &C,
+    lock_addr: u64,
+    flags: u32,
+) -> (i32, Option<u64>, u32) {
+    let lock_class = crate::lockname::classify(lock_addr, flags);
     let kstack_id = stack_id_or_loss(ctx.get_stackid(&STACKS, STACK_FLAGS_KERNEL));
     (kstack_id, Some(now_ns()), lock_class)
 }
@@ -962,7 +967,7 @@ fn open_spin_wait<C: LockContext>(
     start_ns: u64,
 ) {
     let (kstack_id, walked_ns, lock_class) =
-        waiter_stack::<C, SPIN_FINGERPRINT_WORDS>(ctx, lock_addr, start_ns);
+        waiter_stack::<C, SPIN_FINGERPRINT_WORDS>(ctx, lock_addr, flags, start_ns);
     // SAFETY: the caller passes this CPU's slot of LOCK_SPIN_WAIT.
     let wait = unsafe { &mut *slot };
     wait.start_ns = walked_ns.unwrap_or(start_ns);
@@ -988,7 +993,7 @@ fn open_sleep_wait<C: LockContext>(ctx: &C, tid: u32, lock_addr: u64, flags: u32
         (LOCK_CLASS_UNKNOWN, NO_OWNER)
     };
     let (kstack_id, walked_ns, cached_class) =
-        waiter_stack::<C, SLEEP_FINGERPRINT_WORDS>(ctx, lock_addr, start_ns);
+        waiter_stack::<C, SLEEP_FINGERPRINT_WORDS>(ctx, lock_addr, flags, start_ns);
     let lock_class = if lock_class == LOCK_CLASS_UNKNOWN {
         cached_class
     } else {

@@ -20,7 +20,7 @@ use aya_ebpf::{
     maps::{Array, HashMap},
 };
 use profiler_common::{
-    lock::{LOCK_CLASS_MMAP_LOCK, LOCK_CLASS_UNKNOWN},
+    lock::{is_plain_spinlock, LOCK_CLASS_MMAP_LOCK, LOCK_CLASS_UNKNOWN},
     lockname::{
         KMEM_CACHE_CALL_MARK, LOCK_CLASS_ALLOC_LOCK, LOCK_CLASS_CRED_GUARD, LOCK_CLASS_FILE_LOCK,
         LOCK_CLASS_FS_LOCK, LOCK_CLASS_PAGE_TABLE_LOCK, LOCK_CLASS_PI_LOCK, LOCK_CLASS_RQ_LOCK,
@@ -157,26 +157,34 @@ fn is_member(lock_addr: u64, base: u64, offset: u32) -> bool {
     base != 0 && offset != NO_OFFSET && lock_addr == base + offset as u64
 }
 
-/// Whether `task` looks like a `task_struct`: its group leader has its tgid.
+/// The largest process id a kernel hands out (`PID_MAX_LIMIT`, 4M on 64-bit).
+const PID_MAX_LIMIT: u32 = 4 * 1024 * 1024;
+
+/// Whether `task` looks like a `task_struct`: its group leader is a group leader (its
+/// own `group_leader`) and has its tgid, a process id. Two words that happen to match
+/// (a pointer and two equal numbers in some other object) are not enough.
 #[inline(always)]
 fn is_task(task: u64) -> bool {
     let leader = read_ptr(task, layout!(task_group_leader));
-    if leader < 0xffff_0000_0000_0000 {
+    if leader < 0xffff_0000_0000_0000 || read_ptr(leader, layout!(task_group_leader)) != leader
+    {
         return false;
     }
     match (
         read_u32(task, layout!(task_tgid)),
         read_u32(leader, layout!(task_tgid)),
     ) {
-        (Some(tgid), Some(leader_tgid)) => tgid != 0 && tgid == leader_tgid,
+        (Some(tgid), Some(leader_tgid)) => {
+            tgid != 0 && tgid <= PID_MAX_LIMIT && tgid == leader_tgid
+        }
         _ => false,
     }
 }
 
-/// The class of the lock at `lock_addr` (`LOCK_CLASS_*`), as far as the current task
-/// and the current CPU tell.
+/// The class of the lock at `lock_addr` (`LOCK_CLASS_*`), contended with `flags`, as
+/// far as the current task and the current CPU tell.
 #[inline(always)]
-pub fn classify(lock_addr: u64) -> u32 {
+pub fn classify(lock_addr: u64, flags: u32) -> u32 {
     if layout!(enabled) == 0 {
         return LOCK_CLASS_UNKNOWN;
     }
@@ -236,11 +244,17 @@ pub fn classify(lock_addr: u64) -> u32 {
             return class;
         }
     }
-    // A task's own pi_lock / alloc_lock, or another task's (wake-ups take the wakee's).
-    for (member, class) in [
-        (layout!(task_pi_lock), LOCK_CLASS_PI_LOCK),
-        (layout!(task_alloc_lock), LOCK_CLASS_ALLOC_LOCK),
-    ] {
+    // A task's own pi_lock / alloc_lock, or another task's (wake-ups take the wakee's):
+    // spinlocks, so never a sleeping lock's or a rwlock's address.
+    let task_members = if is_plain_spinlock(flags) {
+        [
+            (layout!(task_pi_lock), LOCK_CLASS_PI_LOCK),
+            (layout!(task_alloc_lock), LOCK_CLASS_ALLOC_LOCK),
+        ]
+    } else {
+        [(NO_OFFSET, LOCK_CLASS_UNKNOWN); 2]
+    };
+    for (member, class) in task_members {
         if member != NO_OFFSET && lock_addr > member as u64 {
             let candidate = lock_addr - member as u64;
             if candidate == task || is_task(candidate) {

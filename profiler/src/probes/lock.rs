@@ -525,7 +525,7 @@ pub fn drain(maps: &MapSet, stacks: &mut StackResolver) -> Result<Vec<LockRow>> 
     let namer = super::lockname::LockNamer::new(maps)?;
     let mut rows = Vec::new();
     for (key, stat) in maps.entries::<LockKey, LockStat>(names::LOCK_STATS)? {
-        let (lock_name, source) = namer.name(key.lock_class, key.lock_addr, stacks);
+        let (lock_name, source) = namer.name(key.lock_class, key.lock_addr, key.flags, stacks);
         rows.push(LockRow {
             pid: key.tgid,
             lock_addr: key.lock_addr,
@@ -585,7 +585,11 @@ fn drain_open_waits(
         };
         let name = match rows.iter().find(|row| row.lock_addr == wait.lock_addr) {
             Some(row) => row.lock_name.to_string(),
-            None => namer.name(wait.lock_class, wait.lock_addr, stacks).0,
+            None => {
+                namer
+                    .name(wait.lock_class, wait.lock_addr, wait.flags, stacks)
+                    .0
+            }
         };
         waiting.push(WaitingRow {
             kind: "lock".into(),

@@ -17,8 +17,8 @@ use anyhow::Result;
 use aya::maps::Array;
 use profiler_common::{
     lock::{
-        LCB_F_MUTEX, LCB_F_READ, LCB_F_RT, LCB_F_SPIN, LCB_F_WRITE, LOCK_CLASS_MMAP_LOCK,
-        LOCK_CLASS_UNKNOWN, OUTCOME_SHIFT,
+        is_plain_spinlock, LCB_F_MUTEX, LCB_F_READ, LCB_F_RT, LCB_F_SPIN, LCB_F_WRITE,
+        LOCK_CLASS_MMAP_LOCK, LOCK_CLASS_UNKNOWN, OUTCOME_SHIFT,
     },
     lockname::{
         names, LockNameLayout, SlabName, LOCK_CLASS_ALLOC_LOCK, LOCK_CLASS_CRED_GUARD,
@@ -610,8 +610,15 @@ impl LockNamer {
         })
     }
 
-    /// (name, source) of the lock at `addr` of kernel class `class`.
-    pub fn name(&self, class: u32, addr: u64, stacks: &StackResolver) -> (String, &'static str) {
+    /// (name, source) of the lock at `addr` of kernel class `class`, contended with
+    /// `flags` (its type).
+    pub fn name(
+        &self,
+        class: u32,
+        addr: u64,
+        flags: u32,
+        stacks: &StackResolver,
+    ) -> (String, &'static str) {
         if class == LOCK_CLASS_SLAB {
             match self.slab_caches.get(&addr) {
                 Some(Some((name, source))) => return (name.clone(), source),
@@ -620,7 +627,7 @@ impl LockNamer {
                 None => {}
             }
         }
-        let class = checked_class(class, stacks.is_static(addr));
+        let class = checked_class(class, stacks.is_static(addr), flags);
         if let Some(name) = class_name(class) {
             let source = if class == LOCK_CLASS_PI_LOCK || class == LOCK_CLASS_ALLOC_LOCK {
                 SOURCE_OTHER_TASK
@@ -882,12 +889,13 @@ pub fn slab_lock_name(
     }
 }
 
-/// The kernel side's class of a lock, unless it cannot be: a task's member is never in
-/// the kernel image's data (the kernel side found something that looked like a task
-/// around a static lock).
-pub fn checked_class(class: u32, in_image: bool) -> u32 {
+/// The kernel side's class of a lock contended with `flags`, unless it cannot be: a
+/// task's member (`pi_lock`, `alloc_lock`: spinlocks) is never in the kernel image's
+/// data, nor a sleeping lock or a rwlock (the kernel side found something that looked
+/// like a task around it).
+pub fn checked_class(class: u32, in_image: bool, flags: u32) -> u32 {
     let task_member = class == LOCK_CLASS_PI_LOCK || class == LOCK_CLASS_ALLOC_LOCK;
-    if task_member && in_image {
+    if task_member && (in_image || !is_plain_spinlock(flags)) {
         LOCK_CLASS_UNKNOWN
     } else {
         class
@@ -1152,16 +1160,37 @@ mod tests {
     }
 
     #[test]
-    fn task_members_are_never_image_data() {
+    fn task_members_are_spinlocks_never_in_image_data() {
         assert_eq!(
-            checked_class(LOCK_CLASS_ALLOC_LOCK, true),
+            checked_class(LOCK_CLASS_ALLOC_LOCK, true, LCB_F_SPIN),
             LOCK_CLASS_UNKNOWN
         );
-        assert_eq!(checked_class(LOCK_CLASS_PI_LOCK, true), LOCK_CLASS_UNKNOWN);
-        assert_eq!(checked_class(LOCK_CLASS_PI_LOCK, false), LOCK_CLASS_PI_LOCK);
+        assert_eq!(
+            checked_class(LOCK_CLASS_PI_LOCK, true, LCB_F_SPIN),
+            LOCK_CLASS_UNKNOWN
+        );
+        assert_eq!(
+            checked_class(LOCK_CLASS_PI_LOCK, false, LCB_F_SPIN),
+            LOCK_CLASS_PI_LOCK
+        );
+        // A sleeping lock or a rwlock is never a task's spinlock member.
+        for flags in [
+            LCB_F_WRITE,
+            LCB_F_READ,
+            LCB_F_MUTEX,
+            LCB_F_SPIN | LCB_F_WRITE,
+        ] {
+            assert_eq!(
+                checked_class(LOCK_CLASS_ALLOC_LOCK, false, flags),
+                LOCK_CLASS_UNKNOWN
+            );
+        }
         // A static runqueue lock is one (`runqueues` of a kernel without per-CPU areas
         // elsewhere): only task members are checked.
-        assert_eq!(checked_class(LOCK_CLASS_RQ_LOCK, true), LOCK_CLASS_RQ_LOCK);
+        assert_eq!(
+            checked_class(LOCK_CLASS_RQ_LOCK, true, LCB_F_SPIN),
+            LOCK_CLASS_RQ_LOCK
+        );
     }
 
     /// A made-up `/sys/kernel/slab` (removed on drop): `links` are (cache, target)
