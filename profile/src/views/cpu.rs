@@ -3,7 +3,7 @@
 use anyhow::Result;
 use inferno::flamegraph::color::{MultiPalette, Palette};
 
-use super::{AddSample, FlameLabels, View};
+use super::{AddSample, FlameLabels, View, ViewInfo};
 use crate::{
     export::{
         cpu::{cpu_functions, cpu_processes},
@@ -16,23 +16,19 @@ use crate::{
     profile::{CpuRow, Profile},
 };
 
+const INFO: ViewInfo = ViewInfo {
+    kind: Kind::Cpu,
+    name: "cpu",
+    about: "On-CPU samples by process and stack (user frames, then kernel frames `_[k]`)",
+    families: &["cpu"],
+    sample_types: &[("samples", "count")],
+};
+
 pub struct CpuView;
 
 impl View for CpuView {
-    fn kind(&self) -> Kind {
-        Kind::Cpu
-    }
-
-    fn name(&self) -> &'static str {
-        "cpu"
-    }
-
-    fn about(&self) -> &'static str {
-        "On-CPU samples by process and stack (user frames, then kernel frames `_[k]`)"
-    }
-
-    fn families(&self) -> &'static [&'static str] {
-        &["cpu"]
+    fn info(&self) -> &'static ViewInfo {
+        &INFO
     }
 
     fn has_rows(&self, profile: &Profile) -> bool {
@@ -41,10 +37,6 @@ impl View for CpuView {
 
     fn weighs_time(&self) -> bool {
         false
-    }
-
-    fn sample_types(&self) -> &'static [(&'static str, &'static str)] {
-        &[("samples", "count")]
     }
 
     fn samples(&self, profile: &Profile, add: &mut AddSample) {

@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 
-use super::{AddSample, FlameLabels, View};
+use super::{AddSample, FlameLabels, View, ViewInfo};
 use crate::{
     export::{
         diff::Breakdown,
@@ -16,31 +16,23 @@ use crate::{
     profile::Profile,
 };
 
+const INFO: ViewInfo = ViewInfo {
+    kind: Kind::Func,
+    name: "func",
+    about: "Function latency by process, function and stack at entry",
+    families: &["func", "ufunc"],
+    sample_types: &[("calls", "count"), ("latency", "nanoseconds")],
+};
+
 pub struct FuncView;
 
 impl View for FuncView {
-    fn kind(&self) -> Kind {
-        Kind::Func
-    }
-
-    fn name(&self) -> &'static str {
-        "func"
-    }
-
-    fn about(&self) -> &'static str {
-        "Function latency by process, function and stack at entry"
-    }
-
-    fn families(&self) -> &'static [&'static str] {
-        &["func", "ufunc"]
+    fn info(&self) -> &'static ViewInfo {
+        &INFO
     }
 
     fn has_rows(&self, profile: &Profile) -> bool {
         !profile.funcs.is_empty()
-    }
-
-    fn sample_types(&self) -> &'static [(&'static str, &'static str)] {
-        &[("calls", "count"), ("latency", "nanoseconds")]
     }
 
     /// Process; function; the stack at entry from the outermost frame.

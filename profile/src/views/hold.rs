@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use anyhow::Result;
 
-use super::{lock::lock_stack_frames, AddSample, FlameLabels, View};
+use super::{lock::lock_stack_frames, AddSample, FlameLabels, View, ViewInfo};
 use crate::{
     export::{
         diff::{add, Breakdown, Measure},
@@ -18,33 +18,25 @@ use crate::{
     profile::Profile,
 };
 
+const INFO: ViewInfo = ViewInfo {
+    kind: Kind::Hold,
+    name: "hold",
+    about: "Holds under contention by lock, holder process and acquisition stack (from \
+         --lock: how long each contended acquirer held the lock while the next \
+         waiter waited); --hold's own timings are in the report and JSON",
+    families: &["lock"],
+    sample_types: &[("holds", "count"), ("hold", "nanoseconds")],
+};
+
 pub struct HoldView;
 
 impl View for HoldView {
-    fn kind(&self) -> Kind {
-        Kind::Hold
-    }
-
-    fn name(&self) -> &'static str {
-        "hold"
-    }
-
-    fn about(&self) -> &'static str {
-        "Holds under contention by lock, holder process and acquisition stack (from \
-         --lock: how long each contended acquirer held the lock while the next \
-         waiter waited); --hold's own timings are in the report and JSON"
-    }
-
-    fn families(&self) -> &'static [&'static str] {
-        &["lock"]
+    fn info(&self) -> &'static ViewInfo {
+        &INFO
     }
 
     fn has_rows(&self, profile: &Profile) -> bool {
         !profile.contended_holds.is_empty()
-    }
-
-    fn sample_types(&self) -> &'static [(&'static str, &'static str)] {
-        &[("holds", "count"), ("hold", "nanoseconds")]
     }
 
     /// Lock type and lock; holder process; the holder's acquisition stack from the

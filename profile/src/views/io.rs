@@ -5,7 +5,7 @@
 
 use anyhow::Result;
 
-use super::{offcpu::waiter_samples, AddSample, FlameLabels, View};
+use super::{offcpu::waiter_samples, AddSample, FlameLabels, View, ViewInfo};
 use crate::{
     export::{
         diff::{keyed_breakdowns, Breakdown, RowKey},
@@ -20,25 +20,21 @@ use crate::{
     waitclass::IO_CLASSES,
 };
 
+const INFO: ViewInfo = ViewInfo {
+    kind: Kind::Io,
+    name: "io",
+    about: "IO waits: in flamegraph, folded, pprof and JSON exports the off-CPU time in IO \
+         wait classes (buffer, page, block-io, journal); in diff and HTML the block-IO \
+         requests by device, operation and process",
+    families: &["io"],
+    sample_types: &[("waits", "count"), ("io_wait", "nanoseconds")],
+};
+
 pub struct IoView;
 
 impl View for IoView {
-    fn kind(&self) -> Kind {
-        Kind::Io
-    }
-
-    fn name(&self) -> &'static str {
-        "io"
-    }
-
-    fn about(&self) -> &'static str {
-        "IO waits: in flamegraph, folded, pprof and JSON exports the off-CPU time in IO \
-         wait classes (buffer, page, block-io, journal); in diff and HTML the block-IO \
-         requests by device, operation and process"
-    }
-
-    fn families(&self) -> &'static [&'static str] {
-        &["io"]
+    fn info(&self) -> &'static ViewInfo {
+        &INFO
     }
 
     /// Block-IO rows, or off-CPU waits in an IO class (the IO flamegraph).
@@ -48,10 +44,6 @@ impl View for IoView {
                 .offcpu
                 .iter()
                 .any(|row| IO_CLASSES.contains(&row.class.as_str()))
-    }
-
-    fn sample_types(&self) -> &'static [(&'static str, &'static str)] {
-        &[("waits", "count"), ("io_wait", "nanoseconds")]
     }
 
     /// The off-CPU samples of the IO wait classes only.

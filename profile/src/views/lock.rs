@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use anyhow::Result;
 use rustc_hash::FxBuildHasher;
 
-use super::{AddSample, FlameLabels, View};
+use super::{AddSample, FlameLabels, View, ViewInfo};
 use crate::{
     export::{
         diff::{add, Breakdown, Measure},
@@ -22,31 +22,23 @@ use crate::{
     units::format_ns,
 };
 
+const INFO: ViewInfo = ViewInfo {
+    kind: Kind::Lock,
+    name: "lock",
+    about: "Lock wait time by process, lock type and waiter stack",
+    families: &["lock"],
+    sample_types: &[("contentions", "count"), ("delay", "nanoseconds")],
+};
+
 pub struct LockView;
 
 impl View for LockView {
-    fn kind(&self) -> Kind {
-        Kind::Lock
-    }
-
-    fn name(&self) -> &'static str {
-        "lock"
-    }
-
-    fn about(&self) -> &'static str {
-        "Lock wait time by process, lock type and waiter stack"
-    }
-
-    fn families(&self) -> &'static [&'static str] {
-        &["lock"]
+    fn info(&self) -> &'static ViewInfo {
+        &INFO
     }
 
     fn has_rows(&self, profile: &Profile) -> bool {
         !profile.locks.is_empty()
-    }
-
-    fn sample_types(&self) -> &'static [(&'static str, &'static str)] {
-        &[("contentions", "count"), ("delay", "nanoseconds")]
     }
 
     /// Process; lock type; the lock, when it has a name (`mmap_lock`, `rq_lock:cpu1`, a

@@ -56,19 +56,46 @@ impl FlameLabels {
     }
 }
 
+/// What a kind is, as constants: its key, its name and meaning, the families whose
+/// recording makes a profile have it, and the value types of its samples.
+#[derive(Debug)]
+pub struct ViewInfo {
+    /// The kind this view shows (its key on the command line and in [`VIEWS`]).
+    pub kind: Kind,
+    /// The kind's name on the command line and in exports.
+    pub name: &'static str,
+    /// What the kind weighs, in one sentence (the command line's help).
+    pub about: &'static str,
+    /// The recorded families that make a profile have this kind, even without rows.
+    pub families: &'static [&'static str],
+    /// What the values of the kind's samples are, pprof style: (type, unit).
+    pub sample_types: &'static [(&'static str, &'static str)],
+}
+
 /// What the read side knows about one kind.
 pub trait View: Sync {
-    /// The kind this view shows (its key on the command line and in [`VIEWS`]).
-    fn kind(&self) -> Kind;
+    /// The kind's constants.
+    fn info(&self) -> &'static ViewInfo;
 
-    /// The kind's name on the command line and in exports.
-    fn name(&self) -> &'static str;
+    fn kind(&self) -> Kind {
+        self.info().kind
+    }
 
-    /// What the kind weighs, in one sentence (the command line's help).
-    fn about(&self) -> &'static str;
+    fn name(&self) -> &'static str {
+        self.info().name
+    }
 
-    /// The recorded families that make a profile have this kind, even without rows.
-    fn families(&self) -> &'static [&'static str];
+    fn about(&self) -> &'static str {
+        self.info().about
+    }
+
+    fn families(&self) -> &'static [&'static str] {
+        self.info().families
+    }
+
+    fn sample_types(&self) -> &'static [(&'static str, &'static str)] {
+        self.info().sample_types
+    }
 
     /// Whether the profile has rows of this kind.
     fn has_rows(&self, profile: &Profile) -> bool;
@@ -86,9 +113,6 @@ pub trait View: Sync {
     fn weighs_time(&self) -> bool {
         true
     }
-
-    /// What the values of the kind's samples are, pprof style: (type, unit).
-    fn sample_types(&self) -> &'static [(&'static str, &'static str)];
 
     /// Which sample value the flamegraph width is, and the divisor that turns it into
     /// the folded unit (time in nanoseconds is folded in microseconds).

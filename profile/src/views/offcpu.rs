@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use anyhow::Result;
 
-use super::{AddSample, FlameLabels, View};
+use super::{AddSample, FlameLabels, View, ViewInfo};
 use crate::{
     export::{
         diff::{keyed_breakdowns, Breakdown, RowKey},
@@ -18,31 +18,23 @@ use crate::{
     units::format_ns,
 };
 
+const INFO: ViewInfo = ViewInfo {
+    kind: Kind::Offcpu,
+    name: "offcpu",
+    about: "Off-CPU time by process, wait class and stack",
+    families: &["offcpu"],
+    sample_types: &[("waits", "count"), ("off_cpu", "nanoseconds")],
+};
+
 pub struct OffcpuView;
 
 impl View for OffcpuView {
-    fn kind(&self) -> Kind {
-        Kind::Offcpu
-    }
-
-    fn name(&self) -> &'static str {
-        "offcpu"
-    }
-
-    fn about(&self) -> &'static str {
-        "Off-CPU time by process, wait class and stack"
-    }
-
-    fn families(&self) -> &'static [&'static str] {
-        &["offcpu"]
+    fn info(&self) -> &'static ViewInfo {
+        &INFO
     }
 
     fn has_rows(&self, profile: &Profile) -> bool {
         !profile.offcpu.is_empty()
-    }
-
-    fn sample_types(&self) -> &'static [(&'static str, &'static str)] {
-        &[("waits", "count"), ("off_cpu", "nanoseconds")]
     }
 
     fn samples(&self, profile: &Profile, add: &mut AddSample) {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use anyhow::Result;
 
-use super::{offcpu::waiter_frames, AddSample, FlameLabels, View};
+use super::{offcpu::waiter_frames, AddSample, FlameLabels, View, ViewInfo};
 use crate::{
     export::{
         diff::{add, Breakdown, Measure},
@@ -20,32 +20,24 @@ use crate::{
     units::format_ns,
 };
 
+const INFO: ViewInfo = ViewInfo {
+    kind: Kind::Offwake,
+    name: "offwake",
+    about: "Off-CPU time by waiter stack and waker (--wakers): the waiter's stack, a `--` \
+         frame, then the waker's stack upside down with its thread on top",
+    families: &["wakers"],
+    sample_types: &[("waits", "count"), ("off_cpu", "nanoseconds")],
+};
+
 pub struct OffwakeView;
 
 impl View for OffwakeView {
-    fn kind(&self) -> Kind {
-        Kind::Offwake
-    }
-
-    fn name(&self) -> &'static str {
-        "offwake"
-    }
-
-    fn about(&self) -> &'static str {
-        "Off-CPU time by waiter stack and waker (--wakers): the waiter's stack, a `--` \
-         frame, then the waker's stack upside down with its thread on top"
-    }
-
-    fn families(&self) -> &'static [&'static str] {
-        &["wakers"]
+    fn info(&self) -> &'static ViewInfo {
+        &INFO
     }
 
     fn has_rows(&self, profile: &Profile) -> bool {
         profile.offcpu.iter().any(|row| !row.wakers.is_empty())
-    }
-
-    fn sample_types(&self) -> &'static [(&'static str, &'static str)] {
-        &[("waits", "count"), ("off_cpu", "nanoseconds")]
     }
 
     /// Waiter stack; `--`; the waker's stack upside down.

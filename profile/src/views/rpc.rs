@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 
-use super::{AddSample, FlameLabels, View};
+use super::{AddSample, FlameLabels, View, ViewInfo};
 use crate::{
     export::{
         diff::Breakdown,
@@ -15,31 +15,23 @@ use crate::{
     profile::Profile,
 };
 
+const INFO: ViewInfo = ViewInfo {
+    kind: Kind::Rpc,
+    name: "rpc",
+    about: "Request latency by process, provider, operation and completion stack",
+    families: &["rpc"],
+    sample_types: &[("requests", "count"), ("latency", "nanoseconds")],
+};
+
 pub struct RpcView;
 
 impl View for RpcView {
-    fn kind(&self) -> Kind {
-        Kind::Rpc
-    }
-
-    fn name(&self) -> &'static str {
-        "rpc"
-    }
-
-    fn about(&self) -> &'static str {
-        "Request latency by process, provider, operation and completion stack"
-    }
-
-    fn families(&self) -> &'static [&'static str] {
-        &["rpc"]
+    fn info(&self) -> &'static ViewInfo {
+        &INFO
     }
 
     fn has_rows(&self, profile: &Profile) -> bool {
         !profile.rpcs.is_empty()
-    }
-
-    fn sample_types(&self) -> &'static [(&'static str, &'static str)] {
-        &[("requests", "count"), ("latency", "nanoseconds")]
     }
 
     /// Process; provider and operation; who runs the completion path, weighted by the
