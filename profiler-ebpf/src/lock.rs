@@ -691,6 +691,25 @@ fn site_matches(base: u64, known: &SiteCacheEntry, lock_addr: u64, now: u64) -> 
             || word_at(base, known.next_anchor) == Some(known.next_word))
 }
 
+/// `base` as a plain number, for arithmetic the verifier refuses on a pointer into the
+/// tracepoint's context (a frame pointer's distance from the word before it): copied
+/// through a helper, whose result the verifier knows only as a number. 0 where it is
+/// not needed (x86_64, see `call_path_word`).
+#[inline(always)]
+fn scalar_address(base: u64) -> u64 {
+    #[cfg(bpf_target_arch = "aarch64")]
+    {
+        let pointer = base;
+        // SAFETY: reads this program's own stack slot holding `pointer`.
+        unsafe { bpf_probe_read_kernel(&pointer as *const u64) }.unwrap_or(0)
+    }
+    #[cfg(not(bpf_target_arch = "aarch64"))]
+    {
+        let _ = base;
+        0
+    }
+}
+
 #[inline(always)]
 fn word_at(base: u64, index: u32) -> Option<u64> {
     let at = base + ((index as u64) % MAX_FINGERPRINT_WORDS as u64) * 8;
@@ -732,7 +751,7 @@ const WORD_CALL_PATH: u32 = 2;
 /// without carrying what they tell about the word into the caller's states (inline, the
 /// begin program's verification passed the million-instruction limit).
 #[inline(never)]
-fn word_kind(words: *const u64, base: u64, index: usize) -> u32 {
+fn word_kind(words: *const u64, stack_addr: u64, index: usize) -> u32 {
     if index >= MAX_FINGERPRINT_WORDS {
         return WORD_OTHER;
     }
@@ -760,7 +779,7 @@ fn word_kind(words: *const u64, base: u64, index: usize) -> u32 {
             }
             range += 1;
         }
-        return call_path_word(words, base, index);
+        return call_path_word(words, stack_addr, index);
     }
     // SAFETY: as above.
     let (modules_start, modules_end) = unsafe {
@@ -770,7 +789,7 @@ fn word_kind(words: *const u64, base: u64, index: usize) -> u32 {
         )
     };
     if word >= modules_start && word < modules_end {
-        call_path_word(words, base, index)
+        call_path_word(words, stack_addr, index)
     } else {
         WORD_OTHER
     }
@@ -784,7 +803,7 @@ fn word_kind(words: *const u64, base: u64, index: usize) -> u32 {
 /// which would make two call paths look alike (or one look like two). Elsewhere
 /// (x86_64 with ORC, no frame pointers) every such word is one.
 #[inline(always)]
-fn call_path_word(words: *const u64, base: u64, index: usize) -> u32 {
+fn call_path_word(words: *const u64, stack_addr: u64, index: usize) -> u32 {
     #[cfg(bpf_target_arch = "aarch64")]
     {
         if index == 0 || index >= MAX_FINGERPRINT_WORDS {
@@ -793,13 +812,16 @@ fn call_path_word(words: *const u64, base: u64, index: usize) -> u32 {
         // SAFETY: the caller's array of words, at an index below its length (checked
         // again above for the verifier).
         let frame_pointer = unsafe { core::ptr::read_volatile(words.add(index - 1)) };
-        let at = base + (index as u64 - 1) * 8;
+        if stack_addr == 0 {
+            return WORD_OTHER;
+        }
+        let at = stack_addr + (index as u64 - 1) * 8;
         if frame_pointer <= at || frame_pointer - at >= 16384 {
             return WORD_OTHER;
         }
     }
     #[cfg(not(bpf_target_arch = "aarch64"))]
-    let _ = (words, base, index);
+    let _ = (words, stack_addr, index);
     WORD_CALL_PATH
 }
 
@@ -881,6 +903,7 @@ fn stack_fingerprint<const WORDS: usize>(base: u64) -> Result<Fingerprint, NoFin
     // SAFETY: this CPU's scratch slot, as above.
     let scratch = unsafe { &mut *scratch };
     let words = scratch.words.as_ptr();
+    let stack_addr = scalar_address(base);
     scratch.lock_mask = 0;
     scratch.text_mask = 0;
     // Below both the image and the modules no word is text: most words of the stack are
@@ -903,7 +926,7 @@ fn stack_fingerprint<const WORDS: usize>(base: u64) -> Result<Fingerprint, NoFin
         if unsafe { core::ptr::read_volatile(words.add(index)) } < lowest_text {
             continue;
         }
-        let kind = word_kind(words, base, index);
+        let kind = word_kind(words, stack_addr, index);
         let bit = 1u64 << index;
         // SAFETY: the scratch slot's masks; volatile so that they stay in map memory.
         unsafe {

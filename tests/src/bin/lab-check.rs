@@ -12,8 +12,8 @@
 //! - NAME was attached with a method containing WORD ("fentry", "kprobe");
 //! - its rows count at least N calls (the workload's own number of calls) with a total > 0.
 //!
-//! `lab-check hold-lock REPORT`
-//! - prints the address of the `rwsem:W` lock whose waits were in `path_openat` /
+//! `lab-check hold-lock REPORT PROFILE`
+//! - prints the address (from PROFILE's rows) of the `rwsem:W` lock whose waits were in `path_openat` /
 //!   `open_last_lookups` / `lookup_open` (the FUSE directory's inode lock), for
 //!   `--hold rwsem:ADDR`.
 //!
@@ -121,7 +121,7 @@ enum Cli {
     /// A function's method and call count.
     Func(FuncArgs),
     /// Prints the FUSE directory's inode lock (`rwsem:W` waited on in the open path).
-    HoldLock { report: String },
+    HoldLock { report: String, profile: String },
     /// At least 80% of each profile's lock wait on named locks.
     Names {
         #[arg(required = true)]
@@ -252,7 +252,7 @@ fn main() {
     match Cli::parse() {
         Cli::Lock(args) => check_lock(args),
         Cli::Func(args) => check_func(args),
-        Cli::HoldLock { report } => hold_lock(&report),
+        Cli::HoldLock { report, profile } => hold_lock(&report, &profile),
         Cli::Names { profile } => check_names(&profile),
         Cli::NamesKallsyms { with, without } => {
             let outcome = names_kallsyms(&read_json(&with), &read_json(&without));
@@ -650,7 +650,7 @@ fn is_open_path(frame: &str) -> bool {
     matches!(frame, "open_last_lookups" | "path_openat" | "lookup_open")
 }
 
-fn hold_lock(report_path: &str) {
+fn hold_lock(report_path: &str, profile_path: &str) {
     let report = read_json(report_path);
     let lock = items(&report["locks"])
         .find(|group| {
@@ -665,7 +665,16 @@ fn hold_lock(report_path: &str) {
                 "no rwsem:W lock waited on in path_openat: {report}"
             ))
         });
-    println!("{lock}");
+    // The report names the lock where it can (`&fuse_inode->inode.i_rwsem` on kernels
+    // with slab names); `--hold` takes a symbol or an address: the profile's rows of
+    // that name have it.
+    let profile = read_json(profile_path);
+    let addr = items(&profile["locks"])
+        .filter(|row| row["lock_name"] == lock)
+        .max_by_key(|row| row["total_ns"].as_u64().unwrap_or(0))
+        .and_then(|row| row["lock_addr"].as_u64())
+        .unwrap_or_else(|| fail(format!("no row of {lock} in {profile_path}")));
+    println!("0x{addr:x}");
 }
 
 /// `name value` lines of a workload's results file.

@@ -18,7 +18,7 @@ done
 run lockpath record --lock -o $dir/find.json -- /bin/fuse-workload holdchain-client $dir/r1 $dir/mnt 1
 lockpath report $dir/find.json --format json --top 0 > $dir/find-report.json \
     || fail "lockpath report exited with $?"
-lock=$(lab-check hold-lock $dir/find-report.json) || { echo "$lock"; exit 1; }
+lock=$(lab-check hold-lock $dir/find-report.json $dir/find.json) || { echo "$lock"; exit 1; }
 echo "the directory's inode lock: $lock"
 run lockpath record --hold rwsem:$lock --hold-method kprobe --lock \
     -o $dir/hold.json -- /bin/fuse-workload holdchain-client $dir/r2 $dir/mnt 2
