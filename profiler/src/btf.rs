@@ -558,42 +558,18 @@ fn parse_types<'a>(
     types: &mut Vec<Type>,
     base_strings: &[u8],
 ) -> Result<&'a [u8]> {
-    let u16_at = |offset: usize| -> Result<u16> {
-        let raw = bytes
-            .get(offset..offset + 2)
-            .context("BTF header cut short")?;
-        Ok(u16::from_le_bytes([raw[0], raw[1]]))
-    };
-    let u32_at = |offset: usize| -> Result<u32> {
-        let raw = bytes
-            .get(offset..offset + 4)
-            .context("BTF data cut short")?;
-        Ok(u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]))
-    };
-    if u16_at(0)? != BTF_MAGIC {
+    if u16_at(bytes, 0)? != BTF_MAGIC {
         bail!("not BTF (bad magic), or not little-endian");
     }
-    let header_len = u32_at(4)? as usize;
-    let type_off = u32_at(8)? as usize;
-    let type_len = u32_at(12)? as usize;
-    let str_off = u32_at(16)? as usize;
-    let str_len = u32_at(20)? as usize;
+    let header_len = u32_at(bytes, 4)? as usize;
+    let type_off = u32_at(bytes, 8)? as usize;
+    let type_len = u32_at(bytes, 12)? as usize;
+    let str_off = u32_at(bytes, 16)? as usize;
+    let str_len = u32_at(bytes, 20)? as usize;
     let strings = bytes
         .get(header_len + str_off..header_len + str_off + str_len)
         .context("BTF string section out of bounds")?;
-    let name_at = |offset: u32| -> String {
-        let start = offset as usize;
-        let rest = if start < base_strings.len() {
-            base_strings.get(start..)
-        } else {
-            strings.get(start - base_strings.len()..)
-        };
-        let Some(rest) = rest else {
-            return String::new();
-        };
-        let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
-        String::from_utf8_lossy(&rest[..end]).into_owned()
-    };
+    let name = |offset: u32| name_at(base_strings, strings, offset);
 
     let mut cursor = header_len + type_off;
     let end = cursor + type_len;
@@ -601,91 +577,140 @@ fn parse_types<'a>(
         bail!("BTF type section out of bounds");
     }
     while cursor < end {
-        let name_off = u32_at(cursor)?;
-        let info = u32_at(cursor + 4)?;
-        let size_or_type = u32_at(cursor + 8)?;
+        let name_off = u32_at(bytes, cursor)?;
+        let info = u32_at(bytes, cursor + 4)?;
+        let size_or_type = u32_at(bytes, cursor + 8)?;
         cursor += 12;
-        let vlen = (info & 0xffff) as usize;
         let kind = (info >> 24) & 0x1f;
-        let kind_flag = info >> 31 == 1;
-        let mut members = Vec::new();
-        let extra = match kind {
-            KIND_INT | KIND_VAR | KIND_DECL_TAG => 4,
-            KIND_ARRAY => {
-                // (element type, index type, elements): kept as (element type, count).
-                members.push(Member {
-                    name: String::new(),
-                    type_id: u32_at(cursor)?,
-                    bit_offset: u32_at(cursor + 8)?,
-                });
-                12
-            }
-            KIND_STRUCT | KIND_UNION => {
-                for index in 0..vlen {
-                    let base = cursor + index * 12;
-                    let offset = u32_at(base + 8)?;
-                    members.push(Member {
-                        name: name_at(u32_at(base)?),
-                        type_id: u32_at(base + 4)?,
-                        // With kind_flag, the top 8 bits are a bitfield size.
-                        bit_offset: if kind_flag {
-                            offset & 0x00ff_ffff
-                        } else {
-                            offset
-                        },
-                    });
-                }
-                vlen * 12
-            }
-            KIND_ENUM | KIND_FUNC_PROTO => {
-                // enum: (name, value); func proto: (name, type) per entry.
-                for index in 0..vlen {
-                    let base = cursor + index * 8;
-                    let (name, second) = (u32_at(base)?, u32_at(base + 4)?);
-                    members.push(Member {
-                        name: name_at(name),
-                        type_id: if kind == KIND_FUNC_PROTO { second } else { 0 },
-                        bit_offset: if kind == KIND_ENUM { second } else { 0 },
-                    });
-                }
-                vlen * 8
-            }
-            KIND_ENUM64 => {
-                // (name, low 32 bits, high 32 bits) per value.
-                for index in 0..vlen {
-                    let base = cursor + index * 12;
-                    members.push(Member {
-                        name: name_at(u32_at(base)?),
-                        type_id: 0,
-                        bit_offset: u32_at(base + 4)?,
-                    });
-                }
-                vlen * 12
-            }
-            KIND_DATASEC => {
-                // (variable, offset, size) per entry: kept as (the VAR's id, offset in
-                // bytes in `bit_offset`).
-                for index in 0..vlen {
-                    let base = cursor + index * 12;
-                    members.push(Member {
-                        name: String::new(),
-                        type_id: u32_at(base)?,
-                        bit_offset: u32_at(base + 4)?,
-                    });
-                }
-                vlen * 12
-            }
-            _ => 0,
-        };
+        let (members, extra) = parse_members(bytes, cursor, info, &name)?;
         cursor += extra;
         types.push(Type {
             kind,
-            name: name_at(name_off),
+            name: name(name_off),
             type_id: size_or_type,
             members,
         });
     }
     Ok(strings)
+}
+
+/// The little-endian u16 at `offset` in a BTF blob; an error when the blob is shorter.
+fn u16_at(bytes: &[u8], offset: usize) -> Result<u16> {
+    let raw = bytes
+        .get(offset..offset + 2)
+        .context("BTF header cut short")?;
+    Ok(u16::from_le_bytes([raw[0], raw[1]]))
+}
+
+/// The little-endian u32 at `offset` in a BTF blob; an error when the blob is shorter.
+fn u32_at(bytes: &[u8], offset: usize) -> Result<u32> {
+    let raw = bytes
+        .get(offset..offset + 4)
+        .context("BTF data cut short")?;
+    Ok(u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]))
+}
+
+/// The NUL-terminated name at `offset` of a blob's string section: in `base_strings`
+/// (the base's, for split BTF) below its length, else in the blob's own `strings` at
+/// `offset - base_strings.len()`. Empty when the offset is out of bounds; invalid
+/// UTF-8 is replaced.
+fn name_at(base_strings: &[u8], strings: &[u8], offset: u32) -> String {
+    let start = offset as usize;
+    let rest = if start < base_strings.len() {
+        base_strings.get(start..)
+    } else {
+        strings.get(start - base_strings.len()..)
+    };
+    let Some(rest) = rest else {
+        return String::new();
+    };
+    let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+    String::from_utf8_lossy(&rest[..end]).into_owned()
+}
+
+/// The members of one BTF type record whose `info` word is given, read from the kind's
+/// entries at `cursor` (just after the record's 12 common bytes), with `name` turning a
+/// string offset into a name; and the length in bytes of those entries, to skip them.
+/// Kinds whose entries are not kept give no members; unknown kinds take 0 bytes.
+fn parse_members(
+    bytes: &[u8],
+    cursor: usize,
+    info: u32,
+    name: &dyn Fn(u32) -> String,
+) -> Result<(Vec<Member>, usize)> {
+    let vlen = (info & 0xffff) as usize;
+    let kind = (info >> 24) & 0x1f;
+    let kind_flag = info >> 31 == 1;
+    let mut members = Vec::new();
+    let extra = match kind {
+        KIND_INT | KIND_VAR | KIND_DECL_TAG => 4,
+        KIND_ARRAY => {
+            // (element type, index type, elements): kept as (element type, count).
+            members.push(Member {
+                name: String::new(),
+                type_id: u32_at(bytes, cursor)?,
+                bit_offset: u32_at(bytes, cursor + 8)?,
+            });
+            12
+        }
+        KIND_STRUCT | KIND_UNION => {
+            for index in 0..vlen {
+                let base = cursor + index * 12;
+                let offset = u32_at(bytes, base + 8)?;
+                members.push(Member {
+                    name: name(u32_at(bytes, base)?),
+                    type_id: u32_at(bytes, base + 4)?,
+                    // With kind_flag, the top 8 bits are a bitfield size.
+                    bit_offset: if kind_flag {
+                        offset & 0x00ff_ffff
+                    } else {
+                        offset
+                    },
+                });
+            }
+            vlen * 12
+        }
+        KIND_ENUM | KIND_FUNC_PROTO => {
+            // enum: (name, value); func proto: (name, type) per entry.
+            for index in 0..vlen {
+                let base = cursor + index * 8;
+                let (name_off, second) = (u32_at(bytes, base)?, u32_at(bytes, base + 4)?);
+                members.push(Member {
+                    name: name(name_off),
+                    type_id: if kind == KIND_FUNC_PROTO { second } else { 0 },
+                    bit_offset: if kind == KIND_ENUM { second } else { 0 },
+                });
+            }
+            vlen * 8
+        }
+        KIND_ENUM64 => {
+            // (name, low 32 bits, high 32 bits) per value.
+            for index in 0..vlen {
+                let base = cursor + index * 12;
+                members.push(Member {
+                    name: name(u32_at(bytes, base)?),
+                    type_id: 0,
+                    bit_offset: u32_at(bytes, base + 4)?,
+                });
+            }
+            vlen * 12
+        }
+        KIND_DATASEC => {
+            // (variable, offset, size) per entry: kept as (the VAR's id, offset in
+            // bytes in `bit_offset`).
+            for index in 0..vlen {
+                let base = cursor + index * 12;
+                members.push(Member {
+                    name: String::new(),
+                    type_id: u32_at(bytes, base)?,
+                    bit_offset: u32_at(bytes, base + 4)?,
+                });
+            }
+            vlen * 12
+        }
+        _ => 0,
+    };
+    Ok((members, extra))
 }
 
 #[cfg(test)]

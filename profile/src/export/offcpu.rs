@@ -93,12 +93,38 @@ type StackKey = (u32, String, Option<u32>, Option<u32>);
 /// Holder pid -> (off-CPU time, waits).
 type HolderSums = BTreeMap<u32, (u64, u64)>;
 
+/// The off-CPU time of every process in `profile`, split by wait class with each
+/// class's stacks, wakers and file-lock holders; most time first.
 pub fn processes(profile: &Profile) -> Vec<OffcpuProcess> {
-    // pid -> class -> (kernel stack, user stack) -> stack
+    let Grouped {
+        tree,
+        rows_of,
+        holders,
+    } = group_rows(profile);
+    let mut out: Vec<OffcpuProcess> = tree
+        .into_iter()
+        .map(|(pid, classes)| process_summary(profile, pid, classes, &rows_of, &holders))
+        .collect();
+    out.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.pid.cmp(&b.pid)));
+    out
+}
+
+/// A profile's off-CPU rows gathered by [`group_rows`].
+struct Grouped<'a> {
+    /// pid -> class -> (kernel stack, user stack) -> the stack's rows merged.
+    tree: BTreeMap<u32, ClassTree>,
+    /// The rows of each stack that name wakers.
+    rows_of: BTreeMap<StackKey, Vec<&'a OffcpuRow>>,
+    /// (pid, class) -> holder pid -> (time, waits) of the file-lock waits it held.
+    holders: BTreeMap<(u32, &'a str), HolderSums>,
+}
+
+/// Merges the off-CPU rows of `profile` into one stack per process, class, kernel stack
+/// and user stack (counts and times summed, thread ids in order of first appearance),
+/// and keeps the rows with wakers and the file-lock holders' sums beside them.
+fn group_rows(profile: &Profile) -> Grouped<'_> {
     let mut tree: BTreeMap<u32, ClassTree> = BTreeMap::new();
-    // The rows of each stack, for their wakers.
     let mut rows_of: BTreeMap<StackKey, Vec<&OffcpuRow>> = BTreeMap::new();
-    // (pid, class) -> holder pid -> (time, waits)
     let mut holders: BTreeMap<(u32, &str), HolderSums> = BTreeMap::new();
     for row in &profile.offcpu {
         if !row.wakers.is_empty() {
@@ -122,27 +148,7 @@ pub fn processes(profile: &Profile) -> Vec<OffcpuProcess> {
             .entry(row.class.clone())
             .or_default()
             .entry((row.stack, row.ustack))
-            .or_insert_with(|| OffcpuStack {
-                kernel: if row.stack.is_none() {
-                    vec!["[stack lost]".into()]
-                } else {
-                    profile
-                        .stack_frames(row.stack)
-                        .iter()
-                        .map(|frame| frame.display())
-                        .collect()
-                },
-                user: profile
-                    .stack_frames(row.ustack)
-                    .iter()
-                    .map(|frame| frame.display())
-                    .collect(),
-                threads: Vec::new(),
-                count: 0,
-                total_ns: 0,
-                max_ns: 0,
-                wakers: Vec::new(),
-            });
+            .or_insert_with(|| empty_stack(profile, row));
         stack.count += row.count;
         stack.total_ns += row.total_ns;
         stack.max_ns = stack.max_ns.max(row.max_ns);
@@ -150,76 +156,124 @@ pub fn processes(profile: &Profile) -> Vec<OffcpuProcess> {
             stack.threads.push(row.tid);
         }
     }
-    let mut out: Vec<OffcpuProcess> = tree
+    Grouped {
+        tree,
+        rows_of,
+        holders,
+    }
+}
+
+/// A stack with the frames of `row`'s kernel and user stacks (`[stack lost]` for a lost
+/// kernel stack) and nothing counted yet.
+fn empty_stack(profile: &Profile, row: &OffcpuRow) -> OffcpuStack {
+    OffcpuStack {
+        kernel: if row.stack.is_none() {
+            vec!["[stack lost]".into()]
+        } else {
+            profile
+                .stack_frames(row.stack)
+                .iter()
+                .map(|frame| frame.display())
+                .collect()
+        },
+        user: profile
+            .stack_frames(row.ustack)
+            .iter()
+            .map(|frame| frame.display())
+            .collect(),
+        threads: Vec::new(),
+        count: 0,
+        total_ns: 0,
+        max_ns: 0,
+        wakers: Vec::new(),
+    }
+}
+
+/// Process `pid`'s summary from its merged stacks by class: the classes, most time
+/// first, each with its share of the process's off-CPU time.
+fn process_summary(
+    profile: &Profile,
+    pid: u32,
+    classes: ClassTree,
+    rows_of: &BTreeMap<StackKey, Vec<&OffcpuRow>>,
+    holders: &BTreeMap<(u32, &str), HolderSums>,
+) -> OffcpuProcess {
+    let mut classes: Vec<OffcpuClass> = classes
         .into_iter()
-        .map(|(pid, classes)| {
-            let mut classes: Vec<OffcpuClass> = classes
-                .into_iter()
-                .map(|(class, stacks)| {
-                    let mut rows_of_class = Vec::new();
-                    let mut stacks: Vec<OffcpuStack> = stacks
-                        .into_iter()
-                        .map(|((kernel, user), mut stack)| {
-                            if let Some(rows) = rows_of.get(&(pid, class.clone(), kernel, user)) {
-                                stack.wakers = super::wakers::shares(profile, rows.iter().copied());
-                                super::wakers::rescale(&mut stack.wakers, stack.total_ns);
-                                rows_of_class.extend(rows.iter().copied());
-                            }
-                            stack
-                        })
-                        .collect();
-                    stacks.sort_by_key(|stack| std::cmp::Reverse(stack.total_ns));
-                    for stack in &mut stacks {
-                        stack.threads.sort_unstable();
-                    }
-                    let mut held_by: Vec<OffcpuHolder> = holders
-                        .get(&(pid, class.as_str()))
-                        .into_iter()
-                        .flatten()
-                        .map(|(&holder, &(total_ns, count))| OffcpuHolder {
-                            pid: holder,
-                            process: profile.process_name(holder),
-                            total_ns,
-                            count,
-                        })
-                        .collect();
-                    held_by.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.pid.cmp(&b.pid)));
-                    let class_total: u64 = stacks.iter().map(|s| s.total_ns).sum();
-                    let mut wakers = super::wakers::shares(profile, rows_of_class);
-                    // Shares of the class's time (not only of its rows with wakers).
-                    super::wakers::rescale(&mut wakers, class_total);
-                    OffcpuClass {
-                        wakers,
-                        held_by,
-                        class,
-                        total_ns: stacks.iter().map(|s| s.total_ns).sum(),
-                        count: stacks.iter().map(|s| s.count).sum(),
-                        max_ns: stacks.iter().map(|s| s.max_ns).max().unwrap_or(0),
-                        percent: 0.0,
-                        stacks,
-                    }
-                })
-                .collect();
-            classes.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.class.cmp(&b.class)));
-            let total_ns: u64 = classes.iter().map(|c| c.total_ns).sum();
-            for class in &mut classes {
-                class.percent = if total_ns == 0 {
-                    0.0
-                } else {
-                    class.total_ns as f64 * 100.0 / total_ns as f64
-                };
+        .map(|(class, stacks)| class_summary(profile, pid, class, stacks, rows_of, holders))
+        .collect();
+    classes.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.class.cmp(&b.class)));
+    let total_ns: u64 = classes.iter().map(|c| c.total_ns).sum();
+    for class in &mut classes {
+        class.percent = if total_ns == 0 {
+            0.0
+        } else {
+            class.total_ns as f64 * 100.0 / total_ns as f64
+        };
+    }
+    OffcpuProcess {
+        pid,
+        process: profile.process_name(pid),
+        total_ns,
+        count: classes.iter().map(|c| c.count).sum(),
+        classes,
+    }
+}
+
+/// One wait class of process `pid` from its merged stacks: the stacks most time first
+/// (threads sorted), each with its wakers; the class's wakers as shares of its whole
+/// time; the holders of the file locks its waits were queued behind, most time first.
+/// `percent` is left 0 for the caller to fill.
+fn class_summary(
+    profile: &Profile,
+    pid: u32,
+    class: String,
+    stacks: BTreeMap<(Option<u32>, Option<u32>), OffcpuStack>,
+    rows_of: &BTreeMap<StackKey, Vec<&OffcpuRow>>,
+    holders: &BTreeMap<(u32, &str), HolderSums>,
+) -> OffcpuClass {
+    let mut rows_of_class = Vec::new();
+    let mut stacks: Vec<OffcpuStack> = stacks
+        .into_iter()
+        .map(|((kernel, user), mut stack)| {
+            if let Some(rows) = rows_of.get(&(pid, class.clone(), kernel, user)) {
+                stack.wakers = super::wakers::shares(profile, rows.iter().copied());
+                super::wakers::rescale(&mut stack.wakers, stack.total_ns);
+                rows_of_class.extend(rows.iter().copied());
             }
-            OffcpuProcess {
-                pid,
-                process: profile.process_name(pid),
-                total_ns,
-                count: classes.iter().map(|c| c.count).sum(),
-                classes,
-            }
+            stack
         })
         .collect();
-    out.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.pid.cmp(&b.pid)));
-    out
+    stacks.sort_by_key(|stack| std::cmp::Reverse(stack.total_ns));
+    for stack in &mut stacks {
+        stack.threads.sort_unstable();
+    }
+    let mut held_by: Vec<OffcpuHolder> = holders
+        .get(&(pid, class.as_str()))
+        .into_iter()
+        .flatten()
+        .map(|(&holder, &(total_ns, count))| OffcpuHolder {
+            pid: holder,
+            process: profile.process_name(holder),
+            total_ns,
+            count,
+        })
+        .collect();
+    held_by.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.pid.cmp(&b.pid)));
+    let class_total: u64 = stacks.iter().map(|s| s.total_ns).sum();
+    let mut wakers = super::wakers::shares(profile, rows_of_class);
+    // Shares of the class's time (not only of its rows with wakers).
+    super::wakers::rescale(&mut wakers, class_total);
+    OffcpuClass {
+        wakers,
+        held_by,
+        class,
+        total_ns: stacks.iter().map(|s| s.total_ns).sum(),
+        count: stacks.iter().map(|s| s.count).sum(),
+        max_ns: stacks.iter().map(|s| s.max_ns).max().unwrap_or(0),
+        percent: 0.0,
+        stacks,
+    }
 }
 
 /// `a < b < c`: the frames below the scheduler, leaf first, cut to `width` columns.

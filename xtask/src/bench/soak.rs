@@ -12,8 +12,8 @@ use anyhow::Result;
 use crate::util;
 
 use super::{
-    families::available_families,
-    program_cost::{held_objects, start_recording, wait_rusage, wait_usage},
+    families::{available_families, Family},
+    program_cost::{held_objects, start_recording, wait_rusage, wait_usage, Usage},
     table_header, Bench, MIB,
 };
 
@@ -24,20 +24,7 @@ pub(super) fn soak(bench: &Bench, minutes: f64) -> Result<String> {
     let profile = bench.scratch.join("soak.json");
     let mut record = Command::new(&bench.lockpath);
     record.arg("record");
-    // Each bare flag once: families share some (`--wakers --offcpu` and `--offcpu`).
-    let mut flags: Vec<&str> = Vec::new();
-    for family in &families {
-        for (index, &flag) in family.flags.iter().enumerate() {
-            let bare = family
-                .flags
-                .get(index + 1)
-                .is_none_or(|next| next.starts_with("--"));
-            if !(flag.starts_with("--") && bare && flags.contains(&flag)) {
-                flags.push(flag);
-            }
-        }
-    }
-    record.args(flags);
+    record.args(record_flags(&families));
     let (mut child, _stderr) = start_recording(
         record.args(["-a", "--top", "1", "-o"]).arg(&profile),
         "lockpath",
@@ -68,20 +55,7 @@ pub(super) fn soak(bench: &Bench, minutes: f64) -> Result<String> {
         .arg(total.as_secs_f64().to_string())
         .stdout(Stdio::null())
         .spawn();
-    let start = Instant::now();
-    let mut samples: Vec<(f64, u64, u64)> = Vec::new();
-    while start.elapsed() < total {
-        let rss = vm_kib(pid, "VmRSS:");
-        let memlock = held_objects(pid).1.values().sum::<u64>();
-        samples.push((start.elapsed().as_secs_f64(), rss, memlock));
-        util::say(format!(
-            "soak {:.0}/{:.0} s: RSS {rss} KiB, maps {:.1} MiB",
-            start.elapsed().as_secs_f64(),
-            total.as_secs_f64(),
-            memlock as f64 / MIB
-        ));
-        std::thread::sleep(Duration::from_secs(10).min(total.saturating_sub(start.elapsed())));
-    }
+    let samples = sample_memory(pid, total);
     for workload in [storm, pong].into_iter().flatten() {
         let _ = workload.wait_with_output();
     }
@@ -98,12 +72,67 @@ pub(super) fn soak(bench: &Bench, minutes: f64) -> Result<String> {
     let _ = child.stdout.take();
     let profile_ok = fs::metadata(&profile).is_ok_and(|m| m.len() > 0);
     let mut md = String::new();
+    memory_report(&mut md, minutes, total, &samples, max_rss_kib, profile_ok);
+    agent_report(&mut md, agent_cpu, agent_hours, &agent_usage, agent_periods);
+    Ok(md)
+}
+
+/// The command-line flags that turn on all of `families`, in order, each bare flag
+/// (one not followed by a value) once: families share some (`--wakers --offcpu` and
+/// `--offcpu`).
+fn record_flags(families: &[&Family]) -> Vec<&'static str> {
+    let mut flags: Vec<&str> = Vec::new();
+    for family in families {
+        for (index, &flag) in family.flags.iter().enumerate() {
+            let bare = family
+                .flags
+                .get(index + 1)
+                .is_none_or(|next| next.starts_with("--"));
+            if !(flag.starts_with("--") && bare && flags.contains(&flag)) {
+                flags.push(flag);
+            }
+        }
+    }
+    flags
+}
+
+/// Samples process `pid` every 10 s for `total`: seconds since the start, RSS in KiB
+/// and the memlock of the BPF maps it holds, in bytes; reports each sample as it goes.
+fn sample_memory(pid: u32, total: Duration) -> Vec<(f64, u64, u64)> {
+    let start = Instant::now();
+    let mut samples: Vec<(f64, u64, u64)> = Vec::new();
+    while start.elapsed() < total {
+        let rss = vm_kib(pid, "VmRSS:");
+        let memlock = held_objects(pid).1.values().sum::<u64>();
+        samples.push((start.elapsed().as_secs_f64(), rss, memlock));
+        util::say(format!(
+            "soak {:.0}/{:.0} s: RSS {rss} KiB, maps {:.1} MiB",
+            start.elapsed().as_secs_f64(),
+            total.as_secs_f64(),
+            memlock as f64 / MIB
+        ));
+        std::thread::sleep(Duration::from_secs(10).min(total.saturating_sub(start.elapsed())));
+    }
+    samples
+}
+
+/// The soak section's heading, its table of memory `samples` (as from
+/// [`sample_memory`] over `total`), and a line on RSS growth once settled, the peak
+/// RSS `max_rss_kib` and whether the profile was written.
+fn memory_report(
+    md: &mut String,
+    minutes: f64,
+    total: Duration,
+    samples: &[(f64, u64, u64)],
+    max_rss_kib: u64,
+    profile_ok: bool,
+) {
     let _ = writeln!(
         md,
         "## Soak: {minutes} min system-wide, all families, under load\n"
     );
-    table_header(&mut md, "t (s) | lockpath RSS | map memory", "rrr");
-    for (t, rss, memlock) in &samples {
+    table_header(md, "t (s) | lockpath RSS | map memory", "rrr");
+    for (t, rss, memlock) in samples {
         let _ = writeln!(
             md,
             "| {t:.0} | {:.1} MiB | {:.1} MiB |",
@@ -131,23 +160,24 @@ pub(super) fn soak(bench: &Bench, minutes: f64) -> Result<String> {
         max_rss_kib as f64 / 1024.0,
         if profile_ok { "yes" } else { "**no**" }
     );
+}
+
+/// The line on the always-on agent: `agent_cpu` CPU seconds over `agent_hours` of
+/// steady recording, per hour and as a share of one CPU, the rest of its CPU time from
+/// `usage` (start-up and the last drain), the `periods` it wrote, its exit and peak RSS.
+fn agent_report(md: &mut String, agent_cpu: f64, agent_hours: f64, usage: &Usage, periods: usize) {
     let _ = writeln!(
         md,
         "Always-on agent beside it (`record --lock --offcpu -a --rotate 1m --metrics`), \
          once recording: {:.1} CPU s per hour ({:.3}% of one CPU; user space: drains, \
-         files, metrics; start-up and the last drain: {:.1} s more), {agent_periods} \
+         files, metrics; start-up and the last drain: {:.1} s more), {periods} \
          periods written, exit {}; peak RSS {:.1} MiB\n",
         agent_cpu / agent_hours,
         agent_cpu / (agent_hours * 3600.0) * 100.0,
-        agent_usage.cpu_s - agent_cpu,
-        if agent_usage.success {
-            "clean"
-        } else {
-            "**failed**"
-        },
-        agent_usage.max_rss_kib as f64 / 1024.0
+        usage.cpu_s - agent_cpu,
+        if usage.success { "clean" } else { "**failed**" },
+        usage.max_rss_kib as f64 / 1024.0
     );
-    Ok(md)
 }
 
 /// User + system CPU seconds of a live process so far (/proc/PID/stat).

@@ -67,8 +67,16 @@ pub(super) fn side_by_side(bench: &Bench, storm: &Storm) -> Result<SideBySide> {
     Err(last_err)
 }
 
+/// How long lockpath and bpftrace may take to attach to the lock tracepoints.
+const ATTACH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The tracepoint programs (id → tracepoint) attached by lockpath and by bpftrace.
+type Attached = BTreeMap<u64, String>;
+
+/// One attempt of [`side_by_side`]: starts the workload, then lockpath and bpftrace on
+/// it, waits until both are attached, measures [`WINDOWS`] windows and returns the one
+/// with lockpath's median figure, every window's figures in `windows`.
 pub(super) fn side_by_side_once(bench: &Bench, storm: &Storm) -> Result<SideBySide> {
-    const ATTACH_TIMEOUT: Duration = Duration::from_secs(60);
     let window = Duration::from_secs_f64(bench.seconds);
     // Long enough for both tools to attach and the window; stopped when done.
     let command = storm_command(
@@ -101,19 +109,55 @@ pub(super) fn side_by_side_once(bench: &Bench, storm: &Storm) -> Result<SideBySi
         &bench.scratch.join("side.bt"),
         &bpftrace_err,
     )?;
-    // Both attached: each holds a program on contention_begin and one on contention_end.
+    let (lockpath_tps, bpftrace_tps) = wait_attached(
+        &mut workload,
+        (&mut lockpath, &lockpath_err),
+        (&mut bpftrace, &bpftrace_err),
+    )?;
+    // Programs the processes hold: the attachments above must be theirs.
+    let lockpath_tps = held_by(lockpath.pid(), lockpath_tps);
+    let bpftrace_tps = held_by(bpftrace.pid(), bpftrace_tps);
+    std::thread::sleep(Duration::from_millis(500));
+    let mut windows: Vec<SideBySide> = Vec::new();
+    for _ in 0..WINDOWS {
+        windows.push(measure_window(
+            bench,
+            window,
+            &mut workload,
+            [
+                (&mut lockpath, &lockpath_tps),
+                (&mut bpftrace, &bpftrace_tps),
+            ],
+        )?);
+    }
+    // Tools first (they detach), then the workload.
+    drop(bpftrace);
+    drop(lockpath);
+    drop(workload);
+    Ok(median_window(windows))
+}
+
+/// Waits until lockpath and bpftrace (each with the file its stderr goes to) both have
+/// a program attached to `contention_begin` and one to `contention_end`, and returns
+/// the tracepoint programs each has attached. Fails when a tool or the workload exits
+/// first, or after [`ATTACH_TIMEOUT`].
+fn wait_attached(
+    workload: &mut Reaper,
+    (lockpath, lockpath_err): (&mut Reaper, &Path),
+    (bpftrace, bpftrace_err): (&mut Reaper, &Path),
+) -> Result<(Attached, Attached)> {
     let deadline = Instant::now() + ATTACH_TIMEOUT;
-    let (lockpath_tps, bpftrace_tps) = loop {
+    loop {
         if let Some(status) = lockpath.exited()? {
-            bail!("lockpath exited ({status}): {}", last_line(&lockpath_err));
+            bail!("lockpath exited ({status}): {}", last_line(lockpath_err));
         }
         if let Some(status) = bpftrace.exited()? {
-            bail!("bpftrace exited ({status}): {}", last_line(&bpftrace_err));
+            bail!("bpftrace exited ({status}): {}", last_line(bpftrace_err));
         }
         if let Some(status) = workload.exited()? {
             bail!("the workload exited early ({status})");
         }
-        let both = |attached: &BTreeMap<u64, String>| {
+        let both = |attached: &Attached| {
             ["contention_begin", "contention_end"]
                 .iter()
                 .all(|tp| attached.values().any(|name| name == tp))
@@ -121,7 +165,7 @@ pub(super) fn side_by_side_once(bench: &Bench, storm: &Storm) -> Result<SideBySi
         let lockpath_tps = attached_tracepoints(lockpath.pid());
         let bpftrace_tps = attached_tracepoints(bpftrace.pid());
         if both(&lockpath_tps) && both(&bpftrace_tps) {
-            break (lockpath_tps, bpftrace_tps);
+            return Ok((lockpath_tps, bpftrace_tps));
         }
         if Instant::now() > deadline {
             bail!(
@@ -130,64 +174,75 @@ pub(super) fn side_by_side_once(bench: &Bench, storm: &Storm) -> Result<SideBySi
             );
         }
         std::thread::sleep(Duration::from_millis(200));
-    };
-    // Programs the processes hold: the attachments above must be theirs.
-    let held = |pid: u32, attached: BTreeMap<u64, String>| {
-        let (programs, _) = held_objects(pid);
-        attached
-            .into_iter()
-            .filter(|(id, _)| programs.contains(id))
-            .collect::<BTreeMap<_, _>>()
-    };
-    let lockpath_tps = held(lockpath.pid(), lockpath_tps);
-    let bpftrace_tps = held(bpftrace.pid(), bpftrace_tps);
-    std::thread::sleep(Duration::from_millis(500));
-    let mut windows: Vec<SideBySide> = Vec::new();
-    for _ in 0..WINDOWS {
-        let before = bpftool_counters()?;
-        let start = Instant::now();
-        let workload_events = workload_events(pid, window, &bench.scratch);
-        if let Some(rest) = window.checked_sub(start.elapsed()) {
-            std::thread::sleep(rest);
-        }
-        let after = bpftool_counters()?;
-        let window_s = start.elapsed().as_secs_f64();
-        if let Some(status) = workload.exited()? {
-            bail!("the workload exited during the window ({status})");
-        }
-        for (tool, reaper) in [("lockpath", &mut lockpath), ("bpftrace", &mut bpftrace)] {
-            if let Some(status) = reaper.exited()? {
-                bail!("{tool} exited during the window ({status})");
-            }
-        }
-        let delta = |attached: &BTreeMap<u64, String>| {
-            let counters: BTreeMap<u64, Counters> = attached
-                .keys()
-                .filter_map(|id| {
-                    let after = after.get(id)?;
-                    let before = before.get(id).copied().unwrap_or_default();
-                    Some((*id, after.since(before)))
-                })
-                .collect();
-            ContentionCost::of(&counters, attached)
-        };
-        let (lockpath_cost, bpftrace_cost) = (delta(&lockpath_tps), delta(&bpftrace_tps));
-        if !lockpath_cost.complete() || !bpftrace_cost.complete() {
-            bail!("a lock program of lockpath or bpftrace did not run in the window");
-        }
-        windows.push(SideBySide {
-            lockpath: lockpath_cost,
-            bpftrace: bpftrace_cost,
-            window_s,
-            workload_events,
-            attempts: 1,
-            windows: Vec::new(),
-        });
     }
-    // Tools first (they detach), then the workload.
-    drop(bpftrace);
-    drop(lockpath);
-    drop(workload);
+}
+
+/// The attachments in `attached` whose program is held by process `pid`.
+fn held_by(pid: u32, attached: Attached) -> Attached {
+    let (programs, _) = held_objects(pid);
+    attached
+        .into_iter()
+        .filter(|(id, _)| programs.contains(id))
+        .collect()
+}
+
+/// Measures one window of `window` length: the BPF run counters of lockpath's and
+/// bpftrace's programs (`tools`, in that order, each with its attachments) before and
+/// after it, and the workload's own contention events during it. Fails when the
+/// workload or a tool exits during the window, or a lock program did not run in it.
+/// `attempts` is 1 and `windows` empty in the result.
+fn measure_window(
+    bench: &Bench,
+    window: Duration,
+    workload: &mut Reaper,
+    tools: [(&mut Reaper, &Attached); 2],
+) -> Result<SideBySide> {
+    let [(lockpath, lockpath_tps), (bpftrace, bpftrace_tps)] = tools;
+    let before = bpftool_counters()?;
+    let start = Instant::now();
+    let workload_events = workload_events(workload.pid(), window, &bench.scratch);
+    if let Some(rest) = window.checked_sub(start.elapsed()) {
+        std::thread::sleep(rest);
+    }
+    let after = bpftool_counters()?;
+    let window_s = start.elapsed().as_secs_f64();
+    if let Some(status) = workload.exited()? {
+        bail!("the workload exited during the window ({status})");
+    }
+    for (tool, reaper) in [("lockpath", lockpath), ("bpftrace", bpftrace)] {
+        if let Some(status) = reaper.exited()? {
+            bail!("{tool} exited during the window ({status})");
+        }
+    }
+    let delta = |attached: &Attached| {
+        let counters: BTreeMap<u64, Counters> = attached
+            .keys()
+            .filter_map(|id| {
+                let after = after.get(id)?;
+                let before = before.get(id).copied().unwrap_or_default();
+                Some((*id, after.since(before)))
+            })
+            .collect();
+        ContentionCost::of(&counters, attached)
+    };
+    let (lockpath_cost, bpftrace_cost) = (delta(lockpath_tps), delta(bpftrace_tps));
+    if !lockpath_cost.complete() || !bpftrace_cost.complete() {
+        bail!("a lock program of lockpath or bpftrace did not run in the window");
+    }
+    Ok(SideBySide {
+        lockpath: lockpath_cost,
+        bpftrace: bpftrace_cost,
+        window_s,
+        workload_events,
+        attempts: 1,
+        windows: Vec::new(),
+    })
+}
+
+/// Of the measured `windows` (at least one), the one with lockpath's median BPF time
+/// per contention (the upper middle one when their number is even), with every
+/// window's lockpath / bpftrace figures, in order, in its `windows`.
+fn median_window(mut windows: Vec<SideBySide>) -> SideBySide {
     let figures: Vec<(f64, f64)> = windows
         .iter()
         .map(|window| {
@@ -202,7 +257,7 @@ pub(super) fn side_by_side_once(bench: &Bench, storm: &Storm) -> Result<SideBySi
     let middle = order[order.len() / 2];
     let mut result = windows.swap_remove(middle);
     result.windows = figures;
-    Ok(result)
+    result
 }
 
 /// Starts a recorder of the workload: `cmd -o OUTPUT`, its stderr kept in `err`.

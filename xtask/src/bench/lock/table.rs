@@ -23,15 +23,39 @@ pub(super) fn storm_rows(
     notes: &mut Vec<String>,
 ) -> String {
     let mut md = String::new();
-    let get = |tool: Tool| rounds.get(&tool);
-    let failed = |tool: Tool| {
-        get(tool)
-            .and_then(|r| r.error.as_deref())
-            .map(|e| format!("failed: {}", cell(e, 60)))
-    };
-    let verdict = |ok: bool| if ok { "yes" } else { "**no**" };
-    // The reference's own cost: its run with the median BPF time per contention.
-    let mut reference_runs: Vec<(f64, ContentionCost)> = get(Tool::Reference)
+    let reference_mid = reference_median_cost(rounds);
+    let reference_cost = reference_mid.and_then(|cost| cost.per_contention());
+    // The workload is named in its first row only.
+    let mut workload = name.to_string();
+    cost_row(&mut md, &mut workload, name, side, reference_mid, notes);
+    let (ours, reference) = wait_row(&mut md, &mut workload, rounds, runs, reference_cost);
+    slowdown_row(&mut md, &mut workload, rounds, runs);
+    wait_notes(name, rounds, ours, reference, reference_cost, notes);
+    md
+}
+
+/// The table's verdict on whether a target is met: "yes", or a bold "no".
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "yes"
+    } else {
+        "**no**"
+    }
+}
+
+/// "failed: <error>" as a table cell when `tool`'s runs ended in an error, else `None`.
+fn failed(rounds: &BTreeMap<Tool, ToolRuns>, tool: Tool) -> Option<String> {
+    rounds
+        .get(&tool)
+        .and_then(|r| r.error.as_deref())
+        .map(|e| format!("failed: {}", cell(e, 60)))
+}
+
+/// The reference's own cost: that of its run with the median BPF time per
+/// contention (the lower of the two middle runs when their number is even).
+fn reference_median_cost(rounds: &BTreeMap<Tool, ToolRuns>) -> Option<ContentionCost> {
+    let mut reference_runs: Vec<(f64, ContentionCost)> = rounds
+        .get(&Tool::Reference)
         .map(|r| {
             r.runs
                 .iter()
@@ -40,21 +64,30 @@ pub(super) fn storm_rows(
         })
         .unwrap_or_default();
     reference_runs.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let reference_mid = reference_runs
+    reference_runs
         .get(reference_runs.len().saturating_sub(1) / 2)
-        .map(|(_, cost)| *cost);
-    let reference_cost = reference_mid.and_then(|cost| cost.per_contention());
-    // The workload is named in its first row only.
-    let mut workload = name.to_string();
+        .map(|(_, cost)| *cost)
+}
 
-    // (a) BPF time per contention.
+/// Row (a), BPF time per contention of lockpath and bpftrace attached side by side,
+/// with the reference's own median cost beside them; adds a note with every window's
+/// figures, run counts and recursion misses. `workload` is written into the row's
+/// first cell and left empty.
+fn cost_row(
+    md: &mut String,
+    workload: &mut String,
+    name: &str,
+    side: &Result<SideBySide>,
+    reference_mid: Option<ContentionCost>,
+    notes: &mut Vec<String>,
+) {
     match side {
         Ok(side) => {
             let ours = side.lockpath.per_contention();
             let _ = writeln!(
                 md,
                 "| {} | BPF time per contention, begin + end (one run, both attached, median of {} windows of {:.1} s) | {} | {} | {} | | {} |",
-                std::mem::take(&mut workload),
+                std::mem::take(workload),
                 side.windows.len(),
                 side.window_s,
                 side.lockpath.show(),
@@ -96,15 +129,31 @@ pub(super) fn storm_rows(
             let _ = writeln!(
                 md,
                 "| {} | BPF time per contention, begin + end | failed: {short} | | | | |",
-                std::mem::take(&mut workload)
+                std::mem::take(workload)
             );
         }
     }
+}
 
-    // (b) Spin-wait accuracy.
-    let ours = get(Tool::Lockpath).and_then(ToolRuns::median_spin_ns);
-    let reference = get(Tool::Reference).and_then(ToolRuns::median_spin_ns);
-    let show_wait = |ns: Option<f64>, tool: Tool| match (ns, failed(tool)) {
+/// Row (b), spin-wait accuracy: the median average spinlock wait under lockpath and
+/// under the reference, and whether lockpath is within the target of the reference
+/// (or below it by no more than the reference's own cost `reference_cost`). Returns
+/// the two medians in ns. `workload` is written into the row's first cell and left
+/// empty.
+fn wait_row(
+    md: &mut String,
+    workload: &mut String,
+    rounds: &BTreeMap<Tool, ToolRuns>,
+    runs: usize,
+    reference_cost: Option<f64>,
+) -> (Option<f64>, Option<f64>) {
+    let ours = rounds
+        .get(&Tool::Lockpath)
+        .and_then(ToolRuns::median_spin_ns);
+    let reference = rounds
+        .get(&Tool::Reference)
+        .and_then(ToolRuns::median_spin_ns);
+    let show_wait = |ns: Option<f64>, tool: Tool| match (ns, failed(rounds, tool)) {
         (_, Some(failed)) => failed,
         (Some(ns), None) => format!("{:.3} us", ns / 1000.0),
         (None, None) => "-".into(),
@@ -129,31 +178,42 @@ pub(super) fn storm_rows(
     let _ = writeln!(
         md,
         "| {} | average spinlock wait of the workload (median of {runs}) | {}{ratio} | | {} | | {target} |",
-                std::mem::take(&mut workload),
+        std::mem::take(workload),
         show_wait(ours, Tool::Lockpath),
         show_wait(reference, Tool::Reference),
     );
+    (ours, reference)
+}
 
-    // (c) Elapsed overhead.
-    let alone = get(Tool::Alone).and_then(ToolRuns::median_ops);
+/// Row (c), elapsed overhead: the workload's median ops/s alone, each tool's slowdown
+/// (ops/s alone over ops/s under the tool), and whether lockpath's is within the
+/// target. `workload` is written into the row's first cell and left empty.
+fn slowdown_row(
+    md: &mut String,
+    workload: &mut String,
+    rounds: &BTreeMap<Tool, ToolRuns>,
+    runs: usize,
+) {
+    let median_ops = |tool: Tool| rounds.get(&tool).and_then(ToolRuns::median_ops);
+    let alone = median_ops(Tool::Alone);
     let slowdown = |tool: Tool| -> String {
-        if let Some(failed) = failed(tool) {
+        if let Some(failed) = failed(rounds, tool) {
             return failed;
         }
-        match (alone, get(tool).and_then(ToolRuns::median_ops)) {
+        match (alone, median_ops(tool)) {
             (Some(alone), Some(ops)) if ops > 0.0 => format!("x{:.2}", alone / ops),
             _ => "-".into(),
         }
     };
-    let lockpath_slowdown = match (alone, get(Tool::Lockpath).and_then(ToolRuns::median_ops)) {
+    let lockpath_slowdown = match (alone, median_ops(Tool::Lockpath)) {
         (Some(alone), Some(ops)) if ops > 0.0 => Some(alone / ops),
         _ => None,
     };
     let _ = writeln!(
         md,
         "| {} | slowdown: ops/s alone / ops/s under the tool (median of {runs}; alone {}) | {} | {} | {} | {} | {} |",
-                std::mem::take(&mut workload),
-        match (alone, failed(Tool::Alone)) {
+        std::mem::take(workload),
+        match (alone, failed(rounds, Tool::Alone)) {
             (_, Some(failed)) => failed,
             (Some(ops), None) => format!("{} ops/s", format_count(ops)),
             (None, None) => "-".into(),
@@ -167,9 +227,23 @@ pub(super) fn storm_rows(
             verdict(s <= TARGET_SLOWDOWN)
         ))
     );
+}
 
+/// The workload's notes on spinning waits: the median number of waits per run under
+/// lockpath and the reference, which tools' runs were repeated for too little
+/// contention, and, when lockpath's median wait `ours` reads below the reference's,
+/// by how much next to the reference's own cost.
+fn wait_notes(
+    name: &str,
+    rounds: &BTreeMap<Tool, ToolRuns>,
+    ours: Option<f64>,
+    reference: Option<f64>,
+    reference_cost: Option<f64>,
+    notes: &mut Vec<String>,
+) {
     let waits = |tool: Tool| {
-        get(tool)
+        rounds
+            .get(&tool)
             .and_then(ToolRuns::median_waits)
             .map_or("-".into(), |n| format!("{n:.0}"))
     };
@@ -200,7 +274,6 @@ pub(super) fn storm_rows(
             ));
         }
     }
-    md
 }
 
 /// An error message as a table cell: one line, no column separators, at most `max` chars.
