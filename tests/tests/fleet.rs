@@ -435,7 +435,7 @@ fn url_encode(expr: &str) -> String {
     out
 }
 
-/// The first documented query of the README's "Always on, across a fleet" section.
+/// The first documented query of docs/usage.md's "Always on, across a fleet" section.
 const SLOWEST_CLIENTS: &str =
     "topk(10, sum by (instance) (rate(lockpath_lock_wait_seconds_total[5m])))";
 
@@ -446,13 +446,13 @@ fn prometheus_ranks_the_contended_agent_first() {
     if !can_load_programs(test) || !require_tool(test, "prometheus") {
         return;
     }
-    // The query tested is the README's, word for word.
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-            .expect("README");
+    // The query tested is the documented one, word for word.
+    let usage =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/usage.md"))
+            .expect("docs/usage.md");
     assert!(
-        readme.contains(SLOWEST_CLIENTS),
-        "the README lost the query"
+        usage.contains(SLOWEST_CLIENTS),
+        "docs/usage.md lost the query"
     );
     let dir = scratch("fleet-prometheus");
     let storm = workload("lock-storm");

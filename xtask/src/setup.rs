@@ -1,5 +1,5 @@
 //! `cargo xtask setup`: the toolchain pieces (nightly rust-src, bpf-linker built against
-//! the nightly toolchain's own LLVM; README "Two commands"), installed
+//! the nightly toolchain's own LLVM; the README's "Two commands"), installed
 //! idempotently. A no-op run only asks rustup and bpf-linker two questions.
 
 use std::{

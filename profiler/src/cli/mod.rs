@@ -221,8 +221,8 @@ pub struct RecordArgs {
     /// COST: it hooks the lock and unlock functions of the type (mutex_lock*/mutex_unlock,
     /// down_*/up_*), among the hottest functions of the kernel: every operation on every
     /// mutex or rwsem in the system pays a trampoline (fentry) or a breakpoint (kprobe)
-    /// and one compare. Needs fentry or kprobes (not every kernel has them); the README's
-    /// Performance section has the measured cost.
+    /// and one compare. Needs fentry or kprobes (not every kernel has them); docs/performance.md
+    /// has the measured cost.
     #[arg(long, value_name = "[TYPE:]LOCK")]
     pub hold: Option<String>,
 

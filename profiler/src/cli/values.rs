@@ -81,7 +81,7 @@ fn parse_point(text: &str) -> Result<SpanPoint, String> {
 }
 
 /// Bytes of user stack copied per sample unless `--user-stack-bytes` says otherwise
-/// (see the README's on-CPU section for the measured cost).
+/// (see docs/how-it-works.md, user stacks, for the measured cost).
 pub const DEFAULT_USER_STACK_BYTES: u32 = USER_STACK_MAX as u32;
 
 /// `--user-stack-bytes`: 0 (frame pointers only) up to what one sample can carry.

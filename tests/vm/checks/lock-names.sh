@@ -1,4 +1,4 @@
-# Lock names in the guest (#13): on lock-storm (pipes and mmap) and on the open/close
+# Lock names in the guest: on lock-storm (pipes and mmap) and on the open/close
 # storm, at least 80% of the lock wait is on named locks; `mmap_lock` is named from the
 # waiting task. (With 2 emulated vCPUs the spinlocks hardly queue: rq_lock and file_lock
 # are asserted by name by the host's root test, and an open/close storm without a single

@@ -132,7 +132,7 @@ pub fn bench(args: Vec<std::ffi::OsString>) -> Result<()> {
     util::say(format!("table written to {}", out.display()));
     if options.readme && options.soak_minutes.is_none() && !options.big_only {
         if !hold_only && !options.lock_only {
-            // The README has its own "## Performance" heading above the markers.
+            // docs/performance.md has its own "# Performance" heading above the markers.
             let body = host_markdown
                 .strip_prefix("## Performance\n\n")
                 .unwrap_or(&host_markdown);

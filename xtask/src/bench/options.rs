@@ -15,14 +15,14 @@ usage: cargo xtask bench [--runs N] [--seconds S] [--workloads a,b] [--families 
                    `hold` is measured in the kernel lab's 6.1 guest (QEMU)
   --no-peers       skip bpftrace and perf
   --out FILE       Markdown output (default target/bench/bench.md)
-  --readme         also put the tables into README.md (between the bench markers)
+  --readme         also put the tables into docs/performance.md (between the bench markers)
   --lock-cost      only the lock probe beside bpftrace and perf lock on lock-storm
                    (per-event BPF cost, spin-wait accuracy, slowdown), a few minutes;
                    a full run includes it when the lock family and peers are measured
   --soak [MIN]     instead: record system-wide under load for MIN minutes (default 10)
                    and check that lockpath's memory stays flat
   --big-profile    instead: only `report` + `flamegraph` of a 1,000,000-row profile, JSON
-                   and compact (a minute; printed and written to --out, not the README)";
+                   and compact (a minute; printed and written to --out, not docs/performance.md)";
 
 pub(super) struct Options {
     pub(super) runs: usize,

@@ -1,4 +1,5 @@
-//! Markdown around the tables: header, run context, targets, and the README's bench blocks.
+//! Markdown around the tables: header, run context, targets, and the bench blocks of
+//! docs/performance.md.
 
 use std::{fmt::Write as _, fs, process::Command};
 
@@ -17,10 +18,10 @@ pub(super) const HOLD_README_START: &str =
     "<!-- bench-hold:start (cargo xtask bench --families hold --readme) -->";
 pub(super) const HOLD_README_END: &str = "<!-- bench-hold:end -->";
 
-/// Replaces a block of the README's performance section (between the markers; appended
-/// if absent).
+/// Replaces a block of docs/performance.md (between the markers; appended if absent).
+/// `--readme` keeps its name from when the tables were in the README.
 pub(super) fn update_readme(start_marker: &str, end_marker: &str, body: &str) -> Result<()> {
-    let path = util::workspace_root().join("README.md");
+    let path = util::workspace_root().join("docs/performance.md");
     let readme = fs::read_to_string(&path)
         .with_context(|| format!("bench: cannot read {}", path.display()))?;
     let section = format!("{start_marker}\n{body}{end_marker}\n");
@@ -36,7 +37,7 @@ pub(super) fn update_readme(start_marker: &str, end_marker: &str, body: &str) ->
         ),
     };
     fs::write(&path, updated).with_context(|| format!("bench: cannot write {}", path.display()))?;
-    util::say(format!("performance section of {} updated", path.display()));
+    util::say(format!("bench tables of {} updated", path.display()));
     Ok(())
 }
 
