@@ -751,7 +751,7 @@ const WORD_CALL_PATH: u32 = 2;
 /// without carrying what they tell about the word into the caller's states (inline, the
 /// begin program's verification passed the million-instruction limit).
 #[inline(never)]
-fn word_kind(words: *const u64, stack_addr: u64, index: usize) -> u32 {
+fn word_kind(words: *const u64, index: usize) -> u32 {
     if index >= MAX_FINGERPRINT_WORDS {
         return WORD_OTHER;
     }
@@ -779,7 +779,7 @@ fn word_kind(words: *const u64, stack_addr: u64, index: usize) -> u32 {
             }
             range += 1;
         }
-        return call_path_word(words, stack_addr, index);
+        return call_path_word(words, index);
     }
     // SAFETY: as above.
     let (modules_start, modules_end) = unsafe {
@@ -789,7 +789,7 @@ fn word_kind(words: *const u64, stack_addr: u64, index: usize) -> u32 {
         )
     };
     if word >= modules_start && word < modules_end {
-        call_path_word(words, stack_addr, index)
+        call_path_word(words, index)
     } else {
         WORD_OTHER
     }
@@ -803,7 +803,7 @@ fn word_kind(words: *const u64, stack_addr: u64, index: usize) -> u32 {
 /// which would make two call paths look alike (or one look like two). Elsewhere
 /// (x86_64 with ORC, no frame pointers) every such word is one.
 #[inline(always)]
-fn call_path_word(words: *const u64, stack_addr: u64, index: usize) -> u32 {
+fn call_path_word(words: *const u64, index: usize) -> u32 {
     #[cfg(bpf_target_arch = "aarch64")]
     {
         if index == 0 || index >= MAX_FINGERPRINT_WORDS {
@@ -812,6 +812,13 @@ fn call_path_word(words: *const u64, stack_addr: u64, index: usize) -> u32 {
         // SAFETY: the caller's array of words, at an index below its length (checked
         // again above for the verifier).
         let frame_pointer = unsafe { core::ptr::read_volatile(words.add(index - 1)) };
+        // SAFETY: `words` is the first field of a FingerprintScratch (repr(C)), so a
+        // pointer to it is one to the scratch slot.
+        let stack_addr = unsafe {
+            core::ptr::read_volatile(core::ptr::addr_of!(
+                (*words.cast::<FingerprintScratch>()).stack_addr
+            ))
+        };
         if stack_addr == 0 {
             return WORD_OTHER;
         }
@@ -821,7 +828,7 @@ fn call_path_word(words: *const u64, stack_addr: u64, index: usize) -> u32 {
         }
     }
     #[cfg(not(bpf_target_arch = "aarch64"))]
-    let _ = (words, stack_addr, index);
+    let _ = (words, index);
     WORD_CALL_PATH
 }
 
@@ -839,6 +846,10 @@ pub struct FingerprintScratch {
     lock_mask: u64,
     /// Bit `i`: word `i` is other kernel text (a call path's return address).
     text_mask: u64,
+    /// The address of `words[0]` on the stack, as a number (arm64's frame-pointer test,
+    /// `call_path_word`). In map memory for the same reason as the masks: passed in a
+    /// register, each test of it would tell the verifier more about the caller's copy.
+    stack_addr: u64,
 }
 
 /// A de Bruijn sequence of order 6: the top six bits of it times a power of two are
@@ -903,7 +914,8 @@ fn stack_fingerprint<const WORDS: usize>(base: u64) -> Result<Fingerprint, NoFin
     // SAFETY: this CPU's scratch slot, as above.
     let scratch = unsafe { &mut *scratch };
     let words = scratch.words.as_ptr();
-    let stack_addr = scalar_address(base);
+    // SAFETY: the scratch slot's field; volatile so that it stays in map memory.
+    unsafe { core::ptr::write_volatile(&mut scratch.stack_addr, scalar_address(base)) };
     scratch.lock_mask = 0;
     scratch.text_mask = 0;
     // Below both the image and the modules no word is text: most words of the stack are
@@ -926,7 +938,7 @@ fn stack_fingerprint<const WORDS: usize>(base: u64) -> Result<Fingerprint, NoFin
         if unsafe { core::ptr::read_volatile(words.add(index)) } < lowest_text {
             continue;
         }
-        let kind = word_kind(words, stack_addr, index);
+        let kind = word_kind(words, index);
         let bit = 1u64 << index;
         // SAFETY: the scratch slot's masks; volatile so that they stay in map memory.
         unsafe {
