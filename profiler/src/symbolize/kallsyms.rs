@@ -303,7 +303,9 @@ impl KernelSymbols {
             0 => self.image_start.saturating_add(MAX_IMAGE_SIZE),
             end => end,
         };
-        addr < image_end && (self.modules_start == 0 || addr < self.modules_start)
+        // Modules lie above the image on x86_64, and may lie below it on arm64.
+        let below_modules = self.modules_start <= self.text_end || addr < self.modules_start;
+        addr < image_end && below_modules
     }
 
     /// Name of a static kernel object containing `addr` (`jiffies_lock`,
@@ -444,6 +446,20 @@ ffffffffc0a02000 d ptlrpc_lock\t[ptlrpc]
             arm64.image_text(),
             Some((0xffffaf7a39810000, 0xffffaf7a3a3d0000))
         );
+    }
+
+    /// arm64 may place the modules below the image: its data is still the image's.
+    #[test]
+    fn image_data_is_found_with_the_modules_below_the_image() {
+        let symbols = KernelSymbols::parse(
+            "ffffc4eba0010000 T _stext\n\
+             ffffc4eba0011000 T do_pipe2\n\
+             ffffc4eba1000000 D _etext\n\
+             ffffc4eb90001000 t fuse_init\t[fuse]\n",
+        );
+        assert!(symbols.in_image_data(0xffffc4eba1006080));
+        assert!(!symbols.in_image_data(0xffffc4eb90001040));
+        assert!(!symbols.in_image_data(0xffffc4eba0011000));
     }
 
     #[test]
