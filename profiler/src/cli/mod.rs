@@ -1,5 +1,12 @@
 //! Command-line interface: `lockpath record | report | flamegraph | export`.
 
+pub mod cpu;
+pub mod func;
+pub mod hold;
+pub mod io;
+pub mod lock;
+pub mod offcpu;
+pub mod rpc;
 pub mod values;
 
 use std::path::PathBuf;
@@ -133,126 +140,25 @@ impl StuckArgs {
 
 #[derive(Debug, Args)]
 pub struct RecordArgs {
-    /// Record lock contention (spinlocks, rwlocks, mutexes, rwsems); the default when no
-    /// other family is asked for.
-    #[arg(long)]
-    pub lock: bool,
+    // Each family's options, from its file cli/<family>.rs, in their order in `record
+    // --help`; then the options of the recording as a whole.
+    #[command(flatten)]
+    pub lock: lock::LockArgs,
 
-    /// Record request/reply latency of a provider (repeatable): fuse (tracepoints),
-    /// sunrpc (tracepoints), lustre (kprobes on ptl_send_rpc / after_reply).
-    #[arg(long = "rpc", value_enum, value_name = "PROVIDER")]
-    pub rpc: Vec<RpcProvider>,
+    #[command(flatten)]
+    pub rpc: rpc::RpcArgs,
 
-    /// Record a user-defined request span BEGIN,END; each side is tp:GROUP:EVENT:FIELD
-    /// or kprobe:SYMBOL[:ARG], the field or argument being the request key.
-    #[arg(long, value_name = "BEGIN,END", value_parser = parse_span)]
-    pub span: Option<values::SpanSpec>,
+    #[command(flatten)]
+    pub func: func::FuncArgs,
 
-    /// Record the latency of a kernel function, entry to return (repeatable; up to 8).
-    /// fentry/fexit where the kernel allows, else kprobe/kretprobe.
-    #[arg(long = "func", value_name = "[MODULE:]SYMBOL")]
-    pub func: Vec<String>,
+    #[command(flatten)]
+    pub cpu: cpu::CpuArgs,
 
-    /// How `--func` hooks kernel functions: `auto` tries fentry/fexit, then
-    /// kprobe/kretprobe; the other values force one method (for tests of each).
-    #[arg(long, value_enum, value_name = "METHOD", default_value_t = FuncMethod::Auto)]
-    pub func_method: FuncMethod,
+    #[command(flatten)]
+    pub hold: hold::HoldArgs,
 
-    /// Record the latency of a user-space function with uprobes (repeatable; up to 8).
-    #[arg(long = "ufunc", value_name = "BINARY:SYMBOL")]
-    pub ufunc: Vec<String>,
-
-    /// Sample what runs on the CPUs (kernel and user stacks) with a perf CPU clock.
-    #[arg(long)]
-    pub cpu: bool,
-
-    /// On-CPU sampling frequency in Hz, on every CPU (with --cpu).
-    #[arg(long, value_name = "HZ", default_value_t = 99, requires = "cpu",
-          value_parser = parse_freq)]
-    pub freq: u64,
-
-    /// Bytes of user stack copied with each on-CPU sample taken in user mode, to unwind
-    /// code built without frame pointers from its .eh_frame/.debug_frame (with --cpu);
-    /// 0: frame-pointer stacks only. At most 65480.
-    #[arg(long, value_name = "BYTES", requires = "cpu",
-          default_value_t = values::DEFAULT_USER_STACK_BYTES,
-          value_parser = values::parse_user_stack_bytes)]
-    pub user_stack_bytes: u32,
-
-    /// How lock contention is hooked: `auto` uses the lock:contention_* tracepoints
-    /// (Linux 5.19+) and falls back to kprobes on the contention slow paths; the other
-    /// values force one method (for tests of the fallback).
-    #[arg(long, value_enum, value_name = "METHOD", default_value_t = LockMethod::Auto)]
-    pub lock_method: LockMethod,
-
-    /// How a contention's kernel stack is found: `cached` (default) walks it once per
-    /// lock and call path every 100 ms and reuses the walk in between (about 0.6 us per
-    /// contention instead of 3 or more); `exact` walks every contention's stack, for
-    /// checking what the cache attributes.
-    #[arg(long, value_enum, value_name = "HOW", default_value_t = LockStacks::Cached)]
-    pub lock_stacks: LockStacks,
-
-    /// Record only the contentions on this lock (repeatable; like perf's -L). ADDR (a
-    /// report's lock column) and a static lock's kernel symbol are checked in the
-    /// kernel, before any other work (up to 8 addresses); a name known only after the
-    /// fact (mmap_lock, siglock, rq_lock:cpu3, NAME.wait_lock, static@FUNCTION, ...) is
-    /// kept when the maps are drained. Not `--lock`: on record that selects the lock
-    /// family (`report --lock` filters a recorded profile).
-    #[arg(long = "lock-filter", value_name = "NAME|ADDR")]
-    pub lock_filter: Vec<String>,
-
-    /// Record only the contentions on locks of this type (repeatable; like perf's -Y):
-    /// spinlock, rwlock, mutex, rwsem, rwsem:W, ... as reports name them. Checked in
-    /// the kernel, before any other work.
-    #[arg(long = "type", value_name = "TYPE")]
-    pub lock_type: Vec<String>,
-
-    /// Keep only the contentions whose kernel stack has a frame containing PATTERN (`*`
-    /// is a wildcard; repeatable; like perf's -S). Not in the kernel (it needs symbolized
-    /// stacks): applied when the maps are drained, so the profile holds only matching
-    /// rows.
-    #[arg(long = "caller", value_name = "PATTERN")]
-    pub caller: Vec<String>,
-
-    /// Record how long one lock is held, acquisition to release, per holder stack and
-    /// process: LOCK is a kernel symbol (a static lock) or an address from a report's
-    /// lock column, optionally typed (mutex: or rwsem:; without a type both are probed).
-    /// Spinlocks and rwlocks are refused: hooking their functions can hang the kernel.
-    /// COST: it hooks the lock and unlock functions of the type (mutex_lock*/mutex_unlock,
-    /// down_*/up_*), among the hottest functions of the kernel: every operation on every
-    /// mutex or rwsem in the system pays a trampoline (fentry) or a breakpoint (kprobe)
-    /// and one compare. Needs fentry or kprobes (not every kernel has them); docs/performance.md
-    /// has the measured cost.
-    #[arg(long, value_name = "[TYPE:]LOCK")]
-    pub hold: Option<String>,
-
-    /// How `--hold` hooks the lock functions: `auto` tries fentry/fexit, then kprobes.
-    #[arg(long, value_enum, value_name = "METHOD", default_value_t = FuncMethod::Auto)]
-    pub hold_method: FuncMethod,
-
-    /// Record off-CPU waits in D state (buffer, page, block IO, journal, most lock
-    /// sleeps), by process, stack and wait class.
-    #[arg(long)]
-    pub offcpu: bool,
-
-    /// Off-CPU waits in S state (voluntary sleeps) too; implies --offcpu.
-    #[arg(long)]
-    pub offcpu_all: bool,
-
-    /// Who woke each off-CPU wait (with --offcpu or --offcpu-all): the waker's process,
-    /// thread and stacks from sched:sched_waking, aggregated in the kernel per (waiter
-    /// stack, waker stack); the report's "woken by" lines and `--kind offwake`.
-    #[arg(long)]
-    pub wakers: bool,
-
-    /// Drop off-CPU waits shorter than this, in the kernel (e.g. 100us, 2ms).
-    #[arg(long, value_name = "DUR", value_parser = values::parse_min_wait)]
-    pub min_wait: Option<u64>,
-
-    /// Add a wait class: off-CPU stacks with a frame matching FRAME_PATTERN (`*` is a
-    /// wildcard) get class NAME; before the built-in rules; repeatable.
-    #[arg(long, value_name = "NAME=FRAME_PATTERN", value_parser = crate::waitclass::parse_rule)]
-    pub wait_class: Vec<crate::waitclass::Rule>,
+    #[command(flatten)]
+    pub offcpu: offcpu::OffcpuArgs,
 
     /// Keep the lock and off-CPU wait time per interval of this length (e.g. 500ms, 1s)
     /// for every lock, wait class and process: the profile's timeline, `report
@@ -261,9 +167,8 @@ pub struct RecordArgs {
     #[arg(long, value_name = "DUR", value_parser = parse_interval)]
     pub interval: Option<u64>,
 
-    /// Record block-IO requests: latency histograms per device, operation and process.
-    #[arg(long)]
-    pub io: bool,
+    #[command(flatten)]
+    pub io: io::IoArgs,
 
     /// Profile the whole system (the default when no target is given); with `-- CMD`,
     /// the whole system while CMD runs.
@@ -338,38 +243,6 @@ pub struct RecordArgs {
     pub command: Vec<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum FuncMethod {
-    Auto,
-    Fentry,
-    Kprobe,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum RpcProvider {
-    /// FUSE requests: fuse:fuse_request_send -> fuse:fuse_request_end, per opcode.
-    Fuse,
-    /// NFS / SUNRPC tasks: sunrpc:rpc_task_begin -> sunrpc:rpc_task_end.
-    Sunrpc,
-    /// Lustre RPCs: kprobes ptl_send_rpc -> after_reply (request pointer as key).
-    Lustre,
-}
-
-fn parse_span(text: &str) -> Result<values::SpanSpec, String> {
-    values::SpanSpec::parse(text)
-}
-
-fn parse_freq(text: &str) -> Result<u64, String> {
-    let hz: u64 = text
-        .trim_end_matches("Hz")
-        .parse()
-        .map_err(|_| format!("{text:?} is not a frequency in Hz (a whole number)"))?;
-    if hz == 0 {
-        return Err("the sampling frequency must be at least 1 Hz (99 is the default)".into());
-    }
-    Ok(hz)
-}
-
 /// `-d`: seconds, or any duration of the one grammar (`10m`, `1h30m`).
 fn parse_duration(text: &str) -> Result<f64, String> {
     let duration = crate::units::parse_duration(text)?;
@@ -394,24 +267,6 @@ fn parse_metrics_addr(text: &str) -> Result<std::net::SocketAddr, String> {
     }
     text.parse()
         .map_err(|_| format!("{text:?} is not PORT or ADDRESS:PORT (e.g. 127.0.0.1:9464)"))
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LockMethod {
-    /// Tracepoints when the kernel has them, else kprobes.
-    Auto,
-    /// lock:contention_begin/end (raw tracepoints).
-    Tracepoint,
-    /// kprobes/kretprobes on the spinlock, mutex and rwsem slow paths.
-    Kprobe,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LockStacks {
-    /// One walk per lock and call path every 100 ms, reused in between.
-    Cached,
-    /// A walk for every contention (costs about 3 us or more each).
-    Exact,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -579,7 +434,7 @@ mod tests {
         else {
             panic!("not a recording");
         };
-        assert!(record.lock && record.offcpu_all);
+        assert!(record.lock.lock && record.offcpu.offcpu_all);
         assert_eq!(record.pid, vec![5, 6]);
         assert_eq!(record.duration, Some(1.0));
         assert_eq!(record.output, PathBuf::from("lockpath-stuck.json"));

@@ -19,16 +19,16 @@ use crate::{probes::prelude::*, profile::CpuRow, symbolize::UserSymbols};
 
 pub const FAMILY: Registration = Registration {
     name: "cpu",
-    asked: |args| args.cpu,
-    check: |args| match args.cpu {
-        true => check_frequency(args.freq),
+    asked: |args| args.cpu.cpu,
+    check: |args| match args.cpu.cpu {
+        true => check_frequency(args.cpu.freq),
         false => Ok(()),
     },
     plan: |args, _ctx| {
-        Ok(args.cpu.then(|| {
+        Ok(args.cpu.cpu.then(|| {
             Box::new(CpuFamily {
-                freq_hz: args.freq,
-                stacks: StackCopies::new(args.user_stack_bytes),
+                freq_hz: args.cpu.freq,
+                stacks: StackCopies::new(args.cpu.user_stack_bytes),
             }) as Box<dyn Family>
         }))
     },

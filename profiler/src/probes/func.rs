@@ -15,7 +15,7 @@ use profiler_common::{
 };
 
 use crate::{
-    cli::FuncMethod,
+    cli::func::FuncMethod,
     probes::prelude::*,
     profile::{FuncRow, WaitingRow},
     symbolize::kallsyms::check_kernel_function,
@@ -23,7 +23,7 @@ use crate::{
 
 pub const FAMILY: Registration = Registration {
     name: "func",
-    asked: |args| !args.func.is_empty() || !args.ufunc.is_empty(),
+    asked: |args| !args.func.func.is_empty() || !args.func.ufunc.is_empty(),
     check: |_| Ok(()),
     plan: plan_family,
     maps: &[
@@ -35,13 +35,13 @@ pub const FAMILY: Registration = Registration {
 
 /// Recorded when kernel or user functions are named (checked here, before loading).
 fn plan_family(args: &RecordArgs, ctx: &mut PlanContext) -> Result<Planned> {
-    let ufuncs = validate(&args.func, &args.ufunc, ctx.symbols)?;
-    if args.func.is_empty() && ufuncs.is_empty() {
+    let ufuncs = validate(&args.func.func, &args.func.ufunc, ctx.symbols)?;
+    if args.func.func.is_empty() && ufuncs.is_empty() {
         return Ok(None);
     }
     Ok(Some(Box::new(FuncFamily {
-        funcs: args.func.clone(),
-        method: args.func_method,
+        funcs: args.func.func.clone(),
+        method: args.func.func_method,
         ufuncs,
         targets: Vec::new(),
     })))

@@ -21,12 +21,12 @@ use profiler_common::{
     lock::{LCB_F_MUTEX, LCB_F_READ, LCB_F_WRITE},
 };
 
-use crate::{cli::FuncMethod, probes::prelude::*, profile::HoldRow};
+use crate::{cli::func::FuncMethod, probes::prelude::*, profile::HoldRow};
 
 pub const FAMILY: Registration = Registration {
     name: "hold",
-    asked: |args| args.hold.is_some(),
-    check: |args| match &args.hold {
+    asked: |args| args.hold.hold.is_some(),
+    check: |args| match &args.hold.hold {
         Some(spec) => parse(spec).map(|_| ()),
         None => Ok(()),
     },
@@ -42,7 +42,7 @@ pub const FAMILY: Registration = Registration {
 /// Resolves the lock. When `--hold` is all that was asked for, a lock that cannot be
 /// timed is the run's error; otherwise one line, and the run goes on without it.
 fn plan_family(args: &RecordArgs, ctx: &mut PlanContext) -> Result<Planned> {
-    let Some(text) = &args.hold else {
+    let Some(text) = &args.hold.hold else {
         return Ok(None);
     };
     let spec = parse(text)?;
@@ -50,7 +50,7 @@ fn plan_family(args: &RecordArgs, ctx: &mut PlanContext) -> Result<Planned> {
     match plan(&spec, ctx.symbols) {
         Ok(plan) => Ok(Some(Box::new(HoldFamily {
             plan,
-            method: args.hold_method,
+            method: args.hold.hold_method,
             only,
         }))),
         Err(reason) if only => bail!("--hold {}: {reason}", spec.text),

@@ -19,7 +19,7 @@ use crate::{
 
 pub const FAMILY: Registration = Registration {
     name: "io",
-    asked: |args| args.io,
+    asked: |args| args.io.io,
     check: |_| Ok(()),
     plan: plan_family,
     maps: &[
@@ -30,7 +30,7 @@ pub const FAMILY: Registration = Registration {
 };
 
 fn plan_family(args: &RecordArgs, _ctx: &mut PlanContext) -> Result<Planned> {
-    if !args.io {
+    if !args.io.io {
         return Ok(None);
     }
     Ok(Some(Box::new(IoFamily {

@@ -17,7 +17,7 @@ use profiler_common::{
 use super::virtspin::{self, SpinPath};
 use crate::{
     btf::Btf,
-    cli::{LockMethod, LockStacks},
+    cli::lock::{LockMethod, LockStacks},
     probes::prelude::*,
     profile::{HoldRow, LockRow, Unavailable, WaitingRow},
     tracefs,
@@ -25,7 +25,7 @@ use crate::{
 
 pub const FAMILY: Registration = Registration {
     name: "lock",
-    asked: |args| args.lock,
+    asked: |args| args.lock.lock,
     check: super::lockfilter::check,
     plan: plan_family,
     maps: &[
@@ -76,7 +76,7 @@ struct LockFamily {
 
 /// Recorded when asked for, and by default: when no other family is asked for.
 fn plan_family(args: &RecordArgs, ctx: &mut PlanContext) -> Result<Planned> {
-    if !args.lock && !ctx.asked.is_empty() {
+    if !args.lock.lock && !ctx.asked.is_empty() {
         if super::lockfilter::asked(args) {
             bail!(
                 "--type, --lock-filter and --caller select lock contentions, which this \
@@ -90,7 +90,7 @@ fn plan_family(args: &RecordArgs, ctx: &mut PlanContext) -> Result<Planned> {
         eprintln!("{note}");
     }
     let text = lock_text(ctx.symbols);
-    let mut exact = args.lock_stacks == LockStacks::Exact;
+    let mut exact = args.lock.lock_stacks == LockStacks::Exact;
     if !exact && text.image_end == 0 {
         eprintln!(
             "lockpath: kallsyms does not show the kernel's text: every lock contention's \
@@ -99,7 +99,7 @@ fn plan_family(args: &RecordArgs, ctx: &mut PlanContext) -> Result<Planned> {
         exact = true;
     }
     Ok(Some(Box::new(LockFamily {
-        method: args.lock_method,
+        method: args.lock.lock_method,
         layout: LockLayout {
             exact_stacks: u32::from(exact),
             ..layout()

@@ -36,7 +36,9 @@ pub struct RecordFilter {
 
 /// Whether any record-time lock filter is given.
 pub fn asked(args: &RecordArgs) -> bool {
-    !args.lock_filter.is_empty() || !args.lock_type.is_empty() || !args.caller.is_empty()
+    !args.lock.lock_filter.is_empty()
+        || !args.lock.lock_type.is_empty()
+        || !args.lock.caller.is_empty()
 }
 
 /// Checks what can be checked without the kernel's symbols: the types, the patterns,
@@ -44,14 +46,14 @@ pub fn asked(args: &RecordArgs) -> bool {
 pub fn check(args: &RecordArgs) -> Result<()> {
     LockFilter {
         locks: Vec::new(),
-        types: args.lock_type.clone(),
+        types: args.lock.lock_type.clone(),
         callers: Vec::new(),
     }
     .check()?;
-    if args.caller.iter().any(String::is_empty) {
+    if args.lock.caller.iter().any(String::is_empty) {
         bail!("--caller takes a pattern (a part of a function name), not an empty value");
     }
-    for value in &args.lock_filter {
+    for value in &args.lock.lock_filter {
         if value.is_empty() {
             bail!("--lock-filter takes a lock's name or address (0xffff...), not an empty value");
         }
@@ -85,28 +87,28 @@ fn parse_addr(value: &str) -> Result<u64> {
 pub fn plan(args: &RecordArgs, symbols: &KernelSymbols) -> Result<RecordFilter> {
     let asked = LockFilter {
         locks: Vec::new(),
-        types: args.lock_type.clone(),
-        callers: args.caller.clone(),
+        types: args.lock.lock_type.clone(),
+        callers: args.lock.caller.clone(),
     };
     let mut filter = RecordFilter {
         drain: LockFilter {
-            callers: args.caller.clone(),
+            callers: args.lock.caller.clone(),
             ..Default::default()
         },
         ..Default::default()
     };
-    if !args.lock_type.is_empty() {
+    if !args.lock.lock_type.is_empty() {
         let (exact, kept) = type_masks(&asked);
         filter.kernel.enabled |= LOCK_FILTER_TYPES;
         filter.kernel.type_mask = kept;
         // The drain checks types only where the kernel keeps more (mutexes).
         if kept != exact {
-            filter.drain.types = args.lock_type.clone();
+            filter.drain.types = args.lock.lock_type.clone();
         }
     }
     let mut addrs = Vec::new();
     let mut drain_locks = Vec::new();
-    for value in &args.lock_filter {
+    for value in &args.lock.lock_filter {
         match resolve(value, symbols)? {
             Some(addr) => {
                 addrs.push(addr);

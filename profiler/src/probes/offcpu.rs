@@ -23,7 +23,7 @@ use crate::{
 
 pub const FAMILY: Registration = Registration {
     name: "offcpu",
-    asked: |args| args.offcpu || args.offcpu_all,
+    asked: |args| args.offcpu.offcpu || args.offcpu.offcpu_all,
     check: |args| options(args).map(|_| ()),
     plan: plan_family,
     maps: &[
@@ -39,13 +39,13 @@ pub const FAMILY: Registration = Registration {
 
 /// The off-CPU options from the flags, checked before anything is loaded.
 fn options(args: &RecordArgs) -> Result<Option<OffcpuOptions>> {
-    waitclass::validate(&args.wait_class)?;
-    let offcpu = (args.offcpu || args.offcpu_all).then(|| OffcpuOptions {
-        all_states: args.offcpu_all,
-        min_wait_ns: args.min_wait.unwrap_or(0),
-        wakers: args.wakers,
+    waitclass::validate(&args.offcpu.wait_class)?;
+    let offcpu = (args.offcpu.offcpu || args.offcpu.offcpu_all).then(|| OffcpuOptions {
+        all_states: args.offcpu.offcpu_all,
+        min_wait_ns: args.offcpu.min_wait.unwrap_or(0),
+        wakers: args.offcpu.wakers,
     });
-    if offcpu.is_none() && (args.min_wait.is_some() || !args.wait_class.is_empty()) {
+    if offcpu.is_none() && (args.offcpu.min_wait.is_some() || !args.offcpu.wait_class.is_empty()) {
         bail!(
             "--min-wait and --wait-class apply to off-CPU recording: add --offcpu or --offcpu-all"
         );
@@ -61,7 +61,7 @@ fn plan_family(args: &RecordArgs, _ctx: &mut PlanContext) -> Result<Planned> {
         globals: OffcpuGlobals::read(&options)?,
         filelock: filelock::FilelockGlobals::read(),
         options,
-        classifier: Classifier::new(args.wait_class.clone()),
+        classifier: Classifier::new(args.offcpu.wait_class.clone()),
         blocked: Vec::new(),
     })))
 }

@@ -14,10 +14,7 @@ use profiler_common::{
 
 use crate::{
     btf::Btf,
-    cli::{
-        values::{SpanPoint, SpanSpec},
-        RpcProvider,
-    },
+    cli::rpc::{RpcProvider, SpanPoint, SpanSpec},
     probes::prelude::*,
     profile::{RpcRow, WaitingRow},
     tracefs,
@@ -25,8 +22,8 @@ use crate::{
 
 pub const FAMILY: Registration = Registration {
     name: "rpc",
-    asked: |args| !args.rpc.is_empty() || args.span.is_some(),
-    check: |args| RpcPlan::new(&args.rpc, args.span.clone()).map(|_| ()),
+    asked: |args| !args.rpc.rpc.is_empty() || args.rpc.span.is_some(),
+    check: |args| RpcPlan::new(&args.rpc.rpc, args.rpc.span.clone()).map(|_| ()),
     plan: plan_family,
     maps: &[
         (names::RPC_STATS, MapSize::Stats),
@@ -37,7 +34,7 @@ pub const FAMILY: Registration = Registration {
 
 /// Recorded when some asked-for pair is usable on this kernel.
 fn plan_family(args: &RecordArgs, ctx: &mut PlanContext) -> Result<Planned> {
-    let plan = RpcPlan::new(&args.rpc, args.span.clone())?;
+    let plan = RpcPlan::new(&args.rpc.rpc, args.rpc.span.clone())?;
     if !plan.any() {
         return Ok(None);
     }

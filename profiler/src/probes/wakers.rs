@@ -20,7 +20,7 @@ use crate::{
 
 pub const FAMILY: Registration = Registration {
     name: "wakers",
-    asked: |args| args.wakers,
+    asked: |args| args.offcpu.wakers,
     check,
     plan: plan_family,
     maps: &[
@@ -33,7 +33,7 @@ pub const FAMILY: Registration = Registration {
 };
 
 fn check(args: &RecordArgs) -> Result<()> {
-    if args.wakers && !(args.offcpu || args.offcpu_all) {
+    if args.offcpu.wakers && !(args.offcpu.offcpu || args.offcpu.offcpu_all) {
         bail!(
             "--wakers names who woke each off-CPU wait: add --offcpu (D waits) or --offcpu-all (D and S)"
         );
@@ -43,14 +43,14 @@ fn check(args: &RecordArgs) -> Result<()> {
 
 fn plan_family(args: &RecordArgs, ctx: &mut PlanContext) -> Result<Planned> {
     check(args)?;
-    if !args.wakers {
+    if !args.offcpu.wakers {
         return Ok(None);
     }
     match tracefs::field_offset("sched", "sched_waking", "pid") {
         Ok(pid_offset) => Ok(Some(Box::new(WakersFamily {
             on: 1,
             pid_offset,
-            classifier: Classifier::new(args.wait_class.clone()),
+            classifier: Classifier::new(args.offcpu.wait_class.clone()),
         }))),
         Err(err) => {
             ctx.unavailable.push(Unavailable {
