@@ -699,7 +699,13 @@ fn check_hold_contended(profile_path: &str, results_path: &str, lock: &str) {
         .filter(|row| row["flags"].as_u64() == Some(LCB_F_WRITE))
         // The same thread also takes other locks under contention (mmap_lock while it
         // faults its stack in): only the directory's inode lock is the subject.
-        .filter(|row| row["lock_name"].as_str() == Some(lock))
+        // LOCK is the address `hold-lock` printed (or a name, as earlier reports gave).
+        .filter(|row| {
+            row["lock_name"].as_str() == Some(lock)
+                || row["lock_addr"]
+                    .as_u64()
+                    .is_some_and(|addr| format!("0x{addr:x}") == lock)
+        })
         .collect();
     let [hold] = contended[..] else {
         fail(format!(
@@ -820,12 +826,15 @@ fn check_hold(args: HoldArgs) {
     // Taken in down_write, called from the open path: no trampoline frame in between.
     // On arm64 a kprobe at a function's entry has its caller's return address in the link
     // register only, so the kernel's frame-pointer walk starts at the caller's caller:
-    // there `path_openat` is missing and `do_filp_open` follows down_write.
+    // there `path_openat` is missing and `do_filp_open` follows down_write. From fentry
+    // on 7.x the walk starts at down_write's caller (`lookup_open`): the open path is
+    // then the leaf.
     let caller_ok = |caller: &String| {
         is_open_path(caller) || (cfg!(target_arch = "aarch64") && caller == "do_filp_open")
     };
-    let taken_in_open = frames.first().is_some_and(|leaf| leaf == "down_write")
-        && frames.get(1).is_some_and(caller_ok);
+    let taken_in_open = (frames.first().is_some_and(|leaf| leaf == "down_write")
+        && frames.get(1).is_some_and(caller_ok))
+        || frames.first().is_some_and(|leaf| is_open_path(leaf));
     if !taken_in_open {
         fail(format!(
             "A's hold stack is not down_write < open_last_lookups/path_openat: {frames:?}"
