@@ -143,8 +143,8 @@ pub fn is_lock_internal(name: &str) -> bool {
         "native_queued_spin_lock_slowpath",
         "pv_queued_spin_lock_slowpath",
         "__pv_queued_spin_lock_slowpath",
-        "queued_read_lock_slowpath",
-        "queued_write_lock_slowpath",
+        "queued_read_lock",
+        "queued_write_lock",
         "__mutex_lock",
         "mutex_lock",
         "__ww_mutex_lock",
@@ -288,5 +288,8 @@ mod tests {
         assert!(caller(&[]).is_none());
         assert!(is_lock_internal("down"));
         assert!(!is_lock_internal("download_firmware"));
+        // arm64 keeps a clone of the rwlock's entry out of line.
+        assert!(is_lock_internal("queued_write_lock.constprop.0"));
+        assert!(is_lock_internal("queued_read_lock_slowpath"));
     }
 }

@@ -419,8 +419,8 @@ fn is_lock_function(name: &str, addr: u64, lock_text: (u64, u64), sched_text: (u
     const ANYWHERE: &[&str] = &[
         "do_raw_",
         "queued_spin_lock_slowpath",
-        "queued_read_lock_slowpath",
-        "queued_write_lock_slowpath",
+        "queued_read_lock",
+        "queued_write_lock",
         "native_queued_spin_lock_slowpath",
         "pv_queued_spin_lock_slowpath",
     ];
