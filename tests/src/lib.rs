@@ -56,18 +56,22 @@ pub fn mmap_cycle() {
     }
 }
 
+/// A regular file holding `content`, open for reading and already removed (nothing is
+/// left behind), named after the storm `mode` and the process.
+fn shared_file(mode: &str, content: &[u8]) -> std::fs::File {
+    let path = std::env::temp_dir().join(format!("lock-storm-{mode}-{}", std::process::id()));
+    std::fs::write(&path, content).expect("write the shared file");
+    let file = std::fs::File::open(&path).expect("open the shared file");
+    let _ = std::fs::remove_file(&path);
+    file
+}
+
 /// Seeks and reads one shared regular file: every thread of the process uses the same
 /// descriptor, so each call takes the file's `f_pos_lock` (a mutex inside the `struct
 /// file`, an object of the `filp` slab cache).
 pub fn file_cycle() {
     static FILE: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
-    let file = FILE.get_or_init(|| {
-        let path = std::env::temp_dir().join(format!("lock-storm-file-{}", std::process::id()));
-        std::fs::write(&path, [7u8; 4096]).expect("write the shared file");
-        let file = std::fs::File::open(&path).expect("open the shared file");
-        let _ = std::fs::remove_file(&path);
-        file
-    });
+    let file = FILE.get_or_init(|| shared_file("file", &[7u8; 4096]));
     let fd = std::os::fd::AsRawFd::as_raw_fd(file);
     let mut buf = [0u8; 4096];
     // SAFETY: a descriptor that stays open for the life of the process, and a live
@@ -89,14 +93,7 @@ pub fn flock_cycle() {
         // The thread's own open of the shared file (removed once open), through the
         // first descriptor's /proc/self/fd link.
         static FILE: std::fs::File = {
-            let shared = SHARED.get_or_init(|| {
-                let path = std::env::temp_dir()
-                    .join(format!("lock-storm-flock-{}", std::process::id()));
-                std::fs::write(&path, b"flock").expect("write the shared file");
-                let file = std::fs::File::open(&path).expect("open the shared file");
-                let _ = std::fs::remove_file(&path);
-                file
-            });
+            let shared = SHARED.get_or_init(|| shared_file("flock", b"flock"));
             let fd = std::os::fd::AsRawFd::as_raw_fd(shared);
             std::fs::File::open(format!("/proc/self/fd/{fd}")).expect("open the shared file again")
         };

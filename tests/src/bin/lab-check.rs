@@ -53,7 +53,7 @@
 //!   be a symbol in WITH (or a lock kallsyms has no symbol for either). Lists every
 //!   disagreement and fails on one; nothing to compare is a skip (exit 77).
 //!
-//! `lab-check hold-contended PROFILE RESULTS LOCK`
+//! `lab-check hold-contended PROFILE RESULTS LOCK` (LOCK: the address `hold-lock` printed)
 //! - the second of three creators (`t2_tid` in RESULTS, fuse-workload holdchain) has one
 //!   hold under contention of the directory's inode lock (`rwsem:W`, from the lock
 //!   family's own events), within 10% of the workload's own time from the first create's
@@ -699,12 +699,11 @@ fn check_hold_contended(profile_path: &str, results_path: &str, lock: &str) {
         .filter(|row| row["flags"].as_u64() == Some(LCB_F_WRITE))
         // The same thread also takes other locks under contention (mmap_lock while it
         // faults its stack in): only the directory's inode lock is the subject.
-        // LOCK is the address `hold-lock` printed (or a name, as earlier reports gave).
+        // LOCK is the address `hold-lock` printed.
         .filter(|row| {
-            row["lock_name"].as_str() == Some(lock)
-                || row["lock_addr"]
-                    .as_u64()
-                    .is_some_and(|addr| format!("0x{addr:x}") == lock)
+            row["lock_addr"]
+                .as_u64()
+                .is_some_and(|addr| format!("0x{addr:x}") == lock)
         })
         .collect();
     let [hold] = contended[..] else {

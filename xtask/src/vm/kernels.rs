@@ -74,6 +74,25 @@ const WITH_LOCK_TRACEPOINTS: &[&str] = &[
     "lock-paths",
 ];
 
+// Debian's newest kernel (trixie-backports), with `bpf_get_kmem_cache` (6.13): slab lock
+// names. Booted twice: as distributions run it (SLUB merges caches of one size and
+// flags) and with `slab_nomerge` (every cache its own), the reference the merged boot's
+// names are compared with (`lab-check slab-names`).
+const KERNEL_7_3: LabKernel = LabKernel {
+    name: "7.3",
+    package: "linux-binary-7.3.4+deb13-cloud-amd64",
+    more_packages: &["linux-modules-7.3.4+deb13-cloud-amd64"],
+    arch: "x86_64",
+    suite: Some("trixie-backports"),
+    features: &["lock_tracepoint", "kprobe", "fentry", "slab_names"],
+    required: &[WITH_LOCK_TRACEPOINTS, &["lock-names-slab"]],
+    // Its /proc/kallsyms lists no data symbols (the check says so and skips).
+    excused: &["lock-names-kallsyms"],
+    cmdline: "",
+    only: &[],
+    reference_for: None,
+};
+
 pub(super) const KERNELS: &[LabKernel] = &[
     LabKernel {
         name: "6.12",
@@ -156,36 +175,16 @@ pub(super) const KERNELS: &[LabKernel] = &[
         only: &[],
         reference_for: None,
     },
-    // Debian's newest kernel (trixie-backports), with `bpf_get_kmem_cache` (6.13): slab
-    // lock names. Booted twice: as distributions run it (SLUB merges caches of one size
-    // and flags) and with `slab_nomerge` (every cache its own), the reference the merged
-    // boot's names are compared with (`lab-check slab-names`).
-    LabKernel {
-        name: "7.3",
-        package: "linux-binary-7.3.4+deb13-cloud-amd64",
-        more_packages: &["linux-modules-7.3.4+deb13-cloud-amd64"],
-        arch: "x86_64",
-        suite: Some("trixie-backports"),
-        features: &["lock_tracepoint", "kprobe", "fentry", "slab_names"],
-        required: &[WITH_LOCK_TRACEPOINTS, &["lock-names-slab"]],
-        // Its /proc/kallsyms lists no data symbols (the check says so and skips).
-        excused: &["lock-names-kallsyms"],
-        cmdline: "",
-        only: &[],
-        reference_for: None,
-    },
+    KERNEL_7_3,
+    // Its reference: every cache its own, only the slab-name check.
     LabKernel {
         name: "7.3-nomerge",
-        package: "linux-binary-7.3.4+deb13-cloud-amd64",
-        more_packages: &["linux-modules-7.3.4+deb13-cloud-amd64"],
-        arch: "x86_64",
-        suite: Some("trixie-backports"),
-        features: &["lock_tracepoint", "kprobe", "fentry", "slab_names"],
         required: &[&["lock-names-slab"]],
         excused: &[],
         cmdline: "slab_nomerge",
         only: &["lock-names-slab"],
         reference_for: Some("7.3"),
+        ..KERNEL_7_3
     },
 ];
 
