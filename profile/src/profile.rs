@@ -43,6 +43,14 @@ pub struct Profile {
     /// Block-IO requests (`record --io`).
     #[serde(default)]
     pub io: Vec<IoRow>,
+    /// Who dirtied which file's pages (`record --io`): a file's writeback is charged to
+    /// these processes by their share (see `export::io::charges`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub io_dirtied: Vec<DirtiedRow>,
+    /// Read, write, fsync and open calls timed per file and process
+    /// (`record --io --file-calls`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub file_calls: Vec<FileCallRow>,
     /// On-CPU sampling frequency in Hz (0: not sampled).
     #[serde(default)]
     pub cpu_freq_hz: u64,
@@ -456,6 +464,65 @@ pub struct IoRow {
     /// log2 histogram of issue-to-completion latency in microseconds: `hist[i]` counts
     /// requests in [2^i, 2^(i+1)) us (`hist[0]`: under 2 us).
     pub hist: Vec<u64>,
+    /// The file whose pages the requests carried (none: direct IO into user memory,
+    /// flushes, passthrough).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<FileRef>,
+}
+
+/// A file: its file system's device, inode number, and path where it was read.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FileRef {
+    /// The file system's device (`st_dev`), as `major`, `minor`.
+    pub major: u32,
+    pub minor: u32,
+    pub ino: u64,
+    /// Absolute path when its names reached a mount point; else the names read from
+    /// the file upwards, led by `.../`; empty when none could be read.
+    #[serde(default)]
+    pub path: String,
+}
+
+impl FileRef {
+    /// The path, or `dev MAJ:MIN ino N` when none was read.
+    pub fn label(&self) -> String {
+        if self.path.is_empty() {
+            format!("dev {}:{} ino {}", self.major, self.minor, self.ino)
+        } else {
+            self.path.clone()
+        }
+    }
+
+    /// Whether two references name the same file (the path may differ by when it was
+    /// read).
+    pub fn same_file(&self, other: &FileRef) -> bool {
+        (self.major, self.minor, self.ino) == (other.major, other.minor, other.ino)
+    }
+}
+
+/// One process's calls of one kind on one file: system call entry to return.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct FileCallRow {
+    pub pid: u32,
+    /// "read", "write", "fsync" (fdatasync too) or "open".
+    pub call: String,
+    pub file: FileRef,
+    pub count: u64,
+    /// Bytes the reads or writes returned.
+    pub bytes: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+    /// log2 histogram in microseconds, as `IoRow::hist`.
+    pub hist: Vec<u64>,
+}
+
+/// Pages of one file that one process dirtied (the cause of their writeback).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct DirtiedRow {
+    pub pid: u32,
+    pub file: FileRef,
+    /// Folios newly dirtied (a large folio counts once).
+    pub folios: u64,
 }
 
 impl Profile {
@@ -480,6 +547,8 @@ impl Profile {
         );
         pids.extend(self.offcpu.iter().filter_map(|row| row.held_by));
         pids.extend(self.io.iter().map(|row| row.pid));
+        pids.extend(self.io_dirtied.iter().map(|row| row.pid));
+        pids.extend(self.file_calls.iter().map(|row| row.pid));
         pids.extend(self.rpcs.iter().map(|row| row.pid));
         pids.extend(self.funcs.iter().map(|row| row.pid));
         pids.extend(self.cpu.iter().map(|row| row.pid));

@@ -1,5 +1,7 @@
 //! The timeline of a recording (`record --interval DUR`): per interval, the wait time
-//! that ended in it, for every lock, wait class and process.
+//! that ended in it, for every lock, wait class and process; and the block-IO bytes
+//! written in it, by the process that caused them (`--io`: a writer's writeback beside
+//! its throttling waits).
 //!
 //! Design: user space reads the kernel's cumulative aggregates at every interval
 //! boundary and keeps the difference from the previous read; the kernel does nothing
@@ -33,9 +35,11 @@ pub struct Timeline {
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Series {
-    /// Whose wait time: "lock" (lock contention) or "offcpu" (off-CPU waits).
+    /// Whose wait time: "lock" (lock contention) or "offcpu" (off-CPU waits); or "io"
+    /// (block-IO writes, in `bytes`).
     pub family: String,
-    /// "lock" (one lock: type and name), "class" (a wait class) or "process".
+    /// "lock" (one lock: type and name), "class" (a wait class), "process", or "cause"
+    /// (io: the process that caused the writes, see `export::io::Causes`).
     pub by: String,
     /// Lock (`mutex 0xffff...`), class, or process name.
     pub name: String,
@@ -45,8 +49,12 @@ pub struct Series {
     /// Wait time of each interval, nanoseconds: lock waits that ended in it, off-CPU
     /// time that passed in it (a wait still open at a boundary counts up to it).
     pub wait_ns: Vec<u64>,
-    /// Waits that ended in each interval.
+    /// Waits that ended in each interval (io: requests completed).
     pub count: Vec<u64>,
+    /// io: bytes written in each interval (empty for wait series). An io series'
+    /// `wait_ns` is the device time of those requests.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bytes: Vec<u64>,
 }
 
 impl Series {
@@ -55,22 +63,52 @@ impl Series {
             .iter()
             .fold(0u64, |sum, &ns| sum.saturating_add(ns))
     }
+
+    pub fn total_bytes(&self) -> u64 {
+        self.bytes
+            .iter()
+            .fold(0u64, |sum, &b| sum.saturating_add(b))
+    }
+
+    /// What the series measures per interval: bytes for io, else wait time.
+    pub fn values(&self) -> &[u64] {
+        if self.family == "io" {
+            &self.bytes
+        } else {
+            &self.wait_ns
+        }
+    }
 }
 
 /// A series' identity: (family, by, name, pid).
 pub type SeriesKey = (&'static str, &'static str, String, Option<u32>);
 
-/// Cumulative (wait ns, count) of every series at one moment.
-pub type Totals = BTreeMap<SeriesKey, (u64, u64)>;
+/// Cumulative (wait ns, count, bytes) of every series at one moment.
+pub type Totals = BTreeMap<SeriesKey, (u64, u64, u64)>;
 
-/// The cumulative totals of a profile's lock and off-CPU rows, per series.
+/// The cumulative totals of a profile's lock, off-CPU and block-IO write rows, per
+/// series.
 pub fn totals(profile: &Profile) -> Totals {
     let mut out = Totals::new();
-    let mut add = |key: SeriesKey, ns: u64, count: u64| {
+    let mut add_io = |key: SeriesKey, ns: u64, count: u64, bytes: u64| {
         let entry = out.entry(key).or_default();
         entry.0 = entry.0.saturating_add(ns);
         entry.1 = entry.1.saturating_add(count);
+        entry.2 = entry.2.saturating_add(bytes);
     };
+    let causes = crate::export::io::Causes::new(profile);
+    for row in profile.io.iter().filter(|row| row.op == "write") {
+        for (pid, share) in causes.of(row) {
+            let part = |value: u64| (value as f64 * share).round() as u64;
+            add_io(
+                ("io", "cause", String::new(), Some(pid)),
+                part(row.total_ns),
+                part(row.count),
+                part(row.bytes),
+            );
+        }
+    }
+    let mut add = |key: SeriesKey, ns: u64, count: u64| add_io(key, ns, count, 0);
     for row in &profile.locks {
         add(
             ("lock", "lock", lock_key(row), None),
@@ -126,9 +164,12 @@ pub struct Builder {
     interval_s: f64,
     ends_s: Vec<f64>,
     last: Totals,
-    /// Per series: (wait ns, count) per interval so far.
-    columns: BTreeMap<SeriesKey, (Vec<u64>, Vec<u64>)>,
+    /// Per series: (wait ns, count, bytes) per interval so far.
+    columns: BTreeMap<SeriesKey, Columns>,
 }
+
+/// (wait ns, count, bytes) per interval of one series.
+type Columns = (Vec<u64>, Vec<u64>, Vec<u64>);
 
 impl Builder {
     pub fn new(interval_s: f64) -> Self {
@@ -142,19 +183,22 @@ impl Builder {
     pub fn add(&mut self, at_s: f64, totals: Totals) {
         let index = self.ends_s.len();
         self.ends_s.push(at_s);
-        for (key, &(ns, count)) in &totals {
-            let (last_ns, last_count) = self.last.get(key).copied().unwrap_or((0, 0));
+        for (key, &(ns, count, bytes)) in &totals {
+            let (last_ns, last_count, last_bytes) =
+                self.last.get(key).copied().unwrap_or((0, 0, 0));
             let column = self
                 .columns
                 .entry(key.clone())
-                .or_insert_with(|| (vec![0; index], vec![0; index]));
+                .or_insert_with(|| (vec![0; index], vec![0; index], vec![0; index]));
             // Cumulative totals only grow; a smaller one (an entry gone) adds nothing.
             column.0.push(ns.saturating_sub(last_ns));
             column.1.push(count.saturating_sub(last_count));
+            column.2.push(bytes.saturating_sub(last_bytes));
         }
         for column in self.columns.values_mut() {
             column.0.resize(index + 1, 0);
             column.1.resize(index + 1, 0);
+            column.2.resize(index + 1, 0);
         }
         self.last = totals;
     }
@@ -166,22 +210,24 @@ impl Builder {
         let lock_names = lock_names(profile);
         // Locks by their final names; locks of one name (each process's `mmap_lock`)
         // are one series.
-        let mut named: BTreeMap<SeriesKey, (Vec<u64>, Vec<u64>)> = BTreeMap::new();
-        for ((family, by, name, pid), (wait_ns, count)) in self.columns {
+        let mut named: BTreeMap<SeriesKey, Columns> = BTreeMap::new();
+        for ((family, by, name, pid), (wait_ns, count, bytes)) in self.columns {
             let name = match (family, by) {
                 ("lock", "lock") => lock_names.get(&name).cloned().unwrap_or(name),
                 _ => name,
             };
             match named.entry((family, by, name, pid)) {
                 std::collections::btree_map::Entry::Vacant(slot) => {
-                    slot.insert((wait_ns, count));
+                    slot.insert((wait_ns, count, bytes));
                 }
                 std::collections::btree_map::Entry::Occupied(mut slot) => {
-                    let (sum_ns, sum_count) = slot.get_mut();
-                    for (sum, add) in sum_ns.iter_mut().zip(&wait_ns) {
-                        *sum = sum.saturating_add(*add);
-                    }
-                    for (sum, add) in sum_count.iter_mut().zip(&count) {
+                    let (sum_ns, sum_count, sum_bytes) = slot.get_mut();
+                    for (sum, add) in sum_ns
+                        .iter_mut()
+                        .zip(&wait_ns)
+                        .chain(sum_count.iter_mut().zip(&count))
+                        .chain(sum_bytes.iter_mut().zip(&bytes))
+                    {
                         *sum = sum.saturating_add(*add);
                     }
                 }
@@ -189,17 +235,20 @@ impl Builder {
         }
         let mut series: Vec<Series> = named
             .into_iter()
-            .map(|((family, by, name, pid), (wait_ns, count))| Series {
-                family: family.into(),
-                by: by.into(),
-                name: match pid {
-                    Some(pid) => profile.process_name(pid),
-                    None => name,
+            .map(
+                |((family, by, name, pid), (wait_ns, count, bytes))| Series {
+                    family: family.into(),
+                    by: by.into(),
+                    name: match pid {
+                        Some(pid) => profile.process_name(pid),
+                        None => name,
+                    },
+                    pid,
+                    wait_ns,
+                    count,
+                    bytes: if family == "io" { bytes } else { Vec::new() },
                 },
-                pid,
-                wait_ns,
-                count,
-            })
+            )
             .collect();
         series.sort_by(|a, b| {
             (a.family.as_str(), a.by.as_str())
@@ -262,29 +311,43 @@ pub fn text(profile: &Profile, top: usize) -> String {
         if per == 1 { "" } else { "s" }
     );
     for (family, by, series) in series_groups(timeline) {
-        out.push_str(&format!("\n{family} wait by {by}:\n"));
+        let io = family == "io";
+        let (title, total, unit) = if io {
+            (
+                format!("\nblock IO written by {by} (MiB in each interval):\n"),
+                "total MiB",
+                1024.0 * 1024.0,
+            )
+        } else {
+            (format!("\n{family} wait by {by}:\n"), "total ms", 1e6)
+        };
+        out.push_str(&title);
         let ends: Vec<String> = timeline
             .ends_s
             .chunks(per)
             .map(|chunk| format!("{:.1}s", chunk.last().copied().unwrap_or(0.0)))
             .collect();
-        out.push_str(&format!("{:<28} {:>10}", by, "total ms"));
+        out.push_str(&format!("{:<28} {:>10}", by, total));
         for end in &ends {
             out.push_str(&format!(" {:>6}", crate::export::table::fit(end, 6)));
         }
         out.push('\n');
         let shown = crate::export::table::shown_rows(top, series.len());
         for one in &series[..shown] {
+            let total = one
+                .values()
+                .iter()
+                .fold(0u64, |sum, &v| sum.saturating_add(v));
             out.push_str(&format!(
                 "{:<28} {:>10.1}",
                 crate::export::table::fit(&one.name, 28),
-                one.total_ns() as f64 / 1e6
+                total as f64 / unit
             ));
-            for value in buckets(&one.wait_ns, COLUMNS) {
-                out.push_str(&format!(" {:>6.0}", value as f64 / 1e6));
+            for value in buckets(one.values(), COLUMNS) {
+                out.push_str(&format!(" {:>6.0}", value as f64 / unit));
             }
             out.push('\n');
-            out.push_str(&format!("{:>40}{}\n", "", sparkline(&one.wait_ns, 56)));
+            out.push_str(&format!("{:>40}{}\n", "", sparkline(one.values(), 56)));
         }
         out.push_str(&crate::export::table::more_of(shown, series.len(), ""));
     }
@@ -325,18 +388,25 @@ pub fn html_section(profile: &Profile) -> String {
         timeline.interval_s
     );
     for (family, by, series) in series_groups(timeline) {
+        let io = family == "io";
+        let heading = if io { "block IO written" } else { "wait" };
         out.push_str(&format!(
-            "<h3>{} wait by {}</h3>\n<table>\n<thead><tr><th>{}</th><th class=\"n\">total</th><th>over time</th></tr></thead>\n<tbody>\n",
+            "<h3>{} {heading} by {}</h3>\n<table>\n<thead><tr><th>{}</th><th class=\"n\">total</th><th>over time</th></tr></thead>\n<tbody>\n",
             esc(family),
             esc(by),
             esc(by)
         ));
         for series in series.into_iter().take(10) {
+            let total = if io {
+                crate::export::io::format_bytes(series.total_bytes())
+            } else {
+                crate::units::format_ns(series.total_ns())
+            };
             out.push_str(&format!(
                 "<tr><td>{}</td><td class=\"n\">{}</td><td>{}</td></tr>\n",
                 esc(&series.name),
-                esc(&crate::units::format_ns(series.total_ns())),
-                chart(&series.wait_ns, &timeline.ends_s)
+                esc(&total),
+                chart(series.values(), &timeline.ends_s, io)
             ));
         }
         out.push_str("</tbody>\n</table>\n");
@@ -345,8 +415,9 @@ pub fn html_section(profile: &Profile) -> String {
     out
 }
 
-/// An inline SVG bar chart, 400x40, one bar per (merged) interval, with a tooltip each.
-fn chart(values: &[u64], ends_s: &[f64]) -> String {
+/// An inline SVG bar chart, 400x40, one bar per (merged) interval, with a tooltip each
+/// (`bytes`: the values are bytes, else nanoseconds).
+fn chart(values: &[u64], ends_s: &[f64], bytes: bool) -> String {
     const WIDTH: usize = 400;
     const HEIGHT: f64 = 40.0;
     let per = values.len().div_ceil(WIDTH / 2).max(1);
@@ -369,7 +440,11 @@ fn chart(values: &[u64], ends_s: &[f64]) -> String {
             (bar - 0.5).max(0.5),
             crate::export::escape::html(&format!(
                 "until {end:.1} s: {}",
-                crate::units::format_ns(value)
+                if bytes {
+                    crate::export::io::format_bytes(value)
+                } else {
+                    crate::units::format_ns(value)
+                }
             ))
         ));
     }
@@ -460,6 +535,50 @@ mod tests {
         assert!(
             locks.iter().all(|series| series.name.contains("named")),
             "{locks:?}"
+        );
+    }
+
+    #[test]
+    fn writes_by_cause_per_interval() {
+        let mut profile = Profile::new();
+        profile.duration_s = 2.0;
+        profile.io = vec![crate::profile::IoRow {
+            op: "write".into(),
+            pid: 2,
+            count: 4,
+            bytes: 4 << 20,
+            total_ns: 4_000_000,
+            file: Some(crate::profile::FileRef {
+                ino: 12,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }];
+        profile.io_dirtied = vec![crate::profile::DirtiedRow {
+            pid: 10,
+            file: crate::profile::FileRef {
+                ino: 12,
+                ..Default::default()
+            },
+            folios: 1,
+        }];
+        let mut builder = Builder::new(1.0);
+        let mut first = profile.clone();
+        first.io[0].bytes = 1 << 20;
+        builder.add(1.0, totals(&first));
+        let timeline = builder.finish(&profile);
+        let written = timeline
+            .series
+            .iter()
+            .find(|series| series.family == "io")
+            .expect("an io series");
+        assert_eq!((written.by.as_str(), written.pid), ("cause", Some(10)));
+        assert_eq!(written.bytes, vec![1 << 20, 3 << 20]);
+        let mut with = profile.clone();
+        with.timeline = Some(timeline);
+        crate::export::table::assert_table_shows(
+            &text(&with, 10),
+            &["block IO written by cause (MiB in each interval)"],
         );
     }
 

@@ -16,7 +16,7 @@ pub const OP_PASSTHROUGH: u32 = 5;
 /// also holds latencies under 1 us (like biolatency's slots).
 pub const IO_HIST_SLOTS: usize = 32;
 
-/// Aggregation key: one row per device, operation and issuing process.
+/// Aggregation key: one row per device, operation, issuing process and file.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct IoKey {
@@ -26,7 +26,13 @@ pub struct IoKey {
     pub op: u32,
     /// Process (tgid) that inserted or issued the request; kernel threads included.
     pub tgid: u32,
-    pub _pad: u32,
+    /// The file whose page cache the request's first page belongs to: its file system's
+    /// `dev_t` (`s_dev`, major << 20 | minor) and inode number. Both 0 when the request
+    /// has no page of a file (direct IO into user memory, flushes, passthrough); a file
+    /// system's `dev_t` is never 0 (a block device's own inode, on the kernel's internal
+    /// block-device file system, has number 0 before 6.x).
+    pub file_dev: u32,
+    pub ino: u64,
 }
 
 /// Aggregated requests of one key.
@@ -81,7 +87,9 @@ pub struct IoInFlight {
     pub tgid: u32,
     /// `IO_FLIGHT_*`.
     pub flags: u32,
-    pub _pad: u32,
+    /// The file of the request's first page, as in `IoKey`.
+    pub file_dev: u32,
+    pub ino: u64,
 }
 
 /// Where the IO programs find what they read in a `struct request`, from the kernel's
@@ -107,7 +115,142 @@ pub struct IoLayout {
     pub op_discard: u32,
     pub op_secure_erase: u32,
     pub op_passthrough: [u32; 4],
+    /// From a request to the inode of its first page: `request.bio`, `bio.bi_io_vec`,
+    /// `bio_vec.bv_page`, `page.compound_head` (a tail page's head, with bit 0 set),
+    /// `page.mapping`, `address_space.host`. `rq_bio` is `IO_NO_OFFSET` when this
+    /// kernel's layout was not found: requests then have no file; `page_compound_head`
+    /// when the kernel has no such member (7.x).
+    pub rq_bio: u32,
+    pub bio_io_vec: u32,
+    pub bv_page: u32,
+    pub page_compound_head: u32,
+    pub page_mapping: u32,
+    pub mapping_host: u32,
+    /// `inode.i_ino`, `inode.i_sb`, `super_block.s_dev`.
+    pub inode_ino: u32,
+    pub inode_sb: u32,
+    pub sb_dev: u32,
+    /// From an inode to its name: `inode.i_dentry` (the first alias),
+    /// `dentry.d_u.d_alias` (subtracted), `dentry.d_parent`, `dentry.d_name.name`.
+    /// `inode_dentry` is `IO_NO_OFFSET` when unknown: files then have no name.
+    pub inode_dentry: u32,
+    pub dentry_alias: u32,
+    pub dentry_parent: u32,
+    pub dentry_name: u32,
+    /// `task_struct.group_leader` and `task_struct.comm`: a worker thread's process is
+    /// named as its leader is (`IO_NO_OFFSET`: not known).
+    pub task_group_leader: u32,
+    pub task_comm: u32,
+    /// From a thread's file descriptor to the file's inode (`--file-calls`):
+    /// `task_struct.files`, `files_struct.fdt`, `fdtable.max_fds`, `fdtable.fd`,
+    /// `file.f_inode`, and `inode.i_mode` (only regular files are timed).
+    /// `task_files` is `IO_NO_OFFSET` when unknown.
+    pub task_files: u32,
+    pub files_fdt: u32,
+    pub fdt_max_fds: u32,
+    pub fdt_fd: u32,
+    pub file_inode: u32,
+    pub inode_mode: u32,
 }
+
+/// Bytes of one path component in `IoFile` (longer names are cut, NUL included).
+pub const IO_NAME_LEN: usize = 32;
+/// Path components read from a file's dentry upwards.
+pub const IO_NAME_PARTS: usize = 6;
+
+/// `IoFile::flags`: a target process dirtied pages of the file (its writeback is then
+/// the target's IO, whoever issues it).
+pub const IO_FILE_CAUSED: u32 = 1;
+/// `IoFile::flags`: the names reach the file system's root (the path is whole below
+/// its mount point).
+pub const IO_FILE_ROOT: u32 = 2;
+
+/// A file seen in a block request or dirtied, by its `struct inode` address.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IoFile {
+    pub ino: u64,
+    /// `s_dev` of its file system (major << 20 | minor).
+    pub dev: u32,
+    /// `IO_FILE_*`.
+    pub flags: u32,
+    /// Path components, the file's own name first, then its parents'; NUL-terminated,
+    /// empty after the last one read.
+    pub names: [[u8; IO_NAME_LEN]; IO_NAME_PARTS],
+}
+
+impl Default for IoFile {
+    fn default() -> Self {
+        IoFile {
+            ino: 0,
+            dev: 0,
+            flags: 0,
+            names: [[0; IO_NAME_LEN]; IO_NAME_PARTS],
+        }
+    }
+}
+
+/// Who dirtied a file's pages: one row per (inode, process).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DirtyKey {
+    /// `struct inode` address.
+    pub inode: u64,
+    pub tgid: u32,
+    pub _pad: u32,
+}
+
+/// Folios one process dirtied in one file (`writeback_dirty_folio`, or
+/// `writeback_dirty_page` before 5.17: each newly dirtied folio once).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DirtyStat {
+    pub folios: u64,
+    pub ino: u64,
+    pub dev: u32,
+    pub _pad: u32,
+}
+
+/// Entries of `IO_FILES`.
+pub const IO_FILES_ENTRIES: u32 = 8192;
+
+/// `CallKey::call`: the system calls `--file-calls` times, by what they do.
+pub const CALL_READ: u32 = 0;
+pub const CALL_WRITE: u32 = 1;
+pub const CALL_FSYNC: u32 = 2;
+pub const CALL_OPEN: u32 = 3;
+
+/// One row of timed calls: (process, call, file). Counted in an `IoStat` (bytes: what
+/// reads and writes returned; no queue times).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct CallKey {
+    pub tgid: u32,
+    /// `CALL_*`.
+    pub call: u32,
+    /// As in `IoKey`.
+    pub file_dev: u32,
+    pub _pad: u32,
+    pub ino: u64,
+}
+
+/// A timed call in progress, by thread id.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallStart {
+    pub start_ns: u64,
+    /// The file descriptor (an open's comes with its return).
+    pub fd: i64,
+    pub call: u32,
+    pub _pad: u32,
+}
+
+/// Entries of `IO_CALL_START` (threads in a timed call at once).
+pub const IO_CALL_START_ENTRIES: u32 = 16384;
+
+/// Offset of a syscall tracepoint's first argument (`sys_enter_*`) and of the return
+/// value (`sys_exit_*`) in its record, after the common fields and `__syscall_nr`.
+pub const SYSCALL_ARG0_OFFSET: u32 = 16;
 
 /// An offset that does not exist in this kernel.
 pub const IO_NO_OFFSET: u32 = u32::MAX;
@@ -130,6 +273,27 @@ impl IoLayout {
         op_discard: 3,
         op_secure_erase: 5,
         op_passthrough: [34, 35, IO_NO_OP, IO_NO_OP],
+        rq_bio: IO_NO_OFFSET,
+        bio_io_vec: 0,
+        bv_page: 0,
+        page_compound_head: 0,
+        page_mapping: 0,
+        mapping_host: 0,
+        inode_ino: 0,
+        inode_sb: 0,
+        sb_dev: 0,
+        inode_dentry: IO_NO_OFFSET,
+        dentry_alias: 0,
+        dentry_parent: 0,
+        dentry_name: 0,
+        task_group_leader: IO_NO_OFFSET,
+        task_comm: 0,
+        task_files: IO_NO_OFFSET,
+        files_fdt: 0,
+        fdt_max_fds: 0,
+        fdt_fd: 0,
+        file_inode: 0,
+        inode_mode: 0,
     };
 
     /// `OP_*` of a request's `cmd_flags`.
@@ -202,6 +366,16 @@ pub mod names {
         IO_STATS,
         IO_INFLIGHT,
         IO_LAYOUT,
+        IO_FILES,
+        IO_DIRTIED,
+        IO_DIRTY = io_dirty,
+        IO_CALLS,
+        IO_CALL_START,
+        IO_CALL_READ = io_call_read,
+        IO_CALL_WRITE = io_call_write,
+        IO_CALL_FSYNC = io_call_fsync,
+        IO_CALL_OPEN = io_call_open,
+        IO_CALL_EXIT = io_call_exit,
         IO_RQ_COMPLETE = io_rq_complete,
         IO_RQ_MERGE = io_rq_merge,
         IO_RQ_MERGE_Q = io_rq_merge_q,
@@ -215,7 +389,9 @@ pub mod names {
 }
 
 #[cfg(feature = "user")]
-crate::impl_pod!(IoKey, IoStat, IoInFlight, IoLayout);
+crate::impl_pod!(
+    IoKey, IoStat, IoInFlight, IoLayout, IoFile, DirtyKey, DirtyStat, CallKey, CallStart
+);
 
 #[cfg(test)]
 mod tests {

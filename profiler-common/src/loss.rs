@@ -37,6 +37,11 @@ pub const HOLD_OPEN_FULL: u32 = 28;
 pub const HOLD_NEGATIVE_DELTA: u32 = 29;
 // io by request pointer: 33.
 pub const IO_STALE_REPLACED: u32 = 33;
+// io by cause and file calls: 35..=38.
+pub const IO_DIRTIED_MAP_FULL: u32 = 35;
+pub const IO_FILES_MAP_FULL: u32 = 36;
+pub const IO_CALLS_MAP_FULL: u32 = 37;
+pub const IO_CALL_START_FULL: u32 = 38;
 
 // wakers (--wakers): 40..=41.
 pub const WAKER_MAP_FULL: u32 = 40;
@@ -53,7 +58,7 @@ pub const LOCK_STACK_FINGERPRINT_SHORT: u32 = 34;
 pub const LOSS_SLOTS: u32 = 48;
 
 /// Names for the report, by index. `None` slots are unused.
-pub const LOSS_NAMES: [(u32, &str, &str); 37] = [
+pub const LOSS_NAMES: [(u32, &str, &str); 41] = [
     (
         STACK_COLLISION,
         "stack_collision",
@@ -227,6 +232,27 @@ pub const LOSS_NAMES: [(u32, &str, &str); 37] = [
         "io_stale_replaced",
         "a request address reused while an older request there was open (its completion was \
          missed): the older one dropped",
+    ),
+    (
+        IO_DIRTIED_MAP_FULL,
+        "io_dirtied_map_full",
+        "map of who dirtied which file full: a process's dirtied pages not counted (its \
+         writeback is charged to the issuer only)",
+    ),
+    (
+        IO_FILES_MAP_FULL,
+        "io_files_map_full",
+        "map of files seen full: a request or dirtied page without its file",
+    ),
+    (
+        IO_CALLS_MAP_FULL,
+        "io_calls_map_full",
+        "map of timed file calls full: a call of a new (process, call, file) dropped",
+    ),
+    (
+        IO_CALL_START_FULL,
+        "io_call_start_full",
+        "map of file calls in progress full: a call not timed",
     ),
     (
         WAKER_MAP_FULL,

@@ -74,7 +74,6 @@ mod imp {
         }
         None
     }
-
 }
 
 #[cfg(bpf_target_arch = "aarch64")]
@@ -125,7 +124,6 @@ mod imp {
             unsafe { aya_ebpf::helpers::bpf_probe_read_kernel(at as *const user_pt_regs) }.ok()?;
         user_mode(&regs)
     }
-
 }
 
 pub use imp::{entry_user_regs, kprobe_sp, sample_user_regs};

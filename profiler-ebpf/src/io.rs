@@ -10,8 +10,16 @@
 //! The target filter is applied when a request is first seen: at insert, or at issue
 //! when the insert was not seen, by the task current then (the submitter; for requests
 //! issued later from a kworker or the journal thread, that thread). That task stays
-//! credited through requeues. Completion runs in interrupt context, so it only closes
-//! requests already admitted. Nothing travels to user space per event.
+//! credited through requeues. A request that writes back pages a target dirtied is
+//! admitted too, whoever issues it (the flusher kworker): `writeback_dirty_folio` marks
+//! the files targets dirty, and counts per (file, process) who dirtied how much, so
+//! user space can charge each file's writeback to its writers. Completion runs in
+//! interrupt context, so it only closes requests already admitted. Nothing travels to
+//! user space per event.
+//!
+//! A request's file is that of its first page (`rq->bio->bi_io_vec[0].bv_page->
+//! mapping->host`): number, file system and up to six path components, read once per
+//! file into `IO_FILES`. Requests merged across two files count for the first.
 //!
 //! Raw tracepoints do not filter the event for perf and other tracers (a classic
 //! tracepoint program returning 0 would), and are cheaper.
@@ -19,21 +27,29 @@
 use core::intrinsics::{AtomicOrdering, atomic_xadd};
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel,
+        bpf_probe_read_kernel_str_bytes,
+    },
     macros::map,
     maps::HashMap,
 };
 use profiler_common::{
     io::{
-        IO_FLIGHT_REQUEUED, IO_HIST_SLOTS, IO_NO_OFFSET, IoInFlight, IoKey, IoLayout, IoStat, Seen,
-        completes, seen_again,
+        CALL_OPEN, CALL_READ, CALL_WRITE, CallKey, CallStart, DirtyKey, DirtyStat,
+        IO_CALL_START_ENTRIES, IO_FILE_CAUSED, IO_FILE_ROOT, IO_FILES_ENTRIES, IO_FLIGHT_REQUEUED,
+        IO_HIST_SLOTS, IO_NO_OFFSET, IoFile, IoInFlight, IoKey, IoLayout, IoStat, Seen, completes,
+        seen_again,
     },
     latency::log2_slot_of,
-    loss::{IO_INFLIGHT_MAP_FULL, IO_MAP_FULL, IO_STALE_REPLACED, IO_UNMATCHED_COMPLETE},
+    loss::{
+        IO_CALL_START_FULL, IO_CALLS_MAP_FULL, IO_DIRTIED_MAP_FULL, IO_FILES_MAP_FULL,
+        IO_INFLIGHT_MAP_FULL, IO_MAP_FULL, IO_STALE_REPLACED, IO_UNMATCHED_COMPLETE,
+    },
 };
 
 use crate::{
-    shared::{count_loss, now_ns, remember_current_task, stats_map, update_row},
+    shared::{count_loss, now_ns, remember_current_task, remember_leader, stats_map, update_row},
     target::{filter_is_all, is_target},
 };
 
@@ -50,6 +66,24 @@ pub static IO_STATS: HashMap<IoKey, IoStat> = stats_map();
 #[map]
 static IO_INFLIGHT: HashMap<u64, IoInFlight> =
     HashMap::with_max_entries(profiler_common::io::IO_INFLIGHT_ENTRIES, 0);
+
+/// Files seen in requests or dirtied, by `struct inode` address: number, file system
+/// and name, and whether a target dirtied them.
+#[map]
+static IO_FILES: HashMap<u64, IoFile> = HashMap::with_max_entries(IO_FILES_ENTRIES, 0);
+
+/// Folios dirtied per (inode, process): who caused a file's writeback. Size set at load
+/// time (`--map-entries`).
+#[map]
+pub static IO_DIRTIED: HashMap<DirtyKey, DirtyStat> = stats_map();
+
+/// Timed file calls (`--file-calls`) by (process, call, file). Size set at load time.
+#[map]
+pub static IO_CALLS: HashMap<CallKey, IoStat> = stats_map();
+
+/// File calls in progress, by thread id.
+#[map]
+static IO_CALL_START: HashMap<u32, CallStart> = HashMap::with_max_entries(IO_CALL_START_ENTRIES, 0);
 
 /// Reads one field of the load-time layout; volatile so the compiler does not fold the
 /// defaults above into the program (user space rewrites them before load).
@@ -118,14 +152,219 @@ fn read_alloc_ns(rq: u64) -> u64 {
     read_u64(rq + offset as u64)
 }
 
-/// What a request looks like now: device, operation and data length.
+/// What a request looks like now: device, operation, data length and file.
 #[inline(always)]
 fn describe(rq: u64, open: &mut IoInFlight) {
-    // SAFETY: reading the whole load-time global for its `op_of`; a copy of 96 bytes.
+    // SAFETY: reading the whole load-time global for its `op_of`.
     let layout = unsafe { core::ptr::read_volatile(&IO_LAYOUT) };
     open.dev = read_dev(rq);
     open.op = layout.op_of(read_u32(rq + layout.cmd_flags as u64));
     open.bytes = read_u32(rq + layout.data_len as u64);
+    if open.bytes != 0 {
+        let file = file_of(request_inode(rq));
+        open.file_dev = file.0;
+        open.ino = file.1;
+    }
+}
+
+/// The inode whose page cache holds the request's first page, or 0 (no data, or a
+/// page of no file: direct IO into user memory, a swap page).
+#[inline(always)]
+fn request_inode(rq: u64) -> u64 {
+    let rq_bio = layout!(rq_bio);
+    if rq_bio == IO_NO_OFFSET {
+        return 0;
+    }
+    let bio = read_u64(rq + rq_bio as u64);
+    if bio == 0 {
+        return 0;
+    }
+    let vecs = read_u64(bio + layout!(bio_io_vec) as u64);
+    if vecs == 0 {
+        return 0;
+    }
+    page_inode(read_u64(vecs + layout!(bv_page) as u64))
+}
+
+/// The inode of a page-cache page (through its head page for a tail page of a large
+/// folio, where the kernel has `compound_head`), or 0 for an anonymous or movable page,
+/// or none.
+#[inline(always)]
+fn page_inode(page: u64) -> u64 {
+    if page == 0 {
+        return 0;
+    }
+    let compound_head = layout!(page_compound_head);
+    let head = if compound_head == IO_NO_OFFSET {
+        0
+    } else {
+        read_u64(page + compound_head as u64)
+    };
+    let page = if head & 1 != 0 { head - 1 } else { page };
+    let mapping = read_u64(page + layout!(page_mapping) as u64);
+    // PAGE_MAPPING_ANON and PAGE_MAPPING_MOVABLE are tagged in the low bits.
+    if mapping == 0 || mapping & 3 != 0 {
+        return 0;
+    }
+    read_u64(mapping + layout!(mapping_host) as u64)
+}
+
+/// (file system `dev_t`, inode number) of `inode`, entered in `IO_FILES` with its name
+/// the first time; (0, 0) for none.
+#[inline(always)]
+fn file_of(inode: u64) -> (u32, u64) {
+    match file_entry(inode) {
+        // SAFETY: element of a hash map from a successful lookup or insert.
+        Some(file) => unsafe { ((*file).dev, (*file).ino) },
+        None => (0, 0),
+    }
+}
+
+/// The `IO_FILES` entry of `inode`, made (number, file system, name) when missing or
+/// when the address now holds another inode.
+#[inline(always)]
+fn file_entry(inode: u64) -> Option<*mut IoFile> {
+    if inode == 0 {
+        return None;
+    }
+    let ino = read_u64(inode + layout!(inode_ino) as u64);
+    if let Some(known) = IO_FILES.get_ptr_mut(inode) {
+        // SAFETY: element of a hash map from a successful lookup.
+        if unsafe { (*known).ino } == ino {
+            return Some(known);
+        }
+    }
+    let sb = read_u64(inode + layout!(inode_sb) as u64);
+    if sb == 0 {
+        return None;
+    }
+    let fresh = IoFile {
+        ino,
+        dev: read_u32(sb + layout!(sb_dev) as u64),
+        ..IoFile::default()
+    };
+    if IO_FILES.insert(inode, fresh, 0).is_err() {
+        count_loss(IO_FILES_MAP_FULL);
+        return None;
+    }
+    let file = IO_FILES.get_ptr_mut(inode)?;
+    // SAFETY: element of a hash map just inserted; filled in place (the names do not
+    // fit on the BPF stack twice).
+    unsafe { read_names(inode, &mut *file) };
+    Some(file)
+}
+
+/// The file's name and its parents' from its first dentry upwards, as far as
+/// `IO_NAME_PARTS` go; `IO_FILE_ROOT` when the file system's root was reached. Racy
+/// like any read of the dentry tree without its locks: a rename may show either name.
+#[inline(always)]
+fn read_names(inode: u64, file: &mut IoFile) {
+    let inode_dentry = layout!(inode_dentry);
+    if inode_dentry == IO_NO_OFFSET {
+        return;
+    }
+    let alias = read_u64(inode + inode_dentry as u64);
+    if alias == 0 {
+        return;
+    }
+    let mut dentry = alias - layout!(dentry_alias) as u64;
+    let parent_offset = layout!(dentry_parent) as u64;
+    let name_offset = layout!(dentry_name) as u64;
+    for part in file.names.iter_mut() {
+        let name = read_u64(dentry + name_offset);
+        if name == 0 {
+            return;
+        }
+        // SAFETY: bpf_probe_read_kernel_str checks the address; a bad one is an error.
+        let _ = unsafe { bpf_probe_read_kernel_str_bytes(name as *const u8, part) };
+        let parent = read_u64(dentry + parent_offset);
+        if parent == dentry || parent == 0 {
+            file.flags |= IO_FILE_ROOT;
+            return;
+        }
+        dentry = parent;
+    }
+}
+
+/// `writeback_dirty_folio(folio, mapping)` (`writeback_dirty_page` before 5.17), in
+/// the context of the task that dirtied it: the file's writeback will be this process's
+/// IO, whoever issues it.
+pub fn on_dirty(mapping: u64) {
+    if mapping == 0 || !is_target() {
+        return;
+    }
+    let inode = read_u64(mapping + layout!(mapping_host) as u64);
+    let Some(file) = file_entry(inode) else {
+        return;
+    };
+    // SAFETY: element of a hash map from a successful lookup or insert.
+    let (dev, ino) = unsafe {
+        (*file).flags |= IO_FILE_CAUSED;
+        ((*file).dev, (*file).ino)
+    };
+    let key = DirtyKey {
+        inode,
+        tgid: (bpf_get_current_pid_tgid() >> 32) as u32,
+        _pad: 0,
+    };
+    let first = DirtyStat {
+        folios: 0,
+        ino,
+        dev,
+        _pad: 0,
+    };
+    update_row(
+        &IO_DIRTIED,
+        &key,
+        &first,
+        IO_DIRTIED_MAP_FULL,
+        true,
+        |row| {
+            // SAFETY: `row` points into a map value valid for this program run; several CPUs
+            // may add to one row.
+            unsafe {
+                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*row).folios, 1);
+            }
+        },
+    );
+    remember_process_leader();
+}
+
+/// A worker thread of a process (an io_uring worker) doing its IO: the process is
+/// named after its leader, not after the worker.
+#[inline(always)]
+fn remember_process_leader() {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let group_leader = layout!(task_group_leader);
+    if pid_tgid as u32 == (pid_tgid >> 32) as u32 || group_leader == IO_NO_OFFSET {
+        return;
+    }
+    // SAFETY: helper without arguments; the task is only read through probe reads.
+    let task = unsafe { bpf_get_current_task() };
+    let leader = read_u64(task + group_leader as u64);
+    if leader == 0 {
+        return;
+    }
+    let comm_addr = leader + layout!(task_comm) as u64;
+    // SAFETY: bpf_probe_read_kernel checks the address; a bad one yields an error.
+    let comm = unsafe { bpf_probe_read_kernel(comm_addr as *const [u8; 16]) };
+    if let Ok(comm) = comm {
+        remember_leader(comm);
+    }
+}
+
+/// Whether a target dirtied pages of the request's file: its writeback is the target's.
+#[inline(always)]
+fn caused_by_target(rq: u64) -> bool {
+    let inode = request_inode(rq);
+    if inode == 0 {
+        return false;
+    }
+    match IO_FILES.get_ptr(inode) {
+        // SAFETY: element of a hash map from a successful lookup.
+        Some(file) => unsafe { (*file).flags & IO_FILE_CAUSED != 0 },
+        None => false,
+    }
 }
 
 /// The open entry at `rq` when this event continues its request (a requeued request
@@ -176,12 +415,12 @@ pub fn on_rq_issue(rq: u64) {
     }
 }
 
-/// A request seen for the first time: admitted when the current task is a target.
-/// A stale entry at its address is dropped either way, so no other process's request
-/// inherits it.
+/// A request seen for the first time: admitted when the current task is a target, or
+/// when it writes back a file a target dirtied. A stale entry at its address is dropped
+/// either way, so no other process's request inherits it.
 #[inline(always)]
 fn start(rq: u64, insert_ns: u64, issue_ns: u64, stale: bool) {
-    if !is_target() {
+    if !is_target() && !caused_by_target(rq) {
         if stale {
             let _ = IO_INFLIGHT.remove(rq);
         }
@@ -206,6 +445,7 @@ fn admit(rq: u64, insert_ns: u64, issue_ns: u64) {
         return;
     }
     remember_current_task();
+    remember_process_leader();
 }
 
 /// `block_rq_requeue`: the driver gave the request back; it will
@@ -257,59 +497,164 @@ pub fn on_rq_complete(rq: u64, nr_bytes: u32) {
         dev: open.dev,
         op: open.op,
         tgid: open.tgid,
-        _pad: 0,
+        file_dev: open.file_dev,
+        ino: open.ino,
     };
     let queue_ns = if open.insert_ns != 0 && open.issue_ns >= open.insert_ns {
         Some(open.issue_ns - open.insert_ns)
     } else {
         None
     };
-    add_request(&key, open.bytes as u64, now - open.issue_ns, queue_ns);
-}
-#[inline(always)]
-fn add_request(key: &IoKey, bytes: u64, latency_ns: u64, queue_ns: Option<u64>) {
-    update_row(
+    add_request(
         &IO_STATS,
-        key,
-        &IoStat::default(),
+        &key,
         IO_MAP_FULL,
-        false,
-        |stat| {
-            // Through the stack, volatile: the compiler then cannot prove slot < IO_HIST_SLOTS
-            // and drop the bounds check below, which the verifier needs to see (6.1's verifier
-            // lost the bound of the masked index: "math between map_value pointer and register
-            // with unbounded min value").
-            let slot = log2_slot_of::<IO_HIST_SLOTS>(latency_ns / 1000);
-            // SAFETY: reading a local just written.
-            let slot = unsafe { core::ptr::read_volatile(&slot) };
-            // SAFETY: `stat` points into a map value valid for this program run; counters are
-            // atomic (completions of one key run on several CPUs), max is best effort; the
-            // bucket index is checked.
-            unsafe {
-                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).count, 1);
-                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).bytes, bytes);
-                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
-                    &raw mut (*stat).total_ns,
-                    latency_ns,
-                );
-                if latency_ns > (*stat).max_ns {
-                    (*stat).max_ns = latency_ns;
-                }
-                if let Some(queue_ns) = queue_ns {
-                    atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
-                        &raw mut (*stat).queued,
-                        1,
-                    );
-                    atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
-                        &raw mut (*stat).queue_ns,
-                        queue_ns,
-                    );
-                }
-                // Checked index without a panic path.
-                if let Some(bucket) = (*stat).hist.get_mut(slot) {
-                    atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(bucket, 1);
-                }
-            }
-        },
+        open.bytes as u64,
+        now - open.issue_ns,
+        queue_ns,
     );
+}
+
+/// Adds one request (or timed call) of `bytes` and `latency_ns` to its row of `map`.
+#[inline(always)]
+fn add_request<K>(
+    map: &HashMap<K, IoStat>,
+    key: &K,
+    loss_slot: u32,
+    bytes: u64,
+    latency_ns: u64,
+    queue_ns: Option<u64>,
+) {
+    update_row(map, key, &IoStat::default(), loss_slot, false, |stat| {
+        // Through the stack, volatile: the compiler then cannot prove slot < IO_HIST_SLOTS
+        // and drop the bounds check below, which the verifier needs to see (6.1's verifier
+        // lost the bound of the masked index: "math between map_value pointer and register
+        // with unbounded min value").
+        let slot = log2_slot_of::<IO_HIST_SLOTS>(latency_ns / 1000);
+        // SAFETY: reading a local just written.
+        let slot = unsafe { core::ptr::read_volatile(&slot) };
+        // SAFETY: `stat` points into a map value valid for this program run; counters are
+        // atomic (completions of one key run on several CPUs), max is best effort; the
+        // bucket index is checked.
+        unsafe {
+            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).count, 1);
+            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).bytes, bytes);
+            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
+                &raw mut (*stat).total_ns,
+                latency_ns,
+            );
+            if latency_ns > (*stat).max_ns {
+                (*stat).max_ns = latency_ns;
+            }
+            if let Some(queue_ns) = queue_ns {
+                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).queued, 1);
+                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
+                    &raw mut (*stat).queue_ns,
+                    queue_ns,
+                );
+            }
+            // Checked index without a panic path.
+            if let Some(bucket) = (*stat).hist.get_mut(slot) {
+                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(bucket, 1);
+            }
+        }
+    });
+}
+
+/// A timed call (`--file-calls`) begins: a read, write or fsync of `fd`, or an open
+/// (`fd` -1, its descriptor comes with the return).
+pub fn on_call_enter(call: u32, fd: i64) {
+    if !is_target() {
+        return;
+    }
+    let start = CallStart {
+        start_ns: now_ns(),
+        fd,
+        call,
+        _pad: 0,
+    };
+    let tid = bpf_get_current_pid_tgid() as u32;
+    if IO_CALL_START.insert(tid, start, 0).is_err() {
+        count_loss(IO_CALL_START_FULL);
+    }
+}
+
+/// A timed call returns `ret`: its time goes to (process, call, file) when the
+/// descriptor is a regular file's.
+pub fn on_call_exit(ret: i64) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tid = pid_tgid as u32;
+    let Some(start) = IO_CALL_START.get_ptr(tid) else {
+        return;
+    };
+    // SAFETY: element of a hash map from a successful lookup; copied at once.
+    let start = unsafe { *start };
+    let _ = IO_CALL_START.remove(tid);
+    let now = now_ns();
+    if now < start.start_ns {
+        return;
+    }
+    let fd = if start.call == CALL_OPEN {
+        ret
+    } else {
+        start.fd
+    };
+    let (file_dev, ino) = file_of(fd_inode(fd));
+    if file_dev == 0 && ino == 0 {
+        return;
+    }
+    let bytes = match start.call {
+        CALL_READ | CALL_WRITE if ret > 0 => ret as u64,
+        _ => 0,
+    };
+    let key = CallKey {
+        tgid: (pid_tgid >> 32) as u32,
+        call: start.call,
+        file_dev,
+        _pad: 0,
+        ino,
+    };
+    add_request(
+        &IO_CALLS,
+        &key,
+        IO_CALLS_MAP_FULL,
+        bytes,
+        now - start.start_ns,
+        None,
+    );
+    remember_current_task();
+    remember_process_leader();
+}
+
+/// The inode of the current thread's descriptor `fd` when it is a regular file's, or 0.
+#[inline(always)]
+fn fd_inode(fd: i64) -> u64 {
+    let task_files = layout!(task_files);
+    if !(0..=i32::MAX as i64).contains(&fd) || task_files == IO_NO_OFFSET {
+        return 0;
+    }
+    // SAFETY: helper without arguments; the task is only read through probe reads.
+    let task = unsafe { bpf_get_current_task() };
+    let files = read_u64(task + task_files as u64);
+    if files == 0 {
+        return 0;
+    }
+    let table = read_u64(files + layout!(files_fdt) as u64);
+    if table == 0 || fd as u64 >= read_u32(table + layout!(fdt_max_fds) as u64) as u64 {
+        return 0;
+    }
+    let array = read_u64(table + layout!(fdt_fd) as u64);
+    if array == 0 {
+        return 0;
+    }
+    let file = read_u64(array + 8 * fd as u64);
+    if file == 0 {
+        return 0;
+    }
+    let inode = read_u64(file + layout!(file_inode) as u64);
+    // S_IFMT, S_IFREG.
+    if inode == 0 || read_u32(inode + layout!(inode_mode) as u64) & 0o170000 != 0o100000 {
+        return 0;
+    }
+    inode
 }

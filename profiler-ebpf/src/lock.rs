@@ -667,11 +667,7 @@ fn waiter_stack<C: LockContext, const WORDS: usize>(
 
 /// A stack walk now, with the lock's class (decided with each walk, cached with it).
 #[inline(always)]
-fn walked_stack<C: StackIdContext>(
-    ctx: &C,
-    lock_addr: u64,
-    flags: u32,
-) -> (i32, Option<u64>, u32) {
+fn walked_stack<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32) -> (i32, Option<u64>, u32) {
     let lock_class = crate::lockname::classify(lock_addr, flags);
     let kstack_id = stack_id_or_loss(ctx.get_stackid(&STACKS, STACK_FLAGS_KERNEL));
     (kstack_id, Some(now_ns()), lock_class)

@@ -20,7 +20,7 @@ use aya_ebpf::{
     maps::{Array, HashMap},
 };
 use profiler_common::{
-    lock::{is_plain_spinlock, LOCK_CLASS_MMAP_LOCK, LOCK_CLASS_UNKNOWN},
+    lock::{LOCK_CLASS_MMAP_LOCK, LOCK_CLASS_UNKNOWN, is_plain_spinlock},
     lockname::{
         KMEM_CACHE_CALL_MARK, LOCK_CLASS_ALLOC_LOCK, LOCK_CLASS_CRED_GUARD, LOCK_CLASS_FILE_LOCK,
         LOCK_CLASS_FS_LOCK, LOCK_CLASS_PAGE_TABLE_LOCK, LOCK_CLASS_PI_LOCK, LOCK_CLASS_RQ_LOCK,
@@ -166,8 +166,7 @@ const PID_MAX_LIMIT: u32 = 4 * 1024 * 1024;
 #[inline(always)]
 fn is_task(task: u64) -> bool {
     let leader = read_ptr(task, layout!(task_group_leader));
-    if leader < 0xffff_0000_0000_0000 || read_ptr(leader, layout!(task_group_leader)) != leader
-    {
+    if leader < 0xffff_0000_0000_0000 || read_ptr(leader, layout!(task_group_leader)) != leader {
         return false;
     }
     match (

@@ -27,11 +27,12 @@ use aya_ebpf::{
     macros::{fentry, fexit, kprobe, kretprobe, perf_event, raw_tracepoint, uprobe, uretprobe},
     programs::{
         FEntryContext, FExitContext, PerfEventContext, ProbeContext, RawTracePointContext,
-        RetProbeContext,
+        RetProbeContext, TracePointContext,
     },
 };
 use profiler_common::{
     func::UFUNC_SLOT_BASE,
+    io::{CALL_FSYNC, CALL_OPEN, CALL_READ, CALL_WRITE, SYSCALL_ARG0_OFFSET},
     lock::{LCB_F_MUTEX, LCB_F_READ, LCB_F_WRITE},
 };
 
@@ -131,6 +132,48 @@ classic_tracepoint!(
     "tracepoint/filelock/posix_lock_inode",
     filelock::on_lock_inode
 );
+// Timed file calls (`--file-calls`): `syscalls:sys_enter_*` of reads, writes, fsyncs and
+// opens, one program per kind of call attached to each such syscall this kernel has, and
+// one program on all their `sys_exit_*`.
+classic_tracepoint!(
+    /// `sys_enter_read`, `pread64`, `readv`, `preadv`, `preadv2`.
+    io_call_read,
+    "tracepoint/syscalls/sys_enter_read",
+    |ctx: &TracePointContext| io::on_call_enter(CALL_READ, syscall_arg0(ctx))
+);
+classic_tracepoint!(
+    /// `sys_enter_write`, `pwrite64`, `writev`, `pwritev`, `pwritev2`.
+    io_call_write,
+    "tracepoint/syscalls/sys_enter_write",
+    |ctx: &TracePointContext| io::on_call_enter(CALL_WRITE, syscall_arg0(ctx))
+);
+classic_tracepoint!(
+    /// `sys_enter_fsync`, `fdatasync`.
+    io_call_fsync,
+    "tracepoint/syscalls/sys_enter_fsync",
+    |ctx: &TracePointContext| io::on_call_enter(CALL_FSYNC, syscall_arg0(ctx))
+);
+classic_tracepoint!(
+    /// `sys_enter_openat`, `open`, `openat2`, `creat`.
+    io_call_open,
+    "tracepoint/syscalls/sys_enter_openat",
+    |_: &TracePointContext| io::on_call_enter(CALL_OPEN, -1)
+);
+classic_tracepoint!(
+    /// `sys_exit_*` of all of them: the return value.
+    io_call_exit,
+    "tracepoint/syscalls/sys_exit_read",
+    |ctx: &TracePointContext| io::on_call_exit(syscall_arg0(ctx))
+);
+
+/// A syscall tracepoint's first argument (`sys_enter_*`) or return value (`sys_exit_*`).
+#[inline(always)]
+fn syscall_arg0(ctx: &TracePointContext) -> i64 {
+    // SAFETY: the offset is that of every syscall tracepoint's record (user space checks
+    // it against the format files); the read is checked.
+    unsafe { ctx.read_at::<i64>(SYSCALL_ARG0_OFFSET as usize) }.unwrap_or(-1)
+}
+
 classic_tracepoint!(
     /// `filelock:break_lease_block`: the owner of the lease an open waits for.
     offcpu_filelock_lease,
@@ -173,6 +216,15 @@ io_request_event! {
 #[raw_tracepoint(tracepoint = "block_rq_complete")]
 pub fn io_rq_complete(ctx: RawTracePointContext) -> i32 {
     io::on_rq_complete(ctx.arg::<u64>(0), ctx.arg::<u64>(2) as u32);
+    0
+}
+
+/// `writeback_dirty_folio(struct folio *folio, struct address_space *mapping)`, or
+/// `writeback_dirty_page(struct page *page, ...)` before 5.17 (user space attaches the
+/// one this kernel has): a task dirtied a page of a file.
+#[raw_tracepoint(tracepoint = "writeback_dirty_folio")]
+pub fn io_dirty(ctx: RawTracePointContext) -> i32 {
+    io::on_dirty(ctx.arg::<u64>(1));
     0
 }
 

@@ -129,6 +129,28 @@ pub fn remember_current_task() {
     }
 }
 
+/// Remembers the current thread's process under its leader's name `leader_comm` when the
+/// current thread is not the leader and the leader was not seen (an io_uring worker,
+/// `iou-wrk-N`, does the process's IO, and the process may end before it is listed).
+#[inline(always)]
+pub fn remember_leader(leader_comm: [u8; 16]) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tgid = (pid_tgid >> 32) as u32;
+    if pid_tgid as u32 == tgid || TASKS.get_ptr(tgid).is_some() {
+        return;
+    }
+    let info = TaskInfo {
+        tgid,
+        _pad: 0,
+        comm: leader_comm,
+        // SAFETY: helper without arguments.
+        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
+    };
+    if TASKS.insert(tgid, info, 0).is_err() {
+        count_loss(TASK_MAP_FULL);
+    }
+}
+
 /// Reads a load-time global (set by user space with `EbpfLoader::override_global`).
 #[inline(always)]
 pub fn load_u32(global: &u32) -> u32 {

@@ -1,4 +1,4 @@
-//! `record --interval DUR`: reads the lock and off-CPU aggregates at every interval
+//! `record --interval DUR`: reads the lock, off-CPU and IO aggregates at every interval
 //! boundary and keeps the differences (the design, and why not in the kernel, is in
 //! the profile crate's timeline.rs).
 
@@ -24,8 +24,11 @@ pub fn check(args: &RecordArgs, asked: &[&str]) -> Result<()> {
         bail!("--interval must be at least 100ms (the aggregates are read at every interval)");
     }
     let lock = args.lock.lock || asked.is_empty() || asked.contains(&"lock");
-    if !lock && !asked.contains(&"offcpu") {
-        bail!("--interval keeps lock and off-CPU wait time over the run: add --lock or --offcpu");
+    if !lock && !asked.contains(&"offcpu") && !asked.contains(&"io") {
+        bail!(
+            "--interval keeps lock and off-CPU wait time and block-IO writes over the run: \
+             add --lock, --offcpu or --io"
+        );
     }
     Ok(())
 }

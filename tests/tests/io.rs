@@ -38,6 +38,8 @@ struct Ext4Loop {
     mount: PathBuf,
     device: Option<String>,
     mounted: bool,
+    /// (file, value before) of the device's writeback settings this test changed.
+    bdi_restore: Vec<(PathBuf, String)>,
 }
 
 impl Ext4Loop {
@@ -51,6 +53,7 @@ impl Ext4Loop {
             mount,
             device: None,
             mounted: false,
+            bdi_restore: Vec::new(),
         };
         std::fs::File::create(&image)
             .and_then(|file| file.set_len(size_mb << 20))
@@ -97,6 +100,31 @@ impl Ext4Loop {
         self.device.as_deref().expect("loop device")
     }
 
+    /// Caps this device's dirty page cache at `bytes` (its own limit, strictly kept):
+    /// a buffered writer is throttled there and the flusher threads write its pages
+    /// back while it writes, as on a machine with little memory. Restored on drop (the
+    /// loop device outlives the test).
+    fn limit_dirty(&mut self, bytes: u64) {
+        let name = Path::new(self.device())
+            .file_name()
+            .expect("device name")
+            .to_owned();
+        let bdi = Path::new("/sys/block").join(name).join("bdi");
+        let max_bytes = bdi.join("max_bytes");
+        // max_bytes is 6.2+; before, a share of the machine's limit.
+        let (limit, value) = if max_bytes.exists() {
+            (max_bytes, bytes.to_string())
+        } else {
+            (bdi.join("max_ratio"), "1".to_string())
+        };
+        for (file, value) in [(limit, value), (bdi.join("strict_limit"), "1".into())] {
+            let before = std::fs::read_to_string(&file).unwrap_or_default();
+            std::fs::write(&file, &value)
+                .unwrap_or_else(|err| panic!("write {}: {err}", file.display()));
+            self.bdi_restore.push((file, before.trim().to_string()));
+        }
+    }
+
     /// (major, minor) of the loop device.
     fn dev(&self) -> (u32, u32) {
         device_numbers(self.device())
@@ -105,6 +133,9 @@ impl Ext4Loop {
 
 impl Drop for Ext4Loop {
     fn drop(&mut self) {
+        for (file, before) in self.bdi_restore.drain(..).rev() {
+            let _ = std::fs::write(file, before);
+        }
         if self.mounted {
             let mount = self.mount.to_str().unwrap_or_default().to_string();
             let ok = Command::new("umount")
@@ -975,5 +1006,395 @@ fn fio_lock_table_rows_are_distinct_classes() {
             "lock {addr:#x} ({kind}) is in {} rows: {classes:?}",
             classes.len()
         );
+    }
+}
+
+/// `dd`'s own count of the bytes it copied (`N bytes (...) copied` on stderr).
+fn dd_bytes(stderr: &str) -> u64 {
+    stderr
+        .lines()
+        .find(|line| line.contains(" bytes") && line.contains("copied"))
+        .and_then(|line| line.split_whitespace().next())
+        .and_then(|count| count.parse().ok())
+        .unwrap_or_else(|| panic!("no byte count from dd in:\n{stderr}"))
+}
+
+/// A second writer on the same file system, outside the recording's targets: dd
+/// writes 16 MiB to `path` and syncs, again and again until `stop` exists.
+fn bystander(path: &Path, stop: &Path) -> std::process::Child {
+    let script = format!(
+        "while [ ! -e '{}' ]; do dd if=/dev/zero of='{}' bs=1M count=16 conv=fsync status=none; done",
+        path_str(stop),
+        path_str(path)
+    );
+    Command::new("sh")
+        .args(["-c", &script])
+        .spawn()
+        .expect("start the bystander")
+}
+
+/// The `io_files` group of the file at `path` in a JSON report, if any.
+fn file_group<'a>(report: &'a serde_json::Value, path: &Path) -> Option<&'a serde_json::Value> {
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata(path).expect("stat").ino();
+    report["io_files"]
+        .as_array()?
+        .iter()
+        .find(|group| group["file"]["ino"].as_u64() == Some(ino))
+}
+
+/// Bytes of a group's `issued_by` or `caused_by` list, by (pid, process).
+fn shares(group: &serde_json::Value, list: &str) -> Vec<(u64, String, u64)> {
+    group[list]
+        .as_array()
+        .expect("share list")
+        .iter()
+        .map(|share| {
+            (
+                share["pid"].as_u64().unwrap_or(0),
+                share["process"].as_str().unwrap_or_default().to_string(),
+                share["bytes"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
+/// A buffered writer's IO is charged to it and to its file, though the flusher issues
+/// it: `dd` writes 300 MiB (fsync at the end) to ext4 on a loop device whose dirty
+/// cache is capped at 32 MiB, so kworker threads write most of it back while dd runs.
+/// Recorded as `-- dd` (only dd is a target) and as `-a -- dd` (every process), each
+/// time beside a second dd writing another file, started outside the recording:
+/// - dd's file: its written bytes within 5% of dd's own count, at least 95% of them
+///   caused by dd, more than half issued by kworker threads;
+/// - `-- dd`: the bystander's file is not in the profile (not a target's IO);
+/// - `-a`: the bystander's file is charged to the bystander alone.
+#[test]
+fn writeback_is_charged_to_the_writer_and_its_file() {
+    let test = "writeback_is_charged_to_the_writer_and_its_file";
+    let _alone = alone();
+    if !can_load_programs(test) {
+        return;
+    }
+    for tool in ["mkfs.ext4", "losetup", "mount", "dd"] {
+        if !have(tool) {
+            assert!(!is_ci(), "{tool} is needed under CI=true");
+            eprintln!("SKIP {test}: no {tool}");
+            return;
+        }
+    }
+    let mut fs = Ext4Loop::new("io-writeback", 1024);
+    fs.limit_dirty(32 << 20);
+    let out = fs.dir.join("out");
+    std::fs::create_dir_all(&out).expect("out dir");
+    for system_wide in [false, true] {
+        let written = fs.mount.join(format!("written-{system_wide}"));
+        let other = fs.mount.join(format!("bystander-{system_wide}"));
+        let stop = out.join(format!("stop-{system_wide}"));
+        let profile_path = out.join(format!("writeback-{system_wide}.json"));
+        let mut other_writer = bystander(&other, &stop);
+        let mut args = vec!["record", "--io", "-o", path_str(&profile_path)];
+        if system_wide {
+            args.push("-a");
+        }
+        let of = format!("of={}", path_str(&written));
+        args.extend([
+            "--",
+            "dd",
+            "if=/dev/zero",
+            &of,
+            "bs=1M",
+            "count=300",
+            "conv=fsync",
+        ]);
+        let (stdout, stderr) = record_ok(&args);
+        std::fs::write(&stop, "").expect("stop file");
+        assert!(other_writer.wait().expect("bystander").success());
+        let copied = dd_bytes(&stderr);
+        eprintln!("{stdout}");
+        let report = lockpath_ok(&["report", path_str(&profile_path), "--format", "json"]);
+        let report: serde_json::Value =
+            serde_json::from_slice(&report.stdout).expect("JSON report");
+        let group = file_group(&report, &written)
+            .unwrap_or_else(|| panic!("no io_files group of {}: {report}", written.display()));
+        let bytes = group["write_bytes"].as_u64().unwrap_or(0);
+        let within = |value: u64| value as f64 / copied as f64;
+        assert!(
+            (0.95..=1.05).contains(&within(bytes)),
+            "{bytes} written at the block layer, dd copied {copied}"
+        );
+        let caused = shares(group, "caused_by");
+        let (dd_pid, dd_name, by_dd) = caused.first().cloned().expect("a cause");
+        assert_eq!(dd_name, "dd", "{caused:?}");
+        assert!(
+            within(by_dd) >= 0.95,
+            "{by_dd} of {copied} bytes caused by dd: {caused:?}"
+        );
+        let issued = shares(group, "issued_by");
+        let by_kworker: u64 = issued
+            .iter()
+            .filter(|(_, process, _)| process.starts_with("kworker"))
+            .map(|(_, _, bytes)| bytes)
+            .sum();
+        assert!(
+            by_kworker * 2 > bytes,
+            "{by_kworker} of {bytes} bytes issued by kworker threads: {issued:?}"
+        );
+        let path = group["file"]["path"].as_str().unwrap_or_default();
+        assert_eq!(path, path_str(&written), "the file's path");
+        let other_group = file_group(&report, &other);
+        if !system_wide {
+            assert!(
+                other_group.is_none(),
+                "the bystander's file in a -- dd recording: {other_group:?}"
+            );
+            continue;
+        }
+        let other_group = other_group.expect("the bystander's file with -a");
+        let caused = shares(other_group, "caused_by");
+        assert!(
+            caused
+                .iter()
+                .all(|(pid, process, _)| *pid != dd_pid && process == "dd"),
+            "the bystander's file charged to others than its own dd processes: {caused:?}"
+        );
+    }
+}
+
+/// fio with io_uring, two jobs writing a file each (96 and 48 MiB, buffered, fsync at
+/// the end): each file's bytes written at the block layer are within 5% of fio's own
+/// `io_bytes` for its job, and charged to one process, each job its own.
+#[test]
+fn fio_io_uring_jobs_are_charged_their_own_files() {
+    let test = "fio_io_uring_jobs_are_charged_their_own_files";
+    let _alone = alone();
+    if !can_load_programs(test) {
+        return;
+    }
+    for tool in ["mkfs.ext4", "losetup", "mount", "fio"] {
+        if !have(tool) {
+            assert!(!is_ci(), "{tool} is needed under CI=true");
+            eprintln!("SKIP {test}: no {tool}");
+            return;
+        }
+    }
+    let fs = Ext4Loop::new("io-fio-uring", 512);
+    let out = fs.dir.join("out");
+    std::fs::create_dir_all(&out).expect("out dir");
+    let profile_path = out.join("fio.json");
+    let fio_json = out.join("fio-output.json");
+    let directory = format!("--directory={}", path_str(&fs.mount));
+    let fio_output = format!("--output={}", path_str(&fio_json));
+    let jobs = [("a", 96), ("b", 48)];
+    let mut args: Vec<String> = [
+        "record",
+        "--io",
+        "-o",
+        path_str(&profile_path),
+        "--",
+        "fio",
+        "--output-format=json",
+        &fio_output,
+        &directory,
+        "--ioengine=io_uring",
+        "--rw=write",
+        "--bs=64k",
+        "--end_fsync=1",
+    ]
+    .iter()
+    .map(|arg| arg.to_string())
+    .collect();
+    for (name, mib) in jobs {
+        args.extend([
+            format!("--name={name}"),
+            format!("--filename={name}.dat"),
+            format!("--size={mib}M"),
+        ]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (stdout, _) = record_ok(&args);
+    eprintln!("{stdout}");
+    let fio: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&fio_json).expect("fio's output"))
+            .expect("fio's JSON");
+    let report = lockpath_ok(&["report", path_str(&profile_path), "--format", "json"]);
+    let report: serde_json::Value = serde_json::from_slice(&report.stdout).expect("JSON report");
+    let mut causes = Vec::new();
+    for (name, _) in jobs {
+        let job = fio["jobs"]
+            .as_array()
+            .expect("fio jobs")
+            .iter()
+            .find(|job| job["jobname"] == name)
+            .unwrap_or_else(|| panic!("no job {name} in fio's output"));
+        let io_bytes = job["write"]["io_bytes"].as_u64().expect("io_bytes");
+        let file = fs.mount.join(format!("{name}.dat"));
+        let group = file_group(&report, &file)
+            .unwrap_or_else(|| panic!("no io_files group of {}", file.display()));
+        let written = group["write_bytes"].as_u64().unwrap_or(0);
+        let error = written.abs_diff(io_bytes) as f64 / io_bytes as f64;
+        eprintln!(
+            "job {name}: fio io_bytes {io_bytes}, lockpath {written} ({:.2}% apart)",
+            error * 100.0
+        );
+        assert!(
+            error <= 0.05,
+            "job {name}: {written} bytes of {} at the block layer, fio wrote {io_bytes}",
+            file.display()
+        );
+        let caused = shares(group, "caused_by");
+        let (pid, process, bytes) = caused.first().cloned().expect("a cause");
+        assert!(
+            bytes as f64 >= 0.95 * written as f64 && process.starts_with("fio"),
+            "job {name}: caused by {caused:?}"
+        );
+        causes.push(pid);
+    }
+    assert_ne!(causes[0], causes[1], "both jobs charged to one process");
+}
+
+/// `call` rows of a file group: (count, total_ns) summed over processes.
+fn call_totals(group: &serde_json::Value, call: &str) -> (u64, u64) {
+    group["calls"]
+        .as_array()
+        .map(|calls| {
+            calls.iter().filter(|calls| calls["call"] == call).fold(
+                (0, 0),
+                |(count, total), calls| {
+                    (
+                        count + calls["count"].as_u64().unwrap_or(0),
+                        total + calls["total_ns"].as_u64().unwrap_or(0),
+                    )
+                },
+            )
+        })
+        .unwrap_or((0, 0))
+}
+
+/// Asserts lockpath's time of a file's calls against the workload's own clock around
+/// them: never more (the tracepoints are inside the system call), at most 5% less.
+fn assert_call_time(what: &str, lockpath_ns: u64, own_ns: u64) {
+    let ratio = lockpath_ns as f64 / own_ns as f64;
+    eprintln!("{what}: lockpath {lockpath_ns} ns, the workload's own {own_ns} ns ({ratio:.4})");
+    assert!(
+        (0.95..=1.001).contains(&ratio),
+        "{what}: lockpath {lockpath_ns} ns against the workload's own {own_ns} ns"
+    );
+}
+
+/// `--file-calls` times calls per file against the workloads' own clocks: fsync on
+/// ext4 (3 files, 10 rounds of 128 KiB written then fsync, each fsync timed by the
+/// workload), and open and write on the FUSE fixture (4 files; the server delays CREATE
+/// 30 ms and WRITE 60 ms; the workload times each call).
+#[test]
+fn file_calls_match_the_workloads_own_timing() {
+    let test = "file_calls_match_the_workloads_own_timing";
+    let _alone = alone();
+    if !can_load_programs(test) {
+        return;
+    }
+    for tool in ["mkfs.ext4", "losetup", "mount"] {
+        if !have(tool) {
+            assert!(!is_ci(), "{tool} is needed under CI=true");
+            eprintln!("SKIP {test}: no {tool}");
+            return;
+        }
+    }
+    let fs = Ext4Loop::new("io-file-calls", 256);
+    let out = fs.dir.join("out");
+    std::fs::create_dir_all(&out).expect("out dir");
+    let report_of = |profile: &Path| -> serde_json::Value {
+        let report = lockpath_ok(&["report", path_str(profile), "--format", "json"]);
+        serde_json::from_slice(&report.stdout).expect("JSON report")
+    };
+    let group_ending = |report: &serde_json::Value, name: &str| -> serde_json::Value {
+        let suffix = format!("/{name}");
+        report["io_files"]
+            .as_array()
+            .and_then(|groups| {
+                groups.iter().find(|group| {
+                    group["file"]["path"]
+                        .as_str()
+                        .unwrap_or("")
+                        .ends_with(&suffix)
+                })
+            })
+            .cloned()
+            .unwrap_or_else(|| panic!("no io_files group of {name}: {report}"))
+    };
+
+    // ext4: fsync.
+    let (files, rounds) = (3u64, 10u64);
+    let profile = out.join("fsyncs.json");
+    let results_path = out.join("fsyncs.results");
+    let timed = workload("timed-calls");
+    record_ok(&[
+        "record",
+        "--io",
+        "--file-calls",
+        "-o",
+        path_str(&profile),
+        "--",
+        path_str(&timed),
+        "fsyncs",
+        path_str(&results_path),
+        path_str(&fs.mount),
+        &files.to_string(),
+        &rounds.to_string(),
+    ]);
+    let own = results(&results_path);
+    let report = report_of(&profile);
+    for index in 0..files {
+        let name = format!("fsync{index}");
+        let group = group_ending(&report, &name);
+        let (count, total) = call_totals(&group, "fsync");
+        assert_eq!(count, rounds, "{name}: fsync calls in {group}");
+        assert_call_time(
+            &format!("ext4 {name} fsync"),
+            total,
+            result(&own, &format!("{name}_ns")),
+        );
+        assert_eq!(
+            call_totals(&group, "write").0,
+            rounds,
+            "{name}: writes in {group}"
+        );
+    }
+
+    // FUSE: open (CREATE) and write.
+    let profile = out.join("fuse.json");
+    let results_path = out.join("fuse.results");
+    let mountpoint = fs.dir.join("fuse");
+    let fuse = workload("fuse-workload");
+    record_ok(&[
+        "record",
+        "--io",
+        "--file-calls",
+        "-o",
+        path_str(&profile),
+        "--",
+        path_str(&fuse),
+        "latency",
+        path_str(&results_path),
+        path_str(&mountpoint),
+        "4",
+        "30",
+        "60",
+    ]);
+    let own = results(&results_path);
+    let report = report_of(&profile);
+    for (call, key) in [("open", "create_ns"), ("write", "write_ns")] {
+        let times: Vec<u64> = own
+            .iter()
+            .filter(|(name, _)| name == key)
+            .map(|(_, value)| *value)
+            .collect();
+        assert_eq!(times.len(), 4, "{key} lines in {own:?}");
+        for (index, own_ns) in times.into_iter().enumerate() {
+            let name = format!("file{index}");
+            let group = group_ending(&report, &name);
+            let (count, total) = call_totals(&group, call);
+            assert_eq!(count, 1, "{name}: {call} calls in {group}");
+            assert_call_time(&format!("FUSE {name} {call}"), total, own_ns);
+        }
     }
 }

@@ -185,7 +185,7 @@ fn interval_bad_input_is_one_clear_line() {
     );
     fails_with(
         &["record", "--cpu", "--interval", "1s", "-d", "1"],
-        "add --lock or --offcpu",
+        "add --lock, --offcpu or --io",
     );
     let dir = scratch("timeline-none");
     let path = dir.join("empty.json");

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::{
     histogram::{bucket_us, percentile_ns},
-    profile::Profile,
+    profile::{FileRef, IoRow, Profile},
     units::format_ns,
 };
 
@@ -138,7 +138,7 @@ pub(crate) fn format_bytes(bytes: u64) -> String {
 pub fn table(profile: &Profile, top: usize) -> String {
     let groups = groups(profile);
     if groups.is_empty() {
-        return "no block IO recorded\n".into();
+        return format!("no block IO recorded\n{}", calls_table(profile, top));
     }
     let shown = super::table::shown_rows(top, groups.len());
     let mut out = format!(
@@ -174,6 +174,291 @@ pub fn table(profile: &Profile, top: usize) -> String {
                 .join(", ")
         ));
         out.push_str(&histogram(&group.histogram));
+    }
+    out.push_str(&super::table::more_of(shown, groups.len(), ""));
+    out.push_str(&files_table(profile, top));
+    out
+}
+
+/// A file on a host: (host, major, minor, ino).
+type FileKey = (String, u32, u32, u64);
+
+/// Who caused an IO row's requests, by share: for the writes of a file, the
+/// processes that dirtied its pages on the same host, by their share of the dirtied
+/// folios (a flusher kworker's writeback is its writers'); for everything else, and
+/// for files nobody recorded dirtying, the issuer.
+pub struct Causes<'p> {
+    profile: &'p Profile,
+    /// (pid, folios) by file.
+    dirtiers: BTreeMap<FileKey, Vec<(u32, u64)>>,
+}
+
+impl<'p> Causes<'p> {
+    pub fn new(profile: &'p Profile) -> Self {
+        let mut dirtiers: BTreeMap<_, Vec<(u32, u64)>> = BTreeMap::new();
+        for row in &profile.io_dirtied {
+            let key = (
+                profile.host_of(row.pid),
+                row.file.major,
+                row.file.minor,
+                row.file.ino,
+            );
+            dirtiers.entry(key).or_default().push((row.pid, row.folios));
+        }
+        Causes { profile, dirtiers }
+    }
+
+    /// (process, share) of `row`, shares summing to 1.
+    pub fn of(&self, row: &IoRow) -> Vec<(u32, f64)> {
+        let issuer = vec![(row.pid, 1.0)];
+        let Some(file) = row.file.as_ref().filter(|_| row.op == "write") else {
+            return issuer;
+        };
+        let key = (
+            self.profile.host_of(row.pid),
+            file.major,
+            file.minor,
+            file.ino,
+        );
+        let Some(dirtiers) = self.dirtiers.get(&key) else {
+            return issuer;
+        };
+        let total: u64 = dirtiers.iter().map(|(_, folios)| folios).sum();
+        if total == 0 {
+            return issuer;
+        }
+        dirtiers
+            .iter()
+            .map(|&(pid, folios)| (pid, folios as f64 / total as f64))
+            .collect()
+    }
+}
+
+/// Block IO of one file: bytes by operation, requests, device time, and the processes
+/// that issued its requests and that caused them.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FileGroup {
+    pub file: FileRef,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub requests: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+    /// Issuing processes (kernel threads included), most bytes first.
+    pub issued_by: Vec<ByteShare>,
+    /// Processes that caused the requests (`Causes`), most bytes first.
+    pub caused_by: Vec<ByteShare>,
+    /// Timed calls on the file (`--file-calls`), by call and process, most time first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<FileCalls>,
+}
+
+/// One process's calls of one kind on a file.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FileCalls {
+    pub call: String,
+    pub pid: u32,
+    pub process: String,
+    pub count: u64,
+    pub bytes: u64,
+    pub total_ns: u64,
+    pub avg_ns: u64,
+    pub max_ns: u64,
+    /// Estimated from the log2 buckets, as `IoGroup::p99_ns`.
+    pub p99_ns: u64,
+}
+
+/// Bytes of a file's block IO charged to one process.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ByteShare {
+    pub pid: u32,
+    pub process: String,
+    pub bytes: u64,
+}
+
+/// Block IO by file (requests that carried pages of a file), most bytes first.
+pub fn file_groups(profile: &Profile) -> Vec<FileGroup> {
+    let causes = Causes::new(profile);
+    let mut by_file: BTreeMap<FileKey, FileGroup> = BTreeMap::new();
+    let mut issued: BTreeMap<FileKey, BTreeMap<u32, f64>> = BTreeMap::new();
+    let mut caused: BTreeMap<FileKey, BTreeMap<u32, f64>> = BTreeMap::new();
+    for row in &profile.io {
+        let Some(file) = &row.file else {
+            continue;
+        };
+        let key = (profile.host_of(row.pid), file.major, file.minor, file.ino);
+        let group = by_file
+            .entry(key.clone())
+            .or_insert_with(|| FileGroup::new(file));
+        if group.file.path.is_empty() {
+            group.file.path = file.path.clone();
+        }
+        match row.op.as_str() {
+            "read" => group.read_bytes += row.bytes,
+            "write" => group.write_bytes += row.bytes,
+            _ => {}
+        }
+        group.requests += row.count;
+        group.total_ns += row.total_ns;
+        group.max_ns = group.max_ns.max(row.max_ns);
+        *issued
+            .entry(key.clone())
+            .or_default()
+            .entry(row.pid)
+            .or_default() += row.bytes as f64;
+        let charged = caused.entry(key).or_default();
+        for (pid, share) in causes.of(row) {
+            *charged.entry(pid).or_default() += row.bytes as f64 * share;
+        }
+    }
+    for row in &profile.file_calls {
+        let key = (
+            profile.host_of(row.pid),
+            row.file.major,
+            row.file.minor,
+            row.file.ino,
+        );
+        let group = by_file
+            .entry(key)
+            .or_insert_with(|| FileGroup::new(&row.file));
+        group.calls.push(FileCalls {
+            call: row.call.clone(),
+            pid: row.pid,
+            process: profile.process_name(row.pid),
+            count: row.count,
+            bytes: row.bytes,
+            total_ns: row.total_ns,
+            avg_ns: row.total_ns.checked_div(row.count).unwrap_or(0),
+            max_ns: row.max_ns,
+            p99_ns: percentile_ns(&row.hist, 0.99).min(row.max_ns),
+        });
+    }
+    let shares = |by_pid: Option<BTreeMap<u32, f64>>| {
+        let mut out: Vec<ByteShare> = by_pid
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(pid, bytes)| ByteShare {
+                pid,
+                process: profile.process_name(pid),
+                bytes: bytes.round() as u64,
+            })
+            .collect();
+        out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.pid.cmp(&b.pid)));
+        out
+    };
+    let mut out: Vec<FileGroup> = by_file
+        .into_iter()
+        .map(|(key, mut group)| {
+            group.issued_by = shares(issued.remove(&key));
+            group.caused_by = shares(caused.remove(&key));
+            group
+                .calls
+                .sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.pid.cmp(&b.pid)));
+            group
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        (b.read_bytes + b.write_bytes)
+            .cmp(&(a.read_bytes + a.write_bytes))
+            .then(b.call_ns().cmp(&a.call_ns()))
+            .then(a.file.cmp(&b.file))
+    });
+    out
+}
+
+impl FileGroup {
+    fn new(file: &FileRef) -> Self {
+        FileGroup {
+            file: file.clone(),
+            read_bytes: 0,
+            write_bytes: 0,
+            requests: 0,
+            total_ns: 0,
+            max_ns: 0,
+            issued_by: Vec::new(),
+            caused_by: Vec::new(),
+            calls: Vec::new(),
+        }
+    }
+
+    /// Time in timed calls on the file.
+    pub fn call_ns(&self) -> u64 {
+        self.calls.iter().map(|calls| calls.total_ns).sum()
+    }
+}
+
+/// The timed calls of the report: per file, call and process, most time first.
+pub fn calls_table(profile: &Profile, top: usize) -> String {
+    let mut rows: Vec<(String, &FileCalls)> = Vec::new();
+    let groups = file_groups(profile);
+    for group in &groups {
+        for calls in &group.calls {
+            rows.push((group.file.label(), calls));
+        }
+    }
+    if rows.is_empty() {
+        return String::new();
+    }
+    rows.sort_by_key(|row| std::cmp::Reverse(row.1.total_ns));
+    let shown = super::table::shown_rows(top, rows.len());
+    let mut out = format!(
+        "\nfile calls (system call entry to return, per file and process):\n\
+         {:<40} {:<6} {:<20} {:>8} {:>10} {:>10} {:>10} {:>10}\n",
+        "file", "call", "process", "calls", "bytes", "avg", "p99", "max"
+    );
+    for (file, calls) in &rows[..shown] {
+        out.push_str(&format!(
+            "{:<40} {:<6} {:<20} {:>8} {:>10} {:>10} {:>10} {:>10}\n",
+            file,
+            calls.call,
+            super::table::fit(&format!("{} ({})", calls.process, calls.pid), 20),
+            calls.count,
+            format_bytes(calls.bytes),
+            format_ns(calls.avg_ns),
+            format_ns(calls.p99_ns),
+            format_ns(calls.max_ns),
+        ));
+    }
+    out.push_str(&super::table::more_of(shown, rows.len(), ""));
+    out
+}
+
+/// The per-file table of the IO report; empty when no request carried a file's pages.
+pub fn files_table(profile: &Profile, top: usize) -> String {
+    let mut groups = file_groups(profile);
+    groups.retain(|group| group.requests > 0);
+    if groups.is_empty() {
+        return calls_table(profile, top);
+    }
+    let shown = super::table::shown_rows(top, groups.len());
+    let people = |shares: &[ByteShare], total: u64| {
+        shares
+            .iter()
+            .take(2)
+            .map(|share| {
+                let percent = 100.0 * share.bytes as f64 / total.max(1) as f64;
+                format!("{} ({}) {percent:.0}%", share.process, share.pid)
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut out = format!(
+        "\nblock IO by file (caused by: who dirtied the pages written; reads: the issuer)\n\
+         {:<40} {:>10} {:>10} {:>9} {:>10}  {:<32} {}\n",
+        "file", "read", "written", "requests", "avg", "caused by", "issued by"
+    );
+    for group in &groups[..shown] {
+        let total = group.read_bytes + group.write_bytes;
+        out.push_str(&format!(
+            "{:<40} {:>10} {:>10} {:>9} {:>10}  {:<32} {}\n",
+            group.file.label(),
+            format_bytes(group.read_bytes),
+            format_bytes(group.write_bytes),
+            group.requests,
+            format_ns(group.total_ns.checked_div(group.requests).unwrap_or(0)),
+            people(&group.caused_by, total),
+            people(&group.issued_by, total),
+        ));
     }
     out.push_str(&super::table::more_of(shown, groups.len(), ""));
     out
@@ -223,6 +508,7 @@ pub(crate) mod tests {
             queued: 0,
             queue_ns: 0,
             hist,
+            file: None,
         };
         vec![
             row(pids[0], 90, vec![0, 0, 0, 0, 0, 0, 90]),
@@ -257,6 +543,105 @@ pub(crate) mod tests {
         assert_eq!(group.histogram[6].count, 90);
         assert_eq!(group.histogram[11].count, 10);
         assert_eq!(group.processes[0].pid, 10);
+    }
+
+    fn file(ino: u64, path: &str) -> FileRef {
+        FileRef {
+            major: 7,
+            minor: 0,
+            ino,
+            path: path.into(),
+        }
+    }
+
+    /// Writes of one file issued by a kworker (pid 2) and by the writer (pid 10), the
+    /// file dirtied by pids 10 (3 folios) and 11 (1 folio); a read of another file.
+    fn profile_with_writeback() -> Profile {
+        let mut profile = Profile::new();
+        let write = |pid, bytes, file: FileRef| IoRow {
+            major: 7,
+            minor: 0,
+            device: "loop0".into(),
+            op: "write".into(),
+            pid,
+            count: 1,
+            bytes,
+            total_ns: 1000,
+            max_ns: 1000,
+            hist: vec![1],
+            file: Some(file),
+            ..Default::default()
+        };
+        profile.io = vec![
+            write(2, 3000, file(12, "/mnt/data")),
+            write(10, 1000, file(12, "")),
+            IoRow {
+                op: "read".into(),
+                ..write(11, 500, file(13, "/mnt/other"))
+            },
+        ];
+        profile.io_dirtied = vec![
+            crate::profile::DirtiedRow {
+                pid: 10,
+                file: file(12, "/mnt/data"),
+                folios: 3,
+            },
+            crate::profile::DirtiedRow {
+                pid: 11,
+                file: file(12, "/mnt/data"),
+                folios: 1,
+            },
+        ];
+        profile
+    }
+
+    #[test]
+    fn writeback_is_charged_to_the_writers_by_their_share() {
+        let groups = file_groups(&profile_with_writeback());
+        assert_eq!(groups.len(), 2);
+        let data = &groups[0];
+        assert_eq!(data.file.path, "/mnt/data");
+        assert_eq!(data.write_bytes, 4000);
+        let issued: Vec<(u32, u64)> = data.issued_by.iter().map(|s| (s.pid, s.bytes)).collect();
+        assert_eq!(issued, vec![(2, 3000), (10, 1000)]);
+        let caused: Vec<(u32, u64)> = data.caused_by.iter().map(|s| (s.pid, s.bytes)).collect();
+        assert_eq!(caused, vec![(10, 3000), (11, 1000)]);
+        // A read is its issuer's, even of a file someone dirtied.
+        let other = &groups[1];
+        assert_eq!(other.read_bytes, 500);
+        assert_eq!(other.caused_by[0].pid, 11);
+        let table = files_table(&profile_with_writeback(), 20);
+        assert!(table.contains("/mnt/data"), "{table}");
+        assert!(table.contains("pid 10 (10) 75%"), "{table}");
+    }
+
+    #[test]
+    fn files_in_metrics_html_and_diff() {
+        let profile = profile_with_writeback();
+        let metrics = crate::export::prometheus::render(&profile);
+        assert!(
+            metrics.contains("lockpath_io_file_bytes_total{file=\"/mnt/data\",op=\"write\"} 4000"),
+            "{metrics}"
+        );
+        assert!(
+            metrics.contains(
+                "lockpath_io_file_caused_bytes_total{file=\"/mnt/data\",process=\"pid 10\"} 3000"
+            ),
+            "{metrics}"
+        );
+        let page = crate::export::html::render(&profile).expect("HTML");
+        assert!(page.contains("<h3>By file</h3>"), "no file table");
+        assert!(page.contains("/mnt/other"), "no row of the read file");
+        let breakdowns = crate::export::diff::breakdowns(&profile, crate::kind::Kind::Io);
+        let by_file = breakdowns
+            .iter()
+            .find(|breakdown| breakdown.by == "file")
+            .expect("a breakdown by file");
+        assert!(
+            by_file.entries.contains_key("/mnt/data write"),
+            "{:?}",
+            by_file.entries.keys()
+        );
     }
 
     #[test]

@@ -46,6 +46,12 @@ fn remap_rows(profile: &mut Profile, pid: &dyn Fn(u32) -> u32, stack: &dyn Fn(u3
     for row in &mut profile.io {
         row.pid = pid(row.pid);
     }
+    for row in &mut profile.io_dirtied {
+        row.pid = pid(row.pid);
+    }
+    for row in &mut profile.file_calls {
+        row.pid = pid(row.pid);
+    }
     for row in &mut profile.cpu {
         ids(
             &mut row.pid,
@@ -73,6 +79,8 @@ fn append_rows(merged: &mut Profile, input: Profile) {
     merged.offcpu.extend(input.offcpu);
     merged.chains.extend(input.chains);
     merged.io.extend(input.io);
+    merged.io_dirtied.extend(input.io_dirtied);
+    merged.file_calls.extend(input.file_calls);
     // Hosts sampled at different rates: the highest is kept (samples stay counts).
     merged.cpu_freq_hz = merged.cpu_freq_hz.max(input.cpu_freq_hz);
     merged.cpu.extend(input.cpu);

@@ -127,7 +127,7 @@ fn has_rows(profile: &Profile, family: &str) -> bool {
         "lock" => !profile.locks.is_empty(),
         "cpu" => !profile.cpu.is_empty(),
         "offcpu" => !profile.offcpu.is_empty(),
-        "io" => !profile.io.is_empty(),
+        "io" => !profile.io.is_empty() || !profile.file_calls.is_empty(),
         "rpc" => !profile.rpcs.is_empty(),
         "func" => !profile.funcs.is_empty(),
         "hold" => !profile.holds.is_empty(),
@@ -214,6 +214,9 @@ struct JsonReport<'a> {
     locks: Vec<LockGroup>,
     offcpu: Vec<super::offcpu::OffcpuProcess>,
     io: Vec<super::io::IoGroup>,
+    /// Block IO by file, with who issued and who caused it (`record --io`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    io_files: Vec<super::io::FileGroup>,
     rpcs: Vec<LatencyGroup>,
     funcs: Vec<LatencyGroup>,
     holds: Vec<HoldGroup>,
@@ -247,6 +250,7 @@ pub fn json(profile: &Profile, by: GroupBy, top: usize) -> serde_json::Result<St
         locks,
         offcpu: super::offcpu::processes(profile),
         io: super::io::groups(profile),
+        io_files: super::io::file_groups(profile),
         rpcs: rpc_groups(profile),
         funcs: func_groups(profile),
         holds: hold_groups(profile),

@@ -7,14 +7,16 @@ use std::collections::HashMap as StdHashMap;
 use anyhow::{bail, Context, Result};
 use aya::{Ebpf, EbpfLoader};
 use profiler_common::io::{
-    names, IoInFlight, IoKey, IoLayout, IoStat, IO_INFLIGHT_ENTRIES, IO_NO_OFFSET, IO_NO_OP,
-    OP_DISCARD, OP_FLUSH, OP_PASSTHROUGH, OP_READ, OP_WRITE,
+    names, CallKey, DirtyKey, DirtyStat, IoFile, IoInFlight, IoKey, IoLayout, IoStat, CALL_FSYNC,
+    CALL_OPEN, CALL_READ, CALL_WRITE, IO_CALL_START_ENTRIES, IO_FILES_ENTRIES, IO_FILE_ROOT,
+    IO_INFLIGHT_ENTRIES, IO_NO_OFFSET, IO_NO_OP, OP_DISCARD, OP_FLUSH, OP_PASSTHROUGH, OP_READ,
+    OP_WRITE, SYSCALL_ARG0_OFFSET,
 };
 
 use crate::{
     btf::Btf,
     probes::prelude::*,
-    profile::{IoRow, WaitingRow},
+    profile::{DirtiedRow, FileCallRow, FileRef, IoRow, WaitingRow},
 };
 
 pub const FAMILY: Registration = Registration {
@@ -25,6 +27,10 @@ pub const FAMILY: Registration = Registration {
     maps: &[
         (names::IO_STATS, MapSize::Stats),
         (names::IO_INFLIGHT, MapSize::Fixed(IO_INFLIGHT_ENTRIES)),
+        (names::IO_FILES, MapSize::Fixed(IO_FILES_ENTRIES)),
+        (names::IO_DIRTIED, MapSize::Stats),
+        (names::IO_CALLS, MapSize::Stats),
+        (names::IO_CALL_START, MapSize::Fixed(IO_CALL_START_ENTRIES)),
     ],
     names: names::ALL,
 };
@@ -33,16 +39,25 @@ fn plan_family(args: &RecordArgs, _ctx: &mut PlanContext) -> Result<Planned> {
     if !args.io.io {
         return Ok(None);
     }
+    let globals = IoGlobals::read()?;
+    let file_calls = if args.io.file_calls {
+        Some(file_call_events(&globals.layout)?)
+    } else {
+        None
+    };
     Ok(Some(Box::new(IoFamily {
-        globals: IoGlobals::read()?,
+        globals,
         devices: DeviceNames::scan(),
+        file_calls,
     })))
 }
 
-/// The block-IO family of one recording: offsets, and the device names seen.
+/// The block-IO family of one recording: offsets, the device names seen, and the
+/// syscall tracepoints of `--file-calls` (program, event).
 struct IoFamily {
     globals: IoGlobals,
     devices: DeviceNames,
+    file_calls: Option<Vec<(&'static str, String)>>,
 }
 
 impl Family for IoFamily {
@@ -51,7 +66,17 @@ impl Family for IoFamily {
     }
 
     fn attach(&mut self, ebpf: &mut Ebpf, _ctx: &mut AttachContext) -> Result<Vec<ProbeUse>> {
-        Ok(vec![attach(ebpf, &self.globals)?])
+        let mut used = attach(ebpf, &self.globals)?;
+        if let Some(events) = &self.file_calls {
+            for (program, event) in events {
+                attach_tracepoint(ebpf, program, "syscalls", event)?;
+            }
+            used.method.push_str(&format!(
+                "; file calls: {} syscall tracepoints",
+                events.len()
+            ));
+        }
+        Ok(vec![used])
     }
 
     /// Devices that appeared during the run get their names too.
@@ -60,7 +85,12 @@ impl Family for IoFamily {
     }
 
     fn drain(&self, out: &mut Drain) -> Result<()> {
-        out.profile.io = drain(out.maps, &self.devices)?;
+        let files = Files::read(out.maps)?;
+        out.profile.io = drain(out.maps, &self.devices, &files)?;
+        out.profile.io_dirtied = drain_dirtied(out.maps, &files)?;
+        if self.file_calls.is_some() {
+            out.profile.file_calls = drain_calls(out.maps, &files)?;
+        }
         let waiting = drain_in_flight(out.maps, &self.devices, out.moment)?;
         out.profile.waiting.extend(waiting);
         Ok(())
@@ -82,7 +112,106 @@ pub struct IoGlobals {
     /// (program, raw tracepoint) to attach, in order (the completion first, so no
     /// request is admitted that could not be closed).
     events: Vec<(&'static str, &'static str)>,
+    /// Why requests have no file or writeback no cause on this kernel, if so.
+    pub without_cause: Option<String>,
 }
+
+/// The system calls `--file-calls` times: (program, the syscalls it enters, kind).
+const CALL_SYSCALLS: [(&str, &[&str]); 4] = [
+    (
+        names::IO_CALL_READ,
+        &["read", "pread64", "readv", "preadv", "preadv2"],
+    ),
+    (
+        names::IO_CALL_WRITE,
+        &["write", "pwrite64", "writev", "pwritev", "pwritev2"],
+    ),
+    (names::IO_CALL_FSYNC, &["fsync", "fdatasync"]),
+    (names::IO_CALL_OPEN, &["open", "openat", "openat2", "creat"]),
+];
+
+/// The syscall tracepoints of `--file-calls` on this kernel, each `sys_enter_X` with its
+/// program then its `sys_exit_X`; an error when the kernel has none, or no way from a
+/// descriptor to its file.
+fn file_call_events(layout: &IoLayout) -> Result<Vec<(&'static str, String)>> {
+    use crate::tracefs::field_offset;
+    if layout.task_files == IO_NO_OFFSET {
+        bail!("--file-calls: no way from a file descriptor to its file in this kernel's BTF");
+    }
+    let mut events = Vec::new();
+    for (program, syscalls) in CALL_SYSCALLS {
+        for syscall in syscalls {
+            let (enter, exit) = (
+                format!("sys_enter_{syscall}"),
+                format!("sys_exit_{syscall}"),
+            );
+            // A syscall this kernel or architecture does not have (arm64 has no open).
+            let (Ok(_), Ok(ret)) = (
+                field_offset("syscalls", &enter, "__syscall_nr"),
+                field_offset("syscalls", &exit, "ret"),
+            ) else {
+                continue;
+            };
+            let fd = match program {
+                names::IO_CALL_OPEN => SYSCALL_ARG0_OFFSET,
+                _ => field_offset("syscalls", &enter, "fd")?,
+            };
+            if (fd, ret) != (SYSCALL_ARG0_OFFSET, SYSCALL_ARG0_OFFSET) {
+                bail!("--file-calls: syscalls:{enter} has an unexpected record layout");
+            }
+            events.push((program, enter));
+            events.push((names::IO_CALL_EXIT, exit));
+        }
+    }
+    if events.is_empty() {
+        bail!(
+            "--file-calls needs the syscall tracepoints (syscalls:sys_enter_read, ...), and \
+             this kernel has none (CONFIG_FTRACE_SYSCALLS)"
+        );
+    }
+    Ok(events)
+}
+
+/// What `CALL_*` is called in a profile.
+pub fn call_name(call: u32) -> &'static str {
+    match call {
+        CALL_READ => "read",
+        CALL_WRITE => "write",
+        CALL_FSYNC => "fsync",
+        CALL_OPEN => "open",
+        _ => "other",
+    }
+}
+
+/// Timed file calls (`IO_CALLS`), one row per (process, call, file).
+pub fn drain_calls(maps: &MapSet, files: &Files) -> Result<Vec<FileCallRow>> {
+    let mut rows = Vec::new();
+    for (key, stat) in maps.entries::<CallKey, IoStat>(names::IO_CALLS)? {
+        let Some(file) = files.get(key.file_dev, key.ino) else {
+            continue;
+        };
+        let mut hist = stat.hist.to_vec();
+        while hist.last() == Some(&0) {
+            hist.pop();
+        }
+        rows.push(FileCallRow {
+            pid: key.tgid,
+            call: call_name(key.call).into(),
+            file,
+            count: stat.count,
+            bytes: stat.bytes,
+            total_ns: stat.total_ns,
+            max_ns: stat.max_ns,
+            hist,
+        });
+    }
+    rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.pid.cmp(&b.pid)));
+    Ok(rows)
+}
+
+/// The raw tracepoints where a task dirties a page of a file, newest first; the
+/// mapping is argument 1 of each.
+const DIRTY_EVENTS: [&str; 2] = ["writeback_dirty_folio", "writeback_dirty_page"];
 
 /// (struct, member).
 type Member = (&'static str, &'static str);
@@ -193,6 +322,9 @@ impl IoGlobals {
             bail!("kernel BTF has no REQ_OP_READ/REQ_OP_WRITE");
         }
 
+        let mut without_cause = file_layout(btf, &mut layout)
+            .err()
+            .map(|err| format!("block requests have no file: {err:#}"));
         let mut events = Vec::new();
         for (program, event, required) in EVENTS {
             let rq = match btf.raw_tracepoint_arg(event, "request") {
@@ -219,12 +351,104 @@ impl IoGlobals {
             };
             events.push((program, event));
         }
-        Ok(IoGlobals { layout, events })
+        if without_cause.is_none() {
+            match dirty_event(btf) {
+                Ok(event) => events.push((names::IO_DIRTY, event)),
+                Err(err) => without_cause = Some(format!("{err:#}")),
+            }
+        }
+        Ok(IoGlobals {
+            layout,
+            events,
+            without_cause,
+        })
     }
 
     pub fn apply<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
         loader.override_global(names::IO_LAYOUT, &self.layout, true);
     }
+}
+
+/// The offsets from a request to its first page's file, and from the file to its names
+/// (`IoLayout::rq_bio` ... `dentry_name`). Without the names a file keeps its number.
+fn file_layout(btf: &Btf, layout: &mut IoLayout) -> Result<()> {
+    let mut file = IoLayout {
+        rq_bio: btf.member_pointer_offset("request", "bio")?,
+        bio_io_vec: btf.member_pointer_offset("bio", "bi_io_vec")?,
+        bv_page: btf.member_pointer_offset("bio_vec", "bv_page")?,
+        // 7.x encodes a tail page's head differently (`compound_info`); a bio's first
+        // page is its folio's head page anyway (`bio_add_folio`).
+        page_compound_head: btf
+            .member_offset("page", "compound_head")
+            .unwrap_or(IO_NO_OFFSET),
+        page_mapping: btf.member_pointer_offset("page", "mapping")?,
+        mapping_host: btf.member_pointer_offset("address_space", "host")?,
+        inode_ino: btf.member_offset("inode", "i_ino")?,
+        inode_sb: btf.member_pointer_offset("inode", "i_sb")?,
+        sb_dev: btf.member_offset("super_block", "s_dev")?,
+        ..*layout
+    };
+    let names = (|| -> Result<[u32; 4]> {
+        Ok([
+            btf.member_offset("inode", "i_dentry")?,
+            btf.member_offset("dentry", "d_u.d_alias")?,
+            btf.member_pointer_offset("dentry", "d_parent")?,
+            btf.member_offset("dentry", "d_name.name")?,
+        ])
+    })();
+    match names {
+        Ok([inode_dentry, dentry_alias, dentry_parent, dentry_name]) => {
+            file.inode_dentry = inode_dentry;
+            file.dentry_alias = dentry_alias;
+            file.dentry_parent = dentry_parent;
+            file.dentry_name = dentry_name;
+        }
+        Err(err) => log::warn!("--io: files are shown by number only: {err:#}"),
+    }
+    if let (Ok(leader), Ok(comm)) = (
+        btf.member_pointer_offset("task_struct", "group_leader"),
+        btf.member_offset("task_struct", "comm"),
+    ) {
+        file.task_group_leader = leader;
+        file.task_comm = comm;
+    }
+    let descriptors = (|| -> Result<[u32; 6]> {
+        Ok([
+            btf.member_pointer_offset("task_struct", "files")?,
+            btf.member_pointer_offset("files_struct", "fdt")?,
+            btf.member_offset("fdtable", "max_fds")?,
+            btf.member_pointer_offset("fdtable", "fd")?,
+            btf.member_pointer_offset("file", "f_inode")?,
+            btf.member_offset("inode", "i_mode")?,
+        ])
+    })();
+    if let Ok([task_files, files_fdt, fdt_max_fds, fdt_fd, file_inode, inode_mode]) = descriptors {
+        file.task_files = task_files;
+        file.files_fdt = files_fdt;
+        file.fdt_max_fds = fdt_max_fds;
+        file.fdt_fd = fdt_fd;
+        file.file_inode = file_inode;
+        file.inode_mode = inode_mode;
+    }
+    *layout = file;
+    Ok(())
+}
+
+/// The raw tracepoint where this kernel marks a file's page dirty, with the mapping as
+/// argument 1 (what `io_dirty` reads).
+fn dirty_event(btf: &Btf) -> Result<&'static str> {
+    let mut errors = Vec::new();
+    for event in DIRTY_EVENTS {
+        match btf.raw_tracepoint_arg(event, "address_space") {
+            Ok(1) => return Ok(event),
+            Ok(index) => errors.push(format!("{event}: the mapping is argument {index}")),
+            Err(err) => errors.push(format!("{err:#}")),
+        }
+    }
+    bail!(
+        "writeback is charged to the thread that issues it (no dirty-page tracepoint: {})",
+        errors.join("; ")
+    )
 }
 
 /// Offsets of one pointer chain, or why this kernel does not have it.
@@ -240,6 +464,9 @@ fn dev_chain(btf: &Btf, hops: &[Member], last: Member) -> Result<[u32; 4]> {
 pub fn attach(ebpf: &mut Ebpf, globals: &IoGlobals) -> Result<ProbeUse> {
     for (name, event) in &globals.events {
         attach_raw_tracepoint(ebpf, name, event)?;
+    }
+    if let Some(why) = &globals.without_cause {
+        eprintln!("lockpath: --io: {why}");
     }
     Ok(ProbeUse {
         family: "io".into(),
@@ -356,7 +583,159 @@ fn drain_in_flight(
     Ok(waiting)
 }
 
-pub fn drain(maps: &MapSet, devices: &DeviceNames) -> Result<Vec<IoRow>> {
+/// The files the programs saw, by (file system `dev_t`, inode number), with their paths.
+pub struct Files {
+    by_number: StdHashMap<(u32, u64), String>,
+}
+
+impl Files {
+    pub fn read(maps: &MapSet) -> Result<Self> {
+        let mounts = Mounts::read();
+        let mut by_number = StdHashMap::new();
+        for (_, file) in maps.entries::<u64, IoFile>(names::IO_FILES)? {
+            let path = path_of(&file, &mounts);
+            let known: &mut String = by_number.entry((file.dev, file.ino)).or_default();
+            if known.is_empty() {
+                *known = path;
+            }
+        }
+        Ok(Files { by_number })
+    }
+
+    /// The reference of file (`dev`, `ino`); `None` for (0, 0), no file. (A block
+    /// device's own inode has number 0 before 6.x, on a file system of its own.)
+    pub fn get(&self, dev: u32, ino: u64) -> Option<FileRef> {
+        if dev == 0 && ino == 0 {
+            return None;
+        }
+        let (major, minor) = split_dev(dev);
+        Some(FileRef {
+            major,
+            minor,
+            ino,
+            path: self.by_number.get(&(dev, ino)).cloned().unwrap_or_default(),
+        })
+    }
+}
+
+/// Mount points of file systems by device, from /proc/self/mountinfo: where the root
+/// of each file system is mounted (the first such mount).
+#[derive(Debug, Default)]
+pub struct Mounts {
+    roots: StdHashMap<(u32, u32), String>,
+}
+
+impl Mounts {
+    pub fn read() -> Self {
+        Self::parse(&std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default())
+    }
+
+    /// `ID PARENT MAJ:MIN ROOT MOUNTPOINT ...` per line; octal escapes in the mount
+    /// point (`\040` for a space) are decoded.
+    pub fn parse(text: &str) -> Self {
+        let mut roots = StdHashMap::new();
+        for line in text.lines() {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let [_, _, dev, root, mount_point, ..] = fields.as_slice() else {
+                continue;
+            };
+            let Some((major, minor)) = dev
+                .split_once(':')
+                .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+            else {
+                continue;
+            };
+            if *root == "/" {
+                roots
+                    .entry((major, minor))
+                    .or_insert_with(|| unescape_octal(mount_point));
+            }
+        }
+        Mounts { roots }
+    }
+}
+
+/// `\040`-style escapes of /proc's mount tables decoded.
+fn unescape_octal(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        let escape = bytes
+            .get(index + 1..index + 4)
+            .filter(|_| bytes[index] == b'\\');
+        match escape
+            .and_then(|digits| u8::from_str_radix(std::str::from_utf8(digits).ok()?, 8).ok())
+        {
+            Some(byte) => {
+                out.push(byte);
+                index += 4;
+            }
+            None => {
+                out.push(bytes[index]);
+                index += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A file's path from the names its programs read (its own first): absolute under its
+/// file system's mount point when they reached the root, else led by `.../`. A file of
+/// a pseudo file system without names says so: the block devices' own page cache, where
+/// file systems keep metadata and the journal, and raw reads and writes of a device go.
+pub fn path_of(file: &IoFile, mounts: &Mounts) -> String {
+    let mut parts: Vec<String> = file
+        .names
+        .iter()
+        .map(|name| {
+            let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+            String::from_utf8_lossy(&name[..end]).into_owned()
+        })
+        .take_while(|name| !name.is_empty())
+        .collect();
+    let (major, minor) = split_dev(file.dev);
+    if parts.is_empty() {
+        return if major == 0 {
+            "[block device page cache]".into()
+        } else {
+            String::new()
+        };
+    }
+    let reached_root = file.flags & IO_FILE_ROOT != 0;
+    if reached_root {
+        // The root's own name ("/").
+        parts.pop();
+    }
+    parts.reverse();
+    let below = parts.join("/");
+    match (reached_root, mounts.roots.get(&(major, minor))) {
+        (true, Some(mount_point)) => {
+            format!("{}/{below}", mount_point.trim_end_matches('/'))
+        }
+        (true, None) => format!("{major}:{minor}:/{below}"),
+        (false, _) => format!(".../{below}"),
+    }
+}
+
+/// Who dirtied which file (`IO_DIRTIED`).
+pub fn drain_dirtied(maps: &MapSet, files: &Files) -> Result<Vec<DirtiedRow>> {
+    let mut rows = Vec::new();
+    for (key, stat) in maps.entries::<DirtyKey, DirtyStat>(names::IO_DIRTIED)? {
+        let Some(file) = files.get(stat.dev, stat.ino) else {
+            continue;
+        };
+        rows.push(DirtiedRow {
+            pid: key.tgid,
+            file,
+            folios: stat.folios,
+        });
+    }
+    rows.sort_by(|a, b| b.folios.cmp(&a.folios).then(a.pid.cmp(&b.pid)));
+    Ok(rows)
+}
+
+pub fn drain(maps: &MapSet, devices: &DeviceNames, files: &Files) -> Result<Vec<IoRow>> {
     let mut rows = Vec::new();
     for (key, stat) in maps.entries::<IoKey, IoStat>(names::IO_STATS)? {
         let (major, minor) = split_dev(key.dev);
@@ -377,6 +756,7 @@ pub fn drain(maps: &MapSet, devices: &DeviceNames) -> Result<Vec<IoRow>> {
             queued: stat.queued,
             queue_ns: stat.queue_ns,
             hist,
+            file: files.get(key.file_dev, key.ino),
         });
     }
     rows.sort_by(|a, b| {
@@ -418,6 +798,59 @@ mod tests {
             "completion first"
         );
         assert!(events.contains(&"block_rq_issue"), "{events:?}");
+    }
+
+    fn named(parts: &[&str], dev: u32, flags: u32) -> IoFile {
+        let mut file = IoFile {
+            ino: 12,
+            dev,
+            flags,
+            ..IoFile::default()
+        };
+        for (slot, part) in file.names.iter_mut().zip(parts) {
+            slot[..part.len()].copy_from_slice(part.as_bytes());
+        }
+        file
+    }
+
+    #[test]
+    fn paths_from_names_and_mount_points() {
+        let mounts = Mounts::parse(
+            "36 25 7:3 / /tmp/a\\040b rw,noatime - ext4 /dev/loop3 rw\n\
+             37 25 7:3 /sub /bind rw - ext4 /dev/loop3 rw\n",
+        );
+        let dev = (7 << 20) | 3;
+        assert_eq!(
+            path_of(&named(&["f", "dir", "/"], dev, IO_FILE_ROOT), &mounts),
+            "/tmp/a b/dir/f"
+        );
+        assert_eq!(
+            path_of(&named(&["f", "d1", "d2"], dev, 0), &mounts),
+            ".../d2/d1/f"
+        );
+        assert_eq!(
+            path_of(&named(&["f", "/"], (8 << 20) | 1, IO_FILE_ROOT), &mounts),
+            "8:1:/f"
+        );
+        assert_eq!(
+            path_of(&named(&[], 5, 0), &mounts),
+            "[block device page cache]"
+        );
+        assert_eq!(path_of(&named(&[], dev, 0), &mounts), "");
+    }
+
+    #[test]
+    fn this_kernel_s_file_layout() {
+        let Ok(btf) = Btf::from_sys_fs() else {
+            eprintln!("SKIP: no /sys/kernel/btf/vmlinux here");
+            return;
+        };
+        let globals = IoGlobals::from_btf(&btf).expect("layout");
+        assert_eq!(globals.without_cause, None);
+        assert_ne!(globals.layout.rq_bio, IO_NO_OFFSET);
+        assert_ne!(globals.layout.inode_dentry, IO_NO_OFFSET);
+        let events: Vec<&str> = globals.events.iter().map(|(_, event)| *event).collect();
+        assert!(events.contains(&"writeback_dirty_folio"), "{events:?}");
     }
 
     #[test]

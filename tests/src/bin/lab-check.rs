@@ -141,6 +141,28 @@ enum Cli {
     },
     /// Block requests on one device against tracefs's count.
     Io(IoArgs),
+    /// `--file-calls`: the writes of one file by count and bytes.
+    FileCalls {
+        profile: String,
+        /// The file's path as the profile has it.
+        #[arg(long)]
+        path: String,
+        #[arg(long)]
+        writes: u64,
+        #[arg(long)]
+        bytes: u64,
+    },
+    /// Buffered writes to a block device: their writeback, whoever issued it, carries
+    /// the device's page cache as its file and is charged to the writer `comm`.
+    IoCause {
+        profile: String,
+        #[arg(long, value_name = "MAJ:MIN")]
+        dev: String,
+        #[arg(long, value_name = "B")]
+        bytes: u64,
+        #[arg(long)]
+        comm: String,
+    },
     /// File-lock waits of the file-locks workload against its own blocked time.
     FileLock { profile: String, output: String },
     /// cpu-burn's hot samples carry their user stack up to main.
@@ -279,6 +301,18 @@ fn main() {
             lock,
         } => check_hold_contended(&profile, &results, &lock),
         Cli::Io(args) => check_io(args),
+        Cli::FileCalls {
+            profile,
+            path,
+            writes,
+            bytes,
+        } => check_file_calls(&profile, &path, writes, bytes),
+        Cli::IoCause {
+            profile,
+            dev,
+            bytes,
+            comm,
+        } => check_io_cause(&profile, &dev, bytes, &comm),
         Cli::FileLock { profile, output } => check_file_lock(&profile, &output),
         Cli::Cpu { profile } => check_cpu(&profile),
         Cli::Cgroup {
@@ -622,6 +656,97 @@ fn check_io(args: IoArgs) {
         fail(format!(
             "stale requests replaced in a quiet run: {}",
             profile["losses"]
+        ));
+    }
+}
+
+fn check_file_calls(profile_path: &str, path: &str, writes: u64, bytes: u64) {
+    let profile = read_json(profile_path);
+    let rows: Vec<&Value> = items(&profile["file_calls"])
+        .filter(|row| row["file"]["path"] == path)
+        .collect();
+    for row in items(&profile["file_calls"]) {
+        println!(
+            "file calls: {} {} x{} {} bytes {} ns",
+            row["file"]["path"], row["call"], row["count"], row["bytes"], row["total_ns"]
+        );
+    }
+    let sum = |call: &str, field: &str| -> u64 {
+        rows.iter()
+            .filter(|row| row["call"] == call)
+            .map(|row| row[field].as_u64().unwrap_or(0))
+            .sum()
+    };
+    let got = (sum("write", "count"), sum("write", "bytes"));
+    if got != (writes, bytes) {
+        fail(format!(
+            "{path}: {} writes of {} bytes timed, the workload made {writes} of {bytes}",
+            got.0, got.1
+        ));
+    }
+    if sum("open", "count") == 0 || sum("write", "total_ns") == 0 {
+        fail(format!(
+            "{path}: no open timed, or writes without time: {rows:?}"
+        ));
+    }
+}
+
+fn check_io_cause(profile_path: &str, dev: &str, bytes: u64, comm: &str) {
+    let profile = read_json(profile_path);
+    let comm_of = |pid: &Value| -> String {
+        items(&profile["processes"])
+            .find(|process| process["pid"] == *pid)
+            .and_then(|process| process["comm"].as_str())
+            .unwrap_or("?")
+            .to_string()
+    };
+    let on_dev =
+        |row: &&Value| format!("{}:{}", row["major"], row["minor"]) == dev && row["op"] == "write";
+    let writes: Vec<&Value> = items(&profile["io"]).filter(on_dev).collect();
+    for row in &writes {
+        println!(
+            "write {} bytes issued by {} ({}), file {}",
+            row["bytes"],
+            comm_of(&row["pid"]),
+            row["pid"],
+            row["file"]
+        );
+    }
+    let dirtied: Vec<&Value> = items(&profile["io_dirtied"]).collect();
+    for row in &dirtied {
+        println!(
+            "dirtied: {} folios by {} ({}) of {}",
+            row["folios"],
+            comm_of(&row["pid"]),
+            row["pid"],
+            row["file"]
+        );
+    }
+    let same_file = |a: &Value, b: &Value| ["major", "minor", "ino"].iter().all(|k| a[k] == b[k]);
+    let Some(file) = dirtied
+        .iter()
+        .find(|row| comm_of(&row["pid"]) == comm)
+        .map(|row| &row["file"])
+    else {
+        fail(format!("no file dirtied by {comm}: {dirtied:?}"));
+    };
+    let charged: u64 = writes
+        .iter()
+        .filter(|row| same_file(&row["file"], file))
+        .map(|row| row["bytes"].as_u64().unwrap_or(0))
+        .sum();
+    let others: Vec<String> = dirtied
+        .iter()
+        .filter(|row| same_file(&row["file"], file) && comm_of(&row["pid"]) != comm)
+        .map(|row| comm_of(&row["pid"]))
+        .collect();
+    println!("{charged} of {bytes} bytes written back from the file {comm} dirtied");
+    if !others.is_empty() {
+        fail(format!("the file was dirtied by others too: {others:?}"));
+    }
+    if charged * 100 < bytes * 95 || charged * 100 > bytes * 105 {
+        fail(format!(
+            "{charged} bytes of the file written back, {comm} wrote {bytes}"
         ));
     }
 }

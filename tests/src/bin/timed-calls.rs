@@ -11,6 +11,9 @@
 //!   time of a round, `ns_per_op` (for the cost of `--hold` on mutexes and spinlocks).
 //! - `timed-calls mmap RESULTS N`: N rounds of mmap + munmap of one anonymous page (each
 //!   takes the process's mmap_lock, an rwsem, for writing); writes `ns_per_op`.
+//! - `timed-calls fsyncs RESULTS DIR FILES ROUNDS`: creates FILES files `fsyncI` in DIR;
+//!   into each, ROUNDS times, writes 128 KiB and calls fsync(2). Writes each file's
+//!   summed time in fsync, `fsyncI_ns`, measured around the call.
 
 use std::{
     io::Read,
@@ -33,7 +36,8 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let usage = || -> ! {
         eprintln!(
-            "usage: timed-calls calls RESULTS N MILLIS | timed-calls reads|pipe|mmap RESULTS N"
+            "usage: timed-calls calls RESULTS N MILLIS | timed-calls reads|pipe|mmap RESULTS N \
+             | timed-calls fsyncs RESULTS DIR FILES ROUNDS"
         );
         std::process::exit(2)
     };
@@ -113,6 +117,23 @@ fn main() {
                 "ns_per_op {}",
                 elapsed.as_nanos() / u128::from(rounds.max(1))
             ));
+        }
+        Some("fsyncs") => {
+            let dir = std::path::Path::new(args.get(2).unwrap_or_else(|| usage()));
+            let (files, rounds) = (number(3), number(4));
+            let block = vec![7u8; 128 * 1024];
+            for index in 0..files {
+                let mut file =
+                    std::fs::File::create(dir.join(format!("fsync{index}"))).expect("create");
+                let mut in_fsync = Duration::ZERO;
+                for _ in 0..rounds {
+                    std::io::Write::write_all(&mut file, &block).expect("write");
+                    let started = Instant::now();
+                    file.sync_all().expect("fsync");
+                    in_fsync += started.elapsed();
+                }
+                lines.push(format!("fsync{index}_ns {}", in_fsync.as_nanos()));
+            }
         }
         _ => usage(),
     }

@@ -2,7 +2,9 @@
 # this kernel's struct layout read from BTF (5.10 passes (q, rq) and reaches the disk
 # through rq->rq_disk; 6.1 passes (rq) and goes through rq->q->disk): on a scratch loop
 # device, direct writes, reads of one sector by two threads at once and sector-less
-# flushes, against tracefs's own count of block_rq_issue on that device.
+# flushes, against tracefs's own count of block_rq_issue on that device. Then buffered
+# writes whose writeback is charged to their writer through the dirty-page tracepoint
+# (writeback_dirty_folio, or writeback_dirty_page on 5.10).
 . /checks/lib
 [ -b /dev/loop0 ] || fail "no /dev/loop0 (loop.ko not loaded?)"
 dd if=/dev/zero of=/tmp/io-disk bs=1M count=16 2>/dev/null || fail "cannot make the disk image"
@@ -30,6 +32,23 @@ echo 0 > $events/filter
 cat /tmp/io.out
 cat $TRACING/trace > /tmp/io-trace.txt
 echo > $TRACING/trace
+# Buffered writes to the device: its page cache is the file, dd (a target) dirtied it,
+# and its writeback (by sync or by a flusher kworker, not a target) is charged to dd.
+# With --file-calls, the writes of a regular file are timed per file (on the guest's
+# root file system): 16 writes of 4 KiB and the open.
+lockpath record --io --file-calls -o /tmp/io-cause.json -- \
+    sh -c 'dd if=/dev/zero of=/dev/loop0 bs=65536 count=64 2>/dev/null; sync;
+        dd if=/dev/zero of=/tmp/fc bs=4096 count=16 2>/dev/null' \
+    > /tmp/io-cause.out 2>&1 || {
+    rc=$?
+    cat /tmp/io-cause.out
+    fail "lockpath record of buffered writes exited with $rc"
+}
+cat /tmp/io-cause.out
+lab-check io-cause /tmp/io-cause.json --dev "$major:$minor" --bytes $((64 * 65536)) --comm dd ||
+    fail "the writeback of dd's writes is not charged to dd"
+lab-check file-calls /tmp/io-cause.json --path /tmp/fc --writes 16 --bytes 65536 ||
+    fail "the writes of /tmp/fc are not timed"
 losetup -d /dev/loop0
 written=$(awk '/entries-in-buffer/ { split($3, n, "/"); print (n[1] == n[2]) ? "ok" : "lost" }' /tmp/io-trace.txt)
 [ "$written" = ok ] || fail "the trace buffer overflowed: the reference count is incomplete"
