@@ -14,11 +14,12 @@ pub enum Kind {
     Io,
     Hold,
     Offwake,
+    File,
 }
 
 impl Kind {
     /// Every kind, in the order of `views::VIEWS`.
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Lock,
         Kind::Rpc,
         Kind::Func,
@@ -27,6 +28,7 @@ impl Kind {
         Kind::Io,
         Kind::Hold,
         Kind::Offwake,
+        Kind::File,
     ];
 
     pub fn name(self) -> &'static str {

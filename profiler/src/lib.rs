@@ -70,15 +70,19 @@ fn report(args: cli::ReportArgs) -> Result<i32> {
         );
     }
     filter.apply(&mut profile);
+    let by = match args.by {
+        cli::ReportBy::Locks(by) => by,
+        cli::ReportBy::File => return report_by_file(&args, &profile),
+    };
     let text = match args.format {
-        cli::ReportFormat::Csv => export::csv::render(&profile, args.by, args.top)?,
+        cli::ReportFormat::Csv => export::csv::render(&profile, by, args.top)?,
         cli::ReportFormat::Text if args.timeline => {
-            export::report::text(&profile, args.by, args.top)
+            export::report::text(&profile, by, args.top)
                 + &lockpath_profile::timeline::text(&profile, args.top)
         }
-        cli::ReportFormat::Text => export::report::text(&profile, args.by, args.top),
+        cli::ReportFormat::Text => export::report::text(&profile, by, args.top),
         cli::ReportFormat::Json => {
-            let mut json = export::report::json(&profile, args.by, args.top)
+            let mut json = export::report::json(&profile, by, args.top)
                 .context("cannot render the JSON report")?;
             json.push('\n');
             json
@@ -95,6 +99,31 @@ fn report(args: cli::ReportArgs) -> Result<i32> {
         }
     };
     write_output(args.output.as_deref(), text.as_bytes())?;
+    Ok(0)
+}
+
+/// `report --by file`: the file view's tables (text) or groups (JSON) alone.
+fn report_by_file(args: &cli::ReportArgs, profile: &Profile) -> Result<i32> {
+    if !export::has_kind(profile, lockpath_profile::kind::Kind::File) {
+        anyhow::bail!(
+            "{} has no block IO or file calls by file: record with --io (and --file-calls \
+             for the calls)",
+            args.file.display()
+        );
+    }
+    let text = match args.format {
+        cli::ReportFormat::Text => export::io::files_table(profile, args.top),
+        cli::ReportFormat::Json => {
+            serde_json::to_string_pretty(&export::io::file_groups(profile))
+                .context("cannot render the JSON report")?
+                + "\n"
+        }
+        _ => anyhow::bail!("report --by file writes text or JSON (--format text|json)"),
+    };
+    write_output(
+        args.output.as_deref(),
+        text.trim_start_matches('\n').as_bytes(),
+    )?;
     Ok(0)
 }
 

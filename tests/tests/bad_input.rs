@@ -135,6 +135,7 @@ fn exporters_refuse_bad_input_without_writing() {
 /// An output place that cannot be written fails before anything is loaded (the issue's
 /// `-o /proc/x.json -d 3` recorded for 3 s and then lost the run).
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn unwritable_output_fails_before_recording() {
     let _alone = alone();
     if !can_load_programs("unwritable_output_fails_before_recording") {
@@ -161,6 +162,7 @@ fn unwritable_output_fails_before_recording() {
 /// When the final write fails after all (the directory went away during the run), the
 /// recording goes to a fallback file that the error names, and that file is a profile.
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn failed_final_write_keeps_the_recording() {
     let _alone = alone();
     if !can_load_programs("failed_final_write_keeps_the_recording") {

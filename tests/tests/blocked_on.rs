@@ -158,6 +158,7 @@ fn blocked_on(tids: &[u32]) -> Vec<String> {
 /// that rwsem. Both are found asleep, and `blocked-on` must name what each waits for: B
 /// the directory's i_rwsem, owned by A; A its CREATE request.
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn blocked_on_names_the_lock_its_owner_and_the_fuse_request() {
     if !can_load_programs("blocked_on_names_the_lock_its_owner_and_the_fuse_request") {
         return;

@@ -55,6 +55,7 @@ impl Drop for TestCgroup {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn report_by_cgroup_names_the_workloads_cgroup() {
     let test = "report_by_cgroup_names_the_workloads_cgroup";
     if !can_load_programs(test) {

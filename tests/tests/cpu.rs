@@ -61,6 +61,7 @@ fn pids_sampled(profile: &serde_json::Value) -> Vec<u64> {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn hot_functions_get_their_share_by_name() {
     // The file's other tests burn CPU (4 to 6 busy threads on a 2-CPU machine); a share
     // within 4 points of the workload's own clock is measured without them (CI saw
@@ -164,6 +165,7 @@ fn hot_functions_get_their_share_by_name() {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn forked_child_is_followed() {
     let _alone = alone();
     if !can_load_programs("forked_child_is_followed") {
@@ -208,6 +210,7 @@ fn start_burn(seconds: &str) -> std::process::Child {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn pid_target_is_sampled_and_late_strangers_are_not() {
     let _alone = alone();
     if !can_load_programs("pid_target_is_sampled_and_late_strangers_are_not") {
@@ -259,6 +262,7 @@ fn cgroup2_mount() -> Option<PathBuf> {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn pid_target_follows_threads_created_later() {
     let _alone = alone();
     if !can_load_programs("pid_target_follows_threads_created_later") {
@@ -370,6 +374,7 @@ impl Drop for ScratchCgroup {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn cgroup_target_includes_only_its_processes() {
     let _alone = alone();
     if !can_load_programs("cgroup_target_includes_only_its_processes") {
@@ -415,6 +420,7 @@ fn cgroup_target_includes_only_its_processes() {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn exited_process_keeps_its_symbols() {
     let _alone = alone();
     if !can_load_programs("exited_process_keeps_its_symbols") {
@@ -469,6 +475,7 @@ fn one_line_error(args: &[&str], expect: &str) {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn bad_targets_and_frequencies_are_refused() {
     if !can_load_programs("bad_targets_and_frequencies_are_refused") {
         return;
@@ -557,6 +564,7 @@ fn takes_lock_with_irqs_off(caller: &str) -> bool {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn cpu_flamegraph_and_lock_table_agree() {
     let _alone = alone();
     if !can_load_programs("cpu_flamegraph_and_lock_table_agree") {

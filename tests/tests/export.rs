@@ -38,6 +38,7 @@ fn sum(profile: &Value, field: &str) -> u64 {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn diff_pprof_merge_and_html_from_two_runs() {
     let test = "diff_pprof_merge_and_html_from_two_runs";
     if !can_load_programs(test) {
@@ -644,6 +645,7 @@ fn check_html_in_chromium(dir: &Path, new: &Path) {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn prometheus_scrapes_live_metrics() {
     let test = "prometheus_scrapes_live_metrics";
     if !can_load_programs(test) || !require_tool(test, "prometheus") {
@@ -832,6 +834,7 @@ fn prometheus_scrapes_live_metrics() {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn progress_on_a_terminal_only() {
     let test = "progress_on_a_terminal_only";
     if !can_load_programs(test) || !require_tool(test, "script") {

@@ -53,6 +53,7 @@ fn record_file_locks(profile_path: &std::path::Path, args: &[&str]) -> String {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn file_lock_waits_are_classed_timed_and_their_holders_named() {
     let _alone = alone();
     if !can_load_programs("file_lock_waits_are_classed_timed_and_their_holders_named") {
@@ -240,6 +241,7 @@ fn record_kind(dir: &std::path::Path, kind: &str) -> std::path::PathBuf {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn diff_of_posix_against_flock_shows_the_class_and_the_lock_calls() {
     let _alone = alone();
     if !can_load_programs("diff_of_posix_against_flock_shows_the_class_and_the_lock_calls") {
@@ -299,6 +301,7 @@ fn diff_of_posix_against_flock_shows_the_class_and_the_lock_calls() {
 /// Opens that must wait for a read lease to be given up (`filelock:break_lease_block`):
 /// class `file-lock`, timed like the breaker's own clock, and held by a lease holder.
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn lease_breaks_are_file_lock_waits_held_by_the_lease_holder() {
     let _alone = alone();
     if !can_load_programs("lease_breaks_are_file_lock_waits_held_by_the_lease_holder") {

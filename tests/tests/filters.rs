@@ -17,6 +17,7 @@ fn report_json(profile: &str, extra: &[&str]) -> Value {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn filters_and_csv_on_lock_storm() {
     let test = "filters_and_csv_on_lock_storm";
     if !can_load_programs(test) || !require_tool(test, "python3") {

@@ -135,6 +135,7 @@ fn lock_totals(profile: &Value, pid: u64) -> (u64, u64) {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn rotate_soak_matches_a_long_recording() {
     let _alone = alone();
     let test = "rotate_soak_matches_a_long_recording";
@@ -357,6 +358,7 @@ fn rotate_soak_matches_a_long_recording() {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn rotate_keeps_n_files_and_refuses_bad_input() {
     let _alone = alone();
     let test = "rotate_keeps_n_files_and_refuses_bad_input";
@@ -440,6 +442,7 @@ const SLOWEST_CLIENTS: &str =
     "topk(10, sum by (instance) (rate(lockpath_lock_wait_seconds_total[5m])))";
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn prometheus_ranks_the_contended_agent_first() {
     let _alone = alone();
     let test = "prometheus_ranks_the_contended_agent_first";

@@ -23,6 +23,7 @@ fn record(args: &[&str]) -> String {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn ufunc_count_and_mean_match_the_workload() {
     if !can_load_programs("ufunc_count_and_mean_match_the_workload") {
         return;
@@ -123,6 +124,7 @@ fn ufunc_count_and_mean_match_the_workload() {
 /// read of the workload) and the profile says which method was used; where it offers
 /// neither (this development machine), one line says why and the run goes on.
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn a_call_in_progress_at_the_end_is_reported() {
     let test = "a_call_in_progress_at_the_end_is_reported";
     if !can_load_programs(test) {
@@ -177,6 +179,7 @@ fn a_call_in_progress_at_the_end_is_reported() {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn func_records_or_says_why_not() {
     if !can_load_programs("func_records_or_says_why_not") {
         return;
@@ -247,6 +250,7 @@ fn func_records_or_says_why_not() {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn unknown_kernel_function_lists_close_matches() {
     if !can_load_programs("unknown_kernel_function_lists_close_matches") {
         return;

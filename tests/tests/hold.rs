@@ -10,6 +10,7 @@ use common::*;
 const NO_LOCK: &str = "mutex:0xffff888000000000";
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn hold_alone_says_why_it_cannot_run_here() {
     if !can_load_programs("hold_alone_says_why_it_cannot_run_here") {
         return;
@@ -57,6 +58,7 @@ fn hold_alone_says_why_it_cannot_run_here() {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn hold_on_a_function_is_one_line_and_the_run_goes_on() {
     if !can_load_programs("hold_on_a_function_is_one_line_and_the_run_goes_on") {
         return;
@@ -102,6 +104,7 @@ fn hold_on_a_function_is_one_line_and_the_run_goes_on() {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn hold_alone_on_bad_locks_fails_with_one_line() {
     if !can_load_programs("hold_alone_on_bad_locks_fails_with_one_line") {
         return;

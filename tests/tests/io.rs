@@ -154,6 +154,21 @@ impl Drop for Ext4Loop {
     }
 }
 
+/// The start of a root test on ext4: programs loadable, `tools` installed besides
+/// mkfs.ext4, losetup and mount (under CI=true all of them, or the test fails), then a
+/// fresh ext4 of `size_mb` MiB on a loop device and an output directory beside it.
+/// `None`: skipped outside CI, the reason printed.
+fn ext4_test(test: &str, tools: &[&str], size_mb: u64) -> Option<(Ext4Loop, PathBuf)> {
+    let needed = ["mkfs.ext4", "losetup", "mount"].iter().chain(tools);
+    if !can_load_programs(test) || !needed.into_iter().all(|tool| require_tool(test, tool)) {
+        return None;
+    }
+    let fs = Ext4Loop::new(test, size_mb);
+    let out = fs.dir.join("out");
+    std::fs::create_dir_all(&out).expect("out dir");
+    Some((fs, out))
+}
+
 fn drop_caches() {
     run("sync", &[]);
     std::fs::write("/proc/sys/vm/drop_caches", "3").expect("drop caches");
@@ -177,6 +192,7 @@ fn frames_of(profile: &serde_json::Value, row: &serde_json::Value) -> Vec<String
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn ext4_directory_waits_and_block_requests() {
     let _alone = alone();
     if !can_load_programs("ext4_directory_waits_and_block_requests") {
@@ -545,6 +561,7 @@ fn check_io_exporters(dir: &Path, path: &Path, loop_rows: &[&serde_json::Value],
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn io_survives_a_device_that_vanishes_mid_run() {
     let _alone = alone();
     if !can_load_programs("io_survives_a_device_that_vanishes_mid_run") {
@@ -652,6 +669,7 @@ impl Drop for BareLoop {
 /// attached, sees exactly the requests lockpath counted (a classic tracepoint program
 /// returning 0 would blind it).
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn sectorless_flushes_and_writes_match_perf_issue_counts() {
     let _alone = alone();
     const TEST: &str = "sectorless_flushes_and_writes_match_perf_issue_counts";
@@ -858,22 +876,13 @@ fn device_numbers(device: &str) -> (u32, u32) {
 /// is two rows (a lock's readers and writers share its row), and no lock is in two rows
 /// (a lock taken in several functions is one class, not one per function).
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn fio_lock_table_rows_are_distinct_classes() {
     let test = "fio_lock_table_rows_are_distinct_classes";
     let _alone = alone();
-    if !can_load_programs(test) {
+    let Some((fs, out)) = ext4_test(test, &["fio"], 512) else {
         return;
-    }
-    for tool in ["mkfs.ext4", "losetup", "mount", "fio"] {
-        if !have(tool) {
-            assert!(!is_ci(), "{tool} is needed under CI=true");
-            eprintln!("SKIP {test}: no {tool}");
-            return;
-        }
-    }
-    let fs = Ext4Loop::new("io-fio-classes", 512);
-    let out = fs.dir.join("out");
-    std::fs::create_dir_all(&out).expect("out dir");
+    };
     let profile_path = out.join("fio.json");
     let directory = format!("--directory={}", path_str(&fs.mount));
     record_ok(&[
@@ -1069,23 +1078,14 @@ fn shares(group: &serde_json::Value, list: &str) -> Vec<(u64, String, u64)> {
 /// - `-- dd`: the bystander's file is not in the profile (not a target's IO);
 /// - `-a`: the bystander's file is charged to the bystander alone.
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn writeback_is_charged_to_the_writer_and_its_file() {
     let test = "writeback_is_charged_to_the_writer_and_its_file";
     let _alone = alone();
-    if !can_load_programs(test) {
+    let Some((mut fs, out)) = ext4_test(test, &["dd"], 1024) else {
         return;
-    }
-    for tool in ["mkfs.ext4", "losetup", "mount", "dd"] {
-        if !have(tool) {
-            assert!(!is_ci(), "{tool} is needed under CI=true");
-            eprintln!("SKIP {test}: no {tool}");
-            return;
-        }
-    }
-    let mut fs = Ext4Loop::new("io-writeback", 1024);
+    };
     fs.limit_dirty(32 << 20);
-    let out = fs.dir.join("out");
-    std::fs::create_dir_all(&out).expect("out dir");
     for system_wide in [false, true] {
         let written = fs.mount.join(format!("written-{system_wide}"));
         let other = fs.mount.join(format!("bystander-{system_wide}"));
@@ -1141,6 +1141,27 @@ fn writeback_is_charged_to_the_writer_and_its_file() {
         );
         let path = group["file"]["path"].as_str().unwrap_or_default();
         assert_eq!(path, path_str(&written), "the file's path");
+        // The file view: its table alone, and its flamegraph rooted at the file.
+        let by_file = lockpath_ok(&["report", path_str(&profile_path), "--by", "file"]);
+        let by_file = String::from_utf8_lossy(&by_file.stdout).into_owned();
+        assert!(
+            by_file.contains(path_str(&written)) && by_file.contains("caused by"),
+            "{by_file}"
+        );
+        let svg = out.join(format!("files-{system_wide}.svg"));
+        let args = [
+            "flamegraph",
+            path_str(&profile_path),
+            "--kind",
+            "file",
+            "-o",
+        ];
+        lockpath_ok(&[&args[..], &[path_str(&svg)]].concat());
+        let svg = std::fs::read_to_string(&svg).expect("file flamegraph");
+        assert!(
+            svg.contains("block write") && svg.contains("written-"),
+            "file flamegraph"
+        );
         let other_group = file_group(&report, &other);
         if !system_wide {
             assert!(
@@ -1164,22 +1185,13 @@ fn writeback_is_charged_to_the_writer_and_its_file() {
 /// the end): each file's bytes written at the block layer are within 5% of fio's own
 /// `io_bytes` for its job, and charged to one process, each job its own.
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn fio_io_uring_jobs_are_charged_their_own_files() {
     let test = "fio_io_uring_jobs_are_charged_their_own_files";
     let _alone = alone();
-    if !can_load_programs(test) {
+    let Some((fs, out)) = ext4_test(test, &["fio"], 512) else {
         return;
-    }
-    for tool in ["mkfs.ext4", "losetup", "mount", "fio"] {
-        if !have(tool) {
-            assert!(!is_ci(), "{tool} is needed under CI=true");
-            eprintln!("SKIP {test}: no {tool}");
-            return;
-        }
-    }
-    let fs = Ext4Loop::new("io-fio-uring", 512);
-    let out = fs.dir.join("out");
-    std::fs::create_dir_all(&out).expect("out dir");
+    };
     let profile_path = out.join("fio.json");
     let fio_json = out.join("fio-output.json");
     let directory = format!("--directory={}", path_str(&fs.mount));
@@ -1286,22 +1298,13 @@ fn assert_call_time(what: &str, lockpath_ns: u64, own_ns: u64) {
 /// workload), and open and write on the FUSE fixture (4 files; the server delays CREATE
 /// 30 ms and WRITE 60 ms; the workload times each call).
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn file_calls_match_the_workloads_own_timing() {
     let test = "file_calls_match_the_workloads_own_timing";
     let _alone = alone();
-    if !can_load_programs(test) {
+    let Some((fs, out)) = ext4_test(test, &[], 256) else {
         return;
-    }
-    for tool in ["mkfs.ext4", "losetup", "mount"] {
-        if !have(tool) {
-            assert!(!is_ci(), "{tool} is needed under CI=true");
-            eprintln!("SKIP {test}: no {tool}");
-            return;
-        }
-    }
-    let fs = Ext4Loop::new("io-file-calls", 256);
-    let out = fs.dir.join("out");
-    std::fs::create_dir_all(&out).expect("out dir");
+    };
     let report_of = |profile: &Path| -> serde_json::Value {
         let report = lockpath_ok(&["report", path_str(profile), "--format", "json"]);
         serde_json::from_slice(&report.stdout).expect("JSON report")

@@ -16,6 +16,7 @@ fn perf_count(path: &std::path::Path, event: &str) -> u64 {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn lock_contention_matches_perf_and_renders() {
     if !can_load_programs("lock_contention_matches_perf_and_renders") {
         return;
@@ -26,6 +27,7 @@ fn lock_contention_matches_perf_and_renders() {
 
 /// The same checks with the static (musl) binary of `cargo xtask dist`.
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn static_binary_lock_contention_matches_perf_and_renders() {
     const TEST: &str = "static_binary_lock_contention_matches_perf_and_renders";
     if !can_load_programs(TEST) || !require_artifact(TEST, &static_lockpath_bin()) {
@@ -284,6 +286,7 @@ fn storm_matches_perf_and_renders(bin: &std::path::Path, scratch_name: &str) {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn filter_in_kernel_excludes_other_processes() {
     if !can_load_programs("filter_in_kernel_excludes_other_processes") {
         return;
@@ -326,6 +329,7 @@ fn filter_in_kernel_excludes_other_processes() {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn command_exit_status_is_passed_on() {
     if !can_load_programs("command_exit_status_is_passed_on") {
         return;
@@ -374,6 +378,7 @@ fn command_exit_status_is_passed_on() {
 /// kernel with kprobes the fallback must instead record the workload's contention
 /// (the same check the VM lab runs on 5.10 and 6.1, see tests/vm/checks/lock-kprobe.sh).
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn forced_kprobe_method_without_kprobes_fails_clearly() {
     if !can_load_programs("forced_kprobe_method_without_kprobes_fails_clearly") {
         return;

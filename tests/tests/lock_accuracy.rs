@@ -199,6 +199,7 @@ fn median(values: &mut [f64]) -> f64 {
 /// below it by no more than the reference's own cost: the reference counts its end
 /// probe's map lookup as waiting, lockpath takes its end timestamp first.
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn spin_waits_match_a_stackless_reference() {
     if !can_load_programs("spin_waits_match_a_stackless_reference")
         || !require_tool("spin_waits_match_a_stackless_reference", "bpftrace")
@@ -256,6 +257,7 @@ fn spin_waits_match_a_stackless_reference() {
 /// close paths, the callers of its waits are too, and the holds under contention add up
 /// to no more than the run's time on every CPU (a bound that double counting breaks).
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn spinlock_holders_are_the_open_and_close_paths() {
     if !can_load_programs("spinlock_holders_are_the_open_and_close_paths") {
         return;
@@ -413,6 +415,7 @@ fn check_hold_views(dir: &std::path::Path, profile_path: &std::path::Path) {
 /// while the third waits: its hold is the time from the first create's return to the
 /// second's, and it took the lock on the create path.
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn fuse_create_hold_matches_the_workload() {
     if !can_load_programs("fuse_create_hold_matches_the_workload") {
         return;
@@ -487,6 +490,7 @@ fn fuse_create_hold_matches_the_workload() {
 /// the workload's own time from B's last word to the kill, waited in `iterate_dir`, with
 /// A as the owner; and no acquired row of B for that lock.
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn an_interrupted_wait_is_its_own_row() {
     if !can_load_programs("an_interrupted_wait_is_its_own_row") {
         return;
@@ -704,6 +708,7 @@ fn finished_profiles(recordings: Vec<(std::path::PathBuf, Recording)>) -> [serde
 /// under an exact recording alone runs differently: every contention pays a walk), and
 /// their counts agree.
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn cached_stacks_attribute_like_exact_walks() {
     if !can_load_programs("cached_stacks_attribute_like_exact_walks") {
         return;
@@ -811,6 +816,7 @@ fn cached_stacks_attribute_like_exact_walks() {
 /// workload proves the premises: its own hold times differ at least fivefold, and no
 /// path waited longer than its calls took.
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn two_paths_through_one_wrapper_keep_their_waits() {
     if !can_load_programs("two_paths_through_one_wrapper_keep_their_waits") {
         return;

@@ -108,6 +108,7 @@ fn named_share(by_name: &BTreeMap<String, (u64, String)>, total: u64) -> f64 {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn most_lock_wait_is_on_named_locks() {
     let _alone = alone();
     if !can_load_programs("most_lock_wait_is_on_named_locks") {
@@ -183,6 +184,7 @@ fn btf_member_offset(name: &str, member: &str) -> Option<u64> {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn wait_lock_of_mmap_lock_is_named_after_it() {
     let _alone = alone();
     let test = "wait_lock_of_mmap_lock_is_named_after_it";
@@ -291,6 +293,7 @@ fn bpftool_btf() -> Option<String> {
 /// lock-storm's file mode contends the `f_pos_lock` mutex of one shared `struct file`,
 /// an object of the `filp` cache. Elsewhere it stays an address.
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn locks_in_slab_objects_are_named_after_their_cache() {
     let _alone = alone();
     if !can_load_programs("locks_in_slab_objects_are_named_after_their_cache") {
@@ -580,6 +583,7 @@ fn record_stressor(
 ///   scheduler's runqueue lock under two callers of `schedule`; per-caller wait is
 ///   printed, not checked.)
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn stress_ng_lock_names_are_true_and_counts_are_perfs() {
     let _alone = alone();
     let test = "stress_ng_lock_names_are_true_and_counts_are_perfs";

@@ -36,6 +36,7 @@ fn parse_sleeper(stdout: &str) -> (u64, u64) {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn known_sleep_is_reported_as_sleep_with_its_time() {
     if !can_load_programs("known_sleep_is_reported_as_sleep_with_its_time") {
         return;
@@ -344,6 +345,7 @@ fn check_offcpu_exporters(
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn d_state_only_by_default_and_min_wait_filters() {
     if !can_load_programs("d_state_only_by_default_and_min_wait_filters") {
         return;

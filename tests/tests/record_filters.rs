@@ -98,6 +98,7 @@ fn assert_same_count(filtered: u64, reference: u64, what: &str) {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn record_type_filter_counts_only_spinlocks_in_the_kernel() {
     let test = "record_type_filter_counts_only_spinlocks_in_the_kernel";
     if !can_load_programs(test) {
@@ -141,6 +142,7 @@ fn record_type_filter_counts_only_spinlocks_in_the_kernel() {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn record_lock_and_caller_filters() {
     let test = "record_lock_and_caller_filters";
     if !can_load_programs(test) {
@@ -259,6 +261,7 @@ fn record_lock_and_caller_filters() {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn record_filters_refuse_bad_input_before_loading() {
     for (args, expect) in [
         (&["record", "--type", "spinlok"][..], "is not a lock type"),

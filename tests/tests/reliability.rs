@@ -50,6 +50,7 @@ fn temporaries(dir: &Path) -> Vec<String> {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn tiny_maps_report_their_losses() {
     if !can_load_programs("tiny_maps_report_their_losses") {
         return;
@@ -153,11 +154,13 @@ fn stop_with_signal_writes_profile(name: &str, sig: i32) {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn sigint_writes_a_complete_profile() {
     stop_with_signal_writes_profile("sigint", SIGINT);
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn sigterm_writes_a_complete_profile() {
     stop_with_signal_writes_profile("sigterm", SIGTERM);
 }
@@ -166,6 +169,7 @@ fn sigterm_writes_a_complete_profile() {
 /// with `--rotate`) finishes attaching, stops at once, writes a valid (short) profile
 /// and detaches; it is not killed by the signal.
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn sigint_while_the_probes_load_stops_cleanly() {
     if !can_load_programs("sigint_startup") {
         return;
@@ -232,6 +236,7 @@ fn sigint_while_the_probes_load_stops_cleanly() {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn sigint_during_a_system_run_writes_a_profile() {
     if !can_load_programs("sigint_system") {
         return;
@@ -260,6 +265,7 @@ fn sigint_during_a_system_run_writes_a_profile() {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn sigkill_leaves_no_program_and_no_file() {
     if !can_load_programs("sigkill") {
         return;
@@ -284,6 +290,7 @@ fn sigkill_leaves_no_program_and_no_file() {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn target_that_exits_early_ends_the_recording() {
     if !can_load_programs("target_exits_early") {
         return;
@@ -332,6 +339,7 @@ fn target_that_exits_early_ends_the_recording() {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn command_that_cannot_start_is_one_clear_error() {
     if !can_load_programs("command_cannot_start") {
         return;
@@ -413,6 +421,7 @@ fn held_by_any_lockpath(id: u64) -> bool {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn two_instances_at_once_each_see_their_own_command() {
     if !can_load_programs("two_instances") {
         return;
@@ -503,6 +512,7 @@ fn two_instances_at_once_each_see_their_own_command() {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn unprivileged_user_gets_one_line_naming_the_capabilities() {
     if !can_load_programs("unprivileged") {
         return;

@@ -13,6 +13,7 @@ fn within(measured: f64, expected: f64, fraction: f64) -> bool {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn fuse_latency_per_opcode_matches_injected_delay() {
     if !can_load_programs("fuse_latency_per_opcode_matches_injected_delay") {
         return;
@@ -205,6 +206,7 @@ fn fuse_latency_per_opcode_matches_injected_delay() {
 /// same directory and waits for that rwsem, then sends its own (delayed) CREATE. B's
 /// `rwsem:W` wait must equal B's own time minus the injected delay.
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn fuse_create_lock_wait_matches_ground_truth() {
     if !can_load_programs("fuse_create_lock_wait_matches_ground_truth") {
         return;
@@ -337,6 +339,7 @@ fn fuse_create_lock_wait_matches_ground_truth() {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn missing_providers_are_one_line_each_and_the_run_goes_on() {
     if !can_load_programs("missing_providers_are_one_line_each_and_the_run_goes_on") {
         return;

@@ -176,6 +176,7 @@ fn record_args<'a>(output: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn waits_stuck_before_the_recording_are_reported_with_their_chain() {
     let _alone = alone();
     let test = "waits_stuck_before_the_recording_are_reported_with_their_chain";
@@ -222,6 +223,7 @@ fn waits_stuck_before_the_recording_are_reported_with_their_chain() {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn waits_begun_during_the_recording_and_open_at_its_end_are_reported() {
     let _alone = alone();
     let test = "waits_begun_during_the_recording_and_open_at_its_end_are_reported";
@@ -256,6 +258,7 @@ fn waits_begun_during_the_recording_and_open_at_its_end_are_reported() {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn a_stuck_target_shows_its_wait_and_a_bystander_does_not() {
     let _alone = alone();
     let test = "a_stuck_target_shows_its_wait_and_a_bystander_does_not";
@@ -328,6 +331,7 @@ fn long_request_wait(profile: &Value, a: u64) -> Vec<&Value> {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn a_wait_across_rotated_periods_is_counted_once() {
     let _alone = alone();
     let test = "a_wait_across_rotated_periods_is_counted_once";

@@ -17,6 +17,7 @@ fn values(series: &serde_json::Value) -> Vec<u64> {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn contention_in_the_second_half_lands_in_the_second_half() {
     if !can_load_programs("contention_in_the_second_half_lands_in_the_second_half") {
         return;

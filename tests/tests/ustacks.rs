@@ -126,6 +126,7 @@ fn assert_no_garbage(stacks: &[(u64, Vec<String>)]) {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn nofp_workload_unwinds_to_main_with_its_shares() {
     let test = "nofp_workload_unwinds_to_main_with_its_shares";
     if !can_load_programs(test) {
@@ -202,6 +203,7 @@ fn nofp_workload_unwinds_to_main_with_its_shares() {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn frame_pointer_walks_of_nofp_code_are_cut_not_padded() {
     let test = "frame_pointer_walks_of_nofp_code_are_cut_not_padded";
     if !can_load_programs(test) {
@@ -244,6 +246,7 @@ fn frame_pointer_walks_of_nofp_code_are_cut_not_padded() {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn packaged_fio_stacks_are_clean_and_reach_their_start() {
     let test = "packaged_fio_stacks_are_clean_and_reach_their_start";
     if !can_load_programs(test) || !require_tool(test, "fio") {
@@ -310,6 +313,7 @@ fn packaged_fio_stacks_are_clean_and_reach_their_start() {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn packaged_fio_in_system_calls_reaches_its_start() {
     // Samples taken in kernel mode (fio's pread calls): the user registers come from
     // the top of the task's kernel stack, the user stack is unwound all the same.
@@ -433,6 +437,7 @@ fn run_ok(program: &str, args: &[&str]) -> String {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn stripped_binary_is_named_from_its_build_id_debug_file() {
     let test = "stripped_binary_is_named_from_its_build_id_debug_file";
     if !can_load_programs(test) || !require_tool(test, "objcopy") {
@@ -483,6 +488,7 @@ fn stripped_binary_is_named_from_its_build_id_debug_file() {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn minidebuginfo_names_a_stripped_binary() {
     // Fedora's MiniDebugInfo: the binary is stripped, an xz-compressed ELF holding the
     // symbols of its functions rides along in .gnu_debugdata.

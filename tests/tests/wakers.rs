@@ -37,6 +37,7 @@ fn stack_of(profile: &serde_json::Value, value: &serde_json::Value, key: &str) -
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn ping_pong_sides_wake_each_other_through_pipe_write() {
     if !can_load_programs("ping_pong_sides_wake_each_other_through_pipe_write") {
         return;
@@ -261,6 +262,7 @@ fn ping_pong_sides_wake_each_other_through_pipe_write() {
 }
 
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn pthread_mutex_waits_are_woken_by_the_holder_with_its_time() {
     if !can_load_programs("pthread_mutex_waits_are_woken_by_the_holder_with_its_time") {
         return;
@@ -380,6 +382,7 @@ fn wakers_need_offcpu() {
 /// directory's inode lock (rwsem) held by the second, which waits in the FUSE request
 /// for the fixture's reply thread, which sleeps the injected delay.
 #[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn fuse_hold_chain_follows_the_holder_to_the_daemon() {
     if !can_load_programs("fuse_hold_chain_follows_the_holder_to_the_daemon") {
         return;

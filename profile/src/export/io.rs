@@ -403,20 +403,20 @@ pub fn calls_table(profile: &Profile, top: usize) -> String {
     let shown = super::table::shown_rows(top, rows.len());
     let mut out = format!(
         "\nfile calls (system call entry to return, per file and process):\n\
-         {:<40} {:<6} {:<20} {:>8} {:>10} {:>10} {:>10} {:>10}\n",
-        "file", "call", "process", "calls", "bytes", "avg", "p99", "max"
+         {:<6} {:<24} {:>8} {:>10} {:>10} {:>10} {:>10}  {}\n",
+        "call", "process", "calls", "bytes", "avg", "p99", "max", "file"
     );
     for (file, calls) in &rows[..shown] {
         out.push_str(&format!(
-            "{:<40} {:<6} {:<20} {:>8} {:>10} {:>10} {:>10} {:>10}\n",
-            file,
+            "{:<6} {:<24} {:>8} {:>10} {:>10} {:>10} {:>10}  {}\n",
             calls.call,
-            super::table::fit(&format!("{} ({})", calls.process, calls.pid), 20),
+            super::table::fit(&format!("{} ({})", calls.process, calls.pid), 24),
             calls.count,
             format_bytes(calls.bytes),
             format_ns(calls.avg_ns),
             format_ns(calls.p99_ns),
             format_ns(calls.max_ns),
+            file,
         ));
     }
     out.push_str(&super::table::more_of(shown, rows.len(), ""));
@@ -444,23 +444,24 @@ pub fn files_table(profile: &Profile, top: usize) -> String {
     };
     let mut out = format!(
         "\nblock IO by file (caused by: who dirtied the pages written; reads: the issuer)\n\
-         {:<40} {:>10} {:>10} {:>9} {:>10}  {:<32} {}\n",
-        "file", "read", "written", "requests", "avg", "caused by", "issued by"
+         {:>10} {:>10} {:>9} {:>10}  {:<34} {:<34} {}\n",
+        "read", "written", "requests", "avg", "caused by", "issued by", "file"
     );
     for group in &groups[..shown] {
         let total = group.read_bytes + group.write_bytes;
         out.push_str(&format!(
-            "{:<40} {:>10} {:>10} {:>9} {:>10}  {:<32} {}\n",
-            group.file.label(),
+            "{:>10} {:>10} {:>9} {:>10}  {:<34} {:<34} {}\n",
             format_bytes(group.read_bytes),
             format_bytes(group.write_bytes),
             group.requests,
             format_ns(group.total_ns.checked_div(group.requests).unwrap_or(0)),
             people(&group.caused_by, total),
             people(&group.issued_by, total),
+            group.file.label(),
         ));
     }
     out.push_str(&super::table::more_of(shown, groups.len(), ""));
+    out.push_str(&calls_table(profile, top));
     out
 }
 
@@ -566,9 +567,9 @@ pub(crate) mod tests {
             pid,
             count: 1,
             bytes,
-            total_ns: 1000,
-            max_ns: 1000,
-            hist: vec![1],
+            total_ns: 1_000_000,
+            max_ns: 1_000_000,
+            hist: vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
             file: Some(file),
             ..Default::default()
         };
@@ -632,15 +633,22 @@ pub(crate) mod tests {
         let page = crate::export::html::render(&profile).expect("HTML");
         assert!(page.contains("<h3>By file</h3>"), "no file table");
         assert!(page.contains("/mnt/other"), "no row of the read file");
-        let breakdowns = crate::export::diff::breakdowns(&profile, crate::kind::Kind::Io);
+        let breakdowns = crate::export::diff::breakdowns(&profile, crate::kind::Kind::File);
         let by_file = breakdowns
             .iter()
             .find(|breakdown| breakdown.by == "file")
             .expect("a breakdown by file");
         assert!(
-            by_file.entries.contains_key("/mnt/data write"),
+            by_file.entries.contains_key("/mnt/data block write"),
             "{:?}",
             by_file.entries.keys()
+        );
+        // The file flamegraph: rooted at the file, the writeback under its writers.
+        let lines = crate::export::folded::lines(&profile, crate::kind::Kind::File);
+        let stacks: Vec<&str> = lines.iter().map(|(stack, _)| stack.as_str()).collect();
+        assert!(
+            stacks.contains(&"/mnt/data;block write;pid 10"),
+            "{stacks:?}"
         );
     }
 

@@ -14,6 +14,7 @@ use inferno::flamegraph::color::Palette;
 use crate::{export::diff::Breakdown, kind::Kind, profile::Profile};
 
 pub mod cpu;
+pub mod file;
 pub mod func;
 pub mod hold;
 pub mod io;
@@ -175,6 +176,7 @@ pub static VIEWS: [&dyn View; Kind::ALL.len()] = [
     &io::IoView,
     &hold::HoldView,
     &offwake::OffwakeView,
+    &file::FileView,
 ];
 
 impl Kind {

@@ -287,8 +287,10 @@ pub struct ReportArgs {
     /// path as recorded (`?` when unknown: profiles of older versions, a cgroup removed
     /// before the recording or its `--rotate` period ended); the JSON report then names
     /// each row's cgroup.
-    #[arg(long, value_parser = group_by_parser(), default_value = "lock")]
-    pub by: GroupBy,
+    /// `file`: only the tables by file (block IO with who caused it, and the file calls
+    /// of `record --io --file-calls`), text or JSON.
+    #[arg(long, value_parser = report_by_parser(), default_value = "lock")]
+    pub by: ReportBy,
     /// Rows to show (0: all).
     #[arg(long, default_value_t = 20)]
     pub top: usize,
@@ -324,14 +326,31 @@ fn kind_parser() -> impl TypedValueParser<Value = Kind> {
     .try_map(|name| Kind::from_name(&name).ok_or("unknown kind"))
 }
 
-/// `--by`: the names of `GroupBy`.
-fn group_by_parser() -> impl TypedValueParser<Value = GroupBy> {
+/// How `report` groups: the lock table by a `GroupBy`, or the tables by file alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReportBy {
+    Locks(GroupBy),
+    File,
+}
+
+/// `report --by`: the names of `GroupBy`, and `file`.
+fn report_by_parser() -> impl TypedValueParser<Value = ReportBy> {
+    let file = PossibleValue::new("file").help(
+        "Only the tables by file: block IO read and written with who caused it, and the \
+         timed file calls (text and JSON)",
+    );
     PossibleValuesParser::new(
         GroupBy::ALL
             .iter()
-            .map(|by| PossibleValue::new(by.name()).help(by.about())),
+            .map(|by| PossibleValue::new(by.name()).help(by.about()))
+            .chain([file]),
     )
-    .try_map(|name| GroupBy::from_name(&name).ok_or("unknown grouping"))
+    .try_map(|name| match name.as_str() {
+        "file" => Ok(ReportBy::File),
+        _ => GroupBy::from_name(&name)
+            .map(ReportBy::Locks)
+            .ok_or("unknown grouping"),
+    })
 }
 
 #[derive(Debug, Args)]
