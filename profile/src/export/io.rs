@@ -244,6 +244,13 @@ pub struct FileGroup {
     pub requests: u64,
     pub total_ns: u64,
     pub max_ns: u64,
+    /// Device time of its requests, estimated from the log2 buckets as
+    /// `IoGroup::p50_ns`.
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    /// The log2 histogram of its requests' device time (microseconds, as `IoRow::hist`).
+    #[serde(skip)]
+    hist: Vec<u64>,
     /// Issuing processes (kernel threads included), most bytes first.
     pub issued_by: Vec<ByteShare>,
     /// Processes that caused the requests (`Causes`), most bytes first.
@@ -301,6 +308,12 @@ pub fn file_groups(profile: &Profile) -> Vec<FileGroup> {
         group.requests += row.count;
         group.total_ns += row.total_ns;
         group.max_ns = group.max_ns.max(row.max_ns);
+        if group.hist.len() < row.hist.len() {
+            group.hist.resize(row.hist.len(), 0);
+        }
+        for (sum, count) in group.hist.iter_mut().zip(&row.hist) {
+            *sum += count;
+        }
         *issued
             .entry(key.clone())
             .or_default()
@@ -351,6 +364,8 @@ pub fn file_groups(profile: &Profile) -> Vec<FileGroup> {
         .map(|(key, mut group)| {
             group.issued_by = shares(issued.remove(&key));
             group.caused_by = shares(caused.remove(&key));
+            group.p50_ns = percentile_ns(&group.hist, 0.50).min(group.max_ns);
+            group.p99_ns = percentile_ns(&group.hist, 0.99).min(group.max_ns);
             group
                 .calls
                 .sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.pid.cmp(&b.pid)));
@@ -375,6 +390,9 @@ impl FileGroup {
             requests: 0,
             total_ns: 0,
             max_ns: 0,
+            p50_ns: 0,
+            p99_ns: 0,
+            hist: Vec::new(),
             issued_by: Vec::new(),
             caused_by: Vec::new(),
             calls: Vec::new(),
@@ -444,17 +462,18 @@ pub fn files_table(profile: &Profile, top: usize) -> String {
     };
     let mut out = format!(
         "\nblock IO by file (caused by: who dirtied the pages written; reads: the issuer)\n\
-         {:>10} {:>10} {:>9} {:>10}  {:<34} {:<34} {}\n",
-        "read", "written", "requests", "avg", "caused by", "issued by", "file"
+         {:>10} {:>10} {:>9} {:>10} {:>10}  {:<34} {:<34} {}\n",
+        "read", "written", "requests", "avg", "p99", "caused by", "issued by", "file"
     );
     for group in &groups[..shown] {
         let total = group.read_bytes + group.write_bytes;
         out.push_str(&format!(
-            "{:>10} {:>10} {:>9} {:>10}  {:<34} {:<34} {}\n",
+            "{:>10} {:>10} {:>9} {:>10} {:>10}  {:<34} {:<34} {}\n",
             format_bytes(group.read_bytes),
             format_bytes(group.write_bytes),
             group.requests,
             format_ns(group.total_ns.checked_div(group.requests).unwrap_or(0)),
+            format_ns(group.p99_ns),
             people(&group.caused_by, total),
             people(&group.issued_by, total),
             group.file.label(),

@@ -220,6 +220,7 @@ fn files_section(profile: &Profile, out: &mut String) {
                 io_tables::format_bytes(group.write_bytes),
                 group.requests.to_string(),
                 format_ns(group.total_ns.checked_div(group.requests).unwrap_or(0)),
+                format_ns(group.p99_ns),
                 people(&group.caused_by),
                 people(&group.issued_by),
             ]
@@ -237,10 +238,11 @@ fn files_section(profile: &Profile, out: &mut String) {
             "written",
             "requests",
             "avg",
+            "p99",
             "caused by",
             "issued by",
         ],
-        &[false, true, true, true, true, false, false],
+        &[false, true, true, true, true, true, false, false],
         &rows,
     ));
 }
