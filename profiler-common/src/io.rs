@@ -164,6 +164,9 @@ pub const IO_FILE_CAUSED: u32 = 1;
 /// `IoFile::flags`: the names reach the file system's root (the path is whole below
 /// its mount point).
 pub const IO_FILE_ROOT: u32 = 2;
+/// `IoFile::flags`: names could be read, and the inode has none (no dentry): a block
+/// device's own inode, whose page cache holds file system metadata and raw device IO.
+pub const IO_FILE_NO_DENTRY: u32 = 4;
 
 /// A file seen in a block request or dirtied, by its `struct inode` address.
 #[repr(C)]

@@ -37,9 +37,9 @@ use aya_ebpf::{
 use profiler_common::{
     io::{
         CALL_OPEN, CALL_READ, CALL_WRITE, CallKey, CallStart, DirtyKey, DirtyStat,
-        IO_CALL_START_ENTRIES, IO_FILE_CAUSED, IO_FILE_ROOT, IO_FILES_ENTRIES, IO_FLIGHT_REQUEUED,
-        IO_HIST_SLOTS, IO_NO_OFFSET, IoFile, IoInFlight, IoKey, IoLayout, IoStat, Seen, completes,
-        seen_again,
+        IO_CALL_START_ENTRIES, IO_FILE_CAUSED, IO_FILE_NO_DENTRY, IO_FILE_ROOT, IO_FILES_ENTRIES,
+        IO_FLIGHT_REQUEUED, IO_HIST_SLOTS, IO_NO_OFFSET, IoFile, IoInFlight, IoKey, IoLayout,
+        IoStat, Seen, completes, seen_again,
     },
     latency::log2_slot_of,
     loss::{
@@ -265,6 +265,7 @@ fn read_names(inode: u64, file: &mut IoFile) {
     }
     let alias = read_u64(inode + inode_dentry as u64);
     if alias == 0 {
+        file.flags |= IO_FILE_NO_DENTRY;
         return;
     }
     let mut dentry = alias - layout!(dentry_alias) as u64;
@@ -288,18 +289,29 @@ fn read_names(inode: u64, file: &mut IoFile) {
 
 /// `writeback_dirty_folio(folio, mapping)` (`writeback_dirty_page` before 5.17), in
 /// the context of the task that dirtied it: the file's writeback will be this process's
-/// IO, whoever issues it.
+/// IO, whoever issues it. Another process that dirties a file a target dirtied is
+/// counted too, so that the file's writeback is shared among its writers by share.
 pub fn on_dirty(mapping: u64) {
-    if mapping == 0 || !is_target() {
+    if mapping == 0 {
         return;
     }
     let inode = read_u64(mapping + layout!(mapping_host) as u64);
+    let target = is_target();
+    if !target {
+        match IO_FILES.get_ptr(inode) {
+            // SAFETY: element of a hash map from a successful lookup.
+            Some(file) if unsafe { (*file).flags } & IO_FILE_CAUSED != 0 => {}
+            _ => return,
+        }
+    }
     let Some(file) = file_entry(inode) else {
         return;
     };
     // SAFETY: element of a hash map from a successful lookup or insert.
     let (dev, ino) = unsafe {
-        (*file).flags |= IO_FILE_CAUSED;
+        if target {
+            (*file).flags |= IO_FILE_CAUSED;
+        }
         ((*file).dev, (*file).ino)
     };
     let key = DirtyKey {

@@ -8,9 +8,9 @@ use anyhow::{bail, Context, Result};
 use aya::{Ebpf, EbpfLoader};
 use profiler_common::io::{
     names, CallKey, DirtyKey, DirtyStat, IoFile, IoInFlight, IoKey, IoLayout, IoStat, CALL_FSYNC,
-    CALL_OPEN, CALL_READ, CALL_WRITE, IO_CALL_START_ENTRIES, IO_FILES_ENTRIES, IO_FILE_ROOT,
-    IO_INFLIGHT_ENTRIES, IO_NO_OFFSET, IO_NO_OP, OP_DISCARD, OP_FLUSH, OP_PASSTHROUGH, OP_READ,
-    OP_WRITE, SYSCALL_ARG0_OFFSET,
+    CALL_OPEN, CALL_READ, CALL_WRITE, IO_CALL_START_ENTRIES, IO_FILES_ENTRIES, IO_FILE_NO_DENTRY,
+    IO_FILE_ROOT, IO_INFLIGHT_ENTRIES, IO_NO_OFFSET, IO_NO_OP, OP_DISCARD, OP_FLUSH,
+    OP_PASSTHROUGH, OP_READ, OP_WRITE, SYSCALL_ARG0_OFFSET,
 };
 
 use crate::{
@@ -391,7 +391,9 @@ fn file_layout(btf: &Btf, layout: &mut IoLayout) -> Result<()> {
     let names = (|| -> Result<[u32; 4]> {
         Ok([
             btf.member_offset("inode", "i_dentry")?,
-            btf.member_offset("dentry", "d_u.d_alias")?,
+            // 7.x: the alias list node is no longer in the `d_u` union.
+            btf.member_offset("dentry", "d_u.d_alias")
+                .or_else(|_| btf.member_offset("dentry", "d_alias"))?,
             btf.member_pointer_offset("dentry", "d_parent")?,
             btf.member_offset("dentry", "d_name.name")?,
         ])
@@ -683,7 +685,8 @@ fn unescape_octal(text: &str) -> String {
 /// A file's path from the names its programs read (its own first): absolute under its
 /// file system's mount point when they reached the root, else led by `.../`. A file of
 /// a pseudo file system without names says so: the block devices' own page cache, where
-/// file systems keep metadata and the journal, and raw reads and writes of a device go.
+/// file systems keep metadata and the journal, and raw reads and writes of a device go
+/// (an inode without a dentry on a file system without a device).
 pub fn path_of(file: &IoFile, mounts: &Mounts) -> String {
     let mut parts: Vec<String> = file
         .names
@@ -696,7 +699,7 @@ pub fn path_of(file: &IoFile, mounts: &Mounts) -> String {
         .collect();
     let (major, minor) = split_dev(file.dev);
     if parts.is_empty() {
-        return if major == 0 {
+        return if major == 0 && file.flags & IO_FILE_NO_DENTRY != 0 {
             "[block device page cache]".into()
         } else {
             String::new()
@@ -833,9 +836,11 @@ mod tests {
             "8:1:/f"
         );
         assert_eq!(
-            path_of(&named(&[], 5, 0), &mounts),
+            path_of(&named(&[], 5, IO_FILE_NO_DENTRY), &mounts),
             "[block device page cache]"
         );
+        // Names not read (no layout for them): a number, not a guess.
+        assert_eq!(path_of(&named(&[], 5, 0), &mounts), "");
         assert_eq!(path_of(&named(&[], dev, 0), &mounts), "");
     }
 

@@ -141,6 +141,16 @@ pub(super) const FAMILIES: &[Family] = &[
         perf: None,
         target_overhead: None,
     },
+    Family {
+        // Block IO with the file calls: every read, write, fsync and open of every
+        // process enters a program (a target test), the targets' are timed per file.
+        name: "io-calls",
+        flags: &["--io", "--file-calls"],
+        aimed_at: &["io"],
+        bpftrace: None,
+        perf: None,
+        target_overhead: None,
+    },
 ];
 
 /// A workload binary of the `lockpath-tests` crate and its arguments (without
