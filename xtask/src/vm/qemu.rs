@@ -44,8 +44,9 @@ struct GuestRun {
 const HUNG_AFTER_S: u64 = 60;
 
 /// Hung boots tolerated before the next one counts: the 6.1 guest hung so in about one
-/// run in five, and one hung boot costs some 2 minutes.
-const MAX_HUNG_BOOTS: usize = 2;
+/// run in five, and the 5.10 guest twice in a row in one run (each time in a check that
+/// attaches kprobes); one hung boot costs up to the boot's timeout (7 minutes).
+const MAX_HUNG_BOOTS: usize = 3;
 
 /// Whether the guest kernel died of a breakpoint trap it did not expect (`int3: 0000
 /// [#1]`, then `Kernel panic`): the same emulator fault as the hangs above, met on the
