@@ -281,7 +281,10 @@ impl IoGlobals {
             start_time_ns: btf
                 .member_offset("request", "start_time_ns")
                 .unwrap_or(IO_NO_OFFSET),
-            ..IoLayout::default()
+            // The optional chains (a request's file, a file's names, a descriptor's
+            // file, a thread's leader) start absent (`IO_NO_OFFSET`): the programs then
+            // skip them rather than follow offset 0.
+            ..IoLayout::MAINLINE
         };
         let mut errors = Vec::new();
         let mut found = false;
