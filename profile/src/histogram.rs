@@ -24,6 +24,25 @@ pub fn percentile_ns(hist: &[u64], fraction: f64) -> u64 {
     high * 1000
 }
 
+/// Adds histogram `add` to `sum` bucket by bucket, growing `sum` to `add`'s length.
+pub fn add_into(sum: &mut Vec<u64>, add: &[u64]) {
+    if sum.len() < add.len() {
+        sum.resize(add.len(), 0);
+    }
+    for (mine, theirs) in sum.iter_mut().zip(add) {
+        *mine += theirs;
+    }
+}
+
+/// A kernel histogram as a profile keeps it: trailing empty buckets left out.
+pub fn trimmed(hist: &[u64]) -> Vec<u64> {
+    let used = hist
+        .iter()
+        .rposition(|&count| count != 0)
+        .map_or(0, |last| last + 1);
+    hist[..used].to_vec()
+}
+
 /// Bounds of bucket `slot` in microseconds, [low, high): [0, 2) for slot 0, then
 /// [2^slot, 2^(slot+1)).
 pub fn bucket_us(slot: usize) -> (u64, u64) {
@@ -51,5 +70,14 @@ mod tests {
         let p100 = percentile_ns(&hist, 1.0);
         assert!((1_024_000..=2_048_000).contains(&p100), "{p100}");
         assert_eq!(percentile_ns(&[], 0.5), 0);
+    }
+
+    #[test]
+    fn histograms_add_and_trim() {
+        let mut sum = vec![1, 2];
+        add_into(&mut sum, &[1, 0, 3]);
+        assert_eq!(sum, vec![2, 2, 3]);
+        assert_eq!(trimmed(&[0, 4, 0, 0]), vec![0, 4]);
+        assert!(trimmed(&[0, 0]).is_empty());
     }
 }

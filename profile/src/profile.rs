@@ -169,12 +169,7 @@ impl Latency {
         self.count += other.count;
         self.total_ns += other.total_ns;
         self.max_ns = self.max_ns.max(other.max_ns);
-        if self.hist.len() < other.hist.len() {
-            self.hist.resize(other.hist.len(), 0);
-        }
-        for (mine, theirs) in self.hist.iter_mut().zip(&other.hist) {
-            *mine += theirs;
-        }
+        crate::histogram::add_into(&mut self.hist, &other.hist);
     }
 }
 
@@ -491,12 +486,6 @@ impl FileRef {
         } else {
             self.path.clone()
         }
-    }
-
-    /// Whether two references name the same file (the path may differ by when it was
-    /// read).
-    pub fn same_file(&self, other: &FileRef) -> bool {
-        (self.major, self.minor, self.ino) == (other.major, other.minor, other.ino)
     }
 }
 

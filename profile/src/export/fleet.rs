@@ -30,12 +30,7 @@ impl Totals {
     fn add(&mut self, other: &Totals) {
         self.count += other.count;
         self.total_ns += other.total_ns;
-        if self.hist.len() < other.hist.len() {
-            self.hist.resize(other.hist.len(), 0);
-        }
-        for (slot, count) in other.hist.iter().enumerate() {
-            self.hist[slot] += count;
-        }
+        crate::histogram::add_into(&mut self.hist, &other.hist);
     }
 
     /// Totals without a histogram (counters).

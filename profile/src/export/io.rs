@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::{
-    histogram::{bucket_us, percentile_ns},
+    histogram::{add_into, bucket_us, percentile_ns},
     profile::{FileRef, IoRow, Profile},
     units::format_ns,
 };
@@ -82,13 +82,7 @@ pub fn groups(profile: &Profile) -> Vec<IoGroup> {
             bytes: row.bytes,
             total_ns: row.total_ns,
         });
-        let hist = hists.entry(key).or_default();
-        if hist.len() < row.hist.len() {
-            hist.resize(row.hist.len(), 0);
-        }
-        for (slot, count) in row.hist.iter().enumerate() {
-            hist[slot] += count;
-        }
+        add_into(hists.entry(key).or_default(), &row.hist);
     }
     let mut out: Vec<IoGroup> = by_key
         .into_iter()
@@ -308,12 +302,7 @@ pub fn file_groups(profile: &Profile) -> Vec<FileGroup> {
         group.requests += row.count;
         group.total_ns += row.total_ns;
         group.max_ns = group.max_ns.max(row.max_ns);
-        if group.hist.len() < row.hist.len() {
-            group.hist.resize(row.hist.len(), 0);
-        }
-        for (sum, count) in group.hist.iter_mut().zip(&row.hist) {
-            *sum += count;
-        }
+        add_into(&mut group.hist, &row.hist);
         *issued
             .entry(key.clone())
             .or_default()

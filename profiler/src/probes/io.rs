@@ -190,10 +190,7 @@ pub fn drain_calls(maps: &MapSet, files: &Files) -> Result<Vec<FileCallRow>> {
         let Some(file) = files.get(key.file_dev, key.ino) else {
             continue;
         };
-        let mut hist = stat.hist.to_vec();
-        while hist.last() == Some(&0) {
-            hist.pop();
-        }
+        let hist = lockpath_profile::histogram::trimmed(&stat.hist);
         rows.push(FileCallRow {
             pid: key.tgid,
             call: call_name(key.call).into(),
@@ -745,10 +742,7 @@ pub fn drain(maps: &MapSet, devices: &DeviceNames, files: &Files) -> Result<Vec<
     let mut rows = Vec::new();
     for (key, stat) in maps.entries::<IoKey, IoStat>(names::IO_STATS)? {
         let (major, minor) = split_dev(key.dev);
-        let mut hist = stat.hist.to_vec();
-        while hist.last() == Some(&0) {
-            hist.pop();
-        }
+        let hist = lockpath_profile::histogram::trimmed(&stat.hist);
         rows.push(IoRow {
             major,
             minor,
