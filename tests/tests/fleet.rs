@@ -1,11 +1,15 @@
 //! Always on (`record --rotate`), root tests: a soak on lock-storm whose periods must
 //! add up to a long recording made at the same time by a second lockpath on the same
 //! tracepoints, with flat memory, SIGHUP and SIGTERM losing nothing; and a real
-//! Prometheus scraping three agents and ranking the contended one first.
+//! Prometheus scraping three agents and ranking the contended one first, by the
+//! documented query and by the rules of contrib/prometheus. Not root: promtool checks
+//! and unit-tests those rules, and the Grafana dashboard of contrib/grafana holds what
+//! an import needs and queries only what the agents and the rules provide.
 
 mod common;
 
 use std::{
+    collections::BTreeSet,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
@@ -512,11 +516,16 @@ fn prometheus_ranks_the_contended_agent_first() {
     }
     let web = format!("127.0.0.1:{}", free_port());
     let config = dir.join("prometheus.yml");
+    // With the rules of contrib/prometheus, evaluated every second.
+    let rules = contrib("prometheus/lockpath-rules.yml");
     std::fs::write(
         &config,
         format!(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: lockpath\n    static_configs:\n      - targets: ['{}', '{}', '{}']\n",
-            ports[0], ports[1], ports[2]
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\nrule_files:\n  - '{}'\nscrape_configs:\n  - job_name: lockpath\n    static_configs:\n      - targets: ['{}', '{}', '{}']\n",
+            rules.display(),
+            ports[0],
+            ports[1],
+            ports[2]
         ),
     )
     .expect("write config");
@@ -632,4 +641,493 @@ fn prometheus_ranks_the_contended_agent_first() {
             assert!(now >= *value, "{name} went from {value} to {now}");
         }
     }
+
+    // The rules of contrib/prometheus/lockpath-rules.yml on the same scrapes: every rule
+    // evaluates without error, and the ranking series puts the contended agent first.
+    let rules_checked = Instant::now();
+    let deadline = rules_checked + Duration::from_secs(30);
+    loop {
+        let health = rule_health(&web);
+        if !health.is_empty() && health.iter().all(|(_, health, _)| health == "ok") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "rules not all evaluated: {health:?}; log: {}",
+            std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let excess = loop {
+        let mut excess = query(EXCESS_RANKING);
+        excess.sort_by(|a, b| value(b).total_cmp(&value(a)));
+        let contended = excess
+            .iter()
+            .find(|series| series["metric"]["instance"] == ports[0])
+            .map_or(0.0, value);
+        if excess.len() == 3 && contended > 0.0 {
+            break excess;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{EXCESS_RANKING}: {excess:?}; rules: {:?}",
+            rule_health(&web)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let causes = query(&format!(
+        "sort_desc(instance_cause:lockpath_seconds:excess_rate5m{{instance=\"{}\"}} > 0)",
+        ports[0]
+    ));
+    eprintln!(
+        "excess ranking after {:?}: {:?}; the contended agent's causes: {:?}",
+        rules_checked.elapsed(),
+        excess
+            .iter()
+            .map(|series| (series["metric"]["instance"].clone(), value(series)))
+            .collect::<Vec<_>>(),
+        causes
+            .iter()
+            .take(5)
+            .map(|series| (series["metric"]["cause"].clone(), value(series)))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        excess[0]["metric"]["instance"], ports[0],
+        "the contended agent is not first by excess: {excess:?}"
+    );
+    assert!(
+        value(&excess[0]) > 2.0 * value(&excess[1]),
+        "the contended agent is not clearly first by excess: {excess:?}"
+    );
+    assert!(
+        causes
+            .first()
+            .is_some_and(|series| series["metric"]["kind"] == "lock"),
+        "the contended agent's first cause is not a lock: {causes:?}"
+    );
+    // Every query of the Grafana dashboard evaluates, its variables set to all.
+    for (panel, expr) in dashboard_exprs(&dashboard()) {
+        let expr = expr.replace("$job", ".*").replace("$instance", ".*");
+        let reply = http(
+            &web,
+            "GET",
+            &format!("/api/v1/query?query={}", url_encode(&expr)),
+            None,
+        )
+        .expect("query Prometheus");
+        assert_eq!(reply.0, 200, "panel {panel}: {expr}: {}", reply.1);
+    }
+}
+
+/// A file of contrib/.
+fn contrib(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../contrib")
+        .join(path)
+        .canonicalize()
+        .unwrap_or_else(|error| panic!("contrib/{path}: {error}"))
+}
+
+/// The ranking series of contrib/prometheus/lockpath-rules.yml, most first.
+const EXCESS_RANKING: &str = "sort_desc(lockpath:excess_seconds_per_second:sum)";
+
+/// (rule, health, last error) of every rule a Prometheus at `web` has loaded.
+fn rule_health(web: &str) -> Vec<(String, String, String)> {
+    let Ok((200, body)) = http(web, "GET", "/api/v1/rules", None) else {
+        return Vec::new();
+    };
+    let reply: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let text = |value: &Value| value.as_str().unwrap_or_default().to_string();
+    reply["data"]["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|group| group["rules"].as_array().cloned().unwrap_or_default())
+        .map(|rule| {
+            (
+                text(&rule["name"]),
+                text(&rule["health"]),
+                text(&rule["lastError"]),
+            )
+        })
+        .collect()
+}
+
+/// contrib/grafana/lockpath-fleet.json.
+fn dashboard() -> Value {
+    load_json(&contrib("grafana/lockpath-fleet.json"))
+}
+
+/// (panel title, expr) of every target of the dashboard's panels.
+fn dashboard_exprs(dashboard: &Value) -> Vec<(String, String)> {
+    let mut exprs = Vec::new();
+    for panel in dashboard["panels"].as_array().into_iter().flatten() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            exprs.push((
+                panel["title"].as_str().unwrap_or_default().to_string(),
+                target["expr"].as_str().unwrap_or_default().to_string(),
+            ));
+        }
+    }
+    exprs
+}
+
+/// The metrics an agent serves: the `lockpath_` names of the profile crate's exposition
+/// (a histogram's with its `_bucket`, `_sum` and `_count` series).
+fn agent_metrics() -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for file in ["fleet.rs", "exposition.rs", "prometheus.rs"] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../profile/src/export")
+            .join(file);
+        let source = std::fs::read_to_string(&path)
+            .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+        // Every stretch between two quotes, so that an escaped quote cannot hide a name.
+        for literal in source.split('"') {
+            let name_like = literal
+                .bytes()
+                .all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'_');
+            if literal.len() > "lockpath_".len() && literal.starts_with("lockpath_") && name_like {
+                for suffix in ["", "_bucket", "_sum", "_count"] {
+                    names.insert(format!("{literal}{suffix}"));
+                }
+            }
+        }
+    }
+    names
+}
+
+/// The series recorded and the alerts defined by a rules file (its `record:` and
+/// `alert:` keys).
+fn rule_names(rules: &str) -> (BTreeSet<String>, BTreeSet<String>) {
+    let (mut records, mut alerts) = (BTreeSet::new(), BTreeSet::new());
+    for line in rules.lines() {
+        let line = line.trim_start().trim_start_matches("- ");
+        if let Some(name) = line.strip_prefix("record:") {
+            records.insert(name.trim().to_string());
+        } else if let Some(name) = line.strip_prefix("alert:") {
+            alerts.insert(name.trim().to_string());
+        }
+    }
+    (records, alerts)
+}
+
+/// The `expr:` values of a rules file, one line or a block (`expr: |`).
+fn rule_exprs(rules: &str) -> Vec<String> {
+    let indent = |line: &str| line.len() - line.trim_start().len();
+    let lines: Vec<&str> = rules.lines().collect();
+    let mut exprs = Vec::new();
+    for (index, line) in lines.iter().enumerate() {
+        let Some(value) = line.trim_start().strip_prefix("expr:") else {
+            continue;
+        };
+        let value = value.trim();
+        if !value.starts_with('|') && !value.starts_with('>') {
+            exprs.push(value.to_string());
+            continue;
+        }
+        let block: Vec<&str> = lines[index + 1..]
+            .iter()
+            .take_while(|next| next.trim().is_empty() || indent(next) > indent(line))
+            .copied()
+            .collect();
+        exprs.push(block.join("\n"));
+    }
+    exprs
+}
+
+/// The metric names (series selectors) of a PromQL expression: what is left once string
+/// literals, label matchers, ranges, numbers, functions, aggregations, keywords and the
+/// label lists of `by`, `without`, `on`, `ignoring` and `group_*` are taken out.
+fn promql_metrics(expr: &str) -> Vec<String> {
+    const AGGREGATIONS: [&str; 12] = [
+        "sum",
+        "min",
+        "max",
+        "avg",
+        "group",
+        "stddev",
+        "stdvar",
+        "count",
+        "count_values",
+        "bottomk",
+        "topk",
+        "quantile",
+    ];
+    const KEYWORDS: [&str; 5] = ["and", "or", "unless", "bool", "offset"];
+    const LABEL_LISTS: [&str; 6] = [
+        "by",
+        "without",
+        "on",
+        "ignoring",
+        "group_left",
+        "group_right",
+    ];
+    let chars: Vec<char> = expr.chars().collect();
+    let mut names = Vec::new();
+    let mut at = 0;
+    // The index past a string literal that opens at `at` (escapes in '' and "" strings,
+    // none in `` strings).
+    let past_string = |mut at: usize| -> usize {
+        let quote = chars[at];
+        at += 1;
+        while at < chars.len() && chars[at] != quote {
+            at += if chars[at] == '\\' && quote != '`' {
+                2
+            } else {
+                1
+            };
+        }
+        at + 1
+    };
+    // The index past `close`, from inside its group; strings in it skipped whole.
+    let past = |mut at: usize, close: char| -> usize {
+        while at < chars.len() && chars[at] != close {
+            at = match chars[at] {
+                '"' | '\'' | '`' => past_string(at),
+                _ => at + 1,
+            };
+        }
+        at + 1
+    };
+    while at < chars.len() {
+        let c = chars[at];
+        if matches!(c, '"' | '\'' | '`') {
+            at = past_string(at);
+        } else if c == '{' {
+            at = past(at + 1, '}');
+        } else if c == '[' {
+            at = past(at + 1, ']');
+        } else if c.is_ascii_digit() || c == '.' {
+            while at < chars.len() && (chars[at].is_ascii_alphanumeric() || chars[at] == '.') {
+                at += 1;
+            }
+        } else if c.is_ascii_alphabetic() || c == '_' || c == ':' {
+            let start = at;
+            while at < chars.len()
+                && (chars[at].is_ascii_alphanumeric() || chars[at] == '_' || chars[at] == ':')
+            {
+                at += 1;
+            }
+            let word: String = chars[start..at].iter().collect();
+            let mut next = at;
+            while next < chars.len() && chars[next].is_whitespace() {
+                next += 1;
+            }
+            let call = chars.get(next) == Some(&'(');
+            if LABEL_LISTS.contains(&word.as_str()) {
+                if call {
+                    at = past(next + 1, ')');
+                }
+            } else if !call
+                && !AGGREGATIONS.contains(&word.as_str())
+                && !KEYWORDS.contains(&word.as_str())
+            {
+                names.push(word);
+            }
+        } else {
+            at += 1;
+        }
+    }
+    names
+}
+
+#[test]
+fn promql_metrics_finds_the_series_selectors() {
+    assert_eq!(
+        promql_metrics(
+            "sum by (job, instance) (rate(a_total{x=\"y}\", z=~\"$v\"}[5m] offset 1m)) \
+             - on (job) group_left b:c:d * 2.5e3 or 0 * count without (instance) (e)"
+        ),
+        ["a_total", "b:c:d", "e"]
+    );
+    assert_eq!(
+        promql_metrics("quantile without (instance) (0.5, x) > bool 1"),
+        ["x"]
+    );
+    assert_eq!(
+        promql_metrics("label_join(y, \"what\", \"it's \\\" (\", 'k', `c\\`) + z"),
+        ["y", "z"]
+    );
+}
+
+#[test]
+fn prometheus_rules_pass_promtool() {
+    let test = "prometheus_rules_pass_promtool";
+    let path = contrib("prometheus/lockpath-rules.yml");
+    let rules = std::fs::read_to_string(&path).expect("read the rules");
+    // The names the documentation and the dashboard use, and only metrics an agent
+    // serves or the file records.
+    let (records, alerts) = rule_names(&rules);
+    for name in [
+        "lockpath:excess_seconds_per_second:sum",
+        "instance_cause:lockpath_seconds:excess_rate5m",
+        "job_cause:lockpath_seconds:median_rate5m",
+        "instance_lock_type:lockpath_lock_wait_seconds:rate5m",
+    ] {
+        assert!(records.contains(name), "{name} not recorded: {records:?}");
+    }
+    assert!(alerts.contains("LockpathOutlierClient"), "{alerts:?}");
+    let served = agent_metrics();
+    assert!(
+        served.contains("lockpath_lock_wait_seconds_total")
+            && served.contains("lockpath_io_latency_seconds_sum"),
+        "{served:?}"
+    );
+    let exprs = rule_exprs(&rules);
+    let rule_count = rules
+        .lines()
+        .map(str::trim_start)
+        .filter(|line| line.starts_with("- record:") || line.starts_with("- alert:"))
+        .count();
+    assert_eq!(exprs.len(), rule_count, "one expr per rule: {exprs:?}");
+    for expr in &exprs {
+        let names = promql_metrics(expr);
+        assert!(!names.is_empty(), "no series in {expr}");
+        for name in names {
+            assert!(
+                records.contains(&name) || served.contains(&name),
+                "{expr} names {name}: neither recorded nor served by an agent"
+            );
+        }
+    }
+    if !require_tool(test, "promtool") {
+        return;
+    }
+    let tests = contrib("prometheus/lockpath-rules.test.yml");
+    for args in [
+        ["check", "rules", path_str(&path)],
+        ["test", "rules", path_str(&tests)],
+    ] {
+        let output = Command::new("promtool")
+            .args(args)
+            .output()
+            .expect("run promtool");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(output.status.success(), "promtool {args:?} failed:\n{text}");
+        assert!(
+            text.contains("SUCCESS") && !text.contains("duplicate"),
+            "promtool {args:?}:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn grafana_dashboard_has_what_import_needs() {
+    let test = "grafana_dashboard_has_what_import_needs";
+    let dashboard = dashboard();
+    for key in ["title", "uid"] {
+        assert!(
+            dashboard[key]
+                .as_str()
+                .is_some_and(|value| !value.is_empty()),
+            "no {key}"
+        );
+    }
+    assert!(
+        dashboard["schemaVersion"]
+            .as_u64()
+            .is_some_and(|version| version >= 36),
+        "schemaVersion {}",
+        dashboard["schemaVersion"]
+    );
+    let variables = dashboard["templating"]["list"]
+        .as_array()
+        .expect("templating.list");
+    let variable = |name: &str| variables.iter().find(|variable| variable["name"] == name);
+    assert!(variable("instance").is_some(), "no instance variable");
+    assert_eq!(
+        variable("DS_PROMETHEUS").map(|variable| variable["type"].clone()),
+        Some(Value::from("datasource")),
+        "no DS_PROMETHEUS datasource variable"
+    );
+    let rules =
+        std::fs::read_to_string(contrib("prometheus/lockpath-rules.yml")).expect("read the rules");
+    let (records, _) = rule_names(&rules);
+    let served = agent_metrics();
+    let panels = dashboard["panels"].as_array().expect("panels");
+    assert!(panels.len() >= 3, "{} panels", panels.len());
+    let mut ids = BTreeSet::new();
+    for panel in panels {
+        let title = panel["title"].as_str().unwrap_or_default();
+        let id = panel["id"].as_u64().expect("a panel without id");
+        assert!(ids.insert(id), "panel id {id} twice");
+        assert!(
+            panel["type"].as_str().is_some_and(|kind| !kind.is_empty()),
+            "panel {id} without type"
+        );
+        for field in ["h", "w", "x", "y"] {
+            assert!(
+                panel["gridPos"][field].as_u64().is_some(),
+                "panel {id} ({title}): gridPos.{field}"
+            );
+        }
+        assert!(
+            panel["gridPos"]["x"].as_u64().unwrap_or(0)
+                + panel["gridPos"]["w"].as_u64().unwrap_or(0)
+                <= 24,
+            "panel {id} ({title}) is wider than the grid"
+        );
+        let targets = panel["targets"].as_array().expect("targets");
+        assert!(!targets.is_empty(), "panel {id} ({title}) has no targets");
+        for target in targets {
+            let expr = target["expr"].as_str().unwrap_or_default();
+            assert!(!expr.trim().is_empty(), "panel {id} ({title}): empty expr");
+            assert_eq!(
+                target["datasource"]["uid"], "${DS_PROMETHEUS}",
+                "panel {id} ({title})"
+            );
+            let names = promql_metrics(expr);
+            assert!(
+                !names.is_empty(),
+                "panel {id} ({title}): no series in {expr}"
+            );
+            for name in names {
+                assert!(
+                    records.contains(&name) || served.contains(&name),
+                    "panel {id} ({title}) names {name}: neither recorded by the rules nor \
+                     served by an agent"
+                );
+            }
+        }
+    }
+    // The ranking, the instance x cause table, lock waits per instance.
+    let exprs = dashboard_exprs(&dashboard);
+    for name in [
+        "lockpath:excess_seconds_per_second:sum",
+        "instance_cause:lockpath_seconds:excess_rate5m",
+        "instance_lock_type:lockpath_lock_wait_seconds:rate5m",
+    ] {
+        assert!(
+            exprs.iter().any(|(_, expr)| expr.contains(name)),
+            "no panel shows {name}"
+        );
+    }
+    // Every expr is PromQL: promtool parses them as the rules of a scratch file.
+    if !require_tool(test, "promtool") {
+        return;
+    }
+    let mut check = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    for (index, (_, expr)) in exprs.iter().enumerate() {
+        check.push_str(&format!(
+            "      - record: dashboard:expr{index}:check\n        expr: |\n          {expr}\n"
+        ));
+    }
+    let file = scratch("fleet-dashboard").join("dashboard-exprs.yml");
+    std::fs::write(&file, check).expect("write the scratch rules");
+    let output = Command::new("promtool")
+        .args(["check", "rules", path_str(&file)])
+        .output()
+        .expect("run promtool");
+    assert!(
+        output.status.success(),
+        "the dashboard's exprs do not parse:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
