@@ -14,6 +14,7 @@ pub mod filter;
 #[cfg(test)]
 mod fixtures;
 pub mod histogram;
+pub mod jobs;
 pub mod kind;
 pub mod lock;
 pub mod lockclass;

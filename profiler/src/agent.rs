@@ -103,7 +103,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         reader,
     } = session;
     let mut agent = Agent {
-        host: record::hostname(),
+        host: args.host.clone().unwrap_or_else(record::hostname),
         kernel: record::kernel_release(),
         dir,
         keep: args.keep,

@@ -6,6 +6,7 @@ pub mod btf;
 pub mod cgroups;
 pub mod cli;
 pub mod ebpf_object;
+pub mod groups;
 pub mod metrics;
 pub mod probes;
 pub mod record;
@@ -43,6 +44,7 @@ pub fn run(cli: Cli) -> Result<i32> {
             probes::blocked_on::debug_blocked_on(&tids)
         }
         Command::Merge(args) => merge(args),
+        Command::Outliers(args) => Ok(groups::run_outliers(args)),
     }
 }
 
@@ -70,9 +72,13 @@ fn report(args: cli::ReportArgs) -> Result<i32> {
         );
     }
     filter.apply(&mut profile);
+    if args.blockers {
+        return groups::report_blockers(&args, &profile);
+    }
     let by = match args.by {
         cli::ReportBy::Locks(by) => by,
         cli::ReportBy::File => return report_by_file(&args, &profile),
+        cli::ReportBy::Job => return groups::report_by_job(&args, &profile),
     };
     let text = match args.format {
         cli::ReportFormat::Csv => export::csv::render(&profile, by, args.top)?,
@@ -240,7 +246,7 @@ fn merge(args: cli::MergeArgs) -> Result<i32> {
 }
 
 /// Writes to the file (atomically) or to stdout.
-fn write_output(path: Option<&std::path::Path>, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_output(path: Option<&std::path::Path>, bytes: &[u8]) -> Result<()> {
     match path {
         Some(path) => profile::write_atomically(path, bytes),
         None => print_stdout_bytes(bytes),

@@ -142,6 +142,9 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         duration_s,
         unavailable,
     )?;
+    if let Some(host) = &args.host {
+        profile.host = host.clone();
+    }
     if let Some(timeline) = timeline {
         timeline.finish(&mut profile);
     }

@@ -82,6 +82,31 @@ pub fn file_cycle() {
     }
 }
 
+/// The directory `dir_cycle` works in (set once, before the threads start).
+pub static STORM_DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// Creates and removes a file of the thread's own in one shared directory: each takes
+/// the directory's `i_rwsem` for writing, which the threads (and other processes
+/// given the same directory) contend, asleep.
+pub fn dir_cycle() {
+    thread_local! {
+        static NAME: std::path::PathBuf = {
+            let dir = STORM_DIR.get_or_init(|| {
+                let dir = std::env::temp_dir().join(format!("lock-storm-dir-{}", std::process::id()));
+                let _ = std::fs::create_dir_all(&dir);
+                dir
+            });
+            // SAFETY: gettid has no preconditions.
+            let tid = unsafe { libc::gettid() };
+            dir.join(format!("t{}-{tid}", std::process::id()))
+        };
+    }
+    NAME.with(|name| {
+        let _ = std::fs::File::create(name);
+        let _ = std::fs::remove_file(name);
+    });
+}
+
 /// Takes and drops an exclusive `flock` of one file through the thread's own open of
 /// it: the threads wait for each other (asleep, off the CPU), and each take, wait and
 /// wake-up takes the spinlock of the file's lock context (`flc_lock`, in an object of

@@ -5,54 +5,10 @@
 
 mod common;
 
-use std::{
-    path::PathBuf,
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::process::{Command, Stdio};
 
 use common::*;
 use serde_json::Value;
-
-/// Where cgroup v2 is mounted (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` on hybrid
-/// systems).
-fn cgroup2_mount() -> Option<PathBuf> {
-    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
-    mounts.lines().find_map(|line| {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        (fields.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(fields[1]))
-    })
-}
-
-/// `MOUNT/lockpath-test-PID`, removed when dropped (its processes are gone by then).
-struct TestCgroup {
-    path: PathBuf,
-    /// The path as lockpath names it: relative to the cgroup2 mount.
-    name: String,
-}
-
-impl TestCgroup {
-    fn new() -> Option<TestCgroup> {
-        let mount = cgroup2_mount()?;
-        let name = format!("/lockpath-test-{}", std::process::id());
-        let path = mount.join(&name[1..]);
-        let _ = std::fs::remove_dir(&path);
-        std::fs::create_dir(&path).expect("create the test cgroup");
-        Some(TestCgroup { path, name })
-    }
-}
-
-impl Drop for TestCgroup {
-    fn drop(&mut self) {
-        for _ in 0..50 {
-            if std::fs::remove_dir(&self.path).is_ok() || !self.path.exists() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        eprintln!("cannot remove {}", self.path.display());
-    }
-}
 
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]

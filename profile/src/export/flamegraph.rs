@@ -14,7 +14,7 @@ use crate::{
 
 /// The SVG of folded `lines` under `title`, in the units of `labels` and the view's
 /// palette.
-fn render_lines(
+pub(crate) fn render_lines(
     lines: &[String],
     view: &dyn View,
     title: String,

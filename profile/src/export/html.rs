@@ -55,6 +55,14 @@ for(const table of document.querySelectorAll("table")){
   table.after(button);}}
 })();"#;
 
+/// The end of a page: its script (sortable, collapsed tables).
+pub(crate) fn page_end() -> String {
+    format!(
+        "<script>{}</script>\n</body></html>\n",
+        SCRIPT.replace("%SHOWN%", &SHOWN_ROWS.to_string())
+    )
+}
+
 /// A table; cells are escaped here. `numeric[i]` right-aligns column i.
 pub(crate) fn table(headers: &[&str], numeric: &[bool], rows: &[Vec<String>]) -> String {
     let class = |index: usize| {
@@ -283,15 +291,12 @@ pub fn render(profile: &Profile) -> Result<String> {
     out.push_str(&export::chains::html_section(profile));
     out.push_str(&crate::timeline::html_section(profile));
     out.push_str(&losses(profile));
-    out.push_str(&format!(
-        "<script>{}</script>\n</body></html>\n",
-        SCRIPT.replace("%SHOWN%", &SHOWN_ROWS.to_string())
-    ));
+    out.push_str(&page_end());
     Ok(out)
 }
 
 /// The page head: CSP (nothing loads), title, style.
-fn page_head(title: &str) -> String {
+pub(crate) fn page_head(title: &str) -> String {
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n\
          <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; \
@@ -385,10 +390,7 @@ pub fn render_diff(base: &Profile, new: &Profile, kind: Kind) -> Result<String> 
             kind.name()
         ));
     }
-    out.push_str(&format!(
-        "<script>{}</script>\n</body></html>\n",
-        SCRIPT.replace("%SHOWN%", &SHOWN_ROWS.to_string())
-    ));
+    out.push_str(&page_end());
     Ok(out)
 }
 

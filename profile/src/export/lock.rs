@@ -324,14 +324,14 @@ impl Acc {
 /// Lock classes (`lockclass`) of rows whose name may be one instance of many: what each
 /// stack says, computed once per stack; a lock in a generic cache object is one class,
 /// under the function with the most wait on it.
-struct Classes<'p> {
+pub(crate) struct Classes<'p> {
     profile: &'p Profile,
     stacks: HashMap<Option<u32>, StackClass, FxBuild>,
     main_takers: HashMap<u64, String>,
 }
 
 impl<'p> Classes<'p> {
-    fn new(profile: &'p Profile, by: GroupBy) -> Self {
+    pub(crate) fn new(profile: &'p Profile, by: GroupBy) -> Self {
         let mut stacks: HashMap<Option<u32>, StackClass, FxBuild> = HashMap::default();
         let main_takers = match by {
             GroupBy::Lock | GroupBy::Instance => {
@@ -351,7 +351,7 @@ impl<'p> Classes<'p> {
         }
     }
 
-    fn of(&mut self, row: &LockRow) -> Option<String> {
+    pub(crate) fn of(&mut self, row: &LockRow) -> Option<String> {
         if !lockclass::may_have_class(row) {
             return None;
         }

@@ -1,5 +1,6 @@
 //! Exporters: everything here works from a saved `Profile`, never from the kernel.
 
+pub mod blockers;
 pub mod chains;
 pub mod cpu;
 pub mod csv;
@@ -18,6 +19,7 @@ pub mod lock;
 pub(crate) mod lock_lines;
 pub mod merge;
 pub mod offcpu;
+pub mod outliers;
 pub mod pprof;
 pub mod pprof_proto;
 pub mod prometheus;

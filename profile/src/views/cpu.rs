@@ -3,7 +3,7 @@
 use anyhow::Result;
 use inferno::flamegraph::color::{MultiPalette, Palette};
 
-use super::{AddSample, FlameLabels, View, ViewInfo};
+use super::{AddCause, AddSample, CausePart, FlameLabels, View, ViewInfo};
 use crate::{
     export::{
         cpu::{cpu_functions, cpu_processes},
@@ -91,6 +91,30 @@ impl View for CpuView {
             )
         });
         out.push(Breakdown::new("function (self, total)", summed(functions)));
+    }
+
+    /// CPU time by the function on the CPU (the leaf of the kernel stack, else of the
+    /// user stack), a sample being worth one sampling period.
+    fn causes(&self, profile: &Profile, add: &mut AddCause) {
+        if profile.cpu_freq_hz == 0 {
+            return;
+        }
+        let sample_ns = 1e9 / profile.cpu_freq_hz as f64;
+        for row in &profile.cpu {
+            let stack = row.kernel_stack.or(row.user_stack);
+            let leaf = profile
+                .stack_frames(stack)
+                .first()
+                .map(|frame| frame.display())
+                .unwrap_or_else(|| "[unknown]".to_string());
+            add(CausePart {
+                key: leaf,
+                ns: row.samples as f64 * sample_ns,
+                events: row.samples,
+                pid: row.pid,
+                stack,
+            });
+        }
     }
 
     fn diff_columns(&self) -> (&'static str, &'static str) {

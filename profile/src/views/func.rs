@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 
-use super::{AddSample, FlameLabels, View, ViewInfo};
+use super::{AddCause, AddSample, CausePart, FlameLabels, View, ViewInfo};
 use crate::{
     export::{
         diff::Breakdown,
@@ -57,6 +57,19 @@ impl View for FuncView {
     /// Function latency by function and by process.
     fn breakdowns(&self, profile: &Profile, out: &mut Vec<Breakdown>) {
         latency_breakdowns(func_groups(profile), "function", out);
+    }
+
+    /// Time in each traced function.
+    fn causes(&self, profile: &Profile, add: &mut AddCause) {
+        for row in &profile.funcs {
+            add(CausePart {
+                key: row.function.clone(),
+                ns: row.latency.total_ns as f64,
+                events: row.latency.count,
+                pid: row.pid,
+                stack: row.stack,
+            });
+        }
     }
 
     fn diff_columns(&self) -> (&'static str, &'static str) {

@@ -5,7 +5,7 @@
 
 use anyhow::Result;
 
-use super::{offcpu::waiter_samples, AddSample, FlameLabels, View, ViewInfo};
+use super::{offcpu::waiter_samples, AddCause, AddSample, CausePart, FlameLabels, View, ViewInfo};
 use crate::{
     export::{
         diff::{keyed_breakdowns, Breakdown, RowKey},
@@ -83,6 +83,19 @@ impl View for IoView {
             ));
         }
         keyed_breakdowns(out, ways, &profile.io, |row| (row.total_ns, row.count));
+    }
+
+    /// Request time by device and operation.
+    fn causes(&self, profile: &Profile, add: &mut AddCause) {
+        for row in &profile.io {
+            add(CausePart {
+                key: format!("{} {}", row.device, row.op),
+                ns: row.total_ns as f64,
+                events: row.count,
+                pid: row.pid,
+                stack: None,
+            });
+        }
     }
 
     fn diff_columns(&self) -> (&'static str, &'static str) {

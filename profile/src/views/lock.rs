@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use anyhow::Result;
 use rustc_hash::FxBuildHasher;
 
-use super::{AddSample, FlameLabels, View, ViewInfo};
+use super::{AddCause, AddSample, CausePart, FlameLabels, View, ViewInfo};
 use crate::{
     export::{
         diff::{add, Breakdown, Measure},
@@ -13,11 +13,11 @@ use crate::{
         exposition::{labels, metric, seconds},
         folded::clean,
         html::{flamegraph_part, table_named_by},
-        lock::{lock_groups, STACK_LOST, UNKNOWN},
+        lock::{lock_groups, Classes, STACK_LOST, UNKNOWN},
         lock_lines,
     },
     kind::{GroupBy, Kind},
-    lock::{caller, is_lock_internal, lock_type_name},
+    lock::{caller, is_lock_internal, lock_type_name, lock_type_name_both_sides},
     profile::Profile,
     units::format_ns,
 };
@@ -124,6 +124,36 @@ impl View for LockView {
                 by,
                 entries,
                 name_sources,
+            });
+        }
+    }
+
+    /// Wait by lock type (both sides of a lock in one) and lock: its name, its class (`lockclass`), or for a lock
+    /// known only by its address (which differs between hosts) the function that took
+    /// it.
+    fn causes(&self, profile: &Profile, add: &mut AddCause) {
+        let mut classes = Classes::new(profile, GroupBy::Lock);
+        let mut callers: HashMap<Option<u32>, String> = HashMap::new();
+        for row in &profile.locks {
+            let lock = match classes.of(row) {
+                Some(class) => class,
+                None if row.lock_name.starts_with("0x") || row.lock_name.is_empty() => {
+                    let caller = callers.entry(row.stack).or_insert_with(|| {
+                        caller(&profile.stack_frames(row.stack))
+                            .map(|frame| frame.display())
+                            .unwrap_or_else(|| UNKNOWN.to_string())
+                    });
+                    format!("taken in {caller}")
+                }
+                None => row.lock_name.to_string(),
+            };
+            // Both sides of a lock are one cause: their split is noise between runs.
+            add(CausePart {
+                key: format!("{} {lock}", lock_type_name_both_sides(row.flags)),
+                ns: row.total_ns as f64,
+                events: row.count,
+                pid: row.pid,
+                stack: row.stack,
             });
         }
     }

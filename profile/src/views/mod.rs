@@ -27,6 +27,22 @@ pub mod rpc;
 /// entry of [`View::sample_types`]. `folded::samples` merges samples of the same path.
 pub type AddSample<'a> = dyn FnMut(Vec<String>, &[u64]) + 'a;
 
+/// One row's part of a cause of time (`View::causes`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CausePart {
+    /// Names the same cause on every host: names, never pids or addresses.
+    pub key: String,
+    /// Its time in nanoseconds.
+    pub ns: f64,
+    /// The events that took that time (waits, requests, calls, samples).
+    pub events: u64,
+    pub pid: u32,
+    pub stack: Option<u32>,
+}
+
+/// Takes the causes of time of a kind's rows (`View::causes`).
+pub type AddCause<'a> = dyn FnMut(CausePart) + 'a;
+
 /// How a flamegraph is labelled: its title, the unit of its counts, and the factor
 /// inferno applies to the values it is given.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -155,6 +171,10 @@ pub trait View: Sync {
     /// The ways `diff` splits the kind's totals, each a table of its own. Keys stay
     /// comparable across runs: names, never pids.
     fn breakdowns(&self, profile: &Profile, out: &mut Vec<Breakdown>);
+
+    /// The causes of time the kind's rows weigh, for `outliers`: one part per row.
+    /// Kinds whose time another kind counts already (holds, wakers, files) give none.
+    fn causes(&self, _profile: &Profile, _add: &mut AddCause) {}
 
     /// Names of the `diff` text's value and event columns (per second of run).
     fn diff_columns(&self) -> (&'static str, &'static str);

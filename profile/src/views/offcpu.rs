@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use anyhow::Result;
 
-use super::{AddSample, FlameLabels, View, ViewInfo};
+use super::{AddCause, AddSample, CausePart, FlameLabels, View, ViewInfo};
 use crate::{
     export::{
         diff::{keyed_breakdowns, Breakdown, RowKey},
@@ -76,6 +76,25 @@ impl View for OffcpuView {
             ));
         }
         keyed_breakdowns(out, ways, &profile.offcpu, |row| (row.total_ns, row.count));
+    }
+
+    /// Off-CPU time by wait class, but for the waits for work rather than causes of
+    /// slowness (sleeping on purpose, polling, a parent waiting for its children): an
+    /// idle host would stand out by them.
+    fn causes(&self, profile: &Profile, add: &mut AddCause) {
+        use crate::waitclass::{CHILD, POLL, SLEEP};
+        for row in &profile.offcpu {
+            if [SLEEP, POLL, CHILD].contains(&row.class.as_str()) {
+                continue;
+            }
+            add(CausePart {
+                key: row.class.clone(),
+                ns: row.total_ns as f64,
+                events: row.count,
+                pid: row.pid,
+                stack: row.stack,
+            });
+        }
     }
 
     fn diff_columns(&self) -> (&'static str, &'static str) {

@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 
-use super::{AddSample, FlameLabels, View, ViewInfo};
+use super::{AddCause, AddSample, CausePart, FlameLabels, View, ViewInfo};
 use crate::{
     export::{
         diff::Breakdown,
@@ -60,6 +60,19 @@ impl View for RpcView {
     /// Request latency by operation and by process.
     fn breakdowns(&self, profile: &Profile, out: &mut Vec<Breakdown>) {
         latency_breakdowns(rpc_groups(profile), "operation", out);
+    }
+
+    /// Request time by provider and operation.
+    fn causes(&self, profile: &Profile, add: &mut AddCause) {
+        for row in &profile.rpcs {
+            add(CausePart {
+                key: format!("{} {}", row.provider, row.op_name),
+                ns: row.latency.total_ns as f64,
+                events: row.latency.count,
+                pid: row.pid,
+                stack: row.start_stack,
+            });
+        }
     }
 
     fn diff_columns(&self) -> (&'static str, &'static str) {

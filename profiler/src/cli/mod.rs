@@ -53,6 +53,10 @@ pub enum Command {
     Diff(DiffArgs),
     /// Combine the profiles of several hosts into one.
     Merge(MergeArgs),
+    /// Which hosts (or jobs) of a fleet stand out, and why: each cause's time per
+    /// second against the fleet's median; exits 1 when one stands out, 0 when none
+    /// does, 2 on an error.
+    Outliers(OutliersArgs),
     /// Rewrite a profile: in the compact encoding when the output ends in .lpb (a profile
     /// of millions of lock rows loads several times faster), as JSON otherwise.
     Convert(ConvertArgs),
@@ -206,6 +210,11 @@ pub struct RecordArgs {
     #[arg(long, default_value_t = 20)]
     pub top: usize,
 
+    /// The host's name in the profile (default: the kernel's host name), e.g. when the
+    /// nodes of a cluster run in containers that share one name.
+    #[arg(long, value_name = "NAME", value_parser = parse_host)]
+    pub host: Option<String>,
+
     /// Entries of each aggregation map (more: fewer drops on huge runs, more kernel memory).
     #[arg(long, value_name = "N", default_value_t = 16384, value_parser = clap::value_parser!(u32).range(1..))]
     pub map_entries: u32,
@@ -241,6 +250,17 @@ pub struct RecordArgs {
     /// and lockpath exits with its status.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// `--host`: a name that fits in a file name (`--rotate` names its files after it).
+fn parse_host(text: &str) -> Result<String, String> {
+    let fits = |c: char| c.is_ascii_alphanumeric() || "-_.".contains(c);
+    match !text.is_empty() && text.len() <= 64 && text.chars().all(fits) {
+        true => Ok(text.to_string()),
+        false => Err(format!(
+            "{text:?}: a host name is 1 to 64 letters, digits, '-', '_' or '.'"
+        )),
+    }
 }
 
 /// `-d`: seconds, or any duration of the one grammar (`10m`, `1h30m`).
@@ -314,6 +334,77 @@ pub struct ReportArgs {
     /// repeatable.
     #[arg(long = "caller", value_name = "PATTERN")]
     pub caller: Vec<String>,
+    /// With --by job: a regular expression on cgroup paths whose first group (or whole
+    /// match) names a job, tried before the built-in patterns; repeatable.
+    #[arg(long = "job-pattern", value_name = "REGEX")]
+    pub job_pattern: Vec<String>,
+    /// Who waited on whom: the waits whose holder is known (lock owners at the wait's
+    /// start, file-lock holders), summed per waiter and holder process, or per cgroup,
+    /// job or host with --by cgroup|job|host (text or JSON).
+    #[arg(long)]
+    pub blockers: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutliersBy {
+    /// Each host (a profile's host, or each host of a merged profile).
+    Host,
+    /// Each job, from the processes' cgroup paths (see --job-pattern).
+    Job,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutliersFormat {
+    Text,
+    Json,
+    /// One self-contained page: the ranking, a heat map of units by causes, each
+    /// outlier's causes, and the first outlier's differential flamegraph against the
+    /// fleet's median (written to -o, default outliers.html).
+    Html,
+}
+
+#[derive(Debug, Args)]
+pub struct OutliersArgs {
+    /// Profiles, directories of profiles (every .json and .lpb file in them, e.g. of
+    /// `record --rotate`), or merged profiles; the periods of one host add up.
+    #[arg(required = true, value_name = "PROFILE|DIR")]
+    pub inputs: Vec<PathBuf>,
+    /// What a unit of the fleet is.
+    #[arg(long, value_enum, default_value_t = OutliersBy::Host)]
+    pub by: OutliersBy,
+    /// With --by job: a regular expression on cgroup paths whose first group (or whole
+    /// match) names a job, tried before the built-in patterns; repeatable.
+    #[arg(long = "job-pattern", value_name = "REGEX")]
+    pub job_pattern: Vec<String>,
+    /// A cause stands out above this many uncertainties over the fleet's median (the
+    /// fleet's robust spread, 1.4826 x the median absolute deviation but at least a fifth
+    /// of the median, and the unit's own counting noise, its rate / √events, combined)...
+    #[arg(long, default_value_t = 3.5, value_parser = parse_threshold)]
+    pub threshold: f64,
+    /// ...and at least this much time per second above it (e.g. 10ms: 10 ms per second).
+    #[arg(long, value_name = "DUR", default_value = "10ms", value_parser = values::parse_min_wait)]
+    pub min_excess: u64,
+    /// Top stacks shown per cause that stands out.
+    #[arg(long, default_value_t = 3)]
+    pub stacks: usize,
+    /// Units in the ranking (0: all).
+    #[arg(long, default_value_t = 20)]
+    pub top: usize,
+    #[arg(long, value_enum, default_value_t = OutliersFormat::Text)]
+    pub format: OutliersFormat,
+    /// Output file (default: standard output; for html: outliers.html).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+/// `--threshold`: a positive number of robust spreads.
+fn parse_threshold(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(value) if value.is_finite() && value > 0.0 => Ok(value),
+        _ => Err(format!(
+            "{text:?}: give a number of spreads above 0, e.g. 3.5"
+        )),
+    }
 }
 
 /// `--kind`: the names and meanings of the kinds' views.
@@ -331,6 +422,7 @@ fn kind_parser() -> impl TypedValueParser<Value = Kind> {
 pub enum ReportBy {
     Locks(GroupBy),
     File,
+    Job,
 }
 
 /// `report --by`: the names of `GroupBy`, and `file`.
@@ -339,14 +431,19 @@ fn report_by_parser() -> impl TypedValueParser<Value = ReportBy> {
         "Only the tables by file: block IO read and written with who caused it, and the \
          timed file calls (text and JSON)",
     );
+    let job = PossibleValue::new("job").help(
+        "Only each job's time per cause (jobs from cgroup paths: Slurm, Kubernetes pods, \
+         containers, systemd services, or --job-pattern; text and JSON)",
+    );
     PossibleValuesParser::new(
         GroupBy::ALL
             .iter()
             .map(|by| PossibleValue::new(by.name()).help(by.about()))
-            .chain([file]),
+            .chain([file, job]),
     )
     .try_map(|name| match name.as_str() {
         "file" => Ok(ReportBy::File),
+        "job" => Ok(ReportBy::Job),
         _ => GroupBy::from_name(&name)
             .map(ReportBy::Locks)
             .ok_or("unknown grouping"),

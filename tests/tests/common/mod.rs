@@ -557,3 +557,72 @@ pub fn alone() -> std::sync::MutexGuard<'static, ()> {
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
+
+/// Where cgroup v2 is mounted (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` on hybrid
+/// systems).
+pub fn cgroup2_mount() -> Option<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
+    mounts.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        (fields.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(fields[1]))
+    })
+}
+
+/// `MOUNT/lockpath-test-PID`, removed when dropped (its processes are gone by then).
+pub struct TestCgroup {
+    pub path: PathBuf,
+    /// The path as lockpath names it: relative to the cgroup2 mount.
+    pub name: String,
+    /// Sub-cgroups made by `child`, removed (deepest first) before it.
+    children: Vec<PathBuf>,
+}
+
+impl TestCgroup {
+    pub fn new() -> Option<TestCgroup> {
+        let mount = cgroup2_mount()?;
+        let name = format!("/lockpath-test-{}", std::process::id());
+        let path = mount.join(&name[1..]);
+        let _ = std::fs::remove_dir(&path);
+        std::fs::create_dir(&path).expect("create the test cgroup");
+        Some(TestCgroup {
+            path,
+            name,
+            children: Vec::new(),
+        })
+    }
+}
+
+impl TestCgroup {
+    /// Makes the sub-cgroup `relative` (and the ones above it); returns its path.
+    pub fn child(&mut self, relative: &str) -> PathBuf {
+        let mut path = self.path.clone();
+        for part in relative.split('/') {
+            path.push(part);
+            if !path.exists() {
+                std::fs::create_dir(&path).expect("create a test sub-cgroup");
+                self.children.push(path.clone());
+            }
+        }
+        path
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        for child in self.children.iter().rev() {
+            for _ in 0..50 {
+                if std::fs::remove_dir(child).is_ok() || !child.exists() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        }
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.path).is_ok() || !self.path.exists() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        eprintln!("cannot remove {}", self.path.display());
+    }
+}
