@@ -10,6 +10,7 @@ pub const LOCK_NESTED: u32 = 5;
 pub const LOCK_WAIT_MAP_FULL: u32 = 6;
 pub const TASK_MAP_FULL: u32 = 7;
 pub const TARGET_MAP_FULL: u32 = 8;
+pub const LOCK_INTERRUPT_WAIT_LOST: u32 = 9;
 // offcpu + io: 10..=15
 pub const OFFCPU_MAP_FULL: u32 = 10;
 pub const OFFCPU_START_MAP_FULL: u32 = 11;
@@ -58,7 +59,7 @@ pub const LOCK_STACK_FINGERPRINT_SHORT: u32 = 34;
 pub const LOSS_SLOTS: u32 = 48;
 
 /// Names for the report, by index. `None` slots are unused.
-pub const LOSS_NAMES: [(u32, &str, &str); 41] = [
+pub const LOSS_NAMES: [(u32, &str, &str); 42] = [
     (
         STACK_COLLISION,
         "stack_collision",
@@ -204,6 +205,12 @@ pub const LOSS_NAMES: [(u32, &str, &str); 41] = [
         HOLD_NEGATIVE_DELTA,
         "hold_negative_delta",
         "hold with release before acquisition",
+    ),
+    (
+        LOCK_INTERRUPT_WAIT_LOST,
+        "lock_interrupt_wait_lost",
+        "a spin wait of an interrupt that came while the end program ran: its end is \
+         skipped by the kernel (one run of a program per CPU), so the wait was dropped",
     ),
     (
         LOCK_STALE_WAIT,

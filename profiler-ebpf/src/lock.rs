@@ -49,9 +49,9 @@ use profiler_common::{
     },
     lockname::StackCacheValue,
     loss::{
-        LOCK_HOLD_MAP_FULL, LOCK_KPROBE_RETURN_LOST, LOCK_MAP_FULL, LOCK_NEGATIVE_DELTA,
-        LOCK_NESTED, LOCK_STACK_CACHE_FAILED, LOCK_STACK_FINGERPRINT_SHORT, LOCK_STALE_WAIT,
-        LOCK_UNMATCHED_END, LOCK_WAIT_MAP_FULL,
+        LOCK_HOLD_MAP_FULL, LOCK_INTERRUPT_WAIT_LOST, LOCK_KPROBE_RETURN_LOST, LOCK_MAP_FULL,
+        LOCK_NEGATIVE_DELTA, LOCK_NESTED, LOCK_STACK_CACHE_FAILED, LOCK_STACK_FINGERPRINT_SHORT,
+        LOCK_STALE_WAIT, LOCK_UNMATCHED_END, LOCK_WAIT_MAP_FULL,
     },
 };
 
@@ -314,7 +314,19 @@ pub fn on_contention_end(ctx: &RawTracePointContext) {
         return;
     };
     // SAFETY: per-CPU slot from a successful lookup, written only by this CPU.
-    let spin_open = unsafe { (*slot).lock_addr };
+    let mut spin_open = unsafe { (*slot).lock_addr };
+    // SAFETY: as above.
+    if spin_open != 0 && unsafe { (*slot).start_ns } >= end_ns {
+        // Opened after this program began: by an interrupt that contended while it ran.
+        // The kernel skipped that interrupt's end program (one run of a program per CPU
+        // at a time), so the wait would never close: every later spin on this CPU would
+        // be dropped as nested, and the next end of its lock would close it as one long
+        // bogus wait. Dropped, counted.
+        count_loss(LOCK_INTERRUPT_WAIT_LOST);
+        // SAFETY: as above.
+        unsafe { (*slot).lock_addr = 0 };
+        spin_open = 0;
+    }
     if spin_open == lock_addr {
         // SAFETY: as above.
         let wait = unsafe { *slot };

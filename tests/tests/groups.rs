@@ -406,6 +406,10 @@ fn blockers_say_which_job_waited_on_which_and_how_long() {
         let own = blocked[index];
         assert!(own >= 50_000_000, "{waiter} blocked only {own} ns");
         let error = measured.abs_diff(own) as f64 / own as f64;
+        eprintln!(
+            "{waiter} on {holder}: {measured} ns against its own {own} ns ({:.1}% apart)",
+            error * 100.0
+        );
         assert!(
             error <= 0.10,
             "{waiter} on {holder}: {measured} ns against its own {own} ns ({:.1}% apart): {report:#}",

@@ -6,8 +6,10 @@
 //! time by the function on the CPU). A cause's rate is its time per second recorded.
 //! Against the fleet, per cause: the median rate over all units (a unit without the
 //! cause counts 0) and a robust spread, 1.4826 times the median absolute deviation but
-//! at least a fifth of the median and 1 ms/s. A unit's own rate is uncertain too: made
-//! of k events, it is known to about 1/√k of itself (a count's Poisson noise), so a
+//! at least a fifth of the median and 1 ms/s. A unit's own rate is uncertain too: its
+//! events come at random, so its time varies by about the square root of the sum of
+//! their squared durations (a compound Poisson process), bounded here by the rows'
+//! total times their longest wait. A rate of many short waits is known closely; a
 //! cause of one long wait does not stand out on that wait alone. A unit's cause stands
 //! out when its excess over the median is more than `threshold` times the two
 //! uncertainties combined (in quadrature; the fleet's alone is the modified z-score of
@@ -64,17 +66,33 @@ impl By {
     }
 }
 
-/// The time of one cause and the events that took it.
+/// The time of one cause, the events that took it, and a bound of the sum of their
+/// squared durations (ns²).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Amount {
     pub ns: f64,
     pub events: u64,
+    pub squares: f64,
 }
 
 impl Amount {
     fn add(&mut self, other: Amount) {
         self.ns += other.ns;
         self.events = self.events.saturating_add(other.events);
+        self.squares += other.squares;
+    }
+}
+
+impl Amount {
+    /// Per second of `seconds` recorded: the rate, the events and the rate's own
+    /// uncertainty (the square root of the bound of the squared durations).
+    fn rate(&self, seconds: f64) -> Rate {
+        let seconds = seconds.max(1e-3);
+        (
+            self.ns / seconds,
+            self.events,
+            self.squares.sqrt() / seconds,
+        )
     }
 }
 
@@ -147,6 +165,7 @@ impl Fleet {
                 unit.causes.entry(cause).or_default().add(Amount {
                     ns: part.ns,
                     events: part.events,
+                    squares: part.ns * part.longest_ns,
                 });
             };
             view.causes(profile, &mut add);
@@ -336,8 +355,9 @@ fn median(values: &mut [f64]) -> f64 {
     }
 }
 
-/// A unit's rate of a cause (ns per second) and its events.
-type Rate = (f64, u64);
+/// A unit's rate of a cause (ns per second), its events, and its own uncertainty (ns
+/// per second).
+type Rate = (f64, u64, f64);
 
 /// Each cause's median rate and robust spread over the units, and each unit's rates.
 fn fleet_causes(fleet: &Fleet, names: &[&String]) -> (Vec<FleetCause>, Vec<HashMap<String, Rate>>) {
@@ -348,7 +368,7 @@ fn fleet_causes(fleet: &Fleet, names: &[&String]) -> (Vec<FleetCause>, Vec<HashM
             let seconds = unit.seconds.max(1e-3);
             unit.causes
                 .iter()
-                .map(|(cause, amount)| (cause.clone(), (amount.ns / seconds, amount.events)))
+                .map(|(cause, amount)| (cause.clone(), amount.rate(seconds)))
                 .collect()
         })
         .collect();
@@ -389,16 +409,6 @@ fn fleet_causes(fleet: &Fleet, names: &[&String]) -> (Vec<FleetCause>, Vec<HashM
     (out, rates)
 }
 
-/// The uncertainty of a unit's excess: the fleet's spread and the unit's own rate's
-/// counting noise (rate/√events), combined in quadrature.
-fn uncertainty(spread: f64, rate: f64, events: u64) -> f64 {
-    let own = match events {
-        0 => 0.0,
-        events => rate / (events as f64).sqrt(),
-    };
-    spread.hypot(own)
-}
-
 /// Ranks the fleet's units (at least three are needed to say what is usual).
 pub fn analyze(fleet: &Fleet, by: &By, options: Options) -> Result<Analysis> {
     if fleet.units.len() < 3 {
@@ -423,9 +433,9 @@ pub fn analyze(fleet: &Fleet, by: &By, options: Options) -> Result<Analysis> {
             let mut max_z: f64 = 0.0;
             let mut standing: Vec<CauseExcess> = Vec::new();
             for cause in &causes {
-                let (rate, events) = unit_rates.get(&cause.cause).copied().unwrap_or_default();
+                let (rate, events, own) = unit_rates.get(&cause.cause).copied().unwrap_or_default();
                 let excess = rate - cause.median_ns_per_s;
-                let z = excess / uncertainty(cause.spread_ns_per_s, rate, events);
+                let z = excess / cause.spread_ns_per_s.hypot(own);
                 max_z = max_z.max(z);
                 if z > options.threshold && excess >= options.min_excess_ns {
                     standing.push(CauseExcess {
@@ -919,9 +929,8 @@ fn heat_map(analysis: &Analysis, fleet: &Fleet, shown: usize) -> String {
         out.push_str(&format!("<tr><td>{}</td>", esc(&ranked.name)));
         for cause in &columns {
             let amount = unit.causes.get(&cause.cause).copied().unwrap_or_default();
-            let rate = amount.ns / unit.seconds.max(1e-3);
-            let z = (rate - cause.median_ns_per_s)
-                / uncertainty(cause.spread_ns_per_s, rate, amount.events);
+            let (rate, _, own) = amount.rate(unit.seconds);
+            let z = (rate - cause.median_ns_per_s) / cause.spread_ns_per_s.hypot(own);
             let heat = (z / (2.0 * analysis.threshold)).clamp(0.0, 1.0);
             let other = (255.0 * (1.0 - heat)).round() as u8;
             out.push_str(&format!(
@@ -959,6 +968,7 @@ mod tests {
             flags: profiler_common::lock::LCB_F_MUTEX,
             count: 1000,
             total_ns: ms * 2_000_000,
+            max_ns: ms * 20_000,
             ..Default::default()
         };
         profile.locks.push(lock("f_pos_lock", wait_ms));
@@ -1021,6 +1031,7 @@ mod tests {
         let mut profiles = profiles;
         let mut incident = host("n7", 400, Some(("rcu_state", 500)));
         incident.locks[1].count = 1;
+        incident.locks[1].max_ns = incident.locks[1].total_ns;
         profiles[7] = incident;
         let analysis = analyze(&fleet_of(&profiles, &By::Host), &By::Host, OPTIONS).expect("8");
         assert_eq!(analysis.outliers().count(), 0, "{}", text(&analysis, 20));

@@ -111,6 +111,7 @@ impl View for CpuView {
                 key: leaf,
                 ns: row.samples as f64 * sample_ns,
                 events: row.samples,
+                longest_ns: sample_ns,
                 pid: row.pid,
                 stack,
             });

@@ -66,6 +66,7 @@ impl View for FuncView {
                 key: row.function.clone(),
                 ns: row.latency.total_ns as f64,
                 events: row.latency.count,
+                longest_ns: row.latency.max_ns as f64,
                 pid: row.pid,
                 stack: row.stack,
             });

@@ -92,6 +92,7 @@ impl View for IoView {
                 key: format!("{} {}", row.device, row.op),
                 ns: row.total_ns as f64,
                 events: row.count,
+                longest_ns: row.max_ns as f64,
                 pid: row.pid,
                 stack: None,
             });

@@ -152,6 +152,7 @@ impl View for LockView {
                 key: format!("{} {lock}", lock_type_name_both_sides(row.flags)),
                 ns: row.total_ns as f64,
                 events: row.count,
+                longest_ns: row.max_ns as f64,
                 pid: row.pid,
                 stack: row.stack,
             });

@@ -36,6 +36,9 @@ pub struct CausePart {
     pub ns: f64,
     /// The events that took that time (waits, requests, calls, samples).
     pub events: u64,
+    /// The longest of them, in nanoseconds: the row's sum of squared durations is at
+    /// most `ns * longest_ns` (how uncertain a rate of few long events is).
+    pub longest_ns: f64,
     pub pid: u32,
     pub stack: Option<u32>,
 }

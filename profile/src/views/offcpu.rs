@@ -91,6 +91,7 @@ impl View for OffcpuView {
                 key: row.class.clone(),
                 ns: row.total_ns as f64,
                 events: row.count,
+                longest_ns: row.max_ns as f64,
                 pid: row.pid,
                 stack: row.stack,
             });

@@ -69,6 +69,7 @@ impl View for RpcView {
                 key: format!("{} {}", row.provider, row.op_name),
                 ns: row.latency.total_ns as f64,
                 events: row.latency.count,
+                longest_ns: row.latency.max_ns as f64,
                 pid: row.pid,
                 stack: row.start_stack,
             });

@@ -378,7 +378,8 @@ pub struct OutliersArgs {
     pub job_pattern: Vec<String>,
     /// A cause stands out above this many uncertainties over the fleet's median (the
     /// fleet's robust spread, 1.4826 x the median absolute deviation but at least a fifth
-    /// of the median, and the unit's own counting noise, its rate / √events, combined)...
+    /// of the median, and the noise of the unit's own rate, from its waits' durations,
+    /// combined)...
     #[arg(long, default_value_t = 3.5, value_parser = parse_threshold)]
     pub threshold: f64,
     /// ...and at least this much time per second above it (e.g. 10ms: 10 ms per second).
