@@ -82,3 +82,94 @@ pub fn lock_profile_json(rows: usize) -> String {
     json.push_str("]}");
     json
 }
+
+/// The host of [`write_fleet`]'s fleet that stands out, and the lock it waits on.
+pub const FLEET_OUTLIER: (&str, &str) = ("node0007", "rpc_reply_lock");
+
+/// A fleet of `hosts` 30-second profiles for `outliers`, written into `dir` in the
+/// compact encoding (`.lpb`) or as JSON: each host with 20 processes, 400 lock rows
+/// over 40 locks (their wait a little different on every host), 100 off-CPU rows and
+/// 200 stacks of 12 frames; host [`FLEET_OUTLIER`] also waits on one more spinlock.
+pub fn write_fleet(dir: &Path, hosts: usize, compact: bool) -> Result<()> {
+    use crate::profile::{Frame, LockRow, OffcpuRow, Process, Profile, Stack};
+    fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    const CLASSES: [&str; 5] = ["buffer", "page", "block-io", "journal", "lock"];
+    for host in 0..hosts {
+        let name = format!("node{host:04}");
+        let mut profile = Profile::new();
+        profile.host = name.clone();
+        profile.duration_s = 30.0;
+        profile.frames = (0..300)
+            .map(|frame| Frame::kernel(&format!("kernel_function_{frame}")))
+            .collect();
+        profile.stacks = (0..200u32)
+            .map(|stack| Stack {
+                frames: (0..12)
+                    .map(|depth| (stack * 7 + depth * 13) % 300)
+                    .collect(),
+                truncated: false,
+            })
+            .collect();
+        profile.processes = (1..=20)
+            .map(|pid| Process {
+                pid,
+                comm: format!("ior{pid}"),
+                cgroup: Some(format!(
+                    "/system.slice/slurmstepd.scope/job_{}/step_0",
+                    pid % 4
+                )),
+                ..Default::default()
+            })
+            .collect();
+        // A host's own small difference: a few percent, the same on every run.
+        let jitter = 1.0 + ((host * 37) % 11) as f64 / 100.0;
+        for row in 0..400u32 {
+            let lock = row % 40;
+            let total_ns = ((1_000_000 + u64::from(lock) * 50_000) as f64 * jitter) as u64;
+            profile.locks.push(LockRow {
+                pid: 1 + row % 20,
+                lock_addr: 0xffff_8881_0000_0000 + u64::from(lock) * 64,
+                lock_name: format!("lock_{lock}").into(),
+                lock_name_source: "kallsyms".into(),
+                flags: profiler_common::lock::LCB_F_SPIN,
+                stack: Some(row % 200),
+                count: 1000,
+                total_ns,
+                max_ns: total_ns / 100,
+                min_ns: 100,
+                ..Default::default()
+            });
+        }
+        for row in 0..100u32 {
+            profile.offcpu.push(OffcpuRow {
+                pid: 1 + row % 20,
+                tid: 1 + row % 20,
+                state: "D".into(),
+                class: CLASSES[row as usize % CLASSES.len()].into(),
+                stack: Some(row % 200),
+                count: 100,
+                total_ns: (2_000_000.0 * jitter) as u64,
+                max_ns: 100_000,
+                ..Default::default()
+            });
+        }
+        if name == FLEET_OUTLIER.0 {
+            profile.locks.push(LockRow {
+                pid: 3,
+                lock_addr: 0xffff_8881_1000_0000,
+                lock_name: FLEET_OUTLIER.1.into(),
+                lock_name_source: "kallsyms".into(),
+                flags: profiler_common::lock::LCB_F_SPIN,
+                stack: Some(5),
+                count: 3_000_000,
+                total_ns: 7_500_000_000,
+                max_ns: 50_000,
+                min_ns: 100,
+                ..Default::default()
+            });
+        }
+        let extension = if compact { "lpb" } else { "json" };
+        profile.save(&dir.join(format!("{name}.{extension}")))?;
+    }
+    Ok(())
+}

@@ -213,6 +213,7 @@ impl Agent {
         let watch = self.watcher.is_some();
         let mut poll = tokio::time::interval(Duration::from_millis(if watch { 10 } else { 100 }));
         let mut polls = 0u64;
+        let mut cgroups = crate::probes::target::CgroupTracker::new(&self.target);
         loop {
             tokio::select! {
                 _ = terminate.recv() => return Ok(0),
@@ -225,6 +226,9 @@ impl Agent {
                 _ = metrics_refresh.tick(), if self.metrics.is_some() => self.refresh_metrics(),
                 _ = poll.tick() => {
                     polls += 1;
+                    if let Some(cgroups) = cgroups.as_mut() {
+                        cgroups.poll(&mut self.maps);
+                    }
                     if deadline.is_some_and(|limit| started.elapsed() >= limit) {
                         return Ok(0);
                     }

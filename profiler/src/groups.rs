@@ -111,7 +111,7 @@ pub fn report_by_job(args: &cli::ReportArgs, profile: &Profile) -> Result<i32> {
 }
 
 /// `report --blockers`: who waited on whom, by process, or by the groups of `--by`
-/// (cgroup, job, host); text or JSON.
+/// (cgroup, job, host); text, JSON or one HTML page.
 pub fn report_blockers(args: &cli::ReportArgs, profile: &Profile) -> Result<i32> {
     use lockpath_profile::kind::GroupBy;
     let group = match args.by {
@@ -130,7 +130,21 @@ pub fn report_blockers(args: &cli::ReportArgs, profile: &Profile) -> Result<i32>
             });
             serde_json::to_string_pretty(&report).context("cannot render the JSON report")? + "\n"
         }
-        _ => anyhow::bail!("report --blockers writes text or JSON (--format text|json)"),
+        cli::ReportFormat::Html => {
+            let output = args
+                .output
+                .clone()
+                .unwrap_or_else(|| args.file.with_extension("blockers.html"));
+            profile::write_atomically(&output, blockers::html(profile, &group).as_bytes())?;
+            eprintln!(
+                "lockpath: who waited on whom written to {}",
+                output.display()
+            );
+            return Ok(0);
+        }
+        cli::ReportFormat::Csv => {
+            anyhow::bail!("report --blockers writes text, JSON or HTML (--format text|json|html)")
+        }
     };
     crate::write_output(args.output.as_deref(), text.as_bytes())?;
     Ok(0)

@@ -270,6 +270,7 @@ fn record(
     let deadline = args.duration.map(Duration::from_secs_f64);
     let mut exit_code = 0;
     let mut polls = 0u64;
+    let mut cgroups = crate::probes::target::CgroupTracker::new(target);
     loop {
         if STOP.load(Ordering::SeqCst) || deadline.is_some_and(|d| start.elapsed() >= d) {
             break;
@@ -279,6 +280,9 @@ fn record(
             break;
         }
         polls += 1;
+        if let Some(cgroups) = cgroups.as_mut() {
+            cgroups.poll(&mut session.maps);
+        }
         // About twice a second (reading /proc for every target is not free): the given
         // processes and every child the kernel follows for them.
         if let Target::Pids(pids) = target {

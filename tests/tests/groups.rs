@@ -202,8 +202,9 @@ fn slurm_shaped_jobs_are_units_of_report_and_outliers() {
     let dir = scratch("outliers-jobs");
     let storm = workload("lock-storm");
     // Four jobs as Slurm's cgroup v2 plugin lays them out; each runs a storm on a
-    // shared file's f_pos_lock, job 4704 also one on its process's mmap_lock.
-    let jobs: Vec<(u32, PathBuf)> = (4701..=4704)
+    // shared file's f_pos_lock, job 4704 also one on its process's mmap_lock. Job 4704
+    // starts after the recording, as jobs do on a node recorded by its Slurm cgroup.
+    let mut jobs: Vec<(u32, PathBuf)> = (4701..=4703)
         .map(|job| {
             let path = cgroup.child(&format!("system.slice/slurmstepd.scope/job_{job}/step_0"));
             (job, path)
@@ -216,10 +217,14 @@ fn slurm_shaped_jobs_are_units_of_report_and_outliers() {
         "--cgroup",
         path_str(&cgroup.path),
         "-d",
-        "3",
+        "4",
         "-o",
         path_str(&profile),
     ]);
+    let late = cgroup.child("system.slice/slurmstepd.scope/job_4704/step_0");
+    jobs.push((4704, late));
+    // The recording sees a new cgroup within half a second of its making.
+    std::thread::sleep(std::time::Duration::from_millis(700));
     let children: Vec<std::process::Child> = jobs
         .iter()
         .map(|(job, path)| {
@@ -263,7 +268,8 @@ fn slurm_shaped_jobs_are_units_of_report_and_outliers() {
         let name = format!("job {job}");
         assert!(names.contains(&name.as_str()), "{name} missing: {names:?}");
     }
-    let causes_of = |name: &str| -> Vec<String> {
+    // A job's causes, largest first: (cause, ns per second).
+    let causes_of = |name: &str| -> Vec<(String, f64)> {
         units
             .iter()
             .find(|u| u["name"] == name)
@@ -272,18 +278,33 @@ fn slurm_shaped_jobs_are_units_of_report_and_outliers() {
                     .as_array()
                     .expect("causes")
                     .iter()
-                    .map(|c| c[0].as_str().expect("cause").to_string())
+                    .map(|c| {
+                        let cause = c[0].as_str().expect("cause").to_string();
+                        (cause, c[1].as_f64().expect("rate"))
+                    })
                     .collect()
             })
             .unwrap_or_default()
     };
-    assert!(causes_of("job 4701")[0].contains("f_pos_lock"));
-    assert!(causes_of("job 4704")
-        .iter()
-        .any(|c| c.contains("mmap_lock")));
-    assert!(!causes_of("job 4701")
-        .iter()
-        .any(|c| c.contains("mmap_lock")));
+    let mmap_lock = |name: &str| -> f64 {
+        causes_of(name)
+            .iter()
+            .filter(|(cause, _)| cause.contains("mmap_lock"))
+            .map(|(_, rate)| rate)
+            .sum()
+    };
+    for job in 4701..=4703 {
+        let name = format!("job {job}");
+        assert!(causes_of(&name)[0].0.contains("f_pos_lock"), "{name}");
+        // Every storm's threads wait on their mmap_lock a little as they start; job
+        // 4704's storm on it is many times that.
+        assert!(
+            mmap_lock("job 4704") > 5.0 * mmap_lock(&name),
+            "mmap_lock: job 4704 {} ns/s, {name} {} ns/s",
+            mmap_lock("job 4704"),
+            mmap_lock(&name)
+        );
+    }
 
     // outliers --by job: job 4704, by its mmap_lock.
     let (code, report) = outliers(&[&profile], &["--by", "job"]);

@@ -163,6 +163,45 @@ pub fn text(profile: &Profile, group: &Group, top: usize) -> String {
     out
 }
 
+/// One self-contained page: the table of [`blockers`], sortable.
+pub fn html(profile: &Profile, group: &Group) -> String {
+    let by = group.name();
+    let mut out = crate::export::html::page_head(&format!(
+        "lockpath — who waited on whom, by {by} — {}",
+        profile.host
+    ));
+    out.push_str(&format!(
+        "<p>Waits whose holder is known (lock owners read when a wait began, file-lock \
+         holders named by the kernel), summed per waiting and holding {by}; {:.1} s \
+         recorded.</p>\n",
+        profile.duration_s
+    ));
+    let rows: Vec<Vec<String>> = blockers(profile, group)
+        .into_iter()
+        .map(|pair| {
+            let on: Vec<String> = pair
+                .on
+                .iter()
+                .map(|(what, ns)| format!("{what} {}", format_ns(*ns)))
+                .collect();
+            vec![
+                pair.waiter,
+                pair.holder,
+                format_ns(pair.wait_ns),
+                pair.waits.to_string(),
+                on.join(", "),
+            ]
+        })
+        .collect();
+    out.push_str(&crate::export::html::table(
+        &["waiter", "holder", "wait", "waits", "on"],
+        &[false, false, true, true, false],
+        &rows,
+    ));
+    out.push_str(&crate::export::html::page_end());
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,6 +262,11 @@ mod tests {
         assert!(
             table.contains("job 4711") && table.contains("rwsem i_rwsem"),
             "{table}"
+        );
+        let page = html(&profile, &jobs);
+        assert!(
+            page.contains("<td>job 4711</td>") && page.contains("12.0 us"),
+            "{page}"
         );
         let by_process = blockers(&profile, &Group::Process);
         assert_eq!(by_process[0].waiter, "ior[10]");

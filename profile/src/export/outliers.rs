@@ -836,44 +836,7 @@ pub fn html(
     ));
     out.push_str(&heat_map(analysis, fleet, shown));
     for ranked in analysis.outliers().take(shown) {
-        out.push_str(&format!(
-            "<h2>{} — {} above the fleet's median</h2>\n",
-            esc(&ranked.name),
-            esc(&per_s(ranked.gap_ns_per_s))
-        ));
-        let rows: Vec<Vec<String>> = ranked
-            .causes
-            .iter()
-            .map(|c| {
-                let stack = c
-                    .stacks
-                    .first()
-                    .map(|s| s.frames.join(" ← "))
-                    .unwrap_or_default();
-                vec![
-                    c.cause.clone(),
-                    per_s(c.ns_per_s),
-                    per_s(c.median_ns_per_s),
-                    per_s(c.excess_ns_per_s),
-                    format!("{:.0}%", c.share * 100.0),
-                    z_text(c.z),
-                    stack,
-                ]
-            })
-            .collect();
-        out.push_str(&html::table(
-            &[
-                "cause",
-                "here",
-                "median",
-                "excess",
-                "share",
-                "z",
-                "top stack",
-            ],
-            &[false, true, true, true, true, true, false],
-            &rows,
-        ));
+        out.push_str(&outlier_section(ranked));
     }
     if let Some((kind, lines)) = flame {
         if let Some(first) = analysis.outliers().next() {
@@ -900,6 +863,50 @@ pub fn html(
     }
     out.push_str(&html::page_end());
     Ok(out)
+}
+
+/// An outlier's causes that stand out, with their top stack.
+fn outlier_section(ranked: &Ranked) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "<h2>{} — {} above the fleet's median</h2>\n",
+        esc(&ranked.name),
+        esc(&per_s(ranked.gap_ns_per_s))
+    ));
+    let rows: Vec<Vec<String>> = ranked
+        .causes
+        .iter()
+        .map(|c| {
+            let stack = c
+                .stacks
+                .first()
+                .map(|s| s.frames.join(" ← "))
+                .unwrap_or_default();
+            vec![
+                c.cause.clone(),
+                per_s(c.ns_per_s),
+                per_s(c.median_ns_per_s),
+                per_s(c.excess_ns_per_s),
+                format!("{:.0}%", c.share * 100.0),
+                z_text(c.z),
+                stack,
+            ]
+        })
+        .collect();
+    out.push_str(&html::table(
+        &[
+            "cause",
+            "here",
+            "median",
+            "excess",
+            "share",
+            "z",
+            "top stack",
+        ],
+        &[false, true, true, true, true, true, false],
+        &rows,
+    ));
+    out
 }
 
 /// Units × causes: the outliers' causes and the fleet's largest, each cell the unit's

@@ -184,7 +184,8 @@ pub struct RecordArgs {
     #[arg(short = 'p', long = "pid", value_name = "PID", value_delimiter = ',')]
     pub pid: Vec<u32>,
 
-    /// Profile the processes of this cgroup v2 directory (and its sub-cgroups).
+    /// Profile the processes of this cgroup v2 directory and its sub-cgroups, those made
+    /// while recording too (a Slurm job: seen within half a second).
     #[arg(long, value_name = "PATH", conflicts_with = "pid")]
     pub cgroup: Option<PathBuf>,
 
@@ -340,7 +341,8 @@ pub struct ReportArgs {
     pub job_pattern: Vec<String>,
     /// Who waited on whom: the waits whose holder is known (lock owners at the wait's
     /// start, file-lock holders), summed per waiter and holder process, or per cgroup,
-    /// job or host with --by cgroup|job|host (text or JSON).
+    /// job or host with --by cgroup|job|host (text, JSON, or HTML to -o, default
+    /// FILE.blockers.html).
     #[arg(long)]
     pub blockers: bool,
 }

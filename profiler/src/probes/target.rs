@@ -3,10 +3,12 @@
 //! this side validates the request and fills the kernel's maps.
 
 use std::{
+    collections::HashSet,
     ffi::CString,
     os::unix::ffi::OsStrExt,
     os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
+    time::{Duration, Instant},
 };
 
 use anyhow::{bail, Context, Result};
@@ -276,8 +278,12 @@ fn cgroup_tree(root: &Path) -> Result<Vec<PathBuf>> {
     while index < dirs.len() {
         let dir = dirs[index].clone();
         index += 1;
-        let entries =
-            std::fs::read_dir(&dir).with_context(|| format!("cannot list {}", dir.display()))?;
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            // A sub-cgroup removed while the tree is walked: it has no tasks left.
+            Err(_) if index > 1 => continue,
+            Err(err) => return Err(err).with_context(|| format!("cannot list {}", dir.display())),
+        };
         for entry in entries.flatten() {
             if entry.file_type().map(|kind| kind.is_dir()).unwrap_or(false) {
                 dirs.push(entry.path());
@@ -285,6 +291,59 @@ fn cgroup_tree(root: &Path) -> Result<Vec<PathBuf>> {
         }
     }
     Ok(dirs)
+}
+
+/// For `--cgroup DIR`: sub-cgroups made after the recording started (a Slurm job, a
+/// container) are tracked too. The kernel filter knows cgroups by id, so the tree is
+/// walked again every half second and the ids not seen before are added; a task of a new
+/// cgroup is recorded from the walk after the cgroup appeared.
+pub struct CgroupTracker {
+    root: PathBuf,
+    known: HashSet<u64>,
+    next: Instant,
+}
+
+impl CgroupTracker {
+    const EVERY: Duration = Duration::from_millis(500);
+
+    /// A tracker for a cgroup target; `None` for the others.
+    pub fn new(target: &Target) -> Option<CgroupTracker> {
+        match target {
+            Target::Cgroup(root) => Some(CgroupTracker {
+                root: root.clone(),
+                known: HashSet::new(),
+                next: Instant::now() + Self::EVERY,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Adds the sub-cgroups made since the last walk, when one is due.
+    pub fn poll(&mut self, maps: &mut crate::probes::shared::MapSet) {
+        if Instant::now() < self.next {
+            return;
+        }
+        self.next = Instant::now() + Self::EVERY;
+        let Ok(dirs) = cgroup_tree(&self.root) else {
+            return;
+        };
+        let Ok(map) = maps.get_mut(names::CGROUPS) else {
+            return;
+        };
+        let Ok(mut cgroups) = HashMap::<_, u64, u8>::try_from(map) else {
+            return;
+        };
+        for dir in dirs {
+            let Ok(meta) = std::fs::metadata(&dir) else {
+                continue;
+            };
+            if self.known.insert(meta.ino()) {
+                if let Err(err) = cgroups.insert(meta.ino(), 1, 0) {
+                    log::warn!("cannot track the new cgroup {}: {err}", dir.display());
+                }
+            }
+        }
+    }
 }
 
 /// A command started by lockpath, held before `exec` until the probes are attached, so

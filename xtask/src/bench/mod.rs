@@ -16,6 +16,7 @@ use crate::{build, util};
 
 mod big_profile;
 mod families;
+mod fleet;
 mod hold_cost;
 mod lock;
 mod options;
@@ -90,9 +91,9 @@ pub fn bench(args: Vec<std::ffi::OsString>) -> Result<()> {
         soak(&bench, minutes)
     } else if options.big_only {
         util::say("report + flamegraph of a synthetic profile with 1,000,000 rows");
-        Ok(big_profile::big_profile_table(
-            &big_profile::big_profile_timing(&bench),
-        ))
+        let big = big_profile::big_profile_table(&big_profile::big_profile_timing(&bench));
+        util::say("outliers on a generated fleet of 2,000 profiles");
+        Ok(big + &fleet::fleet_table(&fleet::fleet_timing(&bench)))
     } else if options.lock_only {
         Ok(String::new())
     } else if hold_only {

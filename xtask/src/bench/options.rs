@@ -21,8 +21,9 @@ usage: cargo xtask bench [--runs N] [--seconds S] [--workloads a,b] [--families 
                    a full run includes it when the lock family and peers are measured
   --soak [MIN]     instead: record system-wide under load for MIN minutes (default 10)
                    and check that lockpath's memory stays flat
-  --big-profile    instead: only `report` + `flamegraph` of a 1,000,000-row profile, JSON
-                   and compact (a minute; printed and written to --out, not docs/performance.md)";
+  --big-profile    instead: only the read side: `report` + `flamegraph` of a 1,000,000-row
+                   profile, JSON and compact, and `outliers` on 2,000 generated profiles (a
+                   few minutes; printed and written to --out, not docs/performance.md)";
 
 pub(super) struct Options {
     pub(super) runs: usize,

@@ -74,6 +74,10 @@ pub(super) fn overhead_report(bench: &Bench, options: &Options) -> Result<String
     util::say("report + flamegraph of a synthetic profile with 1,000,000 rows");
     let big = big_profile_timing(bench);
     md.push_str(&big_profile_table(&big));
+    util::say("outliers on a generated fleet of 2,000 profiles");
+    md.push_str(&super::fleet::fleet_table(&super::fleet::fleet_timing(
+        bench,
+    )));
     md.push_str(&targets_table(&families, &overheads, &costs, &big));
     Ok(md)
 }

@@ -284,6 +284,8 @@ pub(super) struct Usage {
     pub(super) max_rss_kib: u64,
     pub(super) cpu_s: f64,
     pub(super) success: bool,
+    /// The exit status, when the child exited (not killed by a signal).
+    pub(super) exit_code: Option<i32>,
 }
 
 /// Waits for a child; its peak RSS and CPU time (user + system) from wait4.
@@ -301,6 +303,7 @@ pub(super) fn wait_usage(pid: u32) -> Result<Usage> {
         max_rss_kib: usage.ru_maxrss as u64,
         cpu_s: seconds(usage.ru_utime) + seconds(usage.ru_stime),
         success: libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        exit_code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
     })
 }
 

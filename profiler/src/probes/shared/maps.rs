@@ -38,6 +38,12 @@ impl MapSet {
             .with_context(|| format!("map {name} missing from the eBPF object"))
     }
 
+    pub fn get_mut(&mut self, name: &str) -> Result<&mut Map> {
+        self.maps
+            .get_mut(name)
+            .with_context(|| format!("map {name} missing from the eBPF object"))
+    }
+
     /// A hash map of the set, typed (`K`, `V` as the eBPF side declares them).
     pub fn hash_map<K: aya::Pod, V: aya::Pod>(
         &self,
