@@ -41,7 +41,6 @@ fn find(args: &cli::OutliersArgs) -> Result<bool> {
     let options = Options {
         threshold: args.threshold,
         min_excess_ns: args.min_excess as f64,
-        stacks: args.stacks,
     };
     let mut analysis = outliers::analyze(&fleet, &by, options)?;
     outliers::add_stacks(&mut analysis, &fleet, &files, &by, args.stacks)?;

@@ -194,9 +194,7 @@ fn slurm_shaped_jobs_are_units_of_report_and_outliers() {
     if !can_load_programs(test) {
         return;
     }
-    let Some(mut cgroup) = TestCgroup::new() else {
-        assert!(!is_ci(), "{test}: no cgroup2 mount under CI=true");
-        eprintln!("SKIP {test}: no cgroup2 file system is mounted");
+    let Some(mut cgroup) = TestCgroup::for_test(test) else {
         return;
     };
     let dir = scratch("outliers-jobs");
@@ -335,9 +333,7 @@ fn blockers_say_which_job_waited_on_which_and_how_long() {
     if !can_load_programs(test) {
         return;
     }
-    let Some(mut cgroup) = TestCgroup::new() else {
-        assert!(!is_ci(), "{test}: no cgroup2 mount under CI=true");
-        eprintln!("SKIP {test}: no cgroup2 file system is mounted");
+    let Some(mut cgroup) = TestCgroup::for_test(test) else {
         return;
     };
     let dir = scratch("groups-blockers");

@@ -269,8 +269,6 @@ pub struct Options {
     pub threshold: f64,
     /// Nanoseconds per second above the median.
     pub min_excess_ns: f64,
-    /// Top stacks per cause that stands out.
-    pub stacks: usize,
 }
 
 /// A stack of a cause, leaf first, with its time per second.
@@ -1004,7 +1002,6 @@ mod tests {
     const OPTIONS: Options = Options {
         threshold: 3.5,
         min_excess_ns: 1e7,
-        stacks: 3,
     };
 
     #[test]

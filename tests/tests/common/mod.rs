@@ -593,6 +593,17 @@ impl TestCgroup {
 }
 
 impl TestCgroup {
+    /// The cgroup of `test`; `None` (the test then ends) without a cgroup2 mount, which
+    /// fails the test under `CI=true` and is said as a skip otherwise.
+    pub fn for_test(test: &str) -> Option<TestCgroup> {
+        let cgroup = TestCgroup::new();
+        if cgroup.is_none() {
+            assert!(!is_ci(), "{test}: no cgroup2 mount under CI=true");
+            eprintln!("SKIP {test}: no cgroup2 file system is mounted");
+        }
+        cgroup
+    }
+
     /// Makes the sub-cgroup `relative` (and the ones above it); returns its path.
     pub fn child(&mut self, relative: &str) -> PathBuf {
         let mut path = self.path.clone();
