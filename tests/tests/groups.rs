@@ -3,7 +3,7 @@
 //! outliers must be the hosts with the injected storm, by the injected lock, and the
 //! others must not be. `report --by job`, `outliers --by job` and `report --blockers`:
 //! Slurm-shaped jobs in a cgroup tree made for the test, contending on one file's lock
-//! (each waiter measures its own blocked time) and on one directory's lock.
+//! and on one FUSE directory's lock (each waiter measures its own blocked time).
 
 mod common;
 
@@ -338,13 +338,33 @@ fn blockers_say_which_job_waited_on_which_and_how_long() {
     };
     let dir = scratch("groups-blockers");
     let lock_file = dir.join("the-file");
-    let shared_dir = dir.join("shared-dir");
-    let (storm, locks) = (workload("lock-storm"), workload("file-locks"));
+    let (fuse, locks) = (workload("fuse-workload"), workload("file-locks"));
     let profile = dir.join("blockers.json");
     let paths: Vec<PathBuf> = [4801, 4802]
         .iter()
         .map(|job| cgroup.child(&format!("system.slice/slurmstepd.scope/job_{job}/step_0")))
         .collect();
+    // A FUSE file system (outside the jobs) whose CREATE answers after CREATE_MS: the
+    // kernel holds the directory's inode lock across a create.
+    const CREATE_MS: u64 = 300;
+    let (stop, mountpoint) = (dir.join("stop"), dir.join("mnt"));
+    let mut server = Command::new(&fuse)
+        .args([
+            "serve",
+            path_str(&stop),
+            path_str(&mountpoint),
+            &CREATE_MS.to_string(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the FUSE server");
+    let mut serving = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(server.stdout.take().expect("its output")),
+        &mut serving,
+    )
+    .expect("the server's first line");
+    assert!(serving.starts_with("serving"), "the FUSE server: {serving}");
     let (recording, programs) = spawn_recording(&[
         "record",
         "--lock",
@@ -356,19 +376,15 @@ fn blockers_say_which_job_waited_on_which_and_how_long() {
         "-o",
         path_str(&profile),
     ]);
-    // Two jobs: in each, one process takes and drops an exclusive flock of one file
-    // (so each waits only on the other job's), and threads create files in one
-    // directory (its i_rwsem, whose owner is read when a wait begins).
+    // In each job, one process takes and drops an exclusive flock of one file (each
+    // waits only on the other job's) and measures its own blocked time.
     let jobs: Vec<std::process::Child> = paths
         .iter()
         .map(|path| {
             let script = format!(
                 "echo $$ > '{}/cgroup.procs' || exit 1; \
-                 '{}' --mode dir --dir '{}' --seconds 1.5 --threads 2 > /dev/null & \
-                 '{}' --kinds flock --procs 1 --rounds 150 --hold-us 2000 --path '{}'; wait",
+                 exec '{}' --kinds flock --procs 1 --rounds 150 --hold-us 2000 --path '{}'",
                 path.display(),
-                storm.display(),
-                shared_dir.display(),
                 locks.display(),
                 lock_file.display()
             );
@@ -379,6 +395,25 @@ fn blockers_say_which_job_waited_on_which_and_how_long() {
                 .expect("start a job")
         })
         .collect();
+    // And one directory's lock: job 4801's process A creates a file in the FUSE
+    // directory (holding its inode lock for CREATE_MS); 50 ms later job 4802's thread B
+    // creates another there and waits for that lock, then for its own CREATE.
+    let lockwait = dir.join("lockwait");
+    let client = Command::new("sh")
+        .args([
+            "-c",
+            &format!(
+                "echo $$ > '{}/cgroup.procs' || exit 1; exec '{}' lockwait-client '{}' '{}' 50 j",
+                paths[1].display(),
+                fuse.display(),
+                lockwait.display(),
+                mountpoint.display()
+            ),
+        ])
+        .env("LOCKWAIT_A_CGROUP", &paths[0])
+        .status()
+        .expect("run the lock-wait client");
+    assert!(client.success(), "the lock-wait client failed");
     let blocked: Vec<u64> = jobs
         .into_iter()
         .map(|job| {
@@ -391,6 +426,8 @@ fn blockers_say_which_job_waited_on_which_and_how_long() {
         .collect();
     let output = recording.finish(&programs);
     assert_succeeded(&output, "the recording of the jobs");
+    std::fs::write(&stop, "").expect("stop the FUSE server");
+    assert!(server.wait().expect("wait for the server").success());
 
     let output = lockpath_ok(&[
         "report",
@@ -414,35 +451,51 @@ fn blockers_say_which_job_waited_on_which_and_how_long() {
             .map(|entry| entry[1].as_u64().expect("ns"))
             .sum()
     };
-    for (index, (waiter, holder)) in [("job 4801", "job 4802"), ("job 4802", "job 4801")]
-        .into_iter()
-        .enumerate()
-    {
-        // Each job's flock worker waited only on the other's: its own clock.
-        let measured = waited(waiter, holder, "file-lock");
-        let own = blocked[index];
-        assert!(own >= 50_000_000, "{waiter} blocked only {own} ns");
+    // Within 10% of a clock the workload kept itself.
+    let check = |what: &str, measured: u64, own: u64| {
         let error = measured.abs_diff(own) as f64 / own as f64;
         eprintln!(
-            "{waiter} on {holder}: {measured} ns against its own {own} ns ({:.1}% apart)",
+            "{what}: {measured} ns against its own {own} ns ({:.1}% apart)",
             error * 100.0
         );
         assert!(
             error <= 0.10,
-            "{waiter} on {holder}: {measured} ns against its own {own} ns ({:.1}% apart): {report:#}",
+            "{what}: {measured} ns against its own {own} ns ({:.1}% apart): {report:#}",
             error * 100.0
+        );
+    };
+    for (index, (waiter, holder)) in [("job 4801", "job 4802"), ("job 4802", "job 4801")]
+        .into_iter()
+        .enumerate()
+    {
+        // Each job's flock worker waited only on the other's.
+        let own = blocked[index];
+        assert!(own >= 50_000_000, "{waiter} blocked only {own} ns");
+        check(
+            &format!("{waiter} on {holder}'s flock"),
+            waited(waiter, holder, "file-lock"),
+            own,
         );
         assert_eq!(
             waited(waiter, waiter, "file-lock"),
             0,
             "a job's flock on itself"
         );
-        // The directory's lock: held by the other job at times.
-        assert!(
-            waited(waiter, holder, "i_rwsem") > 0,
-            "{waiter} never waited on {holder}'s i_rwsem: {report:#}"
-        );
     }
+    // The directory's lock: B (job 4802) waited on A (job 4801) for its own create time
+    // less its own CREATE; A never waited on B.
+    let b_ns = result(&results(&lockwait), "b_create_ns");
+    let own = b_ns.saturating_sub(CREATE_MS * 1_000_000);
+    assert!(
+        own > 100_000_000,
+        "B should have waited for A's create (B took {b_ns} ns)"
+    );
+    check(
+        "job 4802 on job 4801's directory lock",
+        waited("job 4802", "job 4801", "rwsem"),
+        own,
+    );
+    assert_eq!(waited("job 4801", "job 4802", "rwsem"), 0, "A waited on B");
     // The text says the same, one line per pair.
     let output = lockpath_ok(&["report", path_str(&profile), "--blockers", "--by", "job"]);
     let text = String::from_utf8_lossy(&output.stdout);

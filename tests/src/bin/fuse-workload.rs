@@ -11,7 +11,7 @@
 //! - `serve STOPFILE MOUNTPOINT CREATE_MS`: mounts the fixture and keeps it until
 //!   STOPFILE exists (for several recordings against one directory inode).
 //! - `lockwait-client RESULTS DIR HEADSTART_MS TAG`: lockwait against a served mount,
-//!   with files `a-TAG`, `b-TAG`.
+//!   with files `a-TAG`, `b-TAG` (A in the cgroup `LOCKWAIT_A_CGROUP` names, if set).
 //! - `holdchain RESULTS MOUNTPOINT CREATE_MS`: three threads create `t1`, `t2`, `t3` in
 //!   the directory at 0, +40 ms and +80 ms; each CREATE is delayed, so each holds the
 //!   directory's inode lock across it while the later ones wait. Writes when each create
@@ -75,16 +75,44 @@ fn create(path: &Path) -> std::fs::File {
 
 /// Process A creates `a-TAG` in DIR (its CREATE delayed: the kernel holds DIR's inode
 /// lock meanwhile); HEADSTART later thread B of this process creates `b-TAG` there and
-/// blocks on that lock, held by A.
+/// blocks on that lock, held by A. With `LOCKWAIT_A_CGROUP=DIR` in the environment, A
+/// starts in that cgroup v2 directory (moved there before it runs).
 fn lock_wait(dir: &Path, headstart: Duration, tag: &str, lines: &mut Vec<String>) {
+    use std::os::unix::{ffi::OsStrExt, process::CommandExt};
     let exe = std::env::current_exe().expect("own executable");
-    let a = std::process::Command::new(exe)
+    let mut command = std::process::Command::new(exe);
+    command
         .arg("create-one")
         .arg("-")
         .arg(dir.join(format!("a-{tag}")))
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn A");
+        .stdout(std::process::Stdio::piped());
+    if let Some(cgroup) = std::env::var_os("LOCKWAIT_A_CGROUP") {
+        let procs = std::ffi::CString::new(
+            Path::new(&cgroup)
+                .join("cgroup.procs")
+                .as_os_str()
+                .as_bytes(),
+        )
+        .expect("a cgroup path without NUL");
+        // SAFETY: between fork and exec the closure calls only open, write and close
+        // (async-signal-safe), on a path built before the fork; writing 0 to
+        // cgroup.procs moves the writing process.
+        unsafe {
+            command.pre_exec(move || {
+                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let written = libc::write(fd, b"0".as_ptr().cast(), 1);
+                libc::close(fd);
+                match written {
+                    1 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()),
+                }
+            });
+        }
+    }
+    let a = command.spawn().expect("spawn A");
     let a_pid = a.id();
     std::thread::sleep(headstart);
     wait_in_fuse_request(a_pid);
