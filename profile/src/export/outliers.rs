@@ -131,6 +131,38 @@ fn units_of(profile: &Profile, by: &By) -> HashMap<u32, Option<String>> {
         .collect()
 }
 
+/// Hands every cause part of a profile to `each` with its unit and its cause key
+/// (`KIND KEY`); parts of processes in no unit are left out. A pid the profile does not
+/// list is its host's (`By::Host`).
+fn each_cause(
+    profile: &Profile,
+    by: &By,
+    units: &HashMap<u32, Option<String>>,
+    mut each: impl FnMut(&str, String, Kind, &CausePart),
+) {
+    let fallback = match by {
+        By::Host => Some(profile.host.as_str()),
+        By::Job(_) => None,
+    };
+    for view in VIEWS {
+        let mut add = |part: CausePart| {
+            let unit = match units.get(&part.pid) {
+                Some(unit) => unit.as_deref(),
+                None => fallback,
+            };
+            if let Some(unit) = unit {
+                each(
+                    unit,
+                    format!("{} {}", view.name(), part.key),
+                    view.kind(),
+                    &part,
+                );
+            }
+        };
+        view.causes(profile, &mut add);
+    }
+}
+
 impl Fleet {
     /// Adds the units of one profile (input number `input`).
     pub fn add(&mut self, profile: &Profile, input: usize, by: &By) {
@@ -145,31 +177,19 @@ impl Fleet {
             unit.seconds += profile.duration_s.max(1e-3);
             unit.inputs.push(input);
         }
-        let fallback = match by {
-            By::Host => Some(profile.host.clone()),
-            By::Job(_) => None,
-        };
-        for view in VIEWS {
-            let mut add = |part: CausePart| {
-                let unit = match units.get(&part.pid) {
-                    Some(unit) => unit.as_ref(),
-                    None => fallback.as_ref(),
-                };
-                let Some(unit) = unit.and_then(|unit| self.units.get_mut(unit)) else {
-                    return;
-                };
-                let cause = format!("{} {}", view.name(), part.key);
-                if !self.kinds.contains_key(&cause) {
-                    self.kinds.insert(cause.clone(), view.kind());
-                }
-                unit.causes.entry(cause).or_default().add(Amount {
-                    ns: part.ns,
-                    events: part.events,
-                    squares: part.ns * part.longest_ns,
-                });
+        each_cause(profile, by, &units, |unit, cause, kind, part| {
+            let Some(unit) = self.units.get_mut(unit) else {
+                return;
             };
-            view.causes(profile, &mut add);
-        }
+            if !self.kinds.contains_key(&cause) {
+                self.kinds.insert(cause.clone(), kind);
+            }
+            unit.causes.entry(cause).or_default().add(Amount {
+                ns: part.ns,
+                events: part.events,
+                squares: part.ns * part.longest_ns,
+            });
+        });
     }
 
     /// Adds another part of the fleet (read by another thread).
@@ -494,41 +514,41 @@ pub fn add_stacks(
     if top == 0 {
         return Ok(());
     }
-    for ranked in analysis
-        .ranking
-        .iter_mut()
-        .filter(|r| r.outlier)
-        .take(STACK_OUTLIERS)
-    {
-        let unit = &fleet.units[&ranked.name];
-        let wanted: BTreeSet<String> = ranked.causes.iter().map(|c| c.cause.clone()).collect();
-        let mut stacks: HashMap<String, HashMap<Vec<String>, f64>> = HashMap::new();
-        for input in &unit.inputs {
-            let profile = Profile::load(&files[*input])?;
-            let units = units_of(&profile, by);
-            for view in VIEWS {
-                let mut add = |part: CausePart| {
-                    let mine = match units.get(&part.pid) {
-                        Some(unit) => unit.as_deref() == Some(ranked.name.as_str()),
-                        None => matches!(by, By::Host) && profile.host == ranked.name,
-                    };
-                    let cause = format!("{} {}", view.name(), part.key);
-                    if !mine || !wanted.contains(&cause) {
-                        return;
-                    }
-                    let frames: Vec<String> = profile
-                        .stack_frames(part.stack)
-                        .iter()
-                        .skip_while(|frame| crate::lock::is_lock_internal(&frame.name))
-                        .take(STACK_FRAMES)
-                        .map(|frame| frame.display())
-                        .collect();
-                    *stacks.entry(cause).or_default().entry(frames).or_default() += part.ns;
-                };
-                view.causes(&profile, &mut add);
+    // Unit -> cause -> stack (leaf first) -> ns, for the outliers' causes that stand out.
+    type Stacks = HashMap<String, HashMap<Vec<String>, f64>>;
+    let mut wanted: HashMap<String, (BTreeSet<String>, Stacks)> = HashMap::new();
+    let mut inputs: BTreeSet<usize> = BTreeSet::new();
+    for ranked in analysis.outliers().take(STACK_OUTLIERS) {
+        let causes = ranked.causes.iter().map(|c| c.cause.clone()).collect();
+        wanted.insert(ranked.name.clone(), (causes, HashMap::new()));
+        inputs.extend(&fleet.units[&ranked.name].inputs);
+    }
+    // Each profile once, however many of the outliers it holds.
+    for input in inputs {
+        let profile = Profile::load(&files[input])?;
+        let units = units_of(&profile, by);
+        each_cause(&profile, by, &units, |unit, cause, _, part| {
+            let Some((causes, stacks)) = wanted.get_mut(unit) else {
+                return;
+            };
+            if !causes.contains(&cause) {
+                return;
             }
-        }
-        let seconds = unit.seconds.max(1e-3);
+            let frames: Vec<String> = profile
+                .stack_frames(part.stack)
+                .iter()
+                .skip_while(|frame| crate::lock::is_lock_internal(&frame.name))
+                .take(STACK_FRAMES)
+                .map(|frame| frame.display())
+                .collect();
+            *stacks.entry(cause).or_default().entry(frames).or_default() += part.ns;
+        });
+    }
+    for ranked in analysis.ranking.iter_mut().filter(|r| r.outlier) {
+        let Some((_, mut stacks)) = wanted.remove(&ranked.name) else {
+            continue;
+        };
+        let seconds = fleet.units[&ranked.name].seconds.max(1e-3);
         for cause in &mut ranked.causes {
             let Some(of_cause) = stacks.remove(&cause.cause) else {
                 continue;
