@@ -59,7 +59,6 @@ fn compact_profiles_give_the_same_outputs_as_json() {
             "{name}: flamegraphs differ"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -89,5 +88,4 @@ fn a_cut_compact_profile_is_one_clear_line_and_no_output() {
         );
         assert!(!out.exists(), "no output from a cut profile");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

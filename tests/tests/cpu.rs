@@ -5,7 +5,7 @@ mod common;
 
 use std::{
     collections::HashMap,
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, Stdio},
     time::Duration,
 };
@@ -161,7 +161,6 @@ fn hot_functions_get_their_share_by_name() {
         .map(|row| row["samples"].as_u64().expect("samples"))
         .sum();
     assert_eq!(total, rows, "the folded export carries every sample");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -197,7 +196,6 @@ fn forked_child_is_followed() {
         "the forked child {child} is sampled: {samples} samples, {expected:.0} expected, pids {:?}",
         pids_sampled(&profile)
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Starts cpu-burn in the background (its stdout piped).
@@ -249,16 +247,6 @@ fn pid_target_is_sampled_and_late_strangers_are_not() {
         "the running target's functions: {samples} samples"
     );
     let _ = stranger.id();
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// Where cgroup v2 is mounted (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified` on hybrid systems).
-fn cgroup2_mount() -> Option<PathBuf> {
-    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
-    mounts.lines().find_map(|line| {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        (fields.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(fields[1]))
-    })
 }
 
 #[test]
@@ -319,58 +307,6 @@ fn pid_target_follows_threads_created_later() {
         samples > 20,
         "the thread {tid} started after recording began is sampled: {samples}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// A cgroup made for one test, removed (after its processes) when dropped. Where no
-/// cgroup v2 hierarchy is mounted, one is mounted for the test (and unmounted after).
-struct ScratchCgroup {
-    path: PathBuf,
-    own_mount: Option<PathBuf>,
-}
-
-impl ScratchCgroup {
-    fn new(test: &str) -> ScratchCgroup {
-        let (root, own_mount) = match cgroup2_mount() {
-            Some(root) => (root, None),
-            None => {
-                let mount_point = scratch(&format!("{test}-cgroup2"));
-                let status = Command::new("mount")
-                    .args(["-t", "cgroup2", "none", path_str(&mount_point)])
-                    .status()
-                    .expect("run mount");
-                assert!(
-                    status.success(),
-                    "cannot mount cgroup2 at {}",
-                    mount_point.display()
-                );
-                (mount_point.clone(), Some(mount_point))
-            }
-        };
-        let path = root.join(format!("lockpath-it-{}-{test}", std::process::id()));
-        std::fs::create_dir(&path).expect("create a cgroup");
-        ScratchCgroup { path, own_mount }
-    }
-
-    fn adopt(&self, pid: u32) {
-        std::fs::write(self.path.join("cgroup.procs"), pid.to_string())
-            .expect("move into the cgroup");
-    }
-}
-
-impl Drop for ScratchCgroup {
-    fn drop(&mut self) {
-        for _ in 0..50 {
-            if std::fs::remove_dir(&self.path).is_ok() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        if let Some(mount_point) = &self.own_mount {
-            let _ = Command::new("umount").arg(mount_point).status();
-            let _ = std::fs::remove_dir(mount_point);
-        }
-    }
 }
 
 #[test]
@@ -380,7 +316,9 @@ fn cgroup_target_includes_only_its_processes() {
     if !can_load_programs("cgroup_target_includes_only_its_processes") {
         return;
     }
-    let cgroup = ScratchCgroup::new("cpu");
+    let Some(cgroup) = TestCgroup::for_test("cgroup_target_includes_only_its_processes") else {
+        return;
+    };
     let dir = scratch("cpu-cgroup");
     let profile_path = dir.join("p.json");
     // Burns longer than any startup and the 2 s recording: killed after it.
@@ -416,7 +354,6 @@ fn cgroup_target_includes_only_its_processes() {
         "the cgroup's process is sampled"
     );
     drop(cgroup);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -457,7 +394,6 @@ fn exited_process_keeps_its_symbols() {
         samples as f64 > expected * 0.8,
         "the exited, deleted process is symbolized: {samples} samples of burn_seventy, {expected:.0} expected"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn one_line_error(args: &[&str], expect: &str) {
@@ -532,7 +468,6 @@ fn bad_targets_and_frequencies_are_refused() {
         "not a cgroup",
     );
     assert!(!dir.join("p.json").exists(), "no profile from bad input");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Spin-lock code at the leaf of a CPU stack (the part the lock table also times).
@@ -674,5 +609,4 @@ fn cpu_flamegraph_and_lock_table_agree() {
         report["cpu"]["samples"].as_u64().unwrap_or(0) > 0,
         "report --format json has the cpu section"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -99,7 +99,6 @@ fn diff_pprof_merge_and_html_from_two_runs() {
     if require_tool(test, "chromium") && require_tool(test, "chromedriver") {
         check_html_in_chromium(&dir, &new);
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn check_diff(dir: &Path, base: &Path, new: &Path, injected: &str) {
@@ -830,7 +829,6 @@ fn prometheus_scrapes_live_metrics() {
         scraped_wait * 1e9 <= final_wait as f64 * 1.0001,
         "{scraped_wait} s vs {final_wait} ns"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -875,5 +873,4 @@ fn progress_on_a_terminal_only() {
         !stderr.contains('\r') && !stderr.contains("lock contentions"),
         "silent on a pipe:\n{stderr}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1118,7 +1118,8 @@ fn grafana_dashboard_has_what_import_needs() {
             "      - record: dashboard:expr{index}:check\n        expr: |\n          {expr}\n"
         ));
     }
-    let file = scratch("fleet-dashboard").join("dashboard-exprs.yml");
+    let dir = scratch("fleet-dashboard");
+    let file = dir.join("dashboard-exprs.yml");
     std::fs::write(&file, check).expect("write the scratch rules");
     let output = Command::new("promtool")
         .args(["check", "rules", path_str(&file)])

@@ -34,7 +34,7 @@ fn have(program: &str) -> bool {
 /// An ext4 file system on its own loop device in a scratch directory. Dropping it
 /// unmounts, detaches the loop device and removes the directory, also on panic.
 struct Ext4Loop {
-    dir: PathBuf,
+    dir: Scratch,
     mount: PathBuf,
     device: Option<String>,
     mounted: bool,
@@ -150,7 +150,6 @@ impl Drop for Ext4Loop {
         if let Some(device) = &self.device {
             let _ = Command::new("losetup").args(["-d", device]).status();
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -627,7 +626,7 @@ fn io_survives_a_device_that_vanishes_mid_run() {
 
 /// A loop device on a scratch file, without a file system; detached and removed on drop.
 struct BareLoop {
-    dir: PathBuf,
+    dir: Scratch,
     device: String,
 }
 
@@ -656,7 +655,6 @@ impl BareLoop {
 impl Drop for BareLoop {
     fn drop(&mut self) {
         let _ = Command::new("losetup").args(["-d", &self.device]).status();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

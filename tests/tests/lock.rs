@@ -282,7 +282,6 @@ fn storm_matches_perf_and_renders(bin: &std::path::Path, scratch_name: &str) {
             && (folded_total + rows_total) * 1000 >= profile_total_ns,
         "folded {folded_total} us vs profile {profile_total_ns} ns"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -325,7 +324,6 @@ fn filter_in_kernel_excludes_other_processes() {
         "the bystander (pid {}) must not be recorded",
         bystander.id()
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -370,7 +368,6 @@ fn command_exit_status_is_passed_on() {
         !dir.join("q.json").exists(),
         "no profile for a command that never started"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The kprobe fallback forced on a kernel without kprobes (this machine's): one clear

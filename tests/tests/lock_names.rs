@@ -261,7 +261,6 @@ fn wait_lock_of_mmap_lock_is_named_after_it() {
         in_rwsem_code * 100 >= with_stack * 95 && with_stack > 0,
         "{in_rwsem_code} of {with_stack} contentions in the rwsem code"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Whether the running kernel's BTF has the function `name`, as bpftool reads it

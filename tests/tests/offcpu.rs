@@ -215,7 +215,6 @@ fn known_sleep_is_reported_as_sleep_with_its_time() {
         "process; class; user frames; then kernel frames: {line}"
     );
     check_offcpu_exporters(&dir, &profile_path, &profile, ours);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The exporters on the sleep recording: diff per second, pprof read by go, HTML
@@ -402,7 +401,6 @@ fn d_state_only_by_default_and_min_wait_filters() {
         );
         assert_ne!(row["class"], "sleep", "20 ms sleeps are under 60 ms: {row}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -453,5 +451,4 @@ fn bad_offcpu_flags_are_refused() {
             "no profile for bad input"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

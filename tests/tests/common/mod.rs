@@ -100,12 +100,46 @@ unsafe extern "C" {
     fn libc_geteuid() -> u32;
 }
 
-/// A unique scratch directory for one test.
-pub fn scratch(test: &str) -> PathBuf {
+/// A unique scratch directory for one test, removed when the test passes and
+/// kept (its path printed) when the test fails, for the post-mortem.
+pub fn scratch(test: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("lockpath-it-{}-{test}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create scratch dir");
-    dir
+    Scratch(dir)
+}
+
+/// A test's scratch directory (see [`scratch`]); derefs to its path.
+pub struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = PathBuf;
+
+    fn deref(&self) -> &PathBuf {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for Scratch {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("kept the failed test's files in {}", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
 }
 
 /// Runs lockpath with `args`; returns its output (stdout, stderr, status).
@@ -569,17 +603,37 @@ pub fn cgroup2_mount() -> Option<PathBuf> {
 }
 
 /// `MOUNT/lockpath-test-PID`, removed when dropped (its processes are gone by then).
+/// Where no cgroup v2 hierarchy is mounted, one is mounted for the test (and unmounted
+/// after).
 pub struct TestCgroup {
     pub path: PathBuf,
     /// The path as lockpath names it: relative to the cgroup2 mount.
     pub name: String,
     /// Sub-cgroups made by `child`, removed (deepest first) before it.
     children: Vec<PathBuf>,
+    /// The cgroup2 hierarchy this test mounted, if it had to.
+    own_mount: Option<PathBuf>,
 }
 
 impl TestCgroup {
     pub fn new() -> Option<TestCgroup> {
-        let mount = cgroup2_mount()?;
+        let (mount, own_mount) = match cgroup2_mount() {
+            Some(mount) => (mount, None),
+            None => {
+                let mount = std::env::temp_dir()
+                    .join(format!("lockpath-it-{}-cgroup2", std::process::id()));
+                std::fs::create_dir_all(&mount).ok()?;
+                let mounted = Command::new("mount")
+                    .args(["-t", "cgroup2", "none", path_str(&mount)])
+                    .status()
+                    .is_ok_and(|status| status.success());
+                if !mounted {
+                    let _ = std::fs::remove_dir(&mount);
+                    return None;
+                }
+                (mount.clone(), Some(mount))
+            }
+        };
         let name = format!("/lockpath-test-{}", std::process::id());
         let path = mount.join(&name[1..]);
         let _ = std::fs::remove_dir(&path);
@@ -588,7 +642,14 @@ impl TestCgroup {
             path,
             name,
             children: Vec::new(),
+            own_mount,
         })
+    }
+
+    /// Moves process `pid` into the cgroup.
+    pub fn adopt(&self, pid: u32) {
+        std::fs::write(self.path.join("cgroup.procs"), pid.to_string())
+            .expect("move into the cgroup");
     }
 }
 
@@ -628,12 +689,19 @@ impl Drop for TestCgroup {
                 std::thread::sleep(std::time::Duration::from_millis(100));
             }
         }
-        for _ in 0..50 {
-            if std::fs::remove_dir(&self.path).is_ok() || !self.path.exists() {
-                return;
+        let removed = (0..50).any(|_| {
+            let gone = std::fs::remove_dir(&self.path).is_ok() || !self.path.exists();
+            if !gone {
+                std::thread::sleep(std::time::Duration::from_millis(100));
             }
-            std::thread::sleep(std::time::Duration::from_millis(100));
+            gone
+        });
+        if !removed {
+            eprintln!("cannot remove {}", self.path.display());
         }
-        eprintln!("cannot remove {}", self.path.display());
+        if let Some(mount) = &self.own_mount {
+            let _ = Command::new("umount").arg(mount).status();
+            let _ = std::fs::remove_dir(mount);
+        }
     }
 }
