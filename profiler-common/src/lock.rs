@@ -69,6 +69,53 @@ pub fn is_plain_spinlock(flags: u32) -> bool {
     flags == LCB_F_SPIN
 }
 
+/// How a spin wait already open on a CPU relates to a contention that begins or ends on
+/// that CPU, in another context or frame (`open_spin_relation`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenSpin {
+    /// The open wait is still going on: the new contention interrupted it (an interrupt
+    /// of the spinning task, or a nested lock deeper in the same frame chain).
+    Outer,
+    /// The open wait is over: its end was never seen (the kernel skips an interrupt's
+    /// end program while the end program runs on that CPU).
+    Ended,
+}
+
+/// Whether the spin wait open on this CPU (opened at stack address `open_sp` while thread
+/// `open_tid` was current) still goes on when a contention begins or ends at stack
+/// address `sp` with thread `tid` current. Spinning keeps preemption off, so:
+/// - under another thread, the open wait is over (a context switch came since);
+/// - on the same stack (addresses closer than a stack's size), a contention deeper down
+///   is nested inside the open wait, and one at the same depth or above comes after it;
+/// - on another stack, the open wait goes on only if it is on the task's own stack
+///   (`open_on_task_stack`, asked only then): this contention is then an interrupt's.
+///   Otherwise the open wait was an interrupt's, and that interrupt has returned.
+#[inline(always)]
+pub fn open_spin_relation(
+    open_tid: u32,
+    open_sp: u64,
+    tid: u32,
+    sp: u64,
+    thread_size: u64,
+    open_on_task_stack: impl FnOnce() -> bool,
+) -> OpenSpin {
+    if open_tid != tid {
+        return OpenSpin::Ended;
+    }
+    if open_sp.abs_diff(sp) < thread_size {
+        return if sp < open_sp {
+            OpenSpin::Outer
+        } else {
+            OpenSpin::Ended
+        };
+    }
+    if open_on_task_stack() {
+        OpenSpin::Outer
+    } else {
+        OpenSpin::Ended
+    }
+}
+
 /// The flags a wait keeps when a later `contention_begin` of the same wait changes them:
 /// a mutex that once went to sleep (MUTEX without SPIN) stays a sleeping mutex even if it
 /// spins again after a wake-up, so one wait is one row (`mutex`, not `mutex:spin`).
@@ -213,6 +260,10 @@ pub struct LockLayout {
     pub rwsem_owner: u32,
     /// 1: walk every contention's stack (`--lock-stacks exact`), no cache.
     pub exact_stacks: u32,
+    /// `task_struct.stack`: the base of the task's kernel stack.
+    pub task_stack: u32,
+    /// The size of a task's kernel stack (`THREAD_SIZE`), 0 when unknown.
+    pub thread_size: u32,
 }
 
 /// Aggregated wait times of one key, in nanoseconds.
@@ -238,6 +289,13 @@ pub struct LockWait {
     pub owner_kstack_id: i32,
     /// 1 when the stack came from a cache, not from a walk at the wait's begin.
     pub cached: u32,
+    /// Spin waits: where on the kernel stack the begin ran (the tracepoint's arguments),
+    /// which tells the context that waits (a task, or an interrupt on its own stack).
+    pub sp: u64,
+    /// Spin waits: the thread that was current at the begin (in an interrupt, the one it
+    /// interrupted).
+    pub tid: u32,
+    pub reserved: u32,
 }
 
 /// The record-time lock filter (`record --type`, `--lock-filter`), applied in the
@@ -401,6 +459,47 @@ mod tests {
         assert_eq!(outcome_of(-110), LOCK_OUTCOME_TIMED_OUT);
         assert_eq!(outcome_of(-35), LOCK_OUTCOME_DEADLOCK);
         assert_eq!(outcome_of(-22), LOCK_OUTCOME_FAILED);
+    }
+
+    /// Stack addresses as on x86_64: a task's 16 KiB stack, and an interrupt stack
+    /// elsewhere; the tracepoint frames near each stack's top.
+    #[test]
+    fn an_open_spin_wait_goes_on_only_under_the_context_it_was_opened_in() {
+        const SIZE: u64 = 16 << 10;
+        let task_frame = 0xffff_c900_0012_3e40;
+        let irq_frame = 0xffff_fe00_0000_7e80;
+        let never = || -> bool { panic!("the task's stack is not needed here") };
+        // Another thread is current: a context switch came since the open (spinning
+        // keeps preemption off), so the open wait is over.
+        assert_eq!(
+            open_spin_relation(7, task_frame, 8, task_frame, SIZE, never),
+            OpenSpin::Ended
+        );
+        // Same stack, deeper: a lock taken inside the waiting one (an rwlock's wait lock)
+        // or a hardirq inside a softirq's spin on the interrupt stack.
+        assert_eq!(
+            open_spin_relation(7, task_frame, 7, task_frame - 0x300, SIZE, never),
+            OpenSpin::Outer
+        );
+        // Same stack, same depth or above: the open wait's end was lost.
+        assert_eq!(
+            open_spin_relation(7, task_frame, 7, task_frame, SIZE, never),
+            OpenSpin::Ended
+        );
+        assert_eq!(
+            open_spin_relation(7, irq_frame - 0x200, 7, irq_frame, SIZE, never),
+            OpenSpin::Ended
+        );
+        // An interrupt contends while its task spins: the task's wait goes on.
+        assert_eq!(
+            open_spin_relation(7, task_frame, 7, irq_frame, SIZE, || true),
+            OpenSpin::Outer
+        );
+        // The task contends after an interrupt whose end was skipped: that wait is over.
+        assert_eq!(
+            open_spin_relation(7, irq_frame, 7, task_frame, SIZE, || false),
+            OpenSpin::Ended
+        );
     }
 
     #[test]

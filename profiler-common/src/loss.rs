@@ -209,8 +209,9 @@ pub const LOSS_NAMES: [(u32, &str, &str); 42] = [
     (
         LOCK_INTERRUPT_WAIT_LOST,
         "lock_interrupt_wait_lost",
-        "a spin wait of an interrupt that came while the end program ran: its end is \
-         skipped by the kernel (one run of a program per CPU), so the wait was dropped",
+        "a spin wait of an interrupt that came while the end program ran: the kernel \
+         skipped its end (one run of a program per CPU), so it was dropped once the CPU was \
+         seen past it",
     ),
     (
         LOCK_STALE_WAIT,

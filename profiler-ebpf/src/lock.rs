@@ -43,9 +43,10 @@ use profiler_common::{
         LCB_F_READ, LCB_F_RT, LCB_F_SPIN, LCB_F_WRITE, LOCK_CLASS_MMAP_LOCK, LOCK_CLASS_UNKNOWN,
         LOCK_FILTER_MAX_ADDRS, LOCK_LAST_ACQUIRER_ENTRIES, LOCK_OUTCOME_ACQUIRED,
         LOCK_SITE_CACHE_ENTRIES, LOCK_STACK_CACHE_ENTRIES, LOCK_TEXT_RANGES, LockAcquirer,
-        LockFilter, LockKey, LockLayout, LockStat, LockText, LockWait, SLEEP_FINGERPRINT_WORDS,
-        SPIN_FINGERPRINT_WORDS, STACK_REFRESH_NS, SiteCacheEntry, StackCacheEntry, StackCacheKey,
-        conflicts, filter_keeps, outcome_of, slot_of, sticky_flags,
+        LockFilter, LockKey, LockLayout, LockStat, LockText, LockWait, OpenSpin,
+        SLEEP_FINGERPRINT_WORDS, SPIN_FINGERPRINT_WORDS, STACK_REFRESH_NS, SiteCacheEntry,
+        StackCacheEntry, StackCacheKey, conflicts, filter_keeps, open_spin_relation, outcome_of,
+        slot_of, sticky_flags,
     },
     lockname::StackCacheValue,
     loss::{
@@ -72,7 +73,32 @@ pub static LOCK_STATS: HashMap<LockKey, LockStat> = stats_map();
 
 /// Contention in progress of a spinning waiter, one per CPU.
 #[map]
-static LOCK_SPIN_WAIT: PerCpuArray<LockWait> = PerCpuArray::with_max_entries(1, 0);
+static LOCK_SPIN_WAIT: PerCpuArray<SpinSlot> = PerCpuArray::with_max_entries(1, 0);
+
+/// A CPU's spin slot: the open spin wait, and a word through which a frame address
+/// becomes a number (it is a context pointer, on which the verifier allows no
+/// arithmetic; read back from a map it is plain data).
+#[repr(C)]
+struct SpinSlot {
+    wait: LockWait,
+    frame: u64,
+}
+
+/// This CPU's spin slot: its open wait, and the frame address of `ctx` as a number.
+#[inline(always)]
+fn spin_slot<C: LockContext>(ctx: &C) -> Option<(*mut LockWait, u64)> {
+    let spin = LOCK_SPIN_WAIT.get_ptr_mut(0)?;
+    let frame = ctx.stack_base().unwrap_or(0);
+    // SAFETY: this CPU's slot from a successful lookup; only this CPU writes it, and the
+    // word is read back at once (volatile: the read must come from the map).
+    unsafe {
+        core::ptr::write_volatile(&raw mut (*spin).frame, frame);
+        Some((
+            &raw mut (*spin).wait,
+            core::ptr::read_volatile(&raw const (*spin).frame),
+        ))
+    }
+}
 
 /// Contention in progress of a sleeping waiter, by thread id.
 #[map]
@@ -174,6 +200,8 @@ static LOCK_LAYOUT: LockLayout = LockLayout {
     mutex_owner: 0,
     rwsem_owner: 0,
     exact_stacks: 0,
+    task_stack: 0,
+    thread_size: 0,
 };
 
 /// Kernel text and the lock functions' text, set at load time (see `LockText`).
@@ -266,23 +294,28 @@ pub fn on_contention_begin(ctx: RawTracePointContext) {
         return;
     }
     if spins(flags) {
-        let Some(slot) = LOCK_SPIN_WAIT.get_ptr_mut(0) else {
+        let Some((slot, sp)) = spin_slot(ctx) else {
             return;
         };
         // SAFETY: per-CPU slot from a successful lookup; only this CPU writes it, and a
         // spinning waiter runs with preemption off until contention_end.
         let open = unsafe { &*slot };
+        let tid = bpf_get_current_pid_tgid() as u32;
         if open.lock_addr != 0 {
-            if start_ns.saturating_sub(open.start_ns) < SPIN_STALE_NS {
+            if start_ns.saturating_sub(open.start_ns) >= SPIN_STALE_NS {
+                // Nobody spins for a second: that wait's end was never seen. Replace it.
+                count_loss(LOCK_STALE_WAIT);
+            } else if spin_relation(open, tid, sp) == OpenSpin::Outer {
                 // An interrupt contending while this CPU already waits: ignore the inner
                 // one (its end is not counted again).
                 count_loss(LOCK_NESTED);
                 return;
+            } else {
+                // An interrupt's wait whose end the kernel skipped: replace it.
+                count_loss(LOCK_INTERRUPT_WAIT_LOST);
             }
-            // Nobody spins for a second: that wait's end was never seen. Replace it.
-            count_loss(LOCK_STALE_WAIT);
         }
-        open_spin_wait(ctx, slot, lock_addr, flags, start_ns);
+        open_spin_wait(ctx, slot, lock_addr, flags, start_ns, sp, tid);
         return;
     }
     let tid = bpf_get_current_pid_tgid() as u32;
@@ -310,7 +343,7 @@ pub fn on_contention_end(ctx: &RawTracePointContext) {
     let lock_addr: u64 = ctx.arg(0);
     let outcome = outcome_of(ctx.arg::<u64>(1) as i32 as i64);
     let pid_tgid = bpf_get_current_pid_tgid();
-    let Some(slot) = LOCK_SPIN_WAIT.get_ptr_mut(0) else {
+    let Some((slot, sp)) = spin_slot(ctx) else {
         return;
     };
     // SAFETY: per-CPU slot from a successful lookup, written only by this CPU.
@@ -327,7 +360,9 @@ pub fn on_contention_end(ctx: &RawTracePointContext) {
         unsafe { (*slot).lock_addr = 0 };
         spin_open = 0;
     }
-    if spin_open == lock_addr {
+    // SAFETY: as above.
+    if spin_open == lock_addr && unsafe { (*slot).sp } == sp {
+        // The end of the open wait: the same lock, from the same frame as its begin.
         // SAFETY: as above.
         let wait = unsafe { *slot };
         close_wait(&wait, end_ns, pid_tgid, outcome);
@@ -338,8 +373,14 @@ pub fn on_contention_end(ctx: &RawTracePointContext) {
         return;
     }
     if spin_open != 0 {
-        end_other(ctx, lock_addr, outcome, end_ns, pid_tgid, true);
-        return;
+        // SAFETY: as above.
+        if spin_relation(unsafe { &*slot }, pid_tgid as u32, sp) == OpenSpin::Outer {
+            // The end of a contention nested in the open wait (ignored at its begin).
+            end_other(ctx, lock_addr, outcome, end_ns, pid_tgid, true);
+            return;
+        }
+        // An interrupt's wait whose end the kernel skipped: this CPU is past it.
+        count_loss(LOCK_INTERRUPT_WAIT_LOST);
     }
     // The slot is marked busy while this program runs: the kernel skips an interrupt's
     // end program while this one runs (its recursion guard), so a spin wait the
@@ -348,6 +389,8 @@ pub fn on_contention_end(ctx: &RawTracePointContext) {
     unsafe {
         (*slot).lock_addr = SLOT_BUSY;
         (*slot).start_ns = end_ns;
+        (*slot).sp = sp;
+        (*slot).tid = pid_tgid as u32;
     }
     end_other(ctx, lock_addr, outcome, end_ns, pid_tgid, false);
     // SAFETY: as above.
@@ -357,6 +400,29 @@ pub fn on_contention_end(ctx: &RawTracePointContext) {
 /// A spin slot's lock address while the end program handles an end that is not of the
 /// slot's wait (no lock lives at address 1).
 const SLOT_BUSY: u64 = 1;
+
+/// How the spin wait `open` relates to a contention at frame `sp` under thread `tid`
+/// (see `open_spin_relation`). The task's stack is read only when the two frames are on
+/// different stacks; without the kernel's layout the open wait is taken to go on.
+#[inline(always)]
+fn spin_relation(open: &LockWait, tid: u32, sp: u64) -> OpenSpin {
+    // SAFETY: reading a load-time global; volatile so the default is not folded in.
+    let layout = unsafe { core::ptr::read_volatile(&LOCK_LAYOUT) };
+    if layout.enabled == 0 || layout.thread_size == 0 {
+        return OpenSpin::Outer;
+    }
+    let thread_size = u64::from(layout.thread_size);
+    open_spin_relation(open.tid, open.sp, tid, sp, thread_size, || {
+        // SAFETY: helper without arguments.
+        let task = unsafe { bpf_get_current_task() };
+        // SAFETY: bpf_probe_read_kernel checks the address; a bad one yields an error.
+        match unsafe { bpf_probe_read_kernel((task + u64::from(layout.task_stack)) as *const u64) }
+        {
+            Ok(stack) => open.sp.wrapping_sub(stack) < thread_size,
+            Err(_) => true,
+        }
+    })
+}
 
 /// The end of a sleeping wait, or of a wait not recorded. `spinning`: this CPU has a spin
 /// wait open (of another lock).
@@ -415,12 +481,14 @@ const SPIN_STALE_NS: u64 = 1_000_000_000;
 /// This CPU's spin nesting depth and open spin wait.
 #[inline(always)]
 fn spin_slots() -> Option<(&'static mut u32, &'static mut LockWait)> {
-    let (Some(depth), Some(slot)) = (
+    let (Some(depth), Some(spin)) = (
         LOCK_SPIN_DEPTH.get_ptr_mut(0),
         LOCK_SPIN_WAIT.get_ptr_mut(0),
     ) else {
         return None;
     };
+    // SAFETY: as below.
+    let slot = unsafe { &raw mut (*spin).wait };
     // SAFETY: per-CPU slots from successful lookups; only this CPU writes them, and the
     // spin slow path runs with preemption off until it returns. The callers (the spin
     // entry and return programs) use them only during their run.
@@ -472,7 +540,11 @@ pub fn on_spin_slowpath_entry(ctx: &ProbeContext) {
         *depth = 0;
     }
     *depth = 1;
-    open_spin_wait(ctx, slot, lock_addr, LCB_F_SPIN, start_ns);
+    let tid = bpf_get_current_pid_tgid() as u32;
+    // The fallback closes its waits by nesting depth; the frame (the saved stack pointer,
+    // plain data) tells a tracepoint's begin nested in this wait.
+    let sp = ctx.stack_base().unwrap_or(0);
+    open_spin_wait(ctx, slot, lock_addr, LCB_F_SPIN, start_ns, sp, tid);
 }
 
 /// Return of the spin slow path: the lock is held.
@@ -1002,12 +1074,15 @@ fn stack_fingerprint<const WORDS: usize>(base: u64) -> Result<Fingerprint, NoFin
 }
 
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn open_spin_wait<C: LockContext>(
     ctx: &C,
     slot: *mut LockWait,
     lock_addr: u64,
     flags: u32,
     start_ns: u64,
+    sp: u64,
+    tid: u32,
 ) {
     let (kstack_id, walked_ns, lock_class) =
         waiter_stack::<C, SPIN_FINGERPRINT_WORDS>(ctx, lock_addr, flags, start_ns);
@@ -1021,6 +1096,8 @@ fn open_spin_wait<C: LockContext>(
     wait.owner_tgid = 0;
     wait.owner_kstack_id = -1;
     wait.cached = u32::from(walked_ns.is_none());
+    wait.sp = sp;
+    wait.tid = tid;
 }
 
 #[inline(always)]
@@ -1051,6 +1128,9 @@ fn open_sleep_wait<C: LockContext>(ctx: &C, tid: u32, lock_addr: u64, flags: u32
         owner_tgid: owner.tgid,
         owner_kstack_id: owner.kstack_id,
         cached: u32::from(walked_ns.is_none()),
+        sp: 0,
+        tid,
+        reserved: 0,
     };
     if LOCK_SLEEP_WAIT
         .insert(tid, wait, BPF_NOEXIST as u64)

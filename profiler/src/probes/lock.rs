@@ -493,6 +493,25 @@ pub fn lock_text(symbols: &KernelSymbols) -> LockText {
     }
 }
 
+/// The size of a task's kernel stack (`THREAD_SIZE`), which tells the spin programs an
+/// interrupt's stack from the task's: 16 KiB on x86_64 and arm64, twice that with KASAN
+/// (whose functions the BTF then lists), at least a page on arm64 (64 KiB pages). 0
+/// (unknown: a spin wait found open is then taken to go on) on other architectures.
+fn thread_size(btf: &Btf) -> u32 {
+    let kasan = btf.function_id("kasan_report").is_some();
+    let base: u32 = 16 << 10;
+    let base = if kasan { base * 2 } else { base };
+    if cfg!(target_arch = "x86_64") {
+        base
+    } else if cfg!(target_arch = "aarch64") {
+        // SAFETY: sysconf only reads a system value.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        base.max(u32::try_from(page).unwrap_or(0))
+    } else {
+        0
+    }
+}
+
 /// Struct offsets from the kernel's BTF that let the lock programs name `mmap_lock` and
 /// read the owner of a contended mutex or rwsem. Without BTF both are off (`enabled` 0)
 /// and lock contention is recorded as before.
@@ -509,6 +528,8 @@ pub fn layout() -> LockLayout {
             mutex_owner: btf.member_offset("mutex", "owner")?,
             rwsem_owner: btf.member_offset("rw_semaphore", "owner")?,
             exact_stacks: 0,
+            task_stack: btf.member_offset("task_struct", "stack")?,
+            thread_size: thread_size(btf),
         })
     };
     match read() {
