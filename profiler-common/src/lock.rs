@@ -116,6 +116,19 @@ pub fn open_spin_relation(
     }
 }
 
+/// Whether a contention of the open wait's lock, at stack address `sp` with thread `tid`
+/// current, is in the context the wait was opened in (same thread, same stack): then it is
+/// that wait's end. Not the same frame: the kernel calls a tracepoint's probes directly
+/// when there is one, through an iterator (one frame deeper) when there are several, so
+/// a begin and its end are a frame apart when another tool (`perf stat -e
+/// lock:contention_begin`) watches only one of them. A lock cannot be waited for twice in
+/// one context, so the stack is enough. `thread_size` 0 (unknown): every such end is
+/// the wait's.
+#[inline(always)]
+pub fn same_spin_context(open_tid: u32, open_sp: u64, tid: u32, sp: u64, thread_size: u64) -> bool {
+    thread_size == 0 || (open_tid == tid && open_sp.abs_diff(sp) < thread_size)
+}
+
 /// The flags a wait keeps when a later `contention_begin` of the same wait changes them:
 /// a mutex that once went to sleep (MUTEX without SPIN) stays a sleeping mutex even if it
 /// spins again after a wake-up, so one wait is one row (`mutex`, not `mutex:spin`).
@@ -500,6 +513,22 @@ mod tests {
             open_spin_relation(7, irq_frame, 7, task_frame, SIZE, || false),
             OpenSpin::Ended
         );
+    }
+
+    #[test]
+    fn a_spin_wait_ends_in_its_own_context_whatever_frame_the_end_runs_in() {
+        const SIZE: u64 = 16 << 10;
+        let task_frame = 0xffff_c900_0012_3e40;
+        let irq_frame = 0xffff_fe00_0000_7e80;
+        // Its begin ran through the tracepoint's iterator (another probe on the begin
+        // only), one frame deeper than its end.
+        assert!(same_spin_context(7, task_frame - 56, 7, task_frame, SIZE));
+        assert!(same_spin_context(7, task_frame, 7, task_frame, SIZE));
+        // An interrupt's end of that lock, or another thread's: not this wait's.
+        assert!(!same_spin_context(7, task_frame, 7, irq_frame, SIZE));
+        assert!(!same_spin_context(7, task_frame, 8, task_frame, SIZE));
+        // Stacks unknown: as before frames were kept, the lock decides.
+        assert!(same_spin_context(7, task_frame, 7, irq_frame, 0));
     }
 
     #[test]

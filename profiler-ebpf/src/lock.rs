@@ -46,7 +46,7 @@ use profiler_common::{
         LockFilter, LockKey, LockLayout, LockStat, LockText, LockWait, OpenSpin,
         SLEEP_FINGERPRINT_WORDS, SPIN_FINGERPRINT_WORDS, STACK_REFRESH_NS, SiteCacheEntry,
         StackCacheEntry, StackCacheKey, conflicts, filter_keeps, open_spin_relation, outcome_of,
-        slot_of, sticky_flags,
+        same_spin_context, slot_of, sticky_flags,
     },
     lockname::StackCacheValue,
     loss::{
@@ -361,8 +361,8 @@ pub fn on_contention_end(ctx: &RawTracePointContext) {
         spin_open = 0;
     }
     // SAFETY: as above.
-    if spin_open == lock_addr && unsafe { (*slot).sp } == sp {
-        // The end of the open wait: the same lock, from the same frame as its begin.
+    if spin_open == lock_addr && ends_open_wait(unsafe { &*slot }, pid_tgid as u32, sp) {
+        // The end of the open wait: the same lock, in the context of its begin.
         // SAFETY: as above.
         let wait = unsafe { *slot };
         close_wait(&wait, end_ns, pid_tgid, outcome);
@@ -400,6 +400,20 @@ pub fn on_contention_end(ctx: &RawTracePointContext) {
 /// A spin slot's lock address while the end program handles an end that is not of the
 /// slot's wait (no lock lives at address 1).
 const SLOT_BUSY: u64 = 1;
+
+/// Whether an end of the open wait's lock at frame `sp` under thread `tid` is in the
+/// wait's own context (see `same_spin_context`).
+#[inline(always)]
+fn ends_open_wait(open: &LockWait, tid: u32, sp: u64) -> bool {
+    // SAFETY: reading a load-time global; volatile so the default is not folded in.
+    let layout = unsafe { core::ptr::read_volatile(&LOCK_LAYOUT) };
+    let thread_size = if layout.enabled == 0 {
+        0
+    } else {
+        u64::from(layout.thread_size)
+    };
+    same_spin_context(open.tid, open.sp, tid, sp, thread_size)
+}
 
 /// How the spin wait `open` relates to a contention at frame `sp` under thread `tid`
 /// (see `open_spin_relation`). The task's stack is read only when the two frames are on
