@@ -401,37 +401,37 @@ pub fn on_contention_end(ctx: &RawTracePointContext) {
 /// slot's wait (no lock lives at address 1).
 const SLOT_BUSY: u64 = 1;
 
-/// Whether an end of the open wait's lock at frame `sp` under thread `tid` is in the
-/// wait's own context (see `same_spin_context`).
+/// The size of a task's kernel stack and the offset of `task_struct.stack`, from the
+/// load-time layout; `None` when the kernel's layout or the stack size is unknown.
 #[inline(always)]
-fn ends_open_wait(open: &LockWait, tid: u32, sp: u64) -> bool {
+fn task_stacks() -> Option<(u64, u32)> {
     // SAFETY: reading a load-time global; volatile so the default is not folded in.
     let layout = unsafe { core::ptr::read_volatile(&LOCK_LAYOUT) };
-    let thread_size = if layout.enabled == 0 {
-        0
-    } else {
-        u64::from(layout.thread_size)
-    };
+    (layout.enabled != 0 && layout.thread_size != 0)
+        .then(|| (u64::from(layout.thread_size), layout.task_stack))
+}
+
+/// Whether an end of the open wait's lock at frame `sp` under thread `tid` is in the
+/// wait's own context (see `same_spin_context`; stacks unknown: the lock decides).
+#[inline(always)]
+fn ends_open_wait(open: &LockWait, tid: u32, sp: u64) -> bool {
+    let thread_size = task_stacks().map_or(0, |(size, _)| size);
     same_spin_context(open.tid, open.sp, tid, sp, thread_size)
 }
 
 /// How the spin wait `open` relates to a contention at frame `sp` under thread `tid`
 /// (see `open_spin_relation`). The task's stack is read only when the two frames are on
-/// different stacks; without the kernel's layout the open wait is taken to go on.
+/// different stacks; with stacks unknown the open wait is taken to go on.
 #[inline(always)]
 fn spin_relation(open: &LockWait, tid: u32, sp: u64) -> OpenSpin {
-    // SAFETY: reading a load-time global; volatile so the default is not folded in.
-    let layout = unsafe { core::ptr::read_volatile(&LOCK_LAYOUT) };
-    if layout.enabled == 0 || layout.thread_size == 0 {
+    let Some((thread_size, task_stack)) = task_stacks() else {
         return OpenSpin::Outer;
-    }
-    let thread_size = u64::from(layout.thread_size);
+    };
     open_spin_relation(open.tid, open.sp, tid, sp, thread_size, || {
         // SAFETY: helper without arguments.
         let task = unsafe { bpf_get_current_task() };
         // SAFETY: bpf_probe_read_kernel checks the address; a bad one yields an error.
-        match unsafe { bpf_probe_read_kernel((task + u64::from(layout.task_stack)) as *const u64) }
-        {
+        match unsafe { bpf_probe_read_kernel((task + u64::from(task_stack)) as *const u64) } {
             Ok(stack) => open.sp.wrapping_sub(stack) < thread_size,
             Err(_) => true,
         }
