@@ -16,7 +16,7 @@ use aya_ebpf::{
     },
     macros::map,
     maps::{Array, HashMap, RingBuf},
-    programs::{PerfEventContext, tracing::StackIdContext},
+    programs::PerfEventContext,
 };
 use profiler_common::{
     cpu::{CpuKey, STACK_RING_MIN_BYTES, StackSample, StackSampleHeader, USER_STACK_MAX},
@@ -26,8 +26,8 @@ use profiler_common::{
 use crate::{
     arch::{UserRegs, entry_user_regs, sample_user_regs},
     shared::{
-        Aggregate, EEXIST, STACK_FLAGS_KERNEL, STACK_FLAGS_USER, STACKS, add_to_row, count_loss,
-        load_u32, note_user_process, remember_current_task, stack_id_or_loss, stats_map,
+        Aggregate, EEXIST, STACK_FLAGS_KERNEL, STACK_FLAGS_USER, add_to_row, count_loss, load_u32,
+        note_user_process, remember_current_task, stack_id, stack_id_or_loss, stats_map,
     },
     target::is_target,
 };
@@ -44,7 +44,7 @@ pub fn on_sample(ctx: &PerfEventContext) {
     if tgid == 0 || !is_target() {
         return;
     }
-    let kstack_id = match ctx.get_stackid(&STACKS, STACK_FLAGS_KERNEL) {
+    let kstack_id = match stack_id(ctx, STACK_FLAGS_KERNEL) {
         Ok(id) => id as i32,
         // Sampled in user mode: no kernel frames, nothing lost.
         Err(errno) if errno == -EFAULT => errno,
@@ -169,7 +169,7 @@ fn send_stack_sample(ctx: &PerfEventContext, key: &CpuKey) -> bool {
 /// The user stack of the sampled task; kernel threads have none (-EFAULT, not a loss).
 #[inline(always)]
 fn user_stack_id(ctx: &PerfEventContext) -> i32 {
-    match ctx.get_stackid(&STACKS, STACK_FLAGS_USER) {
+    match stack_id(ctx, STACK_FLAGS_USER) {
         Ok(id) => id as i32,
         Err(errno) if errno == -EFAULT => errno,
         Err(errno) if errno == -EEXIST => stack_id_or_loss(Err(errno)),

@@ -18,8 +18,8 @@ use profiler_common::{
 use crate::{
     latency::add_latency,
     shared::{
-        STACK_FLAGS_KERNEL, STACK_FLAGS_USER, STACKS, close_nested, count_loss, note_user_process,
-        now_ns, stack_id_or_loss, stats_map,
+        STACK_FLAGS_KERNEL, STACK_FLAGS_USER, close_nested, count_loss, note_user_process, now_ns,
+        stack_id, stack_id_or_loss, stats_map,
     },
     target::is_target,
 };
@@ -50,7 +50,7 @@ pub fn on_entry<C: StackIdContext>(ctx: &C, slot: u32, user: bool) {
     } else {
         STACK_FLAGS_KERNEL
     };
-    let stack_id = stack_id_or_loss(ctx.get_stackid(&STACKS, flags));
+    let stack_id = stack_id_or_loss(stack_id(ctx, flags));
     if user && stack_id >= 0 {
         // User space snapshots this process's memory map to name the user frames.
         note_user_process((bpf_get_current_pid_tgid() >> 32) as u32);

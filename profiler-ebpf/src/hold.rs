@@ -20,7 +20,7 @@ use profiler_common::{
 use crate::{
     latency::add_latency,
     shared::{
-        STACK_FLAGS_KERNEL, STACKS, close_nested, count_loss, load_u64, now_ns, stack_id_or_loss,
+        STACK_FLAGS_KERNEL, close_nested, count_loss, load_u64, now_ns, stack_id, stack_id_or_loss,
         stats_map,
     },
 };
@@ -74,7 +74,7 @@ pub fn on_acquire_return<C: StackIdContext>(ctx: &C, index: usize, ret: i64) {
     if !acquired(index, ret) {
         return;
     }
-    let kstack_id = stack_id_or_loss(ctx.get_stackid(&STACKS, STACK_FLAGS_KERNEL));
+    let kstack_id = stack_id_or_loss(stack_id(ctx, STACK_FLAGS_KERNEL));
     open_hold(bpf_get_current_pid_tgid() as u32, index, kstack_id);
 }
 
@@ -84,7 +84,7 @@ pub fn on_acquire_return<C: StackIdContext>(ctx: &C, index: usize, ret: i64) {
 pub fn on_acquire_entry<C: StackIdContext>(ctx: &C) {
     let tid = bpf_get_current_pid_tgid() as u32;
     let pending = HoldPending {
-        kstack_id: stack_id_or_loss(ctx.get_stackid(&STACKS, STACK_FLAGS_KERNEL)),
+        kstack_id: stack_id_or_loss(stack_id(ctx, STACK_FLAGS_KERNEL)),
         _pad: 0,
     };
     if HOLD_PENDING.insert(tid, pending, 0).is_err() {

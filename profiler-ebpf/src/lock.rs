@@ -61,8 +61,8 @@ use crate::{
     latency::add_latency,
     offcpu::OFFCPU_START,
     shared::{
-        Aggregate, STACK_FLAGS_KERNEL, STACKS, TASKS, add_count_total_max, add_to_row, count_loss,
-        now_ns, stack_id_or_loss, stats_map,
+        Aggregate, STACK_FLAGS_KERNEL, TASKS, add_count_total_max, add_to_row, count_loss, now_ns,
+        stack_id, stack_id_or_loss, stats_map,
     },
     target::is_target,
 };
@@ -649,7 +649,7 @@ fn walk_if_long<C: StackIdContext>(ctx: &C, wait: &mut LockWait, end_ns: u64) {
     if wait.cached == 0 || end_ns.saturating_sub(wait.start_ns) < EXACT_WAIT_NS {
         return;
     }
-    let kstack_id = stack_id_or_loss(ctx.get_stackid(&STACKS, STACK_FLAGS_KERNEL));
+    let kstack_id = stack_id_or_loss(stack_id(ctx, STACK_FLAGS_KERNEL));
     if kstack_id >= 0 {
         wait.kstack_id = kstack_id;
     }
@@ -767,7 +767,7 @@ fn waiter_stack<C: LockContext, const WORDS: usize>(
 #[inline(always)]
 fn walked_stack<C: StackIdContext>(ctx: &C, lock_addr: u64, flags: u32) -> (i32, Option<u64>, u32) {
     let lock_class = crate::lockname::classify(lock_addr, flags);
-    let kstack_id = stack_id_or_loss(ctx.get_stackid(&STACKS, STACK_FLAGS_KERNEL));
+    let kstack_id = stack_id_or_loss(stack_id(ctx, STACK_FLAGS_KERNEL));
     (kstack_id, Some(now_ns()), lock_class)
 }
 

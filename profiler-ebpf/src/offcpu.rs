@@ -9,7 +9,6 @@
 
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid, macros::map, maps::HashMap, programs::TracePointContext,
-    programs::tracing::StackIdContext,
 };
 use profiler_common::{
     loss::{OFFCPU_MAP_FULL, OFFCPU_NEGATIVE_DELTA, OFFCPU_START_MAP_FULL},
@@ -18,8 +17,8 @@ use profiler_common::{
 
 use crate::{
     shared::{
-        Aggregate, STACK_FLAGS_KERNEL, STACK_FLAGS_USER, STACKS, add_count_total_max, add_to_row,
-        count_loss, load_u32, load_u64, note_user_process, now_ns, remember_current_task,
+        Aggregate, STACK_FLAGS_KERNEL, STACK_FLAGS_USER, add_count_total_max, add_to_row,
+        count_loss, load_u32, load_u64, note_user_process, now_ns, remember_current_task, stack_id,
         stack_id_or_loss, stats_map, user_stack_id_or_collision,
     },
     target::is_target,
@@ -77,8 +76,8 @@ fn switch_out(ctx: &TracePointContext, prev_pid: u32, prev_state: u32, now: u64)
     if state == 0 || prev_pid == 0 || !is_target() {
         return;
     }
-    let kstack_id = stack_id_or_loss(ctx.get_stackid(&STACKS, STACK_FLAGS_KERNEL));
-    let ustack_id = user_stack_id_or_collision(ctx.get_stackid(&STACKS, STACK_FLAGS_USER));
+    let kstack_id = stack_id_or_loss(stack_id(ctx, STACK_FLAGS_KERNEL));
+    let ustack_id = user_stack_id_or_collision(stack_id(ctx, STACK_FLAGS_USER));
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     // User space snapshots the process's memory map, to name the user frames even if
     // the process exits before the end of the run.

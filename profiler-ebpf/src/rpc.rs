@@ -23,7 +23,7 @@ use profiler_common::{
 use crate::{
     latency::add_latency,
     shared::{
-        STACK_FLAGS_KERNEL, STACKS, TASKS, count_loss, load_u32, now_ns, remember_current_task,
+        STACK_FLAGS_KERNEL, TASKS, count_loss, load_u32, now_ns, remember_current_task, stack_id,
         stack_id_or_loss, stats_map,
     },
     target::{is_target, is_target_process},
@@ -92,7 +92,7 @@ fn start<C: StackIdContext>(ctx: &C, id: RpcId, op: u32, tgid: u32) {
         start_ns: now_ns(),
         tgid,
         op,
-        start_kstack: stack_id_or_loss(ctx.get_stackid(&STACKS, STACK_FLAGS_KERNEL)),
+        start_kstack: stack_id_or_loss(stack_id(ctx, STACK_FLAGS_KERNEL)),
         tid: bpf_get_current_pid_tgid() as u32,
     };
     // SAFETY: lookup in a map of plain data; the reference is not kept.
@@ -122,7 +122,7 @@ fn end<C: StackIdContext>(ctx: &C, id: RpcId) {
         op: start.op,
         tgid: start.tgid,
         start_kstack: start.start_kstack,
-        end_kstack: stack_id_or_loss(ctx.get_stackid(&STACKS, STACK_FLAGS_KERNEL)),
+        end_kstack: stack_id_or_loss(stack_id(ctx, STACK_FLAGS_KERNEL)),
         _pad: 0,
     };
     add_latency(&RPC_STATS, &key, now - start.start_ns, RPC_MAP_FULL);

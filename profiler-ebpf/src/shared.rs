@@ -6,18 +6,46 @@ use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid},
     macros::map,
-    maps::{HashMap, PerCpuArray, RingBuf, StackTrace},
+    maps::{Array, HashMap, PerCpuArray, RingBuf, StackTrace},
+    programs::tracing::StackIdContext,
 };
 use profiler_common::{
     loss::{LOSS_SLOTS, PROCESS_NOTE_LOST, PROCESS_SEEN_MAP_FULL, TASK_MAP_FULL},
+    shared::tagged_stack_id,
     target::TaskInfo,
 };
 
-/// Stack frames, stored once; every aggregation key holds ids into this map.
+/// Stack frames, stored once; every aggregation key holds ids into this map (even
+/// stack generations) or `STACKS_ODD` (odd ones): see `stack_id`.
 /// Size is set by user space at load time (`--stack-entries`).
 #[map]
 pub static STACKS: StackTrace =
     StackTrace::with_max_entries(profiler_common::shared::STACKS_ENTRIES, 0);
+
+/// The stacks of odd generations (`record --rotate`); one entry without periods.
+#[map]
+pub static STACKS_ODD: StackTrace =
+    StackTrace::with_max_entries(profiler_common::shared::STACKS_ENTRIES, 0);
+
+/// The stack generation in progress, written by user space at each period boundary.
+#[map]
+pub static STACK_GENERATION: Array<u32> = Array::with_max_entries(1, 0);
+
+/// Walks the current task's stack (kernel, or user with `STACK_FLAGS_USER`) into the
+/// map of the current stack generation; the id carries the generation's tag
+/// (`profiler_common::shared::tagged_stack_id`). Every stack walk goes through here.
+#[inline(always)]
+pub fn stack_id<C: StackIdContext>(ctx: &C, flags: u64) -> Result<i64, i32> {
+    let generation = match STACK_GENERATION.get(0) {
+        Some(generation) => *generation,
+        None => 0,
+    };
+    let walked = match generation & 1 {
+        0 => ctx.get_stackid(&STACKS, flags),
+        _ => ctx.get_stackid(&STACKS_ODD, flags),
+    };
+    walked.map(|index| tagged_stack_id(index, generation))
+}
 
 /// Loss counters, per CPU, indexed by `profiler_common::loss::*`.
 #[map]

@@ -12,7 +12,6 @@ use aya_ebpf::{
     macros::map,
     maps::{HashMap, LruHashMap},
     programs::TracePointContext,
-    programs::tracing::StackIdContext,
 };
 use profiler_common::{
     loss::{CHAIN_MAP_FULL, WAKER_MAP_FULL, WAKER_PENDING_FULL},
@@ -26,8 +25,8 @@ use profiler_common::{
 use crate::{
     offcpu::OFFCPU_START,
     shared::{
-        Aggregate, STACK_FLAGS_KERNEL, STACK_FLAGS_USER, STACKS, add_to_row, count_loss, load_u32,
-        note_user_process, remember_current_task, stack_id_or_loss, stats_map,
+        Aggregate, STACK_FLAGS_KERNEL, STACK_FLAGS_USER, add_to_row, count_loss, load_u32,
+        note_user_process, remember_current_task, stack_id, stack_id_or_loss, stats_map,
         user_stack_id_or_collision,
     },
 };
@@ -76,12 +75,12 @@ pub fn on_sched_waking(ctx: &TracePointContext) {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
     let tid = pid_tgid as u32;
-    let kstack_id = stack_id_or_loss(ctx.get_stackid(&STACKS, STACK_FLAGS_KERNEL));
+    let kstack_id = stack_id_or_loss(stack_id(ctx, STACK_FLAGS_KERNEL));
     // Kernel threads and the idle task have no user stack: only a collision is a loss.
     let ustack_id = if tgid == 0 {
         -1
     } else {
-        user_stack_id_or_collision(ctx.get_stackid(&STACKS, STACK_FLAGS_USER))
+        user_stack_id_or_collision(stack_id(ctx, STACK_FLAGS_USER))
     };
     if ustack_id >= 0 {
         note_user_process(tgid);

@@ -346,6 +346,13 @@ impl Agent {
         profile.targets = self.target.describe();
         profile.probes = self.probes.clone();
         profile.unavailable = self.unavailable.clone();
+        // Stacks walked from now on go to the other stack map (the period's rows find
+        // theirs in either map, or in the copy of the one emptied for reuse).
+        if self.ebpf.is_some() {
+            if let Err(err) = self.stacks.next_generation() {
+                eprintln!("lockpath: {err:#}; the next period walks into the same stack map");
+            }
+        }
         let families = &self.families;
         let stacks = &mut self.stacks;
         let reader = self.reader.as_mut();
@@ -371,7 +378,8 @@ impl Agent {
         }
         self.misses_before = misses;
         profile.processes = probes::shared::drain_processes(&self.maps, &profile.row_pids())?;
-        crate::rotate::forget_exited_threads(&self.maps);
+        crate::rotate::forget_exited(&self.maps);
+        crate::rotate::forget_idle_slab_names(&self.maps, &profile);
         Ok(profile)
     }
 

@@ -433,7 +433,15 @@ fn configure<'a>(
             &globals.exit_group_dead,
             true,
         )
-        .map_max_entries(shared_names::STACKS, args.stack_entries);
+        .map_max_entries(shared_names::STACKS, args.stack_entries)
+        // Periods walk stacks into two maps by turns (see StackResolver::next_generation).
+        .map_max_entries(
+            shared_names::STACKS_ODD,
+            match args.rotate {
+                Some(_) => args.stack_entries,
+                None => 1,
+            },
+        );
     for registration in FAMILIES {
         let recorded = families.iter().any(|f| f.name == registration.name);
         for &(map, size) in registration.maps {

@@ -234,21 +234,50 @@ fn clear(fd: i32, key_size: usize) -> Result<()> {
     Ok(())
 }
 
-/// Removes the names of threads that no longer exist from the kernel's thread-name map
-/// (after a period's drain used them): the map stays as big as the live threads, not
-/// every thread ever seen. A thread seen again is named again by the programs.
-pub fn forget_exited_threads(maps: &MapSet) {
-    let Ok(map) = maps.get(profiler_common::shared::names::TASKS) else {
+/// Removes what the kernel keeps per thread or process for threads and processes that
+/// no longer exist (after a period's drain used it): thread names (`TASKS`) and the
+/// processes already noted for the process watcher (`PROCESSES_SEEN`). The maps stay as
+/// big as what lives, not everything ever seen; a thread seen again is named again, a
+/// process id reused by a new process is noted again.
+pub fn forget_exited(maps: &MapSet) {
+    use profiler_common::shared::names::{PROCESSES_SEEN, TASKS};
+    for name in [TASKS, PROCESSES_SEEN] {
+        let Ok(map) = maps.get(name) else { continue };
+        let Ok(fd) = raw_fd(map) else { continue };
+        let Ok(keys) = keys_of(fd, 4) else { continue };
+        for key in keys.chunks_exact(4) {
+            let id = u32::from_ne_bytes([key[0], key[1], key[2], key[3]]);
+            if std::path::Path::new(&format!("/proc/{id}")).exists() {
+                continue;
+            }
+            let _ = delete(fd, key);
+        }
+    }
+}
+
+/// Removes the slab cache names of locks no row of the period names (`LOCK_SLAB_NAMES`):
+/// a lock that contends again is named again at its next stack walk (a lock without
+/// contention for a period has no cached stack left).
+pub fn forget_idle_slab_names(maps: &MapSet, profile: &crate::profile::Profile) {
+    let Ok(map) = maps.get(profiler_common::lockname::names::LOCK_SLAB_NAMES) else {
         return;
     };
     let Ok(fd) = raw_fd(map) else { return };
-    let Ok(keys) = keys_of(fd, 4) else { return };
-    for key in keys.chunks_exact(4) {
-        let tid = u32::from_ne_bytes([key[0], key[1], key[2], key[3]]);
-        if std::path::Path::new(&format!("/proc/{tid}")).exists() {
-            continue;
+    let Ok(keys) = keys_of(fd, 8) else { return };
+    let named: std::collections::HashSet<u64> = profile
+        .locks
+        .iter()
+        .map(|row| row.lock_addr)
+        .chain(profile.contended_holds.iter().map(|row| row.lock_addr))
+        .chain(profile.holds.iter().map(|row| row.lock_addr))
+        .chain(profile.waiting.iter().filter_map(|row| row.lock_addr))
+        .collect();
+    for key in keys.chunks_exact(8) {
+        let mut addr = [0u8; 8];
+        addr.copy_from_slice(key);
+        if !named.contains(&u64::from_ne_bytes(addr)) {
+            let _ = delete(fd, key);
         }
-        let _ = delete(fd, key);
     }
 }
 

@@ -9,7 +9,7 @@
 mod common;
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeSet, HashMap},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
@@ -81,8 +81,14 @@ fn rss_kib(pid: u32) -> u64 {
 /// for the non-preallocated period copies, what their entries use) and the entries of
 /// its map named `name` (through bpftool).
 fn map_memory(pid: u32, name: &str) -> (u64, usize) {
-    let mut memlock = 0;
-    let mut ids = Vec::new();
+    let maps = maps_of(pid);
+    let memlock = maps.iter().map(|&(_, bytes)| bytes).sum();
+    (memlock, map_entries(&maps, name).len())
+}
+
+/// (map id, locked bytes) of every BPF map process `pid` holds.
+fn maps_of(pid: u32) -> Vec<(u64, u64)> {
+    let mut maps: Vec<(u64, u64)> = Vec::new();
     for entry in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
         .expect("fdinfo")
         .flatten()
@@ -96,14 +102,18 @@ fn map_memory(pid: u32, name: &str) -> (u64, usize) {
                 .and_then(|value| value.trim().parse::<u64>().ok())
         };
         if let (Some(id), Some(bytes)) = (field("map_id:"), field("memlock:")) {
-            if !ids.contains(&id) {
-                ids.push(id);
-                memlock += bytes;
+            if !maps.iter().any(|&(known, _)| known == id) {
+                maps.push((id, bytes));
             }
         }
     }
-    let mut entries = 0;
-    for id in ids {
+    maps
+}
+
+/// The entries (bpftool's JSON) of the maps called `name` among `maps`.
+fn map_entries(maps: &[(u64, u64)], name: &str) -> Vec<Value> {
+    let mut entries = Vec::new();
+    for &(id, _) in maps {
         let shown = Command::new("bpftool")
             .args(["-j", "map", "show", "id", &id.to_string()])
             .output()
@@ -118,9 +128,23 @@ fn map_memory(pid: u32, name: &str) -> (u64, usize) {
             .output()
             .expect("bpftool map dump");
         let dump: Value = serde_json::from_slice(&dump.stdout).expect("bpftool dump JSON");
-        entries += dump.as_array().map_or(0, Vec::len);
+        entries.extend(dump.as_array().cloned().unwrap_or_default());
     }
-    (memlock, entries)
+    entries
+}
+
+/// A 4-byte map key of a bpftool dump entry (hex bytes, native order).
+fn u32_key(entry: &Value) -> u32 {
+    let bytes: Vec<u8> = entry["key"]
+        .as_array()
+        .expect("key bytes")
+        .iter()
+        .map(|byte| {
+            let text = byte.as_str().expect("hex byte");
+            u8::from_str_radix(text.trim_start_matches("0x"), 16).expect("hex byte")
+        })
+        .collect();
+    u32::from_ne_bytes(bytes[..4].try_into().expect("4-byte key"))
 }
 
 /// Contentions and wait ns of process `pid` in a profile.
@@ -1130,5 +1154,234 @@ fn grafana_dashboard_has_what_import_needs() {
         "the dashboard's exprs do not parse:\n{}{}",
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Of a period's CPU samples: all of them, those whose user stack is a whole call path
+/// of the workload, and those whose call path the workload was not on during the
+/// period (a stack of another period under the sample's stack id).
+struct PathSamples {
+    samples: u64,
+    on_path: u64,
+    elsewhere: u64,
+}
+
+/// Reads the call paths of `stack-spread` (`left`/`right` frames, outermost first: the
+/// path number's bits, low bit first) in a period's CPU rows, and checks each against
+/// the paths the workload went through in the period (its start and step from its
+/// report), with `slack` steps either side.
+fn path_samples(profile: &Value, report: &HashMap<String, u64>, slack: f64) -> PathSamples {
+    let (start_ns, step_ns) = (report["start_unix_ns"] as f64, report["step_ns"] as f64);
+    let depth = report["depth"] as u32;
+    let start_s = profile["start_unix_s"].as_f64().expect("start_unix_s");
+    let duration_s = profile["duration_s"].as_f64().expect("duration_s");
+    // Period start times are whole seconds: the period began in the second named.
+    let first = ((start_s * 1e9 - start_ns) / step_ns - slack).max(0.0) as u64;
+    let last = (((start_s + duration_s + 1.0) * 1e9 - start_ns) / step_ns + slack) as u64;
+    let mut counts = PathSamples {
+        samples: 0,
+        on_path: 0,
+        elsewhere: 0,
+    };
+    for row in profile["cpu"].as_array().expect("cpu rows") {
+        let samples = row["samples"].as_u64().expect("samples");
+        counts.samples += samples;
+        let Some(stack) = row["user_stack"].as_u64() else {
+            continue;
+        };
+        let levels: Vec<bool> = stack_names(profile, stack)
+            .iter()
+            .rev()
+            .filter_map(|name| match name.as_str() {
+                "stack_spread::left" => Some(false),
+                "stack_spread::right" => Some(true),
+                _ => None,
+            })
+            .collect();
+        if levels.len() != depth as usize {
+            continue;
+        }
+        let bits = levels
+            .iter()
+            .enumerate()
+            .fold(0u64, |bits, (level, &right)| {
+                bits | u64::from(right) << level
+            });
+        // Path numbers wrap at 2^depth: any number in the period with these bits.
+        let wrap = 1u64 << depth;
+        let mut path = first - first % wrap + bits;
+        if path < first {
+            path += wrap;
+        }
+        match path <= last {
+            true => counts.on_path += samples,
+            false => counts.elsewhere += samples,
+        }
+    }
+    counts
+}
+
+#[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
+fn rotate_periods_keep_their_stacks_when_each_walks_new_ones() {
+    let _alone = alone();
+    let test = "rotate_periods_keep_their_stacks_when_each_walks_new_ones";
+    if !can_load_programs(test) {
+        return;
+    }
+    let dir = scratch("fleet-stacks");
+    let out = dir.join("periods");
+    // A new call path every 10 ms, sampled 499 times a second in frame-pointer mode
+    // (each sample's user stack walked into the stack map): about 500 new stacks a
+    // second (the sampled instruction differs within a path), 8,000 in the run, into
+    // maps of 4,096 stacks. One map for the whole run would be full after about 8 s.
+    let output = lockpath_ok(&[
+        "record",
+        "--cpu",
+        "--freq",
+        "499",
+        "--user-stack-bytes",
+        "0",
+        "--stack-entries",
+        "4096",
+        "--rotate",
+        "1s",
+        "-o",
+        path_str(&out),
+        "--",
+        path_str(&workload("stack-spread")),
+        "--seconds",
+        "16",
+        "--step-ms",
+        "10",
+    ]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let report: HashMap<String, u64> = stdout
+        .lines()
+        .find(|line| line.starts_with("start_unix_ns="))
+        .unwrap_or_else(|| panic!("no report from stack-spread in:\n{stdout}"))
+        .split_whitespace()
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(key, value)| (key.to_string(), value.parse().expect("number")))
+        .collect();
+    let mut full = Vec::new();
+    for path in periods(&out) {
+        let profile = load_json(&path);
+        if profile["duration_s"].as_f64().expect("duration_s") < 0.9 {
+            continue;
+        }
+        // 0.5 s either side: a period boundary is drained within that.
+        let counts = path_samples(&profile, &report, 50.0);
+        eprintln!(
+            "{}: {} samples, {} on a whole call path, {} on a path of another time",
+            path.display(),
+            counts.samples,
+            counts.on_path,
+            counts.elsewhere
+        );
+        full.push(counts);
+    }
+    assert!(full.len() >= 12, "{} full periods of 16 s", full.len());
+    // Never the stack of another period under a sample's stack id.
+    let elsewhere: u64 = full.iter().map(|c| c.elsewhere).sum();
+    assert_eq!(elsewhere, 0, "samples named with the stack of another time");
+    // The last periods keep their stacks as the first did.
+    for counts in &full[full.len() - 4..] {
+        assert!(
+            counts.samples >= 300,
+            "{} samples in a period",
+            counts.samples
+        );
+        assert!(
+            counts.on_path * 10 >= counts.samples * 7,
+            "{} of {} samples of a late period have their stack",
+            counts.on_path,
+            counts.samples
+        );
+    }
+}
+
+#[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
+fn rotate_forgets_processes_that_exited() {
+    let _alone = alone();
+    let test = "rotate_forgets_processes_that_exited";
+    if !can_load_programs(test) || !require_tool(test, "bpftool") {
+        return;
+    }
+    let dir = scratch("fleet-exited");
+    let out = dir.join("periods");
+    let (agent, _) = spawn_recording(&[
+        "record",
+        "--cpu",
+        "--freq",
+        "999",
+        "-a",
+        "--rotate",
+        "1s",
+        "-o",
+        path_str(&out),
+    ]);
+    let mut agent = KillOnDrop(agent.into_child());
+    let agent_pid = agent.0.id();
+    // Short processes, each sampled with its user stack: each is noted once for the
+    // process watcher (PROCESSES_SEEN).
+    let mut pids = BTreeSet::new();
+    for _ in 0..40 {
+        let status = Command::new(workload("cpu-spin"))
+            .args(["--seconds", "0.05", "--threads", "1"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start cpu-spin");
+        let mut child = KillOnDrop(status);
+        pids.insert(child.0.id());
+        assert!(child.0.wait().expect("wait for cpu-spin").success());
+    }
+    // Two period boundaries after the last one exited.
+    let count = periods(&out).len();
+    let count = wait_for_period(&out, count, Duration::from_secs(5), &mut agent.0);
+    wait_for_period(&out, count, Duration::from_secs(5), &mut agent.0);
+    let maps = maps_of(agent_pid);
+    let noted: BTreeSet<u32> = map_entries(&maps, "PROCESSES_SEEN")
+        .iter()
+        .map(u32_key)
+        .collect();
+    let names: BTreeSet<u32> = map_entries(&maps, "TASKS").iter().map(u32_key).collect();
+    signal(agent_pid, "TERM");
+    assert!(agent.0.wait().expect("wait for the agent").success());
+    // The processes were noted while they ran: their samples have user stacks.
+    let sampled: BTreeSet<u32> = periods(&out)
+        .iter()
+        .flat_map(|path| {
+            let profile = load_json(path);
+            profile["cpu"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|row| row["user_stack"].as_u64().is_some())
+                .filter_map(|row| row["pid"].as_u64())
+                .map(|pid| pid as u32)
+                .collect::<Vec<_>>()
+        })
+        .filter(|pid| pids.contains(pid))
+        .collect();
+    eprintln!(
+        "{} of {} processes sampled with user stacks; the maps hold {} processes, {} threads",
+        sampled.len(),
+        pids.len(),
+        noted.len(),
+        names.len()
+    );
+    assert!(sampled.len() >= 20, "{} processes sampled", sampled.len());
+    // None of them is still in the maps (unless its id now names a live process).
+    let kept: Vec<u32> = pids
+        .iter()
+        .copied()
+        .filter(|pid| noted.contains(pid) || names.contains(pid))
+        .filter(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+        .collect();
+    assert!(
+        kept.is_empty(),
+        "exited processes still in the maps: {kept:?}"
     );
 }

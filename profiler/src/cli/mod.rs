@@ -221,7 +221,7 @@ pub struct RecordArgs {
     pub map_entries: u32,
 
     /// Entries of the stack-trace map.
-    #[arg(long, value_name = "N", default_value_t = profiler_common::shared::STACKS_ENTRIES, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", default_value_t = profiler_common::shared::STACKS_ENTRIES, value_parser = clap::value_parser!(u32).range(1..=i64::from(profiler_common::shared::STACKS_MAX_ENTRIES)))]
     pub stack_entries: u32,
 
     /// Serve Prometheus metrics at this address while recording (PORT alone: 127.0.0.1:PORT).

@@ -4,8 +4,11 @@
 use std::collections::HashMap as StdHashMap;
 
 use anyhow::{Context, Result};
-use aya::maps::{MapData, StackTraceMap};
-use profiler_common::{offcpu::SCANNED_STACK_BASE, shared::names};
+use aya::maps::{Array, MapData, StackTraceMap};
+use profiler_common::{
+    offcpu::SCANNED_STACK_BASE,
+    shared::{names, stack_index, stack_tag, STACK_TAGS},
+};
 
 use super::MapSet;
 use crate::{
@@ -18,7 +21,9 @@ const MAX_STACK_DEPTH: usize = 127;
 
 /// Turns stack ids from the kernel into symbolized, interned profile stacks.
 pub struct StackResolver {
-    stack_map: StackTraceMap<MapData>,
+    /// The stacks of even and odd generations (`STACKS`, `STACKS_ODD`).
+    stack_maps: [StackTraceMap<MapData>; 2],
+    generations: Generations,
     kernel: KernelSymbols,
     kernel_cache: StdHashMap<i32, Option<u32>>,
     /// User symbols; `record` hands over the one that snapshotted processes during the run.
@@ -31,6 +36,40 @@ pub struct StackResolver {
     scanned: StdHashMap<i32, Scanned>,
 }
 
+/// The stack generation in progress and the stacks of finished generations whose map
+/// was reused.
+struct Generations {
+    /// `STACK_GENERATION`, read by the programs at each stack walk.
+    current: Array<MapData, u32>,
+    generation: u32,
+    /// Addresses by stack id, and the last generation in which a row asked for them.
+    retired: StdHashMap<i32, (Vec<u64>, u32)>,
+}
+
+impl Generations {
+    fn retire(&mut self, generation: u32, index: u32, addrs: Vec<u64>) {
+        let id = profiler_common::shared::tagged_stack_id(index as i64, generation) as i32;
+        self.retired.insert(id, (addrs, generation + 2));
+    }
+
+    fn retired_stack(&mut self, stack_id: i32) -> Option<Vec<u64>> {
+        let generation = self.generation;
+        self.retired.get_mut(&stack_id).map(|(addrs, used)| {
+            *used = generation;
+            addrs.clone()
+        })
+    }
+
+    /// Drops the copies no row asked for in the last two generations, and those whose
+    /// tag the new generation takes over. (A wait in progress for `STACK_TAGS` periods
+    /// outlives its tag: its id then names the new generation's stack at its index.)
+    fn forget_unused(&mut self, generation: u32) {
+        let tag = generation % STACK_TAGS;
+        self.retired
+            .retain(|&id, (_, used)| used.saturating_add(2) >= generation && stack_tag(id) != tag);
+    }
+}
+
 /// A stack read by user space rather than by the kernel's stack walker.
 enum Scanned {
     /// Kernel frames as `/proc/TID/stack` names them, leaf first.
@@ -41,10 +80,19 @@ enum Scanned {
 
 impl StackResolver {
     pub fn new(maps: &mut MapSet, kernel: KernelSymbols) -> Result<Self> {
-        let map = maps.take(names::STACKS)?;
-        let stack_map = StackTraceMap::try_from(map).context("STACKS has an unexpected type")?;
+        let even = StackTraceMap::try_from(maps.take(names::STACKS)?)
+            .context("STACKS has an unexpected type")?;
+        let odd = StackTraceMap::try_from(maps.take(names::STACKS_ODD)?)
+            .context("STACKS_ODD has an unexpected type")?;
+        let current = Array::try_from(maps.take(names::STACK_GENERATION)?)
+            .context("STACK_GENERATION has an unexpected type")?;
         Ok(StackResolver {
-            stack_map,
+            stack_maps: [even, odd],
+            generations: Generations {
+                current,
+                generation: 0,
+                retired: StdHashMap::new(),
+            },
             kernel,
             kernel_cache: StdHashMap::new(),
             user: UserSymbols::new(),
@@ -89,12 +137,9 @@ impl StackResolver {
             self.kernel_cache.insert(stack_id, resolved);
             return resolved;
         }
-        let resolved = self.stack_map.get(&(stack_id as u32), 0).ok().map(|trace| {
-            let mut frames: Vec<Frame> = trace
-                .frames()
-                .iter()
-                .map(|frame| self.kernel.frame(frame.ip))
-                .collect();
+        let resolved = self.addresses(stack_id).map(|addrs| {
+            let mut frames: Vec<Frame> =
+                addrs.iter().map(|&addr| self.kernel.frame(addr)).collect();
             strip_tracing_frames(&mut frames);
             let truncated = frames.len() >= MAX_STACK_DEPTH;
             self.interner.stack(frames, truncated)
@@ -120,8 +165,7 @@ impl StackResolver {
             self.user_cache.insert((tgid, stack_id), resolved);
             return resolved;
         }
-        let resolved = self.stack_map.get(&(stack_id as u32), 0).ok().map(|trace| {
-            let addrs: Vec<u64> = trace.frames().iter().map(|frame| frame.ip).collect();
+        let resolved = self.addresses(stack_id).map(|addrs| {
             self.user_addrs_stack(tgid, &addrs, addrs.len() >= MAX_STACK_DEPTH, false)
         });
         self.user_cache.insert((tgid, stack_id), resolved);
@@ -172,6 +216,57 @@ impl StackResolver {
             .and_then(|&frame| self.interner.frames.get(frame as usize))
             .is_some_and(|frame| frame.name == stackcheck::UNWIND_STOPPED);
         !interned.truncated && !stopped && !interned.frames.is_empty()
+    }
+
+    /// The addresses (leaf first) of the stack a program walked under `stack_id`: from
+    /// the map of its generation while the generation or the one after it is in
+    /// progress, later from the copy kept when that map was emptied for reuse. `None`
+    /// when the stack is gone (never another stack under the same id).
+    fn addresses(&mut self, stack_id: i32) -> Option<Vec<u64>> {
+        let tag = stack_tag(stack_id);
+        let generation = self.generations.generation;
+        let live = [generation, generation.wrapping_sub(1)]
+            .into_iter()
+            .find(|&live| live % STACK_TAGS == tag && live <= generation);
+        match live {
+            Some(live) => self.stack_maps[(live & 1) as usize]
+                .get(&stack_index(stack_id), 0)
+                .ok()
+                .map(|trace| trace.frames().iter().map(|frame| frame.ip).collect()),
+            None => self.generations.retired_stack(stack_id),
+        }
+    }
+
+    /// Starts the next stack generation (`record --rotate`, at each period boundary):
+    /// the map the programs walk into flips, after the map being reused (the one of the
+    /// generation before last) was copied and emptied. Stacks of the finished
+    /// generations stay resolvable: the previous one from its map until the next flip,
+    /// the one before from the copy, kept as long as a row asks for it at least every
+    /// other period (a wait in progress reported period after period).
+    pub fn next_generation(&mut self) -> Result<()> {
+        let next = self.generations.generation + 1;
+        let reused = &mut self.stack_maps[(next & 1) as usize];
+        if next >= 2 {
+            let ids: Vec<u32> = reused.stack_ids().filter_map(|id| id.ok()).collect();
+            for index in ids {
+                if let Ok(trace) = reused.get(&index, 0) {
+                    let addrs = trace.frames().iter().map(|frame| frame.ip).collect();
+                    self.generations.retire(next - 2, index, addrs);
+                }
+                // A stack that cannot be removed would stand under its id for a later
+                // stack of another generation: the map is then not reused.
+                reused.remove(&index).with_context(|| {
+                    format!("cannot empty the stack map for the next period (stack {index})")
+                })?;
+            }
+        }
+        self.generations
+            .current
+            .set(0, next, 0)
+            .context("cannot start the next stack generation")?;
+        self.generations.generation = next;
+        self.generations.forget_unused(next);
+        Ok(())
     }
 
     /// Hands over the stacks interned so far and starts afresh (`record --rotate`: each
