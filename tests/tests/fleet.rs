@@ -1256,14 +1256,7 @@ fn rotate_periods_keep_their_stacks_when_each_walks_new_ones() {
         "10",
     ]);
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let report: HashMap<String, u64> = stdout
-        .lines()
-        .find(|line| line.starts_with("start_unix_ns="))
-        .unwrap_or_else(|| panic!("no report from stack-spread in:\n{stdout}"))
-        .split_whitespace()
-        .filter_map(|pair| pair.split_once('='))
-        .map(|(key, value)| (key.to_string(), value.parse().expect("number")))
-        .collect();
+    let report = report(&stdout, "start_unix_ns");
     let mut full = Vec::new();
     for path in periods(&out) {
         let profile = load_json(&path);

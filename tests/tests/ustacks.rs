@@ -5,7 +5,6 @@
 mod common;
 
 use std::{
-    collections::HashMap,
     path::{Path, PathBuf},
     process::Command,
 };
@@ -40,18 +39,6 @@ fn build_nofp_chain(test: &str, dir: &Path) -> Option<PathBuf> {
         .expect("run cc");
     assert!(status.success(), "cc failed to build {}", source.display());
     Some(binary)
-}
-
-/// The `key=value` report line starting with `first=`.
-fn report(text: &str, first: &str) -> HashMap<String, u64> {
-    let line = text
-        .lines()
-        .find(|line| line.starts_with(&format!("{first}=")))
-        .unwrap_or_else(|| panic!("no {first}= report in:\n{text}"));
-    line.split_whitespace()
-        .filter_map(|pair| pair.split_once('='))
-        .map(|(key, value)| (key.to_string(), value.parse().expect("number")))
-        .collect()
 }
 
 /// (samples, user stack names leaf first) of every CPU row of `pid` (all when None).

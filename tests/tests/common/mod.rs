@@ -705,3 +705,15 @@ impl Drop for TestCgroup {
         }
     }
 }
+
+/// The `key=value` report line starting with `first=`.
+pub fn report(text: &str, first: &str) -> std::collections::HashMap<String, u64> {
+    let line = text
+        .lines()
+        .find(|line| line.starts_with(&format!("{first}=")))
+        .unwrap_or_else(|| panic!("no {first}= report in:\n{text}"));
+    line.split_whitespace()
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(key, value)| (key.to_string(), value.parse().expect("number")))
+        .collect()
+}
