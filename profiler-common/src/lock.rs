@@ -34,6 +34,28 @@ pub struct LockKey {
     pub _pad: u32,
 }
 
+/// Entries of `LOCK_OVERFLOW`: a row per process, lock type and outcome.
+pub const LOCK_OVERFLOW_ENTRIES: u32 = 4096;
+
+impl LockKey {
+    /// The row of `LOCK_OVERFLOW` that takes this contention when `LOCK_STATS` is full:
+    /// its process, lock type and outcome, without lock, stack or owner, so the totals
+    /// per process and lock type stay right ("[stats map full]" in the profile).
+    pub const fn overflow(&self) -> LockKey {
+        LockKey {
+            lock_addr: 0,
+            tgid: self.tgid,
+            kstack_id: -1,
+            flags: self.flags,
+            lock_class: 0,
+            owner_tgid: 0,
+            owner_kstack_id: -1,
+            outcome: self.outcome,
+            _pad: 0,
+        }
+    }
+}
+
 /// How a wait ended, from `contention_end`'s `ret` (0: the lock was taken).
 pub const LOCK_OUTCOME_ACQUIRED: u32 = 0;
 /// `-EINTR`: a killable or interruptible wait was interrupted by a signal.
@@ -424,6 +446,7 @@ pub const LOCK_SLEEP_DROPPED_ENTRIES: u32 = 1024;
 pub mod names {
     crate::define_names! {
         LOCK_STATS,
+        LOCK_OVERFLOW,
         LOCK_SLEEP_WAIT,
         LOCK_SPIN_WAIT,
         LOCK_SPIN_DEPTH,

@@ -54,12 +54,13 @@ pub const LOCK_STALE_WAIT: u32 = 30;
 pub const LOCK_HOLD_MAP_FULL: u32 = 31;
 pub const LOCK_STACK_CACHE_FAILED: u32 = 32;
 pub const LOCK_STACK_FINGERPRINT_SHORT: u32 = 34;
+pub const LOCK_OVERFLOW_FULL: u32 = 39;
 
 /// Number of slots in `LOSSES` (room for the other probe families).
 pub const LOSS_SLOTS: u32 = 48;
 
 /// Names for the report, by index. `None` slots are unused.
-pub const LOSS_NAMES: [(u32, &str, &str); 42] = [
+pub const LOSS_NAMES: [(u32, &str, &str); 43] = [
     (
         STACK_COLLISION,
         "stack_collision",
@@ -73,7 +74,13 @@ pub const LOSS_NAMES: [(u32, &str, &str); 42] = [
     (
         LOCK_MAP_FULL,
         "lock_map_full",
-        "lock aggregation map full: contention dropped",
+        "lock aggregation map full: contention counted in its process's \"[stats map full]\" row \
+         (raise --map-entries for its own row)",
+    ),
+    (
+        LOCK_OVERFLOW_FULL,
+        "lock_overflow_full",
+        "lock aggregation map and its overflow map full: contention dropped",
     ),
     (
         LOCK_UNMATCHED_END,

@@ -51,8 +51,8 @@ use profiler_common::{
     lockname::StackCacheValue,
     loss::{
         LOCK_HOLD_MAP_FULL, LOCK_INTERRUPT_WAIT_LOST, LOCK_KPROBE_RETURN_LOST, LOCK_MAP_FULL,
-        LOCK_NEGATIVE_DELTA, LOCK_NESTED, LOCK_STACK_CACHE_FAILED, LOCK_STACK_FINGERPRINT_SHORT,
-        LOCK_STALE_WAIT, LOCK_UNMATCHED_END, LOCK_WAIT_MAP_FULL,
+        LOCK_NEGATIVE_DELTA, LOCK_NESTED, LOCK_OVERFLOW_FULL, LOCK_STACK_CACHE_FAILED,
+        LOCK_STACK_FINGERPRINT_SHORT, LOCK_STALE_WAIT, LOCK_UNMATCHED_END, LOCK_WAIT_MAP_FULL,
     },
 };
 
@@ -70,6 +70,12 @@ use crate::{
 /// The aggregate read by user space. Size set at load time (`--map-entries`).
 #[map]
 pub static LOCK_STATS: HashMap<LockKey, LockStat> = stats_map();
+
+/// Contentions `LOCK_STATS` had no room for, per process, lock type and outcome
+/// (`LockKey::overflow`): the totals stay right when the map is full.
+#[map]
+pub static LOCK_OVERFLOW: HashMap<LockKey, LockStat> =
+    HashMap::with_max_entries(profiler_common::lock::LOCK_OVERFLOW_ENTRIES, 0);
 
 /// Contention in progress of a spinning waiter, one per CPU.
 #[map]
@@ -1273,13 +1279,17 @@ fn close_wait(wait: &LockWait, end_ns: u64, pid_tgid: u64, outcome: u32) {
         outcome,
         _pad: 0,
     };
-    add_to_row(
-        &LOCK_STATS,
-        &key,
-        &(end_ns - wait.start_ns),
-        LOCK_MAP_FULL,
-        true,
-    );
+    let wait_ns = end_ns - wait.start_ns;
+    if !add_to_row(&LOCK_STATS, &key, &wait_ns, LOCK_MAP_FULL, true) {
+        // Full: the contention still counts, in its process's row for the lock type.
+        add_to_row(
+            &LOCK_OVERFLOW,
+            &key.overflow(),
+            &wait_ns,
+            LOCK_OVERFLOW_FULL,
+            false,
+        );
+    }
     if outcome == LOCK_OUTCOME_ACQUIRED {
         note_acquisition(wait, end_ns, pid_tgid);
     }

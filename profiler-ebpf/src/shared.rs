@@ -296,7 +296,8 @@ pub unsafe fn add_count_total_max(count: *mut u64, total_ns: *mut u64, max_ns: *
 
 /// Adds `sample` under `key`: in place when the row exists, else inserts the first
 /// value (when another CPU inserted the key in between, adds to its row). A full map
-/// is counted in `loss_slot`. `remember` names the current thread when its row is new.
+/// is counted in `loss_slot`, and false returned. `remember` names the current thread
+/// when its row is new.
 #[inline(always)]
 pub fn add_to_row<K, V: Aggregate<S>, S>(
     map: &HashMap<K, V>,
@@ -304,11 +305,11 @@ pub fn add_to_row<K, V: Aggregate<S>, S>(
     sample: &S,
     loss_slot: u32,
     remember: bool,
-) {
+) -> bool {
     if let Some(row) = map.get_ptr_mut(key) {
         // SAFETY: from a successful lookup; valid for this program run.
         unsafe { V::add(row, sample) };
-        return;
+        return true;
     }
     match map.insert(key, V::first(sample), BPF_NOEXIST as u64) {
         Ok(()) => {
@@ -323,8 +324,12 @@ pub fn add_to_row<K, V: Aggregate<S>, S>(
                 unsafe { V::add(row, sample) };
             }
         }
-        Err(_) => count_loss(loss_slot),
+        Err(_) => {
+            count_loss(loss_slot);
+            return false;
+        }
     }
+    true
 }
 
 /// Runs `add` on the row of `key`, inserted from `empty` when missing (a row another

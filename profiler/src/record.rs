@@ -448,7 +448,7 @@ fn configure<'a>(
             let entries = match (recorded, size) {
                 (false, _) => 1,
                 (true, MapSize::Stats) => args.map_entries,
-                (true, MapSize::Fixed(entries)) => entries,
+                (true, MapSize::Fixed(entries) | MapSize::Overflow(entries)) => entries,
             };
             loader.map_max_entries(map, entries);
         }

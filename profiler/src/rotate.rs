@@ -1,5 +1,5 @@
 //! The kernel side of a period of an always-on recording (`record --rotate`): the
-//! aggregation maps (`MapSize::Stats` of every recorded family) are emptied into
+//! aggregation maps (`MapSize::Stats` and `MapSize::Overflow` of every recorded family) are emptied into
 //! user-space copies of themselves, entry by entry with BPF_MAP_LOOKUP_AND_DELETE_ELEM,
 //! while the programs keep running into the emptied maps. The family drains then read
 //! the copies (swapped into the `MapSet` under the kernel maps' names, so no drain
@@ -53,7 +53,7 @@ impl Staging {
                 continue;
             }
             for &(name, size) in registration.maps {
-                if !matches!(size, MapSize::Stats) {
+                if !matches!(size, MapSize::Stats | MapSize::Overflow(_)) {
                     continue;
                 }
                 let Map::HashMap(data) = maps.get(name)? else {

@@ -57,7 +57,9 @@ fn tiny_maps_report_their_losses() {
     }
     let dir = scratch("tiny-maps");
     let profile_path = dir.join("tiny.json");
+    let perf_path = dir.join("perf.txt");
     let storm = workload("lock-storm");
+    // Under perf stat, whose count of the contentions is the reference.
     let output = lockpath_ok(&[
         "record",
         "--lock",
@@ -67,6 +69,15 @@ fn tiny_maps_report_their_losses() {
         "2",
         "-o",
         path_str(&profile_path),
+        "--",
+        "perf",
+        "stat",
+        "-e",
+        "lock:contention_begin",
+        "-x",
+        ",",
+        "-o",
+        path_str(&perf_path),
         "--",
         path_str(&storm),
         "--mode",
@@ -96,10 +107,44 @@ fn tiny_maps_report_their_losses() {
         stack_lost > 0,
         "2 stack entries cannot hold a lock storm: {losses:?}"
     );
-    assert!(
-        profile["locks"].as_array().expect("locks").len() <= 2,
-        "the map held at most 2 keys"
+    let rows = profile["locks"].as_array().expect("locks");
+    let (overflow, rows): (Vec<&serde_json::Value>, Vec<&serde_json::Value>) = rows
+        .iter()
+        .partition(|row| row["lock_name"] == "[stats map full]");
+    assert!(rows.len() <= 2, "the map held at most 2 keys");
+    // What the map had no room for is in the overflow rows: the total stays right
+    // (perf's count of the same tracepoint, the nested contentions included).
+    let count = |rows: &[&serde_json::Value]| -> u64 {
+        rows.iter()
+            .map(|row| row["count"].as_u64().expect("count"))
+            .sum()
+    };
+    let nested = losses
+        .get("lock_nested")
+        .and_then(|v| v.as_u64())
+        .unwrap_or(0);
+    let ours = count(&rows) + count(&overflow) + nested;
+    let text = std::fs::read_to_string(&perf_path).expect("perf output");
+    let theirs: u64 = text
+        .lines()
+        .find(|line| line.contains("lock:contention_begin"))
+        .and_then(|line| line.split(',').next())
+        .and_then(|count| count.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no count in perf output:\n{text}"));
+    eprintln!(
+        "{} in the rows, {} in {} overflow rows, {nested} nested; perf {theirs}",
+        count(&rows),
+        count(&overflow),
+        overflow.len()
     );
+    assert!(theirs >= 50, "the workload must contend: perf saw {theirs}");
+    assert!(
+        count(&overflow) >= map_full,
+        "each dropped contention is in an overflow row: {} < {map_full}",
+        count(&overflow)
+    );
+    let error = ours.abs_diff(theirs) as f64 / theirs as f64;
+    assert!(error < 0.05, "{ours} contentions, perf {theirs}");
     // The end-of-run summary and the report both say what was dropped, with numbers.
     let summary = String::from_utf8_lossy(&output.stdout);
     let report = lockpath_ok(&["report", path_str(&profile_path)]);

@@ -31,6 +31,10 @@ pub const FAMILY: Registration = Registration {
     maps: &[
         (names::LOCK_STATS, MapSize::Stats),
         (
+            names::LOCK_OVERFLOW,
+            MapSize::Overflow(profiler_common::lock::LOCK_OVERFLOW_ENTRIES),
+        ),
+        (
             names::LOCK_SLEEP_WAIT,
             MapSize::Fixed(LOCK_SLEEP_WAIT_ENTRIES),
         ),
@@ -583,9 +587,25 @@ pub fn drain(maps: &MapSet, stacks: &mut StackResolver) -> Result<Vec<LockRow>> 
             btf,
         );
     }
+    // Contentions the full map had no room for: a row per process and lock type.
+    for (key, stat) in maps.entries::<LockKey, LockStat>(names::LOCK_OVERFLOW)? {
+        rows.push(LockRow {
+            pid: key.tgid,
+            lock_name: STATS_MAP_FULL.into(),
+            flags: key.flags | key.outcome << OUTCOME_SHIFT,
+            count: stat.count,
+            total_ns: stat.total_ns,
+            max_ns: stat.max_ns,
+            min_ns: stat.min_ns,
+            ..LockRow::default()
+        });
+    }
     rows.sort_by_key(|row| std::cmp::Reverse(row.total_ns));
     Ok(rows)
 }
+
+/// The lock name of the rows of contentions a full `LOCK_STATS` had no room for.
+pub const STATS_MAP_FULL: &str = "[stats map full]";
 
 /// The sleeping lock waits still open at the drain (`LOCK_SLEEP_WAIT`), each with the
 /// lock's holder when the wait began. A lock is named like the rows name it (a static
