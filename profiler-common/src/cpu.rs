@@ -16,6 +16,19 @@ pub struct CpuKey {
     pub ustack_id: i32,
 }
 
+impl CpuKey {
+    /// The row of `CPU_OVERFLOW` that takes this sample when `CPU_SAMPLES` is full: its
+    /// thread, without stacks.
+    pub const fn overflow(&self) -> CpuKey {
+        CpuKey {
+            tgid: self.tgid,
+            tid: self.tid,
+            kstack_id: -1,
+            ustack_id: -1,
+        }
+    }
+}
+
 /// Most bytes of user stack one sample copies (`--user-stack-bytes`): with the header,
 /// 64 KiB (perf's limit too). Some programs keep more than 32 KiB in one frame (fio's
 /// job loop keeps 37 KB).
@@ -60,6 +73,7 @@ pub struct StackSample {
 pub mod names {
     crate::define_names! {
         CPU_SAMPLES,
+        CPU_OVERFLOW,
         CPU_SAMPLE = cpu_sample,
         /// Ring of `StackSampleHeader` + stack bytes (samples with a user stack copy).
         CPU_STACK_SAMPLES,

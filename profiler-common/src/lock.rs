@@ -34,9 +34,6 @@ pub struct LockKey {
     pub _pad: u32,
 }
 
-/// Entries of `LOCK_OVERFLOW`: a row per process, lock type and outcome.
-pub const LOCK_OVERFLOW_ENTRIES: u32 = 4096;
-
 impl LockKey {
     /// The row of `LOCK_OVERFLOW` that takes this contention when `LOCK_STATS` is full:
     /// its process, lock type and outcome, without lock, stack or owner, so the totals

@@ -55,12 +55,14 @@ pub const LOCK_HOLD_MAP_FULL: u32 = 31;
 pub const LOCK_STACK_CACHE_FAILED: u32 = 32;
 pub const LOCK_STACK_FINGERPRINT_SHORT: u32 = 34;
 pub const LOCK_OVERFLOW_FULL: u32 = 39;
+pub const CPU_OVERFLOW_FULL: u32 = 43;
+pub const OFFCPU_OVERFLOW_FULL: u32 = 44;
 
 /// Number of slots in `LOSSES` (room for the other probe families).
 pub const LOSS_SLOTS: u32 = 48;
 
 /// Names for the report, by index. `None` slots are unused.
-pub const LOSS_NAMES: [(u32, &str, &str); 43] = [
+pub const LOSS_NAMES: [(u32, &str, &str); 45] = [
     (
         STACK_COLLISION,
         "stack_collision",
@@ -115,7 +117,13 @@ pub const LOSS_NAMES: [(u32, &str, &str); 43] = [
     (
         OFFCPU_MAP_FULL,
         "offcpu_map_full",
-        "off-CPU aggregation map full: a wait dropped",
+        "off-CPU aggregation map full: wait counted in its thread's row without stacks (raise \
+         --map-entries for its own row)",
+    ),
+    (
+        OFFCPU_OVERFLOW_FULL,
+        "offcpu_overflow_full",
+        "off-CPU aggregation map and its overflow map full: a wait dropped",
     ),
     (
         OFFCPU_START_MAP_FULL,
@@ -145,7 +153,13 @@ pub const LOSS_NAMES: [(u32, &str, &str); 43] = [
     (
         CPU_MAP_FULL,
         "cpu_map_full",
-        "on-CPU sample map full: sample dropped",
+        "on-CPU sample map full: sample counted in its thread's row without stacks (raise \
+         --map-entries for its own row)",
+    ),
+    (
+        CPU_OVERFLOW_FULL,
+        "cpu_overflow_full",
+        "on-CPU sample map and its overflow map full: sample dropped",
     ),
     (
         USER_STACK_FAILED,

@@ -25,6 +25,21 @@ pub struct OffcpuKey {
     pub holder_tgid: u32,
 }
 
+impl OffcpuKey {
+    /// The row of `OFFCPU_OVERFLOW` that takes this wait when `OFFCPU_STATS` is full: its
+    /// thread, state and file-lock holder, without stacks.
+    pub const fn overflow(&self) -> OffcpuKey {
+        OffcpuKey {
+            tgid: self.tgid,
+            tid: self.tid,
+            kstack_id: -1,
+            ustack_id: -1,
+            state: self.state,
+            holder_tgid: self.holder_tgid,
+        }
+    }
+}
+
 /// Aggregated off-CPU time of one key, in nanoseconds.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -101,6 +116,7 @@ pub const OFFCPU_START_ENTRIES: u32 = 65536;
 pub mod names {
     crate::define_names! {
         OFFCPU_STATS,
+        OFFCPU_OVERFLOW,
         OFFCPU_START,
         SWITCH_PREV_PID_OFFSET,
         SWITCH_PREV_STATE_OFFSET,

@@ -20,14 +20,15 @@ use aya_ebpf::{
 };
 use profiler_common::{
     cpu::{CpuKey, STACK_RING_MIN_BYTES, StackSample, StackSampleHeader, USER_STACK_MAX},
-    loss::{CPU_MAP_FULL, USER_STACK_FAILED},
+    loss::{CPU_MAP_FULL, CPU_OVERFLOW_FULL, USER_STACK_FAILED},
 };
 
 use crate::{
     arch::{UserRegs, entry_user_regs, sample_user_regs},
     shared::{
-        Aggregate, EEXIST, STACK_FLAGS_KERNEL, STACK_FLAGS_USER, add_to_row, count_loss, load_u32,
-        note_user_process, remember_current_task, stack_id, stack_id_or_loss, stats_map,
+        Aggregate, EEXIST, STACK_FLAGS_KERNEL, STACK_FLAGS_USER, add_to_row_or_overflow,
+        count_loss, load_u32, note_user_process, overflow_map, remember_current_task, stack_id,
+        stack_id_or_loss, stats_map,
     },
     target::is_target,
 };
@@ -35,6 +36,10 @@ use crate::{
 /// The aggregate read by user space. Size set at load time (`--map-entries`).
 #[map]
 pub static CPU_SAMPLES: HashMap<CpuKey, u64> = stats_map();
+
+/// Samples `CPU_SAMPLES` had no room for, per thread, without stacks.
+#[map]
+pub static CPU_OVERFLOW: HashMap<CpuKey, u64> = overflow_map();
 
 const EFAULT: i32 = 14;
 
@@ -68,7 +73,14 @@ pub fn on_sample(ctx: &PerfEventContext) {
         remember_current_task();
         return;
     }
-    add_to_row(&CPU_SAMPLES, &key, &(), CPU_MAP_FULL, true);
+    add_to_row_or_overflow(
+        (&CPU_SAMPLES, &CPU_OVERFLOW),
+        &key,
+        CpuKey::overflow,
+        &(),
+        (CPU_MAP_FULL, CPU_OVERFLOW_FULL),
+        true,
+    );
 }
 
 /// Bytes of user stack to copy per sample (`--user-stack-bytes`); 0: frame pointers only.

@@ -61,8 +61,8 @@ use crate::{
     latency::add_latency,
     offcpu::OFFCPU_START,
     shared::{
-        Aggregate, STACK_FLAGS_KERNEL, TASKS, add_count_total_max, add_to_row, count_loss, now_ns,
-        stack_id, stack_id_or_loss, stats_map,
+        Aggregate, STACK_FLAGS_KERNEL, TASKS, add_count_total_max, add_to_row_or_overflow,
+        count_loss, now_ns, overflow_map, stack_id, stack_id_or_loss, stats_map,
     },
     target::is_target,
 };
@@ -72,10 +72,9 @@ use crate::{
 pub static LOCK_STATS: HashMap<LockKey, LockStat> = stats_map();
 
 /// Contentions `LOCK_STATS` had no room for, per process, lock type and outcome
-/// (`LockKey::overflow`): the totals stay right when the map is full.
+/// (`LockKey::overflow`).
 #[map]
-pub static LOCK_OVERFLOW: HashMap<LockKey, LockStat> =
-    HashMap::with_max_entries(profiler_common::lock::LOCK_OVERFLOW_ENTRIES, 0);
+pub static LOCK_OVERFLOW: HashMap<LockKey, LockStat> = overflow_map();
 
 /// Contention in progress of a spinning waiter, one per CPU.
 #[map]
@@ -1279,17 +1278,14 @@ fn close_wait(wait: &LockWait, end_ns: u64, pid_tgid: u64, outcome: u32) {
         outcome,
         _pad: 0,
     };
-    let wait_ns = end_ns - wait.start_ns;
-    if !add_to_row(&LOCK_STATS, &key, &wait_ns, LOCK_MAP_FULL, true) {
-        // Full: the contention still counts, in its process's row for the lock type.
-        add_to_row(
-            &LOCK_OVERFLOW,
-            &key.overflow(),
-            &wait_ns,
-            LOCK_OVERFLOW_FULL,
-            false,
-        );
-    }
+    add_to_row_or_overflow(
+        (&LOCK_STATS, &LOCK_OVERFLOW),
+        &key,
+        LockKey::overflow,
+        &(end_ns - wait.start_ns),
+        (LOCK_MAP_FULL, LOCK_OVERFLOW_FULL),
+        true,
+    );
     if outcome == LOCK_OUTCOME_ACQUIRED {
         note_acquisition(wait, end_ns, pid_tgid);
     }

@@ -11,15 +11,16 @@ use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid, macros::map, maps::HashMap, programs::TracePointContext,
 };
 use profiler_common::{
-    loss::{OFFCPU_MAP_FULL, OFFCPU_NEGATIVE_DELTA, OFFCPU_START_MAP_FULL},
+    loss::{OFFCPU_MAP_FULL, OFFCPU_NEGATIVE_DELTA, OFFCPU_OVERFLOW_FULL, OFFCPU_START_MAP_FULL},
     offcpu::{OffcpuKey, OffcpuStart, OffcpuStat, STATE_UNINTERRUPTIBLE, WaitPart},
 };
 
 use crate::{
     shared::{
-        Aggregate, STACK_FLAGS_KERNEL, STACK_FLAGS_USER, add_count_total_max, add_to_row,
-        count_loss, load_u32, load_u64, note_user_process, now_ns, remember_current_task, stack_id,
-        stack_id_or_loss, stats_map, user_stack_id_or_collision,
+        Aggregate, STACK_FLAGS_KERNEL, STACK_FLAGS_USER, add_count_total_max,
+        add_to_row_or_overflow, count_loss, load_u32, load_u64, note_user_process, now_ns,
+        overflow_map, remember_current_task, stack_id, stack_id_or_loss, stats_map,
+        user_stack_id_or_collision,
     },
     target::is_target,
 };
@@ -42,6 +43,10 @@ static OFFCPU_MIN_NS: u64 = 0;
 /// The aggregate read by user space. Size set at load time (`--map-entries`).
 #[map]
 pub static OFFCPU_STATS: HashMap<OffcpuKey, OffcpuStat> = stats_map();
+
+/// Waits `OFFCPU_STATS` had no room for, per thread and state, without stacks.
+#[map]
+pub static OFFCPU_OVERFLOW: HashMap<OffcpuKey, OffcpuStat> = overflow_map();
 
 /// Threads off the CPU in a recorded state, by thread id.
 #[map]
@@ -138,7 +143,14 @@ fn switch_in<const WAKERS: bool>(next_pid: u32, now: u64) {
         state: start.state,
         holder_tgid: start.holder_tgid,
     };
-    add_to_row(&OFFCPU_STATS, &key, &part, OFFCPU_MAP_FULL, false);
+    add_to_row_or_overflow(
+        (&OFFCPU_STATS, &OFFCPU_OVERFLOW),
+        &key,
+        OffcpuKey::overflow,
+        &part,
+        (OFFCPU_MAP_FULL, OFFCPU_OVERFLOW_FULL),
+        false,
+    );
     if WAKERS {
         if found {
             crate::wakers::add_waker_wait(&key, waker, wait_ns);

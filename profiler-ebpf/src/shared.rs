@@ -332,6 +332,30 @@ pub fn add_to_row<K, V: Aggregate<S>, S>(
     true
 }
 
+/// `add_to_row` into a family's aggregation map, and when that is full, into its
+/// overflow map under `overflow(key)` (the key without its stacks): a full map then
+/// loses detail, not events, and totals and shares stay right. Each full map is
+/// counted in its loss slot (`loss_slots`: the aggregation map's, the overflow map's).
+#[inline(always)]
+pub fn add_to_row_or_overflow<K, V: Aggregate<S>, S>(
+    maps: (&HashMap<K, V>, &HashMap<K, V>),
+    key: &K,
+    overflow: impl FnOnce(&K) -> K,
+    sample: &S,
+    loss_slots: (u32, u32),
+    remember: bool,
+) {
+    if !add_to_row(maps.0, key, sample, loss_slots.0, remember) {
+        add_to_row(maps.1, &overflow(key), sample, loss_slots.1, false);
+    }
+}
+
+/// A family's overflow map (see `add_to_row_or_overflow`); preallocated, as maps of
+/// programs that run in NMI context (perf events) must be.
+pub const fn overflow_map<K, V>() -> HashMap<K, V> {
+    HashMap::with_max_entries(profiler_common::shared::OVERFLOW_ENTRIES, 0)
+}
+
 /// Runs `add` on the row of `key`, inserted from `empty` when missing (a row another
 /// CPU inserted in between is used), for values too large to build on the BPF stack.
 /// A full map is counted in `loss_slot`. `remember` names the current thread when its

@@ -610,3 +610,67 @@ fn cpu_flamegraph_and_lock_table_agree() {
         "report --format json has the cpu section"
     );
 }
+
+#[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
+fn a_full_sample_map_keeps_every_sample() {
+    let _alone = alone();
+    let test = "a_full_sample_map_keeps_every_sample";
+    if !can_load_programs(test) {
+        return;
+    }
+    let dir = scratch("cpu-full-map");
+    let profile_path = dir.join("p.json");
+    // Two entries for rows of distinct stacks (every sampled instruction is one): the map
+    // is full after two; frame-pointer stacks only, so every sample goes through it.
+    let output = lockpath_ok(&[
+        "record",
+        "--cpu",
+        "--freq",
+        "499",
+        "--user-stack-bytes",
+        "0",
+        "--map-entries",
+        "2",
+        "-o",
+        path_str(&profile_path),
+        "--",
+        path_str(&workload("cpu-burn")),
+        "--cpu-seconds",
+        "1",
+    ]);
+    let truth = burn_report(&String::from_utf8_lossy(&output.stdout));
+    let profile = load_json(&profile_path);
+    let rows: Vec<serde_json::Value> = cpu_rows(&profile)
+        .into_iter()
+        .filter(|row| row["pid"].as_u64() == Some(truth["pid"]))
+        .collect();
+    let samples: u64 = rows
+        .iter()
+        .map(|row| row["samples"].as_u64().expect("samples"))
+        .sum();
+    let without_stacks: u64 = rows
+        .iter()
+        .filter(|row| row["user_stack"].is_null() && row["kernel_stack"].is_null())
+        .map(|row| row["samples"].as_u64().expect("samples"))
+        .sum();
+    let full = profile["losses"]["cpu_map_full"].as_u64().unwrap_or(0);
+    // The workload's own clock: CPU time of its two functions, at 499 samples a second.
+    let expected = (truth["seventy_ns"] + truth["thirty_ns"]) as f64 * 499.0 / 1e9;
+    eprintln!(
+        "{samples} samples ({without_stacks} in rows without stacks, {full} over the full \
+         map), {expected:.0} expected from the workload's CPU time"
+    );
+    assert!(
+        full > 0,
+        "2 entries cannot hold the samples: nothing overflowed"
+    );
+    assert!(
+        without_stacks >= full,
+        "every sample over the full map is in a row without stacks: {without_stacks} < {full}"
+    );
+    assert!(
+        samples as f64 > expected * 0.8 && (samples as f64) < expected * 1.2,
+        "{samples} samples of the workload, {expected:.0} expected"
+    );
+}

@@ -452,3 +452,81 @@ fn bad_offcpu_flags_are_refused() {
         );
     }
 }
+
+#[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
+fn a_full_wait_map_keeps_every_wait() {
+    let test = "a_full_wait_map_keeps_every_wait";
+    if !can_load_programs(test) {
+        return;
+    }
+    let dir = scratch("offcpu-full-map");
+    let profile_path = dir.join("p.json");
+    // 1 ms sleeps on a new call path every 10 ms: each path's waits are a row of their
+    // own (another user stack), and the map has room for two.
+    let output = lockpath_ok(&[
+        "record",
+        "--offcpu-all",
+        "--map-entries",
+        "2",
+        "-o",
+        path_str(&profile_path),
+        "--",
+        path_str(&workload("stack-spread")),
+        "--seconds",
+        "2",
+        "--step-ms",
+        "10",
+        "--sleep-us",
+        "1000",
+    ]);
+    let truth = report(&String::from_utf8_lossy(&output.stdout), "start_unix_ns");
+    let slept_ns = truth["slept_ns"];
+    let profile = load_json(&profile_path);
+    let pids: Vec<u64> = profile["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .filter(|process| process["comm"] == "stack-spread")
+        .filter_map(|process| process["pid"].as_u64())
+        .collect();
+    let rows: Vec<&serde_json::Value> = profile["offcpu"]
+        .as_array()
+        .expect("offcpu rows")
+        .iter()
+        .filter(|row| row["pid"].as_u64().is_some_and(|pid| pids.contains(&pid)))
+        .filter(|row| row["state"] == "S")
+        .collect();
+    let total = |rows: &[&serde_json::Value], field: &str| -> u64 {
+        rows.iter()
+            .map(|row| row[field].as_u64().expect("number"))
+            .sum()
+    };
+    let without_stacks: Vec<&serde_json::Value> = rows
+        .iter()
+        .copied()
+        .filter(|row| row["stack"].is_null() && row["ustack"].is_null())
+        .collect();
+    let full = profile["losses"]["offcpu_map_full"].as_u64().unwrap_or(0);
+    let ours = total(&rows, "total_ns");
+    let error = ours.abs_diff(slept_ns) as f64 / slept_ns as f64;
+    eprintln!(
+        "{} waits, {ours} ns ({} waits in rows without stacks, {full} over the full map); \
+         the workload slept {slept_ns} ns ({:.1}% apart)",
+        total(&rows, "count"),
+        total(&without_stacks, "count"),
+        error * 100.0
+    );
+    assert!(
+        full > 0,
+        "2 entries cannot hold the waits: nothing overflowed"
+    );
+    assert!(
+        total(&without_stacks, "count") >= full,
+        "every wait over the full map is in a row without stacks"
+    );
+    assert!(
+        error < 0.05,
+        "{ours} ns of waits, the workload slept {slept_ns} ns"
+    );
+}

@@ -32,7 +32,13 @@ pub const FAMILY: Registration = Registration {
             }) as Box<dyn Family>
         }))
     },
-    maps: &[(names::CPU_SAMPLES, MapSize::Stats)],
+    maps: &[
+        (names::CPU_SAMPLES, MapSize::Stats),
+        (
+            names::CPU_OVERFLOW,
+            MapSize::Overflow(profiler_common::shared::OVERFLOW_ENTRIES),
+        ),
+    ],
     names: names::ALL,
 };
 
@@ -143,7 +149,13 @@ pub fn attach(ebpf: &mut Ebpf, freq_hz: u64) -> Result<ProbeUse> {
 /// Reads the sample counts out of the kernel, with their stacks symbolized.
 pub fn drain(maps: &MapSet, stacks: &mut StackResolver) -> Result<Vec<CpuRow>> {
     let mut rows = Vec::new();
-    for (key, count) in maps.entries::<CpuKey, u64>(names::CPU_SAMPLES)? {
+    // With the samples the full map had no room for: rows of their threads, no stacks.
+    let overflow = maps.entries::<CpuKey, u64>(names::CPU_OVERFLOW)?;
+    for (key, count) in maps
+        .entries::<CpuKey, u64>(names::CPU_SAMPLES)?
+        .into_iter()
+        .chain(overflow)
+    {
         rows.push(CpuRow {
             pid: key.tgid,
             tid: key.tid,

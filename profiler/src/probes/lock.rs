@@ -32,7 +32,7 @@ pub const FAMILY: Registration = Registration {
         (names::LOCK_STATS, MapSize::Stats),
         (
             names::LOCK_OVERFLOW,
-            MapSize::Overflow(profiler_common::lock::LOCK_OVERFLOW_ENTRIES),
+            MapSize::Overflow(profiler_common::shared::OVERFLOW_ENTRIES),
         ),
         (
             names::LOCK_SLEEP_WAIT,

@@ -28,6 +28,10 @@ pub const FAMILY: Registration = Registration {
     plan: plan_family,
     maps: &[
         (names::OFFCPU_STATS, MapSize::Stats),
+        (
+            names::OFFCPU_OVERFLOW,
+            MapSize::Overflow(profiler_common::shared::OVERFLOW_ENTRIES),
+        ),
         (names::OFFCPU_START, MapSize::Fixed(OFFCPU_START_ENTRIES)),
         (
             names::FILELOCK_WAITERS,
@@ -318,7 +322,13 @@ pub fn drain(
     classifier: &Classifier,
 ) -> Result<Vec<OffcpuRow>> {
     let mut rows = Vec::new();
-    for (key, stat) in maps.entries::<OffcpuKey, OffcpuStat>(names::OFFCPU_STATS)? {
+    // With the waits the full map had no room for: rows of their threads, no stacks.
+    let overflow = maps.entries::<OffcpuKey, OffcpuStat>(names::OFFCPU_OVERFLOW)?;
+    for (key, stat) in maps
+        .entries::<OffcpuKey, OffcpuStat>(names::OFFCPU_STATS)?
+        .into_iter()
+        .chain(overflow)
+    {
         let stack = stacks.kernel_stack(key.kstack_id);
         let frames = stacks.interner.frames_of(stack);
         let class = classifier.classify(&frames.iter().collect::<Vec<_>>());

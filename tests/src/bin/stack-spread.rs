@@ -2,10 +2,14 @@
 //! since the start; its bits, low bit first, choose `left` (0) or `right` (1) at each of
 //! `--depth` levels of calls, and the bottom spins until the step is over. So the call
 //! path of any moment is known from the clock: `(t - start) / step`.
-//! `stack-spread [--seconds S] [--step-ms M] [--depth D]`; prints
-//! `start_unix_ns=N step_ns=N depth=D paths=N` (paths: the steps it went through).
+//! `--sleep-us U`: the bottom sleeps U microseconds at a time instead of spinning, and
+//! measures the time it spent in those sleeps.
+//! `stack-spread [--seconds S] [--step-ms M] [--depth D] [--sleep-us U]`; prints
+//! `start_unix_ns=N step_ns=N depth=D paths=N slept_ns=N` (paths: the steps it went
+//! through; slept_ns: the time in sleeps, by the thread's own clock).
 
 use std::{
+    cell::Cell,
     hint::black_box,
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
@@ -15,6 +19,8 @@ struct Walk {
     step: Duration,
     depth: u32,
     end: Instant,
+    sleep: Option<Duration>,
+    slept: Cell<Duration>,
 }
 
 impl Walk {
@@ -37,6 +43,14 @@ impl Walk {
     #[inline(never)]
     fn bottom(&self, path: u64) -> u64 {
         let mut state = path | 1;
+        if let Some(sleep) = self.sleep {
+            while self.path_now() == path && Instant::now() < self.end {
+                let before = Instant::now();
+                std::thread::sleep(sleep);
+                self.slept.set(self.slept.get() + before.elapsed());
+            }
+            return state;
+        }
         while self.path_now() == path && Instant::now() < self.end {
             for _ in 0..1000 {
                 state ^= state << 13;
@@ -61,7 +75,8 @@ fn right(walk: &Walk, level: u32, path: u64) -> u64 {
 }
 
 fn main() {
-    let args = lockpath_tests::Args::parse(&["--seconds", "--step-ms", "--depth"], &[]);
+    let args =
+        lockpath_tests::Args::parse(&["--seconds", "--step-ms", "--depth", "--sleep-us"], &[]);
     let seconds: f64 = args.get("--seconds", 5.0);
     let step = Duration::from_secs_f64(args.get("--step-ms", 10.0) / 1000.0);
     let depth: u32 = args.get("--depth", 16);
@@ -75,6 +90,8 @@ fn main() {
         step,
         depth,
         end: start + Duration::from_secs_f64(seconds),
+        sleep: args.opt::<u64>("--sleep-us").map(Duration::from_micros),
+        slept: Cell::new(Duration::ZERO),
     };
     let mut paths = 0u64;
     let mut sum = 0u64;
@@ -84,7 +101,8 @@ fn main() {
     }
     black_box(sum);
     println!(
-        "start_unix_ns={start_unix_ns} step_ns={} depth={depth} paths={paths}",
-        step.as_nanos()
+        "start_unix_ns={start_unix_ns} step_ns={} depth={depth} paths={paths} slept_ns={}",
+        step.as_nanos(),
+        walk.slept.get().as_nanos()
     );
 }
