@@ -346,7 +346,7 @@ pub fn add_to_row_or_overflow<K, V: Aggregate<S>, S>(
     remember: bool,
 ) {
     if !add_to_row(maps.0, key, sample, loss_slots.0, remember) {
-        add_to_row(maps.1, &overflow(key), sample, loss_slots.1, false);
+        add_to_row(maps.1, &overflow(key), sample, loss_slots.1, remember);
     }
 }
 

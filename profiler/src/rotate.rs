@@ -1,9 +1,10 @@
 //! The kernel side of a period of an always-on recording (`record --rotate`): the
-//! aggregation maps (`MapSize::Stats` and `MapSize::Overflow` of every recorded family) are emptied into
-//! user-space copies of themselves, entry by entry with BPF_MAP_LOOKUP_AND_DELETE_ELEM,
-//! while the programs keep running into the emptied maps. The family drains then read
-//! the copies (swapped into the `MapSet` under the kernel maps' names, so no drain
-//! changes), and the copies are emptied for the next period. The maps never fill, and
+//! aggregation maps (`MapSize::Stats` and `MapSize::Overflow` of every recorded family)
+//! are emptied into user-space copies of themselves, entry by entry with
+//! BPF_MAP_LOOKUP_AND_DELETE_ELEM, while the programs keep running into the emptied
+//! maps. The family drains then read the copies (swapped into the `MapSet` under the
+//! kernel maps' names, so no drain changes), and the copies are emptied for the next
+//! period. The maps never fill, and
 //! an event is counted in exactly one period: an entry is read and removed in one step
 //! (kernels before 5.14 lack that step for hash maps: there a lookup then a delete,
 //! which can drop the events of that key that land between the two calls).
