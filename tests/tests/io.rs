@@ -173,16 +173,6 @@ fn drop_caches() {
     std::fs::write("/proc/sys/vm/drop_caches", "3").expect("drop caches");
 }
 
-/// perf stat's CSV count of `event`.
-fn perf_count(path: &Path, event: &str) -> u64 {
-    let text = std::fs::read_to_string(path).expect("perf output");
-    text.lines()
-        .find(|line| line.contains(event))
-        .and_then(|line| line.split(',').next())
-        .and_then(|count| count.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no count of {event} in perf output:\n{text}"))
-}
-
 fn frames_of(profile: &serde_json::Value, row: &serde_json::Value) -> Vec<String> {
     row["stack"]
         .as_u64()

@@ -5,16 +5,6 @@ mod common;
 
 use common::*;
 
-/// perf stat's CSV count of `event` from its output file.
-fn perf_count(path: &std::path::Path, event: &str) -> u64 {
-    let text = std::fs::read_to_string(path).expect("perf output");
-    text.lines()
-        .find(|line| line.contains(event))
-        .and_then(|line| line.split(',').next())
-        .and_then(|count| count.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no count of {event} in perf output:\n{text}"))
-}
-
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn lock_contention_matches_perf_and_renders() {

@@ -124,13 +124,7 @@ fn tiny_maps_report_their_losses() {
         .and_then(|v| v.as_u64())
         .unwrap_or(0);
     let ours = count(&rows) + count(&overflow) + nested;
-    let text = std::fs::read_to_string(&perf_path).expect("perf output");
-    let theirs: u64 = text
-        .lines()
-        .find(|line| line.contains("lock:contention_begin"))
-        .and_then(|line| line.split(',').next())
-        .and_then(|count| count.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no count in perf output:\n{text}"));
+    let theirs = perf_count(&perf_path, "lock:contention_begin");
     eprintln!(
         "{} in the rows, {} in {} overflow rows, {nested} nested; perf {theirs}",
         count(&rows),

@@ -717,3 +717,13 @@ pub fn report(text: &str, first: &str) -> std::collections::HashMap<String, u64>
         .map(|(key, value)| (key.to_string(), value.parse().expect("number")))
         .collect()
 }
+
+/// perf stat's CSV count of `event` (`perf stat -x , -o PATH`).
+pub fn perf_count(path: &Path, event: &str) -> u64 {
+    let text = std::fs::read_to_string(path).expect("perf output");
+    text.lines()
+        .find(|line| line.contains(event))
+        .and_then(|line| line.split(',').next())
+        .and_then(|count| count.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no count of {event} in perf output:\n{text}"))
+}

@@ -225,9 +225,10 @@ impl StackResolver {
     fn addresses(&mut self, stack_id: i32) -> Option<Vec<u64>> {
         let tag = stack_tag(stack_id);
         let generation = self.generations.generation;
-        let live = [generation, generation.wrapping_sub(1)]
+        let live = [Some(generation), generation.checked_sub(1)]
             .into_iter()
-            .find(|&live| live % STACK_TAGS == tag && live <= generation);
+            .flatten()
+            .find(|live| live % STACK_TAGS == tag);
         match live {
             Some(live) => self.stack_maps[(live & 1) as usize]
                 .get(&stack_index(stack_id), 0)
