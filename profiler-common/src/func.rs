@@ -35,12 +35,26 @@ pub struct FuncKey {
     pub _pad: u32,
 }
 
+impl FuncKey {
+    /// The row of `FUNC_OVERFLOW` that takes this call when `FUNC_STATS` is full: its
+    /// function and process, without stack.
+    pub const fn overflow(&self) -> FuncKey {
+        FuncKey {
+            slot: self.slot,
+            tgid: self.tgid,
+            stack_id: -1,
+            _pad: 0,
+        }
+    }
+}
+
 /// Entries of the calls in progress (`FUNC_CALLS`).
 pub const FUNC_CALLS_ENTRIES: u32 = 65536;
 
 pub mod names {
     crate::define_names! {
         FUNC_STATS,
+        FUNC_OVERFLOW,
         FUNC_CALLS,
         /// Program name prefixes; the slot number follows (`func_fentry_0`).
         FUNC_FENTRY_ = func_fentry_,

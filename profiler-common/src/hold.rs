@@ -75,6 +75,19 @@ pub struct HoldKey {
     pub _pad: u32,
 }
 
+impl HoldKey {
+    /// The row of `HOLD_OVERFLOW` that takes this hold when `HOLD_STATS` is full: its
+    /// process and mode, without stack.
+    pub const fn overflow(&self) -> HoldKey {
+        HoldKey {
+            tgid: self.tgid,
+            kstack_id: -1,
+            flags: self.flags,
+            _pad: 0,
+        }
+    }
+}
+
 /// Entries of the holds in progress (`HOLD_OPEN`) and of the kprobe acquisitions in
 /// progress (`HOLD_PENDING`), by thread.
 pub const HOLD_OPEN_ENTRIES: u32 = 16384;
@@ -83,6 +96,7 @@ pub const HOLD_PENDING_ENTRIES: u32 = 16384;
 pub mod names {
     crate::define_names! {
         HOLD_STATS,
+        HOLD_OVERFLOW,
         HOLD_OPEN,
         HOLD_PENDING,
         HOLD_CONFIG,

@@ -35,6 +35,20 @@ pub struct IoKey {
     pub ino: u64,
 }
 
+impl IoKey {
+    /// The row of `IO_OVERFLOW` that takes this request when `IO_STATS` is full: its
+    /// device, op and process, without file.
+    pub const fn overflow(&self) -> IoKey {
+        IoKey {
+            dev: self.dev,
+            op: self.op,
+            tgid: self.tgid,
+            file_dev: 0,
+            ino: 0,
+        }
+    }
+}
+
 /// Aggregated requests of one key.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -237,6 +251,20 @@ pub struct CallKey {
     pub ino: u64,
 }
 
+impl CallKey {
+    /// The row of `IO_CALLS_OVERFLOW` that takes this call when `IO_CALLS` is full: its
+    /// process and call, without file.
+    pub const fn overflow(&self) -> CallKey {
+        CallKey {
+            tgid: self.tgid,
+            call: self.call,
+            file_dev: 0,
+            _pad: 0,
+            ino: 0,
+        }
+    }
+}
+
 /// A timed call in progress, by thread id.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -367,12 +395,14 @@ pub const IO_INFLIGHT_ENTRIES: u32 = 16384;
 pub mod names {
     crate::define_names! {
         IO_STATS,
+        IO_OVERFLOW,
         IO_INFLIGHT,
         IO_LAYOUT,
         IO_FILES,
         IO_DIRTIED,
         IO_DIRTY = io_dirty,
         IO_CALLS,
+        IO_CALLS_OVERFLOW,
         IO_CALL_START,
         IO_CALL_READ = io_call_read,
         IO_CALL_WRITE = io_call_write,

@@ -263,6 +263,20 @@ pub struct ContendedHoldKey {
     pub flags: u32,
 }
 
+impl ContendedHoldKey {
+    /// The row of `LOCK_HOLDS_OVERFLOW` that takes this hold when `LOCK_HOLDS` is full:
+    /// its process and mode, without lock, thread or stack (as `LockKey::overflow`).
+    pub const fn overflow(&self) -> ContendedHoldKey {
+        ContendedHoldKey {
+            lock_addr: 0,
+            tid: 0,
+            tgid: self.tgid,
+            kstack_id: -1,
+            flags: self.flags,
+        }
+    }
+}
+
 /// Whether a waiter in mode `waiter_flags` waited because of a holder in mode
 /// `holder_flags`: readers of an rwsem or rwlock share the lock, so a reader that
 /// follows a reader did not wait for it (the first reader of a group stands for it).
@@ -451,6 +465,7 @@ pub mod names {
         LOCK_FILTER,
         LOCK_TEXT,
         LOCK_HOLDS,
+        LOCK_HOLDS_OVERFLOW,
         LOCK_LAST_ACQUIRER,
         LOCK_STACK_CACHE,
         LOCK_SITE_CACHE,

@@ -57,12 +57,19 @@ pub const LOCK_STACK_FINGERPRINT_SHORT: u32 = 34;
 pub const LOCK_OVERFLOW_FULL: u32 = 39;
 pub const CPU_OVERFLOW_FULL: u32 = 43;
 pub const OFFCPU_OVERFLOW_FULL: u32 = 44;
+pub const IO_OVERFLOW_FULL: u32 = 45;
+pub const IO_CALLS_OVERFLOW_FULL: u32 = 46;
+pub const RPC_OVERFLOW_FULL: u32 = 47;
+pub const FUNC_OVERFLOW_FULL: u32 = 48;
+pub const HOLD_OVERFLOW_FULL: u32 = 49;
+pub const WAKER_OVERFLOW_FULL: u32 = 50;
+pub const LOCK_HOLD_OVERFLOW_FULL: u32 = 51;
 
 /// Number of slots in `LOSSES` (room for the other probe families).
-pub const LOSS_SLOTS: u32 = 48;
+pub const LOSS_SLOTS: u32 = 56;
 
 /// Names for the report, by index. `None` slots are unused.
-pub const LOSS_NAMES: [(u32, &str, &str); 45] = [
+pub const LOSS_NAMES: [(u32, &str, &str); 52] = [
     (
         STACK_COLLISION,
         "stack_collision",
@@ -138,7 +145,13 @@ pub const LOSS_NAMES: [(u32, &str, &str); 45] = [
     (
         IO_MAP_FULL,
         "io_map_full",
-        "block-IO aggregation map full: a request dropped",
+        "block-IO aggregation map full: request counted in its (device, op, process) row without \
+         file (raise --map-entries for its own row)",
+    ),
+    (
+        IO_OVERFLOW_FULL,
+        "io_overflow_full",
+        "block-IO aggregation map and its overflow map full: a request dropped",
     ),
     (
         IO_INFLIGHT_MAP_FULL,
@@ -184,7 +197,13 @@ pub const LOSS_NAMES: [(u32, &str, &str); 45] = [
     (
         RPC_MAP_FULL,
         "rpc_map_full",
-        "request aggregation map full: completed request dropped",
+        "request aggregation map full: request counted in its (provider, op, process) row \
+         without stacks (raise --map-entries for its own row)",
+    ),
+    (
+        RPC_OVERFLOW_FULL,
+        "rpc_overflow_full",
+        "request aggregation map and its overflow map full: completed request dropped",
     ),
     (
         RPC_KEY_REUSED,
@@ -199,7 +218,13 @@ pub const LOSS_NAMES: [(u32, &str, &str); 45] = [
     (
         FUNC_MAP_FULL,
         "func_map_full",
-        "function aggregation map full: call dropped",
+        "function aggregation map full: call counted in its (function, process) row without \
+         stack (raise --map-entries for its own row)",
+    ),
+    (
+        FUNC_OVERFLOW_FULL,
+        "func_overflow_full",
+        "function aggregation map and its overflow map full: call dropped",
     ),
     (
         FUNC_NEGATIVE_DELTA,
@@ -215,7 +240,13 @@ pub const LOSS_NAMES: [(u32, &str, &str); 45] = [
     (
         HOLD_MAP_FULL,
         "hold_map_full",
-        "hold aggregation map full: hold dropped",
+        "hold aggregation map full: hold counted in its (process, mode) row without stack \
+         (raise --map-entries for its own row)",
+    ),
+    (
+        HOLD_OVERFLOW_FULL,
+        "hold_overflow_full",
+        "hold aggregation map and its overflow map full: hold dropped",
     ),
     (
         HOLD_OPEN_FULL,
@@ -243,7 +274,13 @@ pub const LOSS_NAMES: [(u32, &str, &str); 45] = [
     (
         LOCK_HOLD_MAP_FULL,
         "lock_hold_map_full",
-        "map of holds under contention full: a hold dropped",
+        "map of holds under contention full: hold counted in its (process, mode) row without \
+         lock or stack (raise --map-entries for its own row)",
+    ),
+    (
+        LOCK_HOLD_OVERFLOW_FULL,
+        "lock_hold_overflow_full",
+        "map of holds under contention and its overflow map full: a hold dropped",
     ),
     (
         LOCK_STACK_CACHE_FAILED,
@@ -276,7 +313,13 @@ pub const LOSS_NAMES: [(u32, &str, &str); 45] = [
     (
         IO_CALLS_MAP_FULL,
         "io_calls_map_full",
-        "map of timed file calls full: a call of a new (process, call, file) dropped",
+        "map of timed file calls full: call counted in its (process, call) row without file \
+         (raise --map-entries for its own row)",
+    ),
+    (
+        IO_CALLS_OVERFLOW_FULL,
+        "io_calls_overflow_full",
+        "map of timed file calls and its overflow map full: a call dropped",
     ),
     (
         IO_CALL_START_FULL,
@@ -286,7 +329,14 @@ pub const LOSS_NAMES: [(u32, &str, &str); 45] = [
     (
         WAKER_MAP_FULL,
         "waker_map_full",
-        "waker aggregation map full: a wait's waker dropped (the wait itself is kept)",
+        "waker aggregation map full: wait counted in its (waiter, waker thread) row without \
+         stacks (raise --map-entries for its own row)",
+    ),
+    (
+        WAKER_OVERFLOW_FULL,
+        "waker_overflow_full",
+        "waker aggregation map and its overflow map full: a wait's waker dropped (the wait \
+         itself is kept)",
     ),
     (
         WAKER_PENDING_FULL,

@@ -45,6 +45,21 @@ pub struct RpcKey {
     pub _pad: u32,
 }
 
+impl RpcKey {
+    /// The row of `RPC_OVERFLOW` that takes this request when `RPC_STATS` is full: its
+    /// provider, op and process, without stacks.
+    pub const fn overflow(&self) -> RpcKey {
+        RpcKey {
+            provider: self.provider,
+            op: self.op,
+            tgid: self.tgid,
+            start_kstack: -1,
+            end_kstack: -1,
+            _pad: 0,
+        }
+    }
+}
+
 /// The process a FUSE request is credited to.
 ///
 /// `header_pid` is `req->in.h.pid`: the thread that made the request, numbered in the
@@ -76,6 +91,7 @@ pub const RPC_INFLIGHT_ENTRIES: u32 = 65536;
 pub mod names {
     crate::define_names! {
         RPC_STATS,
+        RPC_OVERFLOW,
         RPC_INFLIGHT,
         FUSE_REQ_OPCODE,
         FUSE_REQ_PID,

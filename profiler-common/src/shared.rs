@@ -31,8 +31,8 @@ pub const fn stack_tag(id: i32) -> u32 {
 pub const fn stack_index(id: i32) -> u32 {
     id as u32 & (STACKS_MAX_ENTRIES - 1)
 }
-/// Entries of a family's overflow map (`LOCK_OVERFLOW`, `CPU_OVERFLOW`, `OFFCPU_OVERFLOW`):
-/// the rows, without stacks, of what its full aggregation map had no room for.
+/// Entries of a family's overflow map (`LOCK_OVERFLOW`, `CPU_OVERFLOW`, `IO_OVERFLOW`, ...):
+/// the rows, without stacks or files, of what its full aggregation map had no room for.
 pub const OVERFLOW_ENTRIES: u32 = 4096;
 /// Threads whose names are kept (`TASKS`).
 pub const TASKS_ENTRIES: u32 = 16384;

@@ -28,6 +28,23 @@ pub struct WakerKey {
     pub waker: WakeInfo,
 }
 
+impl WakerKey {
+    /// The row of `WAKER_OVERFLOW` that takes this wait when `WAKER_STATS` is full: the
+    /// waiter's off-CPU row (wakers belong to it) and the waker's thread, without the
+    /// waker's stacks.
+    pub const fn overflow(&self) -> WakerKey {
+        WakerKey {
+            waiter: self.waiter,
+            waker: WakeInfo {
+                tgid: self.waker.tgid,
+                tid: self.waker.tid,
+                kstack_id: -1,
+                ustack_id: -1,
+            },
+        }
+    }
+}
+
 /// The last closed off-CPU wait of a thread (`LAST_WAIT`), for wait chains: when it
 /// wakes another thread, was it itself waiting during that thread's wait, and who
 /// woke it?
@@ -110,6 +127,7 @@ pub const WAKER_PENDING_ENTRIES: u32 = crate::offcpu::OFFCPU_START_ENTRIES;
 pub mod names {
     crate::define_names! {
         WAKER_STATS,
+        WAKER_OVERFLOW,
         WAKER_PENDING,
         /// 1 when `--wakers` is recorded: the off-CPU program then closes waits with
         /// their waker.

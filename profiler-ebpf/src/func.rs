@@ -12,20 +12,24 @@ use aya_ebpf::{
 use profiler_common::{
     func::{FuncCall, FuncEntry, FuncKey},
     latency::LatencyStat,
-    loss::{FUNC_ENTRY_FULL, FUNC_MAP_FULL, FUNC_NEGATIVE_DELTA},
+    loss::{FUNC_ENTRY_FULL, FUNC_MAP_FULL, FUNC_NEGATIVE_DELTA, FUNC_OVERFLOW_FULL},
 };
 
 use crate::{
     latency::add_latency,
     shared::{
         STACK_FLAGS_KERNEL, STACK_FLAGS_USER, close_nested, count_loss, note_user_process, now_ns,
-        stack_id, stack_id_or_loss, stats_map,
+        overflow_map, stack_id, stack_id_or_loss, stats_map,
     },
     target::is_target,
 };
 
 #[map]
 pub static FUNC_STATS: HashMap<FuncKey, LatencyStat> = stats_map();
+
+/// Calls `FUNC_STATS` had no room for, per function and process, without stack.
+#[map]
+pub static FUNC_OVERFLOW: HashMap<FuncKey, LatencyStat> = overflow_map();
 
 #[map]
 static FUNC_CALLS: HashMap<FuncCall, FuncEntry> =
@@ -86,5 +90,11 @@ pub fn on_return(slot: u32) {
         stack_id: entry.stack_id,
         _pad: 0,
     };
-    add_latency(&FUNC_STATS, &key, now - entry.start_ns, FUNC_MAP_FULL);
+    add_latency(
+        (&FUNC_STATS, &FUNC_OVERFLOW),
+        &key,
+        FuncKey::overflow,
+        now - entry.start_ns,
+        (FUNC_MAP_FULL, FUNC_OVERFLOW_FULL),
+    );
 }

@@ -14,14 +14,14 @@ use aya_ebpf::{
 use profiler_common::{
     hold::{HOLD_RET_ONE, HOLD_RET_ZERO, HoldConfig, HoldKey, HoldOpen, HoldPending, HoldSlot},
     latency::LatencyStat,
-    loss::{HOLD_MAP_FULL, HOLD_NEGATIVE_DELTA, HOLD_OPEN_FULL},
+    loss::{HOLD_MAP_FULL, HOLD_NEGATIVE_DELTA, HOLD_OPEN_FULL, HOLD_OVERFLOW_FULL},
 };
 
 use crate::{
     latency::add_latency,
     shared::{
-        STACK_FLAGS_KERNEL, close_nested, count_loss, load_u64, now_ns, stack_id, stack_id_or_loss,
-        stats_map,
+        STACK_FLAGS_KERNEL, close_nested, count_loss, load_u64, now_ns, overflow_map, stack_id,
+        stack_id_or_loss, stats_map,
     },
 };
 
@@ -32,6 +32,10 @@ static HOLD_CONFIG: HoldConfig = HoldConfig::DISABLED;
 /// The aggregate read by user space: per holder process, acquisition stack and mode.
 #[map]
 pub static HOLD_STATS: HashMap<HoldKey, LatencyStat> = stats_map();
+
+/// Holds `HOLD_STATS` had no room for, per process and mode, without stack.
+#[map]
+pub static HOLD_OVERFLOW: HashMap<HoldKey, LatencyStat> = overflow_map();
 
 /// Holds in progress, by thread id.
 #[map]
@@ -147,5 +151,11 @@ pub fn on_release() {
         flags: open.flags,
         _pad: 0,
     };
-    add_latency(&HOLD_STATS, &key, now - open.start_ns, HOLD_MAP_FULL);
+    add_latency(
+        (&HOLD_STATS, &HOLD_OVERFLOW),
+        &key,
+        HoldKey::overflow,
+        now - open.start_ns,
+        (HOLD_MAP_FULL, HOLD_OVERFLOW_FULL),
+    );
 }

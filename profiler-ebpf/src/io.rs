@@ -43,13 +43,17 @@ use profiler_common::{
     },
     latency::log2_slot_of,
     loss::{
-        IO_CALL_START_FULL, IO_CALLS_MAP_FULL, IO_DIRTIED_MAP_FULL, IO_FILES_MAP_FULL,
-        IO_INFLIGHT_MAP_FULL, IO_MAP_FULL, IO_STALE_REPLACED, IO_UNMATCHED_COMPLETE,
+        IO_CALL_START_FULL, IO_CALLS_MAP_FULL, IO_CALLS_OVERFLOW_FULL, IO_DIRTIED_MAP_FULL,
+        IO_FILES_MAP_FULL, IO_INFLIGHT_MAP_FULL, IO_MAP_FULL, IO_OVERFLOW_FULL, IO_STALE_REPLACED,
+        IO_UNMATCHED_COMPLETE,
     },
 };
 
 use crate::{
-    shared::{count_loss, now_ns, remember_current_task, remember_leader, stats_map, update_row},
+    shared::{
+        count_loss, now_ns, overflow_map, remember_current_task, remember_leader, stats_map,
+        update_row, update_row_or_overflow,
+    },
     target::{filter_is_all, is_target},
 };
 
@@ -61,6 +65,10 @@ static IO_LAYOUT: IoLayout = IoLayout::MAINLINE;
 /// The aggregate read by user space. Size set at load time (`--map-entries`).
 #[map]
 pub static IO_STATS: HashMap<IoKey, IoStat> = stats_map();
+
+/// Requests `IO_STATS` had no room for, per device, op and process, without file.
+#[map]
+pub static IO_OVERFLOW: HashMap<IoKey, IoStat> = overflow_map();
 
 /// Requests inserted or issued and not yet completed, by `struct request` address.
 #[map]
@@ -80,6 +88,10 @@ pub static IO_DIRTIED: HashMap<DirtyKey, DirtyStat> = stats_map();
 /// Timed file calls (`--file-calls`) by (process, call, file). Size set at load time.
 #[map]
 pub static IO_CALLS: HashMap<CallKey, IoStat> = stats_map();
+
+/// Calls `IO_CALLS` had no room for, per process and call, without file.
+#[map]
+pub static IO_CALLS_OVERFLOW: HashMap<CallKey, IoStat> = overflow_map();
 
 /// File calls in progress, by thread id.
 #[map]
@@ -518,26 +530,30 @@ pub fn on_rq_complete(rq: u64, nr_bytes: u32) {
         None
     };
     add_request(
-        &IO_STATS,
+        (&IO_STATS, &IO_OVERFLOW),
         &key,
-        IO_MAP_FULL,
+        IoKey::overflow,
+        (IO_MAP_FULL, IO_OVERFLOW_FULL),
         open.bytes as u64,
         now - open.issue_ns,
         queue_ns,
     );
 }
 
-/// Adds one request (or timed call) of `bytes` and `latency_ns` to its row of `map`.
+/// Adds one request (or timed call) of `bytes` and `latency_ns` to its row of the
+/// family's map, or of its overflow map under `overflow(key)` when the map is full.
 #[inline(always)]
 fn add_request<K>(
-    map: &HashMap<K, IoStat>,
+    maps: (&HashMap<K, IoStat>, &HashMap<K, IoStat>),
     key: &K,
-    loss_slot: u32,
+    overflow: impl FnOnce(&K) -> K,
+    loss_slots: (u32, u32),
     bytes: u64,
     latency_ns: u64,
     queue_ns: Option<u64>,
 ) {
-    update_row(map, key, &IoStat::default(), loss_slot, false, |stat| {
+    let empty = IoStat::default();
+    update_row_or_overflow(maps, key, overflow, &empty, loss_slots, false, |stat| {
         // Through the stack, volatile: the compiler then cannot prove slot < IO_HIST_SLOTS
         // and drop the bounds check below, which the verifier needs to see (6.1's verifier
         // lost the bound of the masked index: "math between map_value pointer and register
@@ -627,9 +643,10 @@ pub fn on_call_exit(ret: i64) {
         ino,
     };
     add_request(
-        &IO_CALLS,
+        (&IO_CALLS, &IO_CALLS_OVERFLOW),
         &key,
-        IO_CALLS_MAP_FULL,
+        CallKey::overflow,
+        (IO_CALLS_MAP_FULL, IO_CALLS_OVERFLOW_FULL),
         bytes,
         now - start.start_ns,
         None,

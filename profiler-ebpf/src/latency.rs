@@ -5,17 +5,24 @@ use core::intrinsics::{AtomicOrdering, atomic_xadd};
 use aya_ebpf::maps::HashMap;
 use profiler_common::latency::{LatencyStat, log2_slot};
 
-use crate::shared::update_row;
+use crate::shared::update_row_or_overflow;
 
 /// The value new keys start from; a global, so it is not copied onto the small BPF stack.
 static EMPTY_STAT: LatencyStat = LatencyStat::EMPTY;
 
-/// Adds `latency_ns` under `key`, creating the row when needed; a full map is counted
-/// in `loss_slot`.
+/// Adds `latency_ns` under `key`, creating the row when needed; when the family's
+/// aggregation map is full, under `overflow(key)` in its overflow map (see
+/// `add_to_row_or_overflow`). Full maps are counted in `loss_slots`.
 #[inline(always)]
-pub fn add_latency<K>(map: &HashMap<K, LatencyStat>, key: &K, latency_ns: u64, loss_slot: u32) {
+pub fn add_latency<K>(
+    maps: (&HashMap<K, LatencyStat>, &HashMap<K, LatencyStat>),
+    key: &K,
+    overflow: impl FnOnce(&K) -> K,
+    latency_ns: u64,
+    loss_slots: (u32, u32),
+) {
     // By reference: a copy of the 352-byte value would not fit the BPF stack.
-    update_row(map, key, &EMPTY_STAT, loss_slot, true, |stat| {
+    update_row_or_overflow(maps, key, overflow, &EMPTY_STAT, loss_slots, true, |stat| {
         let slot = log2_slot(latency_ns);
         // SAFETY: `stat` points into a map value valid for this program run; count, total
         // and the bucket are added atomically (several CPUs may share a key), max and min

@@ -50,9 +50,10 @@ use profiler_common::{
     },
     lockname::StackCacheValue,
     loss::{
-        LOCK_HOLD_MAP_FULL, LOCK_INTERRUPT_WAIT_LOST, LOCK_KPROBE_RETURN_LOST, LOCK_MAP_FULL,
-        LOCK_NEGATIVE_DELTA, LOCK_NESTED, LOCK_OVERFLOW_FULL, LOCK_STACK_CACHE_FAILED,
-        LOCK_STACK_FINGERPRINT_SHORT, LOCK_STALE_WAIT, LOCK_UNMATCHED_END, LOCK_WAIT_MAP_FULL,
+        LOCK_HOLD_MAP_FULL, LOCK_HOLD_OVERFLOW_FULL, LOCK_INTERRUPT_WAIT_LOST,
+        LOCK_KPROBE_RETURN_LOST, LOCK_MAP_FULL, LOCK_NEGATIVE_DELTA, LOCK_NESTED,
+        LOCK_OVERFLOW_FULL, LOCK_STACK_CACHE_FAILED, LOCK_STACK_FINGERPRINT_SHORT, LOCK_STALE_WAIT,
+        LOCK_UNMATCHED_END, LOCK_WAIT_MAP_FULL,
     },
 };
 
@@ -133,6 +134,10 @@ static LOCK_LAST_ACQUIRER: Array<LockAcquirer> =
 /// Holds under contention, per lock and holder. Size set at load time (`--map-entries`).
 #[map]
 pub static LOCK_HOLDS: HashMap<ContendedHoldKey, LatencyStat> = stats_map();
+
+/// Holds `LOCK_HOLDS` had no room for, per process and mode.
+#[map]
+pub static LOCK_HOLDS_OVERFLOW: HashMap<ContendedHoldKey, LatencyStat> = overflow_map();
 
 /// Threads whose sleeping wait was not recorded (LOCK_SLEEP_WAIT full, counted then):
 /// their end is not counted a second time as unmatched. A slot per `tid % entries`
@@ -1339,10 +1344,11 @@ fn note_acquisition(wait: &LockWait, end_ns: u64, pid_tgid: u64) {
             flags: previous.flags,
         };
         add_latency(
-            &LOCK_HOLDS,
+            (&LOCK_HOLDS, &LOCK_HOLDS_OVERFLOW),
             &key,
+            ContendedHoldKey::overflow,
             end_ns - previous.acquired_ns,
-            LOCK_HOLD_MAP_FULL,
+            (LOCK_HOLD_MAP_FULL, LOCK_HOLD_OVERFLOW_FULL),
         );
     }
     if waited_for_previous || wait.start_ns > previous.acquired_ns {

@@ -143,7 +143,7 @@ fn switch_in<const WAKERS: bool>(next_pid: u32, now: u64) {
         state: start.state,
         holder_tgid: start.holder_tgid,
     };
-    add_to_row_or_overflow(
+    let in_stats = add_to_row_or_overflow(
         (&OFFCPU_STATS, &OFFCPU_OVERFLOW),
         &key,
         OffcpuKey::overflow,
@@ -152,6 +152,9 @@ fn switch_in<const WAKERS: bool>(next_pid: u32, now: u64) {
         false,
     );
     if WAKERS {
+        // The waker and chain rows name the wait's row: its overflow row when the wait
+        // went there.
+        let key = if in_stats { key } else { key.overflow() };
         if found {
             crate::wakers::add_waker_wait(&key, waker, wait_ns);
         }

@@ -16,21 +16,25 @@ use aya_ebpf::{
 };
 use profiler_common::{
     latency::LatencyStat,
-    loss::{RPC_INFLIGHT_FULL, RPC_KEY_REUSED, RPC_MAP_FULL},
+    loss::{RPC_INFLIGHT_FULL, RPC_KEY_REUSED, RPC_MAP_FULL, RPC_OVERFLOW_FULL},
     rpc::{PROVIDER_FUSE, RpcId, RpcKey, RpcStart, fuse_requester},
 };
 
 use crate::{
     latency::add_latency,
     shared::{
-        STACK_FLAGS_KERNEL, TASKS, count_loss, load_u32, now_ns, remember_current_task, stack_id,
-        stack_id_or_loss, stats_map,
+        STACK_FLAGS_KERNEL, TASKS, count_loss, load_u32, now_ns, overflow_map,
+        remember_current_task, stack_id, stack_id_or_loss, stats_map,
     },
     target::{is_target, is_target_process},
 };
 
 #[map]
 pub static RPC_STATS: HashMap<RpcKey, LatencyStat> = stats_map();
+
+/// Requests `RPC_STATS` had no room for, per provider, op and process, without stacks.
+#[map]
+pub static RPC_OVERFLOW: HashMap<RpcKey, LatencyStat> = overflow_map();
 
 #[map]
 static RPC_INFLIGHT: HashMap<RpcId, RpcStart> =
@@ -125,7 +129,13 @@ fn end<C: StackIdContext>(ctx: &C, id: RpcId) {
         end_kstack: stack_id_or_loss(stack_id(ctx, STACK_FLAGS_KERNEL)),
         _pad: 0,
     };
-    add_latency(&RPC_STATS, &key, now - start.start_ns, RPC_MAP_FULL);
+    add_latency(
+        (&RPC_STATS, &RPC_OVERFLOW),
+        &key,
+        RpcKey::overflow,
+        now - start.start_ns,
+        (RPC_MAP_FULL, RPC_OVERFLOW_FULL),
+    );
 }
 
 /// Reads a 4- or 8-byte unsigned field of a classic tracepoint record.

@@ -336,6 +336,7 @@ pub fn add_to_row<K, V: Aggregate<S>, S>(
 /// overflow map under `overflow(key)` (the key without its stacks): a full map then
 /// loses detail, not events, and totals and shares stay right. Each full map is
 /// counted in its loss slot (`loss_slots`: the aggregation map's, the overflow map's).
+/// Returns whether the sample went to the aggregation map.
 #[inline(always)]
 pub fn add_to_row_or_overflow<K, V: Aggregate<S>, S>(
     maps: (&HashMap<K, V>, &HashMap<K, V>),
@@ -344,10 +345,12 @@ pub fn add_to_row_or_overflow<K, V: Aggregate<S>, S>(
     sample: &S,
     loss_slots: (u32, u32),
     remember: bool,
-) {
-    if !add_to_row(maps.0, key, sample, loss_slots.0, remember) {
-        add_to_row(maps.1, &overflow(key), sample, loss_slots.1, remember);
+) -> bool {
+    if add_to_row(maps.0, key, sample, loss_slots.0, remember) {
+        return true;
     }
+    add_to_row(maps.1, &overflow(key), sample, loss_slots.1, remember);
+    false
 }
 
 /// A family's overflow map (see `add_to_row_or_overflow`); preallocated, as maps of
@@ -369,32 +372,64 @@ pub fn update_row<K, V>(
     remember: bool,
     add: impl FnOnce(*mut V),
 ) {
-    let row = match map.get_ptr_mut(key) {
+    if let Some(row) = row_of(map, key, empty, loss_slot, remember) {
+        add(row);
+    }
+}
+
+/// `update_row` into a family's aggregation map, and when that is full, into its
+/// overflow map under `overflow(key)`, as `add_to_row_or_overflow` does.
+#[inline(always)]
+pub fn update_row_or_overflow<K, V>(
+    maps: (&HashMap<K, V>, &HashMap<K, V>),
+    key: &K,
+    overflow: impl FnOnce(&K) -> K,
+    empty: &V,
+    loss_slots: (u32, u32),
+    remember: bool,
+    add: impl FnOnce(*mut V),
+) {
+    let row = match row_of(maps.0, key, empty, loss_slots.0, remember) {
         Some(row) => row,
-        None => {
-            match map.insert(key, empty, BPF_NOEXIST as u64) {
-                Ok(()) => {
-                    if remember {
-                        remember_current_task();
-                    }
-                }
-                // Another CPU inserted the same key in between: use its row.
-                Err(errno) if errno == -EEXIST => {}
-                Err(_) => {
-                    count_loss(loss_slot);
-                    return;
-                }
-            }
-            match map.get_ptr_mut(key) {
-                Some(row) => row,
-                None => {
-                    count_loss(loss_slot);
-                    return;
-                }
-            }
-        }
+        None => match row_of(maps.1, &overflow(key), empty, loss_slots.1, remember) {
+            Some(row) => row,
+            None => return,
+        },
     };
     add(row);
+}
+
+/// The row of `key`, inserted from `empty` when missing; None (counted in `loss_slot`)
+/// when the map is full.
+#[inline(always)]
+fn row_of<K, V>(
+    map: &HashMap<K, V>,
+    key: &K,
+    empty: &V,
+    loss_slot: u32,
+    remember: bool,
+) -> Option<*mut V> {
+    if let Some(row) = map.get_ptr_mut(key) {
+        return Some(row);
+    }
+    match map.insert(key, empty, BPF_NOEXIST as u64) {
+        Ok(()) => {
+            if remember {
+                remember_current_task();
+            }
+        }
+        // Another CPU inserted the same key in between: use its row.
+        Err(errno) if errno == -EEXIST => {}
+        Err(_) => {
+            count_loss(loss_slot);
+            return None;
+        }
+    }
+    let row = map.get_ptr_mut(key);
+    if row.is_none() {
+        count_loss(loss_slot);
+    }
+    row
 }
 
 /// An open entry that nests (recursive calls, recursive read acquisitions): only the

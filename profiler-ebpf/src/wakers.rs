@@ -14,7 +14,7 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 use profiler_common::{
-    loss::{CHAIN_MAP_FULL, WAKER_MAP_FULL, WAKER_PENDING_FULL},
+    loss::{CHAIN_MAP_FULL, WAKER_MAP_FULL, WAKER_OVERFLOW_FULL, WAKER_PENDING_FULL},
     offcpu::{OffcpuKey, OffcpuStat},
     wakers::{
         CHAIN_LINKS, ChainKey, ChainLink, ChainStat, LastWait, RECENT_WAITS, RecentWaits, WakeInfo,
@@ -25,9 +25,9 @@ use profiler_common::{
 use crate::{
     offcpu::OFFCPU_START,
     shared::{
-        Aggregate, STACK_FLAGS_KERNEL, STACK_FLAGS_USER, add_to_row, count_loss, load_u32,
-        note_user_process, remember_current_task, stack_id, stack_id_or_loss, stats_map,
-        user_stack_id_or_collision,
+        Aggregate, STACK_FLAGS_KERNEL, STACK_FLAGS_USER, add_to_row, add_to_row_or_overflow,
+        count_loss, load_u32, note_user_process, overflow_map, remember_current_task, stack_id,
+        stack_id_or_loss, stats_map, user_stack_id_or_collision,
     },
 };
 
@@ -41,6 +41,10 @@ static WAKING_PID_OFFSET: u32 = 24;
 /// The aggregate read by user space. Size set at load time (`--map-entries`).
 #[map]
 pub static WAKER_STATS: HashMap<WakerKey, OffcpuStat> = stats_map();
+
+/// Waits `WAKER_STATS` had no room for, per waiter and waker thread, without stacks.
+#[map]
+pub static WAKER_OVERFLOW: HashMap<WakerKey, OffcpuStat> = overflow_map();
 
 /// Wakers of threads woken but not yet back on a CPU, by woken thread id.
 #[map]
@@ -133,7 +137,14 @@ pub fn add_waker_wait(waiter: &OffcpuKey, waker: WakeInfo, wait_ns: u64) {
         waiter: *waiter,
         waker,
     };
-    add_to_row(&WAKER_STATS, &key, &wait_ns, WAKER_MAP_FULL, false);
+    add_to_row_or_overflow(
+        (&WAKER_STATS, &WAKER_OVERFLOW),
+        &key,
+        WakerKey::overflow,
+        &wait_ns,
+        (WAKER_MAP_FULL, WAKER_OVERFLOW_FULL),
+        false,
+    );
 }
 
 // The chain walk below is written out for these sizes.

@@ -120,6 +120,86 @@ fn ufunc_count_and_mean_match_the_workload() {
             && probe["method"].as_str().unwrap_or("").contains("uprobe")));
 }
 
+/// With `--map-entries 2`, four processes calling the traced function cannot each have
+/// their row: the calls the full map has no room for go to their (function, process)
+/// rows without stack, so every process keeps its count and mean, checked against the
+/// times each process measured itself.
+#[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
+fn a_full_call_map_keeps_every_call() {
+    if !can_load_programs("a_full_call_map_keeps_every_call") {
+        return;
+    }
+    let dir = scratch("ufunc-full");
+    let profile_path = dir.join("p.json");
+    let calls = workload("timed-calls");
+    let spec = format!("{}:lockpath_timed_work", calls.display());
+    const CALLS: u64 = 12;
+    const PROCESSES: usize = 4;
+    let results_of = |i: usize| dir.join(format!("results-{i}"));
+    let script = (0..PROCESSES)
+        .map(|i| {
+            format!(
+                "{} calls {} {CALLS} 10 &",
+                path_str(&calls),
+                path_str(&results_of(i))
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+        + " wait";
+    record(&[
+        "record",
+        "--ufunc",
+        &spec,
+        "--map-entries",
+        "2",
+        "-o",
+        path_str(&profile_path),
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    let profile = load_json(&profile_path);
+    let map_full = profile["losses"]["func_map_full"].as_u64().unwrap_or(0);
+    assert!(
+        map_full > 0,
+        "2 map entries cannot hold {PROCESSES} processes: {}",
+        profile["losses"]
+    );
+    for i in 0..PROCESSES {
+        let own = results(&results_of(i), "call_ns");
+        assert_eq!(own.len() as u64, CALLS);
+        let own_mean = own.iter().sum::<u64>() as f64 / own.len() as f64;
+        let pid = results(&results_of(i), "pid")[0];
+        let rows: Vec<&serde_json::Value> = profile["funcs"]
+            .as_array()
+            .expect("funcs")
+            .iter()
+            .filter(|row| row["pid"].as_u64() == Some(pid))
+            .collect();
+        let sum = |field: &str| -> u64 {
+            rows.iter()
+                .map(|row| row[field].as_u64().expect("a number"))
+                .sum()
+        };
+        let mean = sum("total_ns") as f64 / sum("count") as f64;
+        eprintln!(
+            "process {pid}: {} calls in {} rows, mean {:.3} ms, its own {:.3} ms",
+            sum("count"),
+            rows.len(),
+            mean / 1e6,
+            own_mean / 1e6
+        );
+        assert_eq!(sum("count"), CALLS, "every call of process {pid}");
+        assert!(
+            (mean - own_mean).abs() <= own_mean * 0.05,
+            "process {pid}: mean {mean} ns vs its own {own_mean} ns (5%)"
+        );
+    }
+}
+
 /// Where the kernel offers fentry or kprobes, `vfs_read` is timed (at least one call per
 /// read of the workload) and the profile says which method was used; where it offers
 /// neither (this development machine), one line says why and the run goes on.

@@ -1169,6 +1169,93 @@ fn writeback_is_charged_to_the_writer_and_its_file() {
     }
 }
 
+/// With `--map-entries 2`, 40 files written and synced one after another cannot each
+/// have their row: the requests the full map has no room for go to their (device, op,
+/// process) rows without file, so the device's totals stay whole. Checked against
+/// perf's count of the loop device's issued requests in the same run (its completions
+/// also count each flush's submitter side) and against the bytes the files hold.
+#[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
+fn a_full_io_map_keeps_every_request() {
+    let test = "a_full_io_map_keeps_every_request";
+    let _alone = alone();
+    let Some((fs, out)) = ext4_test(test, &["dd", "perf"], 256) else {
+        return;
+    };
+    let (major, minor) = fs.dev();
+    let dir = fs.mount.join("many");
+    std::fs::create_dir_all(&dir).expect("files dir");
+    let profile_path = out.join("io.json");
+    let perf_path = out.join("perf.txt");
+    let script = format!(
+        "for i in $(seq 40); do dd if=/dev/zero of={}/f$i bs=256k count=4 conv=fsync \
+         status=none || exit 1; done",
+        path_str(&dir)
+    );
+    let filter = format!("dev == {}", (major << 20) | minor);
+    let output = Command::new("perf")
+        .args(["stat", "-e", "block:block_rq_issue", "--filter", &filter])
+        .args(["-a", "-x", ",", "-o", path_str(&perf_path), "--"])
+        .arg(lockpath_bin())
+        .args(["record", "-a", "--io", "--map-entries", "2", "-o"])
+        .arg(&profile_path)
+        .args(["--", "sh", "-c", &script])
+        .output()
+        .expect("run perf stat -- lockpath record");
+    assert!(
+        output.status.success(),
+        "lockpath failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let written: u64 = std::fs::read_dir(&dir)
+        .expect("files")
+        .map(|entry| entry.expect("entry").metadata().expect("size").len())
+        .sum();
+    assert_eq!(written, 40 << 20, "the workload wrote its 40 files");
+    let profile = load_json(&profile_path);
+    let map_full = profile["losses"]["io_map_full"].as_u64().unwrap_or(0);
+    assert!(
+        map_full > 0,
+        "2 map entries cannot hold 40 files: {}",
+        profile["losses"]
+    );
+    let rows: Vec<&serde_json::Value> = profile["io"]
+        .as_array()
+        .expect("io rows")
+        .iter()
+        .filter(|row| {
+            row["major"].as_u64() == Some(major as u64)
+                && row["minor"].as_u64() == Some(minor as u64)
+        })
+        .collect();
+    let sum = |field: &str, op: Option<&str>| -> u64 {
+        rows.iter()
+            .filter(|row| op.is_none_or(|op| row["op"] == op))
+            .map(|row| row[field].as_u64().expect("a number"))
+            .sum()
+    };
+    let ours = sum("count", None);
+    let theirs = perf_count(&perf_path, "block:block_rq_issue");
+    let bytes = sum("bytes", Some("write"));
+    eprintln!(
+        "loop device: {ours} requests in {} rows, perf {theirs}; {bytes} bytes written for \
+         {written} in the files; {map_full} requests in overflow rows",
+        rows.len()
+    );
+    let error = ours.abs_diff(theirs) as f64 / theirs as f64;
+    assert!(
+        error < 0.03,
+        "lockpath {ours} vs perf {theirs}: {:.1}% apart",
+        error * 100.0
+    );
+    // The files' data, plus the journal and metadata that the syncs write.
+    let share = bytes as f64 / written as f64;
+    assert!(
+        (1.0..1.25).contains(&share),
+        "{bytes} bytes written to the device for {written} in the files"
+    );
+}
+
 /// fio with io_uring, two jobs writing a file each (96 and 48 MiB, buffered, fsync at
 /// the end): each file's bytes written at the block layer are within 5% of fio's own
 /// `io_bytes` for its job, and charged to one process, each job its own.

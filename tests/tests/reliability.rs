@@ -139,6 +139,23 @@ fn tiny_maps_report_their_losses() {
     );
     let error = ours.abs_diff(theirs) as f64 / theirs as f64;
     assert!(error < 0.05, "{ours} contentions, perf {theirs}");
+    // The holds under contention the full map had no room for are in overflow rows too.
+    let hold_map_full = losses
+        .get("lock_hold_map_full")
+        .and_then(|v| v.as_u64())
+        .unwrap_or(0);
+    let overflow_holds: u64 = profile["contended_holds"]
+        .as_array()
+        .expect("contended_holds")
+        .iter()
+        .filter(|row| row["lock_name"] == "[stats map full]")
+        .map(|row| row["latency"]["count"].as_u64().expect("count"))
+        .sum();
+    eprintln!("{overflow_holds} holds in overflow rows, {hold_map_full} lock_hold_map_full");
+    assert!(
+        hold_map_full > 0 && overflow_holds >= hold_map_full,
+        "each dropped hold is in an overflow row: {overflow_holds} < {hold_map_full}"
+    );
     // The end-of-run summary and the report both say what was dropped, with numbers.
     let summary = String::from_utf8_lossy(&output.stdout);
     let report = lockpath_ok(&["report", path_str(&profile_path)]);

@@ -12,61 +12,55 @@ fn within(measured: f64, expected: f64, fraction: f64) -> bool {
     (measured - expected).abs() <= expected * fraction
 }
 
-#[test]
-#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
-fn fuse_latency_per_opcode_matches_injected_delay() {
-    if !can_load_programs("fuse_latency_per_opcode_matches_injected_delay") {
-        return;
-    }
-    let dir = scratch("rpc-fuse-latency");
+const FILES: u64 = 6;
+const CREATE_MS: f64 = 100.0;
+// Long enough that scheduling noise (a few ms on a busy 2-core machine) stays well
+// inside 5%.
+const WRITE_MS: f64 = 80.0;
+
+/// A recording of `--rpc fuse --offcpu-all` (with `extra` arguments) around the FUSE
+/// fixture's latency run in `dir`: its output, the profile, the workload's own
+/// results, its pid.
+fn fuse_latency_run(
+    dir: &Path,
+    extra: &[&str],
+) -> (String, serde_json::Value, Vec<(String, u64)>, u64) {
     let profile_path = dir.join("p.json");
     let results_path = dir.join("results");
     let mountpoint = dir.join("mnt");
-    let svg_path = dir.join("rpc.svg");
-    const FILES: u64 = 6;
-    const CREATE_MS: f64 = 100.0;
-    // Long enough that scheduling noise (a few ms on a busy 2-core machine) stays
-    // well inside 5%.
-    const WRITE_MS: f64 = 80.0;
     let fuse = workload("fuse-workload");
     // Off-CPU too (all states: the caller waits for the reply interruptibly, in S), so
     // the same run checks that its waits are classed `rpc`.
-    let (stdout, _) = record_ok(&[
-        "record",
-        "--rpc",
-        "fuse",
-        "--offcpu-all",
+    let mut args = vec!["record", "--rpc", "fuse", "--offcpu-all"];
+    args.extend(extra);
+    args.extend([
         "-o",
-        profile_path.to_str().expect("path"),
+        path_str(&profile_path),
         "--",
-        fuse.to_str().expect("path"),
+        path_str(&fuse),
         "latency",
-        results_path.to_str().expect("path"),
-        mountpoint.to_str().expect("path"),
-        &FILES.to_string(),
-        &(CREATE_MS as u64).to_string(),
-        &(WRITE_MS as u64).to_string(),
     ]);
+    let (files, create_ms, write_ms) = (
+        FILES.to_string(),
+        (CREATE_MS as u64).to_string(),
+        (WRITE_MS as u64).to_string(),
+    );
+    args.extend([
+        path_str(&results_path),
+        path_str(&mountpoint),
+        &files,
+        &create_ms,
+        &write_ms,
+    ]);
+    let (stdout, _) = record_ok(&args);
     let measured = results(&results_path);
     let pid = result(&measured, "pid");
-    let profile = load_json(&profile_path);
-    assert!(
-        profile["probes"]
-            .as_array()
-            .expect("probes")
-            .iter()
-            .filter(|probe| probe["family"] == "rpc")
-            .any(|probe| {
-                let method = probe["method"].as_str().unwrap_or("");
-                // Raw tracepoints keyed by the request's address: `unique` is not read
-                // (it is still 0 at fuse_request_send on some kernels).
-                method.contains("fuse:fuse_request_send")
-                    && method.contains("raw_tracepoint")
-                    && method.contains("struct fuse_req pointer")
-            }),
-        "{}",
-        profile["probes"]
-    );
+    (stdout, load_json(&profile_path), measured, pid)
+}
+
+/// Each CREATE and WRITE of the workload has its request, and their mean latency lies
+/// between the injected delay and the caller's own measurement.
+fn check_op_latency(profile: &serde_json::Value, measured: &[(String, u64)], pid: u64) {
     let mut by_op: HashMap<String, (u64, u64)> = HashMap::new();
     for row in profile["rpcs"].as_array().expect("rpcs") {
         assert_eq!(row["provider"], "fuse");
@@ -109,6 +103,37 @@ fn fuse_latency_per_opcode_matches_injected_delay() {
             "{op}: mean {mean_ms:.3} ms is far from the injected {delay_ms} ms"
         );
     }
+}
+
+#[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
+fn fuse_latency_per_opcode_matches_injected_delay() {
+    if !can_load_programs("fuse_latency_per_opcode_matches_injected_delay") {
+        return;
+    }
+    let dir = scratch("rpc-fuse-latency");
+    let profile_path = dir.join("p.json");
+    let mountpoint = dir.join("mnt");
+    let svg_path = dir.join("rpc.svg");
+    let (stdout, profile, measured, pid) = fuse_latency_run(&dir, &[]);
+    assert!(
+        profile["probes"]
+            .as_array()
+            .expect("probes")
+            .iter()
+            .filter(|probe| probe["family"] == "rpc")
+            .any(|probe| {
+                let method = probe["method"].as_str().unwrap_or("");
+                // Raw tracepoints keyed by the request's address: `unique` is not read
+                // (it is still 0 at fuse_request_send on some kernels).
+                method.contains("fuse:fuse_request_send")
+                    && method.contains("raw_tracepoint")
+                    && method.contains("struct fuse_req pointer")
+            }),
+        "{}",
+        profile["probes"]
+    );
+    check_op_latency(&profile, &measured, pid);
     // The issuer's stack at the start, the server's reply path at the completion.
     let create = profile["rpcs"]
         .as_array()
@@ -199,6 +224,26 @@ fn fuse_latency_per_opcode_matches_injected_delay() {
     let svg = std::fs::read_to_string(&svg_path).expect("svg");
     assert!(svg.contains("fuse_dev_do_write") && svg.contains("fuse CREATE"));
     assert!(!mountpoint.exists(), "the fixture removed its mount point");
+}
+
+/// With `--map-entries 2`, the requests of the latency run's opcodes cannot each have
+/// their row: those the full map has no room for go to their (provider, op, process)
+/// rows without stacks, and every CREATE and WRITE keeps its latency.
+#[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
+fn fuse_latency_holds_with_a_full_map() {
+    if !can_load_programs("fuse_latency_holds_with_a_full_map") {
+        return;
+    }
+    let dir = scratch("rpc-fuse-full");
+    let (_, profile, measured, pid) = fuse_latency_run(&dir, &["--map-entries", "2"]);
+    let map_full = profile["losses"]["rpc_map_full"].as_u64().unwrap_or(0);
+    assert!(
+        map_full > 0,
+        "2 map entries cannot hold the run's opcodes: {}",
+        profile["losses"]
+    );
+    check_op_latency(&profile, &measured, pid);
 }
 
 /// Thread A creates a file while the server delays CREATE: the kernel holds the

@@ -261,6 +261,74 @@ fn ping_pong_sides_wake_each_other_through_pipe_write() {
     );
 }
 
+/// With `--map-entries 2`, three ping-pong pairs cannot each have their waker rows: the
+/// wakers the full map has no room for go to rows of the waker's thread without its
+/// stacks, still under the waiter's row. Each side's sleeps stay woken by another
+/// ping-pong thread (at least 90% of their time), as without the limit.
+#[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
+fn a_full_waker_map_keeps_every_waker() {
+    if !can_load_programs("a_full_waker_map_keeps_every_waker") {
+        return;
+    }
+    let dir = scratch("wakers-full");
+    let profile_path = dir.join("pp.json");
+    let ping_pong = workload("ping-pong");
+    let (stdout, _) = record_ok(&[
+        "record",
+        "--offcpu-all",
+        "--wakers",
+        "--map-entries",
+        "2",
+        "-o",
+        path_str(&profile_path),
+        "--",
+        path_str(&ping_pong),
+        "--seconds",
+        "2",
+        "--pairs",
+        "3",
+    ]);
+    let ops = field(&stdout, "ops=", "ops");
+    assert!(ops > 100, "the pairs bounced: {stdout}");
+    let profile = load_json(&profile_path);
+    let losses = &profile["losses"];
+    assert!(
+        losses["waker_map_full"].as_u64().unwrap_or(0) > 0,
+        "2 map entries cannot hold 3 pairs' wakers: {losses}"
+    );
+    // Per side (a thread of the workload other than its main thread): its sleeps, and
+    // the part of them woken by another thread of the workload.
+    let pid = profile["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .find(|process| process["comm"] == "ping-pong")
+        .and_then(|process| process["pid"].as_u64());
+    let mut sides: std::collections::BTreeMap<u64, (u64, u64)> = Default::default();
+    for row in rows(&profile) {
+        let tid = row["tid"].as_u64().expect("tid");
+        if row["pid"].as_u64() != pid || pid == Some(tid) || row["state"] != "S" {
+            continue;
+        }
+        let side = sides.entry(tid).or_default();
+        side.0 += row["total_ns"].as_u64().expect("total");
+        side.1 += wakers(row)
+            .iter()
+            .filter(|waker| waker["pid"].as_u64() == pid && waker["tid"].as_u64() != Some(tid))
+            .map(|waker| waker["wait_ns"].as_u64().expect("wait_ns"))
+            .sum::<u64>();
+    }
+    assert_eq!(sides.len(), 6, "six threads sleep: {sides:?}");
+    for (tid, (slept, by_other)) in &sides {
+        eprintln!("thread {tid}: {slept} ns asleep, {by_other} ns woken by the workload");
+        assert!(
+            *by_other as f64 >= 0.9 * *slept as f64,
+            "thread {tid}: {by_other} of {slept} ns woken by another ping-pong thread"
+        );
+    }
+}
+
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn pthread_mutex_waits_are_woken_by_the_holder_with_its_time() {

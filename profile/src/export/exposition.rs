@@ -87,7 +87,8 @@ pub(crate) fn lost_events(out: &mut String, losses: &BTreeMap<String, u64>) {
         out,
         "lockpath_lost_events_total",
         "counter",
-        "Events the kernel side could not record, by cause (the other series are lower bounds).",
+        "Events the kernel side could not record in full, by cause (the other series miss those \
+         dropped).",
         losses
             .iter()
             .map(|(cause, count)| (labels(&["cause"], &[cause]), count)),

@@ -258,7 +258,10 @@ fn losses(profile: &Profile) -> String {
     if profile.losses.is_empty() {
         out.push_str("<p>None: every event was recorded.</p>\n");
     } else {
-        out.push_str("<p>Numbers above are lower bounds.</p>\n");
+        out.push_str(
+            "<p>The numbers above miss the events dropped; those a full map counted in a row \
+             without its detail are in them.</p>\n",
+        );
         let rows: Vec<Vec<String>> = profile
             .losses
             .iter()

@@ -38,7 +38,10 @@ pub fn losses(profile: &Profile) -> String {
     if profile.losses.is_empty() {
         return String::new();
     }
-    let mut out = String::from("\nlost events (numbers above are lower bounds):\n");
+    let mut out = String::from(
+        "\nlost events (the numbers above miss those dropped; those a full map counted in a row \
+         without its detail are in them):\n",
+    );
     for (name, count) in &profile.losses {
         let why = profiler_common::loss::loss_meaning(name);
         out.push_str(&format!("  {count:>10}  {name}: {why}\n"));

@@ -150,11 +150,8 @@ pub fn attach(ebpf: &mut Ebpf, freq_hz: u64) -> Result<ProbeUse> {
 pub fn drain(maps: &MapSet, stacks: &mut StackResolver) -> Result<Vec<CpuRow>> {
     let mut rows = Vec::new();
     // With the samples the full map had no room for: rows of their threads, no stacks.
-    let overflow = maps.entries::<CpuKey, u64>(names::CPU_OVERFLOW)?;
-    for (key, count) in maps
-        .entries::<CpuKey, u64>(names::CPU_SAMPLES)?
-        .into_iter()
-        .chain(overflow)
+    for (key, count) in
+        maps.entries_with_overflow::<CpuKey, u64>(names::CPU_SAMPLES, names::CPU_OVERFLOW)?
     {
         rows.push(CpuRow {
             pid: key.tgid,

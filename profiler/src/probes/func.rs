@@ -28,6 +28,10 @@ pub const FAMILY: Registration = Registration {
     plan: plan_family,
     maps: &[
         (names::FUNC_STATS, MapSize::Stats),
+        (
+            names::FUNC_OVERFLOW,
+            MapSize::Overflow(profiler_common::shared::OVERFLOW_ENTRIES),
+        ),
         (names::FUNC_CALLS, MapSize::Fixed(FUNC_CALLS_ENTRIES)),
     ],
     names: names::ALL,
@@ -389,7 +393,9 @@ pub fn drain(
     targets: &[FuncTarget],
 ) -> Result<Vec<FuncRow>> {
     let mut rows = Vec::new();
-    for (key, stat) in maps.entries::<FuncKey, LatencyStat>(names::FUNC_STATS)? {
+    for (key, stat) in
+        maps.entries_with_overflow::<FuncKey, LatencyStat>(names::FUNC_STATS, names::FUNC_OVERFLOW)?
+    {
         let Some(target) = targets.iter().find(|target| target.slot == key.slot) else {
             continue;
         };

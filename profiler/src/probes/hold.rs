@@ -33,6 +33,10 @@ pub const FAMILY: Registration = Registration {
     plan: plan_family,
     maps: &[
         (names::HOLD_STATS, MapSize::Stats),
+        (
+            names::HOLD_OVERFLOW,
+            MapSize::Overflow(profiler_common::shared::OVERFLOW_ENTRIES),
+        ),
         (names::HOLD_OPEN, MapSize::Fixed(HOLD_OPEN_ENTRIES)),
         (names::HOLD_PENDING, MapSize::Fixed(HOLD_PENDING_ENTRIES)),
     ],
@@ -483,7 +487,9 @@ pub fn not_recorded(spec: &str, reason: String, unavailable: &mut Vec<Unavailabl
 /// Reads the aggregate out of the kernel.
 pub fn drain(maps: &MapSet, stacks: &mut StackResolver, plan: &HoldPlan) -> Result<Vec<HoldRow>> {
     let mut rows = Vec::new();
-    for (key, stat) in maps.entries::<HoldKey, LatencyStat>(names::HOLD_STATS)? {
+    for (key, stat) in
+        maps.entries_with_overflow::<HoldKey, LatencyStat>(names::HOLD_STATS, names::HOLD_OVERFLOW)?
+    {
         rows.push(HoldRow {
             lock_addr: plan.config.lock_addr,
             lock_name: plan.lock_name.clone(),

@@ -26,10 +26,18 @@ pub const FAMILY: Registration = Registration {
     plan: plan_family,
     maps: &[
         (names::IO_STATS, MapSize::Stats),
+        (
+            names::IO_OVERFLOW,
+            MapSize::Overflow(profiler_common::shared::OVERFLOW_ENTRIES),
+        ),
         (names::IO_INFLIGHT, MapSize::Fixed(IO_INFLIGHT_ENTRIES)),
         (names::IO_FILES, MapSize::Fixed(IO_FILES_ENTRIES)),
         (names::IO_DIRTIED, MapSize::Stats),
         (names::IO_CALLS, MapSize::Stats),
+        (
+            names::IO_CALLS_OVERFLOW,
+            MapSize::Overflow(profiler_common::shared::OVERFLOW_ENTRIES),
+        ),
         (names::IO_CALL_START, MapSize::Fixed(IO_CALL_START_ENTRIES)),
     ],
     names: names::ALL,
@@ -183,13 +191,20 @@ pub fn call_name(call: u32) -> &'static str {
     }
 }
 
+/// The file of the rows of timed calls a full `IO_CALLS` had no room for.
+pub const CALLS_MAP_FULL: &str = "[calls map full]";
+
 /// Timed file calls (`IO_CALLS`), one row per (process, call, file).
 pub fn drain_calls(maps: &MapSet, files: &Files) -> Result<Vec<FileCallRow>> {
     let mut rows = Vec::new();
-    for (key, stat) in maps.entries::<CallKey, IoStat>(names::IO_CALLS)? {
-        let Some(file) = files.get(key.file_dev, key.ino) else {
-            continue;
-        };
+    for (key, stat) in
+        maps.entries_with_overflow::<CallKey, IoStat>(names::IO_CALLS, names::IO_CALLS_OVERFLOW)?
+    {
+        // No file: a row of the calls the full map had no room for.
+        let file = files.get(key.file_dev, key.ino).unwrap_or_else(|| FileRef {
+            path: CALLS_MAP_FULL.into(),
+            ..FileRef::default()
+        });
         let hist = lockpath_profile::histogram::trimmed(&stat.hist);
         rows.push(FileCallRow {
             pid: key.tgid,
@@ -740,7 +755,9 @@ pub fn drain_dirtied(maps: &MapSet, files: &Files) -> Result<Vec<DirtiedRow>> {
 
 pub fn drain(maps: &MapSet, devices: &DeviceNames, files: &Files) -> Result<Vec<IoRow>> {
     let mut rows = Vec::new();
-    for (key, stat) in maps.entries::<IoKey, IoStat>(names::IO_STATS)? {
+    for (key, stat) in
+        maps.entries_with_overflow::<IoKey, IoStat>(names::IO_STATS, names::IO_OVERFLOW)?
+    {
         let (major, minor) = split_dev(key.dev);
         let hist = lockpath_profile::histogram::trimmed(&stat.hist);
         rows.push(IoRow {

@@ -40,6 +40,10 @@ pub const FAMILY: Registration = Registration {
         ),
         (names::LOCK_HOLDS, MapSize::Stats),
         (
+            names::LOCK_HOLDS_OVERFLOW,
+            MapSize::Overflow(profiler_common::shared::OVERFLOW_ENTRIES),
+        ),
+        (
             names::LOCK_LAST_ACQUIRER,
             MapSize::Fixed(LOCK_LAST_ACQUIRER_ENTRIES),
         ),
@@ -659,16 +663,22 @@ pub fn drain_contended_holds(
     names: &std::collections::HashMap<u64, String>,
 ) -> Result<Vec<HoldRow>> {
     let mut rows = Vec::new();
-    for (key, stat) in maps.entries::<ContendedHoldKey, LatencyStat>(names::LOCK_HOLDS)? {
+    for (key, stat) in maps.entries_with_overflow::<ContendedHoldKey, LatencyStat>(
+        names::LOCK_HOLDS,
+        names::LOCK_HOLDS_OVERFLOW,
+    )? {
+        // Lock 0: a row of the holds the full map had no room for.
+        let lock_name = match (key.lock_addr, names.get(&key.lock_addr)) {
+            (0, _) => STATS_MAP_FULL.into(),
+            (_, Some(name)) => name.clone(),
+            (_, None) => stacks.lock_name(key.lock_addr),
+        };
         rows.push(HoldRow {
             lock_addr: key.lock_addr,
-            lock_name: match names.get(&key.lock_addr) {
-                Some(name) => name.clone(),
-                None => stacks.lock_name(key.lock_addr),
-            },
+            lock_name,
             flags: key.flags,
             pid: key.tgid,
-            tid: Some(key.tid),
+            tid: (key.lock_addr != 0).then_some(key.tid),
             stack: stacks.kernel_stack(key.kstack_id),
             latency: latency_from(&stat),
         });

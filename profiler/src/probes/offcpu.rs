@@ -323,12 +323,10 @@ pub fn drain(
 ) -> Result<Vec<OffcpuRow>> {
     let mut rows = Vec::new();
     // With the waits the full map had no room for: rows of their threads, no stacks.
-    let overflow = maps.entries::<OffcpuKey, OffcpuStat>(names::OFFCPU_OVERFLOW)?;
-    for (key, stat) in maps
-        .entries::<OffcpuKey, OffcpuStat>(names::OFFCPU_STATS)?
-        .into_iter()
-        .chain(overflow)
-    {
+    for (key, stat) in maps.entries_with_overflow::<OffcpuKey, OffcpuStat>(
+        names::OFFCPU_STATS,
+        names::OFFCPU_OVERFLOW,
+    )? {
         let stack = stacks.kernel_stack(key.kstack_id);
         let frames = stacks.interner.frames_of(stack);
         let class = classifier.classify(&frames.iter().collect::<Vec<_>>());

@@ -27,6 +27,10 @@ pub const FAMILY: Registration = Registration {
     plan: plan_family,
     maps: &[
         (names::RPC_STATS, MapSize::Stats),
+        (
+            names::RPC_OVERFLOW,
+            MapSize::Overflow(profiler_common::shared::OVERFLOW_ENTRIES),
+        ),
         (names::RPC_INFLIGHT, MapSize::Fixed(RPC_INFLIGHT_ENTRIES)),
     ],
     names: names::ALL,
@@ -525,7 +529,9 @@ fn provider_and_op(provider: u32, op: u32, setup: &RpcSetup) -> (String, String)
 /// Reads the aggregate out of the kernel.
 pub fn drain(maps: &MapSet, stacks: &mut StackResolver, setup: &RpcSetup) -> Result<Vec<RpcRow>> {
     let mut rows = Vec::new();
-    for (key, stat) in maps.entries::<RpcKey, LatencyStat>(names::RPC_STATS)? {
+    for (key, stat) in
+        maps.entries_with_overflow::<RpcKey, LatencyStat>(names::RPC_STATS, names::RPC_OVERFLOW)?
+    {
         let (provider, op_name) = provider_and_op(key.provider, key.op, setup);
         rows.push(RpcRow {
             provider,

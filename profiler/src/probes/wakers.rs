@@ -25,6 +25,10 @@ pub const FAMILY: Registration = Registration {
     plan: plan_family,
     maps: &[
         (names::WAKER_STATS, MapSize::Stats),
+        (
+            names::WAKER_OVERFLOW,
+            MapSize::Overflow(profiler_common::shared::OVERFLOW_ENTRIES),
+        ),
         (names::WAKER_PENDING, MapSize::Fixed(WAKER_PENDING_ENTRIES)),
         (names::LAST_WAIT, MapSize::Fixed(LAST_WAIT_ENTRIES)),
         (names::CHAIN_STATS, MapSize::Stats),
@@ -163,7 +167,9 @@ pub fn drain(maps: &MapSet, stacks: &mut StackResolver, rows: &mut Vec<OffcpuRow
         }
     }
     *rows = merged;
-    for (key, stat) in maps.entries::<WakerKey, OffcpuStat>(names::WAKER_STATS)? {
+    for (key, stat) in maps
+        .entries_with_overflow::<WakerKey, OffcpuStat>(names::WAKER_STATS, names::WAKER_OVERFLOW)?
+    {
         let waiter = key.waiter;
         let row_key = (
             waiter.tgid,

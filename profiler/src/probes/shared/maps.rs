@@ -60,6 +60,18 @@ impl MapSet {
             .collect()
     }
 
+    /// Every entry of a family's aggregation map `name`, then of its overflow map: the
+    /// rows, without the detail the key drops, of what the full map had no room for.
+    pub fn entries_with_overflow<K: aya::Pod, V: aya::Pod>(
+        &self,
+        name: &str,
+        overflow: &str,
+    ) -> Result<Vec<(K, V)>> {
+        let mut entries = self.entries(name)?;
+        entries.extend(self.entries::<K, V>(overflow)?);
+        Ok(entries)
+    }
+
     /// Puts `map` under `name` and returns the map it replaces (`record --rotate`
     /// swaps a period's copy of an aggregation map in for the drain).
     pub fn replace(&mut self, name: &str, map: Map) -> Result<Map> {
