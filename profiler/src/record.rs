@@ -448,7 +448,8 @@ fn configure<'a>(
             let entries = match (recorded, size) {
                 (false, _) => 1,
                 (true, MapSize::Stats) => args.map_entries,
-                (true, MapSize::Fixed(entries) | MapSize::Overflow(entries)) => entries,
+                (true, MapSize::Fixed(entries)) => entries,
+                (true, MapSize::Overflow) => profiler_common::shared::OVERFLOW_ENTRIES,
             };
             loader.map_max_entries(map, entries);
         }

@@ -54,7 +54,7 @@ impl Staging {
                 continue;
             }
             for &(name, size) in registration.maps {
-                if !matches!(size, MapSize::Stats | MapSize::Overflow(_)) {
+                if !matches!(size, MapSize::Stats | MapSize::Overflow) {
                     continue;
                 }
                 let Map::HashMap(data) = maps.get(name)? else {

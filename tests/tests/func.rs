@@ -52,21 +52,9 @@ fn ufunc_count_and_mean_match_the_workload() {
     let own_mean = own.iter().sum::<u64>() as f64 / own.len() as f64;
     let pid = results(&results_path, "pid")[0];
     let profile = load_json(&profile_path);
-    let rows: Vec<&serde_json::Value> = profile["funcs"]
-        .as_array()
-        .expect("funcs")
-        .iter()
-        .filter(|row| row["pid"].as_u64() == Some(pid))
-        .collect();
+    let rows = rows_of(&profile, "funcs", pid);
     assert!(rows.iter().all(|row| row["user"] == true));
-    let count: u64 = rows
-        .iter()
-        .map(|row| row["count"].as_u64().expect("count"))
-        .sum();
-    let total: u64 = rows
-        .iter()
-        .map(|row| row["total_ns"].as_u64().expect("total"))
-        .sum();
+    let (count, total) = (sum_of(&rows, "count"), sum_of(&rows, "total_ns"));
     assert_eq!(count, CALLS, "one row count per call");
     let mean = total as f64 / count as f64;
     eprintln!(
@@ -173,26 +161,16 @@ fn a_full_call_map_keeps_every_call() {
         assert_eq!(own.len() as u64, CALLS);
         let own_mean = own.iter().sum::<u64>() as f64 / own.len() as f64;
         let pid = results(&results_of(i), "pid")[0];
-        let rows: Vec<&serde_json::Value> = profile["funcs"]
-            .as_array()
-            .expect("funcs")
-            .iter()
-            .filter(|row| row["pid"].as_u64() == Some(pid))
-            .collect();
-        let sum = |field: &str| -> u64 {
-            rows.iter()
-                .map(|row| row[field].as_u64().expect("a number"))
-                .sum()
-        };
-        let mean = sum("total_ns") as f64 / sum("count") as f64;
+        let rows = rows_of(&profile, "funcs", pid);
+        let count = sum_of(&rows, "count");
+        let mean = sum_of(&rows, "total_ns") as f64 / count as f64;
         eprintln!(
-            "process {pid}: {} calls in {} rows, mean {:.3} ms, its own {:.3} ms",
-            sum("count"),
+            "process {pid}: {count} calls in {} rows, mean {:.3} ms, its own {:.3} ms",
             rows.len(),
             mean / 1e6,
             own_mean / 1e6
         );
-        assert_eq!(sum("count"), CALLS, "every call of process {pid}");
+        assert_eq!(count, CALLS, "every call of process {pid}");
         assert!(
             (mean - own_mean).abs() <= own_mean * 0.05,
             "process {pid}: mean {mean} ns vs its own {own_mean} ns (5%)"

@@ -168,6 +168,19 @@ fn ext4_test(test: &str, tools: &[&str], size_mb: u64) -> Option<(Ext4Loop, Path
     Some((fs, out))
 }
 
+/// The profile's block-IO rows of device (`major`, `minor`).
+fn device_rows(profile: &serde_json::Value, (major, minor): (u32, u32)) -> Vec<&serde_json::Value> {
+    profile["io"]
+        .as_array()
+        .expect("io rows")
+        .iter()
+        .filter(|row| {
+            row["major"].as_u64() == Some(major as u64)
+                && row["minor"].as_u64() == Some(minor as u64)
+        })
+        .collect()
+}
+
 fn drop_caches() {
     run("sync", &[]);
     std::fs::write("/proc/sys/vm/drop_caches", "3").expect("drop caches");
@@ -334,15 +347,7 @@ fn ext4_directory_waits_and_block_requests() {
     assert!(ext4_buffer_frames, "buffer waits go through ext4 code");
 
     // Block requests on the loop device agree with perf's count of the same tracepoint.
-    let io_rows: Vec<&serde_json::Value> = profile["io"]
-        .as_array()
-        .expect("io rows")
-        .iter()
-        .filter(|row| {
-            row["major"].as_u64() == Some(major as u64)
-                && row["minor"].as_u64() == Some(minor as u64)
-        })
-        .collect();
+    let io_rows = device_rows(&profile, (major, minor));
     let ours: u64 = io_rows
         .iter()
         .map(|row| row["count"].as_u64().expect("count"))
@@ -594,15 +599,7 @@ fn io_survives_a_device_that_vanishes_mid_run() {
     drop(fs);
     child.finish(&programs);
     let profile = load_json(&profile_path);
-    let rows: Vec<&serde_json::Value> = profile["io"]
-        .as_array()
-        .expect("io rows")
-        .iter()
-        .filter(|row| {
-            row["major"].as_u64() == Some(major as u64)
-                && row["minor"].as_u64() == Some(minor as u64)
-        })
-        .collect();
+    let rows = device_rows(&profile, (major, minor));
     assert!(!rows.is_empty(), "the vanished device's requests are kept");
     for row in rows {
         assert_eq!(
@@ -752,15 +749,7 @@ fn sectorless_flushes_and_writes_match_perf_issue_counts() {
         "{}",
         profile["probes"]
     );
-    let rows: Vec<&serde_json::Value> = profile["io"]
-        .as_array()
-        .expect("io rows")
-        .iter()
-        .filter(|row| {
-            row["major"].as_u64() == Some(major as u64)
-                && row["minor"].as_u64() == Some(minor as u64)
-        })
-        .collect();
+    let rows = device_rows(&profile, (major, minor));
     let sum = |op: &str, field: &str, of_pid: Option<u64>| -> u64 {
         rows.iter()
             .filter(|row| row["op"] == op && of_pid.is_none_or(|pid| row["pid"] == pid))
@@ -1219,24 +1208,15 @@ fn a_full_io_map_keeps_every_request() {
         "2 map entries cannot hold 40 files: {}",
         profile["losses"]
     );
-    let rows: Vec<&serde_json::Value> = profile["io"]
-        .as_array()
-        .expect("io rows")
+    let rows = device_rows(&profile, (major, minor));
+    let writes: Vec<&serde_json::Value> = rows
         .iter()
-        .filter(|row| {
-            row["major"].as_u64() == Some(major as u64)
-                && row["minor"].as_u64() == Some(minor as u64)
-        })
+        .copied()
+        .filter(|row| row["op"] == "write")
         .collect();
-    let sum = |field: &str, op: Option<&str>| -> u64 {
-        rows.iter()
-            .filter(|row| op.is_none_or(|op| row["op"] == op))
-            .map(|row| row[field].as_u64().expect("a number"))
-            .sum()
-    };
-    let ours = sum("count", None);
+    let ours = sum_of(&rows, "count");
     let theirs = perf_count(&perf_path, "block:block_rq_issue");
-    let bytes = sum("bytes", Some("write"));
+    let bytes = sum_of(&writes, "bytes");
     eprintln!(
         "loop device: {ours} requests in {} rows, perf {theirs}; {bytes} bytes written for \
          {written} in the files; {map_full} requests in overflow rows",

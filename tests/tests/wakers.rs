@@ -4,6 +4,8 @@
 
 mod common;
 
+use std::path::{Path, PathBuf};
+
 use common::*;
 
 /// `NAME=VALUE` of the workload's output line starting with `prefix`.
@@ -36,6 +38,23 @@ fn stack_of(profile: &serde_json::Value, value: &serde_json::Value, key: &str) -
         .unwrap_or_default()
 }
 
+/// Records `--offcpu-all --wakers` (and `extra`) around 2 s of `pairs` ping-pong pairs
+/// in `dir`, checks that they bounced, and returns the profile's path and the profile.
+fn ping_pong(dir: &Path, extra: &[&str], pairs: u32) -> (PathBuf, serde_json::Value) {
+    let profile_path = dir.join("pp.json");
+    let ping_pong = workload("ping-pong");
+    let pairs = pairs.to_string();
+    let mut args = vec!["record", "--offcpu-all", "--wakers"];
+    args.extend(extra);
+    args.extend(["-o", path_str(&profile_path), "--", path_str(&ping_pong)]);
+    args.extend(["--seconds", "2", "--pairs", &pairs]);
+    let (stdout, _) = record_ok(&args);
+    let ops = field(&stdout, "ops=", "ops");
+    assert!(ops > 100, "the pairs bounced: {stdout}");
+    let profile = load_json(&profile_path);
+    (profile_path, profile)
+}
+
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn ping_pong_sides_wake_each_other_through_pipe_write() {
@@ -43,22 +62,7 @@ fn ping_pong_sides_wake_each_other_through_pipe_write() {
         return;
     }
     let dir = scratch("wakers-ping-pong");
-    let profile_path = dir.join("pp.json");
-    let ping_pong = workload("ping-pong");
-    let (stdout, _) = record_ok(&[
-        "record",
-        "--offcpu-all",
-        "--wakers",
-        "-o",
-        path_str(&profile_path),
-        "--",
-        path_str(&ping_pong),
-        "--seconds",
-        "2",
-    ]);
-    let ops = field(&stdout, "ops=", "ops");
-    assert!(ops > 100, "the pair bounced: {stdout}");
-    let profile = load_json(&profile_path);
+    let (profile_path, profile) = ping_pong(&dir, &[], 1);
     assert!(
         profile["probes"]
             .as_array()
@@ -272,26 +276,7 @@ fn a_full_waker_map_keeps_every_waker() {
         return;
     }
     let dir = scratch("wakers-full");
-    let profile_path = dir.join("pp.json");
-    let ping_pong = workload("ping-pong");
-    let (stdout, _) = record_ok(&[
-        "record",
-        "--offcpu-all",
-        "--wakers",
-        "--map-entries",
-        "2",
-        "-o",
-        path_str(&profile_path),
-        "--",
-        path_str(&ping_pong),
-        "--seconds",
-        "2",
-        "--pairs",
-        "3",
-    ]);
-    let ops = field(&stdout, "ops=", "ops");
-    assert!(ops > 100, "the pairs bounced: {stdout}");
-    let profile = load_json(&profile_path);
+    let (_, profile) = ping_pong(&dir, &["--map-entries", "2"], 3);
     let losses = &profile["losses"];
     assert!(
         losses["waker_map_full"].as_u64().unwrap_or(0) > 0,

@@ -34,10 +34,7 @@ pub const FAMILY: Registration = Registration {
     },
     maps: &[
         (names::CPU_SAMPLES, MapSize::Stats),
-        (
-            names::CPU_OVERFLOW,
-            MapSize::Overflow(profiler_common::shared::OVERFLOW_ENTRIES),
-        ),
+        (names::CPU_OVERFLOW, MapSize::Overflow),
     ],
     names: names::ALL,
 };

@@ -28,10 +28,7 @@ pub const FAMILY: Registration = Registration {
     plan: plan_family,
     maps: &[
         (names::FUNC_STATS, MapSize::Stats),
-        (
-            names::FUNC_OVERFLOW,
-            MapSize::Overflow(profiler_common::shared::OVERFLOW_ENTRIES),
-        ),
+        (names::FUNC_OVERFLOW, MapSize::Overflow),
         (names::FUNC_CALLS, MapSize::Fixed(FUNC_CALLS_ENTRIES)),
     ],
     names: names::ALL,

@@ -33,10 +33,7 @@ pub const FAMILY: Registration = Registration {
     plan: plan_family,
     maps: &[
         (names::HOLD_STATS, MapSize::Stats),
-        (
-            names::HOLD_OVERFLOW,
-            MapSize::Overflow(profiler_common::shared::OVERFLOW_ENTRIES),
-        ),
+        (names::HOLD_OVERFLOW, MapSize::Overflow),
         (names::HOLD_OPEN, MapSize::Fixed(HOLD_OPEN_ENTRIES)),
         (names::HOLD_PENDING, MapSize::Fixed(HOLD_PENDING_ENTRIES)),
     ],

@@ -26,18 +26,12 @@ pub const FAMILY: Registration = Registration {
     plan: plan_family,
     maps: &[
         (names::IO_STATS, MapSize::Stats),
-        (
-            names::IO_OVERFLOW,
-            MapSize::Overflow(profiler_common::shared::OVERFLOW_ENTRIES),
-        ),
+        (names::IO_OVERFLOW, MapSize::Overflow),
         (names::IO_INFLIGHT, MapSize::Fixed(IO_INFLIGHT_ENTRIES)),
         (names::IO_FILES, MapSize::Fixed(IO_FILES_ENTRIES)),
         (names::IO_DIRTIED, MapSize::Stats),
         (names::IO_CALLS, MapSize::Stats),
-        (
-            names::IO_CALLS_OVERFLOW,
-            MapSize::Overflow(profiler_common::shared::OVERFLOW_ENTRIES),
-        ),
+        (names::IO_CALLS_OVERFLOW, MapSize::Overflow),
         (names::IO_CALL_START, MapSize::Fixed(IO_CALL_START_ENTRIES)),
     ],
     names: names::ALL,

@@ -30,19 +30,13 @@ pub const FAMILY: Registration = Registration {
     plan: plan_family,
     maps: &[
         (names::LOCK_STATS, MapSize::Stats),
-        (
-            names::LOCK_OVERFLOW,
-            MapSize::Overflow(profiler_common::shared::OVERFLOW_ENTRIES),
-        ),
+        (names::LOCK_OVERFLOW, MapSize::Overflow),
         (
             names::LOCK_SLEEP_WAIT,
             MapSize::Fixed(LOCK_SLEEP_WAIT_ENTRIES),
         ),
         (names::LOCK_HOLDS, MapSize::Stats),
-        (
-            names::LOCK_HOLDS_OVERFLOW,
-            MapSize::Overflow(profiler_common::shared::OVERFLOW_ENTRIES),
-        ),
+        (names::LOCK_HOLDS_OVERFLOW, MapSize::Overflow),
         (
             names::LOCK_LAST_ACQUIRER,
             MapSize::Fixed(LOCK_LAST_ACQUIRER_ENTRIES),

@@ -107,9 +107,9 @@ pub enum MapSize {
     Stats,
     /// A map of events in progress, of a fixed size (a `*_ENTRIES` of profiler-common).
     Fixed(u32),
-    /// The overflow rows of a full aggregation map, of a fixed size: drained by
-    /// periods like `Stats`.
-    Overflow(u32),
+    /// The overflow rows of a full aggregation map (`OVERFLOW_ENTRIES` of
+    /// profiler-common): drained by periods like `Stats`.
+    Overflow,
 }
 
 /// What planning may use and report.

@@ -28,10 +28,7 @@ pub const FAMILY: Registration = Registration {
     plan: plan_family,
     maps: &[
         (names::OFFCPU_STATS, MapSize::Stats),
-        (
-            names::OFFCPU_OVERFLOW,
-            MapSize::Overflow(profiler_common::shared::OVERFLOW_ENTRIES),
-        ),
+        (names::OFFCPU_OVERFLOW, MapSize::Overflow),
         (names::OFFCPU_START, MapSize::Fixed(OFFCPU_START_ENTRIES)),
         (
             names::FILELOCK_WAITERS,

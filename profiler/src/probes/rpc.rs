@@ -27,10 +27,7 @@ pub const FAMILY: Registration = Registration {
     plan: plan_family,
     maps: &[
         (names::RPC_STATS, MapSize::Stats),
-        (
-            names::RPC_OVERFLOW,
-            MapSize::Overflow(profiler_common::shared::OVERFLOW_ENTRIES),
-        ),
+        (names::RPC_OVERFLOW, MapSize::Overflow),
         (names::RPC_INFLIGHT, MapSize::Fixed(RPC_INFLIGHT_ENTRIES)),
     ],
     names: names::ALL,

@@ -25,10 +25,7 @@ pub const FAMILY: Registration = Registration {
     plan: plan_family,
     maps: &[
         (names::WAKER_STATS, MapSize::Stats),
-        (
-            names::WAKER_OVERFLOW,
-            MapSize::Overflow(profiler_common::shared::OVERFLOW_ENTRIES),
-        ),
+        (names::WAKER_OVERFLOW, MapSize::Overflow),
         (names::WAKER_PENDING, MapSize::Fixed(WAKER_PENDING_ENTRIES)),
         (names::LAST_WAIT, MapSize::Fixed(LAST_WAIT_ENTRIES)),
         (names::CHAIN_STATS, MapSize::Stats),

@@ -572,12 +572,31 @@ pub fn path_str(path: &Path) -> &str {
 
 /// Contentions of process `pid` in a profile: its lock rows' counts.
 pub fn contentions_of(profile: &serde_json::Value, pid: u64) -> u64 {
-    profile["locks"]
+    sum_of(&rows_of(profile, "locks", pid), "count")
+}
+
+/// The rows of process `pid` in the profile's list `list` ("locks", "funcs", ...).
+pub fn rows_of<'a>(
+    profile: &'a serde_json::Value,
+    list: &str,
+    pid: u64,
+) -> Vec<&'a serde_json::Value> {
+    profile[list]
         .as_array()
-        .expect("locks")
+        .unwrap_or_else(|| panic!("no {list} list in the profile"))
         .iter()
         .filter(|row| row["pid"].as_u64() == Some(pid))
-        .map(|row| row["count"].as_u64().expect("count"))
+        .collect()
+}
+
+/// The sum of the number `field` over `rows`.
+pub fn sum_of(rows: &[&serde_json::Value], field: &str) -> u64 {
+    rows.iter()
+        .map(|row| {
+            row[field]
+                .as_u64()
+                .unwrap_or_else(|| panic!("no number {field} in {row}"))
+        })
         .sum()
 }
 
