@@ -34,24 +34,19 @@ fn ufunc_count_and_mean_match_the_workload() {
     let calls = workload("timed-calls");
     let spec = format!("{}:lockpath_timed_work", calls.display());
     const CALLS: u64 = 12;
-    record(&[
-        "record",
-        "--ufunc",
-        &spec,
-        "-o",
-        profile_path.to_str().expect("path"),
-        "--",
-        calls.to_str().expect("path"),
+    let calls_arg = CALLS.to_string();
+    let command = [
+        path_str(&calls),
         "calls",
-        results_path.to_str().expect("path"),
-        &CALLS.to_string(),
+        path_str(&results_path),
+        &calls_arg,
         "15",
-    ]);
+    ];
+    let profile = record_profile(&["--ufunc", &spec], &profile_path, &command).profile;
     let own = results(&results_path, "call_ns");
     assert_eq!(own.len() as u64, CALLS);
     let own_mean = own.iter().sum::<u64>() as f64 / own.len() as f64;
     let pid = results(&results_path, "pid")[0];
-    let profile = load_json(&profile_path);
     let rows = rows_of(&profile, "funcs", pid);
     assert!(rows.iter().all(|row| row["user"] == true));
     let (count, total) = (sum_of(&rows, "count"), sum_of(&rows, "total_ns"));
@@ -136,20 +131,8 @@ fn a_full_call_map_keeps_every_call() {
         .collect::<Vec<_>>()
         .join(" ")
         + " wait";
-    record(&[
-        "record",
-        "--ufunc",
-        &spec,
-        "--map-entries",
-        "2",
-        "-o",
-        path_str(&profile_path),
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ]);
-    let profile = load_json(&profile_path);
+    let options = ["--ufunc", &spec, "--map-entries", "2"];
+    let profile = record_profile(&options, &profile_path, &["sh", "-c", &script]).profile;
     let map_full = profile["losses"]["func_map_full"].as_u64().unwrap_or(0);
     assert!(
         map_full > 0,

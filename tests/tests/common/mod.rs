@@ -552,6 +552,28 @@ pub fn record_ok(args: &[&str]) -> (String, String) {
     (stdout, stderr)
 }
 
+/// What `record_profile` returns: the recorder's output and the profile it wrote.
+pub struct Recorded {
+    pub stdout: String,
+    pub stderr: String,
+    pub profile: serde_json::Value,
+}
+
+/// Records `command` with `lockpath record OPTIONS -o PROFILE -- COMMAND`, checked as
+/// `record_ok` checks it, and loads the profile.
+pub fn record_profile(options: &[&str], profile: &Path, command: &[&str]) -> Recorded {
+    let mut args = vec!["record"];
+    args.extend(options);
+    args.extend(["-o", path_str(profile), "--"]);
+    args.extend(command);
+    let (stdout, stderr) = record_ok(&args);
+    Recorded {
+        stdout,
+        stderr,
+        profile: load_json(profile),
+    }
+}
+
 /// Runs lockpath with `args`, which must fail with `expect` on stderr and no panic;
 /// returns stderr.
 pub fn fails_with(args: &[&str], expect: &str) -> String {
