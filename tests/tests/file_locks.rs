@@ -37,19 +37,12 @@ fn workers(stdout: &str) -> Vec<Worker> {
 }
 
 /// Records the `file-locks` workload with `args` off the CPU into `profile_path`;
-/// returns lockpath's stdout (the summary and the workers' lines).
-fn record_file_locks(profile_path: &std::path::Path, args: &[&str]) -> String {
+/// returns lockpath's output (stdout: the summary and the workers' lines) and the
+/// profile.
+fn record_file_locks(profile_path: &std::path::Path, args: &[&str]) -> Recorded {
     let workload = workload("file-locks");
-    let mut record = vec![
-        "record",
-        "--offcpu-all",
-        "-o",
-        path_str(profile_path),
-        "--",
-        path_str(&workload),
-    ];
-    record.extend_from_slice(args);
-    record_ok(&record).0
+    let command = [&[path_str(&workload)], args].concat();
+    record_profile(&["--offcpu-all"], profile_path, &command)
 }
 
 #[test]
@@ -62,7 +55,9 @@ fn file_lock_waits_are_classed_timed_and_their_holders_named() {
     let dir = scratch("file-locks");
     let profile_path = dir.join("locks.json");
     let lock_file = dir.join("the-file");
-    let stdout = record_file_locks(
+    let Recorded {
+        stdout, profile, ..
+    } = record_file_locks(
         &profile_path,
         &[
             "--procs",
@@ -77,7 +72,6 @@ fn file_lock_waits_are_classed_timed_and_their_holders_named() {
     );
     let workers = workers(&stdout);
     assert_eq!(workers.len(), 9, "3 workers of each kind:\n{stdout}");
-    let profile = load_json(&profile_path);
     let rows = profile["offcpu"].as_array().expect("offcpu rows");
 
     // pid -> class -> off-CPU ns; pid -> holder -> file-lock ns.
@@ -310,7 +304,9 @@ fn lease_breaks_are_file_lock_waits_held_by_the_lease_holder() {
     let dir = scratch("file-leases");
     let profile_path = dir.join("leases.json");
     let lock_file = dir.join("the-file");
-    let stdout = record_file_locks(
+    let Recorded {
+        stdout, profile, ..
+    } = record_file_locks(
         &profile_path,
         &[
             "--kinds",
@@ -333,7 +329,6 @@ fn lease_breaks_are_file_lock_waits_held_by_the_lease_holder() {
         .map(|w| w.pid)
         .collect();
     assert_eq!((breakers.len(), holders.len()), (2, 2), "{stdout}");
-    let profile = load_json(&profile_path);
     for breaker in breakers {
         let rows: Vec<&serde_json::Value> = profile["offcpu"]
             .as_array()

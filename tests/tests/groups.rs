@@ -25,18 +25,7 @@ fn record_host(dir: &Path, host: &str, storms: &[Vec<String>]) -> PathBuf {
         .collect();
     let script = format!("{} wait", script.join(" "));
     let output = dir.join(format!("{host}.json"));
-    record_ok(&[
-        "record",
-        "--lock",
-        "--host",
-        host,
-        "-o",
-        path_str(&output),
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ]);
+    record_profile(&["--lock", "--host", host], &output, &["sh", "-c", &script]);
     output
 }
 

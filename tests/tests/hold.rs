@@ -66,18 +66,10 @@ fn hold_on_a_function_is_one_line_and_the_run_goes_on() {
     let dir = scratch("hold-function");
     let profile = dir.join("p.json");
     let storm = workload("lock-storm");
-    let (_, stderr) = record_ok(&[
-        "record",
-        "--hold",
-        "vfs_read",
-        "--lock",
-        "-o",
-        path_str(&profile),
-        "--",
-        path_str(&storm),
-        "--seconds",
-        "1",
-    ]);
+    let options = ["--hold", "vfs_read", "--lock"];
+    let Recorded {
+        stderr, profile, ..
+    } = record_profile(&options, &profile, &[path_str(&storm), "--seconds", "1"]);
     let lines: Vec<&str> = stderr.lines().filter(|l| l.contains("--hold")).collect();
     assert_eq!(lines.len(), 1, "one line about --hold:\n{stderr}");
     assert!(
@@ -86,7 +78,6 @@ fn hold_on_a_function_is_one_line_and_the_run_goes_on() {
         "{}",
         lines[0]
     );
-    let profile = load_json(&profile);
     let contended: u64 = profile["locks"]
         .as_array()
         .expect("locks")

@@ -862,12 +862,7 @@ fn fio_lock_table_rows_are_distinct_classes() {
     };
     let profile_path = out.join("fio.json");
     let directory = format!("--directory={}", path_str(&fs.mount));
-    record_ok(&[
-        "record",
-        "--lock",
-        "-o",
-        path_str(&profile_path),
-        "--",
+    let command = [
         "fio",
         "--name=classes",
         &directory,
@@ -880,7 +875,8 @@ fn fio_lock_table_rows_are_distinct_classes() {
         "--time_based",
         "--runtime=5",
         "--group_reporting",
-    ]);
+    ];
+    let profile = record_profile(&["--lock"], &profile_path, &command).profile;
     let profile_arg = path_str(&profile_path);
     let text = lockpath_ok(&["report", profile_arg, "--by", "lock", "--top", "12"]);
     eprintln!("{}", String::from_utf8_lossy(&text.stdout));
@@ -957,7 +953,6 @@ fn fio_lock_table_rows_are_distinct_classes() {
     assert_eq!(distinct.len(), top.len(), "a class in two rows: {top:?}");
     // No lock in two of the rows: every recorded row of a lock goes to one class.
     // Profile row -> class through its `--by instance` class.
-    let profile = load_json(&profile_path);
     let class_of: std::collections::HashMap<(String, String), String> = by_instance
         .iter()
         .map(|row| {
@@ -1069,21 +1064,21 @@ fn writeback_is_charged_to_the_writer_and_its_file() {
         let stop = out.join(format!("stop-{system_wide}"));
         let profile_path = out.join(format!("writeback-{system_wide}.json"));
         let mut other_writer = bystander(&other, &stop);
-        let mut args = vec!["record", "--io", "-o", path_str(&profile_path)];
-        if system_wide {
-            args.push("-a");
-        }
+        let options: &[&str] = if system_wide {
+            &["--io", "-a"]
+        } else {
+            &["--io"]
+        };
         let of = format!("of={}", path_str(&written));
-        args.extend([
-            "--",
+        let command = [
             "dd",
             "if=/dev/zero",
             &of,
             "bs=1M",
             "count=300",
             "conv=fsync",
-        ]);
-        let (stdout, stderr) = record_ok(&args);
+        ];
+        let Recorded { stdout, stderr, .. } = record_profile(options, &profile_path, &command);
         std::fs::write(&stop, "").expect("stop file");
         assert!(other_writer.wait().expect("bystander").success());
         let copied = dd_bytes(&stderr);
@@ -1252,12 +1247,15 @@ fn fio_io_uring_jobs_are_charged_their_own_files() {
     let directory = format!("--directory={}", path_str(&fs.mount));
     let fio_output = format!("--output={}", path_str(&fio_json));
     let jobs = [("a", 96), ("b", 48)];
-    let mut args: Vec<String> = [
-        "record",
-        "--io",
-        "-o",
-        path_str(&profile_path),
-        "--",
+    let mut job_args = Vec::new();
+    for (name, mib) in jobs {
+        job_args.extend([
+            format!("--name={name}"),
+            format!("--filename={name}.dat"),
+            format!("--size={mib}M"),
+        ]);
+    }
+    let mut command = vec![
         "fio",
         "--output-format=json",
         &fio_output,
@@ -1266,19 +1264,9 @@ fn fio_io_uring_jobs_are_charged_their_own_files() {
         "--rw=write",
         "--bs=64k",
         "--end_fsync=1",
-    ]
-    .iter()
-    .map(|arg| arg.to_string())
-    .collect();
-    for (name, mib) in jobs {
-        args.extend([
-            format!("--name={name}"),
-            format!("--filename={name}.dat"),
-            format!("--size={mib}M"),
-        ]);
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (stdout, _) = record_ok(&args);
+    ];
+    command.extend(job_args.iter().map(String::as_str));
+    let stdout = record_profile(&["--io"], &profile_path, &command).stdout;
     eprintln!("{stdout}");
     let fio: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&fio_json).expect("fio's output"))
@@ -1385,20 +1373,16 @@ fn file_calls_match_the_workloads_own_timing() {
     let profile = out.join("fsyncs.json");
     let results_path = out.join("fsyncs.results");
     let timed = workload("timed-calls");
-    record_ok(&[
-        "record",
-        "--io",
-        "--file-calls",
-        "-o",
-        path_str(&profile),
-        "--",
+    let options = ["--io", "--file-calls"];
+    let command = [
         path_str(&timed),
         "fsyncs",
         path_str(&results_path),
         path_str(&fs.mount),
         &files.to_string(),
         &rounds.to_string(),
-    ]);
+    ];
+    record_profile(&options, &profile, &command);
     let own = results(&results_path);
     let report = report_of(&profile);
     for index in 0..files {
@@ -1423,13 +1407,7 @@ fn file_calls_match_the_workloads_own_timing() {
     let results_path = out.join("fuse.results");
     let mountpoint = fs.dir.join("fuse");
     let fuse = workload("fuse-workload");
-    record_ok(&[
-        "record",
-        "--io",
-        "--file-calls",
-        "-o",
-        path_str(&profile),
-        "--",
+    let command = [
         path_str(&fuse),
         "latency",
         path_str(&results_path),
@@ -1437,7 +1415,8 @@ fn file_calls_match_the_workloads_own_timing() {
         "4",
         "30",
         "60",
-    ]);
+    ];
+    record_profile(&options, &profile, &command);
     let own = results(&results_path);
     let report = report_of(&profile);
     for (call, key) in [("open", "create_ns"), ("write", "write_ns")] {

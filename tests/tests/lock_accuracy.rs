@@ -82,18 +82,10 @@ fn lockpath_round(
 ) -> (f64, u64, serde_json::Value) {
     let path = dir.join(format!("{mode}-{round}.json"));
     let storm = workload("lock-storm");
-    let mut args = vec![
-        "record".to_string(),
-        "--lock".to_string(),
-        "-o".to_string(),
-        path_str(&path).to_string(),
-        "--".to_string(),
-        path_str(&storm).to_string(),
-    ];
-    args.extend(storm_args(mode));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    record_ok(&args);
-    let profile = load_json(&path);
+    let storm_args = storm_args(mode);
+    let mut command = vec![path_str(&storm)];
+    command.extend(storm_args.iter().map(String::as_str));
+    let profile = record_profile(&["--lock"], &path, &command).profile;
     // The command is the only process recorded (no fork): the one with lock rows.
     let pid = profile["locks"]
         .as_array()
@@ -427,18 +419,14 @@ fn fuse_create_hold_matches_the_workload() {
     let mountpoint = dir.join("mnt");
     std::fs::create_dir_all(&mountpoint).expect("mountpoint");
     let fuse = workload("fuse-workload");
-    record_ok(&[
-        "record",
-        "--lock",
-        "-o",
-        path_str(&profile_path),
-        "--",
+    let command = [
         path_str(&fuse),
         "holdchain",
         path_str(&results),
         path_str(&mountpoint),
         "200",
-    ]);
+    ];
+    let profile = record_profile(&["--lock"], &profile_path, &command).profile;
     let text = std::fs::read_to_string(&results).expect("workload results");
     let value = |name: &str| -> u64 {
         text.lines()
@@ -448,7 +436,6 @@ fn fuse_create_hold_matches_the_workload() {
     };
     let expected_ns = value("t2_end_ns") as f64 - value("t1_end_ns") as f64;
     let second = value("t2_tid");
-    let profile = load_json(&profile_path);
     let holds = profile["contended_holds"]
         .as_array()
         .expect("contended_holds");
@@ -502,19 +489,15 @@ fn an_interrupted_wait_is_its_own_row() {
     let mountpoint = dir.join("mnt");
     std::fs::create_dir_all(&mountpoint).expect("mountpoint");
     let fuse = workload("fuse-workload");
-    record_ok(&[
-        "record",
-        "--lock",
-        "-o",
-        path_str(&profile_path),
-        "--",
+    let command = [
         path_str(&fuse),
         "interrupted",
         path_str(&results),
         path_str(&mountpoint),
         "800",
         "200",
-    ]);
+    ];
+    let profile = record_profile(&["--lock"], &profile_path, &command).profile;
     let text = std::fs::read_to_string(&results).expect("workload results");
     let value = |name: &str| -> u64 {
         text.lines()
@@ -523,7 +506,6 @@ fn an_interrupted_wait_is_its_own_row() {
             .unwrap_or_else(|| panic!("no {name} in {text}"))
     };
     let (a_pid, b_pid, expected_ns) = (value("a_pid"), value("b_pid"), value("b_wait_ns"));
-    let profile = load_json(&profile_path);
     const OUTCOME_SHIFT: u64 = 16;
     const INTERRUPTED: u64 = 1;
     const LCB_F_READ: u64 = 2;

@@ -61,12 +61,7 @@ fn record_storm_with_summary(mode: &str) -> (BTreeMap<String, (u64, String)>, u6
     let dir = scratch(&format!("lock-names-{mode}"));
     let profile_path = dir.join("lock.json");
     let storm = workload("lock-storm");
-    let (stdout, _) = record_ok(&[
-        "record",
-        "--lock",
-        "-o",
-        path_str(&profile_path),
-        "--",
+    let command = [
         path_str(&storm),
         "--seconds",
         "3",
@@ -74,8 +69,10 @@ fn record_storm_with_summary(mode: &str) -> (BTreeMap<String, (u64, String)>, u6
         "4",
         "--mode",
         mode,
-    ]);
-    let profile = load_json(&profile_path);
+    ];
+    let Recorded {
+        stdout, profile, ..
+    } = record_profile(&["--lock"], &profile_path, &command);
     let mut by_name: BTreeMap<String, (u64, String)> = BTreeMap::new();
     let mut total = 0;
     for row in profile["locks"].as_array().expect("lock rows") {
@@ -198,12 +195,7 @@ fn wait_lock_of_mmap_lock_is_named_after_it() {
     let dir = scratch("lock-names-wait-lock");
     let profile_path = dir.join("lock.json");
     let storm = workload("lock-storm");
-    record_ok(&[
-        "record",
-        "--lock",
-        "-o",
-        path_str(&profile_path),
-        "--",
+    let command = [
         path_str(&storm),
         "--seconds",
         "5",
@@ -211,8 +203,8 @@ fn wait_lock_of_mmap_lock_is_named_after_it() {
         "4",
         "--mode",
         "mmap",
-    ]);
-    let profile = load_json(&profile_path);
+    ];
+    let profile = record_profile(&["--lock"], &profile_path, &command).profile;
     let rows = profile["locks"].as_array().expect("lock rows");
     let field = |row: &serde_json::Value, name: &str| row[name].as_str().unwrap_or("").to_string();
     let mmap_locks: std::collections::BTreeSet<u64> = rows
@@ -537,13 +529,25 @@ fn record_stressor(
     let profile_path = dir.join(format!("{stressor}{tag}.json"));
     let perf_path = dir.join(format!("{stressor}{tag}.perf.data"));
     let option = format!("--{stressor}");
+    let options = [&["--lock"], extra].concat();
+    let command = [
+        "perf",
+        "lock",
+        "record",
+        "-m",
+        "16384",
+        "-o",
+        path_str(&perf_path),
+        "--",
+        "stress-ng",
+        &option,
+        "4",
+        "--timeout",
+        "3s",
+        "--quiet",
+    ];
     for attempt in 1.. {
-        let mut args = vec!["record", "--lock", "-o", path_str(&profile_path)];
-        args.extend_from_slice(extra);
-        args.extend_from_slice(&["--", "perf", "lock", "record", "-m", "16384", "-o"]);
-        args.extend_from_slice(&[path_str(&perf_path), "--", "stress-ng", &option, "4"]);
-        args.extend_from_slice(&["--timeout", "3s", "--quiet"]);
-        record_ok(&args);
+        let profile = record_profile(&options, &profile_path, &command).profile;
         let stats = std::process::Command::new("perf")
             .args(["report", "--stats", "-i", path_str(&perf_path)])
             .output()
@@ -565,7 +569,7 @@ fn record_stressor(
         if count < 100 {
             eprintln!("{stressor}: perf saw {count} contentions only, too few to compare");
         }
-        return (load_json(&profile_path), perf);
+        return (profile, perf);
     }
     unreachable!()
 }

@@ -31,31 +31,25 @@ fn fuse_latency_run(
     let fuse = workload("fuse-workload");
     // Off-CPU too (all states: the caller waits for the reply interruptibly, in S), so
     // the same run checks that its waits are classed `rpc`.
-    let mut args = vec!["record", "--rpc", "fuse", "--offcpu-all"];
-    args.extend(extra);
-    args.extend([
-        "-o",
-        path_str(&profile_path),
-        "--",
-        path_str(&fuse),
-        "latency",
-    ]);
+    let options = [&["--rpc", "fuse", "--offcpu-all"], extra].concat();
     let (files, create_ms, write_ms) = (
         FILES.to_string(),
         (CREATE_MS as u64).to_string(),
         (WRITE_MS as u64).to_string(),
     );
-    args.extend([
+    let command = [
+        path_str(&fuse),
+        "latency",
         path_str(&results_path),
         path_str(&mountpoint),
         &files,
         &create_ms,
         &write_ms,
-    ]);
-    let (stdout, _) = record_ok(&args);
+    ];
+    let recorded = record_profile(&options, &profile_path, &command);
     let measured = results(&results_path);
     let pid = result(&measured, "pid");
-    (stdout, load_json(&profile_path), measured, pid)
+    (recorded.stdout, recorded.profile, measured, pid)
 }
 
 /// Each CREATE and WRITE of the workload has its request, and their mean latency lies
@@ -264,22 +258,16 @@ fn fuse_create_lock_wait_matches_ground_truth() {
     let fuse = workload("fuse-workload");
     // --offcpu-all too: the owner (process A, asleep in its delayed CREATE) gets its
     // stack; FUSE waits for a reply interruptibly (S state) first.
-    record_ok(&[
-        "record",
-        "--lock",
-        "--offcpu-all",
-        "--rpc",
-        "fuse",
-        "-o",
-        profile_path.to_str().expect("path"),
-        "--",
+    let options = ["--lock", "--offcpu-all", "--rpc", "fuse"];
+    let command = [
         fuse.to_str().expect("path"),
         "lockwait",
         results_path.to_str().expect("path"),
         mountpoint.to_str().expect("path"),
         &CREATE_MS.to_string(),
         "50",
-    ]);
+    ];
+    let profile = record_profile(&options, &profile_path, &command).profile;
     let measured = results(&results_path);
     let pid = result(&measured, "pid");
     let a_pid = result(&measured, "a_pid");
@@ -289,7 +277,6 @@ fn fuse_create_lock_wait_matches_ground_truth() {
         expected_wait > 100_000_000,
         "B should have waited for A's create (B took {b_ns} ns)"
     );
-    let profile = load_json(&profile_path);
     const LCB_F_WRITE: u64 = 4;
     let mut wait_ns = 0;
     let mut held_by_a_ns = 0;
@@ -402,17 +389,8 @@ fn missing_providers_are_one_line_each_and_the_run_goes_on() {
     let results_path = dir.join("results");
     let mountpoint = dir.join("mnt");
     let fuse = workload("fuse-workload");
-    let (_, stderr) = record_ok(&[
-        "record",
-        "--rpc",
-        "sunrpc",
-        "--rpc",
-        "lustre",
-        "--rpc",
-        "fuse",
-        "-o",
-        profile_path.to_str().expect("path"),
-        "--",
+    let options = ["--rpc", "sunrpc", "--rpc", "lustre", "--rpc", "fuse"];
+    let command = [
         fuse.to_str().expect("path"),
         "latency",
         results_path.to_str().expect("path"),
@@ -420,7 +398,10 @@ fn missing_providers_are_one_line_each_and_the_run_goes_on() {
         "2",
         "10",
         "10",
-    ]);
+    ];
+    let Recorded {
+        stderr, profile, ..
+    } = record_profile(&options, &profile_path, &command);
     for provider in ["sunrpc", "lustre"] {
         let lines: Vec<&str> = stderr
             .lines()
@@ -429,7 +410,6 @@ fn missing_providers_are_one_line_each_and_the_run_goes_on() {
         assert_eq!(lines.len(), 1, "one line for {provider}:\n{stderr}");
         assert!(lines[0].contains("not recorded"), "{}", lines[0]);
     }
-    let profile = load_json(&profile_path);
     let missing: Vec<&str> = profile["unavailable"]
         .as_array()
         .expect("unavailable")

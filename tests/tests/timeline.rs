@@ -29,20 +29,8 @@ fn contention_in_the_second_half_lands_in_the_second_half() {
         "sleep 2.5; exec {} --seconds 2.5 --threads 4 --mode both",
         path_str(&storm)
     );
-    record_ok(&[
-        "record",
-        "--lock",
-        "--offcpu",
-        "--interval",
-        "250ms",
-        "-o",
-        path_str(&profile_path),
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ]);
-    let profile = load_json(&profile_path);
+    let options = ["--lock", "--offcpu", "--interval", "250ms"];
+    let profile = record_profile(&options, &profile_path, &["sh", "-c", &script]).profile;
     let timeline = &profile["timeline"];
     let ends: Vec<f64> = timeline["ends_s"]
         .as_array()

@@ -124,21 +124,12 @@ fn nofp_workload_unwinds_to_main_with_its_shares() {
         return;
     };
     let profile_path = dir.join("cpu.json");
-    let (stdout, _) = record_ok(&[
-        "record",
-        "--cpu",
-        "--freq",
-        "499",
-        "-o",
-        path_str(&profile_path),
-        "--",
-        path_str(&binary),
-        "4",
-    ]);
-    let truth = report(&stdout, "major_ns");
+    let options = ["--cpu", "--freq", "499"];
+    let recorded = record_profile(&options, &profile_path, &[path_str(&binary), "4"]);
+    let truth = report(&recorded.stdout, "major_ns");
     let pid = truth["pid"];
     let expected = truth["major_ns"] as f64 / (truth["major_ns"] + truth["minor_ns"]) as f64;
-    let profile = load_json(&profile_path);
+    let profile = recorded.profile;
     let stacks = user_stacks(&profile, Some(pid));
     let (mut major, mut minor, mut whole) = (0u64, 0u64, 0u64);
     for (samples, names) in &stacks {
@@ -201,21 +192,10 @@ fn frame_pointer_walks_of_nofp_code_are_cut_not_padded() {
         return;
     };
     let profile_path = dir.join("cpu.json");
-    let (stdout, _) = record_ok(&[
-        "record",
-        "--cpu",
-        "--freq",
-        "499",
-        "--user-stack-bytes",
-        "0",
-        "-o",
-        path_str(&profile_path),
-        "--",
-        path_str(&binary),
-        "2",
-    ]);
-    let pid = report(&stdout, "major_ns")["pid"];
-    let profile = load_json(&profile_path);
+    let options = ["--cpu", "--freq", "499", "--user-stack-bytes", "0"];
+    let recorded = record_profile(&options, &profile_path, &[path_str(&binary), "2"]);
+    let pid = report(&recorded.stdout, "major_ns")["pid"];
+    let profile = recorded.profile;
     let stacks = user_stacks(&profile, Some(pid));
     let samples: u64 = stacks.iter().map(|(samples, _)| samples).sum();
     assert!(samples > 300, "2 s at 499 Hz: only {samples} samples");
@@ -244,16 +224,14 @@ fn packaged_fio_stacks_are_clean_and_reach_their_start() {
     let svg_path = dir.join("fio.svg");
     // fio's own code on the CPU: the cpuio engine burns CPU in fio, two jobs (threads of
     // their own processes, under fio's main process).
-    let (_, _) = record_ok(&[
-        "record",
+    let options = [
         "--cpu",
         "--freq",
         "499",
-        "-o",
-        path_str(&profile_path),
         "--flamegraph",
         path_str(&svg_path),
-        "--",
+    ];
+    let command = [
         "fio",
         "--name=burn",
         "--ioengine=cpuio",
@@ -262,8 +240,8 @@ fn packaged_fio_stacks_are_clean_and_reach_their_start() {
         "--time_based",
         "--runtime=3",
         "--output-format=terse",
-    ]);
-    let profile = load_json(&profile_path);
+    ];
+    let profile = record_profile(&options, &profile_path, &command).profile;
     let fio: Vec<(u64, Vec<String>)> = fio_rows(&profile)
         .into_iter()
         .map(|(samples, names, _)| (samples, names))
@@ -311,14 +289,8 @@ fn packaged_fio_in_system_calls_reaches_its_start() {
     let dir = scratch("ustacks-fio-psync");
     let profile_path = dir.join("cpu.json");
     let directory = format!("--directory={}", dir.display());
-    record_ok(&[
-        "record",
-        "--cpu",
-        "--freq",
-        "499",
-        "-o",
-        path_str(&profile_path),
-        "--",
+    let options = ["--cpu", "--freq", "499"];
+    let command = [
         "fio",
         "--name=rw",
         &directory,
@@ -330,8 +302,8 @@ fn packaged_fio_in_system_calls_reaches_its_start() {
         "--time_based",
         "--runtime=3",
         "--output-format=terse",
-    ]);
-    let profile = load_json(&profile_path);
+    ];
+    let profile = record_profile(&options, &profile_path, &command).profile;
     let (mut in_kernel, mut reached, mut all) = (0u64, 0u64, Vec::new());
     for (samples, names, kernel) in fio_rows(&profile) {
         if kernel {
@@ -556,19 +528,9 @@ fn bad_user_stack_bytes_are_refused_in_one_line() {
 /// are named, with the whole chain (hot function, `worker_loop`, `main`).
 fn assert_stripped_chain_named(dir: &std::path::Path, binary: &str, what: &str, suffix: &str) {
     let profile_path = dir.join("cpu.json");
-    let (stdout, _) = record_ok(&[
-        "record",
-        "--cpu",
-        "--freq",
-        "499",
-        "-o",
-        path_str(&profile_path),
-        "--",
-        binary,
-        "2",
-    ]);
-    let pid = report(&stdout, "major_ns")["pid"];
-    let profile = load_json(&profile_path);
+    let recorded = record_profile(&["--cpu", "--freq", "499"], &profile_path, &[binary, "2"]);
+    let pid = report(&recorded.stdout, "major_ns")["pid"];
+    let profile = recorded.profile;
     let stacks = user_stacks(&profile, Some(pid));
     let samples: u64 = stacks.iter().map(|(samples, _)| samples).sum();
     let named: u64 = stacks

@@ -44,14 +44,13 @@ fn ping_pong(dir: &Path, extra: &[&str], pairs: u32) -> (PathBuf, serde_json::Va
     let profile_path = dir.join("pp.json");
     let ping_pong = workload("ping-pong");
     let pairs = pairs.to_string();
-    let mut args = vec!["record", "--offcpu-all", "--wakers"];
-    args.extend(extra);
-    args.extend(["-o", path_str(&profile_path), "--", path_str(&ping_pong)]);
-    args.extend(["--seconds", "2", "--pairs", &pairs]);
-    let (stdout, _) = record_ok(&args);
+    let options = [&["--offcpu-all", "--wakers"], extra].concat();
+    let command = [path_str(&ping_pong), "--seconds", "2", "--pairs", &pairs];
+    let Recorded {
+        stdout, profile, ..
+    } = record_profile(&options, &profile_path, &command);
     let ops = field(&stdout, "ops=", "ops");
     assert!(ops > 100, "the pairs bounced: {stdout}");
-    let profile = load_json(&profile_path);
     (profile_path, profile)
 }
 
@@ -323,19 +322,10 @@ fn pthread_mutex_waits_are_woken_by_the_holder_with_its_time() {
     let dir = scratch("wakers-mutex");
     let profile_path = dir.join("mutex.json");
     let mutex_hold = workload("mutex-hold");
-    let (stdout, _) = record_ok(&[
-        "record",
-        "--offcpu-all",
-        "--wakers",
-        "-o",
-        path_str(&profile_path),
-        "--",
-        path_str(&mutex_hold),
-        "--rounds",
-        "20",
-        "--hold-ms",
-        "50",
-    ]);
+    let command = [path_str(&mutex_hold), "--rounds", "20", "--hold-ms", "50"];
+    let Recorded {
+        stdout, profile, ..
+    } = record_profile(&["--offcpu-all", "--wakers"], &profile_path, &command);
     let waiter = field(&stdout, "mutex-hold ", "waiter_tid");
     let holder = field(&stdout, "mutex-hold ", "holder_tid");
     let waited_ns = field(&stdout, "mutex-hold ", "waited_ns");
@@ -343,7 +333,6 @@ fn pthread_mutex_waits_are_woken_by_the_holder_with_its_time() {
         waited_ns >= 20 * 50_000_000,
         "20 holds of 50 ms: {waited_ns}"
     );
-    let profile = load_json(&profile_path);
     // The waiter's futex waits (it sleeps nowhere else; a wait whose stack was lost to a
     // stack-map collision, counted in the losses, is still its futex wait).
     let futex_rows: Vec<&serde_json::Value> = rows(&profile)
@@ -446,19 +435,16 @@ fn fuse_hold_chain_follows_the_holder_to_the_daemon() {
     let mountpoint = dir.join("mnt");
     std::fs::create_dir_all(&mountpoint).expect("mountpoint");
     let fuse = workload("fuse-workload");
-    let (stdout, _) = record_ok(&[
-        "record",
-        "--offcpu-all",
-        "--wakers",
-        "-o",
-        path_str(&profile_path),
-        "--",
+    let command = [
         path_str(&fuse),
         "holdchain",
         path_str(&results),
         path_str(&mountpoint),
         "200",
-    ]);
+    ];
+    let Recorded {
+        stdout, profile, ..
+    } = record_profile(&["--offcpu-all", "--wakers"], &profile_path, &command);
     let text = std::fs::read_to_string(&results).expect("workload results");
     let value = |name: &str| -> u64 {
         text.lines()
@@ -471,7 +457,6 @@ fn fuse_hold_chain_follows_the_holder_to_the_daemon() {
     // sent its CREATE) to its own return.
     let second_rpc_ns = value("t2_end_ns") - value("t1_end_ns");
     let injected_ns = 200_000_000u64;
-    let profile = load_json(&profile_path);
     let chains = profile["chains"].as_array().expect("chains in the profile");
     let chain = chains
         .iter()
