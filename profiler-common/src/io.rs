@@ -64,17 +64,22 @@ pub struct IoStat {
     pub hist: [u64; IO_HIST_SLOTS],
 }
 
+impl IoStat {
+    /// The value a new row starts from.
+    pub const EMPTY: IoStat = IoStat {
+        count: 0,
+        bytes: 0,
+        total_ns: 0,
+        max_ns: 0,
+        queued: 0,
+        queue_ns: 0,
+        hist: [0; IO_HIST_SLOTS],
+    };
+}
+
 impl Default for IoStat {
     fn default() -> Self {
-        IoStat {
-            count: 0,
-            bytes: 0,
-            total_ns: 0,
-            max_ns: 0,
-            queued: 0,
-            queue_ns: 0,
-            hist: [0; IO_HIST_SLOTS],
-        }
+        IoStat::EMPTY
     }
 }
 

@@ -540,6 +540,10 @@ pub fn on_rq_complete(rq: u64, nr_bytes: u32) {
     );
 }
 
+/// The value new rows start from; a global, so its 304 bytes are not built on the BPF
+/// stack for every completion.
+static EMPTY_IO_STAT: IoStat = IoStat::EMPTY;
+
 /// Adds one request (or timed call) of `bytes` and `latency_ns` to its row of the
 /// family's map, or of its overflow map under `overflow(key)` when the map is full.
 #[inline(always)]
@@ -552,41 +556,51 @@ fn add_request<K>(
     latency_ns: u64,
     queue_ns: Option<u64>,
 ) {
-    let empty = IoStat::default();
-    update_row_or_overflow(maps, key, overflow, &empty, loss_slots, false, |stat| {
-        // Through the stack, volatile: the compiler then cannot prove slot < IO_HIST_SLOTS
-        // and drop the bounds check below, which the verifier needs to see (6.1's verifier
-        // lost the bound of the masked index: "math between map_value pointer and register
-        // with unbounded min value").
-        let slot = log2_slot_of::<IO_HIST_SLOTS>(latency_ns / 1000);
-        // SAFETY: reading a local just written.
-        let slot = unsafe { core::ptr::read_volatile(&slot) };
-        // SAFETY: `stat` points into a map value valid for this program run; counters are
-        // atomic (completions of one key run on several CPUs), max is best effort; the
-        // bucket index is checked.
-        unsafe {
-            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).count, 1);
-            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).bytes, bytes);
-            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
-                &raw mut (*stat).total_ns,
-                latency_ns,
-            );
-            if latency_ns > (*stat).max_ns {
-                (*stat).max_ns = latency_ns;
-            }
-            if let Some(queue_ns) = queue_ns {
-                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).queued, 1);
+    update_row_or_overflow(
+        maps,
+        key,
+        overflow,
+        &EMPTY_IO_STAT,
+        loss_slots,
+        false,
+        |stat| {
+            // Through the stack, volatile: the compiler then cannot prove slot < IO_HIST_SLOTS
+            // and drop the bounds check below, which the verifier needs to see (6.1's verifier
+            // lost the bound of the masked index: "math between map_value pointer and register
+            // with unbounded min value").
+            let slot = log2_slot_of::<IO_HIST_SLOTS>(latency_ns / 1000);
+            // SAFETY: reading a local just written.
+            let slot = unsafe { core::ptr::read_volatile(&slot) };
+            // SAFETY: `stat` points into a map value valid for this program run; counters are
+            // atomic (completions of one key run on several CPUs), max is best effort; the
+            // bucket index is checked.
+            unsafe {
+                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).count, 1);
+                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).bytes, bytes);
                 atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
-                    &raw mut (*stat).queue_ns,
-                    queue_ns,
+                    &raw mut (*stat).total_ns,
+                    latency_ns,
                 );
+                if latency_ns > (*stat).max_ns {
+                    (*stat).max_ns = latency_ns;
+                }
+                if let Some(queue_ns) = queue_ns {
+                    atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
+                        &raw mut (*stat).queued,
+                        1,
+                    );
+                    atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
+                        &raw mut (*stat).queue_ns,
+                        queue_ns,
+                    );
+                }
+                // Checked index without a panic path.
+                if let Some(bucket) = (*stat).hist.get_mut(slot) {
+                    atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(bucket, 1);
+                }
             }
-            // Checked index without a panic path.
-            if let Some(bucket) = (*stat).hist.get_mut(slot) {
-                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(bucket, 1);
-            }
-        }
-    });
+        },
+    );
 }
 
 /// A timed call (`--file-calls`) begins: a read, write or fsync of `fd`, or an open
