@@ -1,51 +1,8 @@
-//! The keys of what exporters show: `Kind` (what is weighed; its view is in `views/`)
-//! and `GroupBy` (how lock rows are grouped). Plain types: the command line parses its words into
-//! them (cli.rs), the exporters never see clap.
+//! The keys of what exporters show: `Kind` (what is weighed; made with its view in
+//! `views/`) and `GroupBy` (how lock rows are grouped). Plain types: the command line
+//! parses its words into them (cli.rs), the exporters never see clap.
 
-/// What a flamegraph, export or diff weighs: the key of a view. Each kind's view
-/// (`views/`, one module per kind) says what it means and how it is shown.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Kind {
-    Lock,
-    Rpc,
-    Func,
-    Cpu,
-    Offcpu,
-    Io,
-    Hold,
-    Offwake,
-    File,
-}
-
-impl Kind {
-    /// Every kind, in the order of `views::VIEWS`.
-    pub const ALL: [Kind; 9] = [
-        Kind::Lock,
-        Kind::Rpc,
-        Kind::Func,
-        Kind::Cpu,
-        Kind::Offcpu,
-        Kind::Io,
-        Kind::Hold,
-        Kind::Offwake,
-        Kind::File,
-    ];
-
-    pub fn name(self) -> &'static str {
-        self.view().name()
-    }
-
-    pub fn about(self) -> &'static str {
-        self.view().about()
-    }
-
-    pub fn from_name(name: &str) -> Option<Kind> {
-        crate::views::VIEWS
-            .iter()
-            .find(|view| view.name() == name)
-            .map(|view| view.kind())
-    }
-}
+pub use crate::views::Kind;
 
 /// How the lock table groups its rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,27 +1,54 @@
 //! One view per kind: everything the read side knows about a kind sits in its module
-//! (lock.rs, rpc.rs, func.rs, cpu.rs, offcpu.rs, io.rs, hold.rs, offwake.rs): its name
+//! (lock.rs, rpc.rs, func.rs, cpu.rs, offcpu.rs, io.rs, hold.rs, offwake.rs, file.rs): its name
 //! and meaning, whether a profile has it, its stack samples and their value types, the
 //! labels of its flamegraphs, the breakdowns `diff` compares, its Prometheus series and
 //! its section of the HTML report. The exporters take a kind's view from [`VIEWS`] (or
 //! loop over it) instead of matching on `Kind`.
 //!
-//! A new kind is a variant of `Kind` (in `Kind::ALL` too), a module here that implements
-//! [`View`], and its two lines in this file: the module and its entry in [`VIEWS`].
+//! A new kind is a module here that implements [`View`] and its one line in the
+//! `kinds!` table below, which makes the module, its variant of [`Kind`] and its entry
+//! in [`VIEWS`].
 
 use anyhow::Result;
 use inferno::flamegraph::color::Palette;
 
-use crate::{export::diff::Breakdown, kind::Kind, profile::Profile};
+use crate::{export::diff::Breakdown, profile::Profile};
 
-pub mod cpu;
-pub mod file;
-pub mod func;
-pub mod hold;
-pub mod io;
-pub mod lock;
-pub mod offcpu;
-pub mod offwake;
-pub mod rpc;
+/// Each line, `module: Variant => View`, declares the view's module, the variant of
+/// `Kind` and the view's place in `VIEWS`, in one order: that of the HTML report's
+/// sections.
+macro_rules! kinds {
+    ($($module:ident: $variant:ident => $view:ident,)+) => {
+        $(pub mod $module;)+
+
+        /// What a flamegraph, export or diff weighs: the key of a view. Each kind's view
+        /// (`views/`, one module per kind) says what it means and how it is shown.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Kind {
+            $($variant,)+
+        }
+
+        impl Kind {
+            /// Every kind, in the order of [`VIEWS`].
+            pub const ALL: [Kind; [$(Kind::$variant,)+].len()] = [$(Kind::$variant,)+];
+        }
+
+        /// Every kind's view, in the order of `Kind`.
+        pub static VIEWS: [&dyn View; Kind::ALL.len()] = [$(&$module::$view,)+];
+    };
+}
+
+kinds! {
+    lock: Lock => LockView,
+    rpc: Rpc => RpcView,
+    func: Func => FuncView,
+    cpu: Cpu => CpuView,
+    offcpu: Offcpu => OffcpuView,
+    io: Io => IoView,
+    hold: Hold => HoldView,
+    offwake: Offwake => OffwakeView,
+    file: File => FileView,
+}
 
 /// Takes one sample of a view: its frames from the root to the leaf and one value per
 /// entry of [`View::sample_types`]. `folded::samples` merges samples of the same path.
@@ -189,24 +216,26 @@ pub trait View: Sync {
     fn html_section(&self, profile: &Profile) -> Result<String>;
 }
 
-/// Every kind's view, in the order of `Kind` (the order of the HTML report's sections).
-pub static VIEWS: [&dyn View; Kind::ALL.len()] = [
-    &lock::LockView,
-    &rpc::RpcView,
-    &func::FuncView,
-    &cpu::CpuView,
-    &offcpu::OffcpuView,
-    &io::IoView,
-    &hold::HoldView,
-    &offwake::OffwakeView,
-    &file::FileView,
-];
-
 impl Kind {
     /// The kind's view.
     pub fn view(self) -> &'static dyn View {
         // Every kind has its view: the table is in the order of the enum (tested below).
         VIEWS[self as usize]
+    }
+
+    pub fn name(self) -> &'static str {
+        self.view().name()
+    }
+
+    pub fn about(self) -> &'static str {
+        self.view().about()
+    }
+
+    pub fn from_name(name: &str) -> Option<Kind> {
+        VIEWS
+            .iter()
+            .find(|view| view.name() == name)
+            .map(|view| view.kind())
     }
 }
 
