@@ -9,6 +9,7 @@ use std::{
 };
 
 use common::*;
+use lockpath_tests::block;
 
 fn run(program: &str, args: &[&str]) -> String {
     let output = Command::new(program)
@@ -769,28 +770,41 @@ fn sectorless_flushes_and_writes_match_perf_issue_counts() {
         "{name}: lockpath {ours} requests ({flushes} flushes, {writes} writes, {reads} reads \
          of one sector by the workload), perf {issued} issued, {completed} completions"
     );
-    assert_eq!(
-        reads,
-        READERS * READS,
-        "every read of the shared sector, credited to the workload: {rows:?}"
-    );
-    assert_eq!(flushes, FLUSHES, "one flush request per fsync: {rows:?}");
     assert_eq!(sum("flush", "bytes", None), 0, "flushes carry no data");
-    assert_eq!(
-        sum("write", "bytes", None),
-        WRITES * 64 * 1024,
-        "every written byte, once: {rows:?}"
-    );
+    const WRITE: u64 = block::BLOCK as u64;
+    let write_bytes = sum("write", "bytes", None);
+    assert_eq!(write_bytes % WRITE, 0, "whole writes: {rows:?}");
     assert!(
         sum("write", "count", Some(pid)) > 0,
         "direct writes are credited to the submitting process {pid}: {rows:?}"
     );
-    // perf is not blinded and agrees request for request. Its completions also count the
-    // submitter's side of each flush (completed by the flush machinery, never issued).
-    assert_eq!(
-        ours, issued,
-        "lockpath's requests = perf's block_rq_issue count"
+    // perf is not blinded and agrees request for request, but for the runs the kernel
+    // says it skipped (an interrupt issuing a request while the issue program runs):
+    // every flush, every written byte once, every read of the shared sector credited to
+    // the workload. Its completions also count the submitter's side of each flush
+    // (completed by the flush machinery, never issued).
+    let count = |what, lockpath, truth| block::Count {
+        what,
+        lockpath,
+        truth,
+    };
+    let skipped = block::skipped_runs(&profile["losses"]);
+    let checked = block::check_counts(
+        &count("requests (perf block_rq_issue)", ours, issued),
+        &[
+            count("flushes", flushes, FLUSHES),
+            count("writes", write_bytes / WRITE, WRITES),
+            count(
+                "reads of the shared sector by the workload",
+                reads,
+                READERS * READS,
+            ),
+        ],
+        skipped,
     );
+    if let Err(why) = checked {
+        panic!("{why}; losses {}; rows {rows:?}", profile["losses"]);
+    }
     assert!(
         completed >= issued,
         "perf completions {completed} < issues {issued}"
@@ -807,9 +821,10 @@ fn sectorless_flushes_and_writes_match_perf_issue_counts() {
         );
         return;
     }
-    for loss in ["io_stale_replaced", "io_inflight_map_full"] {
+    // A skipped completion leaves its request open until its address is used again.
+    for (loss, allowed) in [("io_stale_replaced", skipped), ("io_inflight_map_full", 0)] {
         assert!(
-            losses[loss].as_u64().unwrap_or(0) == 0,
+            losses[loss].as_u64().unwrap_or(0) <= allowed,
             "{loss} in a quiet run: {losses}"
         );
     }
