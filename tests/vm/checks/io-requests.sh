@@ -2,10 +2,11 @@
 # this kernel's struct layout read from BTF (5.10 passes (q, rq) and reaches the disk
 # through rq->rq_disk; 6.1 passes (rq) and goes through rq->q->disk): on a scratch loop
 # device, direct writes, reads of one sector by two threads at once and sector-less
-# flushes, against tracefs's own count of block_rq_issue on that device: equal, but for
-# the runs of lockpath's io programs the kernel reports it skipped (`prog_recursion_miss`:
-# an interrupt issued a request while the issue program ran on that CPU, one request in 6
-# of 203 runs of a loaded 7.3 guest), each a request lost and said so. Then buffered
+# flushes, against tracefs's own count of block_rq_issue on that device: equal, or short
+# by no more than the runs of lockpath's issue and completion programs the kernel reports
+# it skipped (`prog_recursion_miss`: an interrupt issued a request while the issue
+# program ran on that CPU, one request in 6 of 203 runs of a loaded 7.3 guest), each a
+# request lost and said so. Then buffered
 # writes whose writeback is charged to their writer through the dirty-page tracepoint
 # (writeback_dirty_folio, or writeback_dirty_page on 5.10).
 . /checks/lib
