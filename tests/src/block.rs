@@ -133,19 +133,72 @@ pub fn skipped_runs(losses: &serde_json::Value) -> u64 {
         .sum()
 }
 
+/// What this workload's requests came to on its device: as lockpath counted them, or as
+/// the truth has them (the workload's own counts and the kernel's `block_rq_issue`).
+pub struct Tally {
+    pub requests: u64,
+    pub flushes: u64,
+    pub write_bytes: u64,
+    /// The reads of the shared sector, credited to the workload.
+    pub reads: u64,
+}
+
+/// Checks lockpath's tally against the truth with `check_counts`, the kernel's skipped
+/// runs read from the profile's `losses`; `issued_by` names the kernel's count (tracefs,
+/// perf). Returns the skipped runs.
+pub fn check_tally(
+    lockpath: &Tally,
+    truth: &Tally,
+    issued_by: &'static str,
+    losses: &serde_json::Value,
+) -> Result<u64, String> {
+    const WRITE: u64 = BLOCK as u64;
+    if !lockpath.write_bytes.is_multiple_of(WRITE) {
+        return Err(format!(
+            "{} bytes written, not whole writes of {WRITE}",
+            lockpath.write_bytes
+        ));
+    }
+    let skipped = skipped_runs(losses);
+    let count = |what, lockpath, truth| Count {
+        what,
+        lockpath,
+        truth,
+    };
+    check_counts(
+        &count(issued_by, lockpath.requests, truth.requests),
+        &[
+            count("flush requests", lockpath.flushes, truth.flushes),
+            count(
+                "writes",
+                lockpath.write_bytes / WRITE,
+                truth.write_bytes / WRITE,
+            ),
+            count(
+                "reads credited to the workload",
+                lockpath.reads,
+                truth.reads,
+            ),
+        ],
+        skipped,
+    )
+    .map(|()| skipped)
+    .map_err(|why| format!("{why}; losses {losses}"))
+}
+
 /// One count of the workload's requests: lockpath's, and the truth (the workload's own,
 /// or the kernel's count of `block_rq_issue`).
-pub struct Count {
-    pub what: &'static str,
-    pub lockpath: u64,
-    pub truth: u64,
+struct Count {
+    what: &'static str,
+    lockpath: u64,
+    truth: u64,
 }
 
 /// Checks lockpath's counts of the workload's requests: the total is the truth, or short
 /// of it by no more than the `skipped` runs the kernel reports (at most `MAX_SKIPPED`);
 /// no part counts more than its truth, and the parts together are short by no more than
 /// those skipped runs either.
-pub fn check_counts(total: &Count, parts: &[Count], skipped: u64) -> Result<(), String> {
+fn check_counts(total: &Count, parts: &[Count], skipped: u64) -> Result<(), String> {
     if skipped > MAX_SKIPPED {
         return Err(format!(
             "the kernel skipped {skipped} runs of the io programs (more than {MAX_SKIPPED})"

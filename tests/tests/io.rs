@@ -771,41 +771,30 @@ fn sectorless_flushes_and_writes_match_perf_issue_counts() {
          of one sector by the workload), perf {issued} issued, {completed} completions"
     );
     assert_eq!(sum("flush", "bytes", None), 0, "flushes carry no data");
-    const WRITE: u64 = block::BLOCK as u64;
-    let write_bytes = sum("write", "bytes", None);
-    assert_eq!(write_bytes % WRITE, 0, "whole writes: {rows:?}");
     assert!(
         sum("write", "count", Some(pid)) > 0,
         "direct writes are credited to the submitting process {pid}: {rows:?}"
     );
     // perf is not blinded and agrees request for request, or lockpath is short by no
     // more than the runs the kernel says it skipped (an interrupt issuing a request while
-    // the issue program runs):
-    // every flush, every written byte once, every read of the shared sector credited to
-    // the workload. Its completions also count the submitter's side of each flush
-    // (completed by the flush machinery, never issued).
-    let count = |what, lockpath, truth| block::Count {
-        what,
-        lockpath,
-        truth,
+    // the issue program runs): every flush, every written byte once, every read of the
+    // shared sector credited to the workload. Its completions also count the
+    // submitter's side of each flush (completed by the flush machinery, never issued).
+    let lockpath = block::Tally {
+        requests: ours,
+        flushes,
+        write_bytes: sum("write", "bytes", None),
+        reads,
     };
-    let skipped = block::skipped_runs(&profile["losses"]);
-    let checked = block::check_counts(
-        &count("requests (perf block_rq_issue)", ours, issued),
-        &[
-            count("flushes", flushes, FLUSHES),
-            count("writes", write_bytes / WRITE, WRITES),
-            count(
-                "reads of the shared sector by the workload",
-                reads,
-                READERS * READS,
-            ),
-        ],
-        skipped,
-    );
-    if let Err(why) = checked {
-        panic!("{why}; losses {}; rows {rows:?}", profile["losses"]);
-    }
+    let truth = block::Tally {
+        requests: issued,
+        flushes: FLUSHES,
+        write_bytes: WRITES * block::BLOCK as u64,
+        reads: READERS * READS,
+    };
+    let perf = "requests (perf block_rq_issue)";
+    let skipped = block::check_tally(&lockpath, &truth, perf, &profile["losses"])
+        .unwrap_or_else(|why| panic!("{why}; rows {rows:?}"));
     assert!(
         completed >= issued,
         "perf completions {completed} < issues {issued}"

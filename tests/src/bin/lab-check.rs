@@ -648,33 +648,21 @@ fn check_io(args: IoArgs) {
             "flushes carry no data, yet {flush_bytes} bytes; rows {rows:?}"
         ));
     }
-    const WRITE: u64 = block::BLOCK as u64;
-    if write_bytes % WRITE != 0 {
-        fail(format!(
-            "{write_bytes} bytes written, not whole writes of {WRITE}; rows {rows:?}"
-        ));
-    }
-    let skipped = block::skipped_runs(&profile["losses"]);
-    let count = |what, lockpath, truth| block::Count {
-        what,
-        lockpath,
-        truth,
+    let lockpath = block::Tally {
+        requests,
+        flushes,
+        write_bytes,
+        reads,
     };
-    let checked = block::check_counts(
-        &count("requests (tracefs block_rq_issue)", requests, args.issued),
-        &[
-            count("flush requests", flushes, args.flushes),
-            count("writes", write_bytes / WRITE, args.write_bytes / WRITE),
-            count("reads credited to the workload", reads, args.reads),
-        ],
-        skipped,
-    );
-    if let Err(why) = checked {
-        fail(format!(
-            "{why}; losses {}; rows {rows:?}",
-            profile["losses"]
-        ));
-    }
+    let truth = block::Tally {
+        requests: args.issued,
+        flushes: args.flushes,
+        write_bytes: args.write_bytes,
+        reads: args.reads,
+    };
+    let tracefs = "requests (tracefs block_rq_issue)";
+    let skipped = block::check_tally(&lockpath, &truth, tracefs, &profile["losses"])
+        .unwrap_or_else(|why| fail(format!("{why}; rows {rows:?}")));
     // A skipped completion leaves its request open until its address is used again.
     if profile["losses"]["io_stale_replaced"].as_u64().unwrap_or(0) > skipped {
         fail(format!(
