@@ -73,7 +73,7 @@ pub const LOSS_NAMES: [(u32, &str, &str); 52] = [
     (
         STACK_COLLISION,
         "stack_collision",
-        "stack map hash collision (-EEXIST): stack not recorded",
+        "stack map hash collision (-EEXIST) and the spare stacks full: stack not recorded",
     ),
     (
         STACK_FAILED,

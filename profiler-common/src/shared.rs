@@ -3,8 +3,71 @@
 
 /// Entries of the stack-trace map unless `--stack-entries` says otherwise.
 pub const STACKS_ENTRIES: u32 = 16384;
-/// The most entries a stack-trace map may have: a stack id fits in `STACK_TAG_SHIFT` bits.
-pub const STACKS_MAX_ENTRIES: u32 = 1 << STACK_TAG_SHIFT;
+/// The most entries a stack-trace map may have: its indexes are the lower half of the
+/// `STACK_TAG_SHIFT` bits of a stack id; the upper half names spare stacks.
+pub const STACKS_MAX_ENTRIES: u32 = 1 << (STACK_TAG_SHIFT - 1);
+
+/// A stack the stack-trace map turned away because another stack holds its hash
+/// bucket (`-EEXIST`) is kept in `STACKS_SPARE` instead, keyed by its frames, under an
+/// index from `SPARE_INDEX_BASE` up: without it every event of that call path would
+/// lose its stack for the rest of the recording.
+pub const SPARE_INDEX_BASE: u32 = STACKS_MAX_ENTRIES;
+/// Frames a spare stack keeps (a hash map key may have at most 512 bytes); a deeper
+/// stack loses its outermost frames and is marked truncated.
+pub const SPARE_STACK_DEPTH: usize = 64;
+/// Entries of `STACKS_SPARE`: one spare stack per this many entries of `STACKS`, at
+/// least `SPARE_MIN_ENTRIES` (hash collisions grow with the square of the stacks).
+pub const SPARE_ENTRIES_DIVISOR: u32 = 8;
+/// The fewest entries of `STACKS_SPARE`.
+pub const SPARE_MIN_ENTRIES: u32 = 1024;
+
+/// The frames of a spare stack, leaf first, zero after the last: the key of
+/// `STACKS_SPARE`, whose value is the stack's id.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SpareStack {
+    pub frames: [u64; SPARE_STACK_DEPTH],
+}
+
+/// Entries of `STACKS_SPARE` for a stack map of `stack_entries`.
+pub const fn spare_entries(stack_entries: u32) -> u32 {
+    let scaled = stack_entries / SPARE_ENTRIES_DIVISOR;
+    match scaled > SPARE_MIN_ENTRIES {
+        true => scaled,
+        false => SPARE_MIN_ENTRIES,
+    }
+}
+
+/// Spare stack ids are handed out per CPU, without atomics (the BPF instruction set
+/// of older kernels has no fetch-and-add): CPU `c` numbers its spare stacks of a
+/// generation from `c * per_cpu`. User space sets `per_cpu` (`SPARE_IDS_PER_CPU`) for
+/// the machine's CPUs with `spare_ids_per_cpu`; this default fits 1024 CPUs.
+pub const SPARE_IDS_PER_CPU_DEFAULT: u32 = SPARE_INDEX_BASE / 1024;
+
+/// Spare stack ids per CPU on a machine with `cpus` possible CPUs.
+pub const fn spare_ids_per_cpu(cpus: u32) -> u32 {
+    match cpus {
+        0 => SPARE_INDEX_BASE,
+        cpus => SPARE_INDEX_BASE / cpus,
+    }
+}
+
+/// The id of spare stack `n` of CPU `cpu` in `generation`, with `per_cpu` ids per
+/// CPU; `None` when that CPU has used all of its ids.
+pub const fn spare_stack_id(cpu: u32, n: u32, per_cpu: u32, generation: u32) -> Option<i64> {
+    if n >= per_cpu || cpu >= SPARE_INDEX_BASE / per_cpu {
+        return None;
+    }
+    Some(tagged_stack_id(
+        (SPARE_INDEX_BASE + cpu * per_cpu + n) as i64,
+        generation,
+    ))
+}
+
+/// Whether a (non-negative) stack id names a spare stack.
+pub const fn is_spare(id: i32) -> bool {
+    stack_index(id) >= SPARE_INDEX_BASE
+}
 
 /// Stack ids carry the stack generation they were walked in (`record --rotate`: each
 /// period walks into one of two stack maps, `STACKS` in even generations and
@@ -29,7 +92,7 @@ pub const fn stack_tag(id: i32) -> u32 {
 
 /// The index in its map of a (non-negative) stack id.
 pub const fn stack_index(id: i32) -> u32 {
-    id as u32 & (STACKS_MAX_ENTRIES - 1)
+    id as u32 & ((1 << STACK_TAG_SHIFT) - 1)
 }
 /// Entries of a family's overflow map (`LOCK_OVERFLOW`, `CPU_OVERFLOW`, `IO_OVERFLOW`, ...):
 /// the rows, without stacks or files, of what its full aggregation map had no room for.
@@ -41,10 +104,17 @@ pub const PROCESSES_SEEN_ENTRIES: u32 = 16384;
 /// Bytes of the process watcher's notice ring (`NEW_PROCESSES`).
 pub const NEW_PROCESSES_BYTES: u32 = 64 * 1024;
 
+#[cfg(feature = "user")]
+crate::impl_pod!(SpareStack);
+
 pub mod names {
     crate::define_names! {
         STACKS,
         STACKS_ODD,
+        STACKS_SPARE,
+        SPARE_SCRATCH,
+        /// Global: spare stack ids per CPU (`spare_ids_per_cpu`).
+        SPARE_IDS_PER_CPU,
         STACK_GENERATION,
         LOSSES,
         TASKS,
@@ -71,5 +141,45 @@ mod tests {
         }
         // Generation 0 leaves ids as the kernel gave them.
         assert_eq!(tagged_stack_id(1234, 0), 1234);
+    }
+
+    #[test]
+    fn spare_ids_are_apart_from_map_indexes_and_keep_their_generation() {
+        for (cpus, generation) in [(1, 0), (2, 1), (7, STACK_TAGS + 3), (1024, 5)] {
+            let per_cpu = spare_ids_per_cpu(cpus);
+            let mut ids = [0i32; 9];
+            let mut pairs = [(0u32, 0u32); 9];
+            let mut made = 0;
+            for cpu in [0, cpus / 2, cpus - 1] {
+                for n in [0, 1, per_cpu - 1] {
+                    let id = spare_stack_id(cpu, n, per_cpu, generation).unwrap() as i32;
+                    assert!((0..crate::offcpu::SCANNED_STACK_BASE).contains(&id));
+                    assert!(is_spare(id));
+                    assert_eq!(stack_tag(id), generation % STACK_TAGS);
+                    ids[made] = id;
+                    pairs[made] = (cpu, n);
+                    made += 1;
+                }
+                // A CPU that used its ids gets no more.
+                assert_eq!(spare_stack_id(cpu, per_cpu, per_cpu, generation), None);
+            }
+            for i in 0..made {
+                for j in 0..i {
+                    assert_eq!(
+                        ids[i] == ids[j],
+                        pairs[i] == pairs[j],
+                        "{:?}",
+                        (pairs[i], pairs[j])
+                    );
+                }
+            }
+            assert_eq!(spare_stack_id(cpus, 0, per_cpu, generation), None);
+            let walked = tagged_stack_id((STACKS_MAX_ENTRIES - 1) as i64, generation) as i32;
+            assert!(!is_spare(walked));
+        }
+        assert_eq!(spare_entries(16384), 2048);
+        assert_eq!(spare_entries(100), SPARE_MIN_ENTRIES);
+        // A spare stack is a hash map key: at most 512 bytes.
+        assert!(core::mem::size_of::<SpareStack>() <= 512);
     }
 }

@@ -4,14 +4,17 @@ use core::intrinsics::{AtomicOrdering, atomic_xadd};
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
-    helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid},
+    helpers::{
+        bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
+        bpf_get_smp_processor_id, bpf_get_stack,
+    },
     macros::map,
     maps::{Array, HashMap, PerCpuArray, RingBuf, StackTrace},
     programs::tracing::StackIdContext,
 };
 use profiler_common::{
     loss::{LOSS_SLOTS, PROCESS_NOTE_LOST, PROCESS_SEEN_MAP_FULL, TASK_MAP_FULL},
-    shared::tagged_stack_id,
+    shared::{SpareStack, spare_stack_id, tagged_stack_id},
     target::TaskInfo,
 };
 
@@ -31,9 +34,37 @@ pub static STACKS_ODD: StackTrace =
 #[map]
 pub static STACK_GENERATION: Array<u32> = Array::with_max_entries(1, 0);
 
+/// Spare stacks (see `profiler_common::shared::SPARE_INDEX_BASE`): a stack the stack
+/// map turned away on a hash collision, keyed by its frames, to its id. Size set by
+/// user space at load time.
+#[map]
+pub static STACKS_SPARE: HashMap<SpareStack, u32> =
+    HashMap::with_max_entries(profiler_common::shared::SPARE_MIN_ENTRIES, 0);
+
+/// Per CPU: the frames of the spare stack being looked up (too large for the BPF
+/// stack), and whether a program on this CPU is using them (one that interrupts it,
+/// from an interrupt or an NMI, finds them busy and loses its stack as a collision).
+#[map]
+static SPARE_SCRATCH: PerCpuArray<SpareScratch> = PerCpuArray::with_max_entries(1, 0);
+
+/// Spare stack ids per CPU (`profiler_common::shared::spare_stack_id`), set by user
+/// space for the machine's CPUs.
+#[unsafe(no_mangle)]
+static SPARE_IDS_PER_CPU: u32 = profiler_common::shared::SPARE_IDS_PER_CPU_DEFAULT;
+
+#[repr(C)]
+pub struct SpareScratch {
+    stack: SpareStack,
+    busy: u32,
+    /// The generation of `used`, and how many ids of it this CPU has handed out.
+    generation: u32,
+    used: u32,
+}
+
 /// Walks the current task's stack (kernel, or user with `STACK_FLAGS_USER`) into the
 /// map of the current stack generation; the id carries the generation's tag
-/// (`profiler_common::shared::tagged_stack_id`). Every stack walk goes through here.
+/// (`profiler_common::shared::tagged_stack_id`). A stack the map turns away on a hash
+/// collision goes to the spare stacks. Every stack walk goes through here.
 #[inline(always)]
 pub fn stack_id<C: StackIdContext>(ctx: &C, flags: u64) -> Result<i64, i32> {
     let generation = match STACK_GENERATION.get(0) {
@@ -44,7 +75,79 @@ pub fn stack_id<C: StackIdContext>(ctx: &C, flags: u64) -> Result<i64, i32> {
         0 => ctx.get_stackid(&STACKS, flags),
         _ => ctx.get_stackid(&STACKS_ODD, flags),
     };
-    walked.map(|index| tagged_stack_id(index, generation))
+    match walked {
+        Ok(index) => Ok(tagged_stack_id(index, generation)),
+        Err(errno) if errno == -EEXIST => spare_stack(ctx, flags, generation).ok_or(errno),
+        Err(errno) => Err(errno),
+    }
+}
+
+/// The id of the current stack among the spare stacks, added if new; `None` when the
+/// stack cannot be read or kept (the spare map is full, this CPU has used its ids, or
+/// the scratch is busy).
+#[inline(always)]
+fn spare_stack<C: StackIdContext>(ctx: &C, flags: u64, generation: u32) -> Option<i64> {
+    let scratch = SPARE_SCRATCH.get_ptr_mut(0)?;
+    // SAFETY: the pointer comes from a successful per-CPU array lookup; programs do not
+    // migrate while they run. A program that interrupts this one on the same CPU sees
+    // `busy` set and leaves the scratch alone.
+    let scratch = unsafe { &mut *scratch };
+    if scratch.busy != 0 {
+        return None;
+    }
+    scratch.busy = 1;
+    let found = spare_stack_in(ctx, flags, generation, scratch);
+    scratch.busy = 0;
+    found
+}
+
+#[inline(always)]
+fn spare_stack_in<C: StackIdContext>(
+    ctx: &C,
+    flags: u64,
+    generation: u32,
+    scratch: &mut SpareScratch,
+) -> Option<i64> {
+    // bpf_get_stack takes the skip count and BPF_F_USER_STACK, not the stack map flags;
+    // it zeroes the buffer past the last frame, so equal stacks are equal keys.
+    let stack_flags = flags & (STACK_SKIP_MASK | STACK_FLAG_USER);
+    // SAFETY: the buffer is the scratch's `stack`, `size_of::<SpareStack>()` bytes of
+    // map memory this program owns while `busy` is set.
+    let copied = unsafe {
+        bpf_get_stack(
+            ctx.as_ptr(),
+            &mut scratch.stack as *mut SpareStack as *mut core::ffi::c_void,
+            core::mem::size_of::<SpareStack>() as u32,
+            stack_flags,
+        )
+    };
+    if copied <= 0 {
+        return None;
+    }
+    let key: &SpareStack = &scratch.stack;
+    // SAFETY: a hash map lookup; the value is a plain u32, read at once.
+    if let Some(id) = unsafe { STACKS_SPARE.get(key) } {
+        return Some(*id as i64);
+    }
+    if scratch.generation != generation {
+        scratch.generation = generation;
+        scratch.used = 0;
+    }
+    // SAFETY: a load-time constant, read as such.
+    let per_cpu = unsafe { core::ptr::read_volatile(&SPARE_IDS_PER_CPU) };
+    if per_cpu == 0 {
+        return None;
+    }
+    // SAFETY: a helper without arguments.
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    let id = spare_stack_id(cpu, scratch.used, per_cpu, generation)?;
+    scratch.used += 1;
+    match STACKS_SPARE.insert(key, id as u32, BPF_NOEXIST as u64) {
+        Ok(()) => Some(id),
+        // Another CPU added the same stack meanwhile, or the map is full.
+        // SAFETY: as above.
+        Err(_) => unsafe { STACKS_SPARE.get(key) }.map(|id| *id as i64),
+    }
 }
 
 /// Loss counters, per CPU, indexed by `profiler_common::loss::*`.
@@ -74,10 +177,15 @@ macro_rules! classic_tracepoint {
     };
 }
 
-/// `BPF_F_FAST_STACK_CMP`: compare stacks by hash only; a collision is -EEXIST and counted.
+/// `BPF_F_FAST_STACK_CMP`: compare stacks by hash only; a collision is -EEXIST, and
+/// the stack goes to the spare stacks (counted as a loss when it cannot).
 pub const STACK_FLAGS_KERNEL: u64 = 1 << 9;
 /// `BPF_F_USER_STACK | BPF_F_FAST_STACK_CMP`: the user-space stack of the current task.
-pub const STACK_FLAGS_USER: u64 = (1 << 8) | (1 << 9);
+pub const STACK_FLAGS_USER: u64 = STACK_FLAG_USER | (1 << 9);
+/// `BPF_F_USER_STACK`.
+const STACK_FLAG_USER: u64 = 1 << 8;
+/// `BPF_F_SKIP_FIELD_MASK`: the frames to skip, in a stack walk's flags.
+const STACK_SKIP_MASK: u64 = 0xff;
 
 #[inline(always)]
 pub fn count_loss(slot: u32) {

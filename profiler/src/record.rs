@@ -2,6 +2,7 @@
 //! is owned by file descriptors of this process, so they go away with it, whatever
 //! the way it ends (return, error, signal, SIGKILL).
 
+use profiler_common::shared::SPARE_IDS_PER_CPU_DEFAULT;
 use std::{
     io::IsTerminal,
     sync::atomic::{AtomicBool, AtomicI32, Ordering},
@@ -433,7 +434,16 @@ fn configure<'a>(
             &globals.exit_group_dead,
             true,
         )
+        .override_global(
+            shared_names::SPARE_IDS_PER_CPU,
+            &globals.spare_ids_per_cpu,
+            true,
+        )
         .map_max_entries(shared_names::STACKS, args.stack_entries)
+        .map_max_entries(
+            shared_names::STACKS_SPARE,
+            profiler_common::shared::spare_entries(args.stack_entries),
+        )
         // Periods walk stacks into two maps by turns (see StackResolver::next_generation).
         .map_max_entries(
             shared_names::STACKS_ODD,
@@ -464,6 +474,7 @@ struct TargetGlobals {
     filter_mode: u32,
     fork_child_pid: u32,
     exit_group_dead: u32,
+    spare_ids_per_cpu: u32,
 }
 
 /// Loads the object, installs the target filter and attaches the planned families.
@@ -519,6 +530,9 @@ fn start(
         fork_child_pid: tracefs::field_offset("sched", "sched_process_fork", "child_pid")?,
         exit_group_dead: tracefs::field_offset("sched", "sched_process_exit", "group_dead")
             .unwrap_or(0),
+        spare_ids_per_cpu: aya::util::nr_cpus().map_or(SPARE_IDS_PER_CPU_DEFAULT, |cpus| {
+            profiler_common::shared::spare_ids_per_cpu(cpus as u32)
+        }),
     };
     let mut loader = EbpfLoader::new();
     configure(&mut loader, args, families, &globals);

@@ -977,6 +977,7 @@ pub fn debug_blocked_on(tids: &[u32]) -> Result<i32> {
     let mut loader = aya::EbpfLoader::new();
     loader.map_max_entries(profiler_common::shared::names::STACKS, 1);
     loader.map_max_entries(profiler_common::shared::names::STACKS_ODD, 1);
+    loader.map_max_entries(profiler_common::shared::names::STACKS_SPARE, 1);
     for family in crate::probes::FAMILIES {
         for &(map, _) in family.maps {
             loader.map_max_entries(map, 1);

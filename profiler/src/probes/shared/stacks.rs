@@ -4,10 +4,10 @@
 use std::collections::HashMap as StdHashMap;
 
 use anyhow::{Context, Result};
-use aya::maps::{Array, MapData, StackTraceMap};
+use aya::maps::{Array, HashMap as BpfHashMap, MapData, StackTraceMap};
 use profiler_common::{
     offcpu::SCANNED_STACK_BASE,
-    shared::{names, stack_index, stack_tag, STACK_TAGS},
+    shared::{is_spare, names, stack_index, stack_tag, SpareStack, SPARE_STACK_DEPTH, STACK_TAGS},
 };
 
 use super::MapSet;
@@ -23,6 +23,7 @@ const MAX_STACK_DEPTH: usize = 127;
 pub struct StackResolver {
     /// The stacks of even and odd generations (`STACKS`, `STACKS_ODD`).
     stack_maps: [StackTraceMap<MapData>; 2],
+    spare: SpareStacks,
     generations: Generations,
     kernel: KernelSymbols,
     kernel_cache: StdHashMap<i32, Option<u32>>,
@@ -49,6 +50,10 @@ struct Generations {
 impl Generations {
     fn retire(&mut self, generation: u32, index: u32, addrs: Vec<u64>) {
         let id = profiler_common::shared::tagged_stack_id(index as i64, generation) as i32;
+        self.retire_id(id, generation, addrs);
+    }
+
+    fn retire_id(&mut self, id: i32, generation: u32, addrs: Vec<u64>) {
         self.retired.insert(id, (addrs, generation + 2));
     }
 
@@ -70,6 +75,66 @@ impl Generations {
     }
 }
 
+/// The stacks the programs kept in `STACKS_SPARE` (their stack map's hash bucket was
+/// taken by another stack), read when a row first names one.
+struct SpareStacks {
+    map: BpfHashMap<MapData, SpareStack, u32>,
+    /// Addresses by stack id, as last read from the map.
+    read: StdHashMap<i32, Vec<u64>>,
+}
+
+impl SpareStacks {
+    /// The addresses of a spare stack, reading the map again when the id is new.
+    fn addresses(&mut self, stack_id: i32) -> Option<Vec<u64>> {
+        if !self.read.contains_key(&stack_id) {
+            for (stack, id) in self.map.iter().filter_map(|entry| entry.ok()) {
+                self.read.insert(id as i32, spare_addresses(&stack));
+            }
+        }
+        self.read.get(&stack_id).cloned()
+    }
+
+    /// Removes the spare stacks of the generation with tag `tag` from the map (so that
+    /// the programs add them again, under ids of the new generation), returning them.
+    fn take_generation(&mut self, tag: u32) -> Result<Vec<(i32, Vec<u64>)>> {
+        let taken: Vec<(SpareStack, i32)> = self
+            .map
+            .iter()
+            .filter_map(|entry| entry.ok())
+            .map(|(stack, id)| (stack, id as i32))
+            .filter(|&(_, id)| stack_tag(id) == tag)
+            .collect();
+        let mut stacks = Vec::with_capacity(taken.len());
+        for (stack, id) in taken {
+            self.map.remove(&stack).with_context(|| {
+                format!("cannot empty the spare stacks for the next period (stack {id})")
+            })?;
+            self.read.remove(&id);
+            stacks.push((id, spare_addresses(&stack)));
+        }
+        Ok(stacks)
+    }
+}
+
+/// A spare stack's addresses: its frames up to the first zero.
+fn spare_addresses(stack: &SpareStack) -> Vec<u64> {
+    stack
+        .frames
+        .iter()
+        .take_while(|&&addr| addr != 0)
+        .copied()
+        .collect()
+}
+
+/// Whether a stack walked under `stack_id` with `len` frames may have been cut by the
+/// depth its map keeps.
+fn at_depth_limit(stack_id: i32, len: usize) -> bool {
+    match is_spare(stack_id) {
+        true => len >= SPARE_STACK_DEPTH,
+        false => len >= MAX_STACK_DEPTH,
+    }
+}
+
 /// A stack read by user space rather than by the kernel's stack walker.
 enum Scanned {
     /// Kernel frames as `/proc/TID/stack` names them, leaf first.
@@ -86,8 +151,14 @@ impl StackResolver {
             .context("STACKS_ODD has an unexpected type")?;
         let current = Array::try_from(maps.take(names::STACK_GENERATION)?)
             .context("STACK_GENERATION has an unexpected type")?;
+        let spare = BpfHashMap::try_from(maps.take(names::STACKS_SPARE)?)
+            .context("STACKS_SPARE has an unexpected type")?;
         Ok(StackResolver {
             stack_maps: [even, odd],
+            spare: SpareStacks {
+                map: spare,
+                read: StdHashMap::new(),
+            },
             generations: Generations {
                 current,
                 generation: 0,
@@ -141,7 +212,7 @@ impl StackResolver {
             let mut frames: Vec<Frame> =
                 addrs.iter().map(|&addr| self.kernel.frame(addr)).collect();
             strip_tracing_frames(&mut frames);
-            let truncated = frames.len() >= MAX_STACK_DEPTH;
+            let truncated = at_depth_limit(stack_id, addrs.len());
             self.interner.stack(frames, truncated)
         });
         self.kernel_cache.insert(stack_id, resolved);
@@ -166,7 +237,8 @@ impl StackResolver {
             return resolved;
         }
         let resolved = self.addresses(stack_id).map(|addrs| {
-            self.user_addrs_stack(tgid, &addrs, addrs.len() >= MAX_STACK_DEPTH, false)
+            let at_limit = at_depth_limit(stack_id, addrs.len());
+            self.user_addrs_stack(tgid, &addrs, at_limit, false)
         });
         self.user_cache.insert((tgid, stack_id), resolved);
         resolved
@@ -219,7 +291,7 @@ impl StackResolver {
     }
 
     /// The addresses (leaf first) of the stack a program walked under `stack_id`: from
-    /// the map of its generation while the generation or the one after it is in
+    /// the map of its generation (or the spare stacks) while the generation or the one after it is in
     /// progress, later from the copy kept when that map was emptied for reuse. `None`
     /// when the stack is gone (never another stack under the same id).
     fn addresses(&mut self, stack_id: i32) -> Option<Vec<u64>> {
@@ -230,6 +302,7 @@ impl StackResolver {
             .flatten()
             .find(|live| live % STACK_TAGS == tag);
         match live {
+            Some(_) if is_spare(stack_id) => self.spare.addresses(stack_id),
             Some(live) => self.stack_maps[(live & 1) as usize]
                 .get(&stack_index(stack_id), 0)
                 .ok()
@@ -259,6 +332,9 @@ impl StackResolver {
                 reused.remove(&index).with_context(|| {
                     format!("cannot empty the stack map for the next period (stack {index})")
                 })?;
+            }
+            for (id, addrs) in self.spare.take_generation((next - 2) % STACK_TAGS)? {
+                self.generations.retire_id(id, next - 2, addrs);
             }
         }
         self.generations
