@@ -11,11 +11,9 @@ fn one_line_error(args: &[&str], expect: &str) {
 
 #[test]
 fn missing_pid_is_named() {
-    if !lockpath_bin().exists() {
-        eprintln!("SKIP missing_pid_is_named: lockpath not built");
+    let Some(dir) = lockpath_test("missing_pid_is_named", "bad-pid") else {
         return;
-    }
-    let dir = scratch("bad-pid");
+    };
     let out = dir.join("p.json");
     one_line_error(
         &[
@@ -32,8 +30,7 @@ fn missing_pid_is_named() {
 
 #[test]
 fn bad_flag_values_are_refused() {
-    if !lockpath_bin().exists() {
-        eprintln!("SKIP bad_flag_values_are_refused: lockpath not built");
+    if !lockpath_built("bad_flag_values_are_refused") {
         return;
     }
     one_line_error(&["record", "-d", "abc"], "not a duration");
@@ -47,11 +44,9 @@ fn bad_flag_values_are_refused() {
 
 #[test]
 fn unreadable_and_truncated_profiles() {
-    if !lockpath_bin().exists() {
-        eprintln!("SKIP unreadable_and_truncated_profiles: lockpath not built");
+    let Some(dir) = lockpath_test("unreadable_and_truncated_profiles", "bad-profile") else {
         return;
-    }
-    let dir = scratch("bad-profile");
+    };
     one_line_error(
         &["report", dir.join("missing.json").to_str().expect("path")],
         "cannot read profile",
@@ -77,11 +72,10 @@ fn unreadable_and_truncated_profiles() {
 
 #[test]
 fn exporters_refuse_bad_input_without_writing() {
-    if !lockpath_bin().exists() {
-        eprintln!("SKIP exporters_refuse_bad_input_without_writing: lockpath not built");
+    let Some(dir) = lockpath_test("exporters_refuse_bad_input_without_writing", "bad-export")
+    else {
         return;
-    }
-    let dir = scratch("bad-export");
+    };
     let cut = dir.join("cut.json");
     std::fs::write(&cut, br#"{"format":"lockpath/1","host":"h","#).expect("write");
     let old = dir.join("old.json");
@@ -136,10 +130,9 @@ fn exporters_refuse_bad_input_without_writing() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn unwritable_output_fails_before_recording() {
-    let _alone = alone();
-    if !can_load_programs("unwritable_output_fails_before_recording") {
+    let Some(_alone) = root_test_alone("unwritable_output_fails_before_recording", &[]) else {
         return;
-    }
+    };
     let before = loaded_programs();
     let started = std::time::Instant::now();
     let stderr = fails_with(
@@ -164,10 +157,9 @@ fn unwritable_output_fails_before_recording() {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn failed_final_write_keeps_the_recording() {
     let _alone = alone();
-    if !can_load_programs("failed_final_write_keeps_the_recording") {
+    let Some(dir) = root_test("failed_final_write_keeps_the_recording", "fallback-write") else {
         return;
-    }
-    let dir = scratch("fallback-write");
+    };
     let gone = dir.join("gone");
     std::fs::create_dir_all(&gone).expect("create dir");
     let out = gone.join("p.json");

@@ -160,11 +160,13 @@ fn blocked_on(tids: &[u32]) -> Vec<String> {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn blocked_on_names_the_lock_its_owner_and_the_fuse_request() {
-    if !can_load_programs("blocked_on_names_the_lock_its_owner_and_the_fuse_request") {
+    let Some(dir) = root_test(
+        "blocked_on_names_the_lock_its_owner_and_the_fuse_request",
+        "blocked-on",
+    ) else {
         return;
-    }
+    };
     let _alone = alone();
-    let dir = scratch("blocked-on");
     let results_path = dir.join("results");
     let mountpoint = dir.join("mnt");
     // Long enough for the checks below to run while both threads sleep.

@@ -13,14 +13,11 @@ use serde_json::Value;
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn report_by_cgroup_names_the_workloads_cgroup() {
-    let test = "report_by_cgroup_names_the_workloads_cgroup";
-    if !can_load_programs(test) {
-        return;
-    }
-    let Some(cgroup) = TestCgroup::for_test(test) else {
+    let Some((cgroup, dir)) =
+        root_test_in_cgroup("report_by_cgroup_names_the_workloads_cgroup", "cgroup-by")
+    else {
         return;
     };
-    let dir = scratch("cgroup-by");
     let profile_path = dir.join("p.json");
     let (recording, programs) =
         spawn_recording(&["record", "--lock", "-a", "-o", path_str(&profile_path)]);
@@ -51,20 +48,13 @@ fn report_by_cgroup_names_the_workloads_cgroup() {
 
     // The profile: the storm's process carries the cgroup's path.
     let profile = load_json(&profile_path);
-    let process = profile["processes"]
-        .as_array()
-        .expect("processes")
-        .iter()
+    let process = items(&profile["processes"], "processes")
         .find(|process| process["pid"].as_u64() == Some(storm_pid))
         .unwrap_or_else(|| panic!("no process {storm_pid} in the profile"));
     // Its threads' names (the main thread's may be the shell's, when the shell contended
     // before its exec: a known defect of names, not of cgroups).
     assert!(
-        process["threads"]
-            .as_array()
-            .expect("threads")
-            .iter()
-            .any(|thread| thread["comm"] == "lock-storm"),
+        items(&process["threads"], "threads").any(|thread| thread["comm"] == "lock-storm"),
         "no lock-storm thread in {process}"
     );
     assert_eq!(
@@ -78,10 +68,7 @@ fn report_by_cgroup_names_the_workloads_cgroup() {
         "lock-storm made {per_process} contentions"
     );
     // Some other process of the system-wide recording is named by its own cgroup.
-    let others_named = profile["processes"]
-        .as_array()
-        .expect("processes")
-        .iter()
+    let others_named = items(&profile["processes"], "processes")
         .filter(|process| process["pid"].as_u64() != Some(storm_pid))
         .filter(|process| {
             process["cgroup"]
@@ -103,10 +90,7 @@ fn report_by_cgroup_names_the_workloads_cgroup() {
     ];
     let json = lockpath_ok(&[&by_cgroup[..], &["--format", "json"]].concat());
     let report: Value = serde_json::from_slice(&json.stdout).expect("report JSON");
-    let rows: Vec<&Value> = report["locks"]
-        .as_array()
-        .expect("locks")
-        .iter()
+    let rows: Vec<&Value> = items(&report["locks"], "locks")
         .filter(|group| group["cgroup"].as_str() == Some(cgroup.name.as_str()))
         .collect();
     assert!(!rows.is_empty(), "no row of {} in {report}", cgroup.name);
@@ -139,10 +123,7 @@ fn report_by_cgroup_names_the_workloads_cgroup() {
         "json",
     ]);
     let by_process: Value = serde_json::from_slice(&json.stdout).expect("report JSON");
-    let storm_rows: u64 = by_process["locks"]
-        .as_array()
-        .expect("locks")
-        .iter()
+    let storm_rows: u64 = items(&by_process["locks"], "locks")
         .filter(|group| group["pids"] == serde_json::json!([storm_pid]))
         .map(|group| group["contended"].as_u64().expect("contended"))
         .sum();

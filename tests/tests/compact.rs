@@ -16,11 +16,10 @@ fn golden(name: &str) -> PathBuf {
 
 #[test]
 fn compact_profiles_give_the_same_outputs_as_json() {
-    if !lockpath_bin().exists() {
-        eprintln!("SKIP compact_profiles_give_the_same_outputs_as_json: lockpath not built");
+    let Some(dir) = lockpath_test("compact_profiles_give_the_same_outputs_as_json", "compact")
+    else {
         return;
-    }
-    let dir = scratch("compact");
+    };
     for name in ["lock_names.json", "lock_offcpu_cpu.json", "merged.json"] {
         let json = golden(name);
         let compact = dir.join(name).with_extension("lpb");
@@ -63,11 +62,12 @@ fn compact_profiles_give_the_same_outputs_as_json() {
 
 #[test]
 fn a_cut_compact_profile_is_one_clear_line_and_no_output() {
-    if !lockpath_bin().exists() {
-        eprintln!("SKIP a_cut_compact_profile_is_one_clear_line_and_no_output: lockpath not built");
+    let Some(dir) = lockpath_test(
+        "a_cut_compact_profile_is_one_clear_line_and_no_output",
+        "compact-cut",
+    ) else {
         return;
-    }
-    let dir = scratch("compact-cut");
+    };
     let compact = dir.join("p.lpb");
     lockpath_ok(&[
         "convert",

@@ -67,27 +67,18 @@ fn hot_functions_get_their_share_by_name() {
     // within 4 points of the workload's own clock is measured without them (CI saw
     // 0.759 against 0.701 once beside them; 0.700-0.704 here in three runs beside them).
     let _alone = alone();
-    if !can_load_programs("hot_functions_get_their_share_by_name") {
+    let Some(dir) = root_test("hot_functions_get_their_share_by_name", "cpu-share") else {
         return;
-    }
-    let dir = scratch("cpu-share");
+    };
     let profile_path = dir.join("cpu.json");
     let svg_path = dir.join("cpu.svg");
     let burn = workload("cpu-burn");
-    let args = [
-        "record",
-        "--cpu",
-        "--freq",
-        "999",
-        "-o",
-        path_str(&profile_path),
-        "--flamegraph",
-        path_str(&svg_path),
-        "--",
-        path_str(&burn),
-        "--cpu-seconds",
-        "2",
-    ];
+    let args = record_args_with_flamegraph(
+        &["--cpu", "--freq", "999"],
+        &profile_path,
+        &svg_path,
+        &[path_str(&burn), "--cpu-seconds", "2"],
+    );
     let (child, programs) = spawn_recording(&args);
     assert!(!programs.is_empty(), "the sampling program is loaded");
     let output = child.finish(&programs);
@@ -133,25 +124,12 @@ fn hot_functions_get_their_share_by_name() {
         stdout.contains("cpu_burn::burn_seventy"),
         "summary:\n{stdout}"
     );
-    let svg = std::fs::read_to_string(&svg_path).expect("svg written");
-    let options = roxmltree::ParsingOptions {
-        allow_dtd: true,
-        ..Default::default()
-    };
-    roxmltree::Document::parse_with_options(&svg, options).expect("well-formed SVG");
+    let svg = read_svg(&svg_path);
     assert!(
         svg.contains("burn_seventy") && svg.contains("cpu-burn"),
         "frames in the SVG"
     );
-    let folded = lockpath_ok(&[
-        "export",
-        path_str(&profile_path),
-        "--format",
-        "folded",
-        "--kind",
-        "cpu",
-    ]);
-    let folded = String::from_utf8_lossy(&folded.stdout);
+    let folded = export_folded(&profile_path, "cpu");
     let total: u64 = folded
         .lines()
         .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
@@ -167,25 +145,16 @@ fn hot_functions_get_their_share_by_name() {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn forked_child_is_followed() {
     let _alone = alone();
-    if !can_load_programs("forked_child_is_followed") {
+    let Some(dir) = root_test("forked_child_is_followed", "cpu-fork") else {
         return;
-    }
-    let dir = scratch("cpu-fork");
+    };
     let profile_path = dir.join("p.json");
     let burn = workload("cpu-burn");
-    let output = lockpath_ok(&[
-        "record",
-        "--cpu",
-        "--freq",
-        "499",
-        "-o",
-        path_str(&profile_path),
-        "--",
-        path_str(&burn),
-        "--fork",
-        "--cpu-seconds",
-        "1",
-    ]);
+    let output = lockpath_ok(&record_args(
+        &["--cpu", "--freq", "499"],
+        &profile_path,
+        &[path_str(&burn), "--fork", "--cpu-seconds", "1"],
+    ));
     let truth = burn_report(&String::from_utf8_lossy(&output.stdout));
     let child = truth["pid"];
     let profile = load_json(&profile_path);
@@ -211,10 +180,12 @@ fn start_burn(seconds: &str) -> std::process::Child {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn pid_target_is_sampled_and_late_strangers_are_not() {
     let _alone = alone();
-    if !can_load_programs("pid_target_is_sampled_and_late_strangers_are_not") {
+    let Some(dir) = root_test(
+        "pid_target_is_sampled_and_late_strangers_are_not",
+        "cpu-pid",
+    ) else {
         return;
-    }
-    let dir = scratch("cpu-pid");
+    };
     let profile_path = dir.join("p.json");
     // Burns longer than any startup and the 2 s recording: killed after it.
     let mut target = start_burn("30");
@@ -253,10 +224,12 @@ fn pid_target_is_sampled_and_late_strangers_are_not() {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn pid_target_follows_threads_created_later() {
     let _alone = alone();
-    if !can_load_programs("pid_target_follows_threads_created_later") {
+    let Some(dir) = root_test(
+        "pid_target_follows_threads_created_later",
+        "cpu-late-thread",
+    ) else {
         return;
-    }
-    let dir = scratch("cpu-late-thread");
+    };
     let profile_path = dir.join("p.json");
     // The thread starts 3 s after the process, and works 2 s: the recording (6 s from
     // its start) has begun before it and ends after it, however slow lockpath starts.
@@ -313,13 +286,11 @@ fn pid_target_follows_threads_created_later() {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn cgroup_target_includes_only_its_processes() {
     let _alone = alone();
-    if !can_load_programs("cgroup_target_includes_only_its_processes") {
-        return;
-    }
-    let Some(cgroup) = TestCgroup::for_test("cgroup_target_includes_only_its_processes") else {
+    let Some((cgroup, dir)) =
+        root_test_in_cgroup("cgroup_target_includes_only_its_processes", "cpu-cgroup")
+    else {
         return;
     };
-    let dir = scratch("cpu-cgroup");
     let profile_path = dir.join("p.json");
     // Burns longer than any startup and the 2 s recording: killed after it.
     let mut inside = start_burn("30");
@@ -360,10 +331,9 @@ fn cgroup_target_includes_only_its_processes() {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn exited_process_keeps_its_symbols() {
     let _alone = alone();
-    if !can_load_programs("exited_process_keeps_its_symbols") {
+    let Some(dir) = root_test("exited_process_keeps_its_symbols", "cpu-exited") else {
         return;
-    }
-    let dir = scratch("cpu-exited");
+    };
     let profile_path = dir.join("p.json");
     // A copy of the workload, deleted once it exited: the symbols must come from what
     // was kept while it lived.
@@ -373,18 +343,11 @@ fn exited_process_keeps_its_symbols() {
         "'{0}' --cpu-seconds 0.5; rm -f '{0}'; sleep 1.5",
         path_str(&copy)
     );
-    let output = lockpath_ok(&[
-        "record",
-        "--cpu",
-        "--freq",
-        "499",
-        "-o",
-        path_str(&profile_path),
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ]);
+    let output = lockpath_ok(&record_args(
+        &["--cpu", "--freq", "499"],
+        &profile_path,
+        &["sh", "-c", &script],
+    ));
     assert!(!copy.exists());
     let truth = burn_report(&String::from_utf8_lossy(&output.stdout));
     let profile = load_json(&profile_path);
@@ -413,10 +376,9 @@ fn one_line_error(args: &[&str], expect: &str) {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn bad_targets_and_frequencies_are_refused() {
-    if !can_load_programs("bad_targets_and_frequencies_are_refused") {
+    let Some(dir) = root_test("bad_targets_and_frequencies_are_refused", "cpu-bad") else {
         return;
-    }
-    let dir = scratch("cpu-bad");
+    };
     let out = dir.join("p.json");
     let out = path_str(&out);
     one_line_error(
@@ -502,27 +464,16 @@ fn takes_lock_with_irqs_off(caller: &str) -> bool {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn cpu_flamegraph_and_lock_table_agree() {
     let _alone = alone();
-    if !can_load_programs("cpu_flamegraph_and_lock_table_agree") {
+    let Some(dir) = root_test("cpu_flamegraph_and_lock_table_agree", "cpu-lock") else {
         return;
-    }
-    let dir = scratch("cpu-lock");
+    };
     let profile_path = dir.join("both.json");
     let storm = workload("lock-storm");
-    let output = lockpath_ok(&[
-        "record",
-        "--cpu",
-        "--lock",
-        "--freq",
-        "999",
-        "-o",
-        path_str(&profile_path),
-        "--",
-        path_str(&storm),
-        "--seconds",
-        "3",
-        "--mode",
-        "pipe",
-    ]);
+    let output = lockpath_ok(&record_args(
+        &["--cpu", "--lock", "--freq", "999"],
+        &profile_path,
+        &[path_str(&storm), "--seconds", "3", "--mode", "pipe"],
+    ));
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         stdout.contains("contended") && stdout.contains("on-CPU samples"),
@@ -563,21 +514,8 @@ fn cpu_flamegraph_and_lock_table_agree() {
     );
 
     // The lock table's spinlock callers are where the CPU spins.
-    let report = lockpath_ok(&[
-        "report",
-        path_str(&profile_path),
-        "--format",
-        "json",
-        "--by",
-        "lock",
-        "--top",
-        "0",
-    ]);
-    let report: serde_json::Value = serde_json::from_slice(&report.stdout).expect("report JSON");
-    let spin_rows: Vec<&serde_json::Value> = report["locks"]
-        .as_array()
-        .expect("locks")
-        .iter()
+    let report = report_json(&profile_path, &["--by", "lock", "--top", "0"]);
+    let spin_rows: Vec<&serde_json::Value> = items(&report["locks"], "locks")
         .filter(|lock| lock["type"] == "spinlock")
         .filter(|lock| !takes_lock_with_irqs_off(lock["caller"].as_str().unwrap_or("")))
         .collect();
@@ -615,30 +553,25 @@ fn cpu_flamegraph_and_lock_table_agree() {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn a_full_sample_map_keeps_every_sample() {
     let _alone = alone();
-    let test = "a_full_sample_map_keeps_every_sample";
-    if !can_load_programs(test) {
+    let Some(dir) = root_test("a_full_sample_map_keeps_every_sample", "cpu-full-map") else {
         return;
-    }
-    let dir = scratch("cpu-full-map");
+    };
     let profile_path = dir.join("p.json");
     // Two entries for rows of distinct stacks (every sampled instruction is one): the map
     // is full after two; frame-pointer stacks only, so every sample goes through it.
-    let output = lockpath_ok(&[
-        "record",
-        "--cpu",
-        "--freq",
-        "499",
-        "--user-stack-bytes",
-        "0",
-        "--map-entries",
-        "2",
-        "-o",
-        path_str(&profile_path),
-        "--",
-        path_str(&workload("cpu-burn")),
-        "--cpu-seconds",
-        "1",
-    ]);
+    let output = lockpath_ok(&record_args(
+        &[
+            "--cpu",
+            "--freq",
+            "499",
+            "--user-stack-bytes",
+            "0",
+            "--map-entries",
+            "2",
+        ],
+        &profile_path,
+        &[path_str(&workload("cpu-burn")), "--cpu-seconds", "1"],
+    ));
     let truth = burn_report(&String::from_utf8_lossy(&output.stdout));
     let profile = load_json(&profile_path);
     let rows: Vec<serde_json::Value> = cpu_rows(&profile)

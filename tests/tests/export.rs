@@ -29,10 +29,7 @@ fn record_storm(out: &Path, storm_args: &[&str]) {
 }
 
 fn sum(profile: &Value, field: &str) -> u64 {
-    profile["locks"]
-        .as_array()
-        .expect("locks")
-        .iter()
+    items(&profile["locks"], "locks")
         .map(|row| row[field].as_u64().expect("number"))
         .sum()
 }
@@ -41,10 +38,9 @@ fn sum(profile: &Value, field: &str) -> u64 {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn diff_pprof_merge_and_html_from_two_runs() {
     let test = "diff_pprof_merge_and_html_from_two_runs";
-    if !can_load_programs(test) {
+    let Some(dir) = root_test(test, "export-two-runs") else {
         return;
-    }
-    let dir = scratch("export-two-runs");
+    };
     let base = dir.join("base.json");
     let new = dir.join("new.json");
     // BASE: one thread, nothing to contend with. NEW: eight threads fight over their
@@ -67,10 +63,7 @@ fn diff_pprof_merge_and_html_from_two_runs() {
         ],
     );
     let new_profile = load_json(&new);
-    let storm_pid = new_profile["processes"]
-        .as_array()
-        .expect("processes")
-        .iter()
+    let storm_pid = items(&new_profile["processes"], "processes")
         // The main thread may have been named (lock-storm) by an early contention,
         // before it renamed itself; its worker threads carry the hostile name.
         .find(|process| {
@@ -82,10 +75,7 @@ fn diff_pprof_merge_and_html_from_two_runs() {
         .and_then(|process| process["pid"].as_u64())
         .expect("the workload runs under its hostile name");
     // Ground truth: the workload's rwsem (its mm's mmap_lock) by recorded wait.
-    let injected = new_profile["locks"]
-        .as_array()
-        .expect("locks")
-        .iter()
+    let injected = items(&new_profile["locks"], "locks")
         .filter(|row| row["pid"].as_u64() == Some(storm_pid))
         .filter(|row| matches!(row["flags"].as_u64(), Some(2) | Some(4)))
         .max_by_key(|row| row["total_ns"].as_u64())
@@ -127,10 +117,7 @@ fn check_diff(dir: &Path, base: &Path, new: &Path, injected: &str) {
         first["new_per_s"].as_f64().expect("new") > first["base_per_s"].as_f64().expect("base")
     );
     // Rows are sorted by growth.
-    let changes: Vec<f64> = by_lock["rows"]
-        .as_array()
-        .expect("rows")
-        .iter()
+    let changes: Vec<f64> = items(&by_lock["rows"], "rows")
         .map(|row| row["change_per_s"].as_f64().expect("change"))
         .collect();
     assert!(
@@ -202,26 +189,7 @@ fn check_pprof(dir: &Path, new: &Path, profile: &Value) {
         "-o",
         path_str(&pprof),
     ]);
-    let total = |index: &str, unit: &[&str]| -> u64 {
-        let output = Command::new("go")
-            .args(["tool", "pprof", "-top", "-sample_index", index])
-            .args(unit)
-            .arg(&pprof)
-            .env("GOTELEMETRY", "off")
-            .env("GOFLAGS", "")
-            .env("HOME", dir)
-            .output()
-            .expect("run go tool pprof");
-        let text = String::from_utf8_lossy(&output.stdout).into_owned()
-            + &String::from_utf8_lossy(&output.stderr);
-        assert!(output.status.success(), "go tool pprof failed:\n{text}");
-        assert!(text.contains(&format!("Type: {index}")), "{text}");
-        text.split("Total samples = ")
-            .nth(1)
-            .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
-            .and_then(|number| number.parse().ok())
-            .unwrap_or_else(|| panic!("no total in pprof output:\n{text}"))
-    };
+    let total = |index: &str, unit: &[&str]| pprof_total(dir, &pprof, index, unit);
     assert_eq!(
         total("delay", &["-unit", "ns"]),
         sum(profile, "total_ns"),
@@ -241,10 +209,7 @@ fn check_folded_and_json(new: &Path, profile: &Value) {
         tree["root"]["value"].as_u64(),
         Some(sum(profile, "total_ns"))
     );
-    let names: Vec<&str> = tree["root"]["children"]
-        .as_array()
-        .expect("children")
-        .iter()
+    let names: Vec<&str> = items(&tree["root"]["children"], "children")
         .filter_map(|child| child["name"].as_str())
         .collect();
     assert!(names.contains(&HOSTILE_COMM), "{names:?}");
@@ -271,10 +236,7 @@ fn check_merge(dir: &Path, base: &Path, new: &Path) {
         sum(&base_profile, "total_ns") + sum(&other, "total_ns"),
         "merge keeps every row"
     );
-    let hosts: Vec<&str> = merged["processes"]
-        .as_array()
-        .expect("processes")
-        .iter()
+    let hosts: Vec<&str> = items(&merged["processes"], "processes")
         .filter_map(|process| process["host"].as_str())
         .collect();
     assert!(hosts.contains(&"node-b"), "{hosts:?}");
@@ -286,10 +248,7 @@ fn check_merge(dir: &Path, base: &Path, new: &Path) {
     );
     let output = lockpath_ok(&["diff", path_str(base), path_str(&all), "--format", "json"]);
     let diff: Value = serde_json::from_slice(&output.stdout).expect("diff JSON");
-    let host_table = diff["tables"]
-        .as_array()
-        .expect("tables")
-        .iter()
+    let host_table = items(&diff["tables"], "tables")
         .find(|table| table["by"] == "host")
         .expect("diff shows the per-host split");
     assert_eq!(host_table["rows"][0]["key"], "node-b", "{host_table}");
@@ -389,10 +348,7 @@ impl Drop for Browser {
 fn check_html_in_chromium(dir: &Path, new: &Path) {
     // A profile whose hottest caller is a hostile symbol (quotes, angle brackets).
     let mut profile = load_json(new);
-    let hottest = profile["locks"]
-        .as_array()
-        .expect("locks")
-        .iter()
+    let hottest = items(&profile["locks"], "locks")
         .max_by_key(|row| row["total_ns"].as_u64())
         .and_then(|row| row["stack"].as_u64())
         .expect("a row with a stack");
@@ -422,15 +378,7 @@ fn check_html_in_chromium(dir: &Path, new: &Path) {
     let hostile = dir.join("hostile.json");
     std::fs::write(&hostile, serde_json::to_vec(&profile).expect("json")).expect("write");
     let page = dir.join("report.html");
-    lockpath_ok(&[
-        "report",
-        path_str(&hostile),
-        "--format",
-        "html",
-        "-o",
-        path_str(&page),
-    ]);
-    let html = std::fs::read_to_string(&page).expect("report written");
+    let html = report_html(&hostile, &page);
     assert!(
         !html.contains(HOSTILE_COMM) && !html.contains("<img"),
         "raw names in the page"
@@ -647,31 +595,18 @@ fn check_html_in_chromium(dir: &Path, new: &Path) {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn prometheus_scrapes_live_metrics() {
     let test = "prometheus_scrapes_live_metrics";
-    if !can_load_programs(test) || !require_tool(test, "prometheus") {
+    let Some(dir) = root_test_needing(test, &["prometheus"], "export-prometheus") else {
         return;
-    }
-    let dir = scratch("export-prometheus");
+    };
     let metrics_port = free_port();
     let metrics_addr = format!("127.0.0.1:{metrics_port}");
     let storm = workload("lock-storm");
     let profile_path = dir.join("live.json");
-    let (lockpath_child, programs) = spawn_recording(&[
-        "record",
-        "--lock",
-        "--offcpu-all",
-        "--io",
-        "--metrics",
-        &metrics_addr,
-        "-o",
-        path_str(&profile_path),
-        "--",
-        path_str(&storm),
-        "--seconds",
-        "15",
-        "--threads",
-        "4",
-    ]);
-    let mut lockpath_child = KillOnDrop(lockpath_child.into_child());
+    let (mut lockpath_child, programs) = spawn_killed_on_drop(&record_args(
+        &["--lock", "--offcpu-all", "--io", "--metrics", &metrics_addr],
+        &profile_path,
+        &[path_str(&storm), "--seconds", "15", "--threads", "4"],
+    ));
 
     let web_port = free_port();
     let config = dir.join("prometheus.yml");
@@ -682,21 +617,8 @@ fn prometheus_scrapes_live_metrics() {
         ),
     )
     .expect("write config");
-    let prometheus = Command::new("prometheus")
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{web_port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(
-            std::fs::File::create(dir.join("prometheus.log")).expect("log"),
-        ))
-        .spawn()
-        .expect("start prometheus");
-    let prometheus = KillOnDrop(prometheus);
     let web = format!("127.0.0.1:{web_port}");
+    let prometheus = start_prometheus(&dir, &config, &web);
 
     let query = |expr: &str| -> Vec<Value> {
         let path = format!(
@@ -818,10 +740,7 @@ fn prometheus_scrapes_live_metrics() {
     assert_programs_gone(&programs);
     // The live values were lower bounds of the final profile's.
     let profile = load_json(&profile_path);
-    let final_wait: u64 = profile["locks"]
-        .as_array()
-        .expect("locks")
-        .iter()
+    let final_wait: u64 = items(&profile["locks"], "locks")
         .filter(|row| row["flags"] == 4)
         .map(|row| row["total_ns"].as_u64().expect("total"))
         .sum();
@@ -834,11 +753,13 @@ fn prometheus_scrapes_live_metrics() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn progress_on_a_terminal_only() {
-    let test = "progress_on_a_terminal_only";
-    if !can_load_programs(test) || !require_tool(test, "script") {
+    let Some(dir) = root_test_needing(
+        "progress_on_a_terminal_only",
+        &["script"],
+        "export-progress",
+    ) else {
         return;
-    }
-    let dir = scratch("export-progress");
+    };
     let storm = workload("lock-storm");
     let command = format!(
         "{} record -o {} -- {} --seconds 2.5 --threads 4",
@@ -859,15 +780,11 @@ fn progress_on_a_terminal_only() {
         "progress on a terminal:\n{text}"
     );
 
-    let output = lockpath_ok(&[
-        "record",
-        "-o",
-        path_str(&dir.join("pipe.json")),
-        "--",
-        path_str(&storm),
-        "--seconds",
-        "2.5",
-    ]);
+    let output = lockpath_ok(&record_args(
+        &[],
+        &dir.join("pipe.json"),
+        &[path_str(&storm), "--seconds", "2.5"],
+    ));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         !stderr.contains('\r') && !stderr.contains("lock contentions"),

@@ -36,12 +36,21 @@ fn workers(stdout: &str) -> Vec<Worker> {
         .collect()
 }
 
-/// Records the `file-locks` workload with `args` off the CPU into `profile_path`;
-/// returns lockpath's output (stdout: the summary and the workers' lines) and the
-/// profile.
-fn record_file_locks(profile_path: &std::path::Path, args: &[&str]) -> Recorded {
+/// Records the `file-locks` workload with `args`, locking `lock_file`, off the CPU into
+/// `profile_path`; returns lockpath's output (stdout: the summary and the workers'
+/// lines) and the profile.
+fn record_file_locks(
+    profile_path: &std::path::Path,
+    lock_file: &std::path::Path,
+    args: &[&str],
+) -> Recorded {
     let workload = workload("file-locks");
-    let command = [&[path_str(&workload)], args].concat();
+    let command = [
+        &[path_str(&workload)],
+        args,
+        &["--path", path_str(lock_file)],
+    ]
+    .concat();
     record_profile(&["--offcpu-all"], profile_path, &command)
 }
 
@@ -49,26 +58,19 @@ fn record_file_locks(profile_path: &std::path::Path, args: &[&str]) -> Recorded 
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn file_lock_waits_are_classed_timed_and_their_holders_named() {
     let _alone = alone();
-    if !can_load_programs("file_lock_waits_are_classed_timed_and_their_holders_named") {
+    let Some(dir) = root_test(
+        "file_lock_waits_are_classed_timed_and_their_holders_named",
+        "file-locks",
+    ) else {
         return;
-    }
-    let dir = scratch("file-locks");
+    };
     let profile_path = dir.join("locks.json");
-    let lock_file = dir.join("the-file");
     let Recorded {
         stdout, profile, ..
     } = record_file_locks(
         &profile_path,
-        &[
-            "--procs",
-            "3",
-            "--rounds",
-            "40",
-            "--hold-us",
-            "2000",
-            "--path",
-            path_str(&lock_file),
-        ],
+        &dir.join("the-file"),
+        &["--procs", "3", "--rounds", "40", "--hold-us", "2000"],
     );
     let workers = workers(&stdout);
     assert_eq!(workers.len(), 9, "3 workers of each kind:\n{stdout}");
@@ -87,15 +89,11 @@ fn file_lock_waits_are_classed_timed_and_their_holders_named() {
         }
         *by_pid.entry(pid).or_default().entry(class).or_default() += total_ns;
     }
-    let has_holders = profile["probes"]
-        .as_array()
-        .expect("probes")
-        .iter()
-        .any(|probe| {
-            probe["method"]
-                .as_str()
-                .is_some_and(|method| method.contains("file-lock holders"))
-        });
+    let has_holders = items(&profile["probes"], "probes").any(|probe| {
+        probe["method"]
+            .as_str()
+            .is_some_and(|method| method.contains("file-lock holders"))
+    });
     assert!(
         has_holders,
         "this kernel has the filelock tracepoints: {}",
@@ -164,10 +162,7 @@ fn file_lock_waits_are_classed_timed_and_their_holders_named() {
     assert!(stdout.contains("held by: file-locks["), "{stdout}");
     let report = lockpath_ok(&["report", "--format", "json", path_str(&profile_path)]);
     let report: serde_json::Value = serde_json::from_slice(&report.stdout).expect("report JSON");
-    let json_holders: Vec<u64> = report["offcpu"]
-        .as_array()
-        .expect("offcpu processes")
-        .iter()
+    let json_holders: Vec<u64> = items(&report["offcpu"], "offcpu processes")
         .flat_map(|process| process["classes"].as_array().cloned().unwrap_or_default())
         .filter(|class| class["class"] == "file-lock")
         .flat_map(|class| class["held_by"].as_array().cloned().unwrap_or_default())
@@ -218,19 +213,8 @@ fn file_lock_waits_are_classed_timed_and_their_holders_named() {
 fn record_kind(dir: &std::path::Path, kind: &str) -> std::path::PathBuf {
     let profile_path = dir.join(format!("{kind}.json"));
     let lock_file = dir.join(format!("{kind}-file"));
-    record_file_locks(
-        &profile_path,
-        &[
-            "--kinds",
-            kind,
-            "--procs",
-            "3",
-            "--rounds",
-            "30",
-            "--path",
-            path_str(&lock_file),
-        ],
-    );
+    let args = ["--kinds", kind, "--procs", "3", "--rounds", "30"];
+    record_file_locks(&profile_path, &lock_file, &args);
     profile_path
 }
 
@@ -238,10 +222,12 @@ fn record_kind(dir: &std::path::Path, kind: &str) -> std::path::PathBuf {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn diff_of_posix_against_flock_shows_the_class_and_the_lock_calls() {
     let _alone = alone();
-    if !can_load_programs("diff_of_posix_against_flock_shows_the_class_and_the_lock_calls") {
+    let Some(dir) = root_test(
+        "diff_of_posix_against_flock_shows_the_class_and_the_lock_calls",
+        "file-locks-diff",
+    ) else {
         return;
-    }
-    let dir = scratch("file-locks-diff");
+    };
     let posix = record_kind(&dir, "posix");
     let flock = record_kind(&dir, "flock");
     let output = lockpath_ok(&[
@@ -298,16 +284,18 @@ fn diff_of_posix_against_flock_shows_the_class_and_the_lock_calls() {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn lease_breaks_are_file_lock_waits_held_by_the_lease_holder() {
     let _alone = alone();
-    if !can_load_programs("lease_breaks_are_file_lock_waits_held_by_the_lease_holder") {
+    let Some(dir) = root_test(
+        "lease_breaks_are_file_lock_waits_held_by_the_lease_holder",
+        "file-leases",
+    ) else {
         return;
-    }
-    let dir = scratch("file-leases");
+    };
     let profile_path = dir.join("leases.json");
-    let lock_file = dir.join("the-file");
     let Recorded {
         stdout, profile, ..
     } = record_file_locks(
         &profile_path,
+        &dir.join("the-file"),
         &[
             "--kinds",
             "lease",
@@ -317,8 +305,6 @@ fn lease_breaks_are_file_lock_waits_held_by_the_lease_holder() {
             "20",
             "--hold-us",
             "5000",
-            "--path",
-            path_str(&lock_file),
         ],
     );
     let workers = workers(&stdout);
@@ -330,10 +316,7 @@ fn lease_breaks_are_file_lock_waits_held_by_the_lease_holder() {
         .collect();
     assert_eq!((breakers.len(), holders.len()), (2, 2), "{stdout}");
     for breaker in breakers {
-        let rows: Vec<&serde_json::Value> = profile["offcpu"]
-            .as_array()
-            .expect("offcpu rows")
-            .iter()
+        let rows: Vec<&serde_json::Value> = items(&profile["offcpu"], "offcpu rows")
             .filter(|row| row["pid"].as_u64() == Some(breaker.pid))
             .collect();
         let total = |filter: &dyn Fn(&serde_json::Value) -> bool| -> u64 {

@@ -9,37 +9,22 @@ use std::process::Command;
 use common::*;
 use serde_json::Value;
 
-fn report_json(profile: &str, extra: &[&str]) -> Value {
-    let mut args = vec!["report", profile, "--format", "json", "--top", "0"];
-    args.extend_from_slice(extra);
-    let output = lockpath_ok(&args);
-    serde_json::from_slice(&output.stdout).expect("report JSON")
-}
-
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn filters_and_csv_on_lock_storm() {
-    let test = "filters_and_csv_on_lock_storm";
-    if !can_load_programs(test) || !require_tool(test, "python3") {
+    let Some(dir) = root_test_needing("filters_and_csv_on_lock_storm", &["python3"], "filters")
+    else {
         return;
-    }
-    let dir = scratch("filters");
-    let profile = dir.join("storm.json");
+    };
+    let profile_path = dir.join("storm.json");
     let storm = workload("lock-storm");
-    lockpath_ok(&[
-        "record",
-        "--lock",
-        "-o",
-        path_str(&profile),
-        "--",
-        path_str(&storm),
-        "--seconds",
-        "4",
-        "--threads",
-        "4",
-    ]);
-    let profile = path_str(&profile);
-    let all = report_json(profile, &[]);
+    lockpath_ok(&record_args(
+        &["--lock"],
+        &profile_path,
+        &[path_str(&storm), "--seconds", "4", "--threads", "4"],
+    ));
+    let profile = path_str(&profile_path);
+    let all = report_json(&profile_path, &["--top", "0"]);
     let all_locks = all["locks"].as_array().expect("locks");
     let types: Vec<&str> = all_locks
         .iter()
@@ -52,7 +37,7 @@ fn filters_and_csv_on_lock_storm() {
     );
 
     // --type spinlock: only spinlock rows, and every spinlock row of the full report.
-    let spin = report_json(profile, &["--type", "spinlock"]);
+    let spin = report_json(&profile_path, &["--top", "0", "--type", "spinlock"]);
     let spin_locks = spin["locks"].as_array().expect("locks");
     assert!(!spin_locks.is_empty());
     assert!(
@@ -70,12 +55,9 @@ fn filters_and_csv_on_lock_storm() {
 
     // --caller: only waits whose stack has the frame. The mmap side's callers come
     // through vm_mmap_pgoff or __vm_munmap; take the pattern from the data.
-    let raw = load_json(std::path::Path::new(profile));
+    let raw = load_json(&profile_path);
     let pattern = "mmap";
-    let matching: u64 = raw["locks"]
-        .as_array()
-        .expect("rows")
-        .iter()
+    let matching: u64 = items(&raw["locks"], "rows")
         .filter(|row| {
             row["stack"].as_u64().is_some_and(|id| {
                 stack_names(&raw, id)
@@ -85,21 +67,15 @@ fn filters_and_csv_on_lock_storm() {
         })
         .map(|row| row["total_ns"].as_u64().expect("ns"))
         .sum();
-    let total: u64 = raw["locks"]
-        .as_array()
-        .expect("rows")
-        .iter()
+    let total: u64 = items(&raw["locks"], "rows")
         .map(|row| row["total_ns"].as_u64().expect("ns"))
         .sum();
     assert!(
         matching > 0 && matching < total,
         "{matching} of {total} ns match {pattern}"
     );
-    let by_caller = report_json(profile, &["--caller", pattern]);
-    let caller_total: u64 = by_caller["locks"]
-        .as_array()
-        .expect("locks")
-        .iter()
+    let by_caller = report_json(&profile_path, &["--top", "0", "--caller", pattern]);
+    let caller_total: u64 = items(&by_caller["locks"], "locks")
         .map(|group| group["total_wait_ns"].as_u64().expect("ns"))
         .sum();
     assert_eq!(

@@ -135,10 +135,7 @@ fn map_entries(maps: &[(u64, u64)], name: &str) -> Vec<Value> {
 
 /// A 4-byte map key of a bpftool dump entry (hex bytes, native order).
 fn u32_key(entry: &Value) -> u32 {
-    let bytes: Vec<u8> = entry["key"]
-        .as_array()
-        .expect("key bytes")
-        .iter()
+    let bytes: Vec<u8> = items(&entry["key"], "key bytes")
         .map(|byte| {
             let text = byte.as_str().expect("hex byte");
             u8::from_str_radix(text.trim_start_matches("0x"), 16).expect("hex byte")
@@ -149,10 +146,7 @@ fn u32_key(entry: &Value) -> u32 {
 
 /// Contentions and wait ns of process `pid` in a profile.
 fn lock_totals(profile: &Value, pid: u64) -> (u64, u64) {
-    profile["locks"]
-        .as_array()
-        .expect("locks")
-        .iter()
+    items(&profile["locks"], "locks")
         .filter(|row| row["pid"].as_u64() == Some(pid))
         .fold((0, 0), |(count, ns), row| {
             (
@@ -167,10 +161,9 @@ fn lock_totals(profile: &Value, pid: u64) -> (u64, u64) {
 fn rotate_soak_matches_a_long_recording() {
     let _alone = alone();
     let test = "rotate_soak_matches_a_long_recording";
-    if !can_load_programs(test) || !require_tool(test, "bpftool") {
+    let Some(dir) = root_test_needing(test, &["bpftool"], "fleet-soak") else {
         return;
-    }
-    let dir = scratch("fleet-soak");
+    };
     let out = dir.join("periods");
     let long_path = dir.join("long.json");
     // The references: two recordings of the whole run on the same tracepoints, one
@@ -179,22 +172,12 @@ fn rotate_soak_matches_a_long_recording() {
     // and the end programs of the tools before it; the middle one's share is the mean
     // of the outer two's.
     let long_path_after = dir.join("long-after.json");
-    let (long, _) = spawn_recording(&["record", "--lock", "-a", "-o", path_str(&long_path)]);
-    let mut long = KillOnDrop(long.into_child());
-    let (agent, agent_programs) = spawn_recording(&[
-        "record",
-        "--lock",
-        "-a",
-        "--rotate",
-        "2s",
-        "-o",
-        path_str(&out),
-    ]);
-    let mut agent = KillOnDrop(agent.into_child());
+    let (mut long, _) =
+        spawn_killed_on_drop(&["record", "--lock", "-a", "-o", path_str(&long_path)]);
+    let (mut agent, agent_programs) = spawn_agent(&["--lock", "-a"], "2s", &out);
     let agent_pid = agent.0.id();
-    let (long_after, _) =
-        spawn_recording(&["record", "--lock", "-a", "-o", path_str(&long_path_after)]);
-    let mut long_after = KillOnDrop(long_after.into_child());
+    let (mut long_after, _) =
+        spawn_killed_on_drop(&["record", "--lock", "-a", "-o", path_str(&long_path_after)]);
     // Periods already written (the second reference can take seconds to attach on a
     // loaded machine): the storm is not in them, nor in the one in progress now.
     let before_storm = periods(&out).len();
@@ -415,22 +398,11 @@ fn rotate_keeps_n_files_and_refuses_bad_input() {
     }
     let out = dir.join("kept");
     let storm = workload("lock-storm");
-    let output = lockpath_ok(&[
-        "record",
-        "--lock",
-        "--rotate",
-        "1s",
-        "--keep",
-        "3",
-        "-o",
-        path_str(&out),
-        "--",
-        path_str(&storm),
-        "--seconds",
-        "6",
-        "--threads",
-        "2",
-    ]);
+    let output = lockpath_ok(&record_args(
+        &["--lock", "--rotate", "1s", "--keep", "3"],
+        &out,
+        &[path_str(&storm), "--seconds", "6", "--threads", "2"],
+    ));
     let stderr = String::from_utf8_lossy(&output.stderr);
     let written = stderr.matches(" written to ").count();
     let files = periods(&out);
@@ -472,11 +444,12 @@ const SLOWEST_CLIENTS: &str =
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn prometheus_ranks_the_contended_agent_first() {
-    let _alone = alone();
-    let test = "prometheus_ranks_the_contended_agent_first";
-    if !can_load_programs(test) || !require_tool(test, "prometheus") {
+    let Some(_alone) = root_test_alone(
+        "prometheus_ranks_the_contended_agent_first",
+        &["prometheus"],
+    ) else {
         return;
-    }
+    };
     // The query tested is the documented one, word for word.
     let usage =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/usage.md"))
@@ -535,8 +508,7 @@ fn prometheus_ranks_the_contended_agent_first() {
             "--",
         ];
         args.extend(command.iter().map(String::as_str));
-        let (child, _) = spawn_recording(&args);
-        agents.push(KillOnDrop(child.into_child()));
+        agents.push(spawn_killed_on_drop(&args).0);
     }
     let web = format!("127.0.0.1:{}", free_port());
     let config = dir.join("prometheus.yml");
@@ -553,20 +525,7 @@ fn prometheus_ranks_the_contended_agent_first() {
         ),
     )
     .expect("write config");
-    let prometheus = Command::new("prometheus")
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg(format!("--web.listen-address={web}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(
-            std::fs::File::create(dir.join("prometheus.log")).expect("log"),
-        ))
-        .spawn()
-        .expect("start prometheus");
-    let _prometheus = KillOnDrop(prometheus);
+    let _prometheus = start_prometheus(&dir, &config, &web);
     let query = |expr: &str| -> Vec<Value> {
         match http(
             &web,
@@ -1225,36 +1184,38 @@ fn path_samples(profile: &Value, report: &HashMap<String, u64>, slack: f64) -> P
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn rotate_periods_keep_their_stacks_when_each_walks_new_ones() {
     let _alone = alone();
-    let test = "rotate_periods_keep_their_stacks_when_each_walks_new_ones";
-    if !can_load_programs(test) {
+    let Some(dir) = root_test(
+        "rotate_periods_keep_their_stacks_when_each_walks_new_ones",
+        "fleet-stacks",
+    ) else {
         return;
-    }
-    let dir = scratch("fleet-stacks");
+    };
     let out = dir.join("periods");
     // A new call path every 10 ms, sampled 499 times a second in frame-pointer mode
     // (each sample's user stack walked into the stack map): about 500 new stacks a
     // second (the sampled instruction differs within a path), 8,000 in the run, into
     // maps of 4,096 stacks. One map for the whole run would be full after about 8 s.
-    let output = lockpath_ok(&[
-        "record",
-        "--cpu",
-        "--freq",
-        "499",
-        "--user-stack-bytes",
-        "0",
-        "--stack-entries",
-        "4096",
-        "--rotate",
-        "1s",
-        "-o",
-        path_str(&out),
-        "--",
-        path_str(&workload("stack-spread")),
-        "--seconds",
-        "16",
-        "--step-ms",
-        "10",
-    ]);
+    let output = lockpath_ok(&record_args(
+        &[
+            "--cpu",
+            "--freq",
+            "499",
+            "--user-stack-bytes",
+            "0",
+            "--stack-entries",
+            "4096",
+            "--rotate",
+            "1s",
+        ],
+        &out,
+        &[
+            path_str(&workload("stack-spread")),
+            "--seconds",
+            "16",
+            "--step-ms",
+            "10",
+        ],
+    ));
     let stdout = String::from_utf8_lossy(&output.stdout);
     let report = report(&stdout, "start_unix_ns");
     let mut full = Vec::new();
@@ -1298,24 +1259,15 @@ fn rotate_periods_keep_their_stacks_when_each_walks_new_ones() {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn rotate_forgets_processes_that_exited() {
     let _alone = alone();
-    let test = "rotate_forgets_processes_that_exited";
-    if !can_load_programs(test) || !require_tool(test, "bpftool") {
+    let Some(dir) = root_test_needing(
+        "rotate_forgets_processes_that_exited",
+        &["bpftool"],
+        "fleet-exited",
+    ) else {
         return;
-    }
-    let dir = scratch("fleet-exited");
+    };
     let out = dir.join("periods");
-    let (agent, _) = spawn_recording(&[
-        "record",
-        "--cpu",
-        "--freq",
-        "999",
-        "-a",
-        "--rotate",
-        "1s",
-        "-o",
-        path_str(&out),
-    ]);
-    let mut agent = KillOnDrop(agent.into_child());
+    let (mut agent, _) = spawn_agent(&["--cpu", "--freq", "999", "-a"], "1s", &out);
     let agent_pid = agent.0.id();
     // Short processes, each sampled with its user stack: each is noted once for the
     // process watcher (PROCESSES_SEEN).

@@ -25,10 +25,9 @@ fn record(args: &[&str]) -> String {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn ufunc_count_and_mean_match_the_workload() {
-    if !can_load_programs("ufunc_count_and_mean_match_the_workload") {
+    let Some(dir) = root_test("ufunc_count_and_mean_match_the_workload", "ufunc") else {
         return;
-    }
-    let dir = scratch("ufunc");
+    };
     let profile_path = dir.join("p.json");
     let results_path = dir.join("results");
     let calls = workload("timed-calls");
@@ -95,12 +94,10 @@ fn ufunc_count_and_mean_match_the_workload() {
         "no user stack named lockpath_timed_work <- timed_calls::main: {:?}",
         rows.iter().map(|row| frame_names(row)).collect::<Vec<_>>()
     );
-    assert!(profile["probes"]
-        .as_array()
-        .expect("probes")
-        .iter()
-        .any(|probe| probe["family"] == "ufunc"
-            && probe["method"].as_str().unwrap_or("").contains("uprobe")));
+    assert!(
+        items(&profile["probes"], "probes").any(|probe| probe["family"] == "ufunc"
+            && probe["method"].as_str().unwrap_or("").contains("uprobe"))
+    );
 }
 
 /// With `--map-entries 2`, four processes calling the traced function cannot each have
@@ -110,10 +107,9 @@ fn ufunc_count_and_mean_match_the_workload() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn a_full_call_map_keeps_every_call() {
-    if !can_load_programs("a_full_call_map_keeps_every_call") {
+    let Some(dir) = root_test("a_full_call_map_keeps_every_call", "ufunc-full") else {
         return;
-    }
-    let dir = scratch("ufunc-full");
+    };
     let profile_path = dir.join("p.json");
     let calls = workload("timed-calls");
     let spec = format!("{}:lockpath_timed_work", calls.display());
@@ -167,11 +163,12 @@ fn a_full_call_map_keeps_every_call() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn a_call_in_progress_at_the_end_is_reported() {
-    let test = "a_call_in_progress_at_the_end_is_reported";
-    if !can_load_programs(test) {
+    let Some(dir) = root_test(
+        "a_call_in_progress_at_the_end_is_reported",
+        "ufunc-in-progress",
+    ) else {
         return;
-    }
-    let dir = scratch("ufunc-in-progress");
+    };
     let profile_path = dir.join("p.json");
     let results_path = dir.join("results");
     let calls = workload("timed-calls");
@@ -222,10 +219,9 @@ fn a_call_in_progress_at_the_end_is_reported() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn func_records_or_says_why_not() {
-    if !can_load_programs("func_records_or_says_why_not") {
+    let Some(dir) = root_test("func_records_or_says_why_not", "func") else {
         return;
-    }
-    let dir = scratch("func");
+    };
     let profile_path = dir.join("p.json");
     let results_path = dir.join("results");
     let calls = workload("timed-calls");
@@ -265,10 +261,7 @@ fn func_records_or_says_why_not() {
         );
         assert!(profile["funcs"].as_array().expect("funcs").is_empty());
     } else {
-        let method = profile["probes"]
-            .as_array()
-            .expect("probes")
-            .iter()
+        let method = items(&profile["probes"], "probes")
             .filter_map(|probe| probe["method"].as_str())
             .find(|method| method.starts_with("vfs_read:"))
             .expect("the method used for vfs_read");
@@ -276,10 +269,7 @@ fn func_records_or_says_why_not() {
             method.contains("fentry") || method.contains("kprobe"),
             "{method}"
         );
-        let count: u64 = profile["funcs"]
-            .as_array()
-            .expect("funcs")
-            .iter()
+        let count: u64 = items(&profile["funcs"], "funcs")
             .filter(|row| row["function"] == "vfs_read" && row["pid"].as_u64() == Some(pid))
             .map(|row| row["count"].as_u64().expect("count"))
             .sum();
@@ -293,20 +283,14 @@ fn func_records_or_says_why_not() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn unknown_kernel_function_lists_close_matches() {
-    if !can_load_programs("unknown_kernel_function_lists_close_matches") {
+    let Some(dir) = root_test(
+        "unknown_kernel_function_lists_close_matches",
+        "func-unknown",
+    ) else {
         return;
-    }
-    let dir = scratch("func-unknown");
+    };
     let out = dir.join("p.json");
-    let output = lockpath(&[
-        "record",
-        "--func",
-        "vfs_reed",
-        "-o",
-        out.to_str().expect("path"),
-        "--",
-        "true",
-    ]);
+    let output = lockpath(&record_args(&["--func", "vfs_reed"], &out, &["true"]));
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
@@ -315,15 +299,11 @@ fn unknown_kernel_function_lists_close_matches() {
         "{stderr}"
     );
     assert!(!out.exists(), "no profile written");
-    let output = lockpath(&[
-        "record",
-        "--ufunc",
-        "/no/such/binary:main",
-        "-o",
-        out.to_str().expect("path"),
-        "--",
-        "true",
-    ]);
+    let output = lockpath(&record_args(
+        &["--ufunc", "/no/such/binary:main"],
+        &out,
+        &["true"],
+    ));
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("no binary"));
 }

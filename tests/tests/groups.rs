@@ -48,10 +48,7 @@ fn outliers(inputs: &[&Path], extra: &[&str]) -> (i32, Value) {
 
 /// The names of the units that stand out, in rank order.
 fn standing_out(report: &Value) -> Vec<String> {
-    report["ranking"]
-        .as_array()
-        .expect("ranking")
-        .iter()
+    items(&report["ranking"], "ranking")
         .filter(|unit| unit["outlier"] == true)
         .map(|unit| unit["name"].as_str().expect("name").to_string())
         .collect()
@@ -59,10 +56,7 @@ fn standing_out(report: &Value) -> Vec<String> {
 
 /// The first cause of unit `name` and its share of the gap.
 fn first_cause(report: &Value, name: &str) -> (String, f64) {
-    let unit = report["ranking"]
-        .as_array()
-        .expect("ranking")
-        .iter()
+    let unit = items(&report["ranking"], "ranking")
         .find(|unit| unit["name"] == name)
         .unwrap_or_else(|| panic!("{name} is not ranked"));
     let cause = &unit["causes"][0];
@@ -76,11 +70,12 @@ fn first_cause(report: &Value, name: &str) -> (String, f64) {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn outliers_name_the_hosts_with_an_injected_storm_by_its_lock() {
     let _alone = alone();
-    let test = "outliers_name_the_hosts_with_an_injected_storm_by_its_lock";
-    if !can_load_programs(test) {
+    let Some(dir) = root_test(
+        "outliers_name_the_hosts_with_an_injected_storm_by_its_lock",
+        "outliers-hosts",
+    ) else {
         return;
-    }
-    let dir = scratch("outliers-hosts");
+    };
     // Every host: threads reading one shared file (its f_pos_lock mutex: a steady
     // wait, within a fifth between runs here). Host n7 also creates files in one
     // directory (its i_rwsem); host n8 also maps memory (its mmap_lock).
@@ -179,14 +174,12 @@ fn outliers_name_the_hosts_with_an_injected_storm_by_its_lock() {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn slurm_shaped_jobs_are_units_of_report_and_outliers() {
     let _alone = alone();
-    let test = "slurm_shaped_jobs_are_units_of_report_and_outliers";
-    if !can_load_programs(test) {
-        return;
-    }
-    let Some(mut cgroup) = TestCgroup::for_test(test) else {
+    let Some((mut cgroup, dir)) = root_test_in_cgroup(
+        "slurm_shaped_jobs_are_units_of_report_and_outliers",
+        "outliers-jobs",
+    ) else {
         return;
     };
-    let dir = scratch("outliers-jobs");
     let storm = workload("lock-storm");
     // Four jobs as Slurm's cgroup v2 plugin lays them out; each runs a storm on a
     // shared file's f_pos_lock, job 4704 also one on its process's mmap_lock. Job 4704
@@ -261,10 +254,7 @@ fn slurm_shaped_jobs_are_units_of_report_and_outliers() {
             .iter()
             .find(|u| u["name"] == name)
             .map(|u| {
-                u["causes"]
-                    .as_array()
-                    .expect("causes")
-                    .iter()
+                items(&u["causes"], "causes")
                     .map(|c| {
                         let cause = c[0].as_str().expect("cause").to_string();
                         (cause, c[1].as_f64().expect("rate"))
@@ -318,14 +308,12 @@ fn blocked_ns(stdout: &str) -> Vec<u64> {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn blockers_say_which_job_waited_on_which_and_how_long() {
     let _alone = alone();
-    let test = "blockers_say_which_job_waited_on_which_and_how_long";
-    if !can_load_programs(test) {
-        return;
-    }
-    let Some(mut cgroup) = TestCgroup::for_test(test) else {
+    let Some((mut cgroup, dir)) = root_test_in_cgroup(
+        "blockers_say_which_job_waited_on_which_and_how_long",
+        "groups-blockers",
+    ) else {
         return;
     };
-    let dir = scratch("groups-blockers");
     let lock_file = dir.join("the-file");
     let (fuse, locks) = (workload("fuse-workload"), workload("file-locks"));
     let profile = dir.join("blockers.json");

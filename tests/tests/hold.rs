@@ -12,21 +12,15 @@ const NO_LOCK: &str = "mutex:0xffff888000000000";
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn hold_alone_says_why_it_cannot_run_here() {
-    if !can_load_programs("hold_alone_says_why_it_cannot_run_here") {
+    let Some(dir) = root_test("hold_alone_says_why_it_cannot_run_here", "hold-alone") else {
         return;
-    }
-    let dir = scratch("hold-alone");
+    };
     let profile = dir.join("p.json");
-    let output = lockpath(&[
-        "record",
-        "--hold",
-        NO_LOCK,
-        "-o",
-        path_str(&profile),
-        "--",
-        "sleep",
-        "0.2",
-    ]);
+    let output = lockpath(&record_args(
+        &["--hold", NO_LOCK],
+        &profile,
+        &["sleep", "0.2"],
+    ));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
     if output.status.success() {
@@ -60,10 +54,12 @@ fn hold_alone_says_why_it_cannot_run_here() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn hold_on_a_function_is_one_line_and_the_run_goes_on() {
-    if !can_load_programs("hold_on_a_function_is_one_line_and_the_run_goes_on") {
+    let Some(dir) = root_test(
+        "hold_on_a_function_is_one_line_and_the_run_goes_on",
+        "hold-function",
+    ) else {
         return;
-    }
-    let dir = scratch("hold-function");
+    };
     let profile = dir.join("p.json");
     let storm = workload("lock-storm");
     let options = ["--hold", "vfs_read", "--lock"];
@@ -78,10 +74,7 @@ fn hold_on_a_function_is_one_line_and_the_run_goes_on() {
         "{}",
         lines[0]
     );
-    let contended: u64 = profile["locks"]
-        .as_array()
-        .expect("locks")
-        .iter()
+    let contended: u64 = items(&profile["locks"], "locks")
         .map(|row| row["count"].as_u64().unwrap_or(0))
         .sum();
     assert!(contended > 0, "the lock family still recorded lock-storm");
@@ -97,10 +90,9 @@ fn hold_on_a_function_is_one_line_and_the_run_goes_on() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn hold_alone_on_bad_locks_fails_with_one_line() {
-    if !can_load_programs("hold_alone_on_bad_locks_fails_with_one_line") {
+    let Some(dir) = root_test("hold_alone_on_bad_locks_fails_with_one_line", "hold-bad") else {
         return;
-    }
-    let dir = scratch("hold-bad");
+    };
     let profile = dir.join("p.json");
     for (lock, expected) in [
         ("vfs_read", "vfs_read is a function, not a lock"),

@@ -11,17 +11,9 @@ use std::{
 use common::*;
 use lockpath_tests::block;
 
+/// [`run_ok`], its output trimmed.
 fn run(program: &str, args: &[&str]) -> String {
-    let output = Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|err| panic!("cannot run {program}: {err}"));
-    assert!(
-        output.status.success(),
-        "{program} {args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).trim().to_string()
+    run_ok(program, args).trim().to_string()
 }
 
 fn have(program: &str) -> bool {
@@ -171,10 +163,7 @@ fn ext4_test(test: &str, tools: &[&str], size_mb: u64) -> Option<(Ext4Loop, Path
 
 /// The profile's block-IO rows of device (`major`, `minor`).
 fn device_rows(profile: &serde_json::Value, (major, minor): (u32, u32)) -> Vec<&serde_json::Value> {
-    profile["io"]
-        .as_array()
-        .expect("io rows")
-        .iter()
+    items(&profile["io"], "io rows")
         .filter(|row| {
             row["major"].as_u64() == Some(major as u64)
                 && row["minor"].as_u64() == Some(minor as u64)
@@ -197,13 +186,10 @@ fn frames_of(profile: &serde_json::Value, row: &serde_json::Value) -> Vec<String
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn ext4_directory_waits_and_block_requests() {
-    let _alone = alone();
-    if !can_load_programs("ext4_directory_waits_and_block_requests") {
+    let Some(_alone) = root_test_alone("ext4_directory_waits_and_block_requests", &[]) else {
         return;
-    }
-    let ci = std::env::var("CI")
-        .map(|v| v == "true" || v == "1")
-        .unwrap_or(false);
+    };
+    let ci = is_ci();
     for tool in ["mkfs.ext4", "losetup", "mount", "perf"] {
         if !have(tool) {
             assert!(!ci, "{tool} is needed under CI=true");
@@ -273,10 +259,7 @@ fn ext4_directory_waits_and_block_requests() {
     }
     let profile = load_json(&profile_path);
     let duration_ns = profile["duration_s"].as_f64().expect("duration") * 1e9;
-    let workload_pid = profile["processes"]
-        .as_array()
-        .expect("processes")
-        .iter()
+    let workload_pid = items(&profile["processes"], "processes")
         .find(|process| process["comm"] == "ext4-dir")
         .and_then(|process| process["pid"].as_u64())
         .unwrap_or_else(|| panic!("ext4-dir among the processes: {}", profile["processes"]));
@@ -310,10 +293,7 @@ fn ext4_directory_waits_and_block_requests() {
             ][..],
         ),
     ] {
-        let rows: Vec<&serde_json::Value> = profile["offcpu"]
-            .as_array()
-            .expect("offcpu rows")
-            .iter()
+        let rows: Vec<&serde_json::Value> = items(&profile["offcpu"], "offcpu rows")
             .filter(|row| row["pid"].as_u64() == Some(workload_pid) && row["class"] == class)
             .collect();
         let total: u64 = rows
@@ -335,10 +315,7 @@ fn ext4_directory_waits_and_block_requests() {
             assert_eq!(row["state"], "D");
         }
     }
-    let ext4_buffer_frames = profile["offcpu"]
-        .as_array()
-        .expect("offcpu rows")
-        .iter()
+    let ext4_buffer_frames = items(&profile["offcpu"], "offcpu rows")
         .filter(|row| row["pid"].as_u64() == Some(workload_pid) && row["class"] == "buffer")
         .any(|row| {
             frames_of(&profile, row)
@@ -386,10 +363,7 @@ fn ext4_directory_waits_and_block_requests() {
             total > 0 && max > 0.0 && max < duration_ns,
             "latency out of range: {row}"
         );
-        let hist_sum: u64 = row["hist"]
-            .as_array()
-            .expect("hist")
-            .iter()
+        let hist_sum: u64 = items(&row["hist"], "hist")
             .map(|v| v.as_u64().expect("n"))
             .sum();
         assert_eq!(hist_sum, count, "the histogram holds every request: {row}");
@@ -408,19 +382,8 @@ fn ext4_directory_waits_and_block_requests() {
         stdout.contains(&format!("{name} ({major}:{minor})")),
         "device in the summary:\n{stdout}"
     );
-    let report = lockpath_ok(&[
-        "report",
-        profile_path.to_str().expect("path"),
-        "--format",
-        "json",
-        "--top",
-        "0",
-    ]);
-    let report: serde_json::Value = serde_json::from_slice(&report.stdout).expect("report JSON");
-    let group = report["io"]
-        .as_array()
-        .expect("io in the JSON report")
-        .iter()
+    let report = report_json(&profile_path, &["--top", "0"]);
+    let group = items(&report["io"], "io in the JSON report")
         .find(|group| group["dev"] == format!("{major}:{minor}").as_str() && group["op"] == "read")
         .unwrap_or_else(|| panic!("loop reads in the JSON report: {}", report["io"]));
     let p50 = group["p50_ns"].as_u64().expect("p50");
@@ -438,12 +401,7 @@ fn ext4_directory_waits_and_block_requests() {
         "-o",
         io_svg.to_str().expect("path"),
     ]);
-    let svg = std::fs::read_to_string(&io_svg).expect("io svg");
-    let options = roxmltree::ParsingOptions {
-        allow_dtd: true,
-        ..Default::default()
-    };
-    roxmltree::Document::parse_with_options(&svg, options).expect("the SVG is well-formed XML");
+    let svg = read_svg(&io_svg);
     assert!(
         svg.contains("buffer") && svg.contains("ext4-dir"),
         "IO flamegraph has the classes and process"
@@ -498,10 +456,7 @@ fn check_io_exporters(dir: &Path, path: &Path, loop_rows: &[&serde_json::Value],
     );
     assert_eq!(row["ratio"].as_f64(), Some(1.0));
 
-    let waits: Vec<&serde_json::Value> = profile["offcpu"]
-        .as_array()
-        .expect("offcpu rows")
-        .iter()
+    let waits: Vec<&serde_json::Value> = items(&profile["offcpu"], "offcpu rows")
         .filter(|row| {
             ["buffer", "page", "block-io", "journal"].contains(&row["class"].as_str().unwrap_or(""))
         })
@@ -530,15 +485,7 @@ fn check_io_exporters(dir: &Path, path: &Path, loop_rows: &[&serde_json::Value],
     }
 
     let html = dir.join("io.html");
-    lockpath_ok(&[
-        "report",
-        path_str,
-        "--format",
-        "html",
-        "-o",
-        html.to_str().expect("path"),
-    ]);
-    let page = std::fs::read_to_string(&html).expect("html written");
+    let page = report_html(path, &html);
     assert!(page.contains("<section id=\"io\">"), "io section");
     assert!(
         page.contains(&format!("Latency histogram: {device} (")),
@@ -558,10 +505,9 @@ fn check_io_exporters(dir: &Path, path: &Path, loop_rows: &[&serde_json::Value],
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn io_survives_a_device_that_vanishes_mid_run() {
-    let _alone = alone();
-    if !can_load_programs("io_survives_a_device_that_vanishes_mid_run") {
+    let Some(_alone) = root_test_alone("io_survives_a_device_that_vanishes_mid_run", &[]) else {
         return;
-    }
+    };
     for tool in ["mkfs.ext4", "losetup", "mount"] {
         if !have(tool) {
             eprintln!("SKIP io_survives_a_device_that_vanishes_mid_run: no {tool}");
@@ -662,9 +608,7 @@ fn sectorless_flushes_and_writes_match_perf_issue_counts() {
     if !can_load_programs(TEST) {
         return;
     }
-    let ci = std::env::var("CI")
-        .map(|v| v == "true" || v == "1")
-        .unwrap_or(false);
+    let ci = is_ci();
     for tool in ["losetup", "perf"] {
         if !have(tool) {
             assert!(!ci, "{tool} is needed under CI=true");
@@ -738,15 +682,11 @@ fn sectorless_flushes_and_writes_match_perf_issue_counts() {
         .unwrap_or_else(|| panic!("the workload ran: {stdout}"));
     let profile = load_json(&profile_path);
     assert!(
-        profile["probes"]
-            .as_array()
-            .expect("probes")
-            .iter()
-            .any(|probe| probe["family"] == "io"
-                && probe["method"]
-                    .as_str()
-                    .unwrap_or("")
-                    .contains("raw_tracepoint")),
+        items(&profile["probes"], "probes").any(|probe| probe["family"] == "io"
+            && probe["method"]
+                .as_str()
+                .unwrap_or("")
+                .contains("raw_tracepoint")),
         "{}",
         profile["probes"]
     );
@@ -1280,10 +1220,7 @@ fn fio_io_uring_jobs_are_charged_their_own_files() {
     let report: serde_json::Value = serde_json::from_slice(&report.stdout).expect("JSON report");
     let mut causes = Vec::new();
     for (name, _) in jobs {
-        let job = fio["jobs"]
-            .as_array()
-            .expect("fio jobs")
-            .iter()
+        let job = items(&fio["jobs"], "fio jobs")
             .find(|job| job["jobname"] == name)
             .unwrap_or_else(|| panic!("no job {name} in fio's output"));
         let io_bytes = job["write"]["io_bytes"].as_u64().expect("io_bytes");
@@ -1353,10 +1290,7 @@ fn file_calls_match_the_workloads_own_timing() {
     let Some((fs, out)) = ext4_test(test, &[], 256) else {
         return;
     };
-    let report_of = |profile: &Path| -> serde_json::Value {
-        let report = lockpath_ok(&["report", path_str(profile), "--format", "json"]);
-        serde_json::from_slice(&report.stdout).expect("JSON report")
-    };
+    let report_of = |profile: &Path| report_json(profile, &[]);
     let group_ending = |report: &serde_json::Value, name: &str| -> serde_json::Value {
         let suffix = format!("/{name}");
         report["io_files"]

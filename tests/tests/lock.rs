@@ -35,29 +35,9 @@ fn storm_matches_perf_and_renders(bin: &std::path::Path, scratch_name: &str) {
     let svg_path = dir.join("lock.svg");
     let perf_path = dir.join("perf.txt");
     let storm = workload("lock-storm");
-    let args = [
-        "record",
-        "--lock",
-        "-o",
-        profile_path.to_str().expect("path"),
-        "--flamegraph",
-        svg_path.to_str().expect("path"),
-        "--",
-        "perf",
-        "stat",
-        "-e",
-        "lock:contention_begin",
-        "-x",
-        ",",
-        "-o",
-        perf_path.to_str().expect("path"),
-        "--",
-        storm.to_str().expect("path"),
-        "--seconds",
-        "4",
-        "--threads",
-        "8",
-    ];
+    let storm_args = [path_str(&storm), "--seconds", "4", "--threads", "8"];
+    let command = under_perf_stat("lock:contention_begin", &perf_path, &storm_args);
+    let args = record_args_with_flamegraph(&["--lock"], &profile_path, &svg_path, &command);
     // The workload must really contend on both lock kinds for the comparison to mean
     // anything; on a machine busy with other work one run may not, so a run whose
     // workload (by perf's own count) barely contended is repeated once.
@@ -84,10 +64,7 @@ fn storm_matches_perf_and_renders(bin: &std::path::Path, scratch_name: &str) {
         break (stdout, profile);
     };
     assert_eq!(profile["format"], "lockpath/1");
-    let storm_pids: Vec<u64> = profile["processes"]
-        .as_array()
-        .expect("processes")
-        .iter()
+    let storm_pids: Vec<u64> = items(&profile["processes"], "processes")
         // Known defect: a main thread whose first recorded
         // event came before its exec keeps the launcher's name (`perf`) in TASKS, so
         // the process is also found by its threads, which were all created after exec.
@@ -104,10 +81,7 @@ fn storm_matches_perf_and_renders(bin: &std::path::Path, scratch_name: &str) {
         "lock-storm is in the profile: {}",
         profile["processes"]
     );
-    let rows: Vec<&serde_json::Value> = profile["locks"]
-        .as_array()
-        .expect("locks")
-        .iter()
+    let rows: Vec<&serde_json::Value> = items(&profile["locks"], "locks")
         .filter(|row| {
             row["pid"]
                 .as_u64()
@@ -178,18 +152,7 @@ fn storm_matches_perf_and_renders(bin: &std::path::Path, scratch_name: &str) {
     }
 
     // Callers are real kernel functions, and the table and flamegraph name them.
-    let report = lockpath_ok_with(
-        bin,
-        &[
-            "report",
-            profile_path.to_str().expect("path"),
-            "--format",
-            "json",
-            "--top",
-            "0",
-        ],
-    );
-    let report: serde_json::Value = serde_json::from_slice(&report.stdout).expect("report JSON");
+    let report = report_json_with(bin, &profile_path, &["--top", "0"]);
     let kallsyms = std::fs::read_to_string("/proc/kallsyms").expect("kallsyms");
     let functions: std::collections::HashSet<&str> = kallsyms
         .lines()
@@ -217,17 +180,9 @@ fn storm_matches_perf_and_renders(bin: &std::path::Path, scratch_name: &str) {
         "summary table:\n{stdout}"
     );
 
-    let svg = std::fs::read_to_string(&svg_path).expect("svg written");
-    let options = roxmltree::ParsingOptions {
-        allow_dtd: true,
-        ..Default::default()
-    };
-    roxmltree::Document::parse_with_options(&svg, options).expect("the SVG is well-formed XML");
+    let svg = read_svg(&svg_path);
     // The process frame, under the name the profile gives it (see the known defect above).
-    let storm_name = profile["processes"]
-        .as_array()
-        .expect("processes")
-        .iter()
+    let storm_name = items(&profile["processes"], "processes")
         .find(|process| process["pid"].as_u64() == storm_pids.first().copied())
         .and_then(|process| process["comm"].as_str())
         .expect("the storm's process name")
@@ -252,18 +207,11 @@ fn storm_matches_perf_and_renders(bin: &std::path::Path, scratch_name: &str) {
             "folded",
         ],
     );
-    let folded_text = String::from_utf8_lossy(&folded.stdout);
-    let folded_total: u64 = folded_text
-        .lines()
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum();
+    let folded_total = folded_total(&String::from_utf8_lossy(&folded.stdout));
     // Each folded line sums its rows in ns and rounds down to us once (lines under 1 us
     // are left out): at most 1 us lost per row.
     let rows_total = profile["locks"].as_array().expect("locks").len() as u64;
-    let profile_total_ns: u64 = profile["locks"]
-        .as_array()
-        .expect("locks")
-        .iter()
+    let profile_total_ns: u64 = items(&profile["locks"], "locks")
         .map(|row| row["total_ns"].as_u64().expect("total"))
         .sum();
     assert!(
@@ -277,10 +225,9 @@ fn storm_matches_perf_and_renders(bin: &std::path::Path, scratch_name: &str) {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn filter_in_kernel_excludes_other_processes() {
-    if !can_load_programs("filter_in_kernel_excludes_other_processes") {
+    let Some(dir) = root_test("filter_in_kernel_excludes_other_processes", "lock-filter") else {
         return;
-    }
-    let dir = scratch("lock-filter");
+    };
     // A contending process that is not the target runs beside the target.
     let storm = workload("lock-storm");
     let mut bystander = std::process::Command::new(&storm)
@@ -289,23 +236,14 @@ fn filter_in_kernel_excludes_other_processes() {
         .spawn()
         .expect("start bystander");
     let profile_path = dir.join("p.json");
-    lockpath_ok(&[
-        "record",
-        "-o",
-        profile_path.to_str().expect("path"),
-        "--",
-        storm.to_str().expect("path"),
-        "--seconds",
-        "2",
-        "--mode",
-        "mmap",
-    ]);
+    lockpath_ok(&record_args(
+        &[],
+        &profile_path,
+        &[path_str(&storm), "--seconds", "2", "--mode", "mmap"],
+    ));
     let _ = bystander.wait();
     let profile = load_json(&profile_path);
-    let pids: Vec<u64> = profile["locks"]
-        .as_array()
-        .expect("locks")
-        .iter()
+    let pids: Vec<u64> = items(&profile["locks"], "locks")
         .filter_map(|row| row["pid"].as_u64())
         .collect();
     assert!(!pids.is_empty(), "the target contended");
@@ -319,20 +257,11 @@ fn filter_in_kernel_excludes_other_processes() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn command_exit_status_is_passed_on() {
-    if !can_load_programs("command_exit_status_is_passed_on") {
+    let Some(dir) = root_test("command_exit_status_is_passed_on", "lock-exit") else {
         return;
-    }
-    let dir = scratch("lock-exit");
+    };
     let out = dir.join("p.json");
-    let output = lockpath(&[
-        "record",
-        "-o",
-        out.to_str().expect("path"),
-        "--",
-        "sh",
-        "-c",
-        "exit 7",
-    ]);
+    let output = lockpath(&record_args(&[], &out, &["sh", "-c", "exit 7"]));
     assert_eq!(
         output.status.code(),
         Some(7),
@@ -343,13 +272,11 @@ fn command_exit_status_is_passed_on() {
         out.exists(),
         "a profile is written for a failing command too"
     );
-    let output = lockpath(&[
-        "record",
-        "-o",
-        dir.join("q.json").to_str().expect("path"),
-        "--",
-        "/nonexistent/cmd",
-    ]);
+    let output = lockpath(&record_args(
+        &[],
+        &dir.join("q.json"),
+        &["/nonexistent/cmd"],
+    ));
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
@@ -367,26 +294,22 @@ fn command_exit_status_is_passed_on() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn forced_kprobe_method_without_kprobes_fails_clearly() {
-    if !can_load_programs("forced_kprobe_method_without_kprobes_fails_clearly") {
+    let Some(dir) = root_test(
+        "forced_kprobe_method_without_kprobes_fails_clearly",
+        "forced-kprobe",
+    ) else {
         return;
-    }
-    let dir = scratch("forced-kprobe");
+    };
     let out = dir.join("p.json");
     let marker = dir.join("ran");
     let kprobes = std::path::Path::new("/sys/bus/event_source/devices/kprobe").exists()
         || std::path::Path::new("/sys/kernel/tracing/kprobe_events").exists();
     let shell = format!("touch {}", marker.display());
-    let output = lockpath(&[
-        "record",
-        "--lock-method",
-        "kprobe",
-        "-o",
-        out.to_str().expect("path"),
-        "--",
-        "sh",
-        "-c",
-        &shell,
-    ]);
+    let output = lockpath(&record_args(
+        &["--lock-method", "kprobe"],
+        &out,
+        &["sh", "-c", &shell],
+    ));
     let stderr = String::from_utf8_lossy(&output.stderr);
     if kprobes {
         assert!(output.status.success(), "kprobe fallback failed: {stderr}");

@@ -251,11 +251,13 @@ fn spin_waits_match_a_stackless_reference() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn spinlock_holders_are_the_open_and_close_paths() {
-    if !can_load_programs("spinlock_holders_are_the_open_and_close_paths") {
+    let Some(dir) = root_test(
+        "spinlock_holders_are_the_open_and_close_paths",
+        "lock-holders",
+    ) else {
         return;
-    }
+    };
     let _alone = alone();
-    let dir = scratch("lock-holders");
     let started = Instant::now();
     let mut last = String::new();
     for round in 0..5 {
@@ -281,10 +283,7 @@ fn spinlock_holders_are_the_open_and_close_paths() {
                 .into_iter()
                 .find(|name| name == "alloc_fd" || name == "file_close_fd")
         };
-        let mut wait_callers: Vec<String> = profile["locks"]
-            .as_array()
-            .expect("locks")
-            .iter()
+        let mut wait_callers: Vec<String> = items(&profile["locks"], "locks")
             .filter_map(|row| row["stack"].as_u64().and_then(callers_of))
             .collect();
         wait_callers.sort();
@@ -295,10 +294,7 @@ fn spinlock_holders_are_the_open_and_close_paths() {
             "the waits of an open/close storm come from alloc_fd and file_close_fd"
         );
         // The fd table's lock: the one those waits are on.
-        let fd_locks: Vec<u64> = profile["locks"]
-            .as_array()
-            .expect("locks")
-            .iter()
+        let fd_locks: Vec<u64> = items(&profile["locks"], "locks")
             .filter(|row| row["stack"].as_u64().and_then(callers_of).is_some())
             .filter_map(|row| row["lock_addr"].as_u64())
             .collect();
@@ -362,10 +358,7 @@ fn check_hold_views(dir: &std::path::Path, profile_path: &std::path::Path) {
     );
     let json = lockpath_ok(&["report", "--format", "json", path_str(profile_path)]);
     let json: serde_json::Value = serde_json::from_slice(&json.stdout).expect("report JSON");
-    let holders: Vec<&serde_json::Value> = json["locks"]
-        .as_array()
-        .expect("locks")
-        .iter()
+    let holders: Vec<&serde_json::Value> = items(&json["locks"], "locks")
         .filter_map(|group| group["contended_holds"]["holders"].as_array())
         .flatten()
         .collect();
@@ -375,15 +368,7 @@ fn check_hold_views(dir: &std::path::Path, profile_path: &std::path::Path) {
             .any(|holder| holder["caller"] == "alloc_fd" || holder["caller"] == "file_close_fd"),
         "JSON holders name the open/close paths: {holders:?}"
     );
-    let folded = lockpath_ok(&[
-        "export",
-        path_str(profile_path),
-        "--format",
-        "folded",
-        "--kind",
-        "hold",
-    ]);
-    let folded = String::from_utf8_lossy(&folded.stdout);
+    let folded = export_folded(profile_path, "hold");
     assert!(
         folded.lines().any(|line| line.starts_with("spinlock ")
             && (line.contains(";alloc_fd ") || line.contains(";file_close_fd "))),
@@ -409,31 +394,16 @@ fn check_hold_views(dir: &std::path::Path, profile_path: &std::path::Path) {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn fuse_create_hold_matches_the_workload() {
-    if !can_load_programs("fuse_create_hold_matches_the_workload") {
+    let Some(dir) = root_test("fuse_create_hold_matches_the_workload", "lock-hold-fuse") else {
         return;
-    }
-    let _alone = alone();
-    let dir = scratch("lock-hold-fuse");
-    let profile_path = dir.join("hold.json");
-    let results = dir.join("results.txt");
-    let mountpoint = dir.join("mnt");
-    std::fs::create_dir_all(&mountpoint).expect("mountpoint");
-    let fuse = workload("fuse-workload");
-    let command = [
-        path_str(&fuse),
-        "holdchain",
-        path_str(&results),
-        path_str(&mountpoint),
-        "200",
-    ];
-    let profile = record_profile(&["--lock"], &profile_path, &command).profile;
-    let text = std::fs::read_to_string(&results).expect("workload results");
-    let value = |name: &str| -> u64 {
-        text.lines()
-            .find_map(|line| line.strip_prefix(&format!("{name} ")))
-            .and_then(|value| value.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no {name} in {text}"))
     };
+    let _alone = alone();
+    let profile_path = dir.join("hold.json");
+    let fuse = FuseWorkload::in_dir_with_mountpoint(&dir, "results.txt");
+    let command = fuse.command("holdchain", &["200"]);
+    let profile = record_profile(&["--lock"], &profile_path, &command).profile;
+    let measured = fuse.results();
+    let value = |name: &str| result(&measured, name);
     let expected_ns = value("t2_end_ns") as f64 - value("t1_end_ns") as f64;
     let second = value("t2_tid");
     let holds = profile["contended_holds"]
@@ -479,40 +449,21 @@ fn fuse_create_hold_matches_the_workload() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn an_interrupted_wait_is_its_own_row() {
-    if !can_load_programs("an_interrupted_wait_is_its_own_row") {
+    let Some(dir) = root_test("an_interrupted_wait_is_its_own_row", "lock-interrupted") else {
         return;
-    }
-    let _alone = alone();
-    let dir = scratch("lock-interrupted");
-    let profile_path = dir.join("interrupted.json");
-    let results = dir.join("results.txt");
-    let mountpoint = dir.join("mnt");
-    std::fs::create_dir_all(&mountpoint).expect("mountpoint");
-    let fuse = workload("fuse-workload");
-    let command = [
-        path_str(&fuse),
-        "interrupted",
-        path_str(&results),
-        path_str(&mountpoint),
-        "800",
-        "200",
-    ];
-    let profile = record_profile(&["--lock"], &profile_path, &command).profile;
-    let text = std::fs::read_to_string(&results).expect("workload results");
-    let value = |name: &str| -> u64 {
-        text.lines()
-            .find_map(|line| line.strip_prefix(&format!("{name} ")))
-            .and_then(|value| value.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no {name} in {text}"))
     };
+    let _alone = alone();
+    let profile_path = dir.join("interrupted.json");
+    let fuse = FuseWorkload::in_dir_with_mountpoint(&dir, "results.txt");
+    let command = fuse.command("interrupted", &["800", "200"]);
+    let profile = record_profile(&["--lock"], &profile_path, &command).profile;
+    let measured = fuse.results();
+    let value = |name: &str| result(&measured, name);
     let (a_pid, b_pid, expected_ns) = (value("a_pid"), value("b_pid"), value("b_wait_ns"));
     const OUTCOME_SHIFT: u64 = 16;
     const INTERRUPTED: u64 = 1;
     const LCB_F_READ: u64 = 2;
-    let rows: Vec<&serde_json::Value> = profile["locks"]
-        .as_array()
-        .expect("locks")
-        .iter()
+    let rows: Vec<&serde_json::Value> = items(&profile["locks"], "locks")
         .filter(|row| row["pid"].as_u64() == Some(b_pid))
         .filter(|row| {
             row["flags"]
@@ -692,11 +643,10 @@ fn finished_profiles(recordings: Vec<(std::path::PathBuf, Recording)>) -> [serde
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn cached_stacks_attribute_like_exact_walks() {
-    if !can_load_programs("cached_stacks_attribute_like_exact_walks") {
+    let Some(dir) = root_test("cached_stacks_attribute_like_exact_walks", "lock-stacks") else {
         return;
-    }
+    };
     let _alone = alone();
-    let dir = scratch("lock-stacks");
     for mode in ["open", "pipe"] {
         let (profiles, _, _) = record_exact_and_cached(
             &dir,
@@ -800,11 +750,13 @@ fn cached_stacks_attribute_like_exact_walks() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn two_paths_through_one_wrapper_keep_their_waits() {
-    if !can_load_programs("two_paths_through_one_wrapper_keep_their_waits") {
+    let Some(dir) = root_test(
+        "two_paths_through_one_wrapper_keep_their_waits",
+        "lock-paths",
+    ) else {
         return;
-    }
+    };
     let _alone = alone();
-    let dir = scratch("lock-paths");
     let results_path = dir.join("results.txt");
     let (profiles, pid, status) = record_exact_and_cached(
         &dir,
@@ -902,11 +854,13 @@ fn two_paths_through_one_wrapper_keep_their_waits() {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn interrupts_contending_in_the_end_program_leave_no_dead_spin_wait() {
     let _alone = alone();
-    let test = "interrupts_contending_in_the_end_program_leave_no_dead_spin_wait";
-    if !can_load_programs(test) || !require_tool(test, "stress-ng") {
+    let Some(dir) = root_test_needing(
+        "interrupts_contending_in_the_end_program_leave_no_dead_spin_wait",
+        &["stress-ng"],
+        "lock-interrupts",
+    ) else {
         return;
-    }
-    let dir = scratch("lock-interrupts");
+    };
     let profile_path = dir.join("p.json");
     let traffic = Command::new("stress-ng")
         .args(["--udp", "2", "--timeout", "12"])
@@ -925,10 +879,7 @@ fn interrupts_contending_in_the_end_program_leave_no_dead_spin_wait() {
     record_ok(&["record", "--lock", "-d", "6", "-o", path_str(&profile_path)]);
     let profile = load_json(&profile_path);
     let loss = |name: &str| profile["losses"][name].as_u64().unwrap_or(0);
-    let spin_rows: Vec<&serde_json::Value> = profile["locks"]
-        .as_array()
-        .expect("lock rows")
-        .iter()
+    let spin_rows: Vec<&serde_json::Value> = items(&profile["locks"], "lock rows")
         .filter(|row| row["flags"].as_u64().is_some_and(|f| f & SPIN_MASK == 1))
         .collect();
     let spins: u64 = spin_rows

@@ -55,24 +55,32 @@ fn named_by_line(stdout: &str) -> &str {
         .unwrap_or_else(|| panic!("no `named by` line in:\n{stdout}"))
 }
 
-/// Records lock-storm in `mode`: (lock name -> (wait ns, source), total wait ns, the
-/// summary).
-fn record_storm_with_summary(mode: &str) -> (BTreeMap<String, (u64, String)>, u64, String) {
-    let dir = scratch(&format!("lock-names-{mode}"));
+/// `--lock` of `lock-storm --seconds SECONDS --threads 4 --mode MODE`, recorded into
+/// the scratch directory `scratch_name` (returned too: it is kept if the test fails).
+fn record_lock_storm(scratch_name: &str, seconds: &str, mode: &str) -> (Scratch, Recorded) {
+    let dir = scratch(scratch_name);
     let profile_path = dir.join("lock.json");
     let storm = workload("lock-storm");
     let command = [
         path_str(&storm),
         "--seconds",
-        "3",
+        seconds,
         "--threads",
         "4",
         "--mode",
         mode,
     ];
+    let recorded = record_profile(&["--lock"], &profile_path, &command);
+    (dir, recorded)
+}
+
+/// Records lock-storm in `mode`: (lock name -> (wait ns, source), total wait ns, the
+/// summary).
+fn record_storm_with_summary(mode: &str) -> (BTreeMap<String, (u64, String)>, u64, String) {
+    let (_dir, recorded) = record_lock_storm(&format!("lock-names-{mode}"), "3", mode);
     let Recorded {
         stdout, profile, ..
-    } = record_profile(&["--lock"], &profile_path, &command);
+    } = recorded;
     let mut by_name: BTreeMap<String, (u64, String)> = BTreeMap::new();
     let mut total = 0;
     for row in profile["locks"].as_array().expect("lock rows") {
@@ -104,24 +112,30 @@ fn named_share(by_name: &BTreeMap<String, (u64, String)>, total: u64) -> f64 {
     named as f64 / total.max(1) as f64
 }
 
+/// Records the lock storm of `mode` (see `record_storm`), which must have contended,
+/// at least 80% of its wait on named locks; returns its waits by lock name.
+fn record_mostly_named_storm(mode: &str) -> BTreeMap<String, (u64, String)> {
+    let (names, total) = record_storm(mode);
+    assert!(total > 0, "lock-storm contended: {names:?}");
+    let share = named_share(&names, total);
+    eprintln!("{mode}: {:.1}% named: {names:?}", share * 100.0);
+    assert!(
+        share >= 0.8,
+        "only {:.1}% of the wait on named locks: {names:?}",
+        share * 100.0
+    );
+    names
+}
+
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn most_lock_wait_is_on_named_locks() {
-    let _alone = alone();
-    if !can_load_programs("most_lock_wait_is_on_named_locks") {
+    let Some(_alone) = root_test_alone("most_lock_wait_is_on_named_locks", &[]) else {
         return;
-    }
+    };
     // Pipes and mmap: mmap_lock (rwsem), the fd table's file_lock (pipe close), the
     // runqueue locks (wake-ups).
-    let (both, both_total) = record_storm("both");
-    assert!(both_total > 0, "lock-storm contended: {both:?}");
-    let share = named_share(&both, both_total);
-    eprintln!("both: {:.1}% named: {both:?}", share * 100.0);
-    assert!(
-        share >= 0.8,
-        "only {:.1}% of the wait on named locks: {both:?}",
-        share * 100.0
-    );
+    let both = record_mostly_named_storm("both");
     let has = |names: &BTreeMap<String, (u64, String)>, prefix: &str, source: &str| {
         names
             .iter()
@@ -137,15 +151,7 @@ fn most_lock_wait_is_on_named_locks() {
     // spinlock chrdev_open takes (the storm opens /dev/null). A static lock is named by
     // its kallsyms symbol; on a kernel without data symbols in kallsyms
     // (CONFIG_KALLSYMS_ALL off, like this machine's 6.18) by the function that takes it.
-    let (open, open_total) = record_storm("open");
-    assert!(open_total > 0, "lock-storm contended: {open:?}");
-    let share = named_share(&open, open_total);
-    eprintln!("open: {:.1}% named: {open:?}", share * 100.0);
-    assert!(
-        share >= 0.8,
-        "only {:.1}% of the wait on named locks: {open:?}",
-        share * 100.0
-    );
+    let open = record_mostly_named_storm("open");
     let cdev_lock = match kallsyms_has_data_symbols() {
         true => has(&open, "cdev_lock", "kallsyms"),
         false => has(&open, "static@chrdev_open", "caller"),
@@ -183,28 +189,16 @@ fn btf_member_offset(name: &str, member: &str) -> Option<u64> {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn wait_lock_of_mmap_lock_is_named_after_it() {
-    let _alone = alone();
-    let test = "wait_lock_of_mmap_lock_is_named_after_it";
-    if !can_load_programs(test) || !require_tool(test, "bpftool") {
+    let Some(_alone) = root_test_alone("wait_lock_of_mmap_lock_is_named_after_it", &["bpftool"])
+    else {
         return;
-    }
+    };
     let offset = btf_member_offset("rw_semaphore", "wait_lock")
         .expect("rw_semaphore.wait_lock in the kernel's BTF");
     // An mmap/munmap storm: writers queue on mmap_lock, and the rwsem's wait_lock (a
     // raw spinlock) is contended by the threads queueing and waking.
-    let dir = scratch("lock-names-wait-lock");
-    let profile_path = dir.join("lock.json");
-    let storm = workload("lock-storm");
-    let command = [
-        path_str(&storm),
-        "--seconds",
-        "5",
-        "--threads",
-        "4",
-        "--mode",
-        "mmap",
-    ];
-    let profile = record_profile(&["--lock"], &profile_path, &command).profile;
+    let (_dir, recorded) = record_lock_storm("lock-names-wait-lock", "5", "mmap");
+    let profile = recorded.profile;
     let rows = profile["locks"].as_array().expect("lock rows");
     let field = |row: &serde_json::Value, name: &str| row[name].as_str().unwrap_or("").to_string();
     let mmap_locks: std::collections::BTreeSet<u64> = rows
@@ -286,10 +280,10 @@ fn bpftool_btf() -> Option<String> {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn locks_in_slab_objects_are_named_after_their_cache() {
-    let _alone = alone();
-    if !can_load_programs("locks_in_slab_objects_are_named_after_their_cache") {
+    let Some(_alone) = root_test_alone("locks_in_slab_objects_are_named_after_their_cache", &[])
+    else {
         return;
-    }
+    };
     let (by_name, total, stdout) = record_storm_with_summary("file");
     assert!(total > 0, "lock-storm contended: {by_name:?}");
     if !kernel_has_function("bpf_get_kmem_cache") {
@@ -458,10 +452,7 @@ fn wrong_names(
 /// frame of its stack that perf names a caller of that type (perf names the real
 /// function where lockpath's stacks also show inlined ones). (count, wait ns) each.
 fn by_perf_caller(profile: &serde_json::Value, perf: &Callers) -> Callers {
-    let pids: Vec<u64> = profile["processes"]
-        .as_array()
-        .expect("processes")
-        .iter()
+    let pids: Vec<u64> = items(&profile["processes"], "processes")
         .filter(|process| is_stress_ng(process))
         .filter_map(|process| process["pid"].as_u64())
         .collect();
@@ -588,11 +579,12 @@ fn record_stressor(
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn stress_ng_lock_names_are_true_and_counts_are_perfs() {
-    let _alone = alone();
-    let test = "stress_ng_lock_names_are_true_and_counts_are_perfs";
-    if !can_load_programs(test) || !require_tool(test, "stress-ng") || !require_tool(test, "perf") {
+    let Some(_alone) = root_test_alone(
+        "stress_ng_lock_names_are_true_and_counts_are_perfs",
+        &["stress-ng", "perf"],
+    ) else {
         return;
-    }
+    };
     let merged = merged_slab_caches();
     let dir = scratch("lock-names-stress-ng");
     let mut report = Vec::new();
@@ -628,14 +620,10 @@ fn stress_ng_lock_names_are_true_and_counts_are_perfs() {
             .iter()
             .any(|caller| perf.contains_key(&("spinlock".to_string(), caller.to_string())));
         if flc_contended && kernel_has_function("bpf_get_kmem_cache") {
-            let named = profile["locks"]
-                .as_array()
-                .expect("lock rows")
-                .iter()
-                .any(|row| {
-                    let name = row["lock_name"].as_str().unwrap_or("");
-                    name.contains("file_lock_context->flc_lock") || name.starts_with("slab@")
-                });
+            let named = items(&profile["locks"], "lock rows").any(|row| {
+                let name = row["lock_name"].as_str().unwrap_or("");
+                name.contains("file_lock_context->flc_lock") || name.starts_with("slab@")
+            });
             if !named {
                 problems.push(format!("{stressor}: no file lock context's lock named"));
             }

@@ -38,27 +38,21 @@ fn parse_sleeper(stdout: &str) -> (u64, u64) {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn known_sleep_is_reported_as_sleep_with_its_time() {
-    if !can_load_programs("known_sleep_is_reported_as_sleep_with_its_time") {
+    let Some(dir) = root_test(
+        "known_sleep_is_reported_as_sleep_with_its_time",
+        "offcpu-sleep",
+    ) else {
         return;
-    }
-    let dir = scratch("offcpu-sleep");
+    };
     let profile_path = dir.join("sleep.json");
     let svg_path = dir.join("sleep.svg");
     let sleeper = workload("sleeper");
-    let args = [
-        "record",
-        "--offcpu-all",
-        "-o",
-        profile_path.to_str().expect("path"),
-        "--flamegraph",
-        svg_path.to_str().expect("path"),
-        "--",
-        sleeper.to_str().expect("path"),
-        "--count",
-        "20",
-        "--ms",
-        "50",
-    ];
+    let args = record_args_with_flamegraph(
+        &["--offcpu-all"],
+        &profile_path,
+        &svg_path,
+        &[path_str(&sleeper), "--count", "20", "--ms", "50"],
+    );
     let (child, programs) = spawn_recording(&args);
     assert!(!programs.is_empty(), "the sched_switch program is loaded");
     let output = child.finish(&programs);
@@ -70,10 +64,7 @@ fn known_sleep_is_reported_as_sleep_with_its_time() {
     );
 
     let profile = load_json(&profile_path);
-    let rows: Vec<&serde_json::Value> = profile["offcpu"]
-        .as_array()
-        .expect("offcpu rows")
-        .iter()
+    let rows: Vec<&serde_json::Value> = items(&profile["offcpu"], "offcpu rows")
         .filter(|row| row["tid"].as_u64() == Some(tid))
         .collect();
     assert!(
@@ -154,49 +145,22 @@ fn known_sleep_is_reported_as_sleep_with_its_time() {
         "{stdout}"
     );
     assert!(stdout.contains("sleep"), "{stdout}");
-    let report = lockpath_ok(&[
-        "report",
-        profile_path.to_str().expect("path"),
-        "--format",
-        "json",
-        "--top",
-        "0",
-    ]);
-    let report: serde_json::Value = serde_json::from_slice(&report.stdout).expect("report JSON");
-    let process = report["offcpu"]
-        .as_array()
-        .expect("offcpu in the JSON report")
-        .iter()
+    let report = report_json(&profile_path, &["--top", "0"]);
+    let process = items(&report["offcpu"], "offcpu in the JSON report")
         .find(|process| process["process"] == "sleeper")
         .unwrap_or_else(|| panic!("sleeper in the JSON report: {report}"));
-    let sleep_class = process["classes"]
-        .as_array()
-        .expect("classes")
-        .iter()
+    let sleep_class = items(&process["classes"], "classes")
         .find(|class| class["class"] == "sleep")
         .expect("a sleep class");
     assert!(sleep_class["total_ns"].as_u64().expect("total") >= ours);
     assert!(sleep_class["percent"].as_f64().expect("percent") > 0.0);
-    let svg = std::fs::read_to_string(&svg_path).expect("svg written");
-    let options = roxmltree::ParsingOptions {
-        allow_dtd: true,
-        ..Default::default()
-    };
-    roxmltree::Document::parse_with_options(&svg, options).expect("the SVG is well-formed XML");
+    let svg = read_svg(&svg_path);
     assert!(
         svg.contains("do_nanosleep") && svg.contains("sleeper"),
         "stack and process in the SVG"
     );
     // Folded order: process; class; user frames from the root; kernel frames.
-    let folded = lockpath_ok(&[
-        "export",
-        profile_path.to_str().expect("path"),
-        "--format",
-        "folded",
-        "--kind",
-        "offcpu",
-    ]);
-    let folded = String::from_utf8_lossy(&folded.stdout).into_owned();
+    let folded = export_folded(&profile_path, "offcpu");
     let line = folded
         .lines()
         .find(|line| line.starts_with("sleeper;sleep;") && line.contains("do_nanosleep"))
@@ -289,15 +253,7 @@ fn check_offcpu_exporters(
 
     // HTML: the per-process wait breakdown and the off-CPU flamegraph.
     let html = dir.join("sleep.html");
-    lockpath_ok(&[
-        "report",
-        path_str,
-        "--format",
-        "html",
-        "-o",
-        html.to_str().expect("path"),
-    ]);
-    let page = std::fs::read_to_string(&html).expect("html written");
+    let page = report_html(path, &html);
     assert!(page.contains("<section id=\"offcpu\">"), "offcpu section");
     assert!(
         page.contains("<td>sleeper</td>"),
@@ -329,10 +285,7 @@ fn check_offcpu_exporters(
     };
     assert_eq!(merged_sum("total_ns"), 2 * sum("total_ns", None));
     assert_eq!(merged_sum("count"), 2 * sum("count", None));
-    let pids: std::collections::HashSet<u64> = merged["processes"]
-        .as_array()
-        .expect("processes")
-        .iter()
+    let pids: std::collections::HashSet<u64> = items(&merged["processes"], "processes")
         .map(|process| process["pid"].as_u64().expect("pid"))
         .collect();
     assert!(
@@ -346,30 +299,22 @@ fn check_offcpu_exporters(
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn d_state_only_by_default_and_min_wait_filters() {
-    if !can_load_programs("d_state_only_by_default_and_min_wait_filters") {
+    let Some(dir) = root_test(
+        "d_state_only_by_default_and_min_wait_filters",
+        "offcpu-default",
+    ) else {
         return;
-    }
-    let dir = scratch("offcpu-default");
+    };
     let sleeper = workload("sleeper");
     // Without --offcpu-all, nanosleep (S state) is not recorded.
     let path = dir.join("d.json");
-    lockpath_ok(&[
-        "record",
-        "--offcpu",
-        "-o",
-        path.to_str().expect("path"),
-        "--",
-        sleeper.to_str().expect("path"),
-        "--count",
-        "5",
-        "--ms",
-        "20",
-    ]);
+    lockpath_ok(&record_args(
+        &["--offcpu"],
+        &path,
+        &[path_str(&sleeper), "--count", "5", "--ms", "20"],
+    ));
     let profile = load_json(&path);
-    let sleeps = profile["offcpu"]
-        .as_array()
-        .expect("rows")
-        .iter()
+    let sleeps = items(&profile["offcpu"], "rows")
         .filter(|row| row["class"] == "sleep")
         .count();
     assert_eq!(sleeps, 0, "S-state sleeps are left out by default");
@@ -379,20 +324,11 @@ fn d_state_only_by_default_and_min_wait_filters() {
     // --min-wait 60ms drops the 20 ms sleeps in the kernel (with room for a late
     // wake-up on a busy machine: a wait runs until the thread is back on a CPU).
     let path = dir.join("min.json");
-    lockpath_ok(&[
-        "record",
-        "--offcpu-all",
-        "--min-wait",
-        "60ms",
-        "-o",
-        path.to_str().expect("path"),
-        "--",
-        sleeper.to_str().expect("path"),
-        "--count",
-        "5",
-        "--ms",
-        "20",
-    ]);
+    lockpath_ok(&record_args(
+        &["--offcpu-all", "--min-wait", "60ms"],
+        &path,
+        &[path_str(&sleeper), "--count", "5", "--ms", "20"],
+    ));
     let profile = load_json(&path);
     for row in profile["offcpu"].as_array().expect("rows") {
         assert!(
@@ -405,11 +341,9 @@ fn d_state_only_by_default_and_min_wait_filters() {
 
 #[test]
 fn bad_offcpu_flags_are_refused() {
-    if !lockpath_bin().exists() {
-        eprintln!("SKIP bad_offcpu_flags_are_refused: lockpath not built");
+    let Some(dir) = lockpath_test("bad_offcpu_flags_are_refused", "offcpu-bad") else {
         return;
-    }
-    let dir = scratch("offcpu-bad");
+    };
     let out = dir.join("p.json");
     let out = out.to_str().expect("path");
     for (args, expect) in [
@@ -456,44 +390,33 @@ fn bad_offcpu_flags_are_refused() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn a_full_wait_map_keeps_every_wait() {
-    let test = "a_full_wait_map_keeps_every_wait";
-    if !can_load_programs(test) {
+    let Some(dir) = root_test("a_full_wait_map_keeps_every_wait", "offcpu-full-map") else {
         return;
-    }
-    let dir = scratch("offcpu-full-map");
+    };
     let profile_path = dir.join("p.json");
     // 1 ms sleeps on a new call path every 10 ms: each path's waits are a row of their
     // own (another user stack), and the map has room for two.
-    let output = lockpath_ok(&[
-        "record",
-        "--offcpu-all",
-        "--map-entries",
-        "2",
-        "-o",
-        path_str(&profile_path),
-        "--",
-        path_str(&workload("stack-spread")),
-        "--seconds",
-        "2",
-        "--step-ms",
-        "10",
-        "--sleep-us",
-        "1000",
-    ]);
+    let output = lockpath_ok(&record_args(
+        &["--offcpu-all", "--map-entries", "2"],
+        &profile_path,
+        &[
+            path_str(&workload("stack-spread")),
+            "--seconds",
+            "2",
+            "--step-ms",
+            "10",
+            "--sleep-us",
+            "1000",
+        ],
+    ));
     let truth = report(&String::from_utf8_lossy(&output.stdout), "start_unix_ns");
     let slept_ns = truth["slept_ns"];
     let profile = load_json(&profile_path);
-    let pids: Vec<u64> = profile["processes"]
-        .as_array()
-        .expect("processes")
-        .iter()
+    let pids: Vec<u64> = items(&profile["processes"], "processes")
         .filter(|process| process["comm"] == "stack-spread")
         .filter_map(|process| process["pid"].as_u64())
         .collect();
-    let workload_rows: Vec<&serde_json::Value> = profile["offcpu"]
-        .as_array()
-        .expect("offcpu rows")
-        .iter()
+    let workload_rows: Vec<&serde_json::Value> = items(&profile["offcpu"], "offcpu rows")
         .filter(|row| row["pid"].as_u64().is_some_and(|pid| pids.contains(&pid)))
         .collect();
     // Its sleeps; its other waits (a D-state one at start or exit) can overflow too.

@@ -101,10 +101,9 @@ fn assert_same_count(filtered: u64, reference: u64, what: &str) {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn record_type_filter_counts_only_spinlocks_in_the_kernel() {
     let test = "record_type_filter_counts_only_spinlocks_in_the_kernel";
-    if !can_load_programs(test) {
+    let Some(dir) = root_test(test, "record-type") else {
         return;
-    }
-    let dir = scratch("record-type");
+    };
     let profiles = record_one_storm(&dir, 3, &[&[], &["--type", "spinlock"]]);
     let (all, _) = &profiles[0];
     let (spin, spin_stderr) = &profiles[1];
@@ -145,10 +144,9 @@ fn record_type_filter_counts_only_spinlocks_in_the_kernel() {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn record_lock_and_caller_filters() {
     let test = "record_lock_and_caller_filters";
-    if !can_load_programs(test) {
+    let Some(dir) = root_test(test, "record-lock") else {
         return;
-    }
-    let dir = scratch("record-lock");
+    };
     // A first storm names a lock whose address stays the same from run to run: a
     // runqueue lock or a static lock (per-process locks such as mmap_lock move).
     let first = record_one_storm(&dir, 2, &[&[]]);

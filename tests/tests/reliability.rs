@@ -12,10 +12,6 @@ use std::{
 
 use common::*;
 
-fn path_str(path: &Path) -> &str {
-    path.to_str().expect("UTF-8 path")
-}
-
 /// A lock-storm running on its own for `seconds` (the target of `-p` runs).
 fn background_storm(seconds: &str) -> Child {
     Command::new(workload("lock-storm"))
@@ -52,39 +48,17 @@ fn temporaries(dir: &Path) -> Vec<String> {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn tiny_maps_report_their_losses() {
-    if !can_load_programs("tiny_maps_report_their_losses") {
+    let Some(dir) = root_test("tiny_maps_report_their_losses", "tiny-maps") else {
         return;
-    }
-    let dir = scratch("tiny-maps");
+    };
     let profile_path = dir.join("tiny.json");
     let perf_path = dir.join("perf.txt");
     let storm = workload("lock-storm");
     // Under perf stat, whose count of the contentions is the reference.
-    let output = lockpath_ok(&[
-        "record",
-        "--lock",
-        "--map-entries",
-        "2",
-        "--stack-entries",
-        "2",
-        "-o",
-        path_str(&profile_path),
-        "--",
-        "perf",
-        "stat",
-        "-e",
-        "lock:contention_begin",
-        "-x",
-        ",",
-        "-o",
-        path_str(&perf_path),
-        "--",
-        path_str(&storm),
-        "--mode",
-        "both",
-        "--seconds",
-        "2",
-    ]);
+    let storm_args = [path_str(&storm), "--mode", "both", "--seconds", "2"];
+    let command = under_perf_stat("lock:contention_begin", &perf_path, &storm_args);
+    let options = ["--lock", "--map-entries", "2", "--stack-entries", "2"];
+    let output = lockpath_ok(&record_args(&options, &profile_path, &command));
     let profile = load_json(&profile_path);
     let losses = profile["losses"].as_object().expect("losses");
     let map_full = losses
@@ -183,22 +157,33 @@ fn tiny_maps_report_their_losses() {
     );
 }
 
-/// Records `-p` of a running storm, stops lockpath with `sig`, checks the profile.
-fn stop_with_signal_writes_profile(name: &str, sig: i32) {
-    if !can_load_programs(name) {
-        return;
-    }
-    let dir = scratch(name);
-    let profile_path = dir.join("signal.json");
-    let mut storm = background_storm("30");
-    let pid = storm.id().to_string();
-    let (recorder, programs) =
-        spawn_recording(&["record", "-p", &pid, "-o", path_str(&profile_path)]);
+/// Runs `lockpath ARGS` (see `spawn_recording`) for 1.5 s beside the running `storm`,
+/// stops it with `sig`, then ends the storm; returns lockpath's output and the programs
+/// it held.
+fn record_until_signal(
+    args: &[&str],
+    sig: i32,
+    storm: &mut Child,
+) -> (std::process::Output, Vec<u64>) {
+    let (recorder, programs) = spawn_recording(args);
     std::thread::sleep(Duration::from_millis(1500));
     signal(&recorder, sig);
     let output = recorder.wait_with_output().expect("wait for lockpath");
     let _ = storm.kill();
     let _ = storm.wait();
+    (output, programs)
+}
+
+/// Records `-p` of a running storm, stops lockpath with `sig`, checks the profile.
+fn stop_with_signal_writes_profile(name: &str, sig: i32) {
+    let Some(dir) = root_test(name, name) else {
+        return;
+    };
+    let profile_path = dir.join("signal.json");
+    let mut storm = background_storm("30");
+    let pid = storm.id().to_string();
+    let args = ["record", "-p", &pid, "-o", path_str(&profile_path)];
+    let (output, programs) = record_until_signal(&args, sig, &mut storm);
     assert!(
         output.status.success(),
         "lockpath stopped by signal {sig} must exit 0: {}\n{}",
@@ -236,10 +221,9 @@ fn sigterm_writes_a_complete_profile() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn sigint_while_the_probes_load_stops_cleanly() {
-    if !can_load_programs("sigint_startup") {
+    let Some(dir) = root_test("sigint_startup", "sigint-startup") else {
         return;
-    }
-    let dir = scratch("sigint-startup");
+    };
     let profile_path = dir.join("startup.json");
     let rotate_dir = dir.join("periods");
     for args in [
@@ -303,18 +287,13 @@ fn sigint_while_the_probes_load_stops_cleanly() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn sigint_during_a_system_run_writes_a_profile() {
-    if !can_load_programs("sigint_system") {
+    let Some(dir) = root_test("sigint_system", "sigint-system") else {
         return;
-    }
-    let dir = scratch("sigint-system");
+    };
     let profile_path = dir.join("system.json");
     let mut storm = background_storm("20");
-    let (recorder, programs) = spawn_recording(&["record", "-a", "-o", path_str(&profile_path)]);
-    std::thread::sleep(Duration::from_millis(1500));
-    signal(&recorder, SIGINT);
-    let output = recorder.wait_with_output().expect("wait for lockpath");
-    let _ = storm.kill();
-    let _ = storm.wait();
+    let args = ["record", "-a", "-o", path_str(&profile_path)];
+    let (output, programs) = record_until_signal(&args, SIGINT, &mut storm);
     assert!(
         output.status.success(),
         "{}",
@@ -332,10 +311,9 @@ fn sigint_during_a_system_run_writes_a_profile() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn sigkill_leaves_no_program_and_no_file() {
-    if !can_load_programs("sigkill") {
+    let Some(dir) = root_test("sigkill", "sigkill") else {
         return;
-    }
-    let dir = scratch("sigkill");
+    };
     let profile_path = dir.join("killed.json");
     let mut storm = background_storm("20");
     let pid = storm.id().to_string();
@@ -357,10 +335,9 @@ fn sigkill_leaves_no_program_and_no_file() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn target_that_exits_early_ends_the_recording() {
-    if !can_load_programs("target_exits_early") {
+    let Some(dir) = root_test("target_exits_early", "early-exit") else {
         return;
-    }
-    let dir = scratch("early-exit");
+    };
     let profile_path = dir.join("early.json");
     // A storm that outlives any startup, ended a second into the recording.
     let mut storm = background_storm("120");
@@ -406,23 +383,16 @@ fn target_that_exits_early_ends_the_recording() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn command_that_cannot_start_is_one_clear_error() {
-    if !can_load_programs("command_cannot_start") {
+    let Some(dir) = root_test("command_cannot_start", "no-command") else {
         return;
-    }
-    let dir = scratch("no-command");
+    };
     let profile_path = dir.join("none.json");
     let before = loaded_programs();
     for (command, expect) in [
         (dir.join("does-not-exist"), "no such file"),
         (dir.clone(), "not an executable"),
     ] {
-        let output = lockpath(&[
-            "record",
-            "-o",
-            path_str(&profile_path),
-            "--",
-            path_str(&command),
-        ]);
+        let output = lockpath(&record_args(&[], &profile_path, &[path_str(&command)]));
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(1), "{stderr}");
         assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
@@ -439,13 +409,7 @@ fn command_that_cannot_start_is_one_clear_error() {
     let mut perms = std::fs::metadata(&script).expect("stat").permissions();
     std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
     std::fs::set_permissions(&script, perms).expect("chmod");
-    let output = lockpath(&[
-        "record",
-        "-o",
-        path_str(&profile_path),
-        "--",
-        path_str(&script),
-    ]);
+    let output = lockpath(&record_args(&[], &profile_path, &[path_str(&script)]));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("cannot start"), "{stderr}");
@@ -488,10 +452,9 @@ fn held_by_any_lockpath(id: u64) -> bool {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn two_instances_at_once_each_see_their_own_command() {
-    if !can_load_programs("two_instances") {
+    let Some(dir) = root_test("two_instances", "two-instances") else {
         return;
-    }
-    let dir = scratch("two-instances");
+    };
     let storm = workload("lock-storm");
     let start = |name: &str| {
         let path = dir.join(name);
@@ -532,10 +495,7 @@ fn two_instances_at_once_each_see_their_own_command() {
         (first_path, second_path) = run_both();
     }
     let storm_pid = |profile: &serde_json::Value| -> u64 {
-        profile["processes"]
-            .as_array()
-            .expect("processes")
-            .iter()
+        items(&profile["processes"], "processes")
             .find(|process| process["comm"] == "lock-storm")
             .and_then(|process| process["pid"].as_u64())
             .unwrap_or_else(|| {
@@ -563,10 +523,7 @@ fn two_instances_at_once_each_see_their_own_command() {
             0,
             "the other instance's command is filtered out"
         );
-        let pids: Vec<u64> = profile["locks"]
-            .as_array()
-            .expect("locks")
-            .iter()
+        let pids: Vec<u64> = items(&profile["locks"], "locks")
             .filter_map(|row| row["pid"].as_u64())
             .collect();
         assert!(

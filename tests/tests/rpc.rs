@@ -26,9 +26,7 @@ fn fuse_latency_run(
     extra: &[&str],
 ) -> (String, serde_json::Value, Vec<(String, u64)>, u64) {
     let profile_path = dir.join("p.json");
-    let results_path = dir.join("results");
-    let mountpoint = dir.join("mnt");
-    let fuse = workload("fuse-workload");
+    let fuse = FuseWorkload::in_dir(dir, "results");
     // Off-CPU too (all states: the caller waits for the reply interruptibly, in S), so
     // the same run checks that its waits are classed `rpc`.
     let options = [&["--rpc", "fuse", "--offcpu-all"], extra].concat();
@@ -37,17 +35,9 @@ fn fuse_latency_run(
         (CREATE_MS as u64).to_string(),
         (WRITE_MS as u64).to_string(),
     );
-    let command = [
-        path_str(&fuse),
-        "latency",
-        path_str(&results_path),
-        path_str(&mountpoint),
-        &files,
-        &create_ms,
-        &write_ms,
-    ];
+    let command = fuse.command("latency", &[&files, &create_ms, &write_ms]);
     let recorded = record_profile(&options, &profile_path, &command);
-    let measured = results(&results_path);
+    let measured = fuse.results();
     let pid = result(&measured, "pid");
     (recorded.stdout, recorded.profile, measured, pid)
 }
@@ -102,19 +92,18 @@ fn check_op_latency(profile: &serde_json::Value, measured: &[(String, u64)], pid
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn fuse_latency_per_opcode_matches_injected_delay() {
-    if !can_load_programs("fuse_latency_per_opcode_matches_injected_delay") {
+    let Some(dir) = root_test(
+        "fuse_latency_per_opcode_matches_injected_delay",
+        "rpc-fuse-latency",
+    ) else {
         return;
-    }
-    let dir = scratch("rpc-fuse-latency");
+    };
     let profile_path = dir.join("p.json");
     let mountpoint = dir.join("mnt");
     let svg_path = dir.join("rpc.svg");
     let (stdout, profile, measured, pid) = fuse_latency_run(&dir, &[]);
     assert!(
-        profile["probes"]
-            .as_array()
-            .expect("probes")
-            .iter()
+        items(&profile["probes"], "probes")
             .filter(|probe| probe["family"] == "rpc")
             .any(|probe| {
                 let method = probe["method"].as_str().unwrap_or("");
@@ -129,10 +118,7 @@ fn fuse_latency_per_opcode_matches_injected_delay() {
     );
     check_op_latency(&profile, &measured, pid);
     // The issuer's stack at the start, the server's reply path at the completion.
-    let create = profile["rpcs"]
-        .as_array()
-        .expect("rpcs")
-        .iter()
+    let create = items(&profile["rpcs"], "rpcs")
         .find(|row| row["op_name"] == "CREATE")
         .expect("CREATE row");
     let start = stack_names(
@@ -155,10 +141,7 @@ fn fuse_latency_per_opcode_matches_injected_delay() {
 
     // Off-CPU: the caller's waits for the replies are classed `rpc`, in
     // request_wait_answer, and last at least the injected delays.
-    let rpc_waits: Vec<&serde_json::Value> = profile["offcpu"]
-        .as_array()
-        .expect("offcpu rows")
-        .iter()
+    let rpc_waits: Vec<&serde_json::Value> = items(&profile["offcpu"], "offcpu rows")
         .filter(|row| row["pid"].as_u64() == Some(pid) && row["class"] == "rpc")
         .collect();
     assert!(
@@ -226,10 +209,9 @@ fn fuse_latency_per_opcode_matches_injected_delay() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn fuse_latency_holds_with_a_full_map() {
-    if !can_load_programs("fuse_latency_holds_with_a_full_map") {
+    let Some(dir) = root_test("fuse_latency_holds_with_a_full_map", "rpc-fuse-full") else {
         return;
-    }
-    let dir = scratch("rpc-fuse-full");
+    };
     let (_, profile, measured, pid) = fuse_latency_run(&dir, &["--map-entries", "2"]);
     let map_full = profile["losses"]["rpc_map_full"].as_u64().unwrap_or(0);
     assert!(
@@ -247,28 +229,22 @@ fn fuse_latency_holds_with_a_full_map() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn fuse_create_lock_wait_matches_ground_truth() {
-    if !can_load_programs("fuse_create_lock_wait_matches_ground_truth") {
+    let Some(dir) = root_test(
+        "fuse_create_lock_wait_matches_ground_truth",
+        "rpc-fuse-lockwait",
+    ) else {
         return;
-    }
-    let dir = scratch("rpc-fuse-lockwait");
+    };
     let profile_path = dir.join("p.json");
-    let results_path = dir.join("results");
-    let mountpoint = dir.join("mnt");
     const CREATE_MS: u64 = 300;
-    let fuse = workload("fuse-workload");
+    let fuse = FuseWorkload::in_dir(&dir, "results");
     // --offcpu-all too: the owner (process A, asleep in its delayed CREATE) gets its
     // stack; FUSE waits for a reply interruptibly (S state) first.
     let options = ["--lock", "--offcpu-all", "--rpc", "fuse"];
-    let command = [
-        fuse.to_str().expect("path"),
-        "lockwait",
-        results_path.to_str().expect("path"),
-        mountpoint.to_str().expect("path"),
-        &CREATE_MS.to_string(),
-        "50",
-    ];
+    let create_ms = CREATE_MS.to_string();
+    let command = fuse.command("lockwait", &[&create_ms, "50"]);
     let profile = record_profile(&options, &profile_path, &command).profile;
-    let measured = results(&results_path);
+    let measured = fuse.results();
     let pid = result(&measured, "pid");
     let a_pid = result(&measured, "a_pid");
     let b_ns = result(&measured, "b_create_ns");
@@ -318,17 +294,8 @@ fn fuse_create_lock_wait_matches_ground_truth() {
         "B's wait should be held by A (pid {a_pid}): {held_by_a_ns} of {wait_ns} ns\n{}",
         profile["locks"]
     );
-    let report = lockpath_ok(&[
-        "report",
-        profile_path.to_str().expect("path"),
-        "--format",
-        "json",
-    ]);
-    let report: serde_json::Value = serde_json::from_slice(&report.stdout).expect("report json");
-    let holder = report["locks"]
-        .as_array()
-        .expect("locks")
-        .iter()
+    let report = report_json(&profile_path, &[]);
+    let holder = items(&report["locks"], "locks")
         // A's lock, with writers' waits (beside readers' it is `rwsem:R+W`).
         .filter(|group| group["type"] == "rwsem:W" || group["type"] == "rwsem:R+W")
         .flat_map(|group| group["holders"].as_array().expect("holders").iter())
@@ -354,10 +321,7 @@ fn fuse_create_lock_wait_matches_ground_truth() {
         "the text report names the holder and where it sleeps:\n{text}"
     );
     // The delayed CREATEs themselves: two of them (A's and B's), each the injected delay.
-    let creates: Vec<&serde_json::Value> = profile["rpcs"]
-        .as_array()
-        .expect("rpcs")
-        .iter()
+    let creates: Vec<&serde_json::Value> = items(&profile["rpcs"], "rpcs")
         .filter(|row| {
             row["op_name"] == "CREATE"
                 && (row["pid"].as_u64() == Some(pid) || row["pid"].as_u64() == Some(a_pid))
@@ -386,19 +350,9 @@ fn missing_providers_are_one_line_each_and_the_run_goes_on() {
     }
     let dir = scratch("rpc-missing");
     let profile_path = dir.join("p.json");
-    let results_path = dir.join("results");
-    let mountpoint = dir.join("mnt");
-    let fuse = workload("fuse-workload");
+    let fuse = FuseWorkload::in_dir(&dir, "results");
     let options = ["--rpc", "sunrpc", "--rpc", "lustre", "--rpc", "fuse"];
-    let command = [
-        fuse.to_str().expect("path"),
-        "latency",
-        results_path.to_str().expect("path"),
-        mountpoint.to_str().expect("path"),
-        "2",
-        "10",
-        "10",
-    ];
+    let command = fuse.command("latency", &["2", "10", "10"]);
     let Recorded {
         stderr, profile, ..
     } = record_profile(&options, &profile_path, &command);
@@ -410,18 +364,12 @@ fn missing_providers_are_one_line_each_and_the_run_goes_on() {
         assert_eq!(lines.len(), 1, "one line for {provider}:\n{stderr}");
         assert!(lines[0].contains("not recorded"), "{}", lines[0]);
     }
-    let missing: Vec<&str> = profile["unavailable"]
-        .as_array()
-        .expect("unavailable")
-        .iter()
+    let missing: Vec<&str> = items(&profile["unavailable"], "unavailable")
         .filter_map(|entry| entry["what"].as_str())
         .collect();
     assert_eq!(missing, vec!["sunrpc", "lustre"]);
     // The run went on: fuse was recorded.
-    let creates: u64 = profile["rpcs"]
-        .as_array()
-        .expect("rpcs")
-        .iter()
+    let creates: u64 = items(&profile["rpcs"], "rpcs")
         .filter(|row| row["op_name"] == "CREATE")
         .map(|row| row["count"].as_u64().expect("count"))
         .sum();

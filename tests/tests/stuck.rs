@@ -111,6 +111,13 @@ fn wait<'a>(profile: &'a Value, pid: u64, kind: &str) -> &'a Value {
     rows[0]
 }
 
+/// [`assert_since`] of the `kind` wait of the hung client's process `who` (`a` or `b`).
+fn assert_wait_since(profile: &Value, client: &HungClient, who: &str, kind: &str, what: &str) {
+    let pid = client.get(&format!("{who}_pid"));
+    let since_ns = client.get(&format!("{who}_since_ns"));
+    assert_since(wait(profile, pid, kind), since_ns, what);
+}
+
 /// A row's start against the workload's own clock: within 5% of the wait's true age at
 /// the drain (the row's start plus its age).
 fn assert_since(row: &Value, true_since_ns: u64, what: &str) {
@@ -169,7 +176,7 @@ fn assert_chain(profile: &Value, text: &str, client: &HungClient) {
     );
 }
 
-fn record_args<'a>(output: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+fn record_to<'a>(output: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec!["record", "-o", path_str(output)];
     args.extend_from_slice(extra);
     args
@@ -179,23 +186,24 @@ fn record_args<'a>(output: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn waits_stuck_before_the_recording_are_reported_with_their_chain() {
     let _alone = alone();
-    let test = "waits_stuck_before_the_recording_are_reported_with_their_chain";
-    if !can_load_programs(test) {
+    let Some(dir) = root_test(
+        "waits_stuck_before_the_recording_are_reported_with_their_chain",
+        "stuck-before",
+    ) else {
         return;
-    }
-    let dir = scratch("stuck-before");
+    };
     let client = HungClient::start(&dir);
     // Both were waiting for a while before lockpath starts.
     std::thread::sleep(Duration::from_secs(1));
     let output_path = dir.join("stuck.json");
-    let (recording, programs) = spawn_recording(&record_args(
+    let (recording, programs) = spawn_recording(&record_to(
         &output_path,
         &["-a", "-d", "4", "--lock", "--offcpu", "--rpc", "fuse"],
     ));
     let output = recording.finish(&programs);
     let text = String::from_utf8_lossy(&output.stdout).into_owned();
     let profile = load_json(&output_path);
-    let (a, b) = (client.get("a_pid"), client.get("b_pid"));
+    let b = client.get("b_pid");
     let off_cpu = wait(&profile, b, "offcpu");
     assert_eq!(off_cpu["state"], "D", "{off_cpu}");
     assert_eq!(off_cpu["before_start"], true, "{off_cpu}");
@@ -207,16 +215,8 @@ fn waits_stuck_before_the_recording_are_reported_with_their_chain() {
             .any(|frame| frame == "path_openat" || frame == "do_filp_open"),
         "{stack:?}"
     );
-    assert_since(
-        wait(&profile, b, "lock"),
-        client.get("b_since_ns"),
-        "B on the lock",
-    );
-    assert_since(
-        wait(&profile, a, "rpc"),
-        client.get("a_since_ns"),
-        "A on the request",
-    );
+    assert_wait_since(&profile, &client, "b", "lock", "B on the lock");
+    assert_wait_since(&profile, &client, "a", "rpc", "A on the request");
     assert!(text.starts_with("lockpath:"), "{text}");
     assert!(text.contains("still waiting at the end"), "{text}");
     assert_chain(&profile, &text, &client);
@@ -226,13 +226,14 @@ fn waits_stuck_before_the_recording_are_reported_with_their_chain() {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn waits_begun_during_the_recording_and_open_at_its_end_are_reported() {
     let _alone = alone();
-    let test = "waits_begun_during_the_recording_and_open_at_its_end_are_reported";
-    if !can_load_programs(test) {
+    let Some(dir) = root_test(
+        "waits_begun_during_the_recording_and_open_at_its_end_are_reported",
+        "stuck-during",
+    ) else {
         return;
-    }
-    let dir = scratch("stuck-during");
+    };
     let output_path = dir.join("stuck.json");
-    let (recording, programs) = spawn_recording(&record_args(
+    let (recording, programs) = spawn_recording(&record_to(
         &output_path,
         &["-a", "-d", "4", "--lock", "--offcpu", "--rpc", "fuse"],
     ));
@@ -240,20 +241,12 @@ fn waits_begun_during_the_recording_and_open_at_its_end_are_reported() {
     let output = recording.finish(&programs);
     let text = String::from_utf8_lossy(&output.stdout).into_owned();
     let profile = load_json(&output_path);
-    let (a, b) = (client.get("a_pid"), client.get("b_pid"));
+    let b = client.get("b_pid");
     let lock = wait(&profile, b, "lock");
     assert_ne!(lock["before_start"], true, "{lock}");
     assert_since(lock, client.get("b_since_ns"), "B on the lock");
-    assert_since(
-        wait(&profile, a, "rpc"),
-        client.get("a_since_ns"),
-        "A on the request",
-    );
-    assert_since(
-        wait(&profile, b, "offcpu"),
-        client.get("b_since_ns"),
-        "B off the CPU",
-    );
+    assert_wait_since(&profile, &client, "a", "rpc", "A on the request");
+    assert_wait_since(&profile, &client, "b", "offcpu", "B off the CPU");
     assert_chain(&profile, &text, &client);
 }
 
@@ -261,11 +254,12 @@ fn waits_begun_during_the_recording_and_open_at_its_end_are_reported() {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn a_stuck_target_shows_its_wait_and_a_bystander_does_not() {
     let _alone = alone();
-    let test = "a_stuck_target_shows_its_wait_and_a_bystander_does_not";
-    if !can_load_programs(test) {
+    let Some(dir) = root_test(
+        "a_stuck_target_shows_its_wait_and_a_bystander_does_not",
+        "stuck-target",
+    ) else {
         return;
-    }
-    let dir = scratch("stuck-target");
+    };
     let client = HungClient::start(&dir);
     let mut bystander = KillOnDrop(
         Command::new("sleep")
@@ -277,7 +271,7 @@ fn a_stuck_target_shows_its_wait_and_a_bystander_does_not() {
     std::thread::sleep(Duration::from_millis(500));
     let output_path = dir.join("target.json");
     let b = client.get("b_pid").to_string();
-    let (recording, programs) = spawn_recording(&record_args(
+    let (recording, programs) = spawn_recording(&record_to(
         &output_path,
         &["-p", &b, "-d", "2", "--offcpu-all"],
     ));
@@ -334,22 +328,14 @@ fn long_request_wait(profile: &Value, a: u64) -> Vec<&Value> {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn a_wait_across_rotated_periods_is_counted_once() {
     let _alone = alone();
-    let test = "a_wait_across_rotated_periods_is_counted_once";
-    if !can_load_programs(test) {
+    let Some(dir) = root_test(
+        "a_wait_across_rotated_periods_is_counted_once",
+        "stuck-rotate",
+    ) else {
         return;
-    }
-    let dir = scratch("stuck-rotate");
+    };
     let out = dir.join("periods");
-    let (agent, programs) = spawn_recording(&[
-        "record",
-        "-a",
-        "--offcpu-all",
-        "--rotate",
-        "1s",
-        "-o",
-        path_str(&out),
-    ]);
-    let mut agent = KillOnDrop(agent.into_child());
+    let (mut agent, programs) = spawn_agent(&["-a", "--offcpu-all"], "1s", &out);
     // A waits 5 s on its CREATE, then B its own 5 s (not looked at).
     let results = dir.join("results");
     let status = Command::new(workload("fuse-workload"))

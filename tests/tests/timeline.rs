@@ -8,10 +8,7 @@ use std::collections::BTreeMap;
 use common::*;
 
 fn values(series: &serde_json::Value) -> Vec<u64> {
-    series["wait_ns"]
-        .as_array()
-        .expect("wait_ns")
-        .iter()
+    items(&series["wait_ns"], "wait_ns")
         .map(|value| value.as_u64().expect("ns"))
         .collect()
 }
@@ -19,10 +16,12 @@ fn values(series: &serde_json::Value) -> Vec<u64> {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn contention_in_the_second_half_lands_in_the_second_half() {
-    if !can_load_programs("contention_in_the_second_half_lands_in_the_second_half") {
+    let Some(dir) = root_test(
+        "contention_in_the_second_half_lands_in_the_second_half",
+        "timeline-halves",
+    ) else {
         return;
-    }
-    let dir = scratch("timeline-halves");
+    };
     let profile_path = dir.join("halves.json");
     let storm = workload("lock-storm");
     let script = format!(
@@ -32,10 +31,7 @@ fn contention_in_the_second_half_lands_in_the_second_half() {
     let options = ["--lock", "--offcpu", "--interval", "250ms"];
     let profile = record_profile(&options, &profile_path, &["sh", "-c", &script]).profile;
     let timeline = &profile["timeline"];
-    let ends: Vec<f64> = timeline["ends_s"]
-        .as_array()
-        .expect("a timeline with ends_s")
-        .iter()
+    let ends: Vec<f64> = items(&timeline["ends_s"], "a timeline with ends_s")
         .map(|end| end.as_f64().expect("end"))
         .collect();
     let duration = profile["duration_s"].as_f64().expect("duration");
@@ -147,15 +143,7 @@ fn contention_in_the_second_half_lands_in_the_second_half() {
         Some(intervals)
     );
     let html = dir.join("halves.html");
-    lockpath_ok(&[
-        "report",
-        path_str(&profile_path),
-        "--format",
-        "html",
-        "-o",
-        path_str(&html),
-    ]);
-    let html = std::fs::read_to_string(&html).expect("html");
+    let html = report_html(&profile_path, &html);
     assert!(
         html.contains("id=\"timeline\"") && html.contains("<rect"),
         "a chart in the HTML"

@@ -43,10 +43,7 @@ fn build_nofp_chain(test: &str, dir: &Path) -> Option<PathBuf> {
 
 /// (samples, user stack names leaf first) of every CPU row of `pid` (all when None).
 fn user_stacks(profile: &serde_json::Value, pid: Option<u64>) -> Vec<(u64, Vec<String>)> {
-    profile["cpu"]
-        .as_array()
-        .expect("cpu rows")
-        .iter()
+    items(&profile["cpu"], "cpu rows")
         .filter(|row| pid.is_none() || row["pid"].as_u64() == pid)
         .filter_map(|row| {
             let id = row["user_stack"].as_u64()?;
@@ -59,10 +56,7 @@ fn user_stacks(profile: &serde_json::Value, pid: Option<u64>) -> Vec<(u64, Vec<S
 }
 
 fn truncated(profile: &serde_json::Value, pid: u64) -> u64 {
-    profile["cpu"]
-        .as_array()
-        .expect("cpu rows")
-        .iter()
+    items(&profile["cpu"], "cpu rows")
         .filter(|row| row["pid"].as_u64() == Some(pid))
         .filter(|row| {
             row["user_stack"]
@@ -116,10 +110,9 @@ fn assert_no_garbage(stacks: &[(u64, Vec<String>)]) {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn nofp_workload_unwinds_to_main_with_its_shares() {
     let test = "nofp_workload_unwinds_to_main_with_its_shares";
-    if !can_load_programs(test) {
+    let Some(dir) = root_test(test, "ustacks-nofp") else {
         return;
-    }
-    let dir = scratch("ustacks-nofp");
+    };
     let Some(binary) = build_nofp_chain(test, &dir) else {
         return;
     };
@@ -184,10 +177,9 @@ fn nofp_workload_unwinds_to_main_with_its_shares() {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn frame_pointer_walks_of_nofp_code_are_cut_not_padded() {
     let test = "frame_pointer_walks_of_nofp_code_are_cut_not_padded";
-    if !can_load_programs(test) {
+    let Some(dir) = root_test(test, "ustacks-fp-only") else {
         return;
-    }
-    let dir = scratch("ustacks-fp-only");
+    };
     let Some(binary) = build_nofp_chain(test, &dir) else {
         return;
     };
@@ -215,11 +207,13 @@ fn frame_pointer_walks_of_nofp_code_are_cut_not_padded() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn packaged_fio_stacks_are_clean_and_reach_their_start() {
-    let test = "packaged_fio_stacks_are_clean_and_reach_their_start";
-    if !can_load_programs(test) || !require_tool(test, "fio") {
+    let Some(dir) = root_test_needing(
+        "packaged_fio_stacks_are_clean_and_reach_their_start",
+        &["fio"],
+        "ustacks-fio",
+    ) else {
         return;
-    }
-    let dir = scratch("ustacks-fio");
+    };
     let profile_path = dir.join("cpu.json");
     let svg_path = dir.join("fio.svg");
     // fio's own code on the CPU: the cpuio engine burns CPU in fio, two jobs (threads of
@@ -251,10 +245,7 @@ fn packaged_fio_stacks_are_clean_and_reach_their_start() {
     // Unwound samples name their processes like the others: every process with fio's
     // frames is named fio.
     for pid in fio_pids(&profile) {
-        let comm = profile["processes"]
-            .as_array()
-            .expect("processes")
-            .iter()
+        let comm = items(&profile["processes"], "processes")
             .find(|process| process["pid"].as_u64() == Some(pid))
             .and_then(|process| process["comm"].as_str());
         assert_eq!(comm, Some("fio"), "the name of fio process {pid}");
@@ -282,11 +273,13 @@ fn packaged_fio_stacks_are_clean_and_reach_their_start() {
 fn packaged_fio_in_system_calls_reaches_its_start() {
     // Samples taken in kernel mode (fio's pread calls): the user registers come from
     // the top of the task's kernel stack, the user stack is unwound all the same.
-    let test = "packaged_fio_in_system_calls_reaches_its_start";
-    if !can_load_programs(test) || !require_tool(test, "fio") {
+    let Some(dir) = root_test_needing(
+        "packaged_fio_in_system_calls_reaches_its_start",
+        &["fio"],
+        "ustacks-fio-psync",
+    ) else {
         return;
-    }
-    let dir = scratch("ustacks-fio-psync");
+    };
     let profile_path = dir.join("cpu.json");
     let directory = format!("--directory={}", dir.display());
     let options = ["--cpu", "--freq", "499"];
@@ -334,10 +327,7 @@ fn packaged_fio_in_system_calls_reaches_its_start() {
 /// stacks that reached it, which would favour the good ones).
 fn fio_rows(profile: &serde_json::Value) -> Vec<(u64, Vec<String>, bool)> {
     let pids = fio_pids(profile);
-    profile["cpu"]
-        .as_array()
-        .expect("cpu rows")
-        .iter()
+    items(&profile["cpu"], "cpu rows")
         .filter(|row| row["pid"].as_u64().is_some_and(|pid| pids.contains(&pid)))
         .filter_map(|row| {
             let id = row["user_stack"].as_u64()?;
@@ -361,10 +351,7 @@ fn fio_pids(profile: &serde_json::Value) -> Vec<u64> {
             .filter_map(|frame| profile["frames"][frame as usize]["module"].as_str())
             .any(|module| module.ends_with("/fio"))
     };
-    let mut pids: Vec<u64> = profile["cpu"]
-        .as_array()
-        .expect("cpu rows")
-        .iter()
+    let mut pids: Vec<u64> = items(&profile["cpu"], "cpu rows")
         .filter(|row| row["user_stack"].as_u64().is_some_and(in_fio))
         .filter_map(|row| row["pid"].as_u64())
         .collect();
@@ -382,27 +369,13 @@ impl Drop for RemoveOnDrop {
     }
 }
 
-fn run_ok(program: &str, args: &[&str]) -> String {
-    let output = Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|err| panic!("cannot run {program}: {err}"));
-    assert!(
-        output.status.success(),
-        "{program} {args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn stripped_binary_is_named_from_its_build_id_debug_file() {
     let test = "stripped_binary_is_named_from_its_build_id_debug_file";
-    if !can_load_programs(test) || !require_tool(test, "objcopy") {
+    let Some(dir) = root_test_needing(test, &["objcopy"], "ustacks-debugfile") else {
         return;
-    }
-    let dir = scratch("ustacks-debugfile");
+    };
     let Some(binary) = build_nofp_chain(test, &dir) else {
         return;
     };
@@ -452,10 +425,9 @@ fn minidebuginfo_names_a_stripped_binary() {
     // Fedora's MiniDebugInfo: the binary is stripped, an xz-compressed ELF holding the
     // symbols of its functions rides along in .gnu_debugdata.
     let test = "minidebuginfo_names_a_stripped_binary";
-    if !can_load_programs(test) || !require_tool(test, "objcopy") || !require_tool(test, "xz") {
+    let Some(dir) = root_test_needing(test, &["objcopy", "xz"], "ustacks-minidebuginfo") else {
         return;
-    }
-    let dir = scratch("ustacks-minidebuginfo");
+    };
     let Some(binary) = build_nofp_chain(test, &dir) else {
         return;
     };

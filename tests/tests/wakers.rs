@@ -57,17 +57,15 @@ fn ping_pong(dir: &Path, extra: &[&str], pairs: u32) -> (PathBuf, serde_json::Va
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn ping_pong_sides_wake_each_other_through_pipe_write() {
-    if !can_load_programs("ping_pong_sides_wake_each_other_through_pipe_write") {
+    let Some(dir) = root_test(
+        "ping_pong_sides_wake_each_other_through_pipe_write",
+        "wakers-ping-pong",
+    ) else {
         return;
-    }
-    let dir = scratch("wakers-ping-pong");
+    };
     let (profile_path, profile) = ping_pong(&dir, &[], 1);
     assert!(
-        profile["probes"]
-            .as_array()
-            .expect("probes")
-            .iter()
-            .any(|probe| probe["family"] == "wakers"),
+        items(&profile["probes"], "probes").any(|probe| probe["family"] == "wakers"),
         "the wakers family is recorded"
     );
     // The two sides: the threads waiting in the pipe read path.
@@ -136,19 +134,8 @@ fn ping_pong_sides_wake_each_other_through_pipe_write() {
     let text = String::from_utf8_lossy(&report.stdout).into_owned();
     assert!(text.contains("woken by ping-pong["), "{text}");
     assert!(text.contains("pipe_write"), "{text}");
-    let json = lockpath_ok(&[
-        "report",
-        path_str(&profile_path),
-        "--format",
-        "json",
-        "--top",
-        "0",
-    ]);
-    let json: serde_json::Value = serde_json::from_slice(&json.stdout).expect("report JSON");
-    let shares: Vec<&serde_json::Value> = json["offcpu"]
-        .as_array()
-        .expect("offcpu")
-        .iter()
+    let json = report_json(&profile_path, &["--top", "0"]);
+    let shares: Vec<&serde_json::Value> = items(&json["offcpu"], "offcpu")
         .flat_map(|process| process["classes"].as_array().expect("classes").iter())
         .flat_map(|class| class["stacks"].as_array().expect("stacks").iter())
         .flat_map(|stack| stack["wakers"].as_array().into_iter().flatten())
@@ -164,15 +151,7 @@ fn ping_pong_sides_wake_each_other_through_pipe_write() {
             && share["tid"].as_u64().is_some()),
         "a ping-pong waker with pipe_write in the JSON report"
     );
-    let folded = lockpath_ok(&[
-        "export",
-        path_str(&profile_path),
-        "--format",
-        "folded",
-        "--kind",
-        "offwake",
-    ]);
-    let folded = String::from_utf8_lossy(&folded.stdout).into_owned();
+    let folded = export_folded(&profile_path, "offwake");
     let line = folded
         .lines()
         .find(|line| {
@@ -249,15 +228,7 @@ fn ping_pong_sides_wake_each_other_through_pipe_write() {
     ]);
     assert!(std::fs::metadata(&pprof).expect("pprof written").len() > 100);
     let html = dir.join("pp.html");
-    lockpath_ok(&[
-        "report",
-        path_str(&profile_path),
-        "--format",
-        "html",
-        "-o",
-        path_str(&html),
-    ]);
-    let html = std::fs::read_to_string(&html).expect("html");
+    let html = report_html(&profile_path, &html);
     assert!(
         html.contains("id=\"offwake\"") && html.contains("Who woke the waits"),
         "HTML section"
@@ -271,10 +242,9 @@ fn ping_pong_sides_wake_each_other_through_pipe_write() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn a_full_waker_map_keeps_every_waker() {
-    if !can_load_programs("a_full_waker_map_keeps_every_waker") {
+    let Some(dir) = root_test("a_full_waker_map_keeps_every_waker", "wakers-full") else {
         return;
-    }
-    let dir = scratch("wakers-full");
+    };
     let (_, profile) = ping_pong(&dir, &["--map-entries", "2"], 3);
     let losses = &profile["losses"];
     assert!(
@@ -283,10 +253,7 @@ fn a_full_waker_map_keeps_every_waker() {
     );
     // Per side (a thread of the workload other than its main thread): its sleeps, and
     // the part of them woken by another thread of the workload.
-    let pid = profile["processes"]
-        .as_array()
-        .expect("processes")
-        .iter()
+    let pid = items(&profile["processes"], "processes")
         .find(|process| process["comm"] == "ping-pong")
         .and_then(|process| process["pid"].as_u64());
     let mut sides: std::collections::BTreeMap<u64, (u64, u64)> = Default::default();
@@ -316,10 +283,12 @@ fn a_full_waker_map_keeps_every_waker() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn pthread_mutex_waits_are_woken_by_the_holder_with_its_time() {
-    if !can_load_programs("pthread_mutex_waits_are_woken_by_the_holder_with_its_time") {
+    let Some(dir) = root_test(
+        "pthread_mutex_waits_are_woken_by_the_holder_with_its_time",
+        "wakers-mutex",
+    ) else {
         return;
-    }
-    let dir = scratch("wakers-mutex");
+    };
     let profile_path = dir.join("mutex.json");
     let mutex_hold = workload("mutex-hold");
     let command = [path_str(&mutex_hold), "--rounds", "20", "--hold-ms", "50"];
@@ -426,32 +395,20 @@ fn wakers_need_offcpu() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn fuse_hold_chain_follows_the_holder_to_the_daemon() {
-    if !can_load_programs("fuse_hold_chain_follows_the_holder_to_the_daemon") {
+    let Some(dir) = root_test(
+        "fuse_hold_chain_follows_the_holder_to_the_daemon",
+        "wakers-chain",
+    ) else {
         return;
-    }
-    let dir = scratch("wakers-chain");
+    };
     let profile_path = dir.join("chain.json");
-    let results = dir.join("results.txt");
-    let mountpoint = dir.join("mnt");
-    std::fs::create_dir_all(&mountpoint).expect("mountpoint");
-    let fuse = workload("fuse-workload");
-    let command = [
-        path_str(&fuse),
-        "holdchain",
-        path_str(&results),
-        path_str(&mountpoint),
-        "200",
-    ];
+    let fuse = FuseWorkload::in_dir_with_mountpoint(&dir, "results.txt");
+    let command = fuse.command("holdchain", &["200"]);
     let Recorded {
         stdout, profile, ..
     } = record_profile(&["--offcpu-all", "--wakers"], &profile_path, &command);
-    let text = std::fs::read_to_string(&results).expect("workload results");
-    let value = |name: &str| -> u64 {
-        text.lines()
-            .find_map(|line| line.strip_prefix(&format!("{name} ")))
-            .and_then(|value| value.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no {name} in {text}"))
-    };
+    let measured = fuse.results();
+    let value = |name: &str| result(&measured, name);
     let (second, third) = (value("t2_tid"), value("t3_tid"));
     // The second creator's FUSE wait: from the first's return (it then took the lock and
     // sent its CREATE) to its own return.

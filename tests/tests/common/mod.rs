@@ -69,9 +69,7 @@ pub fn workload(name: &str) -> PathBuf {
 /// True when the test may load eBPF programs. Under `CI=true` a test that cannot load
 /// them fails; elsewhere it is skipped with the reason printed.
 pub fn can_load_programs(test: &str) -> bool {
-    let ci = std::env::var("CI")
-        .map(|v| v == "true" || v == "1")
-        .unwrap_or(false);
+    let ci = is_ci();
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc_geteuid() } == 0;
     let bin = lockpath_bin();
@@ -93,6 +91,60 @@ pub fn can_load_programs(test: &str) -> bool {
             false
         }
     }
+}
+
+/// What most root tests start with: their scratch directory `scratch_name` (see
+/// [`scratch`]), or `None` (the test then ends) when the test may not load eBPF
+/// programs (see [`can_load_programs`]).
+pub fn root_test(test: &str, scratch_name: &str) -> Option<Scratch> {
+    root_test_needing(test, &[], scratch_name)
+}
+
+/// [`root_test`] of a test that also runs each of `tools` (see [`require_tool`]),
+/// checked in order after the programs.
+pub fn root_test_needing(test: &str, tools: &[&str], scratch_name: &str) -> Option<Scratch> {
+    if !can_load_programs(test) || !tools.iter().all(|tool| require_tool(test, tool)) {
+        return None;
+    }
+    Some(scratch(scratch_name))
+}
+
+/// [`root_test`] of a test that runs its workloads in a cgroup of its own (see
+/// [`TestCgroup::for_test`]): that cgroup and the scratch directory.
+pub fn root_test_in_cgroup(test: &str, scratch_name: &str) -> Option<(TestCgroup, Scratch)> {
+    if !can_load_programs(test) {
+        return None;
+    }
+    let cgroup = TestCgroup::for_test(test)?;
+    Some((cgroup, scratch(scratch_name)))
+}
+
+/// What the tests of lockpath's checks of its input start with: their scratch
+/// directory `scratch_name`, or `None` (the test then ends) when lockpath is not built
+/// (see [`lockpath_built`]).
+pub fn lockpath_test(test: &str, scratch_name: &str) -> Option<Scratch> {
+    lockpath_built(test).then(|| scratch(scratch_name))
+}
+
+/// What a root test that needs the machine to itself starts with when it needs no
+/// scratch directory: the [`alone`] guard, or `None` (the test then ends) when it may
+/// not load eBPF programs or one of `tools` is missing (see [`root_test_needing`]).
+pub fn root_test_alone(test: &str, tools: &[&str]) -> Option<std::sync::MutexGuard<'static, ()>> {
+    let alone = alone();
+    if !can_load_programs(test) || !tools.iter().all(|tool| require_tool(test, tool)) {
+        return None;
+    }
+    Some(alone)
+}
+
+/// True when the lockpath binary is built; a test of it is skipped (with its name
+/// printed) otherwise.
+pub fn lockpath_built(test: &str) -> bool {
+    if lockpath_bin().exists() {
+        return true;
+    }
+    eprintln!("SKIP {test}: lockpath not built");
+    false
 }
 
 unsafe extern "C" {
@@ -192,6 +244,50 @@ pub fn results(path: &Path) -> Vec<(String, u64)> {
             Some((name.to_string(), value.parse().ok()?))
         })
         .collect()
+}
+
+/// A run of the fuse-workload binary (a FUSE file system of its own, mounted at
+/// `mountpoint`, with `name value` results written to `results`).
+pub struct FuseWorkload {
+    pub bin: PathBuf,
+    pub results: PathBuf,
+    pub mountpoint: PathBuf,
+}
+
+impl FuseWorkload {
+    /// A run whose results go to `dir/RESULTS` and whose file system is mounted at
+    /// `dir/mnt`.
+    pub fn in_dir(dir: &Path, results: &str) -> FuseWorkload {
+        FuseWorkload {
+            bin: workload("fuse-workload"),
+            results: dir.join(results),
+            mountpoint: dir.join("mnt"),
+        }
+    }
+
+    /// [`FuseWorkload::in_dir`], with the mount point directory made beforehand.
+    pub fn in_dir_with_mountpoint(dir: &Path, results: &str) -> FuseWorkload {
+        let fuse = FuseWorkload::in_dir(dir, results);
+        std::fs::create_dir_all(&fuse.mountpoint).expect("mountpoint");
+        fuse
+    }
+
+    /// The command line `fuse-workload MODE RESULTS MOUNTPOINT ARGS...`.
+    pub fn command<'a>(&'a self, mode: &'a str, args: &[&'a str]) -> Vec<&'a str> {
+        let mut command = vec![
+            path_str(&self.bin),
+            mode,
+            path_str(&self.results),
+            path_str(&self.mountpoint),
+        ];
+        command.extend(args);
+        command
+    }
+
+    /// The results the run wrote (see [`results`]).
+    pub fn results(&self) -> Vec<(String, u64)> {
+        results(&self.results)
+    }
 }
 
 /// The value of `name` in workload results.
@@ -372,6 +468,20 @@ pub fn spawn_recording_with(bin: &Path, args: &[&str]) -> (Recording, Vec<u64>) 
     }
 }
 
+/// [`spawn_recording`] of a lockpath that runs until the returned guard goes (it is
+/// then killed); returns the guard and the program ids it holds.
+pub fn spawn_killed_on_drop(args: &[&str]) -> (KillOnDrop, Vec<u64>) {
+    let (recording, programs) = spawn_recording(args);
+    (KillOnDrop(recording.into_child()), programs)
+}
+
+/// An agent: `lockpath record OPTIONS --rotate PERIOD -o OUT` started as
+/// [`spawn_killed_on_drop`] starts it.
+pub fn spawn_agent(options: &[&str], period: &str, out: &Path) -> (KillOnDrop, Vec<u64>) {
+    let rotate = ["--rotate", period, "-o", path_str(out)];
+    spawn_killed_on_drop(&[&["record"], options, &rotate].concat())
+}
+
 /// Panics if any of `ids` is still loaded. The kernel frees a program shortly after
 /// its last reference goes (deferred work), so this waits up to 5 s for that.
 pub fn assert_programs_gone(ids: &[u64]) {
@@ -399,14 +509,46 @@ pub fn require_tool(test: &str, command: &str) -> bool {
     if found {
         return true;
     }
-    let ci = std::env::var("CI")
-        .map(|v| v == "true" || v == "1")
-        .unwrap_or(false);
+    let ci = is_ci();
     if ci {
         panic!("{test}: {command} is not installed under CI=true (cargo xtask test installs it)");
     }
     eprintln!("SKIP {test}: {command} is not installed");
     false
+}
+
+/// Runs `program ARGS`, which must succeed (its stderr is shown if not); returns its
+/// stdout.
+pub fn run_ok(program: &str, args: &[&str]) -> String {
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|err| panic!("cannot run {program}: {err}"));
+    assert!(
+        output.status.success(),
+        "{program} {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Starts a Prometheus server with the configuration file `config`, listening on
+/// `listen` (`HOST:PORT`), its data and log in `dir`; it is killed when the guard goes.
+pub fn start_prometheus(dir: &Path, config: &Path, listen: &str) -> KillOnDrop {
+    let prometheus = Command::new("prometheus")
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address={listen}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::from(
+            std::fs::File::create(dir.join("prometheus.log")).expect("log"),
+        ))
+        .spawn()
+        .expect("start prometheus");
+    KillOnDrop(prometheus)
 }
 
 /// A TCP port on loopback that was free a moment ago.
@@ -562,16 +704,114 @@ pub struct Recorded {
 /// Records `command` with `lockpath record OPTIONS -o PROFILE -- COMMAND`, checked as
 /// `record_ok` checks it, and loads the profile.
 pub fn record_profile(options: &[&str], profile: &Path, command: &[&str]) -> Recorded {
-    let mut args = vec!["record"];
-    args.extend(options);
-    args.extend(["-o", path_str(profile), "--"]);
-    args.extend(command);
-    let (stdout, stderr) = record_ok(&args);
+    let (stdout, stderr) = record_ok(&record_args(options, profile, command));
     Recorded {
         stdout,
         stderr,
         profile: load_json(profile),
     }
+}
+
+/// The arguments `record OPTIONS -o PROFILE -- COMMAND`.
+pub fn record_args<'a>(
+    options: &[&'a str],
+    profile: &'a Path,
+    command: &[&'a str],
+) -> Vec<&'a str> {
+    [
+        &["record"],
+        options,
+        &["-o", path_str(profile), "--"],
+        command,
+    ]
+    .concat()
+}
+
+/// The arguments `record OPTIONS -o PROFILE --flamegraph SVG -- COMMAND`.
+pub fn record_args_with_flamegraph<'a>(
+    options: &[&'a str],
+    profile: &'a Path,
+    svg: &'a Path,
+    command: &[&'a str],
+) -> Vec<&'a str> {
+    let output = ["-o", path_str(profile), "--flamegraph", path_str(svg), "--"];
+    [&["record"], options, &output, command].concat()
+}
+
+/// `lockpath report PROFILE --format json ARGS` (must succeed), its output parsed.
+pub fn report_json(profile: &Path, args: &[&str]) -> serde_json::Value {
+    report_json_with(&lockpath_bin(), profile, args)
+}
+
+/// [`report_json`] of the lockpath binary `bin`.
+pub fn report_json_with(bin: &Path, profile: &Path, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["report", path_str(profile), "--format", "json"];
+    all.extend(args);
+    let output = lockpath_ok_with(bin, &all);
+    serde_json::from_slice(&output.stdout).expect("report JSON")
+}
+
+/// `lockpath report PROFILE --format html -o PAGE` (must succeed); returns the page.
+pub fn report_html(profile: &Path, page: &Path) -> String {
+    lockpath_ok(&[
+        "report",
+        path_str(profile),
+        "--format",
+        "html",
+        "-o",
+        path_str(page),
+    ]);
+    std::fs::read_to_string(page).expect("html report written")
+}
+
+/// `lockpath export PROFILE --format folded --kind KIND` (must succeed); returns its
+/// lines.
+pub fn export_folded(profile: &Path, kind: &str) -> String {
+    let output = lockpath_ok(&[
+        "export",
+        path_str(profile),
+        "--format",
+        "folded",
+        "--kind",
+        kind,
+    ]);
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// `perf stat -e EVENT -x , -o OUT -- COMMAND`: the command line that counts `event`
+/// over `command`, as CSV into `out` (read by [`perf_count`]).
+pub fn under_perf_stat<'a>(event: &'a str, out: &'a Path, command: &[&'a str]) -> Vec<&'a str> {
+    let perf = [
+        "perf",
+        "stat",
+        "-e",
+        event,
+        "-x",
+        ",",
+        "-o",
+        path_str(out),
+        "--",
+    ];
+    [&perf, command].concat()
+}
+
+/// The flamegraph at `path`, checked to be well-formed XML.
+pub fn read_svg(path: &Path) -> String {
+    let svg = std::fs::read_to_string(path).expect("svg written");
+    let options = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..Default::default()
+    };
+    roxmltree::Document::parse_with_options(&svg, options).expect("the SVG is well-formed XML");
+    svg
+}
+
+/// The sum of the counts (the last field) of folded stack lines.
+pub fn folded_total(folded: &str) -> u64 {
+    folded
+        .lines()
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
 }
 
 /// Runs lockpath with `args`, which must fail with `expect` on stderr and no panic;
@@ -609,6 +849,14 @@ pub fn rows_of<'a>(
         .iter()
         .filter(|row| row["pid"].as_u64() == Some(pid))
         .collect()
+}
+
+/// The elements of the JSON array `list` (`what` names it if it is not an array).
+pub fn items<'a>(
+    list: &'a serde_json::Value,
+    what: &str,
+) -> std::slice::Iter<'a, serde_json::Value> {
+    list.as_array().expect(what).iter()
 }
 
 /// The sum of the number `field` over `rows`.
