@@ -14,24 +14,15 @@ use lockpath_tests::lock_paths;
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn colliding_stacks_keep_their_frames() {
-    if !can_load_programs("colliding_stacks_keep_their_frames") {
+    let Some(dir) = root_test("colliding_stacks_keep_their_frames", "spare-stacks") else {
         return;
-    }
+    };
     let _alone = alone();
-    let dir = scratch("spare-stacks");
     let profile_path = dir.join("lock.json");
     let results_path = dir.join("results.txt");
-    lockpath_ok(&[
-        "record",
-        "--lock",
-        "--lock-stacks",
-        "exact",
-        "--stack-entries",
-        "1",
-        "-o",
-        path_str(&profile_path),
-        "--",
-        path_str(&workload("lock-paths")),
+    let lock_paths = workload("lock-paths");
+    let workload_args = [
+        path_str(&lock_paths),
         "--seconds",
         "3",
         "--threads",
@@ -44,16 +35,13 @@ fn colliding_stacks_keep_their_frames() {
         "20",
         "--results",
         path_str(&results_path),
-    ]);
+    ];
+    let options = ["--lock", "--lock-stacks", "exact", "--stack-entries", "1"];
+    lockpath_ok(&record_args(&options, &profile_path, &workload_args));
     let results = results(&results_path);
     let profile = load_json(&profile_path);
-    let pid = profile["processes"]
-        .as_array()
-        .and_then(|processes| {
-            processes
-                .iter()
-                .find(|process| process["comm"].as_str() == Some("lock-paths"))
-        })
+    let pid = items(&profile["processes"], "processes")
+        .find(|process| process["comm"].as_str() == Some("lock-paths"))
         .and_then(|process| process["pid"].as_u64())
         .expect("lock-paths among the profile's processes");
     let by_call = lock_paths::waits_by_call(&profile, pid);
@@ -73,9 +61,7 @@ fn colliding_stacks_keep_their_frames() {
         let waits = by_call.get(call).map_or(0, |(count, _)| *count);
         assert!(waits >= 1, "no {call} wait with its stack\n{report}");
     }
-    let rows = profile["locks"].as_array().expect("lock rows");
-    let stackless: u64 = rows
-        .iter()
+    let stackless: u64 = items(&profile["locks"], "locks")
         .filter(|row| row["pid"].as_u64() == Some(pid) && row["stack"].is_null())
         .map(|row| row["count"].as_u64().unwrap_or(0))
         .sum();
