@@ -79,3 +79,43 @@ pub fn readv_share(split: &BTreeMap<&str, (u64, u64)>, wait: bool) -> f64 {
     };
     100.0 * of("readv") / (of("read") + of("readv")).max(1.0)
 }
+
+/// The spare stacks' check of a lock-paths recording with a stack map of one bucket
+/// (`--stack-entries 1`: every call path but the first collides in it): both calls'
+/// waits are named by their stacks, no wait of process `pid` is without a stack, and
+/// the profile reports no stack lost to a collision. `Ok` says what was seen.
+pub fn check_spare_stacks(profile: &Value, pid: u64) -> Result<String, String> {
+    let by_call = waits_by_call(profile, pid);
+    let seen = format!("waits by call: {by_call:?}; losses: {}", profile["losses"]);
+    for call in ["read", "readv"] {
+        if by_call.get(call).map_or(0, |(count, _)| *count) == 0 {
+            return Err(format!("no {call} wait with its stack; {seen}"));
+        }
+    }
+    let rows = profile["locks"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    let stackless: u64 = rows
+        .iter()
+        .filter(|row| row["pid"].as_u64() == Some(pid) && row["stack"].is_null())
+        .filter_map(|row| row["count"].as_u64())
+        .sum();
+    if stackless > 0 {
+        return Err(format!("{stackless} waits without a stack; {seen}"));
+    }
+    let collisions = profile["losses"]["stack_collision"].as_u64().unwrap_or(0);
+    if collisions > 0 {
+        return Err(format!("{collisions} stacks lost to collisions; {seen}"));
+    }
+    Ok(seen)
+}
+
+/// The pid of the lock-paths process of a profile.
+pub fn pid_of(profile: &Value) -> Option<u64> {
+    profile["processes"]
+        .as_array()?
+        .iter()
+        .find(|process| process["comm"].as_str() == Some("lock-paths"))?["pid"]
+        .as_u64()
+}

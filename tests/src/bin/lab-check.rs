@@ -187,6 +187,9 @@ enum Cli {
         #[arg(long)]
         pid: u64,
     },
+    /// lock-paths recorded with a stack map of one bucket: the spare stacks keep both
+    /// paths' stacks.
+    Spare { profile: String },
     /// Prints the names of locks in slab objects, by lock type and caller, for the
     /// host to compare across boots; the file lock context's must be among them.
     SlabNames {
@@ -326,6 +329,7 @@ fn main() {
         } => check_cgroup(&profile, &report, &cgroup),
         Cli::Stuck { profile, ready } => check_stuck(&profile, &ready),
         Cli::Paths { exact, cached, pid } => check_paths(&exact, &cached, pid),
+        Cli::Spare { profile } => check_spare(&profile),
         Cli::SlabNames { report } => slab_names(&report),
     }
 }
@@ -398,6 +402,18 @@ fn check_paths(exact_path: &str, cached_path: &str, pid: u64) {
         }
     }
     println!("WHY: readv's share exact / cached: {}", why.join(", "));
+}
+
+fn check_spare(profile_path: &str) {
+    use lockpath_tests::lock_paths::{check_spare_stacks, pid_of};
+    let profile = read_json(profile_path);
+    let Some(pid) = pid_of(&profile) else {
+        fail("no lock-paths process in the profile".to_string())
+    };
+    match check_spare_stacks(&profile, pid) {
+        Ok(seen) => println!("WHY: {seen}"),
+        Err(why) => fail(why),
+    }
 }
 
 fn check_stuck(profile_path: &str, ready: &str) {

@@ -72,6 +72,7 @@ const WITH_LOCK_TRACEPOINTS: &[&str] = &[
     "lock-spin-vm",
     "lock-names-kallsyms",
     "lock-paths",
+    "stacks-spare",
 ];
 
 // Debian's newest kernel (trixie-backports), with `bpf_get_kmem_cache` (6.13): slab lock
