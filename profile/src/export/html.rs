@@ -149,36 +149,33 @@ pub(crate) fn table_named_by(
     out
 }
 
-/// The end of a kind's section: its flamegraph (under `heading`, HTML, when given)
-/// in a frame titled `title`, then the section's end.
-pub(crate) fn flamegraph_part(
-    out: &mut String,
+/// A kind's section of the report, under the headings of its view: the section's
+/// title, what `tables` writes, then the kind's flamegraph (under its heading, when it
+/// has one) and the section's end.
+pub(crate) fn kind_section(
     profile: &Profile,
     kind: Kind,
-    heading: Option<&str>,
-    title: &str,
-) -> Result<()> {
-    if let Some(heading) = heading {
+    tables: impl FnOnce(&mut String),
+) -> Result<String> {
+    let headings = &kind.view().info().report;
+    let mut out = format!(
+        "<section id=\"{}\">\n<h2>{}</h2>\n",
+        kind.name(),
+        headings.title
+    );
+    tables(&mut out);
+    if let Some(heading) = headings.flame_heading {
         out.push_str(&format!("<h3>{heading}</h3>\n"));
     }
     let svg = flamegraph::render_svg(profile, kind)?;
-    out.push_str(&flamegraph_frame(&svg, title));
+    out.push_str(&flamegraph_frame(&svg, headings.flame_title));
     out.push_str("</section>\n");
-    Ok(())
+    Ok(out)
 }
 
-/// Request or function latency: the section `id` under `title`, the table of `groups`
-/// (each a `what`: request, function), and the kind's flamegraph.
-pub(crate) fn latency_section(
-    profile: &Profile,
-    kind: Kind,
-    id: &str,
-    title: &str,
-    what: &str,
-    groups: &[latency::LatencyGroup],
-) -> Result<String> {
-    let mut out = String::new();
-    out.push_str(&format!("<section id=\"{id}\">\n<h2>{title}</h2>\n"));
+/// The table of request or function latency `groups` (each a `what`: request,
+/// function).
+pub(crate) fn latency_table(out: &mut String, what: &str, groups: &[latency::LatencyGroup]) {
     let rows: Vec<Vec<String>> = groups
         .iter()
         .take(50)
@@ -211,14 +208,6 @@ pub(crate) fn latency_section(
             &rows,
         ));
     }
-    flamegraph_part(
-        &mut out,
-        profile,
-        kind,
-        Some("Flamegraph (width: latency)"),
-        &format!("{id} latency flamegraph"),
-    )?;
-    Ok(out)
 }
 
 fn overview(profile: &Profile) -> String {

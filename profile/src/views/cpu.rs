@@ -1,36 +1,37 @@
 //! `cpu`: on-CPU samples (perf cpu-clock), counted rather than timed.
 
-use anyhow::Result;
 use inferno::flamegraph::color::{MultiPalette, Palette};
 
-use super::{AddCause, AddSample, CausePart, FlameLabels, View, ViewInfo};
+use super::{AddCause, AddSample, CausePart, ReportHeadings, View, ViewInfo};
 use crate::{
     export::{
         cpu::{cpu_functions, cpu_processes},
         diff::{summed, Breakdown},
         exposition::{labels, metric},
         folded::clean,
-        html::{flamegraph_part, table},
+        html::table,
     },
-    kind::Kind,
     profile::{CpuRow, Profile},
 };
 
-const INFO: ViewInfo = ViewInfo {
-    kind: Kind::Cpu,
-    name: "cpu",
+/// `CpuView`'s constants (its `info`, by the `kinds!` table).
+pub(super) const INFO: ViewInfo = ViewInfo {
     about: "On-CPU samples by process and stack (user frames, then kernel frames `_[k]`)",
     families: &["cpu"],
     sample_types: &[("samples", "count")],
+    flame_title: "On-CPU samples (width: CPU time; kernel frames _[k], orange)",
+    diff_flame_title: "On-CPU samples, NEW against BASE (width: NEW samples per second of run; red grew, blue shrank)",
+    diff_columns: ("samples/s", "total/s"),
+    report: ReportHeadings {
+        title: "On-CPU samples",
+        flame_heading: Some("Flamegraph (width: CPU samples; kernel frames _[k])"),
+        flame_title: "on-CPU flamegraph",
+    },
 };
 
 pub struct CpuView;
 
 impl View for CpuView {
-    fn info(&self) -> &'static ViewInfo {
-        &INFO
-    }
-
     fn has_rows(&self, profile: &Profile) -> bool {
         !profile.cpu.is_empty()
     }
@@ -42,22 +43,6 @@ impl View for CpuView {
     fn samples(&self, profile: &Profile, add: &mut AddSample) {
         for row in &profile.cpu {
             add(cpu_frames(profile, row), &[row.samples]);
-        }
-    }
-
-    fn flame_labels(&self) -> FlameLabels {
-        FlameLabels {
-            title: "On-CPU samples (width: CPU time; kernel frames _[k], orange)",
-            count_name: "samples",
-            factor: 1.0,
-        }
-    }
-
-    fn diff_flame_labels(&self) -> FlameLabels {
-        FlameLabels {
-            title: "On-CPU samples, NEW against BASE (width: NEW samples per second of run; red grew, blue shrank)",
-            count_name: "samples/s",
-            factor: 1.0,
         }
     }
 
@@ -118,16 +103,59 @@ impl View for CpuView {
         }
     }
 
-    fn diff_columns(&self) -> (&'static str, &'static str) {
-        ("samples/s", "total/s")
-    }
-
+    /// On-CPU samples per process (name and pid).
     fn metrics(&self, profile: &Profile, out: &mut String) {
-        cpu_series(profile, out);
+        metric(
+            out,
+            "lockpath_cpu_samples_total",
+            "counter",
+            "On-CPU samples (perf cpu-clock, idle not counted), by process.",
+            cpu_processes(profile).into_iter().map(|process| {
+                let pid = process.pid.to_string();
+                (
+                    labels(&["process", "pid"], &[&process.process, &pid]),
+                    process.samples,
+                )
+            }),
+        );
     }
 
-    fn html_section(&self, profile: &Profile) -> Result<String> {
-        report_section(profile)
+    /// The tables of on-CPU samples by process and by function.
+    fn html_tables(&self, profile: &Profile, out: &mut String) {
+        let processes: Vec<Vec<String>> = cpu_processes(profile)
+            .into_iter()
+            .take(50)
+            .map(|process| {
+                vec![
+                    process.samples.to_string(),
+                    process.pid.to_string(),
+                    process.process,
+                ]
+            })
+            .collect();
+        let functions: Vec<Vec<String>> = cpu_functions(profile)
+            .into_iter()
+            .take(50)
+            .map(|function| {
+                let suffix = if function.kernel { " [k]" } else { "" };
+                vec![
+                    function.self_samples.to_string(),
+                    function.total_samples.to_string(),
+                    format!("{}{suffix}", function.function),
+                ]
+            })
+            .collect();
+        for (title, header, rows) in [
+            ("By process", ["samples", "pid", "process"], processes),
+            (
+                "Top functions (self, total)",
+                ["self", "total", "function"],
+                functions,
+            ),
+        ] {
+            out.push_str(&format!("<h3>{title}</h3>\n"));
+            out.push_str(&table(&header, &[true, true, false], &rows));
+        }
     }
 }
 
@@ -158,67 +186,3 @@ pub fn cpu_frames(profile: &Profile, row: &CpuRow) -> Vec<String> {
     frames
 }
 
-/// On-CPU samples per process (name and pid).
-fn cpu_series(profile: &Profile, out: &mut String) {
-    metric(
-        out,
-        "lockpath_cpu_samples_total",
-        "counter",
-        "On-CPU samples (perf cpu-clock, idle not counted), by process.",
-        cpu_processes(profile).into_iter().map(|process| {
-            let pid = process.pid.to_string();
-            (
-                labels(&["process", "pid"], &[&process.process, &pid]),
-                process.samples,
-            )
-        }),
-    );
-}
-
-/// On-CPU samples by process and function, and their flamegraph.
-fn report_section(profile: &Profile) -> Result<String> {
-    let mut out = String::new();
-    out.push_str("<section id=\"cpu\">\n<h2>On-CPU samples</h2>\n");
-    let processes: Vec<Vec<String>> = cpu_processes(profile)
-        .into_iter()
-        .take(50)
-        .map(|process| {
-            vec![
-                process.samples.to_string(),
-                process.pid.to_string(),
-                process.process,
-            ]
-        })
-        .collect();
-    let functions: Vec<Vec<String>> = cpu_functions(profile)
-        .into_iter()
-        .take(50)
-        .map(|function| {
-            let suffix = if function.kernel { " [k]" } else { "" };
-            vec![
-                function.self_samples.to_string(),
-                function.total_samples.to_string(),
-                format!("{}{suffix}", function.function),
-            ]
-        })
-        .collect();
-    for (title, header, rows) in [
-        ("By process", ["samples", "pid", "process"], processes),
-        (
-            "Top functions (self, total)",
-            ["self", "total", "function"],
-            functions,
-        ),
-    ] {
-        out.push_str(&format!("<h3>{title}</h3>\n"));
-        out.push_str(&table(&header, &[true, true, false], &rows));
-    }
-    flamegraph_part(
-        &mut out,
-        profile,
-        Kind::Cpu,
-        Some("Flamegraph (width: CPU samples; kernel frames _[k])"),
-        "on-CPU flamegraph",
-    )?;
-    Ok(out)
-}

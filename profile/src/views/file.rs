@@ -7,29 +7,35 @@
 
 use anyhow::Result;
 
-use super::{AddSample, FlameLabels, View, ViewInfo};
+use super::{AddSample, Info, ReportHeadings, View, ViewInfo};
 use crate::{
     export::{
         diff::{keyed_breakdowns, Breakdown, RowKey},
         exposition::{labels, metric},
         folded::clean,
-        html::{flamegraph_part, table},
+        html::{kind_section, table},
         io::{self as io_tables, file_groups, Causes},
     },
-    kind::Kind,
     profile::{FileCallRow, IoRow, Profile},
     units::format_ns,
 };
 
-const INFO: ViewInfo = ViewInfo {
-    kind: Kind::File,
-    name: "file",
+/// `FileView`'s constants (its `info`, by the `kinds!` table).
+pub(super) const INFO: ViewInfo = ViewInfo {
     about: "Time by file: the device time of its block IO, charged to the processes that \
          caused it (a writer's writeback included), and the time of its read, write, fsync \
          and open calls (record --io --file-calls), per process",
     // Shown where a profile has files: recorded with --io by a version that reads them.
     families: &[],
     sample_types: &[("events", "count"), ("time", "nanoseconds")],
+    flame_title: "Time by file: block-IO device time by cause, and file call time (width: ms)",
+    diff_flame_title: "Time by file, NEW against BASE (width: NEW ms per second of run; red grew, blue shrank)",
+    diff_columns: ("time/s", "events/s"),
+    report: ReportHeadings {
+        title: "By file",
+        flame_heading: Some("Time by file (block-IO device time by cause, file call time)"),
+        flame_title: "Time by file",
+    },
 };
 
 /// Files in the metrics: the most bytes (then call time) first, a file label per series.
@@ -38,10 +44,6 @@ const METRIC_FILES: usize = 20;
 pub struct FileView;
 
 impl View for FileView {
-    fn info(&self) -> &'static ViewInfo {
-        &INFO
-    }
-
     fn has_rows(&self, profile: &Profile) -> bool {
         !profile.file_calls.is_empty() || profile.io.iter().any(|row| row.file.is_some())
     }
@@ -74,18 +76,6 @@ impl View for FileView {
         }
     }
 
-    fn flame_labels(&self) -> FlameLabels {
-        FlameLabels::ms(
-            "Time by file: block-IO device time by cause, and file call time (width: ms)",
-        )
-    }
-
-    fn diff_flame_labels(&self) -> FlameLabels {
-        FlameLabels::ms_per_s(
-            "Time by file, NEW against BASE (width: NEW ms per second of run; red grew, blue shrank)",
-        )
-    }
-
     /// Block IO by file and operation, and calls by file and call.
     fn breakdowns(&self, profile: &Profile, out: &mut Vec<Breakdown>) {
         let blocks: Vec<&IoRow> = profile.io.iter().filter(|row| row.file.is_some()).collect();
@@ -106,24 +96,18 @@ impl View for FileView {
         });
     }
 
-    fn diff_columns(&self) -> (&'static str, &'static str) {
-        ("time/s", "events/s")
-    }
-
     fn metrics(&self, profile: &Profile, out: &mut String) {
         file_series(profile, out);
     }
 
+    fn html_tables(&self, profile: &Profile, out: &mut String) {
+        files_section(profile, out);
+    }
+
     fn html_section(&self, profile: &Profile) -> Result<String> {
-        let mut out = String::from("<section id=\"file\">\n<h2>By file</h2>\n");
-        files_section(profile, &mut out);
-        flamegraph_part(
-            &mut out,
-            profile,
-            Kind::File,
-            Some("Time by file (block-IO device time by cause, file call time)"),
-            "Time by file",
-        )?;
+        let mut out = kind_section(profile, self.kind(), |out| self.html_tables(profile, out))?;
+        // A second end tag after the one `kind_section` writes: the golden pages
+        // (profile/tests/golden/expected/) have it.
         out.push_str("</section>\n");
         Ok(out)
     }

@@ -4,37 +4,37 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::Result;
-
-use super::{lock::lock_stack_frames, AddSample, FlameLabels, View, ViewInfo};
+use super::{lock::lock_stack_frames, AddSample, ReportHeadings, View, ViewInfo};
 use crate::{
     export::{
         diff::{add, Breakdown, Measure},
         folded::clean,
-        html::{flamegraph_part, table},
+        html::table,
     },
-    kind::Kind,
     lock::lock_type_name,
     profile::Profile,
 };
 
-const INFO: ViewInfo = ViewInfo {
-    kind: Kind::Hold,
-    name: "hold",
+/// `HoldView`'s constants (its `info`, by the `kinds!` table).
+pub(super) const INFO: ViewInfo = ViewInfo {
     about: "Holds under contention by lock, holder process and acquisition stack (from \
          --lock: how long each contended acquirer held the lock while the next \
          waiter waited); --hold's own timings are in the report and JSON",
     families: &["lock"],
     sample_types: &[("holds", "count"), ("hold", "nanoseconds")],
+    flame_title: "Holds under contention by lock, holder and acquisition stack (width: hold time while others waited, ms)",
+    diff_flame_title: "Holds under contention, NEW against BASE (width: NEW hold time in ms per second of run; red grew, blue shrank)",
+    diff_columns: ("held/s", "holds/s"),
+    report: ReportHeadings {
+        title: "Held while others waited",
+        flame_heading: None,
+        flame_title: "Holds under contention flamegraph",
+    },
 };
 
 pub struct HoldView;
 
 impl View for HoldView {
-    fn info(&self) -> &'static ViewInfo {
-        &INFO
-    }
-
     fn has_rows(&self, profile: &Profile) -> bool {
         !profile.contended_holds.is_empty()
     }
@@ -50,18 +50,6 @@ impl View for HoldView {
             frames.extend(lock_stack_frames(profile, row.stack));
             add(frames, &[row.latency.count, row.latency.total_ns]);
         }
-    }
-
-    fn flame_labels(&self) -> FlameLabels {
-        FlameLabels::ms(
-            "Holds under contention by lock, holder and acquisition stack (width: hold time while others waited, ms)",
-        )
-    }
-
-    fn diff_flame_labels(&self) -> FlameLabels {
-        FlameLabels::ms_per_s(
-            "Holds under contention, NEW against BASE (width: NEW hold time in ms per second of run; red grew, blue shrank)",
-        )
     }
 
     /// Holders compared between two runs: who held which lock, taken where.
@@ -83,47 +71,27 @@ impl View for HoldView {
         out.push(Breakdown::new("lock", by_lock));
     }
 
-    fn diff_columns(&self) -> (&'static str, &'static str) {
-        ("held/s", "holds/s")
-    }
-
-    /// No series yet: holds under contention are in the report, JSON and flamegraphs.
-    fn metrics(&self, _profile: &Profile, _out: &mut String) {}
-
-    fn html_section(&self, profile: &Profile) -> Result<String> {
-        report_section(profile)
+    /// The table of holds under contention, by holder.
+    fn html_tables(&self, profile: &Profile, out: &mut String) {
+        let rows: Vec<Vec<String>> = crate::export::lock::contended_hold_groups(profile)
+            .into_iter()
+            .take(50)
+            .map(|group| {
+                vec![
+                    group.count.to_string(),
+                    crate::units::format_ns(group.total_ns),
+                    crate::units::format_ns(group.max_ns),
+                    format!("{} {}", group.lock_type, group.lock),
+                    format!("{}[{}/{}]", group.process, group.pid, group.tid),
+                    group.caller,
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            &["holds", "total", "max", "lock", "holder", "acquired in"],
+            &[true, true, true, false, false, false],
+            &rows,
+        ));
     }
 }
 
-/// Held while others waited: the holds under contention and their flamegraph.
-fn report_section(profile: &Profile) -> Result<String> {
-    let mut out = String::new();
-    out.push_str("<section id=\"hold\">\n<h2>Held while others waited</h2>\n");
-    let rows: Vec<Vec<String>> = crate::export::lock::contended_hold_groups(profile)
-        .into_iter()
-        .take(50)
-        .map(|group| {
-            vec![
-                group.count.to_string(),
-                crate::units::format_ns(group.total_ns),
-                crate::units::format_ns(group.max_ns),
-                format!("{} {}", group.lock_type, group.lock),
-                format!("{}[{}/{}]", group.process, group.pid, group.tid),
-                group.caller,
-            ]
-        })
-        .collect();
-    out.push_str(&table(
-        &["holds", "total", "max", "lock", "holder", "acquired in"],
-        &[true, true, true, false, false, false],
-        &rows,
-    ));
-    flamegraph_part(
-        &mut out,
-        profile,
-        Kind::Hold,
-        None,
-        "Holds under contention flamegraph",
-    )?;
-    Ok(out)
-}

@@ -2,41 +2,43 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use anyhow::Result;
 use rustc_hash::FxBuildHasher;
 
-use super::{AddCause, AddSample, CausePart, FlameLabels, View, ViewInfo};
+use super::{AddCause, AddSample, CausePart, ReportHeadings, View, ViewInfo};
 use crate::{
     export::{
         diff::{add, Breakdown, Measure},
         escape::html as esc,
         exposition::{labels, metric, seconds},
         folded::clean,
-        html::{flamegraph_part, table_named_by},
+        html::table_named_by,
         lock::{lock_groups, Classes, STACK_LOST, UNKNOWN},
         lock_lines,
     },
-    kind::{GroupBy, Kind},
+    kind::GroupBy,
     lock::{caller, is_lock_internal, lock_type_name, lock_type_name_both_sides},
     profile::Profile,
     units::format_ns,
 };
 
-const INFO: ViewInfo = ViewInfo {
-    kind: Kind::Lock,
-    name: "lock",
+/// `LockView`'s constants (its `info`, by the `kinds!` table).
+pub(super) const INFO: ViewInfo = ViewInfo {
     about: "Lock wait time by process, lock type and waiter stack",
     families: &["lock"],
     sample_types: &[("contentions", "count"), ("delay", "nanoseconds")],
+    flame_title: "Lock wait time (width: time waiting, ms)",
+    diff_flame_title: "Lock wait, NEW against BASE (width: NEW wait in ms per second of run; red grew, blue shrank)",
+    diff_columns: ("wait/s", "cont/s"),
+    report: ReportHeadings {
+        title: "Lock contention",
+        flame_heading: Some("Flamegraph (width: wait time)"),
+        flame_title: "lock wait flamegraph",
+    },
 };
 
 pub struct LockView;
 
 impl View for LockView {
-    fn info(&self) -> &'static ViewInfo {
-        &INFO
-    }
-
     fn has_rows(&self, profile: &Profile) -> bool {
         !profile.locks.is_empty()
     }
@@ -73,16 +75,6 @@ impl View for LockView {
     /// export/lock_lines.rs).
     fn folded_lines(&self, profile: &Profile) -> Option<Vec<(String, u64)>> {
         Some(lock_lines::lock_lines(profile))
-    }
-
-    fn flame_labels(&self) -> FlameLabels {
-        FlameLabels::ms("Lock wait time (width: time waiting, ms)")
-    }
-
-    fn diff_flame_labels(&self) -> FlameLabels {
-        FlameLabels::ms_per_s(
-            "Lock wait, NEW against BASE (width: NEW wait in ms per second of run; red grew, blue shrank)",
-        )
     }
 
     /// Lock wait by lock, caller and process (host and cgroup when known).
@@ -148,27 +140,85 @@ impl View for LockView {
                 None => row.lock_name.to_string(),
             };
             // Both sides of a lock are one cause: their split is noise between runs.
-            add(CausePart {
-                key: format!("{} {lock}", lock_type_name_both_sides(row.flags)),
-                ns: row.total_ns as f64,
-                events: row.count,
-                longest_ns: row.max_ns as f64,
-                pid: row.pid,
-                stack: row.stack,
-            });
+            let key = format!("{} {lock}", lock_type_name_both_sides(row.flags));
+            add(CausePart::timed(key, row.pid, row.stack, row.count, row.total_ns, row.max_ns));
         }
     }
 
-    fn diff_columns(&self) -> (&'static str, &'static str) {
-        ("wait/s", "cont/s")
-    }
-
+    /// Lock wait and contentions per (type, caller, name source).
     fn metrics(&self, profile: &Profile, out: &mut String) {
-        lock_series(profile, out);
+        let sums = series_sums(profile);
+        let lock_labels = |(lock_type, caller, source): &LockSeries| {
+            labels(
+                &["type", "caller", "name_source"],
+                &[lock_type, caller.as_str(), source],
+            )
+        };
+        metric(
+            out,
+            "lockpath_lock_wait_seconds_total",
+            "counter",
+            "Time threads waited for contended kernel locks, by lock type, calling function and how the lock was named.",
+            sums.iter()
+                .map(|(series, (total_ns, _))| (lock_labels(series), seconds(*total_ns))),
+        );
+        metric(
+            out,
+            "lockpath_lock_contentions_total",
+            "counter",
+            "Contended kernel lock acquisitions, by lock type, calling function and how the lock was named.",
+            sums.iter()
+                .map(|(series, (_, count))| (lock_labels(series), count)),
+        );
     }
 
-    fn html_section(&self, profile: &Profile) -> Result<String> {
-        report_section(profile)
+    /// The lock tables: by lock, caller, process (host, cgroup when known).
+    fn html_tables(&self, profile: &Profile, out: &mut String) {
+        let numeric = [true, true, true, true, false, false, false, false];
+        let mut ways = vec![
+            ("By lock", GroupBy::Lock, "lock"),
+            ("By caller", GroupBy::Caller, "lock"),
+            (
+                "Per process (wait by process and lock type)",
+                GroupBy::Process,
+                "process",
+            ),
+        ];
+        if profile.is_merged() {
+            ways.push(("Per host", GroupBy::Host, "host"));
+        }
+        if profile.knows_cgroups() {
+            ways.push((
+                "Per cgroup (wait by cgroup and lock type)",
+                GroupBy::Cgroup,
+                "cgroup",
+            ));
+        }
+        // Profiles of older versions do not say how locks were named: no column.
+        let says_names = profile
+            .locks
+            .iter()
+            .any(|row| !row.lock_name_source.is_empty());
+        for (title, by, third) in ways {
+            out.push_str(&format!("<h3>{}</h3>\n", esc(title)));
+            let named = says_names && by == GroupBy::Lock;
+            let rows = lock_rows(profile, by, 50, named);
+            if rows.is_empty() {
+                out.push_str("<p>No lock contention recorded.</p>\n");
+                break;
+            }
+            let headers = vec![
+                "contended",
+                "total wait",
+                "max wait",
+                "avg wait",
+                "type",
+                third,
+                "callers",
+                "pids",
+            ];
+            out.push_str(&table_named_by(headers, numeric.to_vec(), 6, named, &rows));
+        }
     }
 }
 
@@ -224,90 +274,6 @@ fn series_sums(profile: &Profile) -> Vec<(LockSeries<'_>, (u64, u64))> {
     sums
 }
 
-fn lock_series(profile: &Profile, out: &mut String) {
-    let sums = series_sums(profile);
-    let lock_labels = |(lock_type, caller, source): &LockSeries| {
-        labels(
-            &["type", "caller", "name_source"],
-            &[lock_type, caller.as_str(), source],
-        )
-    };
-    metric(
-        out,
-        "lockpath_lock_wait_seconds_total",
-        "counter",
-        "Time threads waited for contended kernel locks, by lock type, calling function and how the lock was named.",
-        sums.iter()
-            .map(|(series, (total_ns, _))| (lock_labels(series), seconds(*total_ns))),
-    );
-    metric(
-        out,
-        "lockpath_lock_contentions_total",
-        "counter",
-        "Contended kernel lock acquisitions, by lock type, calling function and how the lock was named.",
-        sums.iter()
-            .map(|(series, (_, count))| (lock_labels(series), count)),
-    );
-}
-
-/// Lock contention: the table by lock, caller, process (host, cgroup when known) and the flamegraph.
-fn report_section(profile: &Profile) -> Result<String> {
-    let mut out = String::new();
-    out.push_str("<section id=\"lock\">\n<h2>Lock contention</h2>\n");
-    let numeric = [true, true, true, true, false, false, false, false];
-    let mut ways = vec![
-        ("By lock", GroupBy::Lock, "lock"),
-        ("By caller", GroupBy::Caller, "lock"),
-        (
-            "Per process (wait by process and lock type)",
-            GroupBy::Process,
-            "process",
-        ),
-    ];
-    if profile.is_merged() {
-        ways.push(("Per host", GroupBy::Host, "host"));
-    }
-    if profile.knows_cgroups() {
-        ways.push((
-            "Per cgroup (wait by cgroup and lock type)",
-            GroupBy::Cgroup,
-            "cgroup",
-        ));
-    }
-    // Profiles of older versions do not say how locks were named: no column.
-    let says_names = profile
-        .locks
-        .iter()
-        .any(|row| !row.lock_name_source.is_empty());
-    for (title, by, third) in ways {
-        out.push_str(&format!("<h3>{}</h3>\n", esc(title)));
-        let named = says_names && by == GroupBy::Lock;
-        let rows = lock_rows(profile, by, 50, named);
-        if rows.is_empty() {
-            out.push_str("<p>No lock contention recorded.</p>\n");
-            break;
-        }
-        let headers = vec![
-            "contended",
-            "total wait",
-            "max wait",
-            "avg wait",
-            "type",
-            third,
-            "callers",
-            "pids",
-        ];
-        out.push_str(&table_named_by(headers, numeric.to_vec(), 6, named, &rows));
-    }
-    flamegraph_part(
-        &mut out,
-        profile,
-        Kind::Lock,
-        Some("Flamegraph (width: wait time)"),
-        "lock wait flamegraph",
-    )?;
-    Ok(out)
-}
 
 /// Rows of a lock table; with `named`, a column after the lock says how it was named.
 fn lock_rows(profile: &Profile, by: GroupBy, top: usize, named: bool) -> Vec<Vec<String>> {

@@ -5,18 +5,23 @@
 //! its section of the HTML report. The exporters take a kind's view from [`VIEWS`] (or
 //! loop over it) instead of matching on `Kind`.
 //!
-//! A new kind is a module here that implements [`View`] and its one line in the
-//! `kinds!` table below, which makes the module, its variant of [`Kind`] and its entry
-//! in [`VIEWS`].
+//! A new kind is a module here, named after the kind, with its constants
+//! (`pub(super) const INFO: ViewInfo`) and a type that implements [`View`], and its one
+//! line in the `kinds!` table below, which makes the module, its variant of [`Kind`]
+//! and its entry in [`VIEWS`], and gives the view its kind, name and constants
+//! ([`Info`]).
 
 use anyhow::Result;
 use inferno::flamegraph::color::Palette;
 
-use crate::{export::diff::Breakdown, profile::Profile};
+use crate::{
+    export::{diff::Breakdown, html::kind_section},
+    profile::{Latency, Profile},
+};
 
-/// Each line, `module: Variant => View`, declares the view's module, the variant of
-/// `Kind` and the view's place in `VIEWS`, in one order: that of the HTML report's
-/// sections.
+/// Each line, `module: Variant => View`, declares the view's module (whose name is the
+/// kind's), the variant of `Kind` and the view's place in `VIEWS`, in one order: that of
+/// the HTML report's sections; and gives the view its [`Info`].
 macro_rules! kinds {
     ($($module:ident: $variant:ident => $view:ident,)+) => {
         $(pub mod $module;)+
@@ -35,6 +40,22 @@ macro_rules! kinds {
 
         /// Every kind's view, in the order of `Kind`.
         pub static VIEWS: [&dyn View; Kind::ALL.len()] = [$(&$module::$view,)+];
+
+        $(
+            impl Info for $module::$view {
+                fn kind(&self) -> Kind {
+                    Kind::$variant
+                }
+
+                fn name(&self) -> &'static str {
+                    stringify!($module)
+                }
+
+                fn info(&self) -> &'static ViewInfo {
+                    &$module::INFO
+                }
+            }
+        )+
     };
 }
 
@@ -70,6 +91,39 @@ pub struct CausePart {
     pub stack: Option<u32>,
 }
 
+impl CausePart {
+    /// The part of a row of `events` events that took `ns` nanoseconds, the longest of
+    /// them `longest_ns`.
+    pub fn timed(
+        key: String,
+        pid: u32,
+        stack: Option<u32>,
+        events: u64,
+        ns: u64,
+        longest_ns: u64,
+    ) -> CausePart {
+        CausePart {
+            key,
+            ns: ns as f64,
+            events,
+            longest_ns: longest_ns as f64,
+            pid,
+            stack,
+        }
+    }
+
+    /// The part of a row of latencies (requests, calls).
+    pub fn of_latency(key: String, pid: u32, stack: Option<u32>, latency: &Latency) -> CausePart {
+        let Latency {
+            count,
+            total_ns,
+            max_ns,
+            ..
+        } = *latency;
+        CausePart::timed(key, pid, stack, count, total_ns, max_ns)
+    }
+}
+
 /// Takes the causes of time of a kind's rows (`View::causes`).
 pub type AddCause<'a> = dyn FnMut(CausePart) + 'a;
 
@@ -83,55 +137,70 @@ pub struct FlameLabels {
 }
 
 impl FlameLabels {
-    /// Labels of a kind that weighs time: folded values in microseconds, shown in ms.
-    pub const fn ms(title: &'static str) -> FlameLabels {
+    /// Labels of a flamegraph (`per_second`: a differential one, whose values are per
+    /// second of run). Of a kind that weighs time, the values (microseconds; nanoseconds
+    /// per second) are shown in ms (ms per second); other kinds count samples.
+    pub fn new(title: &'static str, weighs_time: bool, per_second: bool) -> FlameLabels {
+        let (count_name, factor) = match (weighs_time, per_second) {
+            (true, false) => ("ms", 0.001),
+            (true, true) => ("ms/s", 1e-6),
+            (false, false) => ("samples", 1.0),
+            (false, true) => ("samples/s", 1.0),
+        };
         FlameLabels {
             title,
-            count_name: "ms",
-            factor: 0.001,
-        }
-    }
-
-    /// Labels of a differential flamegraph of a kind that weighs time: nanoseconds per
-    /// second of run, shown in ms per second.
-    pub const fn ms_per_s(title: &'static str) -> FlameLabels {
-        FlameLabels {
-            title,
-            count_name: "ms/s",
-            factor: 1e-6,
+            count_name,
+            factor,
         }
     }
 }
 
-/// What a kind is, as constants: its key, its name and meaning, the families whose
-/// recording makes a profile have it, and the value types of its samples.
+/// What a kind is, as constants (but its key and name, which are in the `kinds!` table):
+/// its meaning, the families whose recording makes a profile have it, the value types of
+/// its samples, and the titles and column names it is shown under.
 #[derive(Debug)]
 pub struct ViewInfo {
-    /// The kind this view shows (its key on the command line and in [`VIEWS`]).
-    pub kind: Kind,
-    /// The kind's name on the command line and in exports.
-    pub name: &'static str,
     /// What the kind weighs, in one sentence (the command line's help).
     pub about: &'static str,
     /// The recorded families that make a profile have this kind, even without rows.
     pub families: &'static [&'static str],
     /// What the values of the kind's samples are, pprof style: (type, unit).
     pub sample_types: &'static [(&'static str, &'static str)],
+    /// The title of the kind's flamegraph.
+    pub flame_title: &'static str,
+    /// The title of its differential flamegraph (NEW against BASE).
+    pub diff_flame_title: &'static str,
+    /// Names of the `diff` text's value and event columns (per second of run).
+    pub diff_columns: (&'static str, &'static str),
+    /// The headings of the kind's section of the HTML report.
+    pub report: ReportHeadings,
 }
 
-/// What the read side knows about one kind.
-pub trait View: Sync {
-    /// The kind's constants.
+/// The headings of a kind's section of the HTML report (`html::kind_section`).
+#[derive(Debug)]
+pub struct ReportHeadings {
+    /// The section's title.
+    pub title: &'static str,
+    /// A heading above the flamegraph (HTML), when it has one.
+    pub flame_heading: Option<&'static str>,
+    /// The title of the flamegraph's frame.
+    pub flame_title: &'static str,
+}
+
+/// What the `kinds!` table gives each view.
+pub trait Info {
+    /// The kind the view shows (its key in [`VIEWS`]).
+    fn kind(&self) -> Kind;
+
+    /// The kind's name on the command line and in exports: that of its module.
+    fn name(&self) -> &'static str;
+
+    /// The kind's other constants: its module's `INFO`.
     fn info(&self) -> &'static ViewInfo;
+}
 
-    fn kind(&self) -> Kind {
-        self.info().kind
-    }
-
-    fn name(&self) -> &'static str {
-        self.info().name
-    }
-
+/// What the read side knows about one kind. What [`Info`] gives needs no code.
+pub trait View: Info + Sync {
     fn about(&self) -> &'static str {
         self.info().about
     }
@@ -182,11 +251,15 @@ pub trait View: Sync {
     }
 
     /// Title, count unit and factor of the kind's flamegraph (values of `folded::lines`).
-    fn flame_labels(&self) -> FlameLabels;
+    fn flame_labels(&self) -> FlameLabels {
+        FlameLabels::new(self.info().flame_title, self.weighs_time(), false)
+    }
 
     /// Same for the differential flamegraph, whose values are the flame value
     /// (undivided) per second of run time.
-    fn diff_flame_labels(&self) -> FlameLabels;
+    fn diff_flame_labels(&self) -> FlameLabels {
+        FlameLabels::new(self.info().diff_flame_title, self.weighs_time(), true)
+    }
 
     /// A line under the flamegraph's title, when the kind has something to say.
     fn flame_subtitle(&self, _profile: &Profile) -> Option<String> {
@@ -207,13 +280,22 @@ pub trait View: Sync {
     fn causes(&self, _profile: &Profile, _add: &mut AddCause) {}
 
     /// Names of the `diff` text's value and event columns (per second of run).
-    fn diff_columns(&self) -> (&'static str, &'static str);
+    fn diff_columns(&self) -> (&'static str, &'static str) {
+        self.info().diff_columns
+    }
 
-    /// Appends the kind's Prometheus series (text exposition format) to `out`.
-    fn metrics(&self, profile: &Profile, out: &mut String);
+    /// Appends the kind's Prometheus series (text exposition format) to `out`. Kinds
+    /// whose rows are only in the reports, JSON and flamegraphs give none.
+    fn metrics(&self, _profile: &Profile, _out: &mut String) {}
 
-    /// The kind's section of the HTML report: its tables and its flamegraph.
-    fn html_section(&self, profile: &Profile) -> Result<String>;
+    /// The kind's tables in its section of the HTML report.
+    fn html_tables(&self, profile: &Profile, out: &mut String);
+
+    /// The kind's section of the HTML report: its headings, its tables and its
+    /// flamegraph.
+    fn html_section(&self, profile: &Profile) -> Result<String> {
+        kind_section(profile, self.kind(), |out| self.html_tables(profile, out))
+    }
 }
 
 impl Kind {

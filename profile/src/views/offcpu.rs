@@ -2,53 +2,43 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::Result;
-
-use super::{AddCause, AddSample, CausePart, FlameLabels, View, ViewInfo};
+use super::{AddCause, AddSample, CausePart, ReportHeadings, View, ViewInfo};
 use crate::{
     export::{
         diff::{keyed_breakdowns, Breakdown, RowKey},
         exposition::{labels, metric, seconds},
         folded::{clean, clean_frames, push_stack},
-        html::{flamegraph_part, table},
+        html::table,
         offcpu::{self as offcpu_tables, is_scheduler_frame},
     },
-    kind::Kind,
     profile::{OffcpuRow, Profile},
     units::format_ns,
 };
 
-const INFO: ViewInfo = ViewInfo {
-    kind: Kind::Offcpu,
-    name: "offcpu",
+/// `OffcpuView`'s constants (its `info`, by the `kinds!` table).
+pub(super) const INFO: ViewInfo = ViewInfo {
     about: "Off-CPU time by process, wait class and stack",
     families: &["offcpu"],
     sample_types: &[("waits", "count"), ("off_cpu", "nanoseconds")],
+    flame_title: "Off-CPU time by process and wait class (width: time off CPU, ms)",
+    diff_flame_title: "Off-CPU time, NEW against BASE (width: NEW time off CPU in ms per second of run; red grew, blue shrank)",
+    diff_columns: ("off/s", "waits/s"),
+    report: ReportHeadings {
+        title: "Off-CPU waits",
+        flame_heading: Some("Flamegraph (width: time off CPU)"),
+        flame_title: "off-CPU flamegraph",
+    },
 };
 
 pub struct OffcpuView;
 
 impl View for OffcpuView {
-    fn info(&self) -> &'static ViewInfo {
-        &INFO
-    }
-
     fn has_rows(&self, profile: &Profile) -> bool {
         !profile.offcpu.is_empty()
     }
 
     fn samples(&self, profile: &Profile, add: &mut AddSample) {
         waiter_samples(profile, |_| true, add);
-    }
-
-    fn flame_labels(&self) -> FlameLabels {
-        FlameLabels::ms("Off-CPU time by process and wait class (width: time off CPU, ms)")
-    }
-
-    fn diff_flame_labels(&self) -> FlameLabels {
-        FlameLabels::ms_per_s(
-            "Off-CPU time, NEW against BASE (width: NEW time off CPU in ms per second of run; red grew, blue shrank)",
-        )
     }
 
     /// Off-CPU time by class, process and wait site (host and cgroup when known).
@@ -87,27 +77,77 @@ impl View for OffcpuView {
             if [SLEEP, POLL, CHILD].contains(&row.class.as_str()) {
                 continue;
             }
-            add(CausePart {
-                key: row.class.clone(),
-                ns: row.total_ns as f64,
-                events: row.count,
-                longest_ns: row.max_ns as f64,
-                pid: row.pid,
-                stack: row.stack,
-            });
+            let key = row.class.clone();
+            add(CausePart::timed(key, row.pid, row.stack, row.count, row.total_ns, row.max_ns));
         }
     }
 
-    fn diff_columns(&self) -> (&'static str, &'static str) {
-        ("off/s", "waits/s")
-    }
-
+    /// Off-CPU seconds and waits per wait class and process name (names, not pids: the
+    /// series stay few and survive restarts).
     fn metrics(&self, profile: &Profile, out: &mut String) {
-        offcpu_series(profile, out);
+        let mut totals: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
+        for row in &profile.offcpu {
+            let total = totals
+                .entry((row.class.clone(), profile.process_name(row.pid)))
+                .or_default();
+            total.0 += row.total_ns;
+            total.1 += row.count;
+        }
+        let class_labels =
+            |(class, process): &(String, String)| labels(&["class", "process"], &[class, process]);
+        metric(
+            out,
+            "lockpath_offcpu_seconds_total",
+            "counter",
+            "Time threads spent off the CPU, by wait class and process.",
+            totals
+                .iter()
+                .map(|(key, (total_ns, _))| (class_labels(key), seconds(*total_ns))),
+        );
+        metric(
+            out,
+            "lockpath_offcpu_waits_total",
+            "counter",
+            "Times threads left the CPU to wait, by wait class and process.",
+            totals
+                .iter()
+                .map(|(key, (_, count))| (class_labels(key), count)),
+        );
     }
 
-    fn html_section(&self, profile: &Profile) -> Result<String> {
-        report_section(profile)
+    /// The table of off-CPU waits per process and class.
+    fn html_tables(&self, profile: &Profile, out: &mut String) {
+        out.push_str("<h3>Per process (wait breakdown by class)</h3>\n");
+        let rows = offcpu_rows(profile, 50);
+        if rows.is_empty() {
+            out.push_str("<p>No off-CPU waits recorded.</p>\n");
+        } else {
+            let mut headers = vec![
+                "process",
+                "pid",
+                "off-CPU",
+                "class",
+                "time",
+                "%",
+                "waits",
+                "max",
+                "top stack",
+            ];
+            let mut numeric = vec![false, true, true, false, true, true, true, true, false];
+            // File-lock holders: a column only when the profile names some.
+            if rows.iter().any(|row| row.len() > headers.len()) {
+                headers.push("held by");
+                numeric.push(false);
+            }
+            let rows: Vec<Vec<String>> = rows
+                .into_iter()
+                .map(|mut row| {
+                    row.resize(headers.len(), String::new());
+                    row
+                })
+                .collect();
+            out.push_str(&table(&headers, &numeric, &rows));
+        }
     }
 }
 
@@ -154,83 +194,6 @@ fn wait_site(profile: &Profile, stack: Option<u32>) -> String {
     }
 }
 
-/// Off-CPU seconds and waits per wait class and process name (names, not pids: the
-/// series stay few and survive restarts).
-fn offcpu_series(profile: &Profile, out: &mut String) {
-    let mut totals: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
-    for row in &profile.offcpu {
-        let total = totals
-            .entry((row.class.clone(), profile.process_name(row.pid)))
-            .or_default();
-        total.0 += row.total_ns;
-        total.1 += row.count;
-    }
-    let class_labels =
-        |(class, process): &(String, String)| labels(&["class", "process"], &[class, process]);
-    metric(
-        out,
-        "lockpath_offcpu_seconds_total",
-        "counter",
-        "Time threads spent off the CPU, by wait class and process.",
-        totals
-            .iter()
-            .map(|(key, (total_ns, _))| (class_labels(key), seconds(*total_ns))),
-    );
-    metric(
-        out,
-        "lockpath_offcpu_waits_total",
-        "counter",
-        "Times threads left the CPU to wait, by wait class and process.",
-        totals
-            .iter()
-            .map(|(key, (_, count))| (class_labels(key), count)),
-    );
-}
-
-/// Off-CPU waits per process and class, and their flamegraph.
-fn report_section(profile: &Profile) -> Result<String> {
-    let mut out = String::new();
-    out.push_str("<section id=\"offcpu\">\n<h2>Off-CPU waits</h2>\n");
-    out.push_str("<h3>Per process (wait breakdown by class)</h3>\n");
-    let rows = offcpu_rows(profile, 50);
-    if rows.is_empty() {
-        out.push_str("<p>No off-CPU waits recorded.</p>\n");
-    } else {
-        let mut headers = vec![
-            "process",
-            "pid",
-            "off-CPU",
-            "class",
-            "time",
-            "%",
-            "waits",
-            "max",
-            "top stack",
-        ];
-        let mut numeric = vec![false, true, true, false, true, true, true, true, false];
-        // File-lock holders: a column only when the profile names some.
-        if rows.iter().any(|row| row.len() > headers.len()) {
-            headers.push("held by");
-            numeric.push(false);
-        }
-        let rows: Vec<Vec<String>> = rows
-            .into_iter()
-            .map(|mut row| {
-                row.resize(headers.len(), String::new());
-                row
-            })
-            .collect();
-        out.push_str(&table(&headers, &numeric, &rows));
-    }
-    flamegraph_part(
-        &mut out,
-        profile,
-        Kind::Offcpu,
-        Some("Flamegraph (width: time off CPU)"),
-        "off-CPU flamegraph",
-    )?;
-    Ok(out)
-}
 
 /// One row per (process, class), most off-CPU time first; the process columns on its
 /// first row only.

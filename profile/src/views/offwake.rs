@@ -4,38 +4,40 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::Result;
-
-use super::{offcpu::waiter_frames, AddSample, FlameLabels, View, ViewInfo};
+use super::{offcpu::waiter_frames, AddSample, ReportHeadings, View, ViewInfo};
 use crate::{
     export::{
         diff::{add, Breakdown, Measure},
         folded::{clean, clean_frames},
-        html::{flamegraph_part, table},
+        html::table,
         offcpu::short_stack,
         wakers::{shares, wake_site, waker_name, INTERRUPT},
     },
-    kind::Kind,
     profile::{OffcpuRow, Profile},
     units::format_ns,
 };
 
-const INFO: ViewInfo = ViewInfo {
-    kind: Kind::Offwake,
-    name: "offwake",
+/// `OffwakeView`'s constants (its `info`, by the `kinds!` table).
+pub(super) const INFO: ViewInfo = ViewInfo {
     about: "Off-CPU time by waiter stack and waker (--wakers): the waiter's stack, a `--` \
          frame, then the waker's stack upside down with its thread on top",
     families: &["wakers"],
     sample_types: &[("waits", "count"), ("off_cpu", "nanoseconds")],
+    flame_title: "Off-CPU time by waiter and waker: waiter stack, --, waker stack upside down (width: time off CPU, ms)",
+    diff_flame_title: "Off-CPU time by waker, NEW against BASE (width: NEW time off CPU in ms per second of run; red grew, blue shrank)",
+    diff_columns: ("off/s", "waits/s"),
+    report: ReportHeadings {
+        title: "Who woke the waits",
+        flame_heading: Some(
+            "Off-wake flamegraph (waiter stack, --, waker stack upside down; width: time off CPU)",
+        ),
+        flame_title: "off-wake flamegraph",
+    },
 };
 
 pub struct OffwakeView;
 
 impl View for OffwakeView {
-    fn info(&self) -> &'static ViewInfo {
-        &INFO
-    }
-
     fn has_rows(&self, profile: &Profile) -> bool {
         profile.offcpu.iter().any(|row| !row.wakers.is_empty())
     }
@@ -43,18 +45,6 @@ impl View for OffwakeView {
     /// Waiter stack; `--`; the waker's stack upside down.
     fn samples(&self, profile: &Profile, add: &mut AddSample) {
         offwake_samples(profile, add);
-    }
-
-    fn flame_labels(&self) -> FlameLabels {
-        FlameLabels::ms(
-            "Off-CPU time by waiter and waker: waiter stack, --, waker stack upside down (width: time off CPU, ms)",
-        )
-    }
-
-    fn diff_flame_labels(&self) -> FlameLabels {
-        FlameLabels::ms_per_s(
-            "Off-CPU time by waker, NEW against BASE (width: NEW time off CPU in ms per second of run; red grew, blue shrank)",
-        )
     }
 
     /// Off-CPU time by who woke it: the waker's process and where it woke (names only).
@@ -75,15 +65,62 @@ impl View for OffwakeView {
         out.push(Breakdown::new("class and waker", wakers));
     }
 
-    fn diff_columns(&self) -> (&'static str, &'static str) {
-        ("off/s", "waits/s")
-    }
-
-    /// No series yet: wakers are in the report, JSON and flamegraphs.
-    fn metrics(&self, _profile: &Profile, _out: &mut String) {}
-
-    fn html_section(&self, profile: &Profile) -> Result<String> {
-        report_section(profile)
+    /// The table of the top wakers per waiting process and class.
+    fn html_tables(&self, profile: &Profile, out: &mut String) {
+        let mut groups: BTreeMap<(u32, String), Vec<&OffcpuRow>> = BTreeMap::new();
+        for row in &profile.offcpu {
+            groups
+                .entry((row.pid, row.class.clone()))
+                .or_default()
+                .push(row);
+        }
+        let mut ordered: Vec<((u32, String), Vec<&OffcpuRow>, u64)> = groups
+            .into_iter()
+            .map(|(key, rows)| {
+                let total = rows.iter().map(|row| row.total_ns).sum();
+                (key, rows, total)
+            })
+            .collect();
+        ordered.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
+        let mut rows = Vec::new();
+        for ((pid, class), group, total) in ordered.into_iter().take(50) {
+            for (index, share) in shares(profile, group).into_iter().take(5).enumerate() {
+                let first = index == 0;
+                rows.push(vec![
+                    if first {
+                        profile.process_name(pid)
+                    } else {
+                        String::new()
+                    },
+                    if first { class.clone() } else { String::new() },
+                    if first {
+                        format_ns(total)
+                    } else {
+                        String::new()
+                    },
+                    if share.thread == INTERRUPT {
+                        INTERRUPT.to_string()
+                    } else {
+                        format!("{}[{}] ({})", share.thread, share.tid, share.process)
+                    },
+                    format_ns(share.wait_ns),
+                    format!("{:.1}", share.percent),
+                    share.count.to_string(),
+                    short_stack(&wake_site(&share.frames), 120),
+                ]);
+            }
+        }
+        if rows.is_empty() {
+            out.push_str("<p>No waker recorded.</p>\n");
+        } else {
+            out.push_str(&table(
+                &[
+                    "waiter", "class", "off-CPU", "woken by", "time", "%", "wake-ups", "where",
+                ],
+                &[false, false, true, false, true, true, true, false],
+                &rows,
+            ));
+        }
     }
 }
 
@@ -126,72 +163,3 @@ fn offwake_samples(profile: &Profile, add: &mut AddSample) {
     }
 }
 
-/// The HTML section: per waiting process and class, its top wakers; then the offwake
-/// flamegraph.
-fn report_section(profile: &Profile) -> Result<String> {
-    let mut out = String::from("<section id=\"offwake\">\n<h2>Who woke the waits</h2>\n");
-    let mut groups: BTreeMap<(u32, String), Vec<&OffcpuRow>> = BTreeMap::new();
-    for row in &profile.offcpu {
-        groups
-            .entry((row.pid, row.class.clone()))
-            .or_default()
-            .push(row);
-    }
-    let mut ordered: Vec<((u32, String), Vec<&OffcpuRow>, u64)> = groups
-        .into_iter()
-        .map(|(key, rows)| {
-            let total = rows.iter().map(|row| row.total_ns).sum();
-            (key, rows, total)
-        })
-        .collect();
-    ordered.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
-    let mut rows = Vec::new();
-    for ((pid, class), group, total) in ordered.into_iter().take(50) {
-        for (index, share) in shares(profile, group).into_iter().take(5).enumerate() {
-            let first = index == 0;
-            rows.push(vec![
-                if first {
-                    profile.process_name(pid)
-                } else {
-                    String::new()
-                },
-                if first { class.clone() } else { String::new() },
-                if first {
-                    format_ns(total)
-                } else {
-                    String::new()
-                },
-                if share.thread == INTERRUPT {
-                    INTERRUPT.to_string()
-                } else {
-                    format!("{}[{}] ({})", share.thread, share.tid, share.process)
-                },
-                format_ns(share.wait_ns),
-                format!("{:.1}", share.percent),
-                share.count.to_string(),
-                short_stack(&wake_site(&share.frames), 120),
-            ]);
-        }
-    }
-    if rows.is_empty() {
-        out.push_str("<p>No waker recorded.</p>\n");
-    } else {
-        out.push_str(&table(
-            &[
-                "waiter", "class", "off-CPU", "woken by", "time", "%", "wake-ups", "where",
-            ],
-            &[false, false, true, false, true, true, true, false],
-            &rows,
-        ));
-    }
-    flamegraph_part(
-        &mut out,
-        profile,
-        Kind::Offwake,
-        Some(
-            "Off-wake flamegraph (waiter stack, --, waker stack upside down; width: time off CPU)",
-        ),
-        "off-wake flamegraph",
-    )?;
-    Ok(out)
-}

@@ -1,35 +1,35 @@
 //! `rpc`: request latency, weighted onto the stack that completes each request.
 
-use anyhow::Result;
-
-use super::{AddCause, AddSample, CausePart, FlameLabels, View, ViewInfo};
+use super::{AddCause, AddSample, CausePart, ReportHeadings, View, ViewInfo};
 use crate::{
     export::{
         diff::Breakdown,
         folded::{clean, push_stack},
-        html::latency_section,
+        html::latency_table,
         latency::{latency_breakdowns, rpc_groups},
         prometheus::latency_series,
     },
-    kind::Kind,
     profile::Profile,
 };
 
-const INFO: ViewInfo = ViewInfo {
-    kind: Kind::Rpc,
-    name: "rpc",
+/// `RpcView`'s constants (its `info`, by the `kinds!` table).
+pub(super) const INFO: ViewInfo = ViewInfo {
     about: "Request latency by process, provider, operation and completion stack",
     families: &["rpc"],
     sample_types: &[("requests", "count"), ("latency", "nanoseconds")],
+    flame_title: "Request latency by completion stack (width: request time, ms)",
+    diff_flame_title: "Request latency, NEW against BASE (width: NEW latency in ms per second of run; red grew, blue shrank)",
+    diff_columns: ("latency/s", "req/s"),
+    report: ReportHeadings {
+        title: "Request latency",
+        flame_heading: Some("Flamegraph (width: latency)"),
+        flame_title: "rpc latency flamegraph",
+    },
 };
 
 pub struct RpcView;
 
 impl View for RpcView {
-    fn info(&self) -> &'static ViewInfo {
-        &INFO
-    }
-
     fn has_rows(&self, profile: &Profile) -> bool {
         !profile.rpcs.is_empty()
     }
@@ -47,16 +47,6 @@ impl View for RpcView {
         }
     }
 
-    fn flame_labels(&self) -> FlameLabels {
-        FlameLabels::ms("Request latency by completion stack (width: request time, ms)")
-    }
-
-    fn diff_flame_labels(&self) -> FlameLabels {
-        FlameLabels::ms_per_s(
-            "Request latency, NEW against BASE (width: NEW latency in ms per second of run; red grew, blue shrank)",
-        )
-    }
-
     /// Request latency by operation and by process.
     fn breakdowns(&self, profile: &Profile, out: &mut Vec<Breakdown>) {
         latency_breakdowns(rpc_groups(profile), "operation", out);
@@ -65,33 +55,16 @@ impl View for RpcView {
     /// Request time by provider and operation.
     fn causes(&self, profile: &Profile, add: &mut AddCause) {
         for row in &profile.rpcs {
-            add(CausePart {
-                key: format!("{} {}", row.provider, row.op_name),
-                ns: row.latency.total_ns as f64,
-                events: row.latency.count,
-                longest_ns: row.latency.max_ns as f64,
-                pid: row.pid,
-                stack: row.start_stack,
-            });
+            let key = format!("{} {}", row.provider, row.op_name);
+            add(CausePart::of_latency(key, row.pid, row.start_stack, &row.latency));
         }
-    }
-
-    fn diff_columns(&self) -> (&'static str, &'static str) {
-        ("latency/s", "req/s")
     }
 
     fn metrics(&self, profile: &Profile, out: &mut String) {
         latency_series(out, "rpc", "request", &rpc_groups(profile));
     }
 
-    fn html_section(&self, profile: &Profile) -> Result<String> {
-        latency_section(
-            profile,
-            Kind::Rpc,
-            "rpc",
-            "Request latency",
-            "request",
-            &rpc_groups(profile),
-        )
+    fn html_tables(&self, profile: &Profile, out: &mut String) {
+        latency_table(out, "request", &rpc_groups(profile));
     }
 }
