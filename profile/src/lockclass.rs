@@ -80,7 +80,7 @@ fn is_wait_machinery(name: &str) -> bool {
         "schedule",
         "io_schedule",
     ];
-    PREFIXES.iter().any(|prefix| name.starts_with(prefix))
+    starts_with_any(name, PREFIXES)
 }
 
 fn is_completion(name: &str) -> bool {
@@ -109,16 +109,23 @@ fn is_bit_wait(name: &str) -> bool {
         "var_wake_function",
         "__wait_var_event",
     ];
-    PREFIXES.iter().any(|prefix| name.starts_with(prefix))
+    starts_with_any(name, PREFIXES)
 }
 
 /// Waits and wake-ups on a folio's bits: their queues are `folio_wait_table`'s.
 fn is_folio_wait(name: &str) -> bool {
-    name.starts_with("folio_wait_bit")
-        || name.starts_with("folio_wake_bit")
-        || name.starts_with("wake_page_function")
-        || name.starts_with("wake_up_page_bit")
-        || name.starts_with("wait_on_page_bit")
+    const PREFIXES: &[&str] = &[
+        "folio_wait_bit",
+        "folio_wake_bit",
+        "wake_page_function",
+        "wake_up_page_bit",
+        "wait_on_page_bit",
+    ];
+    starts_with_any(name, PREFIXES)
+}
+
+fn starts_with_any(name: &str, prefixes: &[&str]) -> bool {
+    prefixes.iter().any(|prefix| name.starts_with(prefix))
 }
 
 /// What the stack (leaf first) of a lock row says about its lock.

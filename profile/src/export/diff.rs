@@ -5,7 +5,12 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::{export::table::fit, kind::Kind, profile::Profile, units::format_ns};
+use crate::{
+    export::table::{fit, most_first_f64},
+    kind::Kind,
+    profile::Profile,
+    units::format_ns,
+};
 
 /// A value and an event count (lock: wait ns and contentions) under one key.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -173,11 +178,7 @@ pub fn diff(base: &Profile, new: &Profile, kind: Kind) -> Vec<DiffTable> {
                 }
             })
             .collect();
-        rows.sort_by(|a, b| {
-            b.change_per_s
-                .total_cmp(&a.change_per_s)
-                .then_with(|| a.key.cmp(&b.key))
-        });
+        most_first_f64(&mut rows, |row| row.change_per_s, |a, b| a.key.cmp(&b.key));
         tables.push(DiffTable {
             kind: kind_name(kind),
             by: base_breakdown.by.to_string(),

@@ -31,7 +31,7 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 
 use crate::{
-    export::{escape::html as esc, folded, html},
+    export::{escape::html as esc, folded, html, table::most_first_f64},
     jobs::Jobs,
     kind::Kind,
     profile::Profile,
@@ -419,11 +419,11 @@ fn fleet_causes(fleet: &Fleet, names: &[&String]) -> (Vec<FleetCause>, Vec<HashM
             }
         })
         .collect();
-    out.sort_by(|a, b| {
-        b.median_ns_per_s
-            .total_cmp(&a.median_ns_per_s)
-            .then_with(|| a.cause.cmp(&b.cause))
-    });
+    most_first_f64(
+        &mut out,
+        |cause| cause.median_ns_per_s,
+        |a, b| a.cause.cmp(&b.cause),
+    );
     (out, rates)
 }
 
@@ -560,11 +560,11 @@ pub fn add_stacks(
                     frames,
                 })
                 .collect();
-            list.sort_by(|a, b| {
-                b.ns_per_s
-                    .total_cmp(&a.ns_per_s)
-                    .then_with(|| a.frames.cmp(&b.frames))
-            });
+            most_first_f64(
+                &mut list,
+                |stack| stack.ns_per_s,
+                |a, b| a.frames.cmp(&b.frames),
+            );
             list.truncate(top);
             cause.stacks = list;
         }
@@ -676,7 +676,7 @@ pub fn units(fleet: &Fleet, top: usize) -> Vec<UnitCauses> {
                 .iter()
                 .map(|(cause, amount)| (cause.clone(), amount.ns / seconds))
                 .collect();
-            causes.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+            most_first_f64(&mut causes, |cause| cause.1, |a, b| a.0.cmp(&b.0));
             if top > 0 {
                 causes.truncate(top);
             }
@@ -688,11 +688,7 @@ pub fn units(fleet: &Fleet, top: usize) -> Vec<UnitCauses> {
         })
         .collect();
     let total = |unit: &UnitCauses| unit.causes.iter().map(|c| c.1).sum::<f64>();
-    out.sort_by(|a, b| {
-        total(b)
-            .total_cmp(&total(a))
-            .then_with(|| a.name.cmp(&b.name))
-    });
+    most_first_f64(&mut out, total, |a, b| a.name.cmp(&b.name));
     out
 }
 

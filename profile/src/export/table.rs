@@ -35,6 +35,15 @@ pub(crate) fn most_first<T, K: Ord>(
     rows.sort_by(|a, b| amount(b).cmp(&amount(a)).then_with(|| tie(a, b)));
 }
 
+/// The same for an `amount` that is a rate or a share (`f64`, in its total order).
+pub(crate) fn most_first_f64<T>(
+    rows: &mut [T],
+    amount: impl Fn(&T) -> f64,
+    tie: impl Fn(&T, &T) -> Ordering,
+) {
+    rows.sort_by(|a, b| amount(b).total_cmp(&amount(a)).then_with(|| tie(a, b)));
+}
+
 /// Cuts `text` to `width` characters, marking the cut with `…`.
 pub fn fit(text: &str, width: usize) -> String {
     if text.chars().count() <= width {
