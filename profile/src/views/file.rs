@@ -106,8 +106,8 @@ impl View for FileView {
 
     fn html_section(&self, profile: &Profile) -> Result<String> {
         let mut out = kind_section(profile, self.kind(), |out| self.html_tables(profile, out))?;
-        // A second end tag after the one `kind_section` writes: the golden pages
-        // (profile/tests/golden/expected/) have it.
+        // A second `</section>` after the one `kind_section` writes: a stray end tag,
+        // which browsers ignore.
         out.push_str("</section>\n");
         Ok(out)
     }
