@@ -463,6 +463,27 @@ mod tests {
     }
 
     #[test]
+    fn every_section_ends_once() {
+        let mut profile = crate::export::offcpu::tests::profile_with_waits_and_io();
+        profile.file_calls.push(crate::profile::FileCallRow {
+            pid: profile.processes[0].pid,
+            call: "read".into(),
+            count: 3,
+            bytes: 12288,
+            total_ns: 3000,
+            max_ns: 1500,
+            ..Default::default()
+        });
+        let page = render(&profile).expect("html");
+        assert!(page.contains("<section id=\"file\">"), "{page}");
+        assert_eq!(
+            page.matches("<section").count(),
+            page.matches("</section>").count(),
+            "{page}"
+        );
+    }
+
+    #[test]
     fn diff_page_has_tables_dates_and_the_differential_flamegraph() {
         let base = crate::export::report::tests::profile_with_two_locks();
         let mut new = crate::export::report::tests::profile_with_two_locks();

@@ -25,7 +25,7 @@ fn remap_rows(profile: &mut Profile, pid: &dyn Fn(u32) -> u32, stack: &dyn Fn(u3
         ids(&mut row.pid, &mut [&mut row.stack, &mut row.owner_stack]);
         row.owner_pid = row.owner_pid.map(pid);
     }
-    for row in &mut profile.holds {
+    for row in profile.holds.iter_mut().chain(&mut profile.contended_holds) {
         ids(&mut row.pid, &mut [&mut row.stack]);
     }
     // Thread ids stay: they are looked up inside their (remapped) process.
@@ -73,22 +73,55 @@ fn remap_rows(profile: &mut Profile, pid: &dyn Fn(u32) -> u32, stack: &dyn Fn(u3
     }
 }
 
-/// Appends `input`'s rows of every family to `merged`. A family adds its line.
+/// Appends `input`'s rows of every family to `merged`. Every field of the profile is
+/// named, so a new kind of rows does not compile until it is merged here.
 fn append_rows(merged: &mut Profile, input: Profile) {
-    merged.locks.extend(input.locks);
-    merged.offcpu.extend(input.offcpu);
-    merged.chains.extend(input.chains);
-    merged.io.extend(input.io);
-    merged.io_dirtied.extend(input.io_dirtied);
-    merged.file_calls.extend(input.file_calls);
+    let Profile {
+        // The header, processes, frames and stacks: merged by `merge` itself.
+        format: _,
+        host: _,
+        kernel: _,
+        start_unix_s: _,
+        duration_s: _,
+        command_line: _,
+        targets: _,
+        probes: _,
+        losses: _,
+        processes: _,
+        frames: _,
+        stacks: _,
+        // A timeline is one host's time line: a merged profile has none.
+        timeline: _,
+        locks,
+        offcpu,
+        io,
+        io_dirtied,
+        file_calls,
+        cpu_freq_hz,
+        cpu,
+        rpcs,
+        funcs,
+        holds,
+        contended_holds,
+        unavailable,
+        chains,
+        waiting,
+    } = input;
+    merged.locks.extend(locks);
+    merged.offcpu.extend(offcpu);
+    merged.chains.extend(chains);
+    merged.io.extend(io);
+    merged.io_dirtied.extend(io_dirtied);
+    merged.file_calls.extend(file_calls);
     // Hosts sampled at different rates: the highest is kept (samples stay counts).
-    merged.cpu_freq_hz = merged.cpu_freq_hz.max(input.cpu_freq_hz);
-    merged.cpu.extend(input.cpu);
-    merged.rpcs.extend(input.rpcs);
-    merged.funcs.extend(input.funcs);
-    merged.holds.extend(input.holds);
-    merged.unavailable.extend(input.unavailable);
-    merged.waiting.extend(input.waiting);
+    merged.cpu_freq_hz = merged.cpu_freq_hz.max(cpu_freq_hz);
+    merged.cpu.extend(cpu);
+    merged.rpcs.extend(rpcs);
+    merged.funcs.extend(funcs);
+    merged.holds.extend(holds);
+    merged.contended_holds.extend(contended_holds);
+    merged.unavailable.extend(unavailable);
+    merged.waiting.extend(waiting);
 }
 
 /// Off-CPU rows of one key from several periods of a host: one row (a wait that spans
@@ -343,6 +376,58 @@ mod tests {
             3
         );
         assert_eq!(merged.io.iter().filter(|row| row.pid == moved).count(), 2);
+    }
+
+    #[test]
+    fn merge_keeps_contended_holds_with_their_processes_and_stacks() {
+        let with_holds = || {
+            let mut profile = profile_with_two_locks();
+            let hold = |stack| crate::profile::HoldRow {
+                lock_addr: 0x1000,
+                lock_name: "0x1000".into(),
+                flags: 0x20,
+                pid: 10,
+                tid: Some(10),
+                stack: Some(stack),
+                latency: Default::default(),
+            };
+            profile.contended_holds = vec![hold(0), hold(1)];
+            profile
+        };
+        let merged = merged_as_two_hosts(with_holds(), with_holds(), Kind::Lock, |b| {
+            for row in &mut b.contended_holds {
+                row.stack = row.stack.map(|id| 1 - id);
+            }
+        });
+        assert_eq!(merged.contended_holds.len(), 4);
+        let moved = merged
+            .processes
+            .iter()
+            .find(|p| p.host.as_deref() == Some("node-b") && p.pid & 0x3fffff == 10)
+            .expect("node-b's process 10")
+            .pid;
+        assert_ne!(moved, 10);
+        // Each host's holds name the frames they named in their own profile (node-b's
+        // stacks were stored in the other order).
+        let frames_of = |pid: u32| {
+            let mut stacks: Vec<Vec<String>> = merged
+                .contended_holds
+                .iter()
+                .filter(|row| row.pid == pid)
+                .map(|row| {
+                    let stack = &merged.stacks[row.stack.expect("stack") as usize];
+                    stack
+                        .frames
+                        .iter()
+                        .map(|&frame| merged.frames[frame as usize].name.clone())
+                        .collect()
+                })
+                .collect();
+            stacks.sort();
+            stacks
+        };
+        assert_eq!(frames_of(moved).len(), 2);
+        assert_eq!(frames_of(moved), frames_of(10));
     }
 
     #[test]

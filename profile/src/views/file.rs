@@ -104,13 +104,6 @@ impl View for FileView {
         files_section(profile, out);
     }
 
-    fn html_section(&self, profile: &Profile) -> Result<String> {
-        let mut out = kind_section(profile, self.kind(), |out| self.html_tables(profile, out))?;
-        // A second `</section>` after the one `kind_section` writes: a stray end tag,
-        // which browsers ignore.
-        out.push_str("</section>\n");
-        Ok(out)
-    }
 }
 
 /// Bytes of the top files by operation and by the process that caused them, and the
