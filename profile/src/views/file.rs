@@ -5,15 +5,13 @@
 //! process. The flamegraph is rooted at the file: file; what (`block write` device
 //! time, or a call); process.
 
-use anyhow::Result;
-
-use super::{AddSample, Info, ReportHeadings, View, ViewInfo};
+use super::{AddSample, ReportHeadings, View, ViewInfo};
 use crate::{
     export::{
         diff::{keyed_breakdowns, Breakdown, RowKey},
         exposition::{labels, metric},
         folded::clean,
-        html::{kind_section, table},
+        html::table,
         io::{self as io_tables, file_groups, Causes},
     },
     profile::{FileCallRow, IoRow, Profile},
@@ -103,7 +101,6 @@ impl View for FileView {
     fn html_tables(&self, profile: &Profile, out: &mut String) {
         files_section(profile, out);
     }
-
 }
 
 /// Bytes of the top files by operation and by the process that caused them, and the
