@@ -65,22 +65,17 @@ fn tiny_maps_report_their_losses() {
         .get("lock_map_full")
         .and_then(|v| v.as_u64())
         .unwrap_or(0);
-    let stack_lost = losses
-        .get("stack_failed")
+    // Two stack entries cannot hold a lock storm's stacks; the spare stacks take the
+    // ones that collide in them, so none is lost.
+    let collisions = losses
+        .get("stack_collision")
         .and_then(|v| v.as_u64())
-        .unwrap_or(0)
-        + losses
-            .get("stack_collision")
-            .and_then(|v| v.as_u64())
-            .unwrap_or(0);
+        .unwrap_or(0);
     assert!(
         map_full > 0,
         "2 map entries cannot hold a lock storm: {losses:?}"
     );
-    assert!(
-        stack_lost > 0,
-        "2 stack entries cannot hold a lock storm: {losses:?}"
-    );
+    assert_eq!(collisions, 0, "stacks lost to collisions: {losses:?}");
     let rows = profile["locks"].as_array().expect("locks");
     let (overflow, rows): (Vec<&serde_json::Value>, Vec<&serde_json::Value>) = rows
         .iter()
