@@ -10,7 +10,7 @@
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant, SystemTime},
 };
 
 use anyhow::{bail, Context, Result};
@@ -26,9 +26,8 @@ use crate::{
     probes::target::{Child, Target},
     probes::{self, shared::MapSet, Recorded},
     profile::{Profile, Unavailable},
-    record::{self, Session},
+    record,
     rotate::{difference, Staging},
-    symbolize::KernelSymbols,
     units,
 };
 
@@ -77,55 +76,34 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     let target = record::target_of(&args);
     let asked = record::check_arguments(&args, &target)?;
     let dir = output_dir(&args)?;
-    crate::ebpf_object::check_loadable()?;
-    let kernel_symbols = KernelSymbols::load()?;
-    let mut unavailable = Vec::new();
-    let mut families = record::plan_families(&args, &asked, &kernel_symbols, &mut unavailable)?;
     let mut counters = FleetCounters::new(args.metrics_top as usize);
-    let metrics = args
-        .metrics
-        .map(|addr| MetricsServer::start(addr, counters.render_with(None)))
-        .transpose()?;
-    let (session, mut child) = record::start_with_command(
-        &args,
-        &mut families,
-        &target,
-        kernel_symbols,
-        &mut unavailable,
-    )?;
-    let staging = Staging::new(&session.maps, &families)?;
-    let Session {
-        ebpf,
-        probes,
-        maps,
-        stacks,
-        watcher,
-        reader,
-    } = session;
+    let first_page = || counters.render_with(None);
+    let started = record::plan_and_start(&args, &asked, &target, first_page)?;
+    let (session, mut child) = (started.session, started.child);
+    let staging = Staging::new(&session.maps, &started.families)?;
     let mut agent = Agent {
         host: args.host.clone().unwrap_or_else(record::hostname),
-        kernel: record::kernel_release(),
         dir,
         keep: args.keep,
-        families,
-        ebpf: Some(ebpf),
-        probes,
-        maps,
-        stacks,
-        watcher,
-        reader,
+        families: started.families,
+        ebpf: Some(session.ebpf),
+        probes: session.probes,
+        maps: session.maps,
+        stacks: session.stacks,
+        watcher: session.watcher,
+        reader: session.reader,
         staging,
         target,
-        unavailable,
+        unavailable: started.unavailable,
         losses_before: BTreeMap::new(),
         misses_before: BTreeMap::new(),
         period_wall: SystemTime::now(),
         period_start: Instant::now(),
         periods: 0,
-        counters: metrics.as_ref().map(|_| {
+        counters: started.metrics.as_ref().map(|_| {
             std::mem::replace(&mut counters, FleetCounters::new(args.metrics_top as usize))
         }),
-        metrics,
+        metrics: started.metrics,
     };
     let outcome = runtime.block_on(agent.run(&args, period, signals, child.as_mut()));
     // Whatever ended the run: the period in progress is written, then all detaches.
@@ -157,7 +135,6 @@ impl StopSignals {
 
 struct Agent {
     host: String,
-    kernel: String,
     dir: PathBuf,
     keep: Option<u32>,
     families: Vec<Recorded>,
@@ -334,16 +311,8 @@ impl Agent {
         duration_s: f64,
         misses: BTreeMap<String, u64>,
     ) -> Result<Profile> {
-        let mut profile = Profile::new();
-        profile.host = self.host.clone();
-        profile.kernel = self.kernel.clone();
-        profile.start_unix_s = start_wall
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        profile.duration_s = duration_s;
-        profile.command_line = std::env::args().collect();
-        profile.targets = self.target.describe();
+        let mut profile =
+            record::new_profile(self.host.clone(), &self.target, start_wall, duration_s);
         profile.probes = self.probes.clone();
         profile.unavailable = self.unavailable.clone();
         // Stacks walked from now on go to the other stack map (the period's rows find

@@ -828,20 +828,17 @@ mod tests {
         };
         let f_pos_lock = offset(&btf, "file", "f_pos_lock");
         let wait_lock = offset(&btf, "mutex", "wait_lock");
-        assert_eq!(
-            btf.lock_member_at("file", f_pos_lock).as_deref(),
-            Some("f_pos_lock")
-        );
-        assert_eq!(
-            btf.lock_member_at("file", f_pos_lock + wait_lock)
-                .as_deref(),
-            Some("f_pos_lock.wait_lock")
-        );
         let mmap_lock = offset(&btf, "mm_struct", "mmap_lock");
-        assert_eq!(
-            btf.lock_member_at("mm_struct", mmap_lock).as_deref(),
-            Some("mmap_lock")
-        );
+        for (ty, at, member) in [
+            ("file", f_pos_lock, Some("f_pos_lock")),
+            ("file", f_pos_lock + wait_lock, Some("f_pos_lock.wait_lock")),
+            ("mm_struct", mmap_lock, Some("mmap_lock")),
+            // No lock starts one byte into one, or at a plain field.
+            ("file", f_pos_lock + 1, None),
+            ("nope", 0, None),
+        ] {
+            assert_eq!(btf.lock_member_at(ty, at).as_deref(), member, "{ty} + {at}");
+        }
         // The runqueue lock by the per-CPU area's layout.
         let runqueues = btf.percpu_offset("runqueues").expect("per-CPU runqueues");
         let rq_lock = offset(&btf, "rq", "__lock");
@@ -859,8 +856,5 @@ mod tests {
             btf.percpu_lock_at(timer_bases + base_lock).as_deref(),
             Some("timer_bases[0].lock")
         );
-        // No lock starts one byte into one, or at a plain field.
-        assert_eq!(btf.lock_member_at("file", f_pos_lock + 1), None);
-        assert_eq!(btf.lock_member_at("nope", 0), None);
     }
 }

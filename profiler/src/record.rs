@@ -59,7 +59,7 @@ pub(crate) fn check_arguments(args: &RecordArgs, target: &Target) -> Result<Vec<
 
 /// The families of this run. Hooks this kernel lacks are one line each in
 /// `unavailable`, and the run goes on without them.
-pub(crate) fn plan_families(
+fn plan_families(
     args: &RecordArgs,
     asked: &[&'static str],
     symbols: &KernelSymbols,
@@ -101,23 +101,14 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     let target = target_of(&args);
     let asked = check_arguments(&args, &target)?;
     check_output(&args.output)?;
-    check_loadable()?;
-    let kernel_symbols = KernelSymbols::load()?;
-    let mut unavailable = Vec::new();
-    let mut families = plan_families(&args, &asked, &kernel_symbols, &mut unavailable)?;
-    // Bound before anything is loaded, so a busy port fails fast.
-    let metrics = args
-        .metrics
-        .map(|addr| MetricsServer::start(addr, export::prometheus::render(&Profile::new())))
-        .transpose()?;
-
-    let (mut session, mut child) = start_with_command(
-        &args,
-        &mut families,
-        &target,
-        kernel_symbols,
-        &mut unavailable,
-    )?;
+    let first_page = || export::prometheus::render(&Profile::new());
+    let Started {
+        mut families,
+        unavailable,
+        metrics,
+        mut session,
+        mut child,
+    } = plan_and_start(&args, &asked, &target, first_page)?;
     let start_wall = SystemTime::now();
     if let Some(child) = child.as_mut() {
         child.release(&args.command[0])?;
@@ -191,16 +182,7 @@ fn collect(
     for family in families.iter() {
         family.poll(&mut stacks.user);
     }
-    let mut profile = Profile::new();
-    profile.host = hostname();
-    profile.kernel = kernel_release();
-    profile.start_unix_s = start_wall
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    profile.duration_s = duration_s;
-    profile.command_line = std::env::args().collect();
-    profile.targets = target.describe();
+    let mut profile = new_profile(hostname(), target, start_wall, duration_s);
     profile.probes = probes;
     profile.unavailable = unavailable;
     drain_families(
@@ -216,6 +198,27 @@ fn collect(
     profile.losses.extend(program_misses);
     profile.processes = probes::shared::drain_processes(&maps, &profile.row_pids())?;
     Ok(profile)
+}
+
+/// An empty profile of the recording of `target` on this host and kernel by this
+/// command line, over `duration_s` seconds from `start_wall`.
+pub(crate) fn new_profile(
+    host: String,
+    target: &Target,
+    start_wall: SystemTime,
+    duration_s: f64,
+) -> Profile {
+    let mut profile = Profile::new();
+    profile.host = host;
+    profile.kernel = kernel_release();
+    profile.start_unix_s = start_wall
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    profile.duration_s = duration_s;
+    profile.command_line = std::env::args().collect();
+    profile.targets = target.describe();
+    profile
 }
 
 /// What is loaded and attached while recording.
@@ -341,20 +344,24 @@ fn write_outputs(args: &RecordArgs, families: &[Recorded], profile: &Profile) ->
     print!("{}", export::report::summary(profile, args.top));
     eprintln!("lockpath: profile written to {}", args.output.display());
     if let Some(svg) = &args.flamegraph {
-        let offered: Vec<Kind> = families.iter().filter_map(|f| f.flamegraph()).collect();
         let kind = FLAMEGRAPH_PREFERENCE
             .into_iter()
-            .find(|kind| offered.contains(kind))
-            .unwrap_or(Kind::Cpu);
+            .find(|(family, _)| families.iter().any(|recorded| recorded.name == *family))
+            .map_or(Kind::Cpu, |(_, kind)| kind);
         export::flamegraph::write_svg(profile, kind, svg)?;
         eprintln!("lockpath: flamegraph written to {}", svg.display());
     }
     Ok(())
 }
 
-/// The flamegraph of `record --flamegraph`: the first of these that a recorded family
-/// draws (on-CPU samples when none does).
-const FLAMEGRAPH_PREFERENCE: [Kind; 4] = [Kind::Lock, Kind::Cpu, Kind::Offcpu, Kind::Io];
+/// The flamegraph of `record --flamegraph`: the kind of the first of these families that
+/// was recorded (on-CPU samples when none was). The other families draw none.
+const FLAMEGRAPH_PREFERENCE: [(&str, Kind); 4] = [
+    ("lock", Kind::Lock),
+    ("cpu", Kind::Cpu),
+    ("offcpu", Kind::Offcpu),
+    ("io", Kind::Io),
+];
 
 /// Reads every recorded family's aggregate out of the kernel maps into `profile`.
 pub(crate) fn drain_families(
@@ -477,10 +484,54 @@ struct TargetGlobals {
     spare_ids_per_cpu: u32,
 }
 
+/// A recording whose probes are attached: its families, the hooks this kernel lacks,
+/// the `--metrics` server, what is loaded, and the command it runs (held until
+/// released).
+pub(crate) struct Started {
+    pub(crate) families: Vec<Recorded>,
+    pub(crate) unavailable: Vec<Unavailable>,
+    pub(crate) metrics: Option<MetricsServer>,
+    pub(crate) session: Session,
+    pub(crate) child: Option<Child>,
+}
+
+/// Checks that the object can be loaded, plans the families, binds the `--metrics`
+/// port before anything is loaded (a busy port fails fast; it serves `first_page`
+/// until the first reading), then starts the command and attaches.
+pub(crate) fn plan_and_start(
+    args: &RecordArgs,
+    asked: &[&'static str],
+    target: &Target,
+    first_page: impl FnOnce() -> String,
+) -> Result<Started> {
+    check_loadable()?;
+    let kernel_symbols = KernelSymbols::load()?;
+    let mut unavailable = Vec::new();
+    let mut families = plan_families(args, asked, &kernel_symbols, &mut unavailable)?;
+    let metrics = args
+        .metrics
+        .map(|addr| MetricsServer::start(addr, first_page()))
+        .transpose()?;
+    let (session, child) = start_with_command(
+        args,
+        &mut families,
+        target,
+        kernel_symbols,
+        &mut unavailable,
+    )?;
+    Ok(Started {
+        families,
+        unavailable,
+        metrics,
+        session,
+        child,
+    })
+}
+
 /// Loads the object, installs the target filter and attaches the planned families.
 /// Starts the command (`-- CMD`, held until the probes are attached), then loads and
 /// attaches; on an error the command is killed before it ran.
-pub(crate) fn start_with_command(
+fn start_with_command(
     args: &RecordArgs,
     families: &mut [Recorded],
     target: &Target,

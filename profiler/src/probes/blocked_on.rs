@@ -45,6 +45,7 @@ use profiler_common::kread::{
 
 use crate::btf::Btf;
 use crate::probes::blocked::tgid_of;
+use crate::symbolize::kallsyms::Fields;
 
 /// Size of a task's kernel stack (`THREAD_SIZE`: 16 KiB on x86_64 and arm64 with 4 KiB
 /// pages and without KASAN). A saved stack pointer outside the first 16 KiB of
@@ -869,23 +870,15 @@ fn wait_functions() -> Vec<WaitFunction> {
     let mut starts = Vec::new();
     let mut waits = Vec::new();
     for line in symbols.lines() {
-        let mut fields = line.split_whitespace();
-        let (Some(address), Some(kind), Some(name)) = (fields.next(), fields.next(), fields.next())
-        else {
+        let Some(symbol) = Fields::parse(line) else {
             continue;
         };
-        if !matches!(kind, "t" | "T") {
+        if !matches!(symbol.kind, "t" | "T") || symbol.addr == 0 {
             continue;
         }
-        let Ok(address) = u64::from_str_radix(address, 16) else {
-            continue;
-        };
-        if address == 0 {
-            continue;
-        }
-        starts.push(address);
-        if let Some(wait) = wait_of_function(function_name(name)) {
-            waits.push((address, wait));
+        starts.push(symbol.addr);
+        if let Some(wait) = wait_of_function(function_name(symbol.name)) {
+            waits.push((symbol.addr, wait));
         }
     }
     starts.sort_unstable();
@@ -912,12 +905,9 @@ fn is_file_system(name: &str) -> bool {
 fn kernel_symbol_at(address: u64) -> Option<String> {
     let symbols = std::fs::read_to_string("/proc/kallsyms").ok()?;
     symbols.lines().find_map(|line| {
-        let mut fields = line.split_whitespace();
-        let at = u64::from_str_radix(fields.next()?, 16).ok()?;
-        let kind = fields.next()?;
-        let name = fields.next()?;
-        (at == address && at != 0 && matches!(kind, "b" | "B" | "d" | "D" | "r" | "R"))
-            .then(|| name.to_string())
+        let symbol = Fields::parse(line)?;
+        let data = matches!(symbol.kind, "b" | "B" | "d" | "D" | "r" | "R");
+        (symbol.addr == address && address != 0 && data).then(|| symbol.name.to_string())
     })
 }
 

@@ -86,10 +86,6 @@ impl Family for CpuFamily {
     fn progress(&self, live: &Profile) -> Option<String> {
         progress_of(&live.cpu, |row| row.samples, "CPU samples")
     }
-
-    fn flamegraph(&self) -> Option<Kind> {
-        Some(Kind::Cpu)
-    }
 }
 
 /// Highest sampling frequency the kernel accepts (`kernel.perf_event_max_sample_rate`).

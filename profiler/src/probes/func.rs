@@ -9,9 +9,8 @@ use aya::{
     programs::{uprobe::UProbeScope, FEntry, FExit, KProbe, UProbe},
     Btf, Ebpf,
 };
-use profiler_common::{
-    func::{names, FuncCall, FuncEntry, FuncKey, FUNC_CALLS_ENTRIES, FUNC_SLOTS, UFUNC_SLOT_BASE},
-    latency::LatencyStat,
+use profiler_common::func::{
+    names, FuncCall, FuncEntry, FuncKey, FUNC_CALLS_ENTRIES, FUNC_SLOTS, UFUNC_SLOT_BASE,
 };
 
 use crate::{
@@ -346,7 +345,6 @@ pub fn attach(
     Ok((used, targets))
 }
 
-/// Reads the aggregate out of the kernel.
 /// The calls still in progress at the drain (`FUNC_CALLS`), as waits of the threads
 /// in them. Their time enters the latency rows when they return.
 fn drain_calls_in_progress(
@@ -355,21 +353,16 @@ fn drain_calls_in_progress(
     targets: &[FuncTarget],
     moment: DrainMoment,
 ) -> Result<Vec<WaitingRow>> {
-    use super::{blocked::tgid_of, shared::inprogress::listed_age};
-    let mut waiting = Vec::new();
-    for (call, entry) in maps.entries::<FuncCall, FuncEntry>(names::FUNC_CALLS)? {
-        let Some(age_ns) = listed_age(entry.start_ns, moment.now_ns) else {
-            continue;
-        };
-        let Some(target) = targets.iter().find(|target| target.slot == call.slot) else {
-            continue;
-        };
+    use super::{blocked::tgid_of, shared::inprogress::drain_listed};
+    let start_ns = |entry: &FuncEntry| entry.start_ns;
+    let row = |call: FuncCall, entry: FuncEntry, age_ns| {
+        let target = targets.iter().find(|target| target.slot == call.slot)?;
         let pid = tgid_of(call.tid).unwrap_or(call.tid);
         let stack = match target.user {
             true => stacks.user_stack(pid, entry.stack_id),
             false => stacks.kernel_stack(entry.stack_id),
         };
-        waiting.push(WaitingRow {
+        Some(WaitingRow {
             kind: "func".into(),
             pid,
             tid: call.tid,
@@ -379,38 +372,33 @@ fn drain_calls_in_progress(
             stack: stack.filter(|_| !target.user),
             ustack: stack.filter(|_| target.user),
             ..Default::default()
-        });
-    }
-    Ok(waiting)
+        })
+    };
+    drain_listed(maps, names::FUNC_CALLS, moment, start_ns, row)
 }
 
+/// Reads the aggregate out of the kernel.
 pub fn drain(
     maps: &MapSet,
     stacks: &mut StackResolver,
     targets: &[FuncTarget],
 ) -> Result<Vec<FuncRow>> {
-    let mut rows = Vec::new();
-    for (key, stat) in
-        maps.entries_with_overflow::<FuncKey, LatencyStat>(names::FUNC_STATS, names::FUNC_OVERFLOW)?
-    {
-        let Some(target) = targets.iter().find(|target| target.slot == key.slot) else {
-            continue;
-        };
+    let row = |key: FuncKey, latency| {
+        let target = targets.iter().find(|target| target.slot == key.slot)?;
         let stack = if target.user {
             stacks.user_stack(key.tgid, key.stack_id)
         } else {
             stacks.kernel_stack(key.stack_id)
         };
-        rows.push(FuncRow {
+        Some(FuncRow {
             function: target.name.clone(),
             user: target.user,
             pid: key.tgid,
             stack,
-            latency: latency_from(&stat),
-        });
-    }
-    rows.sort_by_key(|row| std::cmp::Reverse(row.latency.total_ns));
-    Ok(rows)
+            latency,
+        })
+    };
+    maps.latency_rows(names::FUNC_STATS, names::FUNC_OVERFLOW, row)
 }
 
 #[cfg(test)]

@@ -17,7 +17,6 @@ use profiler_common::{
         names, HoldConfig, HoldKey, HoldSlot, HOLD_ACQUIRE_SLOTS, HOLD_OPEN_ENTRIES,
         HOLD_PENDING_ENTRIES, HOLD_RELEASE_SLOTS, HOLD_RET_ANY, HOLD_RET_ONE, HOLD_RET_ZERO,
     },
-    latency::LatencyStat,
     lock::{LCB_F_MUTEX, LCB_F_READ, LCB_F_WRITE},
 };
 
@@ -76,11 +75,7 @@ impl Family for HoldFamily {
     }
 
     fn attach(&mut self, ebpf: &mut Ebpf, ctx: &mut AttachContext) -> Result<Vec<ProbeUse>> {
-        Ok(
-            attach(ebpf, &self.plan, self.method, self.only, ctx.unavailable)?
-                .into_iter()
-                .collect(),
-        )
+        Ok(attach(ebpf, self, ctx.unavailable)?.into_iter().collect())
     }
 
     fn drain(&self, out: &mut Drain) -> Result<()> {
@@ -411,16 +406,15 @@ fn unload_all(ebpf: &mut Ebpf) {
     }
 }
 
-/// Attaches the hold programs (fentry/fexit, else kprobes, as `method` allows). When
-/// neither works: an error if the hold is all that was asked for (`only`), else `None`
-/// with the reason printed and kept in `unavailable`.
-pub fn attach(
+/// Attaches the programs of the hold `family` (fentry/fexit, else kprobes, as its
+/// `method` allows). When neither works: an error if the hold is all that was asked for
+/// (`only`), else `None` with the reason printed and kept in `unavailable`.
+fn attach(
     ebpf: &mut Ebpf,
-    plan: &HoldPlan,
-    method: FuncMethod,
-    only: bool,
+    family: &HoldFamily,
     unavailable: &mut Vec<Unavailable>,
 ) -> Result<Option<ProbeUse>> {
+    let (plan, method, only) = (&family.plan, family.method, family.only);
     let fentry = match method {
         FuncMethod::Kprobe => Err("not tried (--hold-method kprobe)".to_string()),
         _ => try_fentry(ebpf, plan),
@@ -483,22 +477,48 @@ pub fn not_recorded(spec: &str, reason: String, unavailable: &mut Vec<Unavailabl
 
 /// Reads the aggregate out of the kernel.
 pub fn drain(maps: &MapSet, stacks: &mut StackResolver, plan: &HoldPlan) -> Result<Vec<HoldRow>> {
-    let mut rows = Vec::new();
-    for (key, stat) in
-        maps.entries_with_overflow::<HoldKey, LatencyStat>(names::HOLD_STATS, names::HOLD_OVERFLOW)?
-    {
-        rows.push(HoldRow {
-            lock_addr: plan.config.lock_addr,
-            lock_name: plan.lock_name.clone(),
-            flags: key.flags,
-            pid: key.tgid,
+    let split = |key: &HoldKey, _: &mut StackResolver| {
+        let lock = HeldLock {
+            addr: plan.config.lock_addr,
+            name: plan.lock_name.clone(),
             tid: None,
-            stack: stacks.kernel_stack(key.kstack_id),
-            latency: latency_from(&stat),
-        });
-    }
-    rows.sort_by_key(|row| std::cmp::Reverse(row.latency.total_ns));
-    Ok(rows)
+        };
+        (*key, lock)
+    };
+    let holds = (names::HOLD_STATS, names::HOLD_OVERFLOW);
+    drain_hold_map(maps, stacks, holds, split)
+}
+
+/// The lock a row of holds is of, and the thread that held it where the map keeps
+/// threads apart (`None`: the row counts the holds of a whole process).
+pub struct HeldLock {
+    pub addr: u64,
+    pub name: String,
+    pub tid: Option<u32>,
+}
+
+/// The rows of a map of holds and of its overflow map (`stats`, `overflow`), the
+/// longest total first: `split` reads a key as the acquisitions it counts (their
+/// process, kernel stack and mode, as a `HoldKey` has them) and the lock they hold.
+/// `--hold` drains its map with it, and the lock family its holds under contention.
+pub fn drain_hold_map<K: aya::Pod>(
+    maps: &MapSet,
+    stacks: &mut StackResolver,
+    (stats, overflow): (&str, &str),
+    mut split: impl FnMut(&K, &mut StackResolver) -> (HoldKey, HeldLock),
+) -> Result<Vec<HoldRow>> {
+    maps.latency_rows(stats, overflow, |key: K, latency| {
+        let (acquired, lock) = split(&key, stacks);
+        Some(HoldRow {
+            lock_addr: lock.addr,
+            lock_name: lock.name,
+            flags: acquired.flags,
+            pid: acquired.tgid,
+            tid: lock.tid,
+            stack: stacks.kernel_stack(acquired.kstack_id),
+            latency,
+        })
+    })
 }
 
 #[cfg(test)]

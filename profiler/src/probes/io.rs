@@ -101,10 +101,6 @@ impl Family for IoFamily {
     fn progress(&self, live: &Profile) -> Option<String> {
         progress_of(&live.io, |row| row.count, "IO requests")
     }
-
-    fn flamegraph(&self) -> Option<Kind> {
-        Some(Kind::Io)
-    }
 }
 
 /// Load-time layout of the IO programs, from the kernel's BTF, and which of the optional
@@ -564,18 +560,15 @@ fn drain_in_flight(
     devices: &DeviceNames,
     moment: DrainMoment,
 ) -> Result<Vec<WaitingRow>> {
-    use super::shared::inprogress::listed_age;
-    let mut waiting = Vec::new();
-    for (_, request) in maps.entries::<u64, IoInFlight>(names::IO_INFLIGHT)? {
-        let Some(age_ns) = listed_age(request.start_ns, moment.now_ns) else {
-            continue;
-        };
+    use super::shared::inprogress::drain_listed;
+    let start_ns = |request: &IoInFlight| request.start_ns;
+    let row = |_: u64, request: IoInFlight, age_ns| {
         let (major, minor) = split_dev(request.dev);
         let state = match request.issue_ns {
             0 => "queued",
             _ => "issued",
         };
-        waiting.push(WaitingRow {
+        Some(WaitingRow {
             kind: "io".into(),
             pid: request.tgid,
             tid: request.tgid,
@@ -589,9 +582,9 @@ fn drain_in_flight(
                 request.bytes
             ),
             ..Default::default()
-        });
-    }
-    Ok(waiting)
+        })
+    };
+    drain_listed(maps, names::IO_INFLIGHT, moment, start_ns, row)
 }
 
 /// The files the programs saw, by (file system `dev_t`, inode number), with their paths.
@@ -791,18 +784,27 @@ mod tests {
         assert_eq!(split_dev((259 << 20) | 1), (259, 1));
     }
 
-    #[test]
-    fn this_kernel_s_request_layout() {
+    /// The IO layout of this machine's kernel and its raw tracepoints, or `None` (and a
+    /// line saying why the test skips).
+    fn this_kernel() -> Option<(IoGlobals, Vec<&'static str>)> {
         let Ok(btf) = Btf::from_sys_fs() else {
             eprintln!("SKIP: no /sys/kernel/btf/vmlinux here");
-            return;
+            return None;
         };
         let globals = IoGlobals::from_btf(&btf).expect("layout");
+        let events = globals.events.iter().map(|(_, event)| *event).collect();
+        Some((globals, events))
+    }
+
+    #[test]
+    fn this_kernel_s_request_layout() {
+        let Some((globals, events)) = this_kernel() else {
+            return;
+        };
         let layout = globals.layout;
         assert!(layout.dev_hops >= 1, "{layout:?}");
         assert_eq!(layout.op_flush, 2);
         assert_ne!(layout.start_time_ns, IO_NO_OFFSET);
-        let events: Vec<&str> = globals.events.iter().map(|(_, event)| *event).collect();
         assert_eq!(
             events.first(),
             Some(&"block_rq_complete"),
@@ -854,15 +856,12 @@ mod tests {
 
     #[test]
     fn this_kernel_s_file_layout() {
-        let Ok(btf) = Btf::from_sys_fs() else {
-            eprintln!("SKIP: no /sys/kernel/btf/vmlinux here");
+        let Some((globals, events)) = this_kernel() else {
             return;
         };
-        let globals = IoGlobals::from_btf(&btf).expect("layout");
         assert_eq!(globals.without_cause, None);
         assert_ne!(globals.layout.rq_bio, IO_NO_OFFSET);
         assert_ne!(globals.layout.inode_dentry, IO_NO_OFFSET);
-        let events: Vec<&str> = globals.events.iter().map(|(_, event)| *event).collect();
         assert!(events.contains(&"writeback_dirty_folio"), "{events:?}");
     }
 

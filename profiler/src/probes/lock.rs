@@ -6,7 +6,7 @@
 use anyhow::{bail, Result};
 use aya::{programs::KProbe, Ebpf, EbpfLoader};
 use profiler_common::{
-    latency::LatencyStat,
+    hold::HoldKey,
     lock::{
         names, ContendedHoldKey, LockKey, LockLayout, LockStat, LockText, LockWait,
         LOCK_LAST_ACQUIRER_ENTRIES, LOCK_SLEEP_DROPPED_ENTRIES, LOCK_SLEEP_WAIT_ENTRIES,
@@ -158,10 +158,6 @@ impl Family for LockFamily {
 
     fn progress(&self, live: &Profile) -> Option<String> {
         progress_of(&live.locks, |row| row.count, "lock contentions")
-    }
-
-    fn flamegraph(&self) -> Option<Kind> {
-        Some(Kind::Lock)
     }
 }
 
@@ -615,13 +611,10 @@ fn drain_open_waits(
     moment: DrainMoment,
     rows: &[LockRow],
 ) -> Result<Vec<WaitingRow>> {
-    use super::{blocked::tgid_of, shared::inprogress::listed_age};
+    use super::{blocked::tgid_of, shared::inprogress::drain_listed};
     let namer = super::lockname::LockNamer::new(maps)?;
-    let mut waiting = Vec::new();
-    for (tid, wait) in maps.entries::<u32, LockWait>(names::LOCK_SLEEP_WAIT)? {
-        let Some(age_ns) = listed_age(wait.start_ns, moment.now_ns) else {
-            continue;
-        };
+    let start_ns = |wait: &LockWait| wait.start_ns;
+    let row = |tid: u32, wait: LockWait, age_ns| {
         let name = match rows.iter().find(|row| row.lock_addr == wait.lock_addr) {
             Some(row) => row.lock_name.to_string(),
             None => {
@@ -630,7 +623,7 @@ fn drain_open_waits(
                     .0
             }
         };
-        waiting.push(WaitingRow {
+        Some(WaitingRow {
             kind: "lock".into(),
             pid: tgid_of(tid).unwrap_or(tid),
             tid,
@@ -645,9 +638,9 @@ fn drain_open_waits(
             // (`owners::resolve_lock_owners`); the program keeps only its process.
             owner_pid: (wait.owner_tgid != 0).then_some(wait.owner_tgid),
             ..Default::default()
-        });
-    }
-    Ok(waiting)
+        })
+    };
+    drain_listed(maps, names::LOCK_SLEEP_WAIT, moment, start_ns, row)
 }
 
 /// Reads the holds under contention out of the kernel.
@@ -656,29 +649,29 @@ pub fn drain_contended_holds(
     stacks: &mut StackResolver,
     names: &std::collections::HashMap<u64, String>,
 ) -> Result<Vec<HoldRow>> {
-    let mut rows = Vec::new();
-    for (key, stat) in maps.entries_with_overflow::<ContendedHoldKey, LatencyStat>(
-        names::LOCK_HOLDS,
-        names::LOCK_HOLDS_OVERFLOW,
-    )? {
+    use super::hold::{drain_hold_map, HeldLock};
+    let split = |key: &ContendedHoldKey, stacks: &mut StackResolver| {
         // Lock 0: a row of the holds the full map had no room for.
-        let lock_name = match (key.lock_addr, names.get(&key.lock_addr)) {
+        let name = match (key.lock_addr, names.get(&key.lock_addr)) {
             (0, _) => STATS_MAP_FULL.into(),
             (_, Some(name)) => name.clone(),
             (_, None) => stacks.lock_name(key.lock_addr),
         };
-        rows.push(HoldRow {
-            lock_addr: key.lock_addr,
-            lock_name,
+        let acquired = HoldKey {
+            tgid: key.tgid,
+            kstack_id: key.kstack_id,
             flags: key.flags,
-            pid: key.tgid,
+            _pad: 0,
+        };
+        let lock = HeldLock {
+            addr: key.lock_addr,
+            name,
             tid: (key.lock_addr != 0).then_some(key.tid),
-            stack: stacks.kernel_stack(key.kstack_id),
-            latency: latency_from(&stat),
-        });
-    }
-    rows.sort_by_key(|row| std::cmp::Reverse(row.latency.total_ns));
-    Ok(rows)
+        };
+        (acquired, lock)
+    };
+    let holds = (names::LOCK_HOLDS, names::LOCK_HOLDS_OVERFLOW);
+    drain_hold_map(maps, stacks, holds, split)
 }
 
 #[cfg(test)]

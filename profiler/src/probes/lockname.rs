@@ -933,6 +933,27 @@ mod tests {
         assert_eq!(unique.len(), names.len(), "{names:?}");
     }
 
+    /// rw_semaphore: count, owner, osq, then wait_lock (x86-64, 6.x); mutex: owner, then
+    /// wait_lock.
+    const OFFSETS: WaitLockOffsets = WaitLockOffsets {
+        rwsem: Some(20),
+        mutex: Some(8),
+        rt_mutex: None,
+    };
+
+    /// The id of a kernel stack of these frames, leaf first.
+    fn kernel_stack(interner: &mut StackInterner, names: &[&str]) -> Option<u32> {
+        let frames = names.iter().map(|name| Frame::kernel(name)).collect();
+        Some(interner.stack(frames, false))
+    }
+
+    /// Each row's lock name and how it was named.
+    fn names_of(rows: &[LockRow]) -> Vec<(&str, &str)> {
+        rows.iter()
+            .map(|row| (row.lock_name.as_str(), row.lock_name_source.as_str()))
+            .collect()
+    }
+
     fn row(addr: u64, name: &str, source: &str, flags: u32) -> LockRow {
         LockRow {
             pid: 1,
@@ -950,13 +971,6 @@ mod tests {
 
     #[test]
     fn wait_lock_of_a_named_sleeping_lock_is_named_after_it() {
-        // rw_semaphore: count, owner, osq, then wait_lock (x86-64, 6.x); mutex: owner,
-        // then wait_lock.
-        let offsets = WaitLockOffsets {
-            rwsem: Some(20),
-            mutex: Some(8),
-            rt_mutex: None,
-        };
         let mmap = 0xffff_8881_0000_1000u64;
         let cred = 0xffff_8881_0000_2000u64;
         let mut rows = vec![
@@ -988,11 +1002,8 @@ mod tests {
             ),
             row(cred + 8, "some_struct+0x8", SOURCE_KALLSYMS, LCB_F_SPIN),
         ];
-        name_wait_locks(&mut rows, &offsets);
-        let names: Vec<(&str, &str)> = rows
-            .iter()
-            .map(|row| (row.lock_name.as_str(), row.lock_name_source.as_str()))
-            .collect();
+        name_wait_locks(&mut rows, &OFFSETS);
+        let names = names_of(&rows);
         assert_eq!(names[2], ("mmap_lock.wait_lock", SOURCE_MEMBER));
         assert_eq!(names[3].1, SOURCE_ADDRESS, "{names:?}");
         assert_eq!(names[4], ("0xother", SOURCE_ADDRESS));
@@ -1002,10 +1013,7 @@ mod tests {
     #[test]
     fn static_locks_without_a_symbol_are_named_after_their_taker() {
         let mut interner = StackInterner::default();
-        let mut stack = |names: &[&str]| {
-            let frames = names.iter().map(|name| Frame::kernel(name)).collect();
-            Some(interner.stack(frames, false))
-        };
+        let mut stack = |names: &[&str]| kernel_stack(&mut interner, names);
         let open = stack(&["queued_spin_lock_slowpath", "_raw_spin_lock", "chrdev_open"]);
         let other = stack(&["_raw_spin_lock", "cdev_put"]);
         let flock = stack(&[
@@ -1046,10 +1054,7 @@ mod tests {
                 None
             }
         });
-        let names: Vec<(&str, &str)> = rows
-            .iter()
-            .map(|row| (row.lock_name.as_str(), row.lock_name_source.as_str()))
-            .collect();
+        let names = names_of(&rows);
         assert_eq!(
             names,
             [
@@ -1067,50 +1072,47 @@ mod tests {
 
     #[test]
     fn wait_lock_needs_a_named_lock_and_its_offset() {
-        let offsets = WaitLockOffsets {
-            rwsem: Some(20),
-            mutex: Some(8),
-            rt_mutex: None,
-        };
         let base = 0xffff_8881_0000_1000u64;
         let none = WaitLockOffsets::default();
+        // The spinlock's name while nothing names it after its lock.
+        let unnamed = ("0xffff888100001014", SOURCE_ADDRESS);
         // (the lock at `base`, the spinlock 20 bytes on, the offsets) -> the spinlock's
         // name and source afterwards.
         let cases = [
             // The rwsem itself is not named: its wait_lock stays an address.
             (
                 ("0xffff888100001000", SOURCE_ADDRESS, LCB_F_WRITE),
-                ("0xffff888100001014", SOURCE_ADDRESS),
-                &offsets,
-                ("0xffff888100001014", SOURCE_ADDRESS),
+                unnamed,
+                &OFFSETS,
+                unnamed,
             ),
             // A spinlock the kernel side named (another task's pi_lock) keeps its name.
             (
                 ("mmap_lock", SOURCE_TASK, LCB_F_WRITE),
                 ("pi_lock", SOURCE_OTHER_TASK),
-                &offsets,
+                &OFFSETS,
                 ("pi_lock", SOURCE_OTHER_TASK),
             ),
             // A spinlock is no sleeping lock: nothing is named after it.
             (
                 ("rq_lock:cpu0", SOURCE_RUNQUEUE, LCB_F_SPIN),
-                ("0xffff888100001014", SOURCE_ADDRESS),
-                &offsets,
-                ("0xffff888100001014", SOURCE_ADDRESS),
+                unnamed,
+                &OFFSETS,
+                unnamed,
             ),
             // A kernel without the member (no BTF): nothing renamed.
             (
                 ("mmap_lock", SOURCE_TASK, LCB_F_WRITE),
-                ("0xffff888100001014", SOURCE_ADDRESS),
+                unnamed,
                 &none,
-                ("0xffff888100001014", SOURCE_ADDRESS),
+                unnamed,
             ),
             // A slab-named rwsem names its wait_lock, which the member says better
             // than the cache.
             (
                 ("&inode->i_rwsem", SOURCE_SLAB, LCB_F_WRITE),
                 ("&inode_cache", SOURCE_SLAB),
-                &offsets,
+                &OFFSETS,
                 ("&inode->i_rwsem.wait_lock", SOURCE_MEMBER),
             ),
         ];
@@ -1120,14 +1122,7 @@ mod tests {
                 row(base + 20, spin, spin_source, LCB_F_SPIN),
             ];
             name_wait_locks(&mut rows, offsets);
-            assert_eq!(
-                (
-                    rows[1].lock_name.as_str(),
-                    rows[1].lock_name_source.as_str()
-                ),
-                expected,
-                "{lock} ({lock_source})"
-            );
+            assert_eq!(names_of(&rows)[1], expected, "{lock} ({lock_source})");
         }
     }
 
@@ -1161,18 +1156,21 @@ mod tests {
 
     #[test]
     fn task_members_are_spinlocks_never_in_image_data() {
-        assert_eq!(
-            checked_class(LOCK_CLASS_ALLOC_LOCK, true, LCB_F_SPIN),
-            LOCK_CLASS_UNKNOWN
-        );
-        assert_eq!(
-            checked_class(LOCK_CLASS_PI_LOCK, true, LCB_F_SPIN),
-            LOCK_CLASS_UNKNOWN
-        );
-        assert_eq!(
-            checked_class(LOCK_CLASS_PI_LOCK, false, LCB_F_SPIN),
-            LOCK_CLASS_PI_LOCK
-        );
+        // A spinlock's (class, in the image's data) -> the class kept.
+        for (class, in_image, kept) in [
+            (LOCK_CLASS_ALLOC_LOCK, true, LOCK_CLASS_UNKNOWN),
+            (LOCK_CLASS_PI_LOCK, true, LOCK_CLASS_UNKNOWN),
+            (LOCK_CLASS_PI_LOCK, false, LOCK_CLASS_PI_LOCK),
+            // A static runqueue lock is one (`runqueues` of a kernel without per-CPU
+            // areas elsewhere): only task members are checked.
+            (LOCK_CLASS_RQ_LOCK, true, LOCK_CLASS_RQ_LOCK),
+        ] {
+            assert_eq!(
+                checked_class(class, in_image, LCB_F_SPIN),
+                kept,
+                "class {class}, in the image: {in_image}"
+            );
+        }
         // A sleeping lock or a rwlock is never a task's spinlock member.
         for flags in [
             LCB_F_WRITE,
@@ -1185,12 +1183,6 @@ mod tests {
                 LOCK_CLASS_UNKNOWN
             );
         }
-        // A static runqueue lock is one (`runqueues` of a kernel without per-CPU areas
-        // elsewhere): only task members are checked.
-        assert_eq!(
-            checked_class(LOCK_CLASS_RQ_LOCK, true, LCB_F_SPIN),
-            LOCK_CLASS_RQ_LOCK
-        );
     }
 
     /// A made-up `/sys/kernel/slab` (removed on drop): `links` are (cache, target)
@@ -1409,10 +1401,7 @@ mod tests {
         assert_eq!(kmalloc_sizes("kmalloc-rnd-05-1k"), Some((513, 1024)));
         assert_eq!(kmalloc_sizes("filp"), None);
         let mut interner = StackInterner::default();
-        let mut stack = |names: &[&str]| {
-            let frames = names.iter().map(|name| Frame::kernel(name)).collect();
-            Some(interner.stack(frames, false))
-        };
+        let mut stack = |names: &[&str]| kernel_stack(&mut interner, names);
         let object = 0xffff_8881_0000_0000u64;
         let rwlock_read = LCB_F_SPIN | LCB_F_READ;
         let slab = |addr: u64, flags: u32, stack: Option<u32>| LockRow {
@@ -1462,10 +1451,7 @@ mod tests {
             })
         };
         name_kmalloc_locks(&mut rows, &interner, kmalloc, &FakeTypes);
-        let names: Vec<(&str, &str)> = rows
-            .iter()
-            .map(|row| (row.lock_name.as_str(), row.lock_name_source.as_str()))
-            .collect();
+        let names = names_of(&rows);
         assert_eq!(
             names,
             [
@@ -1480,11 +1466,6 @@ mod tests {
 
     #[test]
     fn wait_lock_of_a_static_lock_named_after_its_taker() {
-        let offsets = WaitLockOffsets {
-            rwsem: Some(20),
-            mutex: Some(8),
-            rt_mutex: None,
-        };
         let rwsem = 0xffff_ffff_8300_0100u64;
         let mut rows = vec![
             row(rwsem, "static@flock_lock_inode", SOURCE_CALLER, LCB_F_WRITE),
@@ -1495,7 +1476,7 @@ mod tests {
                 LCB_F_SPIN,
             ),
         ];
-        name_wait_locks(&mut rows, &offsets);
+        name_wait_locks(&mut rows, &OFFSETS);
         assert_eq!(rows[1].lock_name, "static@flock_lock_inode.wait_lock");
         assert_eq!(rows[1].lock_name_source, SOURCE_MEMBER);
     }

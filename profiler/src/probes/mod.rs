@@ -26,7 +26,7 @@ use anyhow::Result;
 use aya::{Ebpf, EbpfLoader};
 
 use crate::{
-    cli::{Kind, RecordArgs},
+    cli::RecordArgs,
     profile::{ProbeUse, Profile, Unavailable},
     symbolize::{KernelSymbols, UserSymbols},
 };
@@ -214,11 +214,6 @@ pub trait Family {
 
     /// Its part of the progress line (`3456 lock contentions`), once it has rows.
     fn progress(&self, live: &Profile) -> Option<String>;
-
-    /// The flamegraph `record --flamegraph` draws for it, if any.
-    fn flamegraph(&self) -> Option<Kind> {
-        None
-    }
 
     /// After the profile is written: what the user should know about the family's run.
     fn finish(&self, _profile: &Profile) {}

@@ -244,10 +244,6 @@ impl Family for OffcpuFamily {
     fn progress(&self, live: &Profile) -> Option<String> {
         progress_of(&live.offcpu, |row| row.count, "off-CPU waits")
     }
-
-    fn flamegraph(&self) -> Option<Kind> {
-        Some(Kind::Offcpu)
-    }
 }
 
 /// What `record --offcpu` asks for.

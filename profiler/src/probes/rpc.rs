@@ -4,12 +4,9 @@
 
 use anyhow::{bail, Context, Result};
 use aya::{programs::KProbe, Ebpf, EbpfLoader};
-use profiler_common::{
-    latency::LatencyStat,
-    rpc::{
-        names, RpcId, RpcKey, RpcStart, PROVIDER_FUSE, PROVIDER_LUSTRE, PROVIDER_SPAN,
-        PROVIDER_SUNRPC, RPC_INFLIGHT_ENTRIES,
-    },
+use profiler_common::rpc::{
+    names, RpcId, RpcKey, RpcStart, PROVIDER_FUSE, PROVIDER_LUSTRE, PROVIDER_SPAN, PROVIDER_SUNRPC,
+    RPC_INFLIGHT_ENTRIES,
 };
 
 use crate::{
@@ -475,14 +472,11 @@ fn drain_in_flight(
     setup: &RpcSetup,
     moment: DrainMoment,
 ) -> Result<Vec<WaitingRow>> {
-    use super::shared::inprogress::listed_age;
-    let mut waiting = Vec::new();
-    for (id, start) in maps.entries::<RpcId, RpcStart>(names::RPC_INFLIGHT)? {
-        let Some(age_ns) = listed_age(start.start_ns, moment.now_ns) else {
-            continue;
-        };
+    use super::shared::inprogress::drain_listed;
+    let start_ns = |start: &RpcStart| start.start_ns;
+    let row = |id: RpcId, start: RpcStart, age_ns| {
         let (provider, op_name) = provider_and_op(id.provider, start.op, setup);
-        waiting.push(WaitingRow {
+        Some(WaitingRow {
             kind: "rpc".into(),
             pid: start.tgid,
             tid: if start.tid != 0 {
@@ -497,9 +491,9 @@ fn drain_in_flight(
             stack: stacks.kernel_stack(start.start_kstack),
             request: Some(id.id),
             ..Default::default()
-        });
-    }
-    Ok(waiting)
+        })
+    };
+    drain_listed(maps, names::RPC_INFLIGHT, moment, start_ns, row)
 }
 
 /// A provider's name and the name of an operation of it.
@@ -525,23 +519,19 @@ fn provider_and_op(provider: u32, op: u32, setup: &RpcSetup) -> (String, String)
 
 /// Reads the aggregate out of the kernel.
 pub fn drain(maps: &MapSet, stacks: &mut StackResolver, setup: &RpcSetup) -> Result<Vec<RpcRow>> {
-    let mut rows = Vec::new();
-    for (key, stat) in
-        maps.entries_with_overflow::<RpcKey, LatencyStat>(names::RPC_STATS, names::RPC_OVERFLOW)?
-    {
+    let row = |key: RpcKey, latency| {
         let (provider, op_name) = provider_and_op(key.provider, key.op, setup);
-        rows.push(RpcRow {
+        Some(RpcRow {
             provider,
             op: key.op,
             op_name,
             pid: key.tgid,
             start_stack: stacks.kernel_stack(key.start_kstack),
             end_stack: stacks.kernel_stack(key.end_kstack),
-            latency: latency_from(&stat),
-        });
-    }
-    rows.sort_by_key(|row| std::cmp::Reverse(row.latency.total_ns));
-    Ok(rows)
+            latency,
+        })
+    };
+    maps.latency_rows(names::RPC_STATS, names::RPC_OVERFLOW, row)
 }
 
 /// FUSE opcode names (include/uapi/linux/fuse.h), as the tracepoint prints them

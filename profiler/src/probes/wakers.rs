@@ -118,10 +118,6 @@ impl Family for WakersFamily {
     fn progress(&self, _live: &Profile) -> Option<String> {
         None
     }
-
-    fn flamegraph(&self) -> Option<Kind> {
-        None
-    }
 }
 
 fn state_bit(state: &str) -> u32 {

@@ -28,6 +28,30 @@ fn is_region_end(name: &str) -> bool {
     ) || name.starts_with("__end_")
 }
 
+/// The fields of one line of kallsyms text (`ffffffffc0a01000 t ldiskfs_bread\t[ldiskfs]`).
+pub struct Fields<'a> {
+    pub addr: u64,
+    /// The type letter (`T`, `t`, `D`, `b`, ...).
+    pub kind: &'a str,
+    pub name: &'a str,
+    /// `[module]`, brackets included, for a module's symbol.
+    pub module: Option<&'a str>,
+}
+
+impl<'a> Fields<'a> {
+    /// `None` for a line of fewer than three fields or whose address is not hex.
+    pub fn parse(line: &'a str) -> Option<Self> {
+        let mut parts = line.split_whitespace();
+        let (addr, kind, name) = (parts.next()?, parts.next()?, parts.next()?);
+        Some(Fields {
+            addr: u64::from_str_radix(addr, 16).ok()?,
+            kind,
+            name,
+            module: parts.next(),
+        })
+    }
+}
+
 /// No kernel function is this large; a larger offset means the address is elsewhere.
 const MAX_FUNCTION_SIZE: u64 = 1 << 20;
 
@@ -110,23 +134,19 @@ impl KernelSymbols {
     pub fn parse(text: &str) -> Self {
         let mut symbols = KernelSymbols::default();
         for line in text.lines() {
-            let mut parts = line.split_whitespace();
-            let (Some(addr), Some(kind), Some(name)) = (parts.next(), parts.next(), parts.next())
-            else {
+            let Some(fields) = Fields::parse(line) else {
                 continue;
             };
-            let Ok(addr) = u64::from_str_radix(addr, 16) else {
+            let Some(kind) = fields.kind.chars().next() else {
                 continue;
             };
-            let Some(kind) = kind.chars().next() else {
-                continue;
-            };
-            let module = parts
-                .next()
+            let addr = fields.addr;
+            let module = fields
+                .module
                 .map(|module| module.trim_matches(|c| c == '[' || c == ']').to_string());
             let symbol = Symbol {
                 addr,
-                name: name.to_string(),
+                name: fields.name.to_string(),
                 module,
                 kind,
             };

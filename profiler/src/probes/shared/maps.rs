@@ -9,12 +9,13 @@ use aya::{
     Ebpf,
 };
 use profiler_common::{
+    latency::LatencyStat,
     loss::{LOSS_NAMES, LOSS_SLOTS},
     shared::names,
     target::TaskInfo,
 };
 
-use crate::profile::{Process, Thread};
+use crate::profile::{Latency, Process, Thread};
 
 /// The kernel maps, taken out of the loaded object so that dropping the object detaches
 /// every program and link while the maps stay readable for the drain.
@@ -70,6 +71,27 @@ impl MapSet {
         let mut entries = self.entries(name)?;
         entries.extend(self.entries::<K, V>(overflow)?);
         Ok(entries)
+    }
+
+    /// The rows of a family's latency aggregate `name` and of its overflow map, the
+    /// longest total first: `row` makes a key's row from its latency, or leaves the key
+    /// out (`None`).
+    pub fn latency_rows<K: aya::Pod, R>(
+        &self,
+        name: &str,
+        overflow: &str,
+        mut row: impl FnMut(K, Latency) -> Option<R>,
+    ) -> Result<Vec<R>> {
+        let mut rows = Vec::new();
+        for (key, stat) in self.entries_with_overflow::<K, LatencyStat>(name, overflow)? {
+            let latency = latency_from(&stat);
+            let total_ns = latency.total_ns;
+            if let Some(row) = row(key, latency) {
+                rows.push((total_ns, row));
+            }
+        }
+        rows.sort_by_key(|(total_ns, _)| std::cmp::Reverse(*total_ns));
+        Ok(rows.into_iter().map(|(_, row)| row).collect())
     }
 
     /// Puts `map` under `name` and returns the map it replaces (`record --rotate`
@@ -178,13 +200,13 @@ pub fn comm_to_string(comm: &[u8]) -> String {
 }
 
 /// The profile's form of an in-kernel latency aggregate (trailing empty buckets cut).
-pub fn latency_from(stat: &profiler_common::latency::LatencyStat) -> crate::profile::Latency {
+pub fn latency_from(stat: &LatencyStat) -> Latency {
     let used = stat
         .hist
         .iter()
         .rposition(|&count| count != 0)
         .map_or(0, |last| last + 1);
-    crate::profile::Latency {
+    Latency {
         count: stat.count,
         total_ns: stat.total_ns,
         max_ns: stat.max_ns,
