@@ -1,18 +1,11 @@
 //! Speed of `report` + `flamegraph` on a synthetic profile of one million rows, as JSON
 //! and in the compact encoding (`lockpath convert big.json -o big.lpb`).
 
-use std::{
-    ffi::OsStr,
-    fmt::Write as _,
-    fs,
-    path::Path,
-    process::{Command, Stdio},
-    time::Instant,
-};
+use std::{ffi::OsStr, fmt::Write as _, fs, path::Path};
 
 use anyhow::Result;
 
-use super::{program_cost::wait_usage, table_header, Bench, MIB};
+use super::{program_cost::lockpath_usage, table_header, Bench, MIB};
 
 /// Interleaved rounds (JSON report, JSON flamegraph, compact report, compact
 /// flamegraph, again); every figure is the median over the rounds.
@@ -122,18 +115,11 @@ pub(super) fn big_profile_timing(bench: &Bench) -> BigProfile {
 /// Runs lockpath with `args`: wall time, and CPU time (which the other builds on a busy
 /// machine do not inflate).
 fn run(bench: &Bench, args: &[&OsStr]) -> Run {
-    let start = Instant::now();
-    let child = Command::new(&bench.lockpath)
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|err| err.to_string())?;
-    let usage = wait_usage(child.id()).map_err(|err| format!("{err:#}"))?;
+    let (usage, wall) = lockpath_usage(bench, args)?;
     if !usage.success {
         return Err(format!("lockpath {args:?} failed"));
     }
-    Ok((start.elapsed().as_secs_f64(), usage.cpu_s))
+    Ok((wall, usage.cpu_s))
 }
 
 pub(super) fn big_profile_table(big: &BigProfile) -> String {

@@ -2,16 +2,11 @@
 //! each command reads every profile, ranks the hosts and must name the generated
 //! outlier, by its lock.
 
-use std::{
-    fmt::Write as _,
-    fs,
-    process::{Command, Stdio},
-    time::Instant,
-};
+use std::{ffi::OsStr, fmt::Write as _, fs};
 
 use lockpath_profile::synthetic::{write_fleet, FLEET_OUTLIER};
 
-use super::{program_cost::wait_usage, table_header, Bench, MIB};
+use super::{program_cost::lockpath_usage, table_header, Bench, MIB};
 
 /// Hosts of the generated fleet.
 const HOSTS: usize = 2_000;
@@ -81,17 +76,11 @@ fn median(runs: Vec<Run>) -> Run {
 /// first, by its lock.
 fn outliers(bench: &Bench, dir: &std::path::Path) -> Run {
     let report = bench.scratch.join("fleet-outliers.json");
-    let start = Instant::now();
-    let child = Command::new(&bench.lockpath)
-        .args(["outliers", "--format", "json", "-o"])
-        .arg(&report)
-        .arg(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|err| err.to_string())?;
-    let usage = wait_usage(child.id()).map_err(|err| format!("{err:#}"))?;
-    let wall = start.elapsed().as_secs_f64();
+    let mut args = ["outliers", "--format", "json", "-o"]
+        .map(OsStr::new)
+        .to_vec();
+    args.extend([report.as_os_str(), dir.as_os_str()]);
+    let (usage, wall) = lockpath_usage(bench, args)?;
     if usage.exit_code != Some(1) {
         return Err(format!("exit {:?}, not 1 (an outlier)", usage.exit_code));
     }

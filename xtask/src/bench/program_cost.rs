@@ -2,10 +2,11 @@
 
 use std::{
     collections::BTreeMap,
+    ffi::OsStr,
     fmt::Write as _,
     fs,
     process::{Command, Stdio},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use anyhow::{bail, Context as _, Result};
@@ -305,6 +306,23 @@ pub(super) fn wait_usage(pid: u32) -> Result<Usage> {
         success: libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         exit_code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
     })
+}
+
+/// Runs lockpath with `args`, its output discarded, and waits for it: its usage and its
+/// wall time in seconds, or why it could not be run.
+pub(super) fn lockpath_usage<S: AsRef<OsStr>>(
+    bench: &Bench,
+    args: impl IntoIterator<Item = S>,
+) -> Result<(Usage, f64), String> {
+    let start = Instant::now();
+    let child = Command::new(&bench.lockpath)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|err| err.to_string())?;
+    let usage = wait_usage(child.id()).map_err(|err| format!("{err:#}"))?;
+    Ok((usage, start.elapsed().as_secs_f64()))
 }
 
 pub(super) fn cost_tables(costs: &[FamilyCost]) -> String {

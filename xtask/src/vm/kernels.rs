@@ -49,10 +49,10 @@ impl LabKernel {
     }
 }
 
-/// The checks that must pass on a kernel with the lock tracepoints, kprobes and fentry.
-const WITH_LOCK_TRACEPOINTS: &[&str] = &[
+/// The checks that must pass on a kernel with kprobes and fentry, with or without the
+/// lock tracepoints.
+const WITH_KPROBES: &[&str] = &[
     "lock-auto",
-    "lock-tracepoint",
     "lock-kprobe",
     "lock-filter-kprobe",
     "func-fentry",
@@ -63,17 +63,39 @@ const WITH_LOCK_TRACEPOINTS: &[&str] = &[
     "hold-symbol",
     "hold-contended",
     "io-requests",
-    "lock-names",
     "cpu-unwind",
-    "wakers",
     "offcpu-file-lock",
     "lock-cgroup",
     "stuck-before-start",
-    "lock-spin-vm",
     "lock-names-kallsyms",
+];
+
+/// The checks that must also pass on a kernel with the lock tracepoints.
+const WITH_LOCK_TRACEPOINTS: &[&str] = &[
+    "lock-tracepoint",
+    "lock-names",
+    "wakers",
+    "lock-spin-vm",
     "lock-paths",
     "stacks-spare",
 ];
+
+/// What the lab's kernels have unless they say otherwise: an x86_64 kernel of the host's
+/// suite with the lock tracepoints, kprobes and fentry, booted as distributions boot it,
+/// and every check run. `name` and `package` are always given.
+const DEFAULTS: LabKernel = LabKernel {
+    name: "",
+    package: "",
+    more_packages: &[],
+    arch: "x86_64",
+    suite: None,
+    features: &["lock_tracepoint", "kprobe", "fentry"],
+    required: &[WITH_KPROBES, WITH_LOCK_TRACEPOINTS],
+    excused: &[],
+    cmdline: "",
+    only: &[],
+    reference_for: None,
+};
 
 // Debian's newest kernel (trixie-backports), with `bpf_get_kmem_cache` (6.13): slab lock
 // names. Booted twice: as distributions run it (SLUB merges caches of one size and
@@ -83,85 +105,41 @@ const KERNEL_7_3: LabKernel = LabKernel {
     name: "7.3",
     package: "linux-binary-7.3.4+deb13-cloud-amd64",
     more_packages: &["linux-modules-7.3.4+deb13-cloud-amd64"],
-    arch: "x86_64",
     suite: Some("trixie-backports"),
     features: &["lock_tracepoint", "kprobe", "fentry", "slab_names"],
-    required: &[WITH_LOCK_TRACEPOINTS, &["lock-names-slab"]],
+    required: &[WITH_KPROBES, WITH_LOCK_TRACEPOINTS, &["lock-names-slab"]],
     // Its /proc/kallsyms lists no data symbols (the check says so and skips).
     excused: &["lock-names-kallsyms"],
-    cmdline: "",
-    only: &[],
-    reference_for: None,
+    ..DEFAULTS
 };
 
 pub(super) const KERNELS: &[LabKernel] = &[
     LabKernel {
         name: "6.12",
         package: "linux-image-6.12.117+deb13-cloud-amd64-unsigned",
-        more_packages: &[],
-        arch: "x86_64",
         suite: Some("trixie"),
-        features: &["lock_tracepoint", "kprobe", "fentry"],
-        required: &[WITH_LOCK_TRACEPOINTS],
-        excused: &[],
-        cmdline: "",
-        only: &[],
-        reference_for: None,
+        ..DEFAULTS
     },
     LabKernel {
         name: "6.1",
         package: "linux-image-6.1.0-50-cloud-amd64-unsigned",
-        more_packages: &[],
-        arch: "x86_64",
-        suite: None,
-        features: &["lock_tracepoint", "kprobe", "fentry"],
-        required: &[WITH_LOCK_TRACEPOINTS],
-        excused: &[],
-        cmdline: "",
-        only: &[],
-        reference_for: None,
+        ..DEFAULTS
     },
     LabKernel {
         name: "5.10",
         package: "linux-image-5.10.0-32-cloud-amd64-unsigned",
-        more_packages: &[],
-        arch: "x86_64",
         suite: Some("bullseye"),
         features: &["kprobe", "fentry"],
-        required: &[&[
-            "lock-auto",
-            "lock-kprobe",
-            "lock-filter-kprobe",
-            "lock-no-tracepoint",
-            "func-fentry",
-            "func-kprobe",
-            "hold-fentry",
-            "hold-kprobe",
-            "hold-bad-lock",
-            "hold-symbol",
-            "hold-contended",
-            "io-requests",
-            "cpu-unwind",
-            "offcpu-file-lock",
-            "lock-cgroup",
-            "stuck-before-start",
-            "lock-names-kallsyms",
-        ]],
-        excused: &[],
-        cmdline: "",
-        only: &[],
-        reference_for: None,
+        required: &[WITH_KPROBES, &["lock-no-tracepoint"]],
+        ..DEFAULTS
     },
     LabKernel {
         name: "6.1-arm64",
         package: "linux-image-6.1.0-50-cloud-arm64-unsigned",
-        more_packages: &[],
         arch: "aarch64",
-        suite: None,
         // No fentry: arm64 attaches BPF trampolines to kernel functions from 6.4 on
         // (ftrace direct calls); 6.1 refuses with ENOTSUPP and lockpath uses kprobes.
         features: &["lock_tracepoint", "kprobe"],
-        required: &[WITH_LOCK_TRACEPOINTS],
         // The checks this kernel cannot run, each of which says so and skips: the fentry
         // ones (func-fentry checks here that lockpath says so in one line); those that
         // need data symbols, which Debian's arm64 cloud kernel lacks (no
@@ -172,9 +150,7 @@ pub(super) const KERNELS: &[LabKernel] = &[
             "lock-names-kallsyms",
             "lock-spin-vm",
         ],
-        cmdline: "",
-        only: &[],
-        reference_for: None,
+        ..DEFAULTS
     },
     KERNEL_7_3,
     // Its reference: every cache its own, only the slab-name check.
