@@ -20,6 +20,9 @@ losses! {
         "stack map hash collision (-EEXIST) and the spare stacks full: stack not recorded";
     STACK_FAILED = 1, "stack_failed",
         "stack could not be taken (map full or walk failed)";
+    STACK_SPARE_BUSY = 52, "stack_spare_busy",
+        "stack map hash collision in a program that interrupted programs already using every \
+         spare stack scratch of the CPU: stack not recorded";
     LOCK_MAP_FULL = 2, "lock_map_full",
         "lock aggregation map full: contention counted in its process's \"[stats map full]\" row \
          (raise --map-entries for its own row)";

@@ -38,28 +38,38 @@ pub const fn spare_entries(stack_entries: u32) -> u32 {
     }
 }
 
-/// Spare stack ids are handed out per CPU, without atomics (the BPF instruction set
-/// of older kernels has no fetch-and-add): CPU `c` numbers its spare stacks of a
-/// generation from `c * per_cpu`. User space sets `per_cpu` (`SPARE_IDS_PER_CPU`) for
-/// the machine's CPUs with `spare_ids_per_cpu`; this default fits 1024 CPUs.
-pub const SPARE_IDS_PER_CPU_DEFAULT: u32 = SPARE_INDEX_BASE / 1024;
+/// Programs on one CPU nest (an interrupt's program runs inside a task's, an NMI's
+/// inside both): each CPU has this many spare stack scratch slots, one per level.
+pub const SPARE_DEPTHS: u32 = 3;
 
-/// Spare stack ids per CPU on a machine with `cpus` possible CPUs.
-pub const fn spare_ids_per_cpu(cpus: u32) -> u32 {
+/// Spare stack ids are handed out per scratch slot (CPU and nesting level), without
+/// atomics (the BPF instruction set of older kernels has no fetch-and-add): slot `s`
+/// numbers its spare stacks of a generation from `s * per_slot`. User space sets
+/// `per_slot` (`SPARE_IDS_PER_SLOT`) for the machine's CPUs with `spare_ids_per_slot`;
+/// this default fits 1024 CPUs.
+pub const SPARE_IDS_PER_SLOT_DEFAULT: u32 = SPARE_INDEX_BASE / (1024 * SPARE_DEPTHS);
+
+/// Spare stack ids per scratch slot on a machine with `cpus` possible CPUs.
+pub const fn spare_ids_per_slot(cpus: u32) -> u32 {
     match cpus {
-        0 => SPARE_INDEX_BASE,
-        cpus => SPARE_INDEX_BASE / cpus,
+        0 => SPARE_IDS_PER_SLOT_DEFAULT,
+        cpus => SPARE_INDEX_BASE / (cpus * SPARE_DEPTHS),
     }
 }
 
-/// The id of spare stack `n` of CPU `cpu` in `generation`, with `per_cpu` ids per
-/// CPU; `None` when that CPU has used all of its ids.
-pub const fn spare_stack_id(cpu: u32, n: u32, per_cpu: u32, generation: u32) -> Option<i64> {
-    if n >= per_cpu || cpu >= SPARE_INDEX_BASE / per_cpu {
+/// The scratch slot of nesting level `depth` on CPU `cpu`.
+pub const fn spare_slot(cpu: u32, depth: u32) -> u32 {
+    cpu * SPARE_DEPTHS + depth
+}
+
+/// The id of spare stack `n` of scratch slot `slot` in `generation`, with `per_slot`
+/// ids per slot; `None` when that slot has used all of its ids.
+pub const fn spare_stack_id(slot: u32, n: u32, per_slot: u32, generation: u32) -> Option<i64> {
+    if per_slot == 0 || n >= per_slot || slot >= SPARE_INDEX_BASE / per_slot {
         return None;
     }
     Some(tagged_stack_id(
-        (SPARE_INDEX_BASE + cpu * per_cpu + n) as i64,
+        (SPARE_INDEX_BASE + slot * per_slot + n) as i64,
         generation,
     ))
 }
@@ -113,8 +123,8 @@ pub mod names {
         STACKS_ODD,
         STACKS_SPARE,
         SPARE_SCRATCH,
-        /// Global: spare stack ids per CPU (`spare_ids_per_cpu`).
-        SPARE_IDS_PER_CPU,
+        /// Global: spare stack ids per scratch slot (`spare_ids_per_slot`).
+        SPARE_IDS_PER_SLOT,
         STACK_GENERATION,
         LOSSES,
         TASKS,
@@ -146,34 +156,36 @@ mod tests {
     #[test]
     fn spare_ids_are_apart_from_map_indexes_and_keep_their_generation() {
         for (cpus, generation) in [(1, 0), (2, 1), (7, STACK_TAGS + 3), (1024, 5)] {
-            let per_cpu = spare_ids_per_cpu(cpus);
-            let mut ids = [0i32; 9];
-            let mut pairs = [(0u32, 0u32); 9];
+            let per_slot = spare_ids_per_slot(cpus);
+            let mut ids = [0i32; 27];
+            let mut slots = [(0u32, 0u32); 27];
             let mut made = 0;
             for cpu in [0, cpus / 2, cpus - 1] {
-                for n in [0, 1, per_cpu - 1] {
-                    let id = spare_stack_id(cpu, n, per_cpu, generation).unwrap() as i32;
-                    assert!((0..crate::offcpu::SCANNED_STACK_BASE).contains(&id));
-                    assert!(is_spare(id));
-                    assert_eq!(stack_tag(id), generation % STACK_TAGS);
-                    ids[made] = id;
-                    pairs[made] = (cpu, n);
-                    made += 1;
+                for depth in 0..SPARE_DEPTHS {
+                    let slot = spare_slot(cpu, depth);
+                    for n in [0, 1, per_slot - 1] {
+                        let id = spare_stack_id(slot, n, per_slot, generation).unwrap() as i32;
+                        assert!((0..crate::offcpu::SCANNED_STACK_BASE).contains(&id));
+                        assert!(is_spare(id));
+                        assert_eq!(stack_tag(id), generation % STACK_TAGS);
+                        ids[made] = id;
+                        slots[made] = (slot, n);
+                        made += 1;
+                    }
+                    // A slot that used its ids gets no more.
+                    assert_eq!(spare_stack_id(slot, per_slot, per_slot, generation), None);
                 }
-                // A CPU that used its ids gets no more.
-                assert_eq!(spare_stack_id(cpu, per_cpu, per_cpu, generation), None);
             }
             for i in 0..made {
                 for j in 0..i {
                     assert_eq!(
                         ids[i] == ids[j],
-                        pairs[i] == pairs[j],
+                        slots[i] == slots[j],
                         "{:?}",
-                        (pairs[i], pairs[j])
+                        (slots[i], slots[j])
                     );
                 }
             }
-            assert_eq!(spare_stack_id(cpus, 0, per_cpu, generation), None);
             let walked = tagged_stack_id((STACKS_MAX_ENTRIES - 1) as i64, generation) as i32;
             assert!(!is_spare(walked));
         }

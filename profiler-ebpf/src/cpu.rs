@@ -26,9 +26,9 @@ use profiler_common::{
 use crate::{
     arch::{UserRegs, entry_user_regs, sample_user_regs},
     shared::{
-        Aggregate, EEXIST, STACK_FLAGS_KERNEL, STACK_FLAGS_USER, add_to_row_or_overflow,
-        count_loss, load_u32, note_user_process, overflow_map, remember_current_task, stack_id,
-        stack_id_or_loss, stats_map,
+        Aggregate, EBUSY, EEXIST, EFAULT, STACK_FLAGS_KERNEL, STACK_FLAGS_USER,
+        add_to_row_or_overflow, count_loss, load_u32, note_user_process, overflow_map,
+        remember_current_task, stack_id, stack_id_or_loss, stats_map,
     },
     target::is_target,
 };
@@ -40,8 +40,6 @@ pub static CPU_SAMPLES: HashMap<CpuKey, u64> = stats_map();
 /// Samples `CPU_SAMPLES` had no room for, per thread, without stacks.
 #[map]
 pub static CPU_OVERFLOW: HashMap<CpuKey, u64> = overflow_map();
-
-const EFAULT: i32 = 14;
 
 pub fn on_sample(ctx: &PerfEventContext) {
     let pid_tgid = bpf_get_current_pid_tgid();
@@ -184,7 +182,7 @@ fn user_stack_id(ctx: &PerfEventContext) -> i32 {
     match stack_id(ctx, STACK_FLAGS_USER) {
         Ok(id) => id as i32,
         Err(errno) if errno == -EFAULT => errno,
-        Err(errno) if errno == -EEXIST => stack_id_or_loss(Err(errno)),
+        Err(errno) if errno == -EEXIST || errno == -EBUSY => stack_id_or_loss(Err(errno)),
         Err(errno) => {
             count_loss(USER_STACK_FAILED);
             errno

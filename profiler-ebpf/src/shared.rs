@@ -14,7 +14,7 @@ use aya_ebpf::{
 };
 use profiler_common::{
     loss::{LOSS_SLOTS, PROCESS_NOTE_LOST, PROCESS_SEEN_MAP_FULL, TASK_MAP_FULL},
-    shared::{SpareStack, spare_stack_id, tagged_stack_id},
+    shared::{SPARE_DEPTHS, SpareStack, spare_slot, spare_stack_id, tagged_stack_id},
     target::TaskInfo,
 };
 
@@ -41,22 +41,26 @@ pub static STACK_GENERATION: Array<u32> = Array::with_max_entries(1, 0);
 pub static STACKS_SPARE: HashMap<SpareStack, u32> =
     HashMap::with_max_entries(profiler_common::shared::SPARE_MIN_ENTRIES, 0);
 
-/// Per CPU: the frames of the spare stack being looked up (too large for the BPF
-/// stack), and whether a program on this CPU is using them (one that interrupts it,
-/// from an interrupt or an NMI, finds them busy and loses its stack as a collision).
+/// Per CPU, one per nesting level (`SPARE_DEPTHS`): the frames of the spare stack
+/// being looked up (too large for the BPF stack), and the ids this slot handed out in
+/// the current generation.
 #[map]
-static SPARE_SCRATCH: PerCpuArray<SpareScratch> = PerCpuArray::with_max_entries(1, 0);
+static SPARE_SCRATCH: PerCpuArray<SpareScratch> = PerCpuArray::with_max_entries(SPARE_DEPTHS, 0);
 
-/// Spare stack ids per CPU (`profiler_common::shared::spare_stack_id`), set by user
-/// space for the machine's CPUs.
+/// Per CPU: how many programs on this CPU are using a spare scratch slot (the next one
+/// takes the slot at that level).
+#[map]
+static SPARE_DEPTH: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
+
+/// Spare stack ids per scratch slot (`profiler_common::shared::spare_stack_id`), set
+/// by user space for the machine's CPUs.
 #[unsafe(no_mangle)]
-static SPARE_IDS_PER_CPU: u32 = profiler_common::shared::SPARE_IDS_PER_CPU_DEFAULT;
+static SPARE_IDS_PER_SLOT: u32 = profiler_common::shared::SPARE_IDS_PER_SLOT_DEFAULT;
 
 #[repr(C)]
 pub struct SpareScratch {
     stack: SpareStack,
-    busy: u32,
-    /// The generation of `used`, and how many ids of it this CPU has handed out.
+    /// The generation of `used`, and how many ids of it this slot has handed out.
     generation: u32,
     used: u32,
 }
@@ -77,28 +81,34 @@ pub fn stack_id<C: StackIdContext>(ctx: &C, flags: u64) -> Result<i64, i32> {
     };
     match walked {
         Ok(index) => Ok(tagged_stack_id(index, generation)),
-        Err(errno) if errno == -EEXIST => spare_stack(ctx, flags, generation).ok_or(errno),
+        Err(errno) if errno == -EEXIST => spare_stack(ctx, flags, generation),
         Err(errno) => Err(errno),
     }
 }
 
-/// The id of the current stack among the spare stacks, added if new; `None` when the
-/// stack cannot be read or kept (the spare map is full, this CPU has used its ids, or
-/// the scratch is busy).
+/// The id of the current stack among the spare stacks, added if new. `-EBUSY` when
+/// every scratch slot of this CPU is in use by the programs this one interrupted;
+/// `-EEXIST` (a collision, as the stack map said) when the spare map is full or the
+/// slot has used its ids; the walk's error when the stack cannot be read.
 #[inline(always)]
-fn spare_stack<C: StackIdContext>(ctx: &C, flags: u64, generation: u32) -> Option<i64> {
-    let scratch = SPARE_SCRATCH.get_ptr_mut(0)?;
+fn spare_stack<C: StackIdContext>(ctx: &C, flags: u64, generation: u32) -> Result<i64, i32> {
+    let depth = SPARE_DEPTH.get_ptr_mut(0).ok_or(-EEXIST)?;
     // SAFETY: the pointer comes from a successful per-CPU array lookup; programs do not
-    // migrate while they run. A program that interrupts this one on the same CPU sees
-    // `busy` set and leaves the scratch alone.
-    let scratch = unsafe { &mut *scratch };
-    if scratch.busy != 0 {
-        return None;
+    // migrate while they run. A program that interrupts this one on the same CPU runs
+    // to its end before this one goes on, so it leaves the depth as it found it; it
+    // takes the next level's slot while this one holds its own.
+    let level = unsafe { *depth };
+    if level >= SPARE_DEPTHS {
+        return Err(-EBUSY);
     }
-    scratch.busy = 1;
-    let found = spare_stack_in(ctx, flags, generation, scratch);
-    scratch.busy = 0;
-    found
+    let scratch = SPARE_SCRATCH.get_ptr_mut(level).ok_or(-EEXIST)?;
+    // SAFETY: as above; the slot at `level` is this program's until it lowers the depth.
+    unsafe {
+        *depth = level + 1;
+        let found = spare_stack_in(ctx, flags, generation, level, &mut *scratch);
+        *depth = level;
+        found
+    }
 }
 
 #[inline(always)]
@@ -106,13 +116,14 @@ fn spare_stack_in<C: StackIdContext>(
     ctx: &C,
     flags: u64,
     generation: u32,
+    level: u32,
     scratch: &mut SpareScratch,
-) -> Option<i64> {
+) -> Result<i64, i32> {
     // bpf_get_stack takes the skip count and BPF_F_USER_STACK, not the stack map flags;
     // it zeroes the buffer past the last frame, so equal stacks are equal keys.
     let stack_flags = flags & (STACK_SKIP_MASK | STACK_FLAG_USER);
     // SAFETY: the buffer is the scratch's `stack`, `size_of::<SpareStack>()` bytes of
-    // map memory this program owns while `busy` is set.
+    // map memory this program owns while it holds the slot.
     let copied = unsafe {
         bpf_get_stack(
             ctx.as_ptr(),
@@ -121,32 +132,35 @@ fn spare_stack_in<C: StackIdContext>(
             stack_flags,
         )
     };
-    if copied <= 0 {
-        return None;
+    if copied < 0 {
+        return Err(copied as i32);
+    }
+    if copied == 0 {
+        return Err(-EFAULT);
     }
     let key: &SpareStack = &scratch.stack;
     // SAFETY: a hash map lookup; the value is a plain u32, read at once.
     if let Some(id) = unsafe { STACKS_SPARE.get(key) } {
-        return Some(*id as i64);
+        return Ok(*id as i64);
     }
     if scratch.generation != generation {
         scratch.generation = generation;
         scratch.used = 0;
     }
     // SAFETY: a load-time constant, read as such.
-    let per_cpu = unsafe { core::ptr::read_volatile(&SPARE_IDS_PER_CPU) };
-    if per_cpu == 0 {
-        return None;
-    }
+    let per_slot = unsafe { core::ptr::read_volatile(&SPARE_IDS_PER_SLOT) };
     // SAFETY: a helper without arguments.
     let cpu = unsafe { bpf_get_smp_processor_id() };
-    let id = spare_stack_id(cpu, scratch.used, per_cpu, generation)?;
+    let slot = spare_slot(cpu, level);
+    let id = spare_stack_id(slot, scratch.used, per_slot, generation).ok_or(-EEXIST)?;
     scratch.used += 1;
     match STACKS_SPARE.insert(key, id as u32, BPF_NOEXIST as u64) {
-        Ok(()) => Some(id),
+        Ok(()) => Ok(id),
         // Another CPU added the same stack meanwhile, or the map is full.
         // SAFETY: as above.
-        Err(_) => unsafe { STACKS_SPARE.get(key) }.map(|id| *id as i64),
+        Err(_) => unsafe { STACKS_SPARE.get(key) }
+            .map(|id| *id as i64)
+            .ok_or(-EEXIST),
     }
 }
 
@@ -207,12 +221,14 @@ pub fn stack_id_or_loss(result: Result<i64, i32>) -> i32 {
     match result {
         Ok(id) => id as i32,
         Err(errno) => {
-            // -EEXIST: hash collision with BPF_F_FAST_STACK_CMP.
-            if errno == -17 {
-                count_loss(profiler_common::loss::STACK_COLLISION);
-            } else {
-                count_loss(profiler_common::loss::STACK_FAILED);
-            }
+            // -EEXIST: hash collision with BPF_F_FAST_STACK_CMP that the spare stacks
+            // could not take; -EBUSY: the spare stacks' scratch was in use.
+            let loss = match errno {
+                errno if errno == -EEXIST => profiler_common::loss::STACK_COLLISION,
+                errno if errno == -EBUSY => profiler_common::loss::STACK_SPARE_BUSY,
+                _ => profiler_common::loss::STACK_FAILED,
+            };
+            count_loss(loss);
             errno
         }
     }
@@ -225,7 +241,7 @@ pub fn stack_id_or_loss(result: Result<i64, i32>) -> i32 {
 pub fn user_stack_id_or_collision(result: Result<i64, i32>) -> i32 {
     match result {
         Ok(id) => id as i32,
-        Err(errno) if errno == -EEXIST => stack_id_or_loss(Err(errno)),
+        Err(errno) if errno == -EEXIST || errno == -EBUSY => stack_id_or_loss(Err(errno)),
         Err(errno) => errno,
     }
 }
@@ -365,6 +381,10 @@ fn on_exec(_ctx: &aya_ebpf::programs::TracePointContext) {
 
 /// `-EEXIST`: from a map insert with `BPF_NOEXIST`, or a stack hash collision.
 pub const EEXIST: i32 = 17;
+/// `-EFAULT`: a stack walk that found no stack (a kernel thread has no user stack).
+pub const EFAULT: i32 = 14;
+/// `-EBUSY`: every spare stack scratch slot of the CPU is in use (see `stack_id`).
+pub const EBUSY: i32 = 16;
 
 /// The aggregate user space reads for one family, keyed by `K`. Size set at load time
 /// (`--map-entries`).

@@ -2,7 +2,7 @@
 //! is owned by file descriptors of this process, so they go away with it, whatever
 //! the way it ends (return, error, signal, SIGKILL).
 
-use profiler_common::shared::SPARE_IDS_PER_CPU_DEFAULT;
+use profiler_common::shared::SPARE_IDS_PER_SLOT_DEFAULT;
 use std::{
     io::IsTerminal,
     sync::atomic::{AtomicBool, AtomicI32, Ordering},
@@ -442,8 +442,8 @@ fn configure<'a>(
             true,
         )
         .override_global(
-            shared_names::SPARE_IDS_PER_CPU,
-            &globals.spare_ids_per_cpu,
+            shared_names::SPARE_IDS_PER_SLOT,
+            &globals.spare_ids_per_slot,
             true,
         )
         .map_max_entries(shared_names::STACKS, args.stack_entries)
@@ -481,7 +481,7 @@ struct TargetGlobals {
     filter_mode: u32,
     fork_child_pid: u32,
     exit_group_dead: u32,
-    spare_ids_per_cpu: u32,
+    spare_ids_per_slot: u32,
 }
 
 /// A recording whose probes are attached: its families, the hooks this kernel lacks,
@@ -581,8 +581,8 @@ fn start(
         fork_child_pid: tracefs::field_offset("sched", "sched_process_fork", "child_pid")?,
         exit_group_dead: tracefs::field_offset("sched", "sched_process_exit", "group_dead")
             .unwrap_or(0),
-        spare_ids_per_cpu: aya::util::nr_cpus().map_or(SPARE_IDS_PER_CPU_DEFAULT, |cpus| {
-            profiler_common::shared::spare_ids_per_cpu(cpus as u32)
+        spare_ids_per_slot: aya::util::nr_cpus().map_or(SPARE_IDS_PER_SLOT_DEFAULT, |cpus| {
+            profiler_common::shared::spare_ids_per_slot(cpus as u32)
         }),
     };
     let mut loader = EbpfLoader::new();

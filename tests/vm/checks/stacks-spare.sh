@@ -1,8 +1,8 @@
 # A stack map of one bucket (`--stack-entries 1`): every call path but the first
 # collides in it and goes to the spare stacks (STACKS_SPARE). lock-paths' two paths to
 # its file's f_pos_lock (`read`, `readv`) must both be named by their stacks, no wait
-# may be without a stack (but one whose walk failed, reported as such), and no stack
-# may be lost to a collision.
+# may be without a stack (but one whose walk failed or found the spare stacks busy,
+# reported as such), and no stack may be lost to a collision.
 . /checks/lib
 need lock_tracepoint
 dir=/tmp/spare
