@@ -27,6 +27,19 @@ impl LatencyStat {
     };
 }
 
+impl LatencyStat {
+    /// The aggregate with one more latency of `ns` (as the programs add it).
+    pub fn with(&self, ns: u64) -> LatencyStat {
+        let mut stat = *self;
+        stat.count += 1;
+        stat.total_ns += ns;
+        stat.max_ns = stat.max_ns.max(ns);
+        stat.min_ns = stat.min_ns.min(ns);
+        stat.hist[log2_slot(ns)] += 1;
+        stat
+    }
+}
+
 /// floor(log2(ns)), clamped to the histogram (0 for 0 and 1).
 #[inline(always)]
 pub fn log2_slot(ns: u64) -> usize {
@@ -61,6 +74,17 @@ crate::impl_pod!(LatencyStat);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn with_adds_one_latency_like_the_programs() {
+        let stat = LatencyStat::EMPTY.with(3).with(1024).with(0);
+        assert_eq!(
+            (stat.count, stat.total_ns, stat.max_ns, stat.min_ns),
+            (3, 1027, 1024, 0)
+        );
+        assert_eq!((stat.hist[0], stat.hist[1], stat.hist[10]), (1, 1, 1));
+        assert_eq!(stat.hist.iter().sum::<u64>(), 3);
+    }
 
     #[test]
     fn log2_slots() {

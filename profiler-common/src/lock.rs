@@ -10,7 +10,7 @@ pub const LCB_F_MUTEX: u32 = 1 << 5;
 
 /// Aggregation key: one row per process, kernel stack, lock and lock type.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LockKey {
     pub lock_addr: u64,
     /// Process id (tgid) of the waiter.
@@ -254,7 +254,7 @@ pub struct LockAcquirer {
 /// Key of a hold under contention: the lock and the holder (thread, process, the
 /// stack of its own contended acquisition, its mode).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ContendedHoldKey {
     pub lock_addr: u64,
     pub tid: u32,
@@ -451,6 +451,56 @@ pub struct StackCacheEntry {
     pub key: StackCacheKey,
     pub value: crate::lockname::StackCacheValue,
 }
+/// A finished contention not yet added to the aggregate: the end program, which runs
+/// with the lock just taken, leaves it in its CPU's `LOCK_PENDING` ring, and the next
+/// begin on that CPU (outside any critical section) adds it to `LOCK_STATS` and, with a
+/// hold, to `LOCK_HOLDS`. What a ring still holds when the programs are detached is
+/// added by user space.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PendingEnd {
+    pub key: LockKey,
+    pub wait_ns: u64,
+    /// The previous acquirer's hold this acquisition closed, when `hold_ns` is not
+    /// `NO_HOLD`.
+    pub hold: ContendedHoldKey,
+    pub hold_ns: u64,
+}
+
+/// `PendingEnd::hold_ns` of an end that closed no hold.
+pub const NO_HOLD: u64 = u64::MAX;
+
+/// Ends a CPU's ring holds (a power of two). A CPU sees more ends than begins when
+/// sleeping waits that began elsewhere end on it; a full ring makes the end program
+/// add the wait itself, as it would without the ring.
+pub const LOCK_PENDING_ENDS: usize = 8;
+
+/// A CPU's ring of pending ends: `head` counts the ends written, `tail` those added to
+/// the aggregate; the ends `tail..head` (modulo the ring's size) are pending.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PendingRing {
+    pub head: u32,
+    pub tail: u32,
+    pub ends: [PendingEnd; LOCK_PENDING_ENDS],
+}
+
+impl PendingRing {
+    /// The ends still pending, oldest first.
+    pub fn pending(&self) -> impl Iterator<Item = &PendingEnd> {
+        let count = self
+            .head
+            .wrapping_sub(self.tail)
+            .min(LOCK_PENDING_ENDS as u32);
+        (0..count)
+            .map(move |i| &self.ends[(self.tail.wrapping_add(i) as usize) % LOCK_PENDING_ENDS])
+    }
+}
+
+/// Threads each CPU's begin program last named, by `tid % LOCK_NAMED_ENTRIES`
+/// (`LOCK_NAMED`): a thread found there is not named again.
+pub const LOCK_NAMED_ENTRIES: u32 = 64;
+
 /// Threads whose sleeping wait the full wait map dropped (`LOCK_SLEEP_DROPPED`).
 pub const LOCK_SLEEP_DROPPED_ENTRIES: u32 = 1024;
 
@@ -471,6 +521,8 @@ pub mod names {
         LOCK_SITE_CACHE,
         LOCK_STACK_WORDS,
         LOCK_SLEEP_DROPPED,
+        LOCK_PENDING,
+        LOCK_NAMED,
         LOCK_CONTENTION_BEGIN = lock_contention_begin,
         LOCK_CONTENTION_END = lock_contention_end,
         LOCK_KPROBE_SPIN = lock_kprobe_spin,
@@ -493,12 +545,46 @@ crate::impl_pod!(
     LockText,
     StackCacheKey,
     LockAcquirer,
-    ContendedHoldKey
+    ContendedHoldKey,
+    PendingRing
 );
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ring_with(head: u32, tail: u32) -> PendingRing {
+        let mut ring = PendingRing {
+            head,
+            tail,
+            ..PendingRing::default()
+        };
+        for (i, end) in ring.ends.iter_mut().enumerate() {
+            end.wait_ns = i as u64;
+        }
+        ring
+    }
+
+    fn pending_are(ring: PendingRing, slots: &[u64]) -> bool {
+        ring.pending()
+            .map(|end| end.wait_ns)
+            .eq(slots.iter().copied())
+    }
+
+    /// The ends between `tail` and `head` are pending, oldest first, across the ring's
+    /// end and across the wrap of the counters.
+    #[test]
+    fn pending_ends_are_those_between_tail_and_head() {
+        assert!(pending_are(ring_with(5, 5), &[]));
+        assert!(pending_are(ring_with(3, 1), &[1, 2]));
+        assert!(pending_are(ring_with(10, 6), &[6, 7, 0, 1]));
+        let full = LOCK_PENDING_ENDS as u32;
+        assert!(pending_are(ring_with(full, 0), &[0, 1, 2, 3, 4, 5, 6, 7]));
+        // The counters wrap: head 1 and tail u32::MAX - 1 leave three ends.
+        assert!(pending_are(ring_with(1, u32::MAX - 1), &[6, 7, 0]));
+        // A ring read while torn (more than it can hold) reads as full, not beyond.
+        assert_eq!(ring_with(100, 0).pending().count(), LOCK_PENDING_ENDS);
+    }
 
     #[test]
     fn outcomes_from_ret() {

@@ -96,5 +96,6 @@ pub fn on_return(slot: u32) {
         FuncKey::overflow,
         now - entry.start_ns,
         (FUNC_MAP_FULL, FUNC_OVERFLOW_FULL),
+        true,
     );
 }

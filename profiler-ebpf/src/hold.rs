@@ -157,5 +157,6 @@ pub fn on_release() {
         HoldKey::overflow,
         now - open.start_ns,
         (HOLD_MAP_FULL, HOLD_OVERFLOW_FULL),
+        true,
     );
 }

@@ -9,6 +9,14 @@
 //! (lock, process, stack, flags, outcome). Nothing travels to user space per event.
 //! Modelled on perf's `lock_contention.bpf.c`.
 //!
+//! The end program runs with the lock just taken: whatever it does lengthens the
+//! critical section of a contended lock, serially, on every handoff. So it only closes
+//! the wait (and the previous acquirer's hold) and leaves the finished contention in
+//! its CPU's `LOCK_PENDING` ring; the next begin on that CPU, outside any critical
+//! section, adds it to the aggregate. User space adds what the rings still hold once
+//! the programs are detached. (The kprobe fallback adds at once: its programs may nest
+//! with the tracepoints'.)
+//!
 //! Cost and accuracy: a kernel stack walk (`bpf_get_stackid`) costs about 3 us, several
 //! times a typical spin. So the walk is not done per contention: the stack is looked up
 //! in `LOCK_STACK_CACHE` by (lock, fingerprint of the kernel stack above the tracepoint),
@@ -48,6 +56,7 @@ use profiler_common::{
         StackCacheEntry, StackCacheKey, conflicts, filter_keeps, open_spin_relation, outcome_of,
         same_spin_context, slot_of, sticky_flags,
     },
+    lock::{LOCK_NAMED_ENTRIES, LOCK_PENDING_ENDS, NO_HOLD, PendingEnd, PendingRing},
     lockname::StackCacheValue,
     loss::{
         LOCK_HOLD_MAP_FULL, LOCK_HOLD_OVERFLOW_FULL, LOCK_INTERRUPT_WAIT_LOST,
@@ -63,7 +72,8 @@ use crate::{
     offcpu::OFFCPU_START,
     shared::{
         Aggregate, STACK_FLAGS_KERNEL, TASKS, add_count_total_max, add_to_row_or_overflow,
-        count_loss, now_ns, overflow_map, stack_id, stack_id_or_loss, stats_map,
+        count_loss, now_ns, overflow_map, remember_current_task, stack_id, stack_id_or_loss,
+        stats_map,
     },
     target::is_target,
 };
@@ -138,6 +148,16 @@ pub static LOCK_HOLDS: HashMap<ContendedHoldKey, LatencyStat> = stats_map();
 /// Holds `LOCK_HOLDS` had no room for, per process and mode.
 #[map]
 pub static LOCK_HOLDS_OVERFLOW: HashMap<ContendedHoldKey, LatencyStat> = overflow_map();
+
+/// Finished contentions not yet in the aggregate, per CPU (see the module comment).
+#[map]
+static LOCK_PENDING: PerCpuArray<PendingRing> = PerCpuArray::with_max_entries(1, 0);
+
+/// The threads this CPU's begin program named last, by `tid % LOCK_NAMED_ENTRIES`: the
+/// rows are added by a later begin, in another task, so the waiter is named at its
+/// begin, once.
+#[map]
+static LOCK_NAMED: PerCpuArray<u32> = PerCpuArray::with_max_entries(LOCK_NAMED_ENTRIES, 0);
 
 /// Threads whose sleeping wait was not recorded (LOCK_SLEEP_WAIT full, counted then):
 /// their end is not counted a second time as unmatched. A slot per `tid % entries`
@@ -297,12 +317,15 @@ pub fn on_contention_begin(ctx: RawTracePointContext) {
     if filtered_out(lock_addr, flags) {
         return;
     }
+    add_pending_ends();
     // The moment the waiter found the lock taken: before any of lockpath's own work
-    // (the filter's check above is one global read when there is no filter).
+    // (the filter's check above is one global read when there is no filter, and the
+    // pending ends are added before it).
     let start_ns = now_ns();
     if !is_target() {
         return;
     }
+    name_once(bpf_get_current_pid_tgid() as u32);
     if spins(flags) {
         let Some((slot, sp)) = spin_slot(ctx) else {
             return;
@@ -375,7 +398,7 @@ pub fn on_contention_end(ctx: &RawTracePointContext) {
         // The end of the open wait: the same lock, in the context of its begin.
         // SAFETY: as above.
         let wait = unsafe { *slot };
-        close_wait(&wait, end_ns, pid_tgid, outcome);
+        close_wait(&wait, end_ns, pid_tgid, outcome, Defer::ToNextBegin);
         // Cleared only once the aggregate is written: a begin nested in between sees
         // the slot busy and is ignored instead of overwriting it.
         // SAFETY: as above.
@@ -465,7 +488,7 @@ fn end_other(
         let mut wait = unsafe { *open };
         if wait.lock_addr == lock_addr {
             walk_if_long(ctx, &mut wait, end_ns);
-            close_wait(&wait, end_ns, pid_tgid, outcome);
+            close_wait(&wait, end_ns, pid_tgid, outcome, Defer::ToNextBegin);
             let _ = LOCK_SLEEP_WAIT.remove(tid);
         }
         // Otherwise the end of a wait whose begin was ignored (and counted) as nested.
@@ -598,6 +621,7 @@ pub fn on_spin_slowpath_return(_ctx: &RetProbeContext) {
         end_ns,
         bpf_get_current_pid_tgid(),
         LOCK_OUTCOME_ACQUIRED,
+        Defer::No,
     );
     slot.lock_addr = 0;
 }
@@ -642,7 +666,7 @@ pub fn on_sleep_slowpath_return(_ctx: &RetProbeContext) {
     let wait = unsafe { *open };
     // The slow paths' return values differ (void, or an int for the killable ones):
     // the fallback cannot tell an interrupted wait from an acquisition.
-    close_wait(&wait, end_ns, pid_tgid, LOCK_OUTCOME_ACQUIRED);
+    close_wait(&wait, end_ns, pid_tgid, LOCK_OUTCOME_ACQUIRED, Defer::No);
     let _ = LOCK_SLEEP_WAIT.remove(tid);
 }
 
@@ -1264,14 +1288,29 @@ fn count_unmatched_end() {
     }
 }
 
-/// Adds a finished wait to the aggregate and, when it ended with the lock taken, closes
-/// the previous acquirer's hold under contention.
+/// Whether a finished contention is added to the aggregate now or by the next begin on
+/// this CPU (see the module comment).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Defer {
+    No,
+    ToNextBegin,
+}
+
+/// Closes a finished wait and, when it ended with the lock taken, the previous
+/// acquirer's hold under contention; adds both to the aggregate now, or leaves them for
+/// the next begin (`defer`; at once when this CPU's ring is full).
 #[inline(always)]
-fn close_wait(wait: &LockWait, end_ns: u64, pid_tgid: u64, outcome: u32) {
+fn close_wait(wait: &LockWait, end_ns: u64, pid_tgid: u64, outcome: u32, defer: Defer) {
     if end_ns < wait.start_ns {
         count_loss(LOCK_NEGATIVE_DELTA);
         return;
     }
+    let wait_ns = end_ns - wait.start_ns;
+    let hold = if outcome == LOCK_OUTCOME_ACQUIRED {
+        note_acquisition(wait, end_ns, pid_tgid)
+    } else {
+        None
+    };
     let key = LockKey {
         lock_addr: wait.lock_addr,
         tgid: (pid_tgid >> 32) as u32,
@@ -1283,28 +1322,143 @@ fn close_wait(wait: &LockWait, end_ns: u64, pid_tgid: u64, outcome: u32) {
         outcome,
         _pad: 0,
     };
+    if defer == Defer::ToNextBegin {
+        let (hold_key, hold_ns) = hold.unwrap_or((ContendedHoldKey::default(), NO_HOLD));
+        let end = PendingEnd {
+            key,
+            wait_ns,
+            hold: hold_key,
+            hold_ns,
+        };
+        if push_pending(&end) {
+            return;
+        }
+    }
+    add_wait(&key, &wait_ns, true);
+    if let Some((hold_key, hold_ns)) = hold {
+        add_hold(&hold_key, hold_ns, true);
+    }
+}
+
+/// Adds one wait to its row (`remember`: name the current thread on a new row).
+#[inline(always)]
+fn add_wait(key: &LockKey, wait_ns: &u64, remember: bool) {
     add_to_row_or_overflow(
         (&LOCK_STATS, &LOCK_OVERFLOW),
-        &key,
+        key,
         LockKey::overflow,
-        &(end_ns - wait.start_ns),
+        wait_ns,
         (LOCK_MAP_FULL, LOCK_OVERFLOW_FULL),
-        true,
+        remember,
     );
-    if outcome == LOCK_OUTCOME_ACQUIRED {
-        note_acquisition(wait, end_ns, pid_tgid);
+}
+
+/// Adds one hold under contention to its row (`remember` as in `add_wait`).
+#[inline(always)]
+fn add_hold(key: &ContendedHoldKey, hold_ns: u64, remember: bool) {
+    add_latency(
+        (&LOCK_HOLDS, &LOCK_HOLDS_OVERFLOW),
+        key,
+        ContendedHoldKey::overflow,
+        hold_ns,
+        (LOCK_HOLD_MAP_FULL, LOCK_HOLD_OVERFLOW_FULL),
+        remember,
+    );
+}
+
+/// Writes a finished contention into this CPU's ring; false when the ring is full (or
+/// missing). Only the tracepoints' end program writes the ring, and it does
+/// not nest with itself; a begin that interrupts it before the end is published does
+/// not see it yet.
+#[inline(always)]
+fn push_pending(end: &PendingEnd) -> bool {
+    let Some(ring) = LOCK_PENDING.get_ptr_mut(0) else {
+        return false;
+    };
+    // SAFETY: this CPU's ring from a successful lookup. Its writers run on this CPU
+    // only: this program (which the kernel does not nest with itself) writes the end
+    // at `head` and then moves `head`; the begin program reads the end at `tail` and
+    // then moves `tail`, so neither touches an end the other is using. Volatile, all
+    // of it: the end is written before `head` moves, in program order (the compiler
+    // keeps volatile accesses in order; one CPU sees its own stores in order).
+    unsafe {
+        let head = core::ptr::read_volatile(&raw const (*ring).head);
+        let tail = core::ptr::read_volatile(&raw const (*ring).tail);
+        if head.wrapping_sub(tail) >= LOCK_PENDING_ENDS as u32 {
+            return false;
+        }
+        let Some(slot) = (*ring).ends.get_mut(head as usize % LOCK_PENDING_ENDS) else {
+            return false;
+        };
+        core::ptr::write_volatile(slot, *end);
+        core::ptr::write_volatile(&raw mut (*ring).head, head.wrapping_add(1));
+    }
+    true
+}
+
+/// Ends this CPU's ring still holds that one begin adds: a begin usually finds the one
+/// end of the wait before it; two drain a ring that sleeping waits ending here filled.
+const ADDED_PER_BEGIN: usize = 2;
+
+/// Adds the oldest pending ends of this CPU to the aggregate (the begin program,
+/// before its own time stamp).
+#[inline(always)]
+fn add_pending_ends() {
+    let Some(ring) = LOCK_PENDING.get_ptr_mut(0) else {
+        return;
+    };
+    for _ in 0..ADDED_PER_BEGIN {
+        // SAFETY: as in `push_pending`: the end at `tail` is not written until `tail`
+        // moves past it, which only this program does, after reading it.
+        unsafe {
+            let tail = core::ptr::read_volatile(&raw const (*ring).tail);
+            if core::ptr::read_volatile(&raw const (*ring).head) == tail {
+                return;
+            }
+            let Some(end) = (*ring).ends.get(tail as usize % LOCK_PENDING_ENDS) else {
+                return;
+            };
+            // Not named here: this is another task; the waiter was named at its begin.
+            add_wait(&end.key, &end.wait_ns, false);
+            if end.hold_ns != NO_HOLD {
+                add_hold(&end.hold, end.hold_ns, false);
+            }
+            // The helper calls above read the end before `tail` moves (the compiler
+            // cannot move a read of map memory past a call that may write it).
+            core::ptr::write_volatile(&raw mut (*ring).tail, tail.wrapping_add(1));
+        }
+    }
+}
+
+/// Names the current thread (`TASKS`) unless this CPU named it lately.
+#[inline(always)]
+fn name_once(tid: u32) {
+    let Some(named) = LOCK_NAMED.get_ptr_mut(tid % LOCK_NAMED_ENTRIES) else {
+        return;
+    };
+    // SAFETY: this CPU's element from a successful lookup; a nested program that names
+    // another thread in between only costs one more naming.
+    unsafe {
+        if *named != tid {
+            remember_current_task();
+            *named = tid;
+        }
     }
 }
 
 /// The current task took the lock after waiting since `wait.start_ns`. If it was
 /// already waiting when the previous contended acquirer took the lock, that acquirer
 /// held it until just now: its hold under contention is `end_ns - acquired_ns`
-/// (including the handoff). A waiter that arrived later cannot tell the previous
+/// (including the handoff), returned with the hold's key. A waiter that arrived later cannot tell the previous
 /// acquirer from a holder that took the lock without contention, so it closes no hold.
 /// Readers share: a reader that follows a reader of the same group keeps the group's
 /// first reader as the one whose hold is measured.
 #[inline(always)]
-fn note_acquisition(wait: &LockWait, end_ns: u64, pid_tgid: u64) {
+fn note_acquisition(
+    wait: &LockWait,
+    end_ns: u64,
+    pid_tgid: u64,
+) -> Option<(ContendedHoldKey, u64)> {
     let tid = pid_tgid as u32;
     let current = LockAcquirer {
         lock_addr: wait.lock_addr,
@@ -1315,11 +1469,8 @@ fn note_acquisition(wait: &LockWait, end_ns: u64, pid_tgid: u64) {
         kstack_id: wait.kstack_id,
         flags: wait.flags,
     };
-    let Some(slot) =
-        LOCK_LAST_ACQUIRER.get_ptr_mut(slot_of(wait.lock_addr, LOCK_LAST_ACQUIRER_ENTRIES))
-    else {
-        return;
-    };
+    let slot =
+        LOCK_LAST_ACQUIRER.get_ptr_mut(slot_of(wait.lock_addr, LOCK_LAST_ACQUIRER_ENTRIES))?;
     // SAFETY: array element from a successful lookup, valid for this program run.
     // Exclusive acquisitions of one lock are serialized by the lock itself; concurrent
     // readers (or another lock sharing the slot) may race here, which at worst
@@ -1328,32 +1479,27 @@ fn note_acquisition(wait: &LockWait, end_ns: u64, pid_tgid: u64) {
     if previous.lock_addr != wait.lock_addr {
         // Empty, or another lock's: this lock's previous acquirer is not known.
         *previous = current;
-        return;
+        return None;
     }
     let waited_for_previous = conflicts(previous.flags, wait.flags);
-    if waited_for_previous
+    let hold = (waited_for_previous
         && previous.tid != tid
         && wait.start_ns <= previous.acquired_ns
-        && end_ns >= previous.acquired_ns
-    {
-        let key = ContendedHoldKey {
-            lock_addr: wait.lock_addr,
-            tid: previous.tid,
-            tgid: previous.tgid,
-            kstack_id: previous.kstack_id,
-            flags: previous.flags,
-        };
-        add_latency(
-            (&LOCK_HOLDS, &LOCK_HOLDS_OVERFLOW),
-            &key,
-            ContendedHoldKey::overflow,
-            end_ns - previous.acquired_ns,
-            (LOCK_HOLD_MAP_FULL, LOCK_HOLD_OVERFLOW_FULL),
-        );
-    }
+        && end_ns >= previous.acquired_ns)
+        .then(|| {
+            let key = ContendedHoldKey {
+                lock_addr: wait.lock_addr,
+                tid: previous.tid,
+                tgid: previous.tgid,
+                kstack_id: previous.kstack_id,
+                flags: previous.flags,
+            };
+            (key, end_ns - previous.acquired_ns)
+        });
     if waited_for_previous || wait.start_ns > previous.acquired_ns {
         *previous = current;
     }
+    hold
 }
 
 impl Aggregate<u64> for LockStat {

@@ -135,6 +135,7 @@ fn end<C: StackIdContext>(ctx: &C, id: RpcId) {
         RpcKey::overflow,
         now - start.start_ns,
         (RPC_MAP_FULL, RPC_OVERFLOW_FULL),
+        true,
     );
 }
 

@@ -432,7 +432,7 @@ impl Agent {
         // Detaching closes every program and link; the maps stay readable.
         drop(ebpf);
         for family in self.families.iter_mut() {
-            family.stopped();
+            family.stopped(&mut self.maps)?;
         }
         if let Some(watcher) = self.watcher.take() {
             watcher.finish(&mut self.stacks.user);

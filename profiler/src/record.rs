@@ -163,7 +163,7 @@ fn collect(
     let Session {
         ebpf,
         probes,
-        maps,
+        mut maps,
         mut stacks,
         watcher,
         mut reader,
@@ -174,7 +174,7 @@ fn collect(
     // Detach first (numbers stop moving), then drain.
     drop(ebpf);
     for family in families.iter_mut() {
-        family.stopped();
+        family.stopped(&mut maps)?;
     }
     if let Some(watcher) = watcher {
         watcher.finish(&mut stacks.user);

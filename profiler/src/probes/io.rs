@@ -82,8 +82,9 @@ impl Family for IoFamily {
     }
 
     /// Devices that appeared during the run get their names too.
-    fn stopped(&mut self) {
+    fn stopped(&mut self, _maps: &mut MapSet) -> Result<()> {
         self.devices.merge(DeviceNames::scan());
+        Ok(())
     }
 
     fn drain(&self, out: &mut Drain) -> Result<()> {

@@ -7,10 +7,11 @@ use anyhow::{bail, Result};
 use aya::{programs::KProbe, Ebpf, EbpfLoader};
 use profiler_common::{
     hold::HoldKey,
+    latency::LatencyStat,
     lock::{
-        names, ContendedHoldKey, LockKey, LockLayout, LockStat, LockText, LockWait,
+        names, ContendedHoldKey, LockKey, LockLayout, LockStat, LockText, LockWait, PendingRing,
         LOCK_LAST_ACQUIRER_ENTRIES, LOCK_SLEEP_DROPPED_ENTRIES, LOCK_SLEEP_WAIT_ENTRIES,
-        LOCK_STACK_CACHE_ENTRIES, LOCK_TEXT_RANGES, OUTCOME_SHIFT,
+        LOCK_STACK_CACHE_ENTRIES, LOCK_TEXT_RANGES, NO_HOLD, OUTCOME_SHIFT,
     },
 };
 
@@ -133,6 +134,10 @@ impl Family for LockFamily {
             }
         }
         Ok(vec![used])
+    }
+
+    fn stopped(&mut self, maps: &mut MapSet) -> Result<()> {
+        add_pending_ends(maps)
     }
 
     fn drain(&self, out: &mut Drain) -> Result<()> {
@@ -537,6 +542,45 @@ pub fn layout() -> LockLayout {
             LockLayout::default()
         }
     }
+}
+
+/// Adds the finished contentions the CPUs' rings still hold (`LOCK_PENDING`: the end
+/// program leaves each for the next begin on its CPU) to the aggregate, as that begin
+/// would have. Once the programs are detached, nothing else will.
+pub fn add_pending_ends(maps: &mut MapSet) -> Result<()> {
+    for ring in maps.per_cpu::<PendingRing>(names::LOCK_PENDING)? {
+        for end in ring.pending() {
+            let wait_ns = end.wait_ns;
+            let added = maps.add_to_row(
+                (names::LOCK_STATS, names::LOCK_OVERFLOW),
+                (end.key, end.key.overflow()),
+                LockStat {
+                    count: 1,
+                    total_ns: wait_ns,
+                    max_ns: wait_ns,
+                    min_ns: wait_ns,
+                },
+                |stat: &mut LockStat| {
+                    stat.count += 1;
+                    stat.total_ns += wait_ns;
+                    stat.max_ns = stat.max_ns.max(wait_ns);
+                    stat.min_ns = stat.min_ns.min(wait_ns);
+                },
+            )?;
+            let hold_ns = end.hold_ns;
+            let hold_added = hold_ns == NO_HOLD
+                || maps.add_to_row(
+                    (names::LOCK_HOLDS, names::LOCK_HOLDS_OVERFLOW),
+                    (end.hold, end.hold.overflow()),
+                    LatencyStat::EMPTY.with(hold_ns),
+                    |stat: &mut LatencyStat| *stat = stat.with(hold_ns),
+                )?;
+            if !added || !hold_added {
+                log::warn!("a lock contention left for user space found its maps full");
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Reads the aggregate out of the kernel.

@@ -206,8 +206,11 @@ pub trait Family {
     /// in user space per event starts afresh (the kernel maps were emptied already).
     fn new_period(&self) {}
 
-    /// Called once the programs are detached, before the last drain.
-    fn stopped(&mut self) {}
+    /// Called once the programs are detached, before the last drain: adds to the maps
+    /// what the programs left for user space.
+    fn stopped(&mut self, _maps: &mut MapSet) -> Result<()> {
+        Ok(())
+    }
 
     /// Reads its kernel maps into `out.profile` (while recording and at the end).
     fn drain(&self, out: &mut Drain) -> Result<()>;

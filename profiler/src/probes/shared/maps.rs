@@ -104,6 +104,46 @@ impl MapSet {
         Ok(std::mem::replace(slot, map))
     }
 
+    /// The values of element 0 of a per-CPU array of the set, one per possible CPU.
+    pub fn per_cpu<V: aya::Pod>(&self, name: &str) -> Result<Vec<V>> {
+        let map: PerCpuArray<_, V> = PerCpuArray::try_from(self.get(name)?)
+            .with_context(|| format!("{name} has an unexpected type"))?;
+        let values = map
+            .get(&0, 0)
+            .with_context(|| format!("cannot read {name}"))?;
+        Ok(values.iter().copied().collect())
+    }
+
+    /// Adds to the row of `key` in a family's aggregation map (`add`, or `first` for a
+    /// new row), as the programs do, and when that map is full, to the row of
+    /// `overflow_key` in its overflow map. For what the programs left for user space to
+    /// add once they are detached. False when neither map had room.
+    pub fn add_to_row<K: aya::Pod, V: aya::Pod>(
+        &mut self,
+        (name, overflow): (&str, &str),
+        (key, overflow_key): (K, K),
+        first: V,
+        add: impl Fn(&mut V),
+    ) -> Result<bool> {
+        for (name, key) in [(name, key), (overflow, overflow_key)] {
+            let mut map: HashMap<_, K, V> = HashMap::try_from(self.get_mut(name)?)
+                .with_context(|| format!("{name} has an unexpected type"))?;
+            let row = match map.get(&key, 0) {
+                Ok(mut row) => {
+                    add(&mut row);
+                    row
+                }
+                Err(aya::maps::MapError::KeyNotFound) => first,
+                Err(err) => return Err(err).with_context(|| format!("cannot read {name}")),
+            };
+            // An insert fails only when the map is full: the overflow map's turn.
+            if map.insert(key, row, 0).is_ok() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     pub fn take(&mut self, name: &str) -> Result<Map> {
         self.maps
             .remove(name)
