@@ -222,12 +222,25 @@ pub struct DirtyKey {
     pub _pad: u32,
 }
 
+impl DirtyKey {
+    /// The row of `IO_DIRTIED_OVERFLOW` that takes these folios when `IO_DIRTIED` is
+    /// full: their process, without file.
+    pub const fn overflow(&self) -> DirtyKey {
+        DirtyKey {
+            inode: 0,
+            tgid: self.tgid,
+            _pad: 0,
+        }
+    }
+}
+
 /// Folios one process dirtied in one file (`writeback_dirty_folio`, or
 /// `writeback_dirty_page` before 5.17: each newly dirtied folio once).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DirtyStat {
     pub folios: u64,
+    /// The file (as in `IoKey`); 0 and 0 in the rows of `IO_DIRTIED_OVERFLOW`.
     pub ino: u64,
     pub dev: u32,
     pub _pad: u32,
@@ -405,6 +418,7 @@ pub mod names {
         IO_LAYOUT,
         IO_FILES,
         IO_DIRTIED,
+        IO_DIRTIED_OVERFLOW,
         IO_DIRTY = io_dirty,
         IO_CALLS,
         IO_CALLS_OVERFLOW,

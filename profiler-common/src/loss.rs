@@ -119,8 +119,12 @@ losses! {
         "a request address reused while an older request there was open (its completion was \
          missed): the older one dropped";
     IO_DIRTIED_MAP_FULL = 35, "io_dirtied_map_full",
-        "map of who dirtied which file full: a process's dirtied pages not counted (its writeback \
-         is charged to the issuer only)";
+        "map of who dirtied which file full: dirtied pages counted in their process's row \
+         without file (raise --map-entries for its own row; that file's writeback is charged to \
+         its other dirtiers, or to the issuer)";
+    IO_DIRTIED_OVERFLOW_FULL = 53, "io_dirtied_overflow_full",
+        "map of who dirtied which file and its overflow map full: a process's dirtied pages not \
+         counted (its writeback is charged to the issuer only)";
     IO_FILES_MAP_FULL = 36, "io_files_map_full",
         "map of files seen full: a request or dirtied page without its file";
     IO_CALLS_MAP_FULL = 37, "io_calls_map_full",
@@ -140,7 +144,11 @@ losses! {
         "map of wake-ups awaiting their thread full: a wait's waker dropped (the wait itself is \
          kept)";
     CHAIN_MAP_FULL = 42, "chain_map_full",
-        "wait-chain aggregation map full: a chain dropped (the wait and its waker are kept)";
+        "wait-chain aggregation map full: chain counted in its row of the same threads without \
+         the waits' stacks (raise --map-entries for its own row)";
+    CHAIN_OVERFLOW_FULL = 54, "chain_overflow_full",
+        "wait-chain aggregation map and its overflow map full: a chain dropped (the wait and its \
+         waker are kept)";
 }
 
 /// Name prefix of a program's `recursion_misses` in a profile's losses (user space reads

@@ -108,6 +108,27 @@ pub struct ChainKey {
     pub _pad: u32,
 }
 
+impl ChainKey {
+    /// The row of `CHAIN_OVERFLOW` that takes this chain when `CHAIN_STATS` is full: the
+    /// waiter's thread, state and file-lock holder (as `OffcpuKey::overflow`), each link's
+    /// thread and state and who woke the last one, without the waits' stacks. The wakers'
+    /// stacks stay: user space tells a wake-up from an interrupt by them, and cuts the
+    /// chain there.
+    pub const fn overflow(&self) -> ChainKey {
+        let mut links = self.links;
+        links[0].kstack_id = -1;
+        links[1].kstack_id = -1;
+        ChainKey {
+            waiter: self.waiter.overflow(),
+            links,
+            last_waker_tgid: self.last_waker_tgid,
+            last_waker_tid: self.last_waker_tid,
+            waker_kstacks: self.waker_kstacks,
+            _pad: 0,
+        }
+    }
+}
+
 /// Times of a chain: the waiter's waits and, per link, the part of each link's wait
 /// that overlapped the wait before it.
 #[repr(C)]
@@ -136,6 +157,7 @@ pub mod names {
         WAKERS_SCHED_WAKING = wakers_sched_waking,
         LAST_WAIT,
         CHAIN_STATS,
+        CHAIN_OVERFLOW,
     }
 }
 

@@ -44,15 +44,15 @@ use profiler_common::{
     latency::log2_slot_of,
     loss::{
         IO_CALL_START_FULL, IO_CALLS_MAP_FULL, IO_CALLS_OVERFLOW_FULL, IO_DIRTIED_MAP_FULL,
-        IO_FILES_MAP_FULL, IO_INFLIGHT_MAP_FULL, IO_MAP_FULL, IO_OVERFLOW_FULL, IO_STALE_REPLACED,
-        IO_UNMATCHED_COMPLETE,
+        IO_DIRTIED_OVERFLOW_FULL, IO_FILES_MAP_FULL, IO_INFLIGHT_MAP_FULL, IO_MAP_FULL,
+        IO_OVERFLOW_FULL, IO_STALE_REPLACED, IO_UNMATCHED_COMPLETE,
     },
 };
 
 use crate::{
     shared::{
         count_loss, now_ns, overflow_map, remember_current_task, remember_leader, stats_map,
-        update_row, update_row_or_overflow,
+        update_row_or_overflow,
     },
     target::{filter_is_all, is_target},
 };
@@ -84,6 +84,10 @@ static IO_FILES: HashMap<u64, IoFile> = HashMap::with_max_entries(IO_FILES_ENTRI
 /// time (`--map-entries`).
 #[map]
 pub static IO_DIRTIED: HashMap<DirtyKey, DirtyStat> = stats_map();
+
+/// Folios `IO_DIRTIED` had no room for, per process, without file.
+#[map]
+pub static IO_DIRTIED_OVERFLOW: HashMap<DirtyKey, DirtyStat> = overflow_map();
 
 /// Timed file calls (`--file-calls`) by (process, call, file). Size set at load time.
 #[map]
@@ -337,11 +341,12 @@ pub fn on_dirty(mapping: u64) {
         dev,
         _pad: 0,
     };
-    update_row(
-        &IO_DIRTIED,
+    update_row_or_overflow(
+        (&IO_DIRTIED, &IO_DIRTIED_OVERFLOW),
         &key,
-        &first,
-        IO_DIRTIED_MAP_FULL,
+        DirtyKey::overflow,
+        (&first, &DirtyStat::default()),
+        (IO_DIRTIED_MAP_FULL, IO_DIRTIED_OVERFLOW_FULL),
         true,
         |row| {
             // SAFETY: `row` points into a map value valid for this program run; several CPUs
@@ -560,7 +565,7 @@ fn add_request<K>(
         maps,
         key,
         overflow,
-        &EMPTY_IO_STAT,
+        (&EMPTY_IO_STAT, &EMPTY_IO_STAT),
         loss_slots,
         false,
         |stat| {

@@ -28,7 +28,7 @@ pub fn add_latency<K>(
         maps,
         key,
         overflow,
-        &EMPTY_STAT,
+        (&EMPTY_STAT, &EMPTY_STAT),
         loss_slots,
         remember,
         |stat| {

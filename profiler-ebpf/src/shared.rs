@@ -487,39 +487,25 @@ pub const fn overflow_map<K, V>() -> HashMap<K, V> {
     HashMap::with_max_entries(profiler_common::shared::OVERFLOW_ENTRIES, 0)
 }
 
-/// Runs `add` on the row of `key`, inserted from `empty` when missing (a row another
-/// CPU inserted in between is used), for values too large to build on the BPF stack.
-/// A full map is counted in `loss_slot`. `remember` names the current thread when its
-/// row is new.
-#[inline(always)]
-pub fn update_row<K, V>(
-    map: &HashMap<K, V>,
-    key: &K,
-    empty: &V,
-    loss_slot: u32,
-    remember: bool,
-    add: impl FnOnce(*mut V),
-) {
-    if let Some(row) = row_of(map, key, empty, loss_slot, remember) {
-        add(row);
-    }
-}
-
-/// `update_row` into a family's aggregation map, and when that is full, into its
-/// overflow map under `overflow(key)`, as `add_to_row_or_overflow` does.
+/// Runs `add` on the row of `key` in a family's aggregation map, inserted from
+/// `empties.0` when missing (a row another CPU inserted in between is used), for values
+/// too large to build on the BPF stack; when that map is full, on the row of
+/// `overflow(key)` in its overflow map, inserted from `empties.1` (which may leave out
+/// detail the overflow key drops), as `add_to_row_or_overflow` does. Each full map is
+/// counted in its loss slot. `remember` names the current thread when its row is new.
 #[inline(always)]
 pub fn update_row_or_overflow<K, V>(
     maps: (&HashMap<K, V>, &HashMap<K, V>),
     key: &K,
     overflow: impl FnOnce(&K) -> K,
-    empty: &V,
+    empties: (&V, &V),
     loss_slots: (u32, u32),
     remember: bool,
     add: impl FnOnce(*mut V),
 ) {
-    let row = match row_of(maps.0, key, empty, loss_slots.0, remember) {
+    let row = match row_of(maps.0, key, empties.0, loss_slots.0, remember) {
         Some(row) => row,
-        None => match row_of(maps.1, &overflow(key), empty, loss_slots.1, remember) {
+        None => match row_of(maps.1, &overflow(key), empties.1, loss_slots.1, remember) {
             Some(row) => row,
             None => return,
         },

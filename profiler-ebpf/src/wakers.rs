@@ -14,7 +14,10 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 use profiler_common::{
-    loss::{CHAIN_MAP_FULL, WAKER_MAP_FULL, WAKER_OVERFLOW_FULL, WAKER_PENDING_FULL},
+    loss::{
+        CHAIN_MAP_FULL, CHAIN_OVERFLOW_FULL, WAKER_MAP_FULL, WAKER_OVERFLOW_FULL,
+        WAKER_PENDING_FULL,
+    },
     offcpu::{OffcpuKey, OffcpuStat},
     wakers::{
         CHAIN_LINKS, ChainKey, ChainLink, ChainStat, LastWait, RECENT_WAITS, RecentWaits, WakeInfo,
@@ -25,8 +28,8 @@ use profiler_common::{
 use crate::{
     offcpu::OFFCPU_START,
     shared::{
-        Aggregate, STACK_FLAGS_KERNEL, STACK_FLAGS_USER, add_to_row, add_to_row_or_overflow,
-        count_loss, load_u32, note_user_process, overflow_map, remember_current_task, stack_id,
+        Aggregate, STACK_FLAGS_KERNEL, STACK_FLAGS_USER, add_to_row_or_overflow, count_loss,
+        load_u32, note_user_process, overflow_map, remember_current_task, stack_id,
         stack_id_or_loss, stats_map, user_stack_id_or_collision,
     },
 };
@@ -59,6 +62,11 @@ pub static LAST_WAIT: LruHashMap<u32, RecentWaits> =
 /// Wait chains: (waiter row, links) -> times. Size set at load time (`--map-entries`).
 #[map]
 pub static CHAIN_STATS: HashMap<ChainKey, ChainStat> = stats_map();
+
+/// Chains `CHAIN_STATS` had no room for, per thread of each wait, without the waits'
+/// stacks.
+#[map]
+pub static CHAIN_OVERFLOW: HashMap<ChainKey, ChainStat> = overflow_map();
 
 /// `sched_waking(comm, pid, prio, target_cpu)`, in the waker's context.
 pub fn on_sched_waking(ctx: &TracePointContext) {
@@ -219,11 +227,12 @@ pub fn on_wait_closed(
         times[1] = end - begin;
     }
     let wait_ns = end_ns - start_ns;
-    add_to_row(
-        &CHAIN_STATS,
+    add_to_row_or_overflow(
+        (&CHAIN_STATS, &CHAIN_OVERFLOW),
         &chain,
+        ChainKey::overflow,
         &(wait_ns, times),
-        CHAIN_MAP_FULL,
+        (CHAIN_MAP_FULL, CHAIN_OVERFLOW_FULL),
         false,
     );
 }

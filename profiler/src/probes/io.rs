@@ -30,6 +30,7 @@ pub const FAMILY: Registration = Registration {
         (names::IO_INFLIGHT, MapSize::Fixed(IO_INFLIGHT_ENTRIES)),
         (names::IO_FILES, MapSize::Fixed(IO_FILES_ENTRIES)),
         (names::IO_DIRTIED, MapSize::Stats),
+        (names::IO_DIRTIED_OVERFLOW, MapSize::Overflow),
         (names::IO_CALLS, MapSize::Stats),
         (names::IO_CALLS_OVERFLOW, MapSize::Overflow),
         (names::IO_CALL_START, MapSize::Fixed(IO_CALL_START_ENTRIES)),
@@ -724,13 +725,21 @@ pub fn path_of(file: &IoFile, mounts: &Mounts) -> String {
     }
 }
 
-/// Who dirtied which file (`IO_DIRTIED`).
+/// The file of the rows of dirtied folios a full `IO_DIRTIED` had no room for.
+pub const DIRTIED_MAP_FULL: &str = "[dirtied map full]";
+
+/// Who dirtied which file (`IO_DIRTIED`), one row per (file, process).
 pub fn drain_dirtied(maps: &MapSet, files: &Files) -> Result<Vec<DirtiedRow>> {
     let mut rows = Vec::new();
-    for (key, stat) in maps.entries::<DirtyKey, DirtyStat>(names::IO_DIRTIED)? {
-        let Some(file) = files.get(stat.dev, stat.ino) else {
-            continue;
-        };
+    for (key, stat) in maps.entries_with_overflow::<DirtyKey, DirtyStat>(
+        names::IO_DIRTIED,
+        names::IO_DIRTIED_OVERFLOW,
+    )? {
+        // No file: a row of the folios the full map had no room for.
+        let file = files.get(stat.dev, stat.ino).unwrap_or_else(|| FileRef {
+            path: DIRTIED_MAP_FULL.into(),
+            ..FileRef::default()
+        });
         rows.push(DirtiedRow {
             pid: key.tgid,
             file,

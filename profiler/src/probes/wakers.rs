@@ -29,6 +29,7 @@ pub const FAMILY: Registration = Registration {
         (names::WAKER_PENDING, MapSize::Fixed(WAKER_PENDING_ENTRIES)),
         (names::LAST_WAIT, MapSize::Fixed(LAST_WAIT_ENTRIES)),
         (names::CHAIN_STATS, MapSize::Stats),
+        (names::CHAIN_OVERFLOW, MapSize::Overflow),
     ],
     names: names::ALL,
 };
@@ -237,8 +238,8 @@ fn state_name(state: u32) -> &'static str {
     }
 }
 
-/// The wait chains of `CHAIN_STATS`, merged where the stacks symbolize alike, most
-/// waiter time first.
+/// The wait chains of `CHAIN_STATS` and of its overflow map (those without the waits'
+/// stacks), merged where the stacks symbolize alike, most waiter time first.
 pub fn drain_chains(
     maps: &MapSet,
     stacks: &mut StackResolver,
@@ -252,7 +253,9 @@ pub fn drain_chains(
         let frames = stacks.interner.frames_of(stack);
         classifier.classify(&frames.iter().collect::<Vec<_>>())
     };
-    for (key, stat) in maps.entries::<ChainKey, ChainStat>(names::CHAIN_STATS)? {
+    for (key, stat) in maps
+        .entries_with_overflow::<ChainKey, ChainStat>(names::CHAIN_STATS, names::CHAIN_OVERFLOW)?
+    {
         let stack = stacks.kernel_stack(key.waiter.kstack_id);
         // A waker in an interrupt only interrupted its task: the chain ends there.
         let from_interrupt = |stacks: &mut StackResolver, id: i32| {
