@@ -152,6 +152,187 @@ fn tiny_maps_report_their_losses() {
     );
 }
 
+/// Rounds of the relay of `tiny_maps_keep_every_chain_and_dirtied_page`, and the pages
+/// (4 KiB writes) of the file each round's dd writes.
+const RELAY_ROUNDS: u64 = 40;
+const RELAY_PAGES: u64 = 64;
+
+/// With `--map-entries 1`, a relay of three shells cannot have a row per wait chain, nor
+/// its dd processes a row per file they dirty. Each round the first shell runs a dd that
+/// writes a file of its own (4 KiB writes: a folio each) and a 20 ms sleep, then passes a
+/// line down a pipe to the second shell, which passes it on to the third: the second
+/// waits on the first, which waits on that round's sleep (a new process each round, so a
+/// new chain each round), the third on the second. What the full maps have no room for
+/// is in overflow rows (chains without the waits' stacks, dirtied pages without file):
+/// each downstream shell's chains still explain its time off the CPU, and every page dd
+/// wrote is counted.
+#[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
+fn tiny_maps_keep_every_chain_and_dirtied_page() {
+    let test = "tiny_maps_keep_every_chain_and_dirtied_page";
+    let Some(dir) = root_test(test, "tiny-chains") else {
+        return;
+    };
+    let files = dir.join("files");
+    std::fs::create_dir_all(&files).expect("files dir");
+    // The pages of tmpfs and ramfs are never written back, so never counted as dirtied.
+    let fs_type = run_ok("stat", &["-f", "-c", "%T", path_str(&files)]);
+    let writes_back = !matches!(fs_type.trim(), "tmpfs" | "ramfs");
+    if !writes_back {
+        let reason = format!(
+            "{} is on {}: no page is dirtied",
+            files.display(),
+            fs_type.trim()
+        );
+        assert!(!is_ci(), "{test}: {reason}");
+        eprintln!("{test}: {reason}; the dirtied-page checks are left out");
+    }
+    let stage = |n: u32| dir.join(format!("stage{n}"));
+    let script = format!(
+        "sh -c 'echo $$ > {first}; for i in $(seq {RELAY_ROUNDS}); do \
+           dd if=/dev/zero of={files}/f$i bs=4k count={RELAY_PAGES} status=none || exit 1; \
+           sleep 0.02; echo x; done' \
+         | sh -c 'echo $$ > {second}; while read line; do echo $line; done' \
+         | sh -c 'echo $$ > {third}; while read line; do :; done'",
+        first = path_str(&stage(0)),
+        files = path_str(&files),
+        second = path_str(&stage(1)),
+        third = path_str(&stage(2)),
+    );
+    let profile_path = dir.join("relay.json");
+    let options = ["--offcpu-all", "--wakers", "--io", "--map-entries", "1"];
+    let Recorded {
+        stdout, profile, ..
+    } = record_profile(&options, &profile_path, &["sh", "-c", &script]);
+    let pid_of = |n: u32| -> u64 {
+        let text = std::fs::read_to_string(stage(n)).expect("a stage's pid");
+        text.trim().parse().expect("pid")
+    };
+    let (first, second, third) = (pid_of(0), pid_of(1), pid_of(2));
+    let losses = &profile["losses"];
+    let loss = |name: &str| losses[name].as_u64().unwrap_or(0);
+    eprintln!("losses: {losses}");
+    let chain_map_full = loss("chain_map_full");
+    assert!(
+        chain_map_full > 0,
+        "one map entry cannot hold the relay's chains: {losses}"
+    );
+    assert_eq!(loss("chain_overflow_full"), 0, "{losses}");
+
+    // Each downstream shell waits once a round, woken by the shell before it, which was
+    // itself waiting: one chain a round, and maybe one more at the end of its input (when
+    // the shell before it was still waiting as it exited).
+    let report = report_json(&profile_path, &[]);
+    let chains: Vec<&serde_json::Value> = items(&profile["chains"], "chains").collect();
+    for (waiter, waker) in [(second, first), (third, second)] {
+        let rows: Vec<&serde_json::Value> = chains
+            .iter()
+            .copied()
+            .filter(|chain| chain["tid"].as_u64() == Some(waiter))
+            .collect();
+        let (count, wait_ns) = (sum_of(&rows, "count"), sum_of(&rows, "wait_ns"));
+        let offcpu_ns = sum_of(&rows_of(&profile, "offcpu", waiter), "total_ns");
+        eprintln!(
+            "shell {waiter}: {count} chains in {} rows, {wait_ns} ns of its {offcpu_ns} ns off \
+             the CPU",
+            rows.len()
+        );
+        assert!(
+            rows.len() > 1,
+            "the map held one chain, the others are in overflow rows: {rows:?}"
+        );
+        assert!(
+            rows.iter()
+                .all(|row| row["links"][0]["tid"].as_u64() == Some(waker)),
+            "shell {waiter} is woken by shell {waker}, itself waiting: {rows:?}"
+        );
+        assert!(
+            (RELAY_ROUNDS - 1..=RELAY_ROUNDS + 1).contains(&count),
+            "shell {waiter}: {count} chains in {RELAY_ROUNDS} rounds"
+        );
+        assert!(
+            wait_ns <= offcpu_ns && wait_ns as f64 >= 0.95 * offcpu_ns as f64,
+            "shell {waiter}: its chains explain {wait_ns} ns of its {offcpu_ns} ns off the CPU"
+        );
+        // The report has every one of them.
+        let reported: u64 = items(&report["chains"], "report chains")
+            .filter(|chain| chain["waits"][0]["tid"].as_u64() == Some(waiter))
+            .map(|chain| chain["count"].as_u64().expect("count"))
+            .sum();
+        assert_eq!(
+            reported, count,
+            "the JSON report's chains of shell {waiter}"
+        );
+    }
+
+    let mut shown = vec!["chain_map_full"];
+    if writes_back {
+        shown.push("io_dirtied_map_full");
+        // Every page dd wrote, each dd process's pages in a row of its own; those the map
+        // had no room for in rows without file, as many as the loss says.
+        let written: u64 = std::fs::read_dir(&files)
+            .expect("files")
+            .map(|entry| entry.expect("entry").metadata().expect("size").len() / 4096)
+            .sum();
+        assert_eq!(
+            written,
+            RELAY_ROUNDS * RELAY_PAGES,
+            "the relay wrote its files"
+        );
+        let dd: std::collections::BTreeSet<u64> = items(&profile["processes"], "processes")
+            .filter(|process| process["comm"] == "dd")
+            .filter_map(|process| process["pid"].as_u64())
+            .collect();
+        let (overflow, rows): (Vec<&serde_json::Value>, Vec<&serde_json::Value>) =
+            items(&profile["io_dirtied"], "io_dirtied")
+                .partition(|row| row["file"]["path"] == "[dirtied map full]");
+        let of_dd =
+            |row: &&serde_json::Value| row["pid"].as_u64().is_some_and(|pid| dd.contains(&pid));
+        let dd_overflow: Vec<&serde_json::Value> = overflow.iter().copied().filter(of_dd).collect();
+        let dd_rows: Vec<&serde_json::Value> = rows.iter().copied().filter(of_dd).collect();
+        let folios = sum_of(&dd_overflow, "folios") + sum_of(&dd_rows, "folios");
+        let map_full = loss("io_dirtied_map_full");
+        eprintln!(
+            "{written} pages written by {} dd processes; {folios} folios dirtied by them, in \
+             {} rows and {} overflow rows; {} folios in all {} overflow rows, \
+             io_dirtied_map_full {map_full}",
+            dd.len(),
+            dd_rows.len(),
+            dd_overflow.len(),
+            sum_of(&overflow, "folios"),
+            overflow.len()
+        );
+        assert_eq!(dd.len() as u64, RELAY_ROUNDS, "a dd process a round");
+        assert!(rows.len() <= 1, "the map held one key: {rows:?}");
+        assert!(
+            dd_overflow.len() as u64 >= RELAY_ROUNDS - 1,
+            "the dd processes the map had no room for each have an overflow row"
+        );
+        assert_eq!(
+            sum_of(&overflow, "folios"),
+            map_full,
+            "each folio the full map had no room for is in an overflow row"
+        );
+        assert_eq!(loss("io_dirtied_overflow_full"), 0, "{losses}");
+        // A dd may dirty a page of file system metadata besides its file's.
+        assert!(
+            folios >= written && folios as f64 <= 1.05 * written as f64,
+            "{folios} folios dirtied by dd for {written} pages written"
+        );
+    }
+    // The end-of-run summary and the report say what went to the overflow rows.
+    let text = lockpath_ok(&["report", path_str(&profile_path)]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    for output in [stdout.as_str(), text.as_ref()] {
+        for name in &shown {
+            assert!(
+                output.contains(&format!(" {}  {name}: ", loss(name))),
+                "{name} and its count are shown:\n{output}"
+            );
+        }
+    }
+}
+
 /// Runs `lockpath ARGS` (see `spawn_recording`) for 1.5 s beside the running `storm`,
 /// stops it with `sig`, then ends the storm; returns lockpath's output and the programs
 /// it held.
