@@ -1306,10 +1306,12 @@ fn close_wait(wait: &LockWait, end_ns: u64, pid_tgid: u64, outcome: u32, defer: 
         return;
     }
     let wait_ns = end_ns - wait.start_ns;
-    let hold = if outcome == LOCK_OUTCOME_ACQUIRED {
+    // Always initialized, `NO_HOLD` for none: the payload of an `Option` may be read
+    // uninitialized, which verifiers before 6.4 or so refuse.
+    let (hold_key, hold_ns) = if outcome == LOCK_OUTCOME_ACQUIRED {
         note_acquisition(wait, end_ns, pid_tgid)
     } else {
-        None
+        (ContendedHoldKey::default(), NO_HOLD)
     };
     let key = LockKey {
         lock_addr: wait.lock_addr,
@@ -1323,7 +1325,6 @@ fn close_wait(wait: &LockWait, end_ns: u64, pid_tgid: u64, outcome: u32, defer: 
         _pad: 0,
     };
     if defer == Defer::ToNextBegin {
-        let (hold_key, hold_ns) = hold.unwrap_or((ContendedHoldKey::default(), NO_HOLD));
         let end = PendingEnd {
             key,
             wait_ns,
@@ -1335,7 +1336,7 @@ fn close_wait(wait: &LockWait, end_ns: u64, pid_tgid: u64, outcome: u32, defer: 
         }
     }
     add_wait(&key, &wait_ns, true);
-    if let Some((hold_key, hold_ns)) = hold {
+    if hold_ns != NO_HOLD {
         add_hold(&hold_key, hold_ns, true);
     }
 }
@@ -1449,16 +1450,12 @@ fn name_once(tid: u32) {
 /// The current task took the lock after waiting since `wait.start_ns`. If it was
 /// already waiting when the previous contended acquirer took the lock, that acquirer
 /// held it until just now: its hold under contention is `end_ns - acquired_ns`
-/// (including the handoff), returned with the hold's key. A waiter that arrived later cannot tell the previous
+/// (including the handoff), returned with the hold's key (else `NO_HOLD`). A waiter that arrived later cannot tell the previous
 /// acquirer from a holder that took the lock without contention, so it closes no hold.
 /// Readers share: a reader that follows a reader of the same group keeps the group's
 /// first reader as the one whose hold is measured.
 #[inline(always)]
-fn note_acquisition(
-    wait: &LockWait,
-    end_ns: u64,
-    pid_tgid: u64,
-) -> Option<(ContendedHoldKey, u64)> {
+fn note_acquisition(wait: &LockWait, end_ns: u64, pid_tgid: u64) -> (ContendedHoldKey, u64) {
     let tid = pid_tgid as u32;
     let current = LockAcquirer {
         lock_addr: wait.lock_addr,
@@ -1469,8 +1466,12 @@ fn note_acquisition(
         kstack_id: wait.kstack_id,
         flags: wait.flags,
     };
-    let slot =
-        LOCK_LAST_ACQUIRER.get_ptr_mut(slot_of(wait.lock_addr, LOCK_LAST_ACQUIRER_ENTRIES))?;
+    let no_hold = (ContendedHoldKey::default(), NO_HOLD);
+    let Some(slot) =
+        LOCK_LAST_ACQUIRER.get_ptr_mut(slot_of(wait.lock_addr, LOCK_LAST_ACQUIRER_ENTRIES))
+    else {
+        return no_hold;
+    };
     // SAFETY: array element from a successful lookup, valid for this program run.
     // Exclusive acquisitions of one lock are serialized by the lock itself; concurrent
     // readers (or another lock sharing the slot) may race here, which at worst
@@ -1479,23 +1480,25 @@ fn note_acquisition(
     if previous.lock_addr != wait.lock_addr {
         // Empty, or another lock's: this lock's previous acquirer is not known.
         *previous = current;
-        return None;
+        return no_hold;
     }
     let waited_for_previous = conflicts(previous.flags, wait.flags);
-    let hold = (waited_for_previous
+    let hold = if waited_for_previous
         && previous.tid != tid
         && wait.start_ns <= previous.acquired_ns
-        && end_ns >= previous.acquired_ns)
-        .then(|| {
-            let key = ContendedHoldKey {
-                lock_addr: wait.lock_addr,
-                tid: previous.tid,
-                tgid: previous.tgid,
-                kstack_id: previous.kstack_id,
-                flags: previous.flags,
-            };
-            (key, end_ns - previous.acquired_ns)
-        });
+        && end_ns >= previous.acquired_ns
+    {
+        let key = ContendedHoldKey {
+            lock_addr: wait.lock_addr,
+            tid: previous.tid,
+            tgid: previous.tgid,
+            kstack_id: previous.kstack_id,
+            flags: previous.flags,
+        };
+        (key, end_ns - previous.acquired_ns)
+    } else {
+        no_hold
+    };
     if waited_for_previous || wait.start_ns > previous.acquired_ns {
         *previous = current;
     }
