@@ -497,9 +497,10 @@ impl PendingRing {
     }
 }
 
-/// Threads each CPU's begin program last named, by `tid % LOCK_NAMED_ENTRIES`
-/// (`LOCK_NAMED`): a thread found there is not named again.
-pub const LOCK_NAMED_ENTRIES: u32 = 64;
+/// Threads each CPU's begin program named, by `tid % LOCK_NAMED_ENTRIES` (`LOCK_NAMED`):
+/// a thread found there is not named again (4 KiB per CPU, so that threads seldom
+/// share a slot and name themselves over and over).
+pub const LOCK_NAMED_ENTRIES: u32 = 1024;
 
 /// Threads whose sleeping wait the full wait map dropped (`LOCK_SLEEP_DROPPED`).
 pub const LOCK_SLEEP_DROPPED_ENTRIES: u32 = 1024;
