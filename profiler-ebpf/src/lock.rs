@@ -1368,9 +1368,9 @@ fn add_hold(key: &ContendedHoldKey, hold_ns: u64, remember: bool) {
 }
 
 /// Writes a finished contention into this CPU's ring; false when the ring is full (or
-/// missing). Only the tracepoints' end program writes the ring, and it does
-/// not nest with itself; a begin that interrupts it before the end is published does
-/// not see it yet.
+/// missing). Only the tracepoints' end program writes the ring, and it does not nest
+/// with itself; a begin that interrupts it before the end is published does not see it
+/// yet.
 #[inline(always)]
 fn push_pending(end: &PendingEnd) -> bool {
     let Some(ring) = LOCK_PENDING.get_ptr_mut(0) else {
@@ -1450,8 +1450,9 @@ fn name_once(tid: u32) {
 /// The current task took the lock after waiting since `wait.start_ns`. If it was
 /// already waiting when the previous contended acquirer took the lock, that acquirer
 /// held it until just now: its hold under contention is `end_ns - acquired_ns`
-/// (including the handoff), returned with the hold's key (else `NO_HOLD`). A waiter that arrived later cannot tell the previous
-/// acquirer from a holder that took the lock without contention, so it closes no hold.
+/// (including the handoff), returned with the hold's key (else `NO_HOLD`). A waiter
+/// that arrived later cannot tell the previous acquirer from a holder that took the lock
+/// without contention, so it closes no hold.
 /// Readers share: a reader that follows a reader of the same group keeps the group's
 /// first reader as the one whose hold is measured.
 #[inline(always)]
