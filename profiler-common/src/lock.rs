@@ -322,6 +322,28 @@ pub struct LockStat {
     pub min_ns: u64,
 }
 
+impl LockStat {
+    /// The row of one wait of `ns`.
+    pub const fn one(ns: u64) -> LockStat {
+        LockStat {
+            count: 1,
+            total_ns: ns,
+            max_ns: ns,
+            min_ns: ns,
+        }
+    }
+
+    /// The row with one more wait of `ns` (as the programs add it).
+    pub fn with(&self, ns: u64) -> LockStat {
+        LockStat {
+            count: self.count + 1,
+            total_ns: self.total_ns + ns,
+            max_ns: self.max_ns.max(ns),
+            min_ns: self.min_ns.min(ns),
+        }
+    }
+}
+
 /// A contention in progress (begin seen, end not yet).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]

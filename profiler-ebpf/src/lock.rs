@@ -1509,12 +1509,7 @@ fn note_acquisition(wait: &LockWait, end_ns: u64, pid_tgid: u64) -> (ContendedHo
 impl Aggregate<u64> for LockStat {
     #[inline(always)]
     fn first(wait_ns: &u64) -> Self {
-        LockStat {
-            count: 1,
-            total_ns: *wait_ns,
-            max_ns: *wait_ns,
-            min_ns: *wait_ns,
-        }
+        LockStat::one(*wait_ns)
     }
 
     #[inline(always)]

@@ -735,11 +735,16 @@ pub fn drain_dirtied(maps: &MapSet, files: &Files) -> Result<Vec<DirtiedRow>> {
         names::IO_DIRTIED,
         names::IO_DIRTIED_OVERFLOW,
     )? {
-        // No file: a row of the folios the full map had no room for.
-        let file = files.get(stat.dev, stat.ino).unwrap_or_else(|| FileRef {
-            path: DIRTIED_MAP_FULL.into(),
-            ..FileRef::default()
-        });
+        let file = match files.get(stat.dev, stat.ino) {
+            Some(file) => file,
+            // No file in the key: a row of the folios the full map had no room for.
+            None if key.inode == 0 => FileRef {
+                path: DIRTIED_MAP_FULL.into(),
+                ..FileRef::default()
+            },
+            // A file whose name was never recorded: left out, not called a full map.
+            None => continue,
+        };
         rows.push(DirtiedRow {
             pid: key.tgid,
             file,

@@ -554,18 +554,8 @@ pub fn add_pending_ends(maps: &mut MapSet) -> Result<()> {
             let added = maps.add_to_row(
                 (names::LOCK_STATS, names::LOCK_OVERFLOW),
                 (end.key, end.key.overflow()),
-                LockStat {
-                    count: 1,
-                    total_ns: wait_ns,
-                    max_ns: wait_ns,
-                    min_ns: wait_ns,
-                },
-                |stat: &mut LockStat| {
-                    stat.count += 1;
-                    stat.total_ns += wait_ns;
-                    stat.max_ns = stat.max_ns.max(wait_ns);
-                    stat.min_ns = stat.min_ns.min(wait_ns);
-                },
+                LockStat::one(wait_ns),
+                |stat: &mut LockStat| *stat = stat.with(wait_ns),
             )?;
             let hold_ns = end.hold_ns;
             let hold_added = hold_ns == NO_HOLD
