@@ -232,23 +232,28 @@ fn tiny_maps_keep_every_chain_and_dirtied_page() {
             .collect();
         let (count, wait_ns) = (sum_of(&rows, "count"), sum_of(&rows, "wait_ns"));
         let offcpu_ns = sum_of(&rows_of(&profile, "offcpu", waiter), "total_ns");
+        // A pipe read sleeps interruptibly; the shells may also meet briefly on a kernel
+        // lock as they exit (an uninterruptible wait whose waker is whoever held it).
+        let (pipe, other): (Vec<&serde_json::Value>, Vec<&serde_json::Value>) =
+            rows.iter().copied().partition(|row| row["state"] == "S");
+        let pipe_count = sum_of(&pipe, "count");
         eprintln!(
-            "shell {waiter}: {count} chains in {} rows, {wait_ns} ns of its {offcpu_ns} ns off \
-             the CPU",
+            "shell {waiter}: {count} chains in {} rows ({pipe_count} on the pipe), {wait_ns} ns \
+             of its {offcpu_ns} ns off the CPU; other waits: {other:?}",
             rows.len()
         );
         assert!(
-            rows.len() > 1,
+            pipe.len() > 1,
             "the map held one chain, the others are in overflow rows: {rows:?}"
         );
         assert!(
-            rows.iter()
+            pipe.iter()
                 .all(|row| row["links"][0]["tid"].as_u64() == Some(waker)),
-            "shell {waiter} is woken by shell {waker}, itself waiting: {rows:?}"
+            "shell {waiter} is woken by shell {waker}, itself waiting: {pipe:?}"
         );
         assert!(
-            (RELAY_ROUNDS - 1..=RELAY_ROUNDS + 1).contains(&count),
-            "shell {waiter}: {count} chains in {RELAY_ROUNDS} rounds"
+            (RELAY_ROUNDS - 1..=RELAY_ROUNDS + 1).contains(&pipe_count),
+            "shell {waiter}: {pipe_count} chains on the pipe in {RELAY_ROUNDS} rounds"
         );
         assert!(
             wait_ns <= offcpu_ns && wait_ns as f64 >= 0.95 * offcpu_ns as f64,
