@@ -17,15 +17,14 @@ use profiler_common::{
 };
 
 use crate::{
-    btf::Btf,
     cli::{Kind, RecordArgs},
-    ebpf_object::{check_loadable, EBPF_OBJECT},
+    ebpf_object::check_loadable,
     export,
     metrics::MetricsServer,
     probes::target::{Child, Target},
     probes::{
         self,
-        shared::{attach_tracepoint, object_load_error, MapSet, ProcessWatcher, StackResolver},
+        shared::{attach_tracepoint, MapSet, ProcessWatcher, StackResolver},
         AttachContext, MapSize, PlanContext, Recorded, FAMILIES,
     },
     profile::{ProbeUse, Profile, Unavailable},
@@ -587,10 +586,7 @@ fn start(
     };
     let mut loader = EbpfLoader::new();
     configure(&mut loader, args, families, &globals);
-    let object = probes::shared::kfunc::patch_object(EBPF_OBJECT, Btf::vmlinux().ok())?;
-    let mut ebpf = loader
-        .load(&object)
-        .map_err(|err| object_load_error(&err.to_string()))?;
+    let mut ebpf = crate::ebpf_object::load(&mut loader)?;
     drop(loader);
 
     if globals.filter_mode == FILTER_PIDS {
@@ -783,6 +779,7 @@ mod tests {
     /// of them.
     #[test]
     fn every_name_is_in_the_ebpf_object() {
+        use crate::ebpf_object::EBPF_OBJECT;
         use object::{Object, ObjectSymbol};
         if EBPF_OBJECT.is_empty() {
             // `cargo test` without `cargo xtask build`: no object to read (CI builds it).

@@ -33,7 +33,7 @@ use std::{
     os::fd::{AsFd, AsRawFd, OwnedFd},
 };
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use aya::{
     maps::{Array, MapData},
     programs::RawTracePoint,
@@ -959,11 +959,6 @@ pub fn kernel_stack(tid: u32) -> Result<Vec<String>> {
 /// when nothing is verified, the thread gone included).
 pub fn debug_blocked_on(tids: &[u32]) -> Result<i32> {
     crate::ebpf_object::check_privileges()?;
-    if crate::ebpf_object::EBPF_OBJECT.is_empty() {
-        bail!(
-            "this lockpath was built without its eBPF programs: build it with `cargo xtask build`"
-        );
-    }
     let mut loader = aya::EbpfLoader::new();
     loader.map_max_entries(profiler_common::shared::names::STACKS, 1);
     loader.map_max_entries(profiler_common::shared::names::STACKS_ODD, 1);
@@ -973,13 +968,7 @@ pub fn debug_blocked_on(tids: &[u32]) -> Result<i32> {
             loader.map_max_entries(map, 1);
         }
     }
-    let object = crate::probes::shared::kfunc::patch_object(
-        crate::ebpf_object::EBPF_OBJECT,
-        Btf::vmlinux().ok(),
-    )?;
-    let mut ebpf = loader
-        .load(&object)
-        .map_err(|err| crate::probes::shared::object_load_error(&err.to_string()))?;
+    let mut ebpf = crate::ebpf_object::load(&mut loader)?;
     let mut reader = KernelReader::new(&mut ebpf)?;
     for &tid in tids {
         let stack = kernel_stack(tid).unwrap_or_default();
