@@ -1,9 +1,8 @@
 //! The eBPF object lockpath carries, and what loading it needs of this machine.
 
 use anyhow::{bail, Result};
-use aya::{Ebpf, EbpfLoader};
 
-use crate::{btf::Btf, tracefs};
+use crate::tracefs;
 
 /// The eBPF object built by `cargo xtask build` (empty when built without it).
 pub(crate) static EBPF_OBJECT: &[u8] =
@@ -19,20 +18,6 @@ pub(crate) fn check_loadable() -> Result<()> {
         );
     }
     tracefs::ensure_mounted()
-}
-
-/// Loads the object with `loader`'s map sizes and globals: every map is made, no program
-/// is loaded yet. The caller has checked the privileges.
-pub fn load(loader: &mut EbpfLoader) -> Result<Ebpf> {
-    if EBPF_OBJECT.is_empty() {
-        bail!(
-            "this lockpath was built without its eBPF programs: build it with `cargo xtask build`"
-        );
-    }
-    let object = crate::probes::shared::kfunc::patch_object(EBPF_OBJECT, Btf::vmlinux().ok())?;
-    loader
-        .load(&object)
-        .map_err(|err| crate::probes::shared::object_load_error(&err.to_string()))
 }
 
 /// Root, or CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN), checked before anything is loaded.

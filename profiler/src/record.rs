@@ -586,7 +586,7 @@ fn start(
     };
     let mut loader = EbpfLoader::new();
     configure(&mut loader, args, families, &globals);
-    let mut ebpf = crate::ebpf_object::load(&mut loader)?;
+    let mut ebpf = probes::shared::load_object(&mut loader)?;
     drop(loader);
 
     if globals.filter_mode == FILTER_PIDS {

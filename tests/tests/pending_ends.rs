@@ -54,7 +54,8 @@ fn ends_left_in_the_rings_are_added_at_the_stop() {
     }
     let mut loader = EbpfLoader::new();
     loader.map_max_entries(names::LOCK_STATS, 2);
-    let mut ebpf = lockpath::ebpf_object::load(&mut loader).expect("the eBPF object loads");
+    let mut ebpf =
+        lockpath::probes::shared::load_object(&mut loader).expect("the eBPF object loads");
     drop(loader);
     let mut maps = MapSet::take_all(&mut ebpf);
 

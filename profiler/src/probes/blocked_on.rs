@@ -968,7 +968,7 @@ pub fn debug_blocked_on(tids: &[u32]) -> Result<i32> {
             loader.map_max_entries(map, 1);
         }
     }
-    let mut ebpf = crate::ebpf_object::load(&mut loader)?;
+    let mut ebpf = crate::probes::shared::load_object(&mut loader)?;
     let mut reader = KernelReader::new(&mut ebpf)?;
     for &tid in tids {
         let stack = kernel_stack(tid).unwrap_or_default();

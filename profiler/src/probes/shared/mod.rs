@@ -13,8 +13,8 @@ mod stacks;
 
 pub use attach::{
     attach_kprobe_pair, attach_loaded_raw_tracepoint, attach_raw_tracepoint, attach_tracepoint,
-    explain, kprobes_unavailable, load_error, load_raw_tracepoint, object_load_error, program,
-    program_misses,
+    explain, kprobes_unavailable, load_error, load_object, load_raw_tracepoint, object_load_error,
+    program, program_misses,
 };
 pub use maps::{comm_to_string, drain_losses, drain_processes, latency_from, MapSet};
 pub use processes::ProcessWatcher;
