@@ -65,6 +65,14 @@ pub enum Command {
     Debug(DebugCommand),
 }
 
+impl Command {
+    /// Whether it records (loads programs and runs beside the workload), as against
+    /// reading profiles.
+    pub fn records(&self) -> bool {
+        matches!(self, Command::Record(_) | Command::Stuck(_))
+    }
+}
+
 /// `lockpath debug ...`: one kernel-side helper at a time, for tests.
 #[derive(Debug, Subcommand)]
 pub enum DebugCommand {
