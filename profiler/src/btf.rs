@@ -8,10 +8,11 @@
 //!
 //! The types are copied once into a vector indexed by type id, with a name index of the
 //! structs and unions: a lookup by offset walks many types, and btf-rs hands out each
-//! type as a fresh value (its names are read from the string table on every call).
-//! On a 5.5 MB vmlinux BTF, btf-rs parses in 50-80 ms holding about 45 MiB, and the copy
-//! takes 40 ms and 21 MiB more (126k types, 172k members; it stays for the run): most of
-//! lockpath's peak memory. The vmlinux BTF is read once per run (`Btf::vmlinux`).
+//! type as a fresh value (its names are read from the string table on every call). The
+//! copy is flat: every name in one string, every member in one vector, a type 24 bytes.
+//! On a 5.5 MB vmlinux BTF, btf-rs parses in 50-80 ms holding about 45 MiB while the copy
+//! is made; the copy (126k types, 172k members) stays for the run. The vmlinux BTF is
+//! read once per run (`Btf::vmlinux`).
 
 use std::{
     collections::{HashMap, HashSet},
@@ -38,22 +39,30 @@ const KIND_DATASEC: u32 = 15;
 const KIND_TYPE_TAG: u32 = 18;
 const KIND_ENUM64: u32 = 19;
 
-#[derive(Debug, Clone)]
+/// A name: its place in `Btf::names`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Name {
+    start: u32,
+    len: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
 struct Member {
-    name: String,
+    name: Name,
     type_id: u32,
     bit_offset: u32,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 struct Type {
     kind: u32,
-    name: String,
+    name: Name,
     /// Referenced type (typedef, qualifiers, pointers).
     type_id: u32,
-    /// Struct and union members; enum values (`bit_offset` holds the low 32 bits of the
-    /// value); function prototype parameters (`bit_offset` 0).
-    members: Vec<Member>,
+    /// Its members, `Btf::members[members.0..members.1]`: struct and union members; enum
+    /// values (`bit_offset` holds the low 32 bits of the value); function prototype
+    /// parameters (`bit_offset` 0).
+    members: (u32, u32),
 }
 
 /// The kernel's lock types, by their BTF names.
@@ -74,6 +83,10 @@ const LOCK_TYPES: &[&str] = &[
 /// The struct and union types of a BTF blob, by id and by name.
 pub struct Btf {
     types: Vec<Type>,
+    /// Every type's members, in type order.
+    members: Vec<Member>,
+    /// Every name, one after the other.
+    names: String,
     by_name: HashMap<String, Vec<u32>>,
     /// The id of `DATASEC .data..percpu` (the per-CPU variables), found once.
     percpu: Option<usize>,
@@ -106,7 +119,7 @@ impl Btf {
 
     pub fn parse(bytes: &[u8]) -> Result<Btf> {
         let btf = btf_rs::Btf::from_bytes(bytes)?;
-        Ok(Self::index(types_of(&btf)?))
+        Self::copy_of(&btf)
     }
 
     /// A module's split BTF (`/sys/kernel/btf/<module>`): its type ids follow vmlinux's
@@ -115,7 +128,7 @@ impl Btf {
         let base = btf_rs::Btf::from_bytes(base)?;
         let split = btf_rs::Btf::from_split_bytes(module, &base)
             .context("cannot parse the module's split BTF")?;
-        Ok(Self::index(types_of(&split)?))
+        Self::copy_of(&split)
     }
 
     /// vmlinux's BTF, with `module`'s split BTF when the module is loaded (a built-in
@@ -138,21 +151,57 @@ impl Btf {
             .with_context(|| format!("cannot parse BTF in {}", module_path.display()))
     }
 
-    fn index(types: Vec<Type>) -> Btf {
-        let mut by_name: HashMap<String, Vec<u32>> = HashMap::new();
-        for (id, ty) in types.iter().enumerate() {
-            if matches!(ty.kind, KIND_STRUCT | KIND_UNION) && !ty.name.is_empty() {
-                by_name.entry(ty.name.clone()).or_default().push(id as u32);
+    /// Every type of `btf` by id (a split BTF's base types first; id 0 is `void`), in the
+    /// shape the lookups read, with the name index.
+    fn copy_of(btf: &btf_rs::Btf) -> Result<Btf> {
+        let (_, last) = btf.split().unwrap_or(btf.base()).type_id_range();
+        let mut copy = Btf {
+            types: Vec::with_capacity(last as usize + 1),
+            members: Vec::new(),
+            names: String::new(),
+            by_name: HashMap::new(),
+            percpu: None,
+        };
+        copy.types.push(Type {
+            kind: 0,
+            name: Name::default(),
+            type_id: 0,
+            members: (0, 0),
+        });
+        for id in 1..=last {
+            copy.add(btf, &btf.resolve_type_by_id(id)?);
+        }
+        copy.types.shrink_to_fit();
+        copy.members.shrink_to_fit();
+        copy.names.shrink_to_fit();
+        let (mut by_name, mut percpu) = (HashMap::<String, Vec<u32>>::new(), None);
+        for (id, ty) in copy.types.iter().enumerate() {
+            let name = copy.name(ty.name);
+            if matches!(ty.kind, KIND_STRUCT | KIND_UNION) && !name.is_empty() {
+                by_name.entry(name.to_string()).or_default().push(id as u32);
+            }
+            if ty.kind == KIND_DATASEC && name == ".data..percpu" {
+                percpu = Some(id);
             }
         }
-        let percpu = types
-            .iter()
-            .position(|ty| ty.kind == KIND_DATASEC && ty.name == ".data..percpu");
-        Btf {
-            types,
-            by_name,
-            percpu,
-        }
+        copy.by_name = by_name;
+        copy.percpu = percpu;
+        Ok(copy)
+    }
+
+    /// A name of the copy.
+    fn name(&self, name: Name) -> &str {
+        let start = name.start as usize;
+        self.names
+            .get(start..start + name.len as usize)
+            .unwrap_or_default()
+    }
+
+    /// The members of `ty` (see `Type::members`).
+    fn members(&self, ty: &Type) -> &[Member] {
+        self.members
+            .get(ty.members.0 as usize..ty.members.1 as usize)
+            .unwrap_or_default()
     }
 
     /// The per-CPU variables' section, and its size in bytes.
@@ -167,7 +216,7 @@ impl Btf {
     pub fn function_id(&self, name: &str) -> Option<u32> {
         self.types
             .iter()
-            .position(|ty| ty.kind == KIND_FUNC && ty.name == name)
+            .position(|ty| ty.kind == KIND_FUNC && self.name(ty.name) == name)
             .map(|id| id as u32)
     }
 
@@ -176,8 +225,8 @@ impl Btf {
         self.types
             .iter()
             .filter(|ty| matches!(ty.kind, KIND_ENUM | KIND_ENUM64))
-            .flat_map(|ty| ty.members.iter())
-            .find(|value| value.name == name)
+            .flat_map(|ty| self.members(ty))
+            .find(|value| self.name(value.name) == name)
             .map(|value| value.bit_offset)
     }
 
@@ -189,15 +238,15 @@ impl Btf {
         let proto = self
             .types
             .iter()
-            .find(|ty| ty.kind == KIND_TYPEDEF && ty.name == typedef)
+            .find(|ty| ty.kind == KIND_TYPEDEF && self.name(ty.name) == typedef)
             .and_then(|ty| self.resolve(ty.type_id))
             .filter(|ty| ty.kind == KIND_PTR)
             .and_then(|ptr| self.resolve(ptr.type_id))
             .filter(|ty| ty.kind == KIND_FUNC_PROTO)
             .with_context(|| format!("kernel BTF has no raw tracepoint {event} ({typedef})"))?;
         // The first parameter is the tracepoint's private data, not an argument.
-        Ok(proto
-            .members
+        Ok(self
+            .members(proto)
             .iter()
             .skip(1)
             .map(|param| {
@@ -205,7 +254,7 @@ impl Btf {
                     .filter(|ty| ty.kind == KIND_PTR)
                     .and_then(|ptr| self.resolve(ptr.type_id))
                     .filter(|ty| matches!(ty.kind, KIND_STRUCT | KIND_UNION))
-                    .map(|target| target.name.clone())
+                    .map(|target| self.name(target.name).to_string())
                     .unwrap_or_default()
             })
             .collect())
@@ -238,11 +287,12 @@ impl Btf {
 
     /// Bit offset of `member` in `ty`, looking into anonymous structs and unions.
     fn member_bits(&self, ty: &Type, member: &str) -> Option<(u32, u32)> {
-        for candidate in &ty.members {
-            if candidate.name == member {
+        for candidate in self.members(ty) {
+            let name = self.name(candidate.name);
+            if name == member {
                 return Some((candidate.bit_offset, candidate.type_id));
             }
-            if candidate.name.is_empty() {
+            if name.is_empty() {
                 let inner = self.resolve(candidate.type_id)?;
                 if let Some((bits, type_id)) = self.member_bits(inner, member) {
                     return Some((candidate.bit_offset + bits, type_id));
@@ -300,7 +350,7 @@ impl Btf {
         if depth > 8 {
             return None;
         }
-        for member in &ty.members {
+        for member in self.members(ty) {
             let Some(inner) = self.resolve(member.type_id) else {
                 continue;
             };
@@ -321,10 +371,11 @@ impl Btf {
                 self.lock_path(inner, within, depth + 1)
             };
             if let Some(rest) = path {
-                return Some(match (member.name.is_empty(), rest.is_empty()) {
+                let name = self.name(member.name);
+                return Some(match (name.is_empty(), rest.is_empty()) {
                     (true, _) => rest,
-                    (false, true) => member.name.clone(),
-                    (false, false) => format!("{}.{rest}", member.name),
+                    (false, true) => name.to_string(),
+                    (false, false) => format!("{name}.{rest}"),
                 });
             }
         }
@@ -355,8 +406,9 @@ impl Btf {
     fn lock_type_name(&self, mut id: u32) -> Option<String> {
         for _ in 0..32 {
             let ty = self.types.get(id as usize)?;
-            if LOCK_TYPES.contains(&ty.name.as_str()) {
-                return Some(ty.name.clone());
+            let name = self.name(ty.name);
+            if LOCK_TYPES.contains(&name) {
+                return Some(name.to_string());
             }
             match ty.kind {
                 KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG => {
@@ -376,7 +428,8 @@ impl Btf {
     ) -> HashMap<String, Vec<(String, u32)>> {
         let mut params = HashMap::new();
         for ty in &self.types {
-            if ty.kind != KIND_FUNC || !functions.contains(ty.name.as_str()) {
+            let name = self.name(ty.name);
+            if ty.kind != KIND_FUNC || !functions.contains(name) {
                 continue;
             }
             let Some(proto) = self
@@ -386,8 +439,8 @@ impl Btf {
             else {
                 continue;
             };
-            let structs: Vec<(String, u32)> = proto
-                .members
+            let structs: Vec<(String, u32)> = self
+                .members(proto)
                 .iter()
                 .filter_map(|param| {
                     let ptr = self
@@ -397,10 +450,11 @@ impl Btf {
                         .resolve(ptr.type_id)
                         .filter(|ty| matches!(ty.kind, KIND_STRUCT | KIND_UNION))?;
                     // A struct's `type_id` holds its size in bytes.
-                    (!target.name.is_empty()).then(|| (target.name.clone(), target.type_id))
+                    let name = self.name(target.name);
+                    (!name.is_empty()).then(|| (name.to_string(), target.type_id))
                 })
                 .collect();
-            params.insert(ty.name.clone(), structs);
+            params.insert(name.to_string(), structs);
         }
         params
     }
@@ -414,13 +468,13 @@ impl Btf {
         if offset >= size {
             return None;
         }
-        for entry in &section.members {
+        for entry in self.members(section) {
             let var = self.types.get(entry.type_id as usize)?;
             let Some(mut inner) = self.resolve(var.type_id) else {
                 continue;
             };
             let mut type_id = var.type_id;
-            let mut name = var.name.clone();
+            let mut name = self.name(var.name).to_string();
             let start = entry.bit_offset;
             let Some(mut within) = offset.checked_sub(start) else {
                 continue;
@@ -431,7 +485,7 @@ impl Btf {
                     type_id: element,
                     bit_offset: count,
                     ..
-                }) = inner.members.first()
+                }) = self.members(inner).first()
                 else {
                     continue;
                 };
@@ -465,9 +519,9 @@ impl Btf {
     /// The offset of the per-CPU variable `name` in a CPU's per-CPU area.
     pub fn percpu_offset(&self, name: &str) -> Option<u32> {
         let (section, _) = self.percpu_section()?;
-        section.members.iter().find_map(|entry| {
+        self.members(section).iter().find_map(|entry| {
             let var = self.types.get(entry.type_id as usize)?;
-            (var.kind == KIND_VAR && var.name == name).then_some(entry.bit_offset)
+            (var.kind == KIND_VAR && self.name(var.name) == name).then_some(entry.bit_offset)
         })
     }
 
@@ -478,7 +532,7 @@ impl Btf {
             let Some(ty) = self.types.get(id as usize) else {
                 return false;
             };
-            if LOCKS.contains(&ty.name.as_str()) {
+            if LOCKS.contains(&self.name(ty.name)) {
                 return true;
             }
             match ty.kind {
@@ -537,87 +591,95 @@ impl Btf {
     }
 }
 
-/// Every type of `btf` by id (a split BTF's base types first; id 0 is `void`), in the
-/// shape the lookups read.
-fn types_of(btf: &btf_rs::Btf) -> Result<Vec<Type>> {
-    let (_, last) = btf.split().unwrap_or(btf.base()).type_id_range();
-    let mut types = Vec::with_capacity(last as usize + 1);
-    types.push(Type {
-        kind: 0,
-        name: String::new(),
-        type_id: 0,
-        members: Vec::new(),
-    });
-    for id in 1..=last {
-        types.push(type_of(btf, &btf.resolve_type_by_id(id)?));
-    }
-    Ok(types)
-}
-
-/// One btf-rs type as a `Type`: `type_id` is the referenced type, or the size of a
-/// struct, union or section; `members` as `Type::members` says.
-fn type_of(btf: &btf_rs::Btf, ty: &btf_rs::Type) -> Type {
-    use btf_rs::{BtfType, Type as T};
-    let name_of = |named: &dyn BtfType| btf.resolve_name(named).unwrap_or_default();
-    let member = |name: String, type_id: Option<u32>, bit_offset: u32| Member {
-        name,
-        type_id: type_id.unwrap_or(0),
-        bit_offset,
-    };
-    let fields = |composite: &btf_rs::Struct| -> Vec<Member> {
-        composite
-            .members
-            .iter()
-            .map(|field| member(name_of(field), field.get_type_id(), field.bit_offset()))
-            .collect()
-    };
-    let (kind, type_id, members) = match ty {
-        T::Struct(composite) => (KIND_STRUCT, composite.size() as u32, fields(composite)),
-        T::Union(composite) => (KIND_UNION, composite.size() as u32, fields(composite)),
-        // (element type, count).
-        T::Array(array) => {
-            let element = member(String::new(), array.get_type_id(), array.len() as u32);
-            (KIND_ARRAY, 0, vec![element])
-        }
-        T::Enum(values) => {
-            let values = values.members.iter();
-            let values = values.map(|value| member(name_of(value), None, value.val()));
-            (KIND_ENUM, 0, values.collect())
-        }
-        // The low 32 bits of each value.
-        T::Enum64(values) => {
-            let values = values.members.iter();
-            let values = values.map(|value| member(name_of(value), None, value.val() as u32));
-            (KIND_ENUM64, 0, values.collect())
-        }
-        T::FuncProto(proto) => {
-            let params = proto.parameters.iter();
-            let params = params.map(|param| member(name_of(param), param.get_type_id(), 0));
-            (KIND_FUNC_PROTO, 0, params.collect())
-        }
-        // (the VAR's id, offset in bytes) per variable.
-        T::Datasec(section) => {
-            let vars = section.variables.iter();
-            let vars = vars.map(|var| member(String::new(), var.get_type_id(), var.offset()));
-            (KIND_DATASEC, section.size() as u32, vars.collect())
-        }
-        T::Int(_) => (KIND_INT, 0, Vec::new()),
-        T::Ptr(next) => (KIND_PTR, next.get_type_id().unwrap_or(0), Vec::new()),
-        T::Typedef(next) => (KIND_TYPEDEF, next.get_type_id().unwrap_or(0), Vec::new()),
-        T::Volatile(next) => (KIND_VOLATILE, next.get_type_id().unwrap_or(0), Vec::new()),
-        T::Const(next) => (KIND_CONST, next.get_type_id().unwrap_or(0), Vec::new()),
-        T::Restrict(next) => (KIND_RESTRICT, next.get_type_id().unwrap_or(0), Vec::new()),
-        T::TypeTag(next) => (KIND_TYPE_TAG, next.get_type_id().unwrap_or(0), Vec::new()),
-        T::Func(next) => (KIND_FUNC, next.get_type_id().unwrap_or(0), Vec::new()),
-        T::Var(next) => (KIND_VAR, next.get_type_id().unwrap_or(0), Vec::new()),
-        // Void, forward declarations, floats, declaration tags: never looked into.
-        _ => (0, 0, Vec::new()),
-    };
-    Type {
-        kind,
-        name: ty.as_btf_type().map(name_of).unwrap_or_default(),
-        type_id,
-        members,
+impl Btf {
+    /// Adds one btf-rs type to the copy: `type_id` is the referenced type, or the size of
+    /// a struct, union or section; `members` as `Type::members` says.
+    fn add(&mut self, btf: &btf_rs::Btf, ty: &btf_rs::Type) {
+        use btf_rs::{BtfType, Type as T};
+        let first = self.members.len() as u32;
+        let name_of = |names: &mut String, named: &dyn BtfType| {
+            let name = btf.resolve_name(named).unwrap_or_default();
+            let start = names.len() as u32;
+            names.push_str(&name);
+            Name {
+                start,
+                len: name.len() as u32,
+            }
+        };
+        let mut member = |name: Name, type_id: Option<u32>, bit_offset: u32| {
+            self.members.push(Member {
+                name,
+                type_id: type_id.unwrap_or(0),
+                bit_offset,
+            })
+        };
+        let names = &mut self.names;
+        let (kind, type_id) = match ty {
+            T::Struct(composite) | T::Union(composite) => {
+                for field in &composite.members {
+                    let name = name_of(names, field);
+                    member(name, field.get_type_id(), field.bit_offset());
+                }
+                let kind = match ty {
+                    T::Struct(_) => KIND_STRUCT,
+                    _ => KIND_UNION,
+                };
+                (kind, composite.size() as u32)
+            }
+            // (element type, count).
+            T::Array(array) => {
+                member(Name::default(), array.get_type_id(), array.len() as u32);
+                (KIND_ARRAY, 0)
+            }
+            T::Enum(values) => {
+                for value in &values.members {
+                    member(name_of(names, value), None, value.val());
+                }
+                (KIND_ENUM, 0)
+            }
+            // The low 32 bits of each value.
+            T::Enum64(values) => {
+                for value in &values.members {
+                    member(name_of(names, value), None, value.val() as u32);
+                }
+                (KIND_ENUM64, 0)
+            }
+            T::FuncProto(proto) => {
+                for param in &proto.parameters {
+                    member(name_of(names, param), param.get_type_id(), 0);
+                }
+                (KIND_FUNC_PROTO, 0)
+            }
+            // (the VAR's id, offset in bytes) per variable.
+            T::Datasec(section) => {
+                for var in &section.variables {
+                    member(Name::default(), var.get_type_id(), var.offset());
+                }
+                (KIND_DATASEC, section.size() as u32)
+            }
+            T::Int(_) => (KIND_INT, 0),
+            T::Ptr(next) => (KIND_PTR, next.get_type_id().unwrap_or(0)),
+            T::Typedef(next) => (KIND_TYPEDEF, next.get_type_id().unwrap_or(0)),
+            T::Volatile(next) => (KIND_VOLATILE, next.get_type_id().unwrap_or(0)),
+            T::Const(next) => (KIND_CONST, next.get_type_id().unwrap_or(0)),
+            T::Restrict(next) => (KIND_RESTRICT, next.get_type_id().unwrap_or(0)),
+            T::TypeTag(next) => (KIND_TYPE_TAG, next.get_type_id().unwrap_or(0)),
+            T::Func(next) => (KIND_FUNC, next.get_type_id().unwrap_or(0)),
+            T::Var(next) => (KIND_VAR, next.get_type_id().unwrap_or(0)),
+            // Void, forward declarations, floats, declaration tags: never looked into.
+            _ => (0, 0),
+        };
+        let name = match ty.as_btf_type() {
+            Some(named) => name_of(names, named),
+            None => Name::default(),
+        };
+        let members = (first, self.members.len() as u32);
+        self.types.push(Type {
+            kind,
+            name,
+            type_id,
+            members,
+        });
     }
 }
 
