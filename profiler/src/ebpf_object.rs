@@ -8,15 +8,21 @@ use crate::tracefs;
 pub(crate) static EBPF_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler-ebpf.o"));
 
-/// What recording needs of this machine, checked before anything is loaded.
-/// What loading needs: privileges, the built-in eBPF object, tracefs.
-pub(crate) fn check_loadable() -> Result<()> {
-    check_privileges()?;
+/// The built-in eBPF object, or the error that says how to build lockpath with it.
+pub(crate) fn built_object() -> Result<&'static [u8]> {
     if EBPF_OBJECT.is_empty() {
         bail!(
             "this lockpath was built without its eBPF programs: build it with `cargo xtask build`"
         );
     }
+    Ok(EBPF_OBJECT)
+}
+
+/// What recording needs of this machine, checked before anything is loaded.
+/// What loading needs: privileges, the built-in eBPF object, tracefs.
+pub(crate) fn check_loadable() -> Result<()> {
+    check_privileges()?;
+    built_object()?;
     tracefs::ensure_mounted()
 }
 

@@ -41,6 +41,47 @@ fn end(key: LockKey, wait_ns: u64, hold: Option<(ContendedHoldKey, u64)>) -> Pen
     }
 }
 
+/// The object's maps, the `small` ones with room for `entries` rows; `None` (the test
+/// skipped) where programs cannot be loaded outside CI.
+fn lock_maps(test: &str, small: &[&str], entries: u32) -> Option<MapSet> {
+    if !can_load_programs(test) {
+        return None;
+    }
+    let mut loader = EbpfLoader::new();
+    for name in small {
+        loader.map_max_entries(name, entries);
+    }
+    let mut ebpf =
+        lockpath::probes::shared::load_object(&mut loader).expect("the eBPF object loads");
+    drop(loader);
+    Some(MapSet::take_all(&mut ebpf))
+}
+
+/// CPU 0's ring is `first`, every other CPU's `others`.
+fn write_rings(maps: &mut MapSet, first: PendingRing, others: PendingRing) {
+    let cpus = aya::util::nr_cpus().expect("the number of CPUs");
+    let mut rings: PerCpuArray<_, PendingRing> =
+        PerCpuArray::try_from(maps.get_mut(names::LOCK_PENDING).expect("LOCK_PENDING"))
+            .expect("LOCK_PENDING is a per-CPU array");
+    let values: Vec<PendingRing> = (0..cpus)
+        .map(|cpu| if cpu == 0 { first } else { others })
+        .collect();
+    rings
+        .set(
+            0,
+            PerCpuValues::try_from(values).expect("a ring per CPU"),
+            0,
+        )
+        .expect("the rings are written");
+}
+
+/// A row in the hash map `name`.
+fn insert<K: aya::Pod, V: aya::Pod>(maps: &mut MapSet, name: &str, key: K, value: V) {
+    let mut map: HashMap<_, K, V> =
+        HashMap::try_from(maps.get_mut(name).expect(name)).expect("a hash map");
+    map.insert(key, value, 0).expect("a row");
+}
+
 /// With room for two lock rows, one of them already there: the ends between a ring's
 /// tail and head are added (across the ring's end), to the existing row, to a new one,
 /// and to the overflow row once the map is full, with the one hold they closed; a slot
@@ -48,16 +89,13 @@ fn end(key: LockKey, wait_ns: u64, hold: Option<(ContendedHoldKey, u64)>) -> Pen
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: makes eBPF maps")]
 fn ends_left_in_the_rings_are_added_at_the_stop() {
-    let test = "ends_left_in_the_rings_are_added_at_the_stop";
-    if !can_load_programs(test) {
+    let Some(mut maps) = lock_maps(
+        "ends_left_in_the_rings_are_added_at_the_stop",
+        &[names::LOCK_STATS],
+        2,
+    ) else {
         return;
-    }
-    let mut loader = EbpfLoader::new();
-    loader.map_max_entries(names::LOCK_STATS, 2);
-    let mut ebpf =
-        lockpath::probes::shared::load_object(&mut loader).expect("the eBPF object loads");
-    drop(loader);
-    let mut maps = MapSet::take_all(&mut ebpf);
+    };
 
     let (a, b, c, stale) = (lock(0xa000), lock(0xb000), lock(0xc000), lock(0xd000));
     let hold = ContendedHoldKey {
@@ -67,12 +105,7 @@ fn ends_left_in_the_rings_are_added_at_the_stop() {
         kstack_id: -1,
         flags: 1,
     };
-    {
-        let mut stats: HashMap<_, LockKey, LockStat> =
-            HashMap::try_from(maps.get_mut(names::LOCK_STATS).expect("LOCK_STATS"))
-                .expect("LOCK_STATS is a hash map");
-        stats.insert(a, LockStat::one(100), 0).expect("a first row");
-    }
+    insert(&mut maps, names::LOCK_STATS, a, LockStat::one(100));
     // Slots 6, 7, 0, 1, 2 pending (tail 6, head 11); slot 5 was added before.
     let mut ring = PendingRing {
         head: 11,
@@ -92,22 +125,7 @@ fn ends_left_in_the_rings_are_added_at_the_stop() {
         ..PendingRing::default()
     };
     empty.ends = [end(stale, 2_000, Some((hold, 9_999))); LOCK_PENDING_ENDS];
-    let cpus = aya::util::nr_cpus().expect("the number of CPUs");
-    {
-        let mut rings: PerCpuArray<_, PendingRing> =
-            PerCpuArray::try_from(maps.get_mut(names::LOCK_PENDING).expect("LOCK_PENDING"))
-                .expect("LOCK_PENDING is a per-CPU array");
-        let values: Vec<PendingRing> = (0..cpus)
-            .map(|cpu| if cpu == 0 { ring } else { empty })
-            .collect();
-        rings
-            .set(
-                0,
-                PerCpuValues::try_from(values).expect("a ring per CPU"),
-                0,
-            )
-            .expect("the rings are written");
-    }
+    write_rings(&mut maps, ring, empty);
 
     lockpath::probes::lock::add_pending_ends(&mut maps).expect("the pending ends are added");
 
@@ -146,4 +164,84 @@ fn ends_left_in_the_rings_are_added_at_the_stop() {
     assert_eq!(holds.len(), 1, "one end closed a hold: {holds:?}");
     assert_eq!(holds[0].0, hold);
     assert_eq!((holds[0].1.count, holds[0].1.total_ns), (1, 50));
+}
+
+/// With the lock map and its overflow map full, and the hold maps too, an end left in a
+/// ring has no row to go to: it is counted as the programs count theirs
+/// (`lock_overflow_full`, and `lock_hold_overflow_full` for the hold it closed), so the
+/// profile says that a contention was lost.
+#[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: makes eBPF maps")]
+fn ends_that_find_the_maps_full_are_counted_as_lost() {
+    let small = [
+        names::LOCK_STATS,
+        names::LOCK_OVERFLOW,
+        names::LOCK_HOLDS,
+        names::LOCK_HOLDS_OVERFLOW,
+    ];
+    let Some(mut maps) = lock_maps(
+        "ends_that_find_the_maps_full_are_counted_as_lost",
+        &small,
+        1,
+    ) else {
+        return;
+    };
+
+    // Every map holds one row of another process already.
+    let other = LockKey {
+        tgid: 7,
+        ..lock(0xa000)
+    };
+    let other_hold = ContendedHoldKey {
+        lock_addr: 0xa000,
+        tid: 8,
+        tgid: 7,
+        kstack_id: -1,
+        flags: 1,
+    };
+    insert(&mut maps, names::LOCK_STATS, other, LockStat::one(100));
+    insert(
+        &mut maps,
+        names::LOCK_OVERFLOW,
+        other.overflow(),
+        LockStat::one(100),
+    );
+    let held = LatencyStat::EMPTY.with(100);
+    insert(&mut maps, names::LOCK_HOLDS, other_hold, held);
+    insert(
+        &mut maps,
+        names::LOCK_HOLDS_OVERFLOW,
+        other_hold.overflow(),
+        held,
+    );
+    let hold = ContendedHoldKey {
+        tid: 4243,
+        tgid: 4242,
+        ..other_hold
+    };
+    let mut ring = PendingRing {
+        head: 1,
+        tail: 0,
+        ..PendingRing::default()
+    };
+    ring.ends[0] = end(lock(0xc000), 40, Some((hold, 50)));
+    write_rings(&mut maps, ring, PendingRing::default());
+
+    lockpath::probes::lock::add_pending_ends(&mut maps).expect("the pending ends are added");
+
+    let losses = lockpath::probes::shared::drain_losses(&maps).expect("LOSSES");
+    eprintln!("losses: {losses:?}");
+    assert_eq!(losses.get("lock_overflow_full"), Some(&1), "{losses:?}");
+    assert_eq!(
+        losses.get("lock_hold_overflow_full"),
+        Some(&1),
+        "{losses:?}"
+    );
+    assert_eq!(losses.len(), 2, "no other loss: {losses:?}");
+    let rows: Vec<(LockKey, LockStat)> = maps.entries(names::LOCK_STATS).expect("LOCK_STATS");
+    assert_eq!(
+        rows,
+        vec![(other, LockStat::one(100))],
+        "the full map is unchanged"
+    );
 }

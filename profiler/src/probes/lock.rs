@@ -13,6 +13,7 @@ use profiler_common::{
         LOCK_LAST_ACQUIRER_ENTRIES, LOCK_SLEEP_DROPPED_ENTRIES, LOCK_SLEEP_WAIT_ENTRIES,
         LOCK_STACK_CACHE_ENTRIES, LOCK_TEXT_RANGES, NO_HOLD, OUTCOME_SHIFT,
     },
+    loss,
 };
 
 use super::virtspin::{self, SpinPath};
@@ -565,8 +566,12 @@ pub fn add_pending_ends(maps: &mut MapSet) -> Result<()> {
                     LatencyStat::EMPTY.with(hold_ns),
                     |stat: &mut LatencyStat| *stat = stat.with(hold_ns),
                 )?;
-            if !added || !hold_added {
-                log::warn!("a lock contention left for user space found its maps full");
+            // Counted as the programs count them when both maps are full.
+            if !added {
+                maps.count_loss(loss::LOCK_OVERFLOW_FULL)?;
+            }
+            if !hold_added {
+                maps.count_loss(loss::LOCK_HOLD_OVERFLOW_FULL)?;
             }
         }
     }

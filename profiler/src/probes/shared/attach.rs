@@ -1,22 +1,17 @@
 //! Loading and attaching programs, with one error path: a refused object or program
 //! is one line (a verifier log goes to a file), an attach failure names what failed.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use aya::{programs::TracePoint, Ebpf, EbpfLoader};
 
-use crate::{btf::Btf, ebpf_object::EBPF_OBJECT};
+use crate::{btf::Btf, ebpf_object::built_object};
 
 pub use crate::tracefs::kprobes_unavailable;
 
 /// Loads lockpath's eBPF object with `loader`'s map sizes and globals: every map is
 /// made, no program is loaded yet. The caller has checked the privileges.
 pub fn load_object(loader: &mut EbpfLoader) -> Result<Ebpf> {
-    if EBPF_OBJECT.is_empty() {
-        bail!(
-            "this lockpath was built without its eBPF programs: build it with `cargo xtask build`"
-        );
-    }
-    let object = super::kfunc::patch_object(EBPF_OBJECT, Btf::vmlinux().ok())?;
+    let object = super::kfunc::patch_object(built_object()?, Btf::vmlinux().ok())?;
     loader
         .load(&object)
         .map_err(|err| object_load_error(&err.to_string()))

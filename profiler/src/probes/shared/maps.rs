@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap as StdHashMap};
 
 use anyhow::{Context, Result};
 use aya::{
-    maps::{HashMap, Map, MapData, PerCpuArray},
+    maps::{HashMap, Map, MapData, PerCpuArray, PerCpuValues},
     Ebpf,
 };
 use profiler_common::{
@@ -142,6 +142,24 @@ impl MapSet {
             }
         }
         Ok(false)
+    }
+
+    /// Counts one event user space could not record (a row it found no room for) in
+    /// `LOSSES[slot]`, beside the programs' counts, so that the profile's losses say so.
+    pub fn count_loss(&mut self, slot: u32) -> Result<()> {
+        let mut losses: PerCpuArray<_, u64> = PerCpuArray::try_from(self.get_mut(names::LOSSES)?)
+            .context("LOSSES has an unexpected type")?;
+        let mut values: Vec<u64> = losses
+            .get(&slot, 0)
+            .with_context(|| format!("cannot read LOSSES[{slot}]"))?
+            .to_vec();
+        if let Some(first) = values.first_mut() {
+            *first += 1;
+        }
+        let values = PerCpuValues::try_from(values).context("LOSSES has no CPU")?;
+        losses
+            .set(slot, values, 0)
+            .with_context(|| format!("cannot write LOSSES[{slot}]"))
     }
 
     pub fn take(&mut self, name: &str) -> Result<Map> {
