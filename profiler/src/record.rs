@@ -44,12 +44,12 @@ extern "C" fn on_stop_signal(signal: libc::c_int) {
 /// fails before anything else) and the target.
 pub(crate) fn check_arguments(args: &RecordArgs, target: &Target) -> Result<Vec<&'static str>> {
     for family in FAMILIES {
-        (family.check)(args)?;
+        (family.check)(&args.families)?;
     }
     target.validate()?;
     let asked: Vec<&'static str> = FAMILIES
         .iter()
-        .filter(|family| (family.asked)(args))
+        .filter(|family| (family.asked)(&args.families))
         .map(|family| family.name)
         .collect();
     crate::timeline::check(args, &asked)?;
@@ -71,7 +71,7 @@ fn plan_families(
     };
     let mut families = Vec::new();
     for registration in FAMILIES {
-        if let Some(family) = (registration.plan)(args, &mut ctx)? {
+        if let Some(family) = (registration.plan)(&args.families, &mut ctx)? {
             families.push(Recorded::new(registration, family));
         }
     }

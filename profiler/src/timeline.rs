@@ -23,7 +23,7 @@ pub fn check(args: &RecordArgs, asked: &[&str]) -> Result<()> {
     if interval < MIN_INTERVAL_NS {
         bail!("--interval must be at least 100ms (the aggregates are read at every interval)");
     }
-    let lock = args.lock.lock || asked.is_empty() || asked.contains(&"lock");
+    let lock = args.families.lock.lock || asked.is_empty() || asked.contains(&"lock");
     if !lock && !asked.contains(&"offcpu") && !asked.contains(&"io") {
         bail!(
             "--interval keeps lock and off-CPU wait time and block-IO writes over the run: \

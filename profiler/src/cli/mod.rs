@@ -1,12 +1,5 @@
 //! Command-line interface: `lockpath record | report | flamegraph | export`.
 
-pub mod cpu;
-pub mod func;
-pub mod hold;
-pub mod io;
-pub mod lock;
-pub mod offcpu;
-pub mod rpc;
 pub mod values;
 
 use std::path::PathBuf;
@@ -17,6 +10,7 @@ use clap::{
 };
 
 pub use crate::kind::{GroupBy, Kind};
+use crate::probes::{offcpu::parse_min_wait, FamilyArgs};
 use lockpath_profile::views::VIEWS;
 
 #[derive(Debug, Parser)]
@@ -152,25 +146,10 @@ impl StuckArgs {
 
 #[derive(Debug, Args)]
 pub struct RecordArgs {
-    // Each family's options, from its file cli/<family>.rs, in their order in `record
-    // --help`; then the options of the recording as a whole.
+    // Each family's options, beside its code (probes/<family>.rs), in their order in
+    // `record --help`; then the options of the recording as a whole.
     #[command(flatten)]
-    pub lock: lock::LockArgs,
-
-    #[command(flatten)]
-    pub rpc: rpc::RpcArgs,
-
-    #[command(flatten)]
-    pub func: func::FuncArgs,
-
-    #[command(flatten)]
-    pub cpu: cpu::CpuArgs,
-
-    #[command(flatten)]
-    pub hold: hold::HoldArgs,
-
-    #[command(flatten)]
-    pub offcpu: offcpu::OffcpuArgs,
+    pub families: FamilyArgs,
 
     /// Keep the lock and off-CPU wait time per interval of this length (e.g. 500ms, 1s)
     /// for every lock, wait class and process: the profile's timeline, `report
@@ -178,9 +157,6 @@ pub struct RecordArgs {
     /// in; off-CPU time in the intervals it passed in.
     #[arg(long, value_name = "DUR", value_parser = parse_interval)]
     pub interval: Option<u64>,
-
-    #[command(flatten)]
-    pub io: io::IoArgs,
 
     /// Profile the whole system (the default when no target is given); with `-- CMD`,
     /// the whole system while CMD runs.
@@ -283,7 +259,7 @@ fn parse_duration(text: &str) -> Result<f64, String> {
 
 /// `--interval`: nanoseconds of a duration of the one grammar, longer than 0.
 fn parse_interval(text: &str) -> Result<u64, String> {
-    match values::parse_min_wait(text)? {
+    match parse_min_wait(text)? {
         0 => Err(format!("{text:?}: the interval must be longer than 0")),
         ns => Ok(ns),
     }
@@ -393,7 +369,7 @@ pub struct OutliersArgs {
     #[arg(long, default_value_t = 3.5, value_parser = parse_threshold)]
     pub threshold: f64,
     /// ...and at least this much time per second above it (e.g. 10ms: 10 ms per second).
-    #[arg(long, value_name = "DUR", default_value = "10ms", value_parser = values::parse_min_wait)]
+    #[arg(long, value_name = "DUR", default_value = "10ms", value_parser = parse_min_wait)]
     pub min_excess: u64,
     /// Top stacks shown per cause that stands out.
     #[arg(long, default_value_t = 3)]
@@ -561,7 +537,7 @@ mod tests {
         else {
             panic!("not a recording");
         };
-        assert!(record.lock.lock && record.offcpu.offcpu_all);
+        assert!(record.families.lock.lock && record.families.offcpu.offcpu_all);
         assert_eq!(record.pid, vec![5, 6]);
         assert_eq!(record.duration, Some(1.0));
         assert_eq!(record.output, PathBuf::from("lockpath-stuck.json"));

@@ -14,11 +14,11 @@ use profiler_common::func::{
 };
 
 use crate::{
-    cli::func::FuncMethod,
     probes::prelude::*,
     profile::{FuncRow, WaitingRow},
     symbolize::kallsyms::check_kernel_function,
 };
+use clap::{Args, ValueEnum};
 
 pub const FAMILY: Registration = Registration {
     name: "func",
@@ -34,7 +34,7 @@ pub const FAMILY: Registration = Registration {
 };
 
 /// Recorded when kernel or user functions are named (checked here, before loading).
-fn plan_family(args: &RecordArgs, ctx: &mut PlanContext) -> Result<Planned> {
+fn plan_family(args: &FamilyArgs, ctx: &mut PlanContext) -> Result<Planned> {
     let ufuncs = validate(&args.func.func, &args.func.ufunc, ctx.symbols)?;
     if args.func.func.is_empty() && ufuncs.is_empty() {
         return Ok(None);
@@ -399,6 +399,35 @@ pub fn drain(
         })
     };
     maps.latency_rows(names::FUNC_STATS, names::FUNC_OVERFLOW, row)
+}
+
+// `record`'s options of the function-latency family: kernel functions (`--func`) and
+// user-space functions (`--ufunc`).
+
+#[derive(Debug, Args)]
+pub struct FuncArgs {
+    /// Record the latency of a kernel function, entry to return (repeatable; up to 8).
+    /// fentry/fexit where the kernel allows, else kprobe/kretprobe.
+    #[arg(long = "func", value_name = "[MODULE:]SYMBOL")]
+    pub func: Vec<String>,
+
+    /// How `--func` hooks kernel functions: `auto` tries fentry/fexit, then
+    /// kprobe/kretprobe; the other values force one method (for tests of each).
+    #[arg(long, value_enum, value_name = "METHOD", default_value_t = FuncMethod::Auto)]
+    pub func_method: FuncMethod,
+
+    /// Record the latency of a user-space function with uprobes (repeatable; up to 8).
+    #[arg(long = "ufunc", value_name = "BINARY:SYMBOL")]
+    pub ufunc: Vec<String>,
+}
+
+/// How a kernel function is hooked (`--func-method`, and `--hold-method` for the lock
+/// functions of `--hold`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FuncMethod {
+    Auto,
+    Fentry,
+    Kprobe,
 }
 
 #[cfg(test)]

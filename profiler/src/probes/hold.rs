@@ -20,7 +20,9 @@ use profiler_common::{
     lock::{LCB_F_MUTEX, LCB_F_READ, LCB_F_WRITE},
 };
 
-use crate::{cli::func::FuncMethod, probes::prelude::*, profile::HoldRow};
+use super::func::FuncMethod;
+use crate::{probes::prelude::*, profile::HoldRow};
+use clap::Args;
 
 pub const FAMILY: Registration = Registration {
     name: "hold",
@@ -41,7 +43,7 @@ pub const FAMILY: Registration = Registration {
 
 /// Resolves the lock. When `--hold` is all that was asked for, a lock that cannot be
 /// timed is the run's error; otherwise one line, and the run goes on without it.
-fn plan_family(args: &RecordArgs, ctx: &mut PlanContext) -> Result<Planned> {
+fn plan_family(args: &FamilyArgs, ctx: &mut PlanContext) -> Result<Planned> {
     let Some(text) = &args.hold.hold else {
         return Ok(None);
     };
@@ -519,6 +521,27 @@ pub fn drain_hold_map<K: aya::Pod>(
             latency,
         })
     })
+}
+
+// `record`'s options of the hold family: how long one lock is held.
+
+#[derive(Debug, Args)]
+pub struct HoldArgs {
+    /// Record how long one lock is held, acquisition to release, per holder stack and
+    /// process: LOCK is a kernel symbol (a static lock) or an address from a report's
+    /// lock column, optionally typed (mutex: or rwsem:; without a type both are probed).
+    /// Spinlocks and rwlocks are refused: hooking their functions can hang the kernel.
+    /// COST: it hooks the lock and unlock functions of the type (mutex_lock*/mutex_unlock,
+    /// down_*/up_*), among the hottest functions of the kernel: every operation on every
+    /// mutex or rwsem in the system pays a trampoline (fentry) or a breakpoint (kprobe)
+    /// and one compare. Needs fentry or kprobes (not every kernel has them); docs/performance.md
+    /// has the measured cost.
+    #[arg(long, value_name = "[TYPE:]LOCK")]
+    pub hold: Option<String>,
+
+    /// How `--hold` hooks the lock functions: `auto` tries fentry/fexit, then kprobes.
+    #[arg(long, value_enum, value_name = "METHOD", default_value_t = FuncMethod::Auto)]
+    pub hold_method: FuncMethod,
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ use crate::{
     probes::prelude::*,
     profile::{DirtiedRow, FileCallRow, FileRef, IoRow, WaitingRow},
 };
+use clap::Args;
 
 pub const FAMILY: Registration = Registration {
     name: "io",
@@ -38,7 +39,7 @@ pub const FAMILY: Registration = Registration {
     names: names::ALL,
 };
 
-fn plan_family(args: &RecordArgs, _ctx: &mut PlanContext) -> Result<Planned> {
+fn plan_family(args: &FamilyArgs, _ctx: &mut PlanContext) -> Result<Planned> {
     if !args.io.io {
         return Ok(None);
     }
@@ -787,6 +788,21 @@ pub fn drain(maps: &MapSet, devices: &DeviceNames, files: &Files) -> Result<Vec<
         ))
     });
     Ok(rows)
+}
+
+// `record`'s option of the block-IO family.
+
+#[derive(Debug, Args)]
+pub struct IoArgs {
+    /// Record block-IO requests: latency histograms per device, operation, process and
+    /// file, and whose writes caused them (a writer's writeback is its own).
+    #[arg(long)]
+    pub io: bool,
+    /// With --io: also time the read, write, fsync and open calls of the targets per
+    /// file and process (system-call tracepoints; on any file system, FUSE and network
+    /// file systems included). Costs a hash lookup on those calls of every process.
+    #[arg(long, requires = "io")]
+    pub file_calls: bool,
 }
 
 #[cfg(test)]

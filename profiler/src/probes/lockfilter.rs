@@ -16,8 +16,7 @@ use profiler_common::lock::{
 };
 
 use crate::{
-    cli::RecordArgs,
-    probes::shared::StackResolver,
+    probes::{shared::StackResolver, FamilyArgs},
     profile::{HoldRow, LockRow},
     symbolize::KernelSymbols,
 };
@@ -35,7 +34,7 @@ pub struct RecordFilter {
 }
 
 /// Whether any record-time lock filter is given.
-pub fn asked(args: &RecordArgs) -> bool {
+pub fn asked(args: &FamilyArgs) -> bool {
     !args.lock.lock_filter.is_empty()
         || !args.lock.lock_type.is_empty()
         || !args.lock.caller.is_empty()
@@ -43,7 +42,7 @@ pub fn asked(args: &RecordArgs) -> bool {
 
 /// Checks what can be checked without the kernel's symbols: the types, the patterns,
 /// the addresses. One clear line for each kind of mistake.
-pub fn check(args: &RecordArgs) -> Result<()> {
+pub fn check(args: &FamilyArgs) -> Result<()> {
     LockFilter {
         locks: Vec::new(),
         types: args.lock.lock_type.clone(),
@@ -84,7 +83,7 @@ fn parse_addr(value: &str) -> Result<u64> {
 /// The filters of this recording, with the names resolved against the kernel's
 /// symbols: a name that is neither a kernel data symbol nor a name lockpath gives a
 /// lock after the fact fails here, before anything is loaded.
-pub fn plan(args: &RecordArgs, symbols: &KernelSymbols) -> Result<RecordFilter> {
+pub fn plan(args: &FamilyArgs, symbols: &KernelSymbols) -> Result<RecordFilter> {
     let asked = LockFilter {
         locks: Vec::new(),
         types: args.lock.lock_type.clone(),

@@ -26,7 +26,6 @@ use anyhow::Result;
 use aya::{Ebpf, EbpfLoader};
 
 use crate::{
-    cli::RecordArgs,
     profile::{ProbeUse, Profile, Unavailable},
     symbolize::{KernelSymbols, UserSymbols},
 };
@@ -47,18 +46,46 @@ pub const FAMILIES: &[Registration] = &[
     hold::FAMILY,
 ];
 
+/// Every family's slice of `record`'s command line: its `<Family>Args`, beside its code
+/// (options, their help text and their value parsers), flattened into
+/// `cli::RecordArgs`, in the order of `record --help`. The off-CPU slice has the options
+/// of the wakers family too.
+#[derive(Debug, clap::Args)]
+pub struct FamilyArgs {
+    #[command(flatten)]
+    pub lock: lock::LockArgs,
+
+    #[command(flatten)]
+    pub rpc: rpc::RpcArgs,
+
+    #[command(flatten)]
+    pub func: func::FuncArgs,
+
+    #[command(flatten)]
+    pub cpu: cpu::CpuArgs,
+
+    #[command(flatten)]
+    pub hold: hold::HoldArgs,
+
+    #[command(flatten)]
+    pub offcpu: offcpu::OffcpuArgs,
+
+    #[command(flatten)]
+    pub io: io::IoArgs,
+}
+
 /// How a family enters a recording.
 pub struct Registration {
     /// The family's name, as in a profile's `probes[].family`.
     pub name: &'static str,
     /// Whether the arguments ask for the family.
-    pub asked: fn(&RecordArgs) -> bool,
+    pub asked: fn(&FamilyArgs) -> bool,
     /// Checks the family's arguments before anything is loaded (bad input fails here,
     /// before the privilege check).
-    pub check: fn(&RecordArgs) -> Result<()>,
+    pub check: fn(&FamilyArgs) -> Result<()>,
     /// The family for this run, or `None` when it is not recorded (not asked for, or
     /// nothing of it is available: the reasons are then in `ctx.unavailable`).
-    pub plan: fn(&RecordArgs, &mut PlanContext) -> Result<Planned>,
+    pub plan: fn(&FamilyArgs, &mut PlanContext) -> Result<Planned>,
     /// Its maps that need room when it is recorded; otherwise they shrink to one entry
     /// each, so they cost no kernel memory (the object is loaded whole).
     pub maps: &'static [(&'static str, MapSize)],
@@ -225,6 +252,7 @@ pub trait Family {
 /// What a family module uses of the family interface, the shared helpers and the
 /// profile model: `use crate::probes::prelude::*;`.
 pub mod prelude {
+    pub use super::FamilyArgs;
     pub use super::{
         progress_of,
         shared::{
@@ -235,7 +263,7 @@ pub mod prelude {
         AttachContext, Drain, DrainMoment, Family, MapSize, PlanContext, Planned, Registration,
     };
     pub use crate::{
-        cli::{Kind, RecordArgs},
+        kind::Kind,
         profile::{ProbeUse, Profile, Unavailable},
         symbolize::KernelSymbols,
     };

@@ -20,6 +20,7 @@ use crate::{
     tracefs,
     waitclass::{self, Classifier},
 };
+use clap::Args;
 
 pub const FAMILY: Registration = Registration {
     name: "offcpu",
@@ -39,7 +40,7 @@ pub const FAMILY: Registration = Registration {
 };
 
 /// The off-CPU options from the flags, checked before anything is loaded.
-fn options(args: &RecordArgs) -> Result<Option<OffcpuOptions>> {
+fn options(args: &FamilyArgs) -> Result<Option<OffcpuOptions>> {
     waitclass::validate(&args.offcpu.wait_class)?;
     let offcpu = (args.offcpu.offcpu || args.offcpu.offcpu_all).then(|| OffcpuOptions {
         all_states: args.offcpu.offcpu_all,
@@ -54,7 +55,7 @@ fn options(args: &RecordArgs) -> Result<Option<OffcpuOptions>> {
     Ok(offcpu)
 }
 
-fn plan_family(args: &RecordArgs, _ctx: &mut PlanContext) -> Result<Planned> {
+fn plan_family(args: &FamilyArgs, _ctx: &mut PlanContext) -> Result<Planned> {
     let Some(options) = options(args)? else {
         return Ok(None);
     };
@@ -579,5 +580,67 @@ fn state_name(state: u32) -> &'static str {
         STATE_UNINTERRUPTIBLE => "D",
         STATE_INTERRUPTIBLE => "S",
         _ => "?",
+    }
+}
+
+// `record`'s options of the off-CPU families: the waits (`--offcpu`, `--offcpu-all`), who
+// ended them (`--wakers`), which are kept and how they are classified.
+
+/// Parses `--min-wait`: nanoseconds of a duration (`500us`, `2ms`; the one grammar of
+/// `units::parse_duration`).
+pub fn parse_min_wait(text: &str) -> Result<u64, String> {
+    let duration = crate::units::parse_duration(text)?;
+    u64::try_from(duration.as_nanos()).map_err(|_| format!("{text:?} is too large"))
+}
+
+#[derive(Debug, Args)]
+pub struct OffcpuArgs {
+    /// Record off-CPU waits in D state (buffer, page, block IO, journal, most lock
+    /// sleeps), by process, stack and wait class.
+    #[arg(long)]
+    pub offcpu: bool,
+
+    /// Off-CPU waits in S state (voluntary sleeps) too; implies --offcpu.
+    #[arg(long)]
+    pub offcpu_all: bool,
+
+    /// Who woke each off-CPU wait (with --offcpu or --offcpu-all): the waker's process,
+    /// thread and stacks from sched:sched_waking, aggregated in the kernel per (waiter
+    /// stack, waker stack); the report's "woken by" lines and `--kind offwake`.
+    #[arg(long)]
+    pub wakers: bool,
+
+    /// Drop off-CPU waits shorter than this, in the kernel (e.g. 100us, 2ms).
+    #[arg(long, value_name = "DUR", value_parser = parse_min_wait)]
+    pub min_wait: Option<u64>,
+
+    /// Add a wait class: off-CPU stacks with a frame matching FRAME_PATTERN (`*` is a
+    /// wildcard) get class NAME; before the built-in rules; repeatable.
+    #[arg(long, value_name = "NAME=FRAME_PATTERN", value_parser = waitclass::parse_rule)]
+    pub wait_class: Vec<waitclass::Rule>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn min_wait_units() {
+        for (text, ns) in [
+            ("500us", 500_000),
+            ("2ms", 2_000_000),
+            ("1.5s", 1_500_000_000),
+            ("10ns", 10),
+            ("0", 0),
+        ] {
+            assert_eq!(parse_min_wait(text), Ok(ns), "{text}");
+        }
+        assert!(parse_min_wait("garbage")
+            .unwrap_err()
+            .contains("not a duration"));
+        // A bare number is seconds, as for every duration.
+        assert_eq!(parse_min_wait("10"), Ok(10_000_000_000));
+        assert!(parse_min_wait("5 parsecs").is_err());
+        assert!(parse_min_wait("-3ms").is_err());
     }
 }

@@ -34,7 +34,7 @@ pub const FAMILY: Registration = Registration {
     names: names::ALL,
 };
 
-fn check(args: &RecordArgs) -> Result<()> {
+fn check(args: &FamilyArgs) -> Result<()> {
     if args.offcpu.wakers && !(args.offcpu.offcpu || args.offcpu.offcpu_all) {
         bail!(
             "--wakers names who woke each off-CPU wait: add --offcpu (D waits) or --offcpu-all (D and S)"
@@ -43,7 +43,7 @@ fn check(args: &RecordArgs) -> Result<()> {
     Ok(())
 }
 
-fn plan_family(args: &RecordArgs, ctx: &mut PlanContext) -> Result<Planned> {
+fn plan_family(args: &FamilyArgs, ctx: &mut PlanContext) -> Result<Planned> {
     check(args)?;
     if !args.offcpu.wakers {
         return Ok(None);
