@@ -10,13 +10,13 @@ use aya::{
     util::online_cpus,
     Ebpf, EbpfLoader,
 };
+use clap::Args;
 use profiler_common::cpu::{names, CpuKey};
 
 mod unwound;
 pub use unwound::StackCopies;
 
 use crate::{probes::prelude::*, profile::CpuRow, symbolize::UserSymbols};
-use clap::Args;
 use profiler_common::cpu::USER_STACK_MAX;
 
 pub const FAMILY: Registration = Registration {

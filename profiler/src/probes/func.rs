@@ -9,6 +9,7 @@ use aya::{
     programs::{uprobe::UProbeScope, FEntry, FExit, KProbe, UProbe},
     Btf, Ebpf,
 };
+use clap::{Args, ValueEnum};
 use profiler_common::func::{
     names, FuncCall, FuncEntry, FuncKey, FUNC_CALLS_ENTRIES, FUNC_SLOTS, UFUNC_SLOT_BASE,
 };
@@ -18,7 +19,6 @@ use crate::{
     profile::{FuncRow, WaitingRow},
     symbolize::kallsyms::check_kernel_function,
 };
-use clap::{Args, ValueEnum};
 
 pub const FAMILY: Registration = Registration {
     name: "func",

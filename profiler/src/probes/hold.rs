@@ -12,6 +12,7 @@ use aya::{
     programs::{FEntry, FExit, KProbe},
     Btf, Ebpf, EbpfLoader,
 };
+use clap::Args;
 use profiler_common::{
     hold::{
         names, HoldConfig, HoldKey, HoldSlot, HOLD_ACQUIRE_SLOTS, HOLD_OPEN_ENTRIES,
@@ -22,7 +23,6 @@ use profiler_common::{
 
 use super::func::FuncMethod;
 use crate::{probes::prelude::*, profile::HoldRow};
-use clap::Args;
 
 pub const FAMILY: Registration = Registration {
     name: "hold",

@@ -6,6 +6,7 @@ use std::collections::HashMap as StdHashMap;
 
 use anyhow::{bail, Context, Result};
 use aya::{Ebpf, EbpfLoader};
+use clap::Args;
 use profiler_common::io::{
     names, CallKey, DirtyKey, DirtyStat, IoFile, IoInFlight, IoKey, IoLayout, IoStat, CALL_FSYNC,
     CALL_OPEN, CALL_READ, CALL_WRITE, IO_CALL_START_ENTRIES, IO_FILES_ENTRIES, IO_FILE_NO_DENTRY,
@@ -18,7 +19,6 @@ use crate::{
     probes::prelude::*,
     profile::{DirtiedRow, FileCallRow, FileRef, IoRow, WaitingRow},
 };
-use clap::Args;
 
 pub const FAMILY: Registration = Registration {
     name: "io",

@@ -5,6 +5,7 @@
 
 use anyhow::{bail, Result};
 use aya::{programs::KProbe, Ebpf, EbpfLoader};
+use clap::{Args, ValueEnum};
 use profiler_common::{
     hold::HoldKey,
     latency::LatencyStat,
@@ -23,7 +24,6 @@ use crate::{
     profile::{HoldRow, LockRow, Unavailable, WaitingRow},
     tracefs,
 };
-use clap::{Args, ValueEnum};
 
 pub const FAMILY: Registration = Registration {
     name: "lock",

@@ -3,6 +3,7 @@
 
 use anyhow::{bail, Result};
 use aya::{Ebpf, EbpfLoader};
+use clap::Args;
 use profiler_common::offcpu::{
     names, OffcpuKey, OffcpuStart, OffcpuStat, WaitPart, OFFCPU_START_ENTRIES, STATE_INTERRUPTIBLE,
     STATE_UNINTERRUPTIBLE,
@@ -20,7 +21,6 @@ use crate::{
     tracefs,
     waitclass::{self, Classifier},
 };
-use clap::Args;
 
 pub const FAMILY: Registration = Registration {
     name: "offcpu",

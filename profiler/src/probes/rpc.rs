@@ -4,6 +4,7 @@
 
 use anyhow::{bail, Context, Result};
 use aya::{programs::KProbe, Ebpf, EbpfLoader};
+use clap::{Args, ValueEnum};
 use profiler_common::rpc::{
     names, RpcId, RpcKey, RpcStart, PROVIDER_FUSE, PROVIDER_LUSTRE, PROVIDER_SPAN, PROVIDER_SUNRPC,
     RPC_INFLIGHT_ENTRIES,
@@ -15,7 +16,6 @@ use crate::{
     profile::{RpcRow, WaitingRow},
     tracefs,
 };
-use clap::{Args, ValueEnum};
 
 pub const FAMILY: Registration = Registration {
     name: "rpc",
