@@ -40,6 +40,13 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
         .map_err(|_| format!("{text:?}: a duration cannot be negative"))
 }
 
+/// A duration of the one grammar (`parse_duration`) in nanoseconds (`--min-wait 500us`,
+/// `--interval 1s`).
+pub fn parse_duration_ns(text: &str) -> Result<u64, String> {
+    let duration = parse_duration(text)?;
+    u64::try_from(duration.as_nanos()).map_err(|_| format!("{text:?} is too large"))
+}
+
 fn utc(unix_s: u64) -> jiff::civil::DateTime {
     let timestamp = i64::try_from(unix_s)
         .ok()
@@ -109,5 +116,25 @@ mod tests {
             assert!(parse_duration(text).is_err(), "{text} was accepted");
         }
         assert!(parse_duration("1mo").unwrap_err().contains("use days"));
+    }
+
+    #[test]
+    fn durations_in_nanoseconds() {
+        for (text, ns) in [
+            ("500us", 500_000),
+            ("2ms", 2_000_000),
+            ("1.5s", 1_500_000_000),
+            ("10ns", 10),
+            ("0", 0),
+        ] {
+            assert_eq!(parse_duration_ns(text), Ok(ns), "{text}");
+        }
+        assert!(parse_duration_ns("garbage")
+            .unwrap_err()
+            .contains("not a duration"));
+        // A bare number is seconds, as for every duration.
+        assert_eq!(parse_duration_ns("10"), Ok(10_000_000_000));
+        assert!(parse_duration_ns("5 parsecs").is_err());
+        assert!(parse_duration_ns("-3ms").is_err());
     }
 }

@@ -10,7 +10,7 @@ use clap::{
 };
 
 pub use crate::kind::{GroupBy, Kind};
-use crate::probes::{offcpu::parse_min_wait, FamilyArgs};
+use crate::{probes::FamilyArgs, units::parse_duration_ns};
 use lockpath_profile::views::VIEWS;
 
 #[derive(Debug, Parser)]
@@ -259,7 +259,7 @@ fn parse_duration(text: &str) -> Result<f64, String> {
 
 /// `--interval`: nanoseconds of a duration of the one grammar, longer than 0.
 fn parse_interval(text: &str) -> Result<u64, String> {
-    match parse_min_wait(text)? {
+    match parse_duration_ns(text)? {
         0 => Err(format!("{text:?}: the interval must be longer than 0")),
         ns => Ok(ns),
     }
@@ -369,7 +369,7 @@ pub struct OutliersArgs {
     #[arg(long, default_value_t = 3.5, value_parser = parse_threshold)]
     pub threshold: f64,
     /// ...and at least this much time per second above it (e.g. 10ms: 10 ms per second).
-    #[arg(long, value_name = "DUR", default_value = "10ms", value_parser = parse_min_wait)]
+    #[arg(long, value_name = "DUR", default_value = "10ms", value_parser = parse_duration_ns)]
     pub min_excess: u64,
     /// Top stacks shown per cause that stands out.
     #[arg(long, default_value_t = 3)]

@@ -252,7 +252,6 @@ pub trait Family {
 /// What a family module uses of the family interface, the shared helpers and the
 /// profile model: `use crate::probes::prelude::*;`.
 pub mod prelude {
-    pub use super::FamilyArgs;
     pub use super::{
         progress_of,
         shared::{
@@ -260,7 +259,8 @@ pub mod prelude {
             attach_tracepoint, explain, kprobes_unavailable, latency_from, load_raw_tracepoint,
             program, MapSet, StackResolver,
         },
-        AttachContext, Drain, DrainMoment, Family, MapSize, PlanContext, Planned, Registration,
+        AttachContext, Drain, DrainMoment, Family, FamilyArgs, MapSize, PlanContext, Planned,
+        Registration,
     };
     pub use crate::{
         kind::Kind,

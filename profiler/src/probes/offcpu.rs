@@ -586,13 +586,6 @@ fn state_name(state: u32) -> &'static str {
 // `record`'s options of the off-CPU families: the waits (`--offcpu`, `--offcpu-all`), who
 // ended them (`--wakers`), which are kept and how they are classified.
 
-/// Parses `--min-wait`: nanoseconds of a duration (`500us`, `2ms`; the one grammar of
-/// `units::parse_duration`).
-pub fn parse_min_wait(text: &str) -> Result<u64, String> {
-    let duration = crate::units::parse_duration(text)?;
-    u64::try_from(duration.as_nanos()).map_err(|_| format!("{text:?} is too large"))
-}
-
 #[derive(Debug, Args)]
 pub struct OffcpuArgs {
     /// Record off-CPU waits in D state (buffer, page, block IO, journal, most lock
@@ -611,36 +604,11 @@ pub struct OffcpuArgs {
     pub wakers: bool,
 
     /// Drop off-CPU waits shorter than this, in the kernel (e.g. 100us, 2ms).
-    #[arg(long, value_name = "DUR", value_parser = parse_min_wait)]
+    #[arg(long, value_name = "DUR", value_parser = crate::units::parse_duration_ns)]
     pub min_wait: Option<u64>,
 
     /// Add a wait class: off-CPU stacks with a frame matching FRAME_PATTERN (`*` is a
     /// wildcard) get class NAME; before the built-in rules; repeatable.
     #[arg(long, value_name = "NAME=FRAME_PATTERN", value_parser = waitclass::parse_rule)]
     pub wait_class: Vec<waitclass::Rule>,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn min_wait_units() {
-        for (text, ns) in [
-            ("500us", 500_000),
-            ("2ms", 2_000_000),
-            ("1.5s", 1_500_000_000),
-            ("10ns", 10),
-            ("0", 0),
-        ] {
-            assert_eq!(parse_min_wait(text), Ok(ns), "{text}");
-        }
-        assert!(parse_min_wait("garbage")
-            .unwrap_err()
-            .contains("not a duration"));
-        // A bare number is seconds, as for every duration.
-        assert_eq!(parse_min_wait("10"), Ok(10_000_000_000));
-        assert!(parse_min_wait("5 parsecs").is_err());
-        assert!(parse_min_wait("-3ms").is_err());
-    }
 }
