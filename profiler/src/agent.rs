@@ -347,7 +347,7 @@ impl Agent {
         }
         self.misses_before = misses;
         profile.processes = probes::shared::drain_processes(&self.maps, &profile.row_pids())?;
-        crate::rotate::forget_exited(&self.maps);
+        crate::rotate::forget_exited(&mut self.maps);
         crate::rotate::forget_idle_slab_names(&self.maps, &profile);
         Ok(profile)
     }

@@ -18,7 +18,7 @@ use std::{
 };
 
 use anyhow::{bail, Context, Result};
-use aya::maps::{Map, MapData};
+use aya::maps::{Map, MapData, PerCpuArray, PerCpuValues};
 
 use crate::probes::{
     shared::{bpfsys::*, MapSet},
@@ -239,9 +239,12 @@ fn clear(fd: i32, key_size: usize) -> Result<()> {
 /// no longer exist (after a period's drain used it): thread names (`TASKS`) and the
 /// processes already noted for the process watcher (`PROCESSES_SEEN`). The maps stay as
 /// big as what lives, not everything ever seen; a thread seen again is named again, a
-/// process id reused by a new process is noted again.
-pub fn forget_exited(maps: &MapSet) {
+/// process id reused by a new process is noted again. The lock programs' memory of the
+/// threads they named (`LOCK_NAMED`) forgets the same threads, so that a new thread
+/// that reuses a forgotten id is named at its first contention.
+pub fn forget_exited(maps: &mut MapSet) {
     use profiler_common::shared::names::{PROCESSES_SEEN, TASKS};
+    let mut forgotten_threads = Vec::new();
     for name in [TASKS, PROCESSES_SEEN] {
         let Ok(map) = maps.get(name) else { continue };
         let Ok(fd) = raw_fd(map) else { continue };
@@ -251,9 +254,48 @@ pub fn forget_exited(maps: &MapSet) {
             if std::path::Path::new(&format!("/proc/{id}")).exists() {
                 continue;
             }
-            let _ = delete(fd, key);
+            if delete(fd, key).is_ok() && name == TASKS {
+                forgotten_threads.push(id);
+            }
         }
     }
+    if let Err(err) = forget_named(maps, &forgotten_threads) {
+        log::debug!(
+            "LOCK_NAMED kept {} exited threads: {err:#}",
+            forgotten_threads.len()
+        );
+    }
+}
+
+/// Empties the `LOCK_NAMED` slots (`tid % LOCK_NAMED_ENTRIES`, on every CPU) that still
+/// hold one of `tids`. A slot a begin program rewrote meanwhile keeps its new thread
+/// (only the slots equal to a forgotten id are emptied); at worst a thread is named once
+/// more. Without the lock family (no such map) there is nothing to do.
+pub(crate) fn forget_named(maps: &mut MapSet, tids: &[u32]) -> Result<()> {
+    use profiler_common::lock::{names::LOCK_NAMED, LOCK_NAMED_ENTRIES};
+    let Ok(map) = maps.get_mut(LOCK_NAMED) else {
+        return Ok(());
+    };
+    let mut named: PerCpuArray<_, u32> =
+        PerCpuArray::try_from(map).context("LOCK_NAMED has an unexpected type")?;
+    for &tid in tids {
+        let slot = tid % LOCK_NAMED_ENTRIES;
+        let mut values = named
+            .get(&slot, 0)
+            .with_context(|| format!("cannot read LOCK_NAMED[{slot}]"))?
+            .to_vec();
+        if !values.contains(&tid) {
+            continue;
+        }
+        for value in values.iter_mut().filter(|value| **value == tid) {
+            *value = 0;
+        }
+        let values = PerCpuValues::try_from(values).context("LOCK_NAMED has no CPU")?;
+        named
+            .set(slot, values, 0)
+            .with_context(|| format!("cannot write LOCK_NAMED[{slot}]"))?;
+    }
+    Ok(())
 }
 
 /// Removes the slab cache names of locks no row of the period names (`LOCK_SLAB_NAMES`):

@@ -5,10 +5,7 @@
 
 mod common;
 
-use aya::{
-    maps::{HashMap, PerCpuArray, PerCpuValues},
-    EbpfLoader,
-};
+use aya::maps::{PerCpuArray, PerCpuValues};
 use lockpath::probes::shared::MapSet;
 use profiler_common::{
     latency::LatencyStat,
@@ -41,22 +38,6 @@ fn end(key: LockKey, wait_ns: u64, hold: Option<(ContendedHoldKey, u64)>) -> Pen
     }
 }
 
-/// The object's maps, the `small` ones with room for `entries` rows; `None` (the test
-/// skipped) where programs cannot be loaded outside CI.
-fn lock_maps(test: &str, small: &[&str], entries: u32) -> Option<MapSet> {
-    if !can_load_programs(test) {
-        return None;
-    }
-    let mut loader = EbpfLoader::new();
-    for name in small {
-        loader.map_max_entries(name, entries);
-    }
-    let mut ebpf =
-        lockpath::probes::shared::load_object(&mut loader).expect("the eBPF object loads");
-    drop(loader);
-    Some(MapSet::take_all(&mut ebpf))
-}
-
 /// CPU 0's ring is `first`, every other CPU's `others`.
 fn write_rings(maps: &mut MapSet, first: PendingRing, others: PendingRing) {
     let cpus = aya::util::nr_cpus().expect("the number of CPUs");
@@ -75,13 +56,6 @@ fn write_rings(maps: &mut MapSet, first: PendingRing, others: PendingRing) {
         .expect("the rings are written");
 }
 
-/// A row in the hash map `name`.
-fn insert<K: aya::Pod, V: aya::Pod>(maps: &mut MapSet, name: &str, key: K, value: V) {
-    let mut map: HashMap<_, K, V> =
-        HashMap::try_from(maps.get_mut(name).expect(name)).expect("a hash map");
-    map.insert(key, value, 0).expect("a row");
-}
-
 /// With room for two lock rows, one of them already there: the ends between a ring's
 /// tail and head are added (across the ring's end), to the existing row, to a new one,
 /// and to the overflow row once the map is full, with the one hold they closed; a slot
@@ -89,7 +63,7 @@ fn insert<K: aya::Pod, V: aya::Pod>(maps: &mut MapSet, name: &str, key: K, value
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: makes eBPF maps")]
 fn ends_left_in_the_rings_are_added_at_the_stop() {
-    let Some(mut maps) = lock_maps(
+    let Some(mut maps) = object_maps(
         "ends_left_in_the_rings_are_added_at_the_stop",
         &[names::LOCK_STATS],
         2,
@@ -179,7 +153,7 @@ fn ends_that_find_the_maps_full_are_counted_as_lost() {
         names::LOCK_HOLDS,
         names::LOCK_HOLDS_OVERFLOW,
     ];
-    let Some(mut maps) = lock_maps(
+    let Some(mut maps) = object_maps(
         "ends_that_find_the_maps_full_are_counted_as_lost",
         &small,
         1,

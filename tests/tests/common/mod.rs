@@ -1016,3 +1016,38 @@ pub fn perf_count(path: &Path, event: &str) -> u64 {
         .and_then(|count| count.trim().parse().ok())
         .unwrap_or_else(|| panic!("no count of {event} in perf output:\n{text}"))
 }
+
+// Tests of what user space does to the kernel maps, on the maps themselves.
+
+/// The eBPF object's maps, loaded but no program attached, the `small` ones with room
+/// for `entries` rows; `None` (the test skipped) where programs cannot be loaded
+/// outside CI.
+pub fn object_maps(
+    test: &str,
+    small: &[&str],
+    entries: u32,
+) -> Option<lockpath::probes::shared::MapSet> {
+    if !can_load_programs(test) {
+        return None;
+    }
+    let mut loader = aya::EbpfLoader::new();
+    for name in small {
+        loader.map_max_entries(name, entries);
+    }
+    let mut ebpf =
+        lockpath::probes::shared::load_object(&mut loader).expect("the eBPF object loads");
+    drop(loader);
+    Some(lockpath::probes::shared::MapSet::take_all(&mut ebpf))
+}
+
+/// A row in the hash map `name`.
+pub fn insert<K: aya::Pod, V: aya::Pod>(
+    maps: &mut lockpath::probes::shared::MapSet,
+    name: &str,
+    key: K,
+    value: V,
+) {
+    let mut map: aya::maps::HashMap<_, K, V> =
+        aya::maps::HashMap::try_from(maps.get_mut(name).expect(name)).expect("a hash map");
+    map.insert(key, value, 0).expect("a row");
+}

@@ -1,0 +1,113 @@
+//! A recording that runs for days (`--rotate`) forgets, after each period, the threads
+//! that exited: their names (`TASKS`) and the lock programs' memory of having named them
+//! (`LOCK_NAMED`, a slot per `tid % LOCK_NAMED_ENTRIES` and CPU). Otherwise a new thread
+//! that reuses a forgotten thread id would never be named. Thread ids are not reused on
+//! demand, so this is tested on the kernel maps themselves.
+
+mod common;
+
+use aya::maps::{PerCpuArray, PerCpuValues};
+use lockpath::probes::shared::MapSet;
+use profiler_common::{
+    lock::{names::LOCK_NAMED, LOCK_NAMED_ENTRIES},
+    shared::names::TASKS,
+    target::TaskInfo,
+};
+
+use common::*;
+
+fn task(tgid: u32) -> TaskInfo {
+    TaskInfo {
+        tgid,
+        _pad: 0,
+        comm: *b"named-threads\0\0\0",
+        cgroup_id: 0,
+    }
+}
+
+/// `LOCK_NAMED[slot]`, one value per CPU.
+fn named(maps: &mut MapSet, slot: u32) -> Vec<u32> {
+    let array: PerCpuArray<_, u32> =
+        PerCpuArray::try_from(maps.get_mut(LOCK_NAMED).expect("LOCK_NAMED")).expect("per CPU");
+    array.get(&slot, 0).expect("a slot").to_vec()
+}
+
+fn set_named(maps: &mut MapSet, slot: u32, values: Vec<u32>) {
+    let mut array: PerCpuArray<_, u32> =
+        PerCpuArray::try_from(maps.get_mut(LOCK_NAMED).expect("LOCK_NAMED")).expect("per CPU");
+    array
+        .set(
+            slot,
+            PerCpuValues::try_from(values).expect("a value per CPU"),
+            0,
+        )
+        .expect("the slot is written");
+}
+
+/// The id of a thread that has exited (gone from /proc), of another slot than `living`'s.
+fn exited_thread(living: u32) -> u32 {
+    for _ in 0..10 {
+        // SAFETY: gettid has no preconditions.
+        let tid = std::thread::spawn(|| unsafe { libc::gettid() as u32 })
+            .join()
+            .expect("the thread ran");
+        if tid % LOCK_NAMED_ENTRIES == living % LOCK_NAMED_ENTRIES {
+            continue;
+        }
+        // The joiner is woken before the kernel has released the thread.
+        let gone = std::time::Instant::now();
+        while std::path::Path::new(&format!("/proc/{tid}")).exists() {
+            assert!(gone.elapsed().as_secs() < 5, "thread {tid} is still listed");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        return tid;
+    }
+    panic!("no thread id outside the slot of {living}");
+}
+
+/// A thread that exited is forgotten by the names and by every CPU's slot that holds
+/// it; a CPU whose slot holds another thread of the same slot keeps it, and so does a
+/// living thread.
+#[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: makes eBPF maps")]
+fn exited_threads_are_forgotten_where_the_lock_programs_named_them() {
+    let Some(mut maps) = object_maps(
+        "exited_threads_are_forgotten_where_the_lock_programs_named_them",
+        &[],
+        0,
+    ) else {
+        return;
+    };
+    let cpus = aya::util::nr_cpus().expect("the number of CPUs");
+    assert!(cpus >= 2, "the test needs two CPUs (a slot per CPU)");
+    // SAFETY: gettid and getpid have no preconditions.
+    let (living, pid) = unsafe { (libc::gettid() as u32, libc::getpid() as u32) };
+    let exited = exited_thread(living);
+    let (slot, living_slot) = (exited % LOCK_NAMED_ENTRIES, living % LOCK_NAMED_ENTRIES);
+    // Another (living or not) thread of the same slot, named on the second CPU.
+    let neighbour = exited + LOCK_NAMED_ENTRIES;
+    insert(&mut maps, TASKS, exited, task(pid));
+    insert(&mut maps, TASKS, living, task(pid));
+    let mut values = vec![exited; cpus];
+    values[1] = neighbour;
+    set_named(&mut maps, slot, values);
+    set_named(&mut maps, living_slot, vec![living; cpus]);
+
+    lockpath::rotate::forget_exited(&mut maps);
+
+    let names: Vec<(u32, TaskInfo)> = maps.entries(TASKS).expect("TASKS");
+    let tids: Vec<u32> = names.iter().map(|(tid, _)| *tid).collect();
+    assert_eq!(tids, vec![living], "only the living thread keeps its name");
+    let mut expected = vec![0; cpus];
+    expected[1] = neighbour;
+    assert_eq!(
+        named(&mut maps, slot),
+        expected,
+        "the exited thread is forgotten on every CPU, the other thread of its slot kept"
+    );
+    assert_eq!(
+        named(&mut maps, living_slot),
+        vec![living; cpus],
+        "the living thread stays named"
+    );
+}
