@@ -249,6 +249,15 @@ pub struct LockAcquirer {
     pub tgid: u32,
     pub kstack_id: i32,
     pub flags: u32,
+    /// The first moment after the acquisition at which a waiter's begin found the lock
+    /// free or owned by another thread (its `owner` word: a mutex, or an rwsem held for
+    /// writing): the acquirer had let it go by then, and another thread may have taken
+    /// it without contention. 0 until seen.
+    pub released_by_ns: u64,
+    /// The acquirer `released_by_ns` was seen against (`tid`), so that a sighting that
+    /// raced with the next acquisition is not taken for that one's.
+    pub released_of: u32,
+    pub _pad: u32,
 }
 
 /// Key of a hold under contention: the lock and the holder (thread, process, the

@@ -32,9 +32,10 @@
 //!
 //! Holds under contention: each acquisition after a wait (`contention_end`, ret 0) is
 //! remembered per lock in `LOCK_LAST_ACQUIRER`. When the next waiter that was already
-//! waiting at that acquisition gets the lock, the previous acquirer has just let it go:
-//! its hold (acquisition to this handoff) is added to `LOCK_HOLDS` under its own
-//! acquisition stack.
+//! waiting at that acquisition gets the lock, the previous acquirer has let it go: its
+//! hold (acquisition to this handoff) is added to `LOCK_HOLDS` under its own acquisition
+//! stack. A sleeping wait's begin that finds the lock free or another thread's before
+//! then saw the release sooner: that moment ends the hold (`note_owner_seen`).
 
 use aya_ebpf::{
     EbpfContext,
@@ -1167,6 +1168,7 @@ fn open_sleep_wait<C: LockContext>(ctx: &C, tid: u32, lock_addr: u64, flags: u32
     } else {
         lock_class
     };
+    note_owner_seen(lock_addr, &owner, start_ns);
     let wait = LockWait {
         start_ns: walked_ns.unwrap_or(start_ns),
         lock_addr,
@@ -1211,11 +1213,24 @@ struct Owner {
     tgid: u32,
     /// Where the owner sleeps, when it is off-CPU and the off-CPU family saw it leave.
     kstack_id: i32,
+    /// The owner thread; 0 when the lock was found free.
+    tid: u32,
+    /// Whether the owner word was read and names the holder (or says the lock is free):
+    /// false for spinlocks, readers' rwsems and unreadable words.
+    known: bool,
 }
 
 const NO_OWNER: Owner = Owner {
     tgid: 0,
     kstack_id: -1,
+    tid: 0,
+    known: false,
+};
+
+/// The owner word says that the lock is free (no owner task).
+const FREE: Owner = Owner {
+    known: true,
+    ..NO_OWNER
 };
 
 /// The process holding a mutex or a writer-held rwsem when the wait begins (like
@@ -1245,7 +1260,7 @@ fn read_owner(layout: &LockLayout, lock_addr: u64, flags: u32) -> Owner {
     }
     let task = owner & !OWNER_FLAG_BITS;
     if task == 0 {
-        return NO_OWNER;
+        return FREE;
     }
     // SAFETY: as above, for fields of the owner task.
     let (tid, tgid) = unsafe {
@@ -1274,7 +1289,40 @@ fn read_owner(layout: &LockLayout, lock_addr: u64, flags: u32) -> Owner {
         Some(start) if tid != 0 => start.kstack_id,
         _ => -1,
     };
-    Owner { tgid, kstack_id }
+    Owner {
+        tgid,
+        kstack_id,
+        tid,
+        known: tid != 0,
+    }
+}
+
+/// A waiter's begin found `owner` on the lock at `seen_ns`: when that is not the lock's
+/// last contended acquirer (another thread, or nobody), the acquirer had let the lock
+/// go by then. The first such moment bounds its hold under contention (see
+/// `note_acquisition`): what follows is another thread's hold, one that took the lock
+/// without contention (an rwsem writer's optimistic spin, a trylock), or the handoff.
+#[inline(always)]
+fn note_owner_seen(lock_addr: u64, owner: &Owner, seen_ns: u64) {
+    if !owner.known {
+        return;
+    }
+    let Some(slot) = LOCK_LAST_ACQUIRER.get_ptr_mut(slot_of(lock_addr, LOCK_LAST_ACQUIRER_ENTRIES))
+    else {
+        return;
+    };
+    // SAFETY: array element from a successful lookup, valid for this program run. An
+    // end on another CPU may rewrite the slot meanwhile: `released_of` tells whose
+    // release this sighting is.
+    let last = unsafe { &mut *slot };
+    if last.lock_addr == lock_addr
+        && last.released_by_ns == 0
+        && owner.tid != last.tid
+        && seen_ns > last.acquired_ns
+    {
+        last.released_of = last.tid;
+        last.released_by_ns = seen_ns;
+    }
 }
 
 #[inline(always)]
@@ -1466,6 +1514,9 @@ fn note_acquisition(wait: &LockWait, end_ns: u64, pid_tgid: u64) -> (ContendedHo
         tgid: (pid_tgid >> 32) as u32,
         kstack_id: wait.kstack_id,
         flags: wait.flags,
+        released_by_ns: 0,
+        released_of: 0,
+        _pad: 0,
     };
     let no_hold = (ContendedHoldKey::default(), NO_HOLD);
     let Some(slot) =
@@ -1496,7 +1547,17 @@ fn note_acquisition(wait: &LockWait, end_ns: u64, pid_tgid: u64) -> (ContendedHo
             kstack_id: previous.kstack_id,
             flags: previous.flags,
         };
-        (key, end_ns - previous.acquired_ns)
+        // A waiter found the lock free or another thread's before now: the hold had
+        // ended by then.
+        let released_ns = if previous.released_of == previous.tid
+            && previous.released_by_ns > previous.acquired_ns
+            && previous.released_by_ns < end_ns
+        {
+            previous.released_by_ns
+        } else {
+            end_ns
+        };
+        (key, released_ns - previous.acquired_ns)
     } else {
         no_hold
     };
