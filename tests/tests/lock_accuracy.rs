@@ -441,6 +441,117 @@ fn fuse_create_hold_matches_the_workload() {
     );
 }
 
+/// The kernel's own view of the storm's mmap_lock: from each write acquisition that
+/// waited (a `contention_end` with ret 0 on the rwsem waited for inside
+/// `mmap_write_lock`) to its release (`mmap_lock:mmap_lock_released`), read by bpftrace
+/// beside lockpath: the count, shortest and total of those holds.
+const MMAP_HOLDS: &str = r#"
+tracepoint:mmap_lock:mmap_lock_start_locking /comm == "lock-storm" && args->write/ { @in[tid] = 1; }
+tracepoint:lock:contention_begin /@in[tid] && (args->flags & 4) && !(args->flags & 1)/ {
+    @waited[tid] = args->lock_addr;
+}
+tracepoint:lock:contention_end /@in[tid] && args->ret == 0 && @waited[tid] == args->lock_addr/ {
+    @contended[tid] = 1;
+}
+tracepoint:mmap_lock:mmap_lock_acquire_returned /@in[tid]/ {
+    if (args->success && @contended[tid]) { @start[tid] = nsecs; }
+    delete(@in[tid]); delete(@waited[tid]); delete(@contended[tid]);
+}
+tracepoint:mmap_lock:mmap_lock_released /@start[tid]/ {
+    $held = nsecs - @start[tid];
+    @min = min($held); @n = count(); @sum = sum($held);
+    delete(@start[tid]);
+}
+END { clear(@in); clear(@waited); clear(@contended); clear(@start); }
+"#;
+
+/// Holds under contention are an upper bound: each runs from a contended acquisition to
+/// the first moment lockpath saw the lock let go (a waiter's begin that found it free
+/// or another thread's, or the next waiter's acquisition), never to before the release.
+/// On the mmap storm (writers that mostly take mmap_lock by spinning, untraced), against
+/// the kernel's own mmap_lock tracepoints read by bpftrace in the same run: lockpath's
+/// shortest hold is no shorter than the kernel's shortest, and the holds of the one
+/// lock, which cannot overlap, add up to no more than the run.
+#[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
+fn mmap_lock_holds_under_contention_never_end_before_the_release() {
+    let test = "mmap_lock_holds_under_contention_never_end_before_the_release";
+    let Some(dir) = root_test(test, "lock-hold-mmap") else {
+        return;
+    };
+    if !require_tool(test, "bpftrace") {
+        return;
+    }
+    let _alone = alone();
+    let profile_path = dir.join("mmap.json");
+    let storm = workload("lock-storm");
+    let lockpath = lockpath_bin();
+    let command = format!(
+        "{} record --lock -o {} -- {} {}",
+        path_str(&lockpath),
+        path_str(&profile_path),
+        path_str(&storm),
+        storm_args("mmap").join(" ")
+    );
+    let started = Instant::now();
+    let output = Command::new("bpftrace")
+        .args(["-e", MMAP_HOLDS, "-c", &command])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run bpftrace");
+    let elapsed_ns = started.elapsed().as_nanos() as u64;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "bpftrace failed: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let kernel = |name: &str| -> u64 {
+        stdout
+            .lines()
+            .find_map(|line| line.strip_prefix(&format!("@{name}: ")))
+            .and_then(|value| value.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no @{name} in bpftrace's output:\n{stdout}"))
+    };
+    let (kernel_count, kernel_min, kernel_total) = (kernel("n"), kernel("min"), kernel("sum"));
+
+    let profile = load_json(&profile_path);
+    let holds: Vec<&serde_json::Value> = items(&profile["contended_holds"], "contended_holds")
+        .filter(|hold| hold["lock_name"] == "mmap_lock" && hold["flags"].as_u64() == Some(4))
+        .collect();
+    let latency = |field: &str| -> Vec<u64> {
+        holds
+            .iter()
+            .map(|hold| hold["latency"][field].as_u64().unwrap_or(0))
+            .collect()
+    };
+    let count: u64 = latency("count").iter().sum();
+    let total: u64 = latency("total_ns").iter().sum();
+    let min = latency("min_ns").into_iter().min().unwrap_or(u64::MAX);
+    eprintln!(
+        "mmap_lock write holds after a wait: the kernel saw {kernel_count}, shortest {kernel_min} ns, \
+         {:.1} ms in all ({:.0} ns each); lockpath {count} under contention, shortest {min} ns, \
+         {:.1} ms in all ({:.0} ns each), in a run of {:.1} s",
+        kernel_total as f64 / 1e6,
+        kernel_total as f64 / kernel_count.max(1) as f64,
+        total as f64 / 1e6,
+        total as f64 / count.max(1) as f64,
+        elapsed_ns as f64 / 1e9
+    );
+    assert!(
+        kernel_count >= 100 && count >= 100,
+        "the storm makes its writers wait for mmap_lock: the kernel saw {kernel_count} such holds, lockpath {count}"
+    );
+    assert!(
+        min >= kernel_min,
+        "a hold under contention of {min} ns ended before the release: the kernel's shortest is {kernel_min} ns"
+    );
+    assert!(
+        total <= elapsed_ns,
+        "the holds of one lock cannot overlap: {total} ns held in a run of {elapsed_ns} ns"
+    );
+}
+
 /// A wait that ends without the lock is a row of its own: process B lists a FUSE
 /// directory while A's delayed CREATE holds its inode lock, and is killed while it waits.
 /// Its `down_read_killable` ends with -EINTR: one `rwsem:R !EINTR` row of B, as long as
