@@ -132,6 +132,11 @@ pub mod names {
         NEW_PROCESSES,
         /// Program: `sched:sched_process_exec`, notes processes whose user stacks are recorded.
         PROCESSES_EXEC = processes_exec,
+        /// Globals: where `task:task_rename`'s record has the renamed thread and its name.
+        TASK_RENAME_PID_OFFSET,
+        TASK_RENAME_NEWCOMM_OFFSET,
+        /// Program: `task:task_rename`, renames the threads already named.
+        TASKS_RENAME = tasks_rename,
     }
 }
 

@@ -379,6 +379,45 @@ fn on_exec(_ctx: &aya_ebpf::programs::TracePointContext) {
     }
 }
 
+/// Offsets in `task:task_rename`'s record, from its format file: the renamed thread's id
+/// (0: the record has none, the current thread is the one renamed) and its new name.
+#[unsafe(no_mangle)]
+static TASK_RENAME_PID_OFFSET: u32 = 8;
+#[unsafe(no_mangle)]
+static TASK_RENAME_NEWCOMM_OFFSET: u32 = 28;
+
+crate::classic_tracepoint!(
+    /// `task:task_rename`: a thread renamed (`prctl(PR_SET_NAME)`, a write to its
+    /// `comm`, an exec). A thread already named takes its new name: the programs that
+    /// name a thread once (the lock begin) would otherwise keep its first one.
+    tasks_rename,
+    "tracepoint/task/task_rename",
+    on_rename
+);
+
+#[inline(always)]
+fn on_rename(ctx: &aya_ebpf::programs::TracePointContext) {
+    let tid = match load_u32(&TASK_RENAME_PID_OFFSET) {
+        0 => bpf_get_current_pid_tgid() as u32,
+        // SAFETY: an offset from this kernel's format file; the read is checked.
+        offset => match unsafe { ctx.read_at::<i32>(offset as usize) } {
+            Ok(pid) => pid as u32,
+            Err(_) => return,
+        },
+    };
+    let Some(known) = TASKS.get_ptr_mut(tid) else {
+        return;
+    };
+    // SAFETY: as above, for the 16-byte name.
+    let Ok(comm) =
+        (unsafe { ctx.read_at::<[u8; 16]>(load_u32(&TASK_RENAME_NEWCOMM_OFFSET) as usize) })
+    else {
+        return;
+    };
+    // SAFETY: element of a hash map from a successful lookup; a plain struct.
+    unsafe { (*known).comm = comm };
+}
+
 /// `-EEXIST`: from a map insert with `BPF_NOEXIST`, or a stack hash collision.
 pub const EEXIST: i32 = 17;
 /// `-EFAULT`: a stack walk that found no stack (a kernel thread has no user stack).

@@ -445,6 +445,16 @@ fn configure<'a>(
             &globals.spare_ids_per_slot,
             true,
         )
+        .override_global(
+            shared_names::TASK_RENAME_PID_OFFSET,
+            &globals.rename_pid,
+            true,
+        )
+        .override_global(
+            shared_names::TASK_RENAME_NEWCOMM_OFFSET,
+            &globals.rename_newcomm,
+            true,
+        )
         .map_max_entries(shared_names::STACKS, args.stack_entries)
         .map_max_entries(
             shared_names::STACKS_SPARE,
@@ -481,6 +491,10 @@ struct TargetGlobals {
     fork_child_pid: u32,
     exit_group_dead: u32,
     spare_ids_per_slot: u32,
+    /// `task:task_rename`'s fields (`rename_pid` 0: none, the current thread is renamed;
+    /// `rename_newcomm` 0: the event is not followed).
+    rename_pid: u32,
+    rename_newcomm: u32,
 }
 
 /// A recording whose probes are attached: its families, the hooks this kernel lacks,
@@ -583,6 +597,8 @@ fn start(
         spare_ids_per_slot: aya::util::nr_cpus().map_or(SPARE_IDS_PER_SLOT_DEFAULT, |cpus| {
             profiler_common::shared::spare_ids_per_slot(cpus as u32)
         }),
+        rename_pid: tracefs::field_offset("task", "task_rename", "pid").unwrap_or(0),
+        rename_newcomm: tracefs::field_offset("task", "task_rename", "newcomm").unwrap_or(0),
     };
     let mut loader = EbpfLoader::new();
     configure(&mut loader, args, families, &globals);
@@ -623,6 +639,15 @@ fn start(
             None
         }
     };
+    // A thread renamed while recorded takes its new name (the lock programs name a
+    // thread once). Only names depend on it.
+    let renames = match globals.rename_newcomm {
+        0 => Err(anyhow::anyhow!("task:task_rename has no newcomm field")),
+        _ => attach_tracepoint(&mut ebpf, shared_names::TASKS_RENAME, "task", "task_rename"),
+    };
+    if let Err(err) = renames {
+        log::warn!("threads renamed while recorded may keep their old name: {err:#}");
+    }
     // Kernel memory is read by a program of the object run on demand (it takes its
     // buffer map out first): what threads blocked before the recording wait on, and
     // whether a virtual machine's spinlocks bypass the lock tracepoints.

@@ -1,8 +1,10 @@
-//! A recording that runs for days (`--rotate`) forgets, after each period, the threads
-//! that exited: their names (`TASKS`) and the lock programs' memory of having named them
-//! (`LOCK_NAMED`, a slot per `tid % LOCK_NAMED_ENTRIES` and CPU). Otherwise a new thread
-//! that reuses a forgotten thread id would never be named. Thread ids are not reused on
-//! demand, so this is tested on the kernel maps themselves.
+//! Thread names that stay true. The lock programs name a thread once, at its first
+//! contention on a CPU (`LOCK_NAMED`, a slot per `tid % LOCK_NAMED_ENTRIES` and CPU):
+//! - a thread renamed later takes its new name (`task:task_rename`);
+//! - a recording that runs for days (`--rotate`) forgets, after each period, the threads
+//!   that exited: their names (`TASKS`) and the slots that hold them. Otherwise a new
+//!   thread that reuses a forgotten thread id would never be named. Thread ids are not
+//!   reused on demand, so this is tested on the kernel maps themselves.
 
 mod common;
 
@@ -109,5 +111,53 @@ fn exited_threads_are_forgotten_where_the_lock_programs_named_them() {
         named(&mut maps, living_slot),
         vec![living; cpus],
         "the living thread stays named"
+    );
+}
+
+/// Every thread of the lock storm contends under its first name, then renames itself
+/// halfway through the run (`prctl(PR_SET_NAME)`, the main thread too) and contends
+/// again: a lock-only recording names the process and its threads by their new name.
+#[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
+fn a_thread_renamed_while_recorded_takes_its_new_name() {
+    let Some(dir) = root_test(
+        "a_thread_renamed_while_recorded_takes_its_new_name",
+        "renamed-threads",
+    ) else {
+        return;
+    };
+    let path = dir.join("renamed.json");
+    let storm = workload("lock-storm");
+    let profile = record_profile(
+        &["--lock"],
+        &path,
+        &[
+            path_str(&storm),
+            "--mode",
+            "pipe",
+            "--threads",
+            "2",
+            "--seconds",
+            "2",
+            "--rename",
+            "renamed-storm",
+        ],
+    )
+    .profile;
+    let pids: std::collections::BTreeSet<u64> = items(&profile["locks"], "lock rows")
+        .filter_map(|row| row["pid"].as_u64())
+        .collect();
+    assert_eq!(pids.len(), 1, "only the storm is recorded: {pids:?}");
+    let process = items(&profile["processes"], "processes")
+        .find(|process| pids.contains(&process["pid"].as_u64().unwrap_or(0)))
+        .expect("the storm's process");
+    let threads: Vec<&str> = items(&process["threads"], "threads")
+        .filter_map(|thread| thread["comm"].as_str())
+        .collect();
+    eprintln!("process {}, threads {threads:?}", process["comm"]);
+    assert_eq!(process["comm"], "renamed-storm", "the process's new name");
+    assert!(
+        threads.len() >= 2 && threads.iter().all(|comm| *comm == "renamed-storm"),
+        "each contending thread by its new name: {threads:?}"
     );
 }
