@@ -169,7 +169,7 @@ pub fn contended_holds_table(profile: &Profile, top: usize) -> String {
     }
     locks.sort_by_key(|lock| std::cmp::Reverse(lock.1));
     let mut out = String::from(
-        "\nheld while others waited (holds under contention: acquisition to the next waiter's):\n",
+        "\nheld while others waited (holds under contention, at most: acquisition to the release seen or the next waiter's):\n",
     );
     out.push_str(&format!(
         "  {:>8} {:>10} {:>10}  {:<10} {:<24} {}\n",
