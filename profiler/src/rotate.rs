@@ -268,9 +268,9 @@ pub fn forget_exited(maps: &mut MapSet) {
 }
 
 /// Empties the `LOCK_NAMED` slots (`tid % LOCK_NAMED_ENTRIES`, on every CPU) that still
-/// hold one of `tids`. A slot a begin program rewrote meanwhile keeps its new thread
-/// (only the slots equal to a forgotten id are emptied); at worst a thread is named once
-/// more. Without the lock family (no such map) there is nothing to do.
+/// hold one of `tids`. A CPU whose begin program rewrote the slot between this read and
+/// this write gets its earlier thread back, never a forgotten one: at worst a thread is
+/// named once more. Without the lock family (no such map) there is nothing to do.
 pub(crate) fn forget_named(maps: &mut MapSet, tids: &[u32]) -> Result<()> {
     use profiler_common::lock::{names::LOCK_NAMED, LOCK_NAMED_ENTRIES};
     let Ok(map) = maps.get_mut(LOCK_NAMED) else {
