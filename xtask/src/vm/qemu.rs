@@ -20,9 +20,17 @@ use super::{
     GuestBinaries,
 };
 
-/// Per kernel: boot, run every check, power off. TCG on a busy 2-core host (the 5.10
-/// guest's 15 checks have taken more than 240 s there).
-const BOOT_TIMEOUT: Duration = Duration::from_secs(420);
+/// Per kernel: boot, run every check, power off, at most this long. TCG on a busy 2-core
+/// host: the arm64 guest's checks have taken 340 s on one such host and more than 420 s
+/// on a slower one. A guest that stops printing is found by `SILENT_AFTER` long before.
+const BOOT_TIMEOUT: Duration = Duration::from_secs(720);
+
+/// A guest running the checks whose serial console stays silent this long froze as a
+/// whole: the guest's init kills a check after 180 s (tests/vm/init) and prints its
+/// output and verdict, so a living guest is never silent for longer (a frozen one may
+/// print RCU stall reports for a while, then nothing). A benchmark may be silent for as
+/// long as it runs.
+const SILENT_AFTER: Duration = Duration::from_secs(240);
 
 /// A finished guest: how qemu ended (`None`: killed at the timeout, or hung), its
 /// serial log.
@@ -45,7 +53,8 @@ const HUNG_AFTER_S: u64 = 60;
 
 /// Hung boots tolerated before the next one counts: the 6.1 guest hung so in about one
 /// run in five, and the 5.10 guest twice in a row in one run (each time in a check that
-/// attaches kprobes); one hung boot costs up to the boot's timeout (7 minutes).
+/// attaches kprobes); one hung boot costs `SILENT_AFTER` (4 minutes) or, when it keeps
+/// printing, up to the boot's timeout.
 const MAX_HUNG_BOOTS: usize = 3;
 
 /// Whether the guest kernel died of a breakpoint trap it did not expect (`int3: 0000
@@ -71,13 +80,13 @@ fn longest_soft_lockup_s(serial: &str) -> u64 {
 }
 
 /// Boots `kernel` with the initramfs, `extra` added to its command line, and waits up
-/// to `timeout` for it to power off.
+/// to `timeout` for it to power off, or until its console has been silent for `silent`.
 fn run_guest(
     vm_dir: &Path,
     kernel: &LabKernel,
     (vmlinuz, initrd): (&Path, &Path),
     (log_name, extra): (&str, &str),
-    timeout: Duration,
+    (timeout, silent): (Duration, Duration),
 ) -> Result<GuestRun> {
     let log_path = vm_dir.join(log_name);
     let log = fs::File::create(&log_path)
@@ -127,13 +136,21 @@ fn run_guest(
         || String::from_utf8_lossy(&fs::read(&log_path).unwrap_or_default()).into_owned();
     let mut hung = false;
     let mut polls = 0u64;
+    let (mut printed, mut last_output) = (0usize, Instant::now());
     let status = loop {
         if let Some(status) = child.try_wait().context("cannot wait for qemu")? {
             break Some(status);
         }
         polls += 1;
-        // Every 5 s: a kernel that reports its CPUs stuck for a minute is hung.
-        hung = polls.is_multiple_of(25) && longest_soft_lockup_s(&read_serial()) >= HUNG_AFTER_S;
+        // Every 5 s: a kernel that reports its CPUs stuck for a minute is hung; a guest
+        // silent for `silent` is frozen.
+        if polls.is_multiple_of(25) {
+            let serial = read_serial();
+            if serial.len() != printed {
+                (printed, last_output) = (serial.len(), Instant::now());
+            }
+            hung = longest_soft_lockup_s(&serial) >= HUNG_AFTER_S || last_output.elapsed() > silent;
+        }
         if hung || started.elapsed() > timeout {
             // A guest that printed no verdict by the timeout froze as a whole: its checks
             // are killed after 180 s each (tests/vm/init), so a stuck check ends in a
@@ -215,7 +232,7 @@ pub(super) fn boot(
             kernel,
             (vmlinuz, initrd),
             (&log_name, ""),
-            BOOT_TIMEOUT,
+            (BOOT_TIMEOUT, SILENT_AFTER),
         )
     };
     let mut run = boot_once()?;
@@ -274,7 +291,7 @@ pub fn bench(
             &format!("bench-{name}-{}.log", kernel.name),
             &format!("lockpath.bench={name} lockpath.runs={runs}"),
         ),
-        BENCH_TIMEOUT,
+        (BENCH_TIMEOUT, BENCH_TIMEOUT),
     )?;
     let passed = run.serial.lines().any(|line| {
         line.trim_end_matches('\r')
