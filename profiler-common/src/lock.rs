@@ -254,10 +254,9 @@ pub struct LockAcquirer {
     /// writing): the acquirer had let it go by then, and another thread may have taken
     /// it without contention. 0 until seen.
     pub released_by_ns: u64,
-    /// The acquirer `released_by_ns` was seen against (`tid`), so that a sighting that
-    /// raced with the next acquisition is not taken for that one's.
-    pub released_of: u32,
-    pub _pad: u32,
+    /// The acquisition `released_by_ns` belongs to (its `acquired_ns`): a sighting that
+    /// raced with the next acquisition's rewrite of the slot is not taken for that one's.
+    pub released_of_ns: u64,
 }
 
 /// Key of a hold under contention: the lock and the holder (thread, process, the

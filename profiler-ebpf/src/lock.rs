@@ -1297,13 +1297,13 @@ fn read_owner(layout: &LockLayout, lock_addr: u64, flags: u32) -> Owner {
     }
 }
 
-/// A waiter's begin found `owner` on the lock at `seen_ns`: when that is not the lock's
+/// A waiter's begin (at `begin_ns`) then found `owner` on the lock: when that is not the lock's
 /// last contended acquirer (another thread, or nobody), the acquirer had let the lock
 /// go by then. The first such moment bounds its hold under contention (see
 /// `note_acquisition`): what follows is another thread's hold, one that took the lock
 /// without contention (an rwsem writer's optimistic spin, a trylock), or the handoff.
 #[inline(always)]
-fn note_owner_seen(lock_addr: u64, owner: &Owner, seen_ns: u64) {
+fn note_owner_seen(lock_addr: u64, owner: &Owner, begin_ns: u64) {
     if !owner.known {
         return;
     }
@@ -1312,16 +1312,31 @@ fn note_owner_seen(lock_addr: u64, owner: &Owner, seen_ns: u64) {
         return;
     };
     // SAFETY: array element from a successful lookup, valid for this program run. An
-    // end on another CPU may rewrite the slot meanwhile: `released_of` tells whose
-    // release this sighting is.
-    let last = unsafe { &mut *slot };
-    if last.lock_addr == lock_addr
-        && last.released_by_ns == 0
-        && owner.tid != last.tid
-        && seen_ns > last.acquired_ns
-    {
-        last.released_of = last.tid;
-        last.released_by_ns = seen_ns;
+    // end on another CPU may rewrite the whole slot at any moment, so each field is read
+    // once (volatile: not read again after the checks) and the sighting names the
+    // acquisition it was checked against (`released_of_ns`); `note_acquisition` takes it
+    // only for that acquisition.
+    let (addr, acquired_ns, tid, released_by_ns) = unsafe {
+        (
+            core::ptr::read_volatile(&raw const (*slot).lock_addr),
+            core::ptr::read_volatile(&raw const (*slot).acquired_ns),
+            core::ptr::read_volatile(&raw const (*slot).tid),
+            core::ptr::read_volatile(&raw const (*slot).released_by_ns),
+        )
+    };
+    // The owner word was read after `begin_ns`; when that is after the acquisition, the
+    // acquirer had set the owner word before it was read, so another owner (or none)
+    // means it had let the lock go by the read.
+    if addr == lock_addr && released_by_ns == 0 && owner.tid != tid && begin_ns > acquired_ns {
+        // The moment of the sighting is now, after the owner word was read: the begin
+        // itself may precede the release.
+        let seen_ns = now_ns();
+        // SAFETY: as above; the two stores may interleave with a rewrite, which leaves
+        // either this sighting or a slot whose `released_of_ns` is not its own.
+        unsafe {
+            core::ptr::write_volatile(&raw mut (*slot).released_of_ns, acquired_ns);
+            core::ptr::write_volatile(&raw mut (*slot).released_by_ns, seen_ns);
+        }
     }
 }
 
@@ -1515,8 +1530,7 @@ fn note_acquisition(wait: &LockWait, end_ns: u64, pid_tgid: u64) -> (ContendedHo
         kstack_id: wait.kstack_id,
         flags: wait.flags,
         released_by_ns: 0,
-        released_of: 0,
-        _pad: 0,
+        released_of_ns: 0,
     };
     let no_hold = (ContendedHoldKey::default(), NO_HOLD);
     let Some(slot) =
@@ -1549,7 +1563,7 @@ fn note_acquisition(wait: &LockWait, end_ns: u64, pid_tgid: u64) -> (ContendedHo
         };
         // A waiter found the lock free or another thread's before now: the hold had
         // ended by then.
-        let released_ns = if previous.released_of == previous.tid
+        let released_ns = if previous.released_of_ns == previous.acquired_ns
             && previous.released_by_ns > previous.acquired_ns
             && previous.released_by_ns < end_ns
         {
