@@ -1,6 +1,7 @@
 //! Bad input: one clear line on stderr, a non-zero exit, no output file. These need no
 //! privileges, except where noted.
 
+#[macro_use]
 mod common;
 
 use common::*;
@@ -11,9 +12,7 @@ fn one_line_error(args: &[&str], expect: &str) {
 
 #[test]
 fn missing_pid_is_named() {
-    let Some(dir) = lockpath_test("missing_pid_is_named", "bad-pid") else {
-        return;
-    };
+    let dir = or_skip!(lockpath_test("bad-pid"));
     let out = dir.join("p.json");
     one_line_error(
         &[
@@ -44,9 +43,7 @@ fn bad_flag_values_are_refused() {
 
 #[test]
 fn unreadable_and_truncated_profiles() {
-    let Some(dir) = lockpath_test("unreadable_and_truncated_profiles", "bad-profile") else {
-        return;
-    };
+    let dir = or_skip!(lockpath_test("bad-profile"));
     one_line_error(
         &["report", dir.join("missing.json").to_str().expect("path")],
         "cannot read profile",
@@ -72,10 +69,7 @@ fn unreadable_and_truncated_profiles() {
 
 #[test]
 fn exporters_refuse_bad_input_without_writing() {
-    let Some(dir) = lockpath_test("exporters_refuse_bad_input_without_writing", "bad-export")
-    else {
-        return;
-    };
+    let dir = or_skip!(lockpath_test("bad-export"));
     let cut = dir.join("cut.json");
     std::fs::write(&cut, br#"{"format":"lockpath/1","host":"h","#).expect("write");
     let old = dir.join("old.json");
@@ -130,9 +124,7 @@ fn exporters_refuse_bad_input_without_writing() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn unwritable_output_fails_before_recording() {
-    let Some(_alone) = root_test_alone("unwritable_output_fails_before_recording", &[]) else {
-        return;
-    };
+    let _alone = or_skip!(root_test_alone(&[]));
     let before = loaded_programs();
     let started = std::time::Instant::now();
     let stderr = fails_with(
@@ -157,9 +149,7 @@ fn unwritable_output_fails_before_recording() {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn failed_final_write_keeps_the_recording() {
     let _alone = alone();
-    let Some(dir) = root_test("failed_final_write_keeps_the_recording", "fallback-write") else {
-        return;
-    };
+    let dir = or_skip!(root_test("fallback-write"));
     let gone = dir.join("gone");
     std::fs::create_dir_all(&gone).expect("create dir");
     let out = gone.join("p.json");

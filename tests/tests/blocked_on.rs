@@ -2,6 +2,7 @@
 //! asleep in the kernel waits for, read from kernel memory, against the FUSE fixture
 //! (tests/src/fuse.rs) whose delayed CREATE keeps a directory's inode lock held.
 
+#[macro_use]
 mod common;
 
 use std::{
@@ -160,12 +161,7 @@ fn blocked_on(tids: &[u32]) -> Vec<String> {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn blocked_on_names_the_lock_its_owner_and_the_fuse_request() {
-    let Some(dir) = root_test(
-        "blocked_on_names_the_lock_its_owner_and_the_fuse_request",
-        "blocked-on",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(root_test("blocked-on"));
     let _alone = alone();
     let results_path = dir.join("results");
     let mountpoint = dir.join("mnt");

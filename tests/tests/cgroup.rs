@@ -3,6 +3,7 @@
 //! the kernel recorded for its threads, named through the cgroup2 tree), and the cgroup's
 //! rows must hold exactly the storm's contentions.
 
+#[macro_use]
 mod common;
 
 use std::process::{Command, Stdio};
@@ -13,11 +14,7 @@ use serde_json::Value;
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn report_by_cgroup_names_the_workloads_cgroup() {
-    let Some((cgroup, dir)) =
-        root_test_in_cgroup("report_by_cgroup_names_the_workloads_cgroup", "cgroup-by")
-    else {
-        return;
-    };
+    let (cgroup, dir) = or_skip!(root_test_in_cgroup("cgroup-by"));
     let profile_path = dir.join("p.json");
     let (recording, programs) =
         spawn_recording(&["record", "--lock", "-a", "-o", path_str(&profile_path)]);

@@ -2,6 +2,7 @@
 //! reads it and prints what it prints for the JSON; a cut compact file is one clear line.
 //! Needs no privileges.
 
+#[macro_use]
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -16,10 +17,7 @@ fn golden(name: &str) -> PathBuf {
 
 #[test]
 fn compact_profiles_give_the_same_outputs_as_json() {
-    let Some(dir) = lockpath_test("compact_profiles_give_the_same_outputs_as_json", "compact")
-    else {
-        return;
-    };
+    let dir = or_skip!(lockpath_test("compact"));
     for name in ["lock_names.json", "lock_offcpu_cpu.json", "merged.json"] {
         let json = golden(name);
         let compact = dir.join(name).with_extension("lpb");
@@ -62,12 +60,7 @@ fn compact_profiles_give_the_same_outputs_as_json() {
 
 #[test]
 fn a_cut_compact_profile_is_one_clear_line_and_no_output() {
-    let Some(dir) = lockpath_test(
-        "a_cut_compact_profile_is_one_clear_line_and_no_output",
-        "compact-cut",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(lockpath_test("compact-cut"));
     let compact = dir.join("p.lpb");
     lockpath_ok(&[
         "convert",

@@ -1,6 +1,7 @@
 //! Root integration tests of on-CPU sampling, user-space symbols and the targets
 //! (`-- CMD` with forks, `-p`, `--cgroup`), against workloads that measure themselves.
 
+#[macro_use]
 mod common;
 
 use std::{
@@ -67,9 +68,7 @@ fn hot_functions_get_their_share_by_name() {
     // within 4 points of the workload's own clock is measured without them (CI saw
     // 0.759 against 0.701 once beside them; 0.700-0.704 here in three runs beside them).
     let _alone = alone();
-    let Some(dir) = root_test("hot_functions_get_their_share_by_name", "cpu-share") else {
-        return;
-    };
+    let dir = or_skip!(root_test("cpu-share"));
     let profile_path = dir.join("cpu.json");
     let svg_path = dir.join("cpu.svg");
     let burn = workload("cpu-burn");
@@ -145,9 +144,7 @@ fn hot_functions_get_their_share_by_name() {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn forked_child_is_followed() {
     let _alone = alone();
-    let Some(dir) = root_test("forked_child_is_followed", "cpu-fork") else {
-        return;
-    };
+    let dir = or_skip!(root_test("cpu-fork"));
     let profile_path = dir.join("p.json");
     let burn = workload("cpu-burn");
     let output = lockpath_ok(&record_args(
@@ -180,12 +177,7 @@ fn start_burn(seconds: &str) -> std::process::Child {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn pid_target_is_sampled_and_late_strangers_are_not() {
     let _alone = alone();
-    let Some(dir) = root_test(
-        "pid_target_is_sampled_and_late_strangers_are_not",
-        "cpu-pid",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(root_test("cpu-pid"));
     let profile_path = dir.join("p.json");
     // Burns longer than any startup and the 2 s recording: killed after it.
     let mut target = start_burn("30");
@@ -224,12 +216,7 @@ fn pid_target_is_sampled_and_late_strangers_are_not() {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn pid_target_follows_threads_created_later() {
     let _alone = alone();
-    let Some(dir) = root_test(
-        "pid_target_follows_threads_created_later",
-        "cpu-late-thread",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(root_test("cpu-late-thread"));
     let profile_path = dir.join("p.json");
     // The thread starts 3 s after the process, and works 2 s: the recording (6 s from
     // its start) has begun before it and ends after it, however slow lockpath starts.
@@ -286,11 +273,7 @@ fn pid_target_follows_threads_created_later() {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn cgroup_target_includes_only_its_processes() {
     let _alone = alone();
-    let Some((cgroup, dir)) =
-        root_test_in_cgroup("cgroup_target_includes_only_its_processes", "cpu-cgroup")
-    else {
-        return;
-    };
+    let (cgroup, dir) = or_skip!(root_test_in_cgroup("cpu-cgroup"));
     let profile_path = dir.join("p.json");
     // Burns longer than any startup and the 2 s recording: killed after it.
     let mut inside = start_burn("30");
@@ -331,9 +314,7 @@ fn cgroup_target_includes_only_its_processes() {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn exited_process_keeps_its_symbols() {
     let _alone = alone();
-    let Some(dir) = root_test("exited_process_keeps_its_symbols", "cpu-exited") else {
-        return;
-    };
+    let dir = or_skip!(root_test("cpu-exited"));
     let profile_path = dir.join("p.json");
     // A copy of the workload, deleted once it exited: the symbols must come from what
     // was kept while it lived.
@@ -376,9 +357,7 @@ fn one_line_error(args: &[&str], expect: &str) {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn bad_targets_and_frequencies_are_refused() {
-    let Some(dir) = root_test("bad_targets_and_frequencies_are_refused", "cpu-bad") else {
-        return;
-    };
+    let dir = or_skip!(root_test("cpu-bad"));
     let out = dir.join("p.json");
     let out = path_str(&out);
     one_line_error(
@@ -464,9 +443,7 @@ fn takes_lock_with_irqs_off(caller: &str) -> bool {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn cpu_flamegraph_and_lock_table_agree() {
     let _alone = alone();
-    let Some(dir) = root_test("cpu_flamegraph_and_lock_table_agree", "cpu-lock") else {
-        return;
-    };
+    let dir = or_skip!(root_test("cpu-lock"));
     let profile_path = dir.join("both.json");
     let storm = workload("lock-storm");
     let output = lockpath_ok(&record_args(
@@ -553,9 +530,7 @@ fn cpu_flamegraph_and_lock_table_agree() {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn a_full_sample_map_keeps_every_sample() {
     let _alone = alone();
-    let Some(dir) = root_test("a_full_sample_map_keeps_every_sample", "cpu-full-map") else {
-        return;
-    };
+    let dir = or_skip!(root_test("cpu-full-map"));
     let profile_path = dir.join("p.json");
     // Two entries for rows of distinct stacks (every sampled instruction is one): the map
     // is full after two; frame-pointer stacks only, so every sample goes through it.

@@ -4,6 +4,7 @@
 //! errors, hostile names escaped), Prometheus scrapes the live metrics, and progress
 //! shows on a terminal only.
 
+#[macro_use]
 mod common;
 
 use std::{
@@ -37,10 +38,8 @@ fn sum(profile: &Value, field: &str) -> u64 {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn diff_pprof_merge_and_html_from_two_runs() {
-    let test = "diff_pprof_merge_and_html_from_two_runs";
-    let Some(dir) = root_test(test, "export-two-runs") else {
-        return;
-    };
+    let test = test_name!();
+    let dir = or_skip!(root_test("export-two-runs"));
     let base = dir.join("base.json");
     let new = dir.join("new.json");
     // BASE: one thread, nothing to contend with. NEW: eight threads fight over their
@@ -594,10 +593,8 @@ fn check_html_in_chromium(dir: &Path, new: &Path) {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn prometheus_scrapes_live_metrics() {
-    let test = "prometheus_scrapes_live_metrics";
-    let Some(dir) = root_test_needing(test, &["prometheus"], "export-prometheus") else {
-        return;
-    };
+    let test = test_name!();
+    let dir = or_skip!(root_test_needing(&["prometheus"], "export-prometheus"));
     let metrics_port = free_port();
     let metrics_addr = format!("127.0.0.1:{metrics_port}");
     let storm = workload("lock-storm");
@@ -753,13 +750,7 @@ fn prometheus_scrapes_live_metrics() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn progress_on_a_terminal_only() {
-    let Some(dir) = root_test_needing(
-        "progress_on_a_terminal_only",
-        &["script"],
-        "export-progress",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(root_test_needing(&["script"], "export-progress"));
     let storm = workload("lock-storm");
     let command = format!(
         "{} record -o {} -- {} --seconds 2.5 --threads 4",

@@ -2,6 +2,7 @@
 //! POSIX (fcntl F_SETLKW), OFD and flock locks of one file (the `file-locks` workload,
 //! which measures each process's own blocked time).
 
+#[macro_use]
 mod common;
 
 use std::collections::BTreeMap;
@@ -58,12 +59,7 @@ fn record_file_locks(
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn file_lock_waits_are_classed_timed_and_their_holders_named() {
     let _alone = alone();
-    let Some(dir) = root_test(
-        "file_lock_waits_are_classed_timed_and_their_holders_named",
-        "file-locks",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(root_test("file-locks"));
     let profile_path = dir.join("locks.json");
     let Recorded {
         stdout, profile, ..
@@ -222,12 +218,7 @@ fn record_kind(dir: &std::path::Path, kind: &str) -> std::path::PathBuf {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn diff_of_posix_against_flock_shows_the_class_and_the_lock_calls() {
     let _alone = alone();
-    let Some(dir) = root_test(
-        "diff_of_posix_against_flock_shows_the_class_and_the_lock_calls",
-        "file-locks-diff",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(root_test("file-locks-diff"));
     let posix = record_kind(&dir, "posix");
     let flock = record_kind(&dir, "flock");
     let output = lockpath_ok(&[
@@ -284,12 +275,7 @@ fn diff_of_posix_against_flock_shows_the_class_and_the_lock_calls() {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn lease_breaks_are_file_lock_waits_held_by_the_lease_holder() {
     let _alone = alone();
-    let Some(dir) = root_test(
-        "lease_breaks_are_file_lock_waits_held_by_the_lease_holder",
-        "file-leases",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(root_test("file-leases"));
     let profile_path = dir.join("leases.json");
     let Recorded {
         stdout, profile, ..

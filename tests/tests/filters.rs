@@ -2,6 +2,7 @@
 //! `--type spinlock` leaves only spinlock rows, `--caller` keeps only stacks with a
 //! matching frame, and the CSV parses (Python's csv module) into the JSON's numbers.
 
+#[macro_use]
 mod common;
 
 use std::process::Command;
@@ -12,10 +13,7 @@ use serde_json::Value;
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn filters_and_csv_on_lock_storm() {
-    let Some(dir) = root_test_needing("filters_and_csv_on_lock_storm", &["python3"], "filters")
-    else {
-        return;
-    };
+    let dir = or_skip!(root_test_needing(&["python3"], "filters"));
     let profile_path = dir.join("storm.json");
     let storm = workload("lock-storm");
     lockpath_ok(&record_args(

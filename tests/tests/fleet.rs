@@ -6,6 +6,7 @@
 //! and unit-tests those rules, and the Grafana dashboard of contrib/grafana holds what
 //! an import needs and queries only what the agents and the rules provide.
 
+#[macro_use]
 mod common;
 
 use std::{
@@ -160,10 +161,7 @@ fn lock_totals(profile: &Value, pid: u64) -> (u64, u64) {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn rotate_soak_matches_a_long_recording() {
     let _alone = alone();
-    let test = "rotate_soak_matches_a_long_recording";
-    let Some(dir) = root_test_needing(test, &["bpftool"], "fleet-soak") else {
-        return;
-    };
+    let dir = or_skip!(root_test_needing(&["bpftool"], "fleet-soak"));
     let out = dir.join("periods");
     let long_path = dir.join("long.json");
     // The references: two recordings of the whole run on the same tracepoints, one
@@ -372,7 +370,7 @@ fn rotate_soak_matches_a_long_recording() {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn rotate_keeps_n_files_and_refuses_bad_input() {
     let _alone = alone();
-    let test = "rotate_keeps_n_files_and_refuses_bad_input";
+    let test = test_name!();
     // Bad input first: no root needed for these to fail clearly.
     let dir = scratch("fleet-keep");
     let file = dir.join("a-file");
@@ -444,12 +442,7 @@ const SLOWEST_CLIENTS: &str =
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn prometheus_ranks_the_contended_agent_first() {
-    let Some(_alone) = root_test_alone(
-        "prometheus_ranks_the_contended_agent_first",
-        &["prometheus"],
-    ) else {
-        return;
-    };
+    let _alone = or_skip!(root_test_alone(&["prometheus"]));
     // The query tested is the documented one, word for word.
     let usage =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/usage.md"))
@@ -937,7 +930,7 @@ fn promql_metrics_finds_the_series_selectors() {
 
 #[test]
 fn prometheus_rules_pass_promtool() {
-    let test = "prometheus_rules_pass_promtool";
+    let test = test_name!();
     let path = contrib("prometheus/lockpath-rules.yml");
     let rules = std::fs::read_to_string(&path).expect("read the rules");
     // The names the documentation and the dashboard use, and only metrics an agent
@@ -1002,7 +995,7 @@ fn prometheus_rules_pass_promtool() {
 
 #[test]
 fn grafana_dashboard_has_what_import_needs() {
-    let test = "grafana_dashboard_has_what_import_needs";
+    let test = test_name!();
     let dashboard = dashboard();
     for key in ["title", "uid"] {
         assert!(
@@ -1184,12 +1177,7 @@ fn path_samples(profile: &Value, report: &HashMap<String, u64>, slack: f64) -> P
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn rotate_periods_keep_their_stacks_when_each_walks_new_ones() {
     let _alone = alone();
-    let Some(dir) = root_test(
-        "rotate_periods_keep_their_stacks_when_each_walks_new_ones",
-        "fleet-stacks",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(root_test("fleet-stacks"));
     let out = dir.join("periods");
     // A new call path every 10 ms, sampled 499 times a second in frame-pointer mode
     // (each sample's user stack walked into the stack map): about 500 new stacks a
@@ -1259,13 +1247,7 @@ fn rotate_periods_keep_their_stacks_when_each_walks_new_ones() {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn rotate_forgets_processes_that_exited() {
     let _alone = alone();
-    let Some(dir) = root_test_needing(
-        "rotate_forgets_processes_that_exited",
-        &["bpftool"],
-        "fleet-exited",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(root_test_needing(&["bpftool"], "fleet-exited"));
     let out = dir.join("periods");
     let (mut agent, _) = spawn_agent(&["--cpu", "--freq", "999", "-a"], "1s", &out);
     let agent_pid = agent.0.id();

@@ -2,6 +2,7 @@
 //! its own calls, `--func` (recorded where the kernel allows fentry or kprobes, one
 //! clear line where it allows neither), and unknown symbols.
 
+#[macro_use]
 mod common;
 
 use std::path::Path;
@@ -25,9 +26,7 @@ fn record(args: &[&str]) -> String {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn ufunc_count_and_mean_match_the_workload() {
-    let Some(dir) = root_test("ufunc_count_and_mean_match_the_workload", "ufunc") else {
-        return;
-    };
+    let dir = or_skip!(root_test("ufunc"));
     let profile_path = dir.join("p.json");
     let results_path = dir.join("results");
     let calls = workload("timed-calls");
@@ -107,9 +106,7 @@ fn ufunc_count_and_mean_match_the_workload() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn a_full_call_map_keeps_every_call() {
-    let Some(dir) = root_test("a_full_call_map_keeps_every_call", "ufunc-full") else {
-        return;
-    };
+    let dir = or_skip!(root_test("ufunc-full"));
     let profile_path = dir.join("p.json");
     let calls = workload("timed-calls");
     let spec = format!("{}:lockpath_timed_work", calls.display());
@@ -163,12 +160,7 @@ fn a_full_call_map_keeps_every_call() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn a_call_in_progress_at_the_end_is_reported() {
-    let Some(dir) = root_test(
-        "a_call_in_progress_at_the_end_is_reported",
-        "ufunc-in-progress",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(root_test("ufunc-in-progress"));
     let profile_path = dir.join("p.json");
     let results_path = dir.join("results");
     let calls = workload("timed-calls");
@@ -219,9 +211,7 @@ fn a_call_in_progress_at_the_end_is_reported() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn func_records_or_says_why_not() {
-    let Some(dir) = root_test("func_records_or_says_why_not", "func") else {
-        return;
-    };
+    let dir = or_skip!(root_test("func"));
     let profile_path = dir.join("p.json");
     let results_path = dir.join("results");
     let calls = workload("timed-calls");
@@ -283,12 +273,7 @@ fn func_records_or_says_why_not() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn unknown_kernel_function_lists_close_matches() {
-    let Some(dir) = root_test(
-        "unknown_kernel_function_lists_close_matches",
-        "func-unknown",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(root_test("func-unknown"));
     let out = dir.join("p.json");
     let output = lockpath(&record_args(&["--func", "vfs_reed"], &out, &["true"]));
     assert!(!output.status.success());

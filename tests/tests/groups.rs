@@ -5,6 +5,7 @@
 //! Slurm-shaped jobs in a cgroup tree made for the test, contending on one file's lock
 //! and on one FUSE directory's lock (each waiter measures its own blocked time).
 
+#[macro_use]
 mod common;
 
 use std::{
@@ -70,12 +71,7 @@ fn first_cause(report: &Value, name: &str) -> (String, f64) {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn outliers_name_the_hosts_with_an_injected_storm_by_its_lock() {
     let _alone = alone();
-    let Some(dir) = root_test(
-        "outliers_name_the_hosts_with_an_injected_storm_by_its_lock",
-        "outliers-hosts",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(root_test("outliers-hosts"));
     // Every host: threads reading one shared file (its f_pos_lock mutex: a steady
     // wait, within a fifth between runs here). Host n7 also creates files in one
     // directory (its i_rwsem); host n8 also maps memory (its mmap_lock).
@@ -174,12 +170,7 @@ fn outliers_name_the_hosts_with_an_injected_storm_by_its_lock() {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn slurm_shaped_jobs_are_units_of_report_and_outliers() {
     let _alone = alone();
-    let Some((mut cgroup, dir)) = root_test_in_cgroup(
-        "slurm_shaped_jobs_are_units_of_report_and_outliers",
-        "outliers-jobs",
-    ) else {
-        return;
-    };
+    let (mut cgroup, dir) = or_skip!(root_test_in_cgroup("outliers-jobs"));
     let storm = workload("lock-storm");
     // Four jobs as Slurm's cgroup v2 plugin lays them out; each runs a storm on a
     // shared file's f_pos_lock, job 4704 also one on its process's mmap_lock. Job 4704
@@ -308,12 +299,7 @@ fn blocked_ns(stdout: &str) -> Vec<u64> {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn blockers_say_which_job_waited_on_which_and_how_long() {
     let _alone = alone();
-    let Some((mut cgroup, dir)) = root_test_in_cgroup(
-        "blockers_say_which_job_waited_on_which_and_how_long",
-        "groups-blockers",
-    ) else {
-        return;
-    };
+    let (mut cgroup, dir) = or_skip!(root_test_in_cgroup("groups-blockers"));
     let lock_file = dir.join("the-file");
     let (fuse, locks) = (workload("fuse-workload"), workload("file-locks"));
     let profile = dir.join("blockers.json");

@@ -2,6 +2,7 @@
 //! times themselves are checked in the kernel lab (tests/vm/checks/hold-*.sh, part of
 //! `cargo xtask test`); here: the clear errors, and that the rest of a run goes on.
 
+#[macro_use]
 mod common;
 
 use common::*;
@@ -12,9 +13,7 @@ const NO_LOCK: &str = "mutex:0xffff888000000000";
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn hold_alone_says_why_it_cannot_run_here() {
-    let Some(dir) = root_test("hold_alone_says_why_it_cannot_run_here", "hold-alone") else {
-        return;
-    };
+    let dir = or_skip!(root_test("hold-alone"));
     let profile = dir.join("p.json");
     let output = lockpath(&record_args(
         &["--hold", NO_LOCK],
@@ -54,12 +53,7 @@ fn hold_alone_says_why_it_cannot_run_here() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn hold_on_a_function_is_one_line_and_the_run_goes_on() {
-    let Some(dir) = root_test(
-        "hold_on_a_function_is_one_line_and_the_run_goes_on",
-        "hold-function",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(root_test("hold-function"));
     let profile = dir.join("p.json");
     let storm = workload("lock-storm");
     let options = ["--hold", "vfs_read", "--lock"];
@@ -90,9 +84,7 @@ fn hold_on_a_function_is_one_line_and_the_run_goes_on() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn hold_alone_on_bad_locks_fails_with_one_line() {
-    let Some(dir) = root_test("hold_alone_on_bad_locks_fails_with_one_line", "hold-bad") else {
-        return;
-    };
+    let dir = or_skip!(root_test("hold-bad"));
     let profile = dir.join("p.json");
     for (lock, expected) in [
         ("vfs_read", "vfs_read is a function, not a lock"),

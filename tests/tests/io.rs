@@ -1,6 +1,7 @@
 //! Root integration tests of the IO path on a real file system: ext4 on a loop device,
 //! a large directory read back cold, and block requests counted against perf.
 
+#[macro_use]
 mod common;
 
 use std::{
@@ -186,9 +187,7 @@ fn frames_of(profile: &serde_json::Value, row: &serde_json::Value) -> Vec<String
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn ext4_directory_waits_and_block_requests() {
-    let Some(_alone) = root_test_alone("ext4_directory_waits_and_block_requests", &[]) else {
-        return;
-    };
+    let _alone = or_skip!(root_test_alone(&[]));
     let ci = is_ci();
     for tool in ["mkfs.ext4", "losetup", "mount", "perf"] {
         if !have(tool) {
@@ -505,9 +504,7 @@ fn check_io_exporters(dir: &Path, path: &Path, loop_rows: &[&serde_json::Value],
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn io_survives_a_device_that_vanishes_mid_run() {
-    let Some(_alone) = root_test_alone("io_survives_a_device_that_vanishes_mid_run", &[]) else {
-        return;
-    };
+    let _alone = or_skip!(root_test_alone(&[]));
     for tool in ["mkfs.ext4", "losetup", "mount"] {
         if !have(tool) {
             eprintln!("SKIP io_survives_a_device_that_vanishes_mid_run: no {tool}");
@@ -800,7 +797,7 @@ fn device_numbers(device: &str) -> (u32, u32) {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn fio_lock_table_rows_are_distinct_classes() {
-    let test = "fio_lock_table_rows_are_distinct_classes";
+    let test = test_name!();
     let _alone = alone();
     let Some((fs, out)) = ext4_test(test, &["fio"], 512) else {
         return;
@@ -997,7 +994,7 @@ fn shares(group: &serde_json::Value, list: &str) -> Vec<(u64, String, u64)> {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn writeback_is_charged_to_the_writer_and_its_file() {
-    let test = "writeback_is_charged_to_the_writer_and_its_file";
+    let test = test_name!();
     let _alone = alone();
     let Some((mut fs, out)) = ext4_test(test, &["dd"], 1024) else {
         return;
@@ -1106,7 +1103,7 @@ fn writeback_is_charged_to_the_writer_and_its_file() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn a_full_io_map_keeps_every_request() {
-    let test = "a_full_io_map_keeps_every_request";
+    let test = test_name!();
     let _alone = alone();
     let Some((fs, out)) = ext4_test(test, &["dd", "perf"], 256) else {
         return;
@@ -1182,7 +1179,7 @@ fn a_full_io_map_keeps_every_request() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn fio_io_uring_jobs_are_charged_their_own_files() {
-    let test = "fio_io_uring_jobs_are_charged_their_own_files";
+    let test = test_name!();
     let _alone = alone();
     let Some((fs, out)) = ext4_test(test, &["fio"], 512) else {
         return;
@@ -1285,7 +1282,7 @@ fn assert_call_time(what: &str, lockpath_ns: u64, own_ns: u64) {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn file_calls_match_the_workloads_own_timing() {
-    let test = "file_calls_match_the_workloads_own_timing";
+    let test = test_name!();
     let _alone = alone();
     let Some((fs, out)) = ext4_test(test, &[], 256) else {
         return;

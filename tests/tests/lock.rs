@@ -1,6 +1,7 @@
 //! Root integration tests of the lock-contention pipeline against a real workload and
 //! an independent count by perf.
 
+#[macro_use]
 mod common;
 
 use common::*;
@@ -225,9 +226,7 @@ fn storm_matches_perf_and_renders(bin: &std::path::Path, scratch_name: &str) {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn filter_in_kernel_excludes_other_processes() {
-    let Some(dir) = root_test("filter_in_kernel_excludes_other_processes", "lock-filter") else {
-        return;
-    };
+    let dir = or_skip!(root_test("lock-filter"));
     // A contending process that is not the target runs beside the target.
     let storm = workload("lock-storm");
     let mut bystander = std::process::Command::new(&storm)
@@ -257,9 +256,7 @@ fn filter_in_kernel_excludes_other_processes() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn command_exit_status_is_passed_on() {
-    let Some(dir) = root_test("command_exit_status_is_passed_on", "lock-exit") else {
-        return;
-    };
+    let dir = or_skip!(root_test("lock-exit"));
     let out = dir.join("p.json");
     let output = lockpath(&record_args(&[], &out, &["sh", "-c", "exit 7"]));
     assert_eq!(
@@ -294,12 +291,7 @@ fn command_exit_status_is_passed_on() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn forced_kprobe_method_without_kprobes_fails_clearly() {
-    let Some(dir) = root_test(
-        "forced_kprobe_method_without_kprobes_fails_clearly",
-        "forced-kprobe",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(root_test("forced-kprobe"));
     let out = dir.join("p.json");
     let marker = dir.join("ran");
     let kprobes = std::path::Path::new("/sys/bus/event_source/devices/kprobe").exists()

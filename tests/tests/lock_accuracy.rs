@@ -1,6 +1,7 @@
 //! Root integration tests of the lock numbers themselves: spinlock wait times against a
 //! stackless reference probe (bpftrace), and holds under contention on a spinlock.
 
+#[macro_use]
 mod common;
 
 use std::{
@@ -251,12 +252,7 @@ fn spin_waits_match_a_stackless_reference() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn spinlock_holders_are_the_open_and_close_paths() {
-    let Some(dir) = root_test(
-        "spinlock_holders_are_the_open_and_close_paths",
-        "lock-holders",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(root_test("lock-holders"));
     let _alone = alone();
     let started = Instant::now();
     let mut last = String::new();
@@ -394,9 +390,7 @@ fn check_hold_views(dir: &std::path::Path, profile_path: &std::path::Path) {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn fuse_create_hold_matches_the_workload() {
-    let Some(dir) = root_test("fuse_create_hold_matches_the_workload", "lock-hold-fuse") else {
-        return;
-    };
+    let dir = or_skip!(root_test("lock-hold-fuse"));
     let _alone = alone();
     let profile_path = dir.join("hold.json");
     let fuse = FuseWorkload::in_dir_with_mountpoint(&dir, "results.txt");
@@ -475,10 +469,8 @@ END { clear(@in); clear(@waited); clear(@contended); clear(@start); }
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn mmap_lock_holds_under_contention_never_end_before_the_release() {
-    let test = "mmap_lock_holds_under_contention_never_end_before_the_release";
-    let Some(dir) = root_test(test, "lock-hold-mmap") else {
-        return;
-    };
+    let test = test_name!();
+    let dir = or_skip!(root_test("lock-hold-mmap"));
     if !require_tool(test, "bpftrace") {
         return;
     }
@@ -560,9 +552,7 @@ fn mmap_lock_holds_under_contention_never_end_before_the_release() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn an_interrupted_wait_is_its_own_row() {
-    let Some(dir) = root_test("an_interrupted_wait_is_its_own_row", "lock-interrupted") else {
-        return;
-    };
+    let dir = or_skip!(root_test("lock-interrupted"));
     let _alone = alone();
     let profile_path = dir.join("interrupted.json");
     let fuse = FuseWorkload::in_dir_with_mountpoint(&dir, "results.txt");
@@ -754,9 +744,7 @@ fn finished_profiles(recordings: Vec<(std::path::PathBuf, Recording)>) -> [serde
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn cached_stacks_attribute_like_exact_walks() {
-    let Some(dir) = root_test("cached_stacks_attribute_like_exact_walks", "lock-stacks") else {
-        return;
-    };
+    let dir = or_skip!(root_test("lock-stacks"));
     let _alone = alone();
     for mode in ["open", "pipe"] {
         let (profiles, _, _) = record_exact_and_cached(
@@ -861,12 +849,7 @@ fn cached_stacks_attribute_like_exact_walks() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn two_paths_through_one_wrapper_keep_their_waits() {
-    let Some(dir) = root_test(
-        "two_paths_through_one_wrapper_keep_their_waits",
-        "lock-paths",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(root_test("lock-paths"));
     let _alone = alone();
     let results_path = dir.join("results.txt");
     let (profiles, pid, status) = record_exact_and_cached(
@@ -965,13 +948,7 @@ fn two_paths_through_one_wrapper_keep_their_waits() {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn interrupts_contending_in_the_end_program_leave_no_dead_spin_wait() {
     let _alone = alone();
-    let Some(dir) = root_test_needing(
-        "interrupts_contending_in_the_end_program_leave_no_dead_spin_wait",
-        &["stress-ng"],
-        "lock-interrupts",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(root_test_needing(&["stress-ng"], "lock-interrupts"));
     let profile_path = dir.join("p.json");
     let traffic = Command::new("stress-ng")
         .args(["--udp", "2", "--timeout", "12"])

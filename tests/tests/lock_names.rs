@@ -5,6 +5,7 @@
 //! (none from a merged slab cache, no task member in the kernel image) and the counts
 //! and wait per caller are perf's.
 
+#[macro_use]
 mod common;
 
 use std::collections::BTreeMap;
@@ -130,9 +131,7 @@ fn record_mostly_named_storm(mode: &str) -> BTreeMap<String, (u64, String)> {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn most_lock_wait_is_on_named_locks() {
-    let Some(_alone) = root_test_alone("most_lock_wait_is_on_named_locks", &[]) else {
-        return;
-    };
+    let _alone = or_skip!(root_test_alone(&[]));
     // Pipes and mmap: mmap_lock (rwsem), the fd table's file_lock (pipe close), the
     // runqueue locks (wake-ups).
     let both = record_mostly_named_storm("both");
@@ -189,10 +188,7 @@ fn btf_member_offset(name: &str, member: &str) -> Option<u64> {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn wait_lock_of_mmap_lock_is_named_after_it() {
-    let Some(_alone) = root_test_alone("wait_lock_of_mmap_lock_is_named_after_it", &["bpftool"])
-    else {
-        return;
-    };
+    let _alone = or_skip!(root_test_alone(&["bpftool"]));
     let offset = btf_member_offset("rw_semaphore", "wait_lock")
         .expect("rw_semaphore.wait_lock in the kernel's BTF");
     // An mmap/munmap storm: writers queue on mmap_lock, and the rwsem's wait_lock (a
@@ -280,10 +276,7 @@ fn bpftool_btf() -> Option<String> {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn locks_in_slab_objects_are_named_after_their_cache() {
-    let Some(_alone) = root_test_alone("locks_in_slab_objects_are_named_after_their_cache", &[])
-    else {
-        return;
-    };
+    let _alone = or_skip!(root_test_alone(&[]));
     let (by_name, total, stdout) = record_storm_with_summary("file");
     assert!(total > 0, "lock-storm contended: {by_name:?}");
     if !kernel_has_function("bpf_get_kmem_cache") {
@@ -582,12 +575,7 @@ fn record_stressor(
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn stress_ng_lock_names_are_true_and_counts_are_perfs() {
-    let Some(_alone) = root_test_alone(
-        "stress_ng_lock_names_are_true_and_counts_are_perfs",
-        &["stress-ng", "perf"],
-    ) else {
-        return;
-    };
+    let _alone = or_skip!(root_test_alone(&["stress-ng", "perf"]));
     let merged = merged_slab_caches();
     let dir = scratch("lock-names-stress-ng");
     let mut report = Vec::new();

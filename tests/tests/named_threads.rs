@@ -6,6 +6,7 @@
 //!   thread that reuses a forgotten thread id would never be named. Thread ids are not
 //!   reused on demand, so this is tested on the kernel maps themselves.
 
+#[macro_use]
 mod common;
 
 use aya::maps::{PerCpuArray, PerCpuValues};
@@ -120,12 +121,7 @@ fn exited_threads_are_forgotten_where_the_lock_programs_named_them() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn a_thread_renamed_while_recorded_takes_its_new_name() {
-    let Some(dir) = root_test(
-        "a_thread_renamed_while_recorded_takes_its_new_name",
-        "renamed-threads",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(root_test("renamed-threads"));
     let path = dir.join("renamed.json");
     let storm = workload("lock-storm");
     let profile = record_profile(

@@ -1,5 +1,6 @@
 //! Root integration tests of the off-CPU family: a known-answer sleep, and bad input.
 
+#[macro_use]
 mod common;
 
 use common::*;
@@ -53,12 +54,7 @@ fn parse_sleeper(stdout: &str) -> Slept {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn known_sleep_is_reported_as_sleep_with_its_time() {
-    let Some(dir) = root_test(
-        "known_sleep_is_reported_as_sleep_with_its_time",
-        "offcpu-sleep",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(root_test("offcpu-sleep"));
     let profile_path = dir.join("sleep.json");
     let svg_path = dir.join("sleep.svg");
     let sleeper = workload("sleeper");
@@ -333,12 +329,7 @@ fn check_offcpu_exporters(
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn d_state_only_by_default_and_min_wait_filters() {
-    let Some(dir) = root_test(
-        "d_state_only_by_default_and_min_wait_filters",
-        "offcpu-default",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(root_test("offcpu-default"));
     let sleeper = workload("sleeper");
     // Without --offcpu-all, nanosleep (S state) is not recorded.
     let path = dir.join("d.json");
@@ -375,9 +366,7 @@ fn d_state_only_by_default_and_min_wait_filters() {
 
 #[test]
 fn bad_offcpu_flags_are_refused() {
-    let Some(dir) = lockpath_test("bad_offcpu_flags_are_refused", "offcpu-bad") else {
-        return;
-    };
+    let dir = or_skip!(lockpath_test("offcpu-bad"));
     let out = dir.join("p.json");
     let out = out.to_str().expect("path");
     for (args, expect) in [
@@ -424,9 +413,7 @@ fn bad_offcpu_flags_are_refused() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn a_full_wait_map_keeps_every_wait() {
-    let Some(dir) = root_test("a_full_wait_map_keeps_every_wait", "offcpu-full-map") else {
-        return;
-    };
+    let dir = or_skip!(root_test("offcpu-full-map"));
     let profile_path = dir.join("p.json");
     // 1 ms sleeps on a new call path every 10 ms: each path's waits are a row of their
     // own (another user stack), and the map has room for two.

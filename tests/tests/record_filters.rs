@@ -7,6 +7,7 @@
 //! so a type or lock missing from the filtered profile was never counted by its
 //! programs.
 
+#[macro_use]
 mod common;
 
 use std::{
@@ -100,10 +101,8 @@ fn assert_same_count(filtered: u64, reference: u64, what: &str) {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn record_type_filter_counts_only_spinlocks_in_the_kernel() {
-    let test = "record_type_filter_counts_only_spinlocks_in_the_kernel";
-    let Some(dir) = root_test(test, "record-type") else {
-        return;
-    };
+    let test = test_name!();
+    let dir = or_skip!(root_test("record-type"));
     let profiles = record_one_storm(&dir, 3, &[&[], &["--type", "spinlock"]]);
     let (all, _) = &profiles[0];
     let (spin, spin_stderr) = &profiles[1];
@@ -143,10 +142,8 @@ fn record_type_filter_counts_only_spinlocks_in_the_kernel() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn record_lock_and_caller_filters() {
-    let test = "record_lock_and_caller_filters";
-    let Some(dir) = root_test(test, "record-lock") else {
-        return;
-    };
+    let test = test_name!();
+    let dir = or_skip!(root_test("record-lock"));
     // A first storm names a lock whose address stays the same from run to run: a
     // runqueue lock or a static lock (per-process locks such as mmap_lock move).
     let first = record_one_storm(&dir, 2, &[&[]]);
@@ -277,7 +274,7 @@ fn record_filters_refuse_bad_input_before_loading() {
         assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
     }
     // A name needs the kernel's symbols: root only.
-    let test = "record_filters_refuse_bad_input_before_loading";
+    let test = test_name!();
     if !can_load_programs(test) {
         return;
     }

@@ -2,6 +2,7 @@
 //! profile (or none) and no program, early-exiting targets, commands that cannot start,
 //! two instances at once, and an unprivileged user.
 
+#[macro_use]
 mod common;
 
 use std::{
@@ -48,9 +49,7 @@ fn temporaries(dir: &Path) -> Vec<String> {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn tiny_maps_report_their_losses() {
-    let Some(dir) = root_test("tiny_maps_report_their_losses", "tiny-maps") else {
-        return;
-    };
+    let dir = or_skip!(root_test("tiny-maps"));
     let profile_path = dir.join("tiny.json");
     let perf_path = dir.join("perf.txt");
     let storm = workload("lock-storm");
@@ -169,10 +168,8 @@ const RELAY_PAGES: u64 = 64;
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn tiny_maps_keep_every_chain_and_dirtied_page() {
-    let test = "tiny_maps_keep_every_chain_and_dirtied_page";
-    let Some(dir) = root_test(test, "tiny-chains") else {
-        return;
-    };
+    let test = test_name!();
+    let dir = or_skip!(root_test("tiny-chains"));
     let files = dir.join("files");
     std::fs::create_dir_all(&files).expect("files dir");
     // The pages of tmpfs and ramfs are never written back, so never counted as dirtied.
@@ -402,9 +399,7 @@ fn sigterm_writes_a_complete_profile() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn sigint_while_the_probes_load_stops_cleanly() {
-    let Some(dir) = root_test("sigint_startup", "sigint-startup") else {
-        return;
-    };
+    let dir = or_skip!(root_test("sigint-startup"));
     let profile_path = dir.join("startup.json");
     let rotate_dir = dir.join("periods");
     for args in [
@@ -468,9 +463,7 @@ fn sigint_while_the_probes_load_stops_cleanly() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn sigint_during_a_system_run_writes_a_profile() {
-    let Some(dir) = root_test("sigint_system", "sigint-system") else {
-        return;
-    };
+    let dir = or_skip!(root_test("sigint-system"));
     let profile_path = dir.join("system.json");
     let mut storm = background_storm("20");
     let args = ["record", "-a", "-o", path_str(&profile_path)];
@@ -492,9 +485,7 @@ fn sigint_during_a_system_run_writes_a_profile() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn sigkill_leaves_no_program_and_no_file() {
-    let Some(dir) = root_test("sigkill", "sigkill") else {
-        return;
-    };
+    let dir = or_skip!(root_test("sigkill"));
     let profile_path = dir.join("killed.json");
     let mut storm = background_storm("20");
     let pid = storm.id().to_string();
@@ -516,9 +507,7 @@ fn sigkill_leaves_no_program_and_no_file() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn target_that_exits_early_ends_the_recording() {
-    let Some(dir) = root_test("target_exits_early", "early-exit") else {
-        return;
-    };
+    let dir = or_skip!(root_test("early-exit"));
     let profile_path = dir.join("early.json");
     // A storm that outlives any startup, ended a second into the recording.
     let mut storm = background_storm("120");
@@ -564,9 +553,7 @@ fn target_that_exits_early_ends_the_recording() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn command_that_cannot_start_is_one_clear_error() {
-    let Some(dir) = root_test("command_cannot_start", "no-command") else {
-        return;
-    };
+    let dir = or_skip!(root_test("no-command"));
     let profile_path = dir.join("none.json");
     let before = loaded_programs();
     for (command, expect) in [
@@ -633,9 +620,7 @@ fn held_by_any_lockpath(id: u64) -> bool {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn two_instances_at_once_each_see_their_own_command() {
-    let Some(dir) = root_test("two_instances", "two-instances") else {
-        return;
-    };
+    let dir = or_skip!(root_test("two-instances"));
     let storm = workload("lock-storm");
     let start = |name: &str| {
         let path = dir.join(name);

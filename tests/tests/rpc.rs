@@ -2,6 +2,7 @@
 //! replies are delayed by known times: request latency per opcode, the lock the kernel
 //! holds across a delayed CREATE, and providers this kernel lacks.
 
+#[macro_use]
 mod common;
 
 use std::{collections::HashMap, path::Path};
@@ -92,12 +93,7 @@ fn check_op_latency(profile: &serde_json::Value, measured: &[(String, u64)], pid
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn fuse_latency_per_opcode_matches_injected_delay() {
-    let Some(dir) = root_test(
-        "fuse_latency_per_opcode_matches_injected_delay",
-        "rpc-fuse-latency",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(root_test("rpc-fuse-latency"));
     let profile_path = dir.join("p.json");
     let mountpoint = dir.join("mnt");
     let svg_path = dir.join("rpc.svg");
@@ -209,9 +205,7 @@ fn fuse_latency_per_opcode_matches_injected_delay() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn fuse_latency_holds_with_a_full_map() {
-    let Some(dir) = root_test("fuse_latency_holds_with_a_full_map", "rpc-fuse-full") else {
-        return;
-    };
+    let dir = or_skip!(root_test("rpc-fuse-full"));
     let (_, profile, measured, pid) = fuse_latency_run(&dir, &["--map-entries", "2"]);
     let map_full = profile["losses"]["rpc_map_full"].as_u64().unwrap_or(0);
     assert!(
@@ -229,12 +223,7 @@ fn fuse_latency_holds_with_a_full_map() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn fuse_create_lock_wait_matches_ground_truth() {
-    let Some(dir) = root_test(
-        "fuse_create_lock_wait_matches_ground_truth",
-        "rpc-fuse-lockwait",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(root_test("rpc-fuse-lockwait"));
     let profile_path = dir.join("p.json");
     const CREATE_MS: u64 = 300;
     let fuse = FuseWorkload::in_dir(&dir, "results");

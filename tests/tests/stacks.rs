@@ -1,6 +1,7 @@
 //! Root test of the stack maps: a stack whose hash bucket another stack holds keeps
 //! its frames (the spare stacks), so a call path does not lose its stack for the run.
 
+#[macro_use]
 mod common;
 
 use common::*;
@@ -13,9 +14,7 @@ use lockpath_tests::lock_paths;
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn colliding_stacks_keep_their_frames() {
-    let Some(dir) = root_test("colliding_stacks_keep_their_frames", "spare-stacks") else {
-        return;
-    };
+    let dir = or_skip!(root_test("spare-stacks"));
     let _alone = alone();
     let profile_path = dir.join("lock.json");
     let results_path = dir.join("results.txt");

@@ -5,6 +5,7 @@
 //! it); process B then creates another file there and queues behind A on that lock. The
 //! workload notes when each call began (CLOCK_MONOTONIC): the ground truth of the ages.
 
+#[macro_use]
 mod common;
 
 use std::{
@@ -186,12 +187,7 @@ fn record_to<'a>(output: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn waits_stuck_before_the_recording_are_reported_with_their_chain() {
     let _alone = alone();
-    let Some(dir) = root_test(
-        "waits_stuck_before_the_recording_are_reported_with_their_chain",
-        "stuck-before",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(root_test("stuck-before"));
     let client = HungClient::start(&dir);
     // Both were waiting for a while before lockpath starts.
     std::thread::sleep(Duration::from_secs(1));
@@ -226,12 +222,7 @@ fn waits_stuck_before_the_recording_are_reported_with_their_chain() {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn waits_begun_during_the_recording_and_open_at_its_end_are_reported() {
     let _alone = alone();
-    let Some(dir) = root_test(
-        "waits_begun_during_the_recording_and_open_at_its_end_are_reported",
-        "stuck-during",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(root_test("stuck-during"));
     let output_path = dir.join("stuck.json");
     let (recording, programs) = spawn_recording(&record_to(
         &output_path,
@@ -254,12 +245,7 @@ fn waits_begun_during_the_recording_and_open_at_its_end_are_reported() {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn a_stuck_target_shows_its_wait_and_a_bystander_does_not() {
     let _alone = alone();
-    let Some(dir) = root_test(
-        "a_stuck_target_shows_its_wait_and_a_bystander_does_not",
-        "stuck-target",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(root_test("stuck-target"));
     let client = HungClient::start(&dir);
     let mut bystander = KillOnDrop(
         Command::new("sleep")
@@ -328,12 +314,7 @@ fn long_request_wait(profile: &Value, a: u64) -> Vec<&Value> {
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn a_wait_across_rotated_periods_is_counted_once() {
     let _alone = alone();
-    let Some(dir) = root_test(
-        "a_wait_across_rotated_periods_is_counted_once",
-        "stuck-rotate",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(root_test("stuck-rotate"));
     let out = dir.join("periods");
     let (mut agent, programs) = spawn_agent(&["-a", "--offcpu-all"], "1s", &out);
     // A waits 5 s on its CREATE, then B its own 5 s (not looked at).

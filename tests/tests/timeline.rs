@@ -1,6 +1,7 @@
 //! Root integration tests of `record --interval`: a run quiet in its first half and
 //! contended in its second must show it, and every series must add up to the totals.
 
+#[macro_use]
 mod common;
 
 use std::collections::BTreeMap;
@@ -16,12 +17,7 @@ fn values(series: &serde_json::Value) -> Vec<u64> {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn contention_in_the_second_half_lands_in_the_second_half() {
-    let Some(dir) = root_test(
-        "contention_in_the_second_half_lands_in_the_second_half",
-        "timeline-halves",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(root_test("timeline-halves"));
     let profile_path = dir.join("halves.json");
     let storm = workload("lock-storm");
     let script = format!(

@@ -2,6 +2,7 @@
 //! workload with a known call chain and CPU shares (tests/c/nofp-chain.c, compiled here
 //! with `-O2 -fomit-frame-pointer -fno-inline`), and Debian's fio.
 
+#[macro_use]
 mod common;
 
 use std::{
@@ -109,10 +110,8 @@ fn assert_no_garbage(stacks: &[(u64, Vec<String>)]) {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn nofp_workload_unwinds_to_main_with_its_shares() {
-    let test = "nofp_workload_unwinds_to_main_with_its_shares";
-    let Some(dir) = root_test(test, "ustacks-nofp") else {
-        return;
-    };
+    let test = test_name!();
+    let dir = or_skip!(root_test("ustacks-nofp"));
     let Some(binary) = build_nofp_chain(test, &dir) else {
         return;
     };
@@ -176,10 +175,8 @@ fn nofp_workload_unwinds_to_main_with_its_shares() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn frame_pointer_walks_of_nofp_code_are_cut_not_padded() {
-    let test = "frame_pointer_walks_of_nofp_code_are_cut_not_padded";
-    let Some(dir) = root_test(test, "ustacks-fp-only") else {
-        return;
-    };
+    let test = test_name!();
+    let dir = or_skip!(root_test("ustacks-fp-only"));
     let Some(binary) = build_nofp_chain(test, &dir) else {
         return;
     };
@@ -207,13 +204,7 @@ fn frame_pointer_walks_of_nofp_code_are_cut_not_padded() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn packaged_fio_stacks_are_clean_and_reach_their_start() {
-    let Some(dir) = root_test_needing(
-        "packaged_fio_stacks_are_clean_and_reach_their_start",
-        &["fio"],
-        "ustacks-fio",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(root_test_needing(&["fio"], "ustacks-fio"));
     let profile_path = dir.join("cpu.json");
     let svg_path = dir.join("fio.svg");
     // fio's own code on the CPU: the cpuio engine burns CPU in fio, two jobs (threads of
@@ -273,13 +264,7 @@ fn packaged_fio_stacks_are_clean_and_reach_their_start() {
 fn packaged_fio_in_system_calls_reaches_its_start() {
     // Samples taken in kernel mode (fio's pread calls): the user registers come from
     // the top of the task's kernel stack, the user stack is unwound all the same.
-    let Some(dir) = root_test_needing(
-        "packaged_fio_in_system_calls_reaches_its_start",
-        &["fio"],
-        "ustacks-fio-psync",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(root_test_needing(&["fio"], "ustacks-fio-psync"));
     let profile_path = dir.join("cpu.json");
     let directory = format!("--directory={}", dir.display());
     let options = ["--cpu", "--freq", "499"];
@@ -372,10 +357,8 @@ impl Drop for RemoveOnDrop {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn stripped_binary_is_named_from_its_build_id_debug_file() {
-    let test = "stripped_binary_is_named_from_its_build_id_debug_file";
-    let Some(dir) = root_test_needing(test, &["objcopy"], "ustacks-debugfile") else {
-        return;
-    };
+    let test = test_name!();
+    let dir = or_skip!(root_test_needing(&["objcopy"], "ustacks-debugfile"));
     let Some(binary) = build_nofp_chain(test, &dir) else {
         return;
     };
@@ -424,10 +407,11 @@ fn stripped_binary_is_named_from_its_build_id_debug_file() {
 fn minidebuginfo_names_a_stripped_binary() {
     // Fedora's MiniDebugInfo: the binary is stripped, an xz-compressed ELF holding the
     // symbols of its functions rides along in .gnu_debugdata.
-    let test = "minidebuginfo_names_a_stripped_binary";
-    let Some(dir) = root_test_needing(test, &["objcopy", "xz"], "ustacks-minidebuginfo") else {
-        return;
-    };
+    let test = test_name!();
+    let dir = or_skip!(root_test_needing(
+        &["objcopy", "xz"],
+        "ustacks-minidebuginfo"
+    ));
     let Some(binary) = build_nofp_chain(test, &dir) else {
         return;
     };

@@ -2,6 +2,7 @@
 //! workloads that know the answer (a pipe ping-pong, a pthread mutex held by a named
 //! thread for a known time).
 
+#[macro_use]
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -57,12 +58,7 @@ fn ping_pong(dir: &Path, extra: &[&str], pairs: u32) -> (PathBuf, serde_json::Va
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn ping_pong_sides_wake_each_other_through_pipe_write() {
-    let Some(dir) = root_test(
-        "ping_pong_sides_wake_each_other_through_pipe_write",
-        "wakers-ping-pong",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(root_test("wakers-ping-pong"));
     let (profile_path, profile) = ping_pong(&dir, &[], 1);
     assert!(
         items(&profile["probes"], "probes").any(|probe| probe["family"] == "wakers"),
@@ -242,9 +238,7 @@ fn ping_pong_sides_wake_each_other_through_pipe_write() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn a_full_waker_map_keeps_every_waker() {
-    let Some(dir) = root_test("a_full_waker_map_keeps_every_waker", "wakers-full") else {
-        return;
-    };
+    let dir = or_skip!(root_test("wakers-full"));
     let (_, profile) = ping_pong(&dir, &["--map-entries", "2"], 3);
     let losses = &profile["losses"];
     assert!(
@@ -283,12 +277,7 @@ fn a_full_waker_map_keeps_every_waker() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn pthread_mutex_waits_are_woken_by_the_holder_with_its_time() {
-    let Some(dir) = root_test(
-        "pthread_mutex_waits_are_woken_by_the_holder_with_its_time",
-        "wakers-mutex",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(root_test("wakers-mutex"));
     let profile_path = dir.join("mutex.json");
     let mutex_hold = workload("mutex-hold");
     let command = [path_str(&mutex_hold), "--rounds", "20", "--hold-ms", "50"];
@@ -395,12 +384,7 @@ fn wakers_need_offcpu() {
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn fuse_hold_chain_follows_the_holder_to_the_daemon() {
-    let Some(dir) = root_test(
-        "fuse_hold_chain_follows_the_holder_to_the_daemon",
-        "wakers-chain",
-    ) else {
-        return;
-    };
+    let dir = or_skip!(root_test("wakers-chain"));
     let profile_path = dir.join("chain.json");
     let fuse = FuseWorkload::in_dir_with_mountpoint(&dir, "results.txt");
     let command = fuse.command("holdchain", &["200"]);

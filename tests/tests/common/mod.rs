@@ -1,11 +1,33 @@
 //! Shared by the root integration tests: where the binaries are, the root/CI rule,
 //! running `lockpath record`, reading its profile, and checking nothing stays loaded.
-#![allow(dead_code)]
+#![allow(dead_code, unused_macros)]
 
 use std::{
     path::{Path, PathBuf},
     process::{Command, Output},
 };
+
+/// The name of the test function this is expanded in (its last path segment).
+macro_rules! test_name {
+    () => {{
+        fn here() {}
+        let path = std::any::type_name_of_val(&here);
+        let path = path.strip_suffix("::here").unwrap_or(path);
+        path.rsplit("::").next().unwrap_or(path)
+    }};
+}
+
+/// `FUNCTION(ARGS)` of a test prologue (`root_test`, `root_test_needing`,
+/// `root_test_alone`, `root_test_in_cgroup`, `lockpath_test`) called with the test's own
+/// name first: its value, or the end of the test when it says the test cannot run.
+macro_rules! or_skip {
+    ($prologue:ident($($arg:expr),* $(,)?)) => {
+        match $prologue(test_name!(), $($arg),*) {
+            Some(value) => value,
+            None => return,
+        }
+    };
+}
 
 /// The `lockpath` binary under test: `$LOCKPATH_BIN` (set by `cargo xtask test`), else
 /// the release build of this workspace.
