@@ -589,6 +589,13 @@ fn start(
     kernel_symbols: KernelSymbols,
     unavailable: &mut Vec<Unavailable>,
 ) -> Result<Session> {
+    let rename_fields = tracefs::event_fields("task", "task_rename").unwrap_or_default();
+    let rename_field = |name: &str| {
+        rename_fields
+            .iter()
+            .find(|field| field.name == name)
+            .map_or(0, |field| field.offset)
+    };
     let globals = TargetGlobals {
         filter_mode: target.filter_mode(),
         fork_child_pid: tracefs::field_offset("sched", "sched_process_fork", "child_pid")?,
@@ -597,8 +604,8 @@ fn start(
         spare_ids_per_slot: aya::util::nr_cpus().map_or(SPARE_IDS_PER_SLOT_DEFAULT, |cpus| {
             profiler_common::shared::spare_ids_per_slot(cpus as u32)
         }),
-        rename_pid: tracefs::field_offset("task", "task_rename", "pid").unwrap_or(0),
-        rename_newcomm: tracefs::field_offset("task", "task_rename", "newcomm").unwrap_or(0),
+        rename_pid: rename_field("pid"),
+        rename_newcomm: rename_field("newcomm"),
     };
     let mut loader = EbpfLoader::new();
     configure(&mut loader, args, families, &globals);
@@ -641,12 +648,13 @@ fn start(
     };
     // A thread renamed while recorded takes its new name (the lock programs name a
     // thread once). Only names depend on it.
-    let renames = match globals.rename_newcomm {
-        0 => Err(anyhow::anyhow!("task:task_rename has no newcomm field")),
-        _ => attach_tracepoint(&mut ebpf, shared_names::TASKS_RENAME, "task", "task_rename"),
-    };
-    if let Err(err) = renames {
-        log::warn!("threads renamed while recorded may keep their old name: {err:#}");
+    let lost_renames = "threads renamed while recorded may keep their old name";
+    if globals.rename_newcomm == 0 {
+        log::warn!("{lost_renames}: this kernel has no task:task_rename with a newcomm field");
+    } else if let Err(err) =
+        attach_tracepoint(&mut ebpf, shared_names::TASKS_RENAME, "task", "task_rename")
+    {
+        log::warn!("{lost_renames}: {err:#}");
     }
     // Kernel memory is read by a program of the object run on demand (it takes its
     // buffer map out first): what threads blocked before the recording wait on, and
