@@ -528,9 +528,22 @@ impl PendingRing {
 }
 
 /// Threads each CPU's begin program named, by `tid % LOCK_NAMED_ENTRIES` (`LOCK_NAMED`):
-/// a thread found there is not named again (4 KiB per CPU, so that threads seldom
-/// share a slot and name themselves over and over).
+/// a thread found there is not named again until a task moves to another cgroup (8 KiB
+/// per CPU, so that threads seldom share a slot and name themselves over and over).
+/// Each slot is [`named_slot`]`(tid, moves)`.
 pub const LOCK_NAMED_ENTRIES: u32 = 1024;
+
+/// A `LOCK_NAMED` slot: the thread named (low half) and the count of cgroup moves
+/// (`TASKS_MOVED`) when it was (high half). A thread is named again after any move,
+/// since the move of a process moves all its threads and names only its leader.
+pub const fn named_slot(tid: u32, moves: u32) -> u64 {
+    (moves as u64) << 32 | tid as u64
+}
+
+/// The thread of a `LOCK_NAMED` slot.
+pub const fn named_tid(slot: u64) -> u32 {
+    slot as u32
+}
 
 /// Threads whose sleeping wait the full wait map dropped (`LOCK_SLEEP_DROPPED`).
 pub const LOCK_SLEEP_DROPPED_ENTRIES: u32 = 1024;

@@ -137,6 +137,10 @@ pub mod names {
         TASK_RENAME_NEWCOMM_OFFSET,
         /// Program: `task:task_rename`, renames the threads already named.
         TASKS_RENAME = tasks_rename,
+        /// Moves of tasks between cgroups seen (one counter; see `tasks_cgroup_move`).
+        TASKS_MOVED,
+        /// Program: `cgroup:cgroup_attach_task`, counts the moves (`TASKS_MOVED`).
+        TASKS_CGROUP_MOVE = tasks_cgroup_move,
     }
 }
 

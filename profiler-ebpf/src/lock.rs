@@ -57,7 +57,7 @@ use profiler_common::{
         StackCacheEntry, StackCacheKey, conflicts, filter_keeps, open_spin_relation, outcome_of,
         same_spin_context, slot_of, sticky_flags,
     },
-    lock::{LOCK_NAMED_ENTRIES, LOCK_PENDING_ENDS, NO_HOLD, PendingEnd, PendingRing},
+    lock::{LOCK_NAMED_ENTRIES, LOCK_PENDING_ENDS, NO_HOLD, PendingEnd, PendingRing, named_slot},
     lockname::StackCacheValue,
     loss::{
         LOCK_HOLD_MAP_FULL, LOCK_HOLD_OVERFLOW_FULL, LOCK_INTERRUPT_WAIT_LOST,
@@ -74,7 +74,7 @@ use crate::{
     shared::{
         Aggregate, STACK_FLAGS_KERNEL, TASKS, add_count_total_max, add_to_row_or_overflow,
         count_loss, now_ns, overflow_map, remember_current_task, stack_id, stack_id_or_loss,
-        stats_map,
+        stats_map, tasks_moved,
     },
     target::is_target,
 };
@@ -156,9 +156,9 @@ static LOCK_PENDING: PerCpuArray<PendingRing> = PerCpuArray::with_max_entries(1,
 
 /// The threads this CPU's begin program named last, by `tid % LOCK_NAMED_ENTRIES`: the
 /// rows are added by a later begin, in another task, so the waiter is named at its
-/// begin, once.
+/// begin, once, and again after a cgroup move (see `named_slot`).
 #[map]
-static LOCK_NAMED: PerCpuArray<u32> = PerCpuArray::with_max_entries(LOCK_NAMED_ENTRIES, 0);
+static LOCK_NAMED: PerCpuArray<u64> = PerCpuArray::with_max_entries(LOCK_NAMED_ENTRIES, 0);
 
 /// Threads whose sleeping wait was not recorded (LOCK_SLEEP_WAIT full, counted then):
 /// their end is not counted a second time as unmatched. A slot per `tid % entries`
@@ -1500,12 +1500,13 @@ fn name_once(tid: u32) {
     let Some(named) = LOCK_NAMED.get_ptr_mut(tid % LOCK_NAMED_ENTRIES) else {
         return;
     };
+    let slot = named_slot(tid, tasks_moved());
     // SAFETY: this CPU's element from a successful lookup; a nested program that names
     // another thread in between only costs one more naming.
     unsafe {
-        if *named != tid {
+        if *named != slot {
             remember_current_task();
-            *named = tid;
+            *named = slot;
         }
     }
 }

@@ -418,6 +418,40 @@ fn on_rename(ctx: &aya_ebpf::programs::TracePointContext) {
     unsafe { (*known).comm = comm };
 }
 
+/// How many times tasks moved to another cgroup (`cgroup:cgroup_attach_task`) while
+/// recorded. The programs that name a thread once (the lock begin) name it again when
+/// this changed, so that a thread keeps no cgroup it left.
+#[map]
+pub static TASKS_MOVED: Array<u32> = Array::with_max_entries(1, 0);
+
+crate::classic_tracepoint!(
+    /// `cgroup:cgroup_attach_task`: a task, or a process with all its threads, moved to
+    /// another cgroup. The event names one task, so every named thread is named again.
+    tasks_cgroup_move,
+    "tracepoint/cgroup/cgroup_attach_task",
+    on_cgroup_move
+);
+
+#[inline(always)]
+fn on_cgroup_move(_ctx: &aya_ebpf::programs::TracePointContext) {
+    if let Some(moves) = TASKS_MOVED.get_ptr_mut(0) {
+        // SAFETY: element of an array map from a successful lookup; two moves at once
+        // may count as one, which still changes the count.
+        unsafe {
+            core::ptr::write_volatile(moves, core::ptr::read_volatile(moves).wrapping_add(1))
+        };
+    }
+}
+
+/// The count of cgroup moves (`TASKS_MOVED`).
+#[inline(always)]
+pub fn tasks_moved() -> u32 {
+    // SAFETY: element of an array map from a successful lookup, read once.
+    TASKS_MOVED
+        .get_ptr(0)
+        .map_or(0, |moves| unsafe { core::ptr::read_volatile(moves) })
+}
+
 /// `-EEXIST`: from a map insert with `BPF_NOEXIST`, or a stack hash collision.
 pub const EEXIST: i32 = 17;
 /// `-EFAULT`: a stack walk that found no stack (a kernel thread has no user stack).

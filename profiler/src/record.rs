@@ -656,6 +656,18 @@ fn start(
     {
         log::warn!("{lost_renames}: {err:#}");
     }
+    // A thread moved to another cgroup while recorded is named again (the lock programs
+    // name a thread once), so `--by cgroup` charges it to the cgroup it is in.
+    if let Err(err) = attach_tracepoint(
+        &mut ebpf,
+        shared_names::TASKS_CGROUP_MOVE,
+        "cgroup",
+        "cgroup_attach_task",
+    ) {
+        log::warn!(
+            "threads moved to another cgroup while recorded may keep their old cgroup: {err:#}"
+        );
+    }
     // Kernel memory is read by a program of the object run on demand (it takes its
     // buffer map out first): what threads blocked before the recording wait on, and
     // whether a virtual machine's spinlocks bypass the lock tracepoints.

@@ -272,11 +272,11 @@ pub fn forget_exited(maps: &mut MapSet) {
 /// this write gets its earlier thread back, never a forgotten one: at worst a thread is
 /// named once more. Without the lock family (no such map) there is nothing to do.
 pub(crate) fn forget_named(maps: &mut MapSet, tids: &[u32]) -> Result<()> {
-    use profiler_common::lock::{names::LOCK_NAMED, LOCK_NAMED_ENTRIES};
+    use profiler_common::lock::{named_tid, names::LOCK_NAMED, LOCK_NAMED_ENTRIES};
     let Ok(map) = maps.get_mut(LOCK_NAMED) else {
         return Ok(());
     };
-    let mut named: PerCpuArray<_, u32> =
+    let mut named: PerCpuArray<_, u64> =
         PerCpuArray::try_from(map).context("LOCK_NAMED has an unexpected type")?;
     for &tid in tids {
         let slot = tid % LOCK_NAMED_ENTRIES;
@@ -284,10 +284,10 @@ pub(crate) fn forget_named(maps: &mut MapSet, tids: &[u32]) -> Result<()> {
             .get(&slot, 0)
             .with_context(|| format!("cannot read LOCK_NAMED[{slot}]"))?
             .to_vec();
-        if !values.contains(&tid) {
+        if !values.iter().any(|value| named_tid(*value) == tid) {
             continue;
         }
-        for value in values.iter_mut().filter(|value| **value == tid) {
+        for value in values.iter_mut().filter(|value| named_tid(**value) == tid) {
             *value = 0;
         }
         let values = PerCpuValues::try_from(values).context("LOCK_NAMED has no CPU")?;

@@ -1,6 +1,8 @@
 //! Thread names that stay true. The lock programs name a thread once, at its first
 //! contention on a CPU (`LOCK_NAMED`, a slot per `tid % LOCK_NAMED_ENTRIES` and CPU):
 //! - a thread renamed later takes its new name (`task:task_rename`);
+//! - a thread moved to another cgroup later is named again, with its new cgroup (after
+//!   any `cgroup:cgroup_attach_task`);
 //! - a recording that runs for days (`--rotate`) forgets, after each period, the threads
 //!   that exited: their names (`TASKS`) and the slots that hold them. Otherwise a new
 //!   thread that reuses a forgotten thread id would never be named. Thread ids are not
@@ -12,7 +14,7 @@ mod common;
 use aya::maps::{PerCpuArray, PerCpuValues};
 use lockpath::probes::shared::MapSet;
 use profiler_common::{
-    lock::{names::LOCK_NAMED, LOCK_NAMED_ENTRIES},
+    lock::{named_slot, names::LOCK_NAMED, LOCK_NAMED_ENTRIES},
     shared::names::TASKS,
     target::TaskInfo,
 };
@@ -29,14 +31,14 @@ fn task(tgid: u32) -> TaskInfo {
 }
 
 /// `LOCK_NAMED[slot]`, one value per CPU.
-fn named(maps: &mut MapSet, slot: u32) -> Vec<u32> {
-    let array: PerCpuArray<_, u32> =
+fn named(maps: &mut MapSet, slot: u32) -> Vec<u64> {
+    let array: PerCpuArray<_, u64> =
         PerCpuArray::try_from(maps.get_mut(LOCK_NAMED).expect("LOCK_NAMED")).expect("per CPU");
     array.get(&slot, 0).expect("a slot").to_vec()
 }
 
-fn set_named(maps: &mut MapSet, slot: u32, values: Vec<u32>) {
-    let mut array: PerCpuArray<_, u32> =
+fn set_named(maps: &mut MapSet, slot: u32, values: Vec<u64>) {
+    let mut array: PerCpuArray<_, u64> =
         PerCpuArray::try_from(maps.get_mut(LOCK_NAMED).expect("LOCK_NAMED")).expect("per CPU");
     array
         .set(
@@ -91,10 +93,16 @@ fn exited_threads_are_forgotten_where_the_lock_programs_named_them() {
     let neighbour = exited + LOCK_NAMED_ENTRIES;
     insert(&mut maps, TASKS, exited, task(pid));
     insert(&mut maps, TASKS, living, task(pid));
-    let mut values = vec![exited; cpus];
-    values[1] = neighbour;
+    // Named after some cgroup moves (the slot's high half), which do not matter here.
+    let moves = 3;
+    let mut values = vec![named_slot(exited, moves); cpus];
+    values[1] = named_slot(neighbour, moves);
     set_named(&mut maps, slot, values);
-    set_named(&mut maps, living_slot, vec![living; cpus]);
+    set_named(
+        &mut maps,
+        living_slot,
+        vec![named_slot(living, moves); cpus],
+    );
 
     lockpath::rotate::forget_exited(&mut maps);
 
@@ -102,7 +110,7 @@ fn exited_threads_are_forgotten_where_the_lock_programs_named_them() {
     let tids: Vec<u32> = names.iter().map(|(tid, _)| *tid).collect();
     assert_eq!(tids, vec![living], "only the living thread keeps its name");
     let mut expected = vec![0; cpus];
-    expected[1] = neighbour;
+    expected[1] = named_slot(neighbour, moves);
     assert_eq!(
         named(&mut maps, slot),
         expected,
@@ -110,7 +118,7 @@ fn exited_threads_are_forgotten_where_the_lock_programs_named_them() {
     );
     assert_eq!(
         named(&mut maps, living_slot),
-        vec![living; cpus],
+        vec![named_slot(living, moves); cpus],
         "the living thread stays named"
     );
 }
@@ -155,5 +163,68 @@ fn a_thread_renamed_while_recorded_takes_its_new_name() {
     assert!(
         threads.len() >= 2 && threads.iter().all(|comm| *comm == "renamed-storm"),
         "each contending thread by its new name: {threads:?}"
+    );
+}
+
+/// The lock storm starts in one cgroup and contends while recorded; halfway through, the
+/// test moves the whole process (every thread) to another cgroup, where it contends
+/// again: the profile puts the process in the cgroup it ended in, the one
+/// `/proc/PID/cgroup` says after the move.
+#[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
+fn a_process_moved_to_another_cgroup_while_recorded_takes_its_new_cgroup() {
+    let (mut cgroup, dir) = or_skip!(root_test_in_cgroup("moved-threads"));
+    let first = cgroup.child("first");
+    let second = cgroup.child("second");
+    let path = dir.join("moved.json");
+    let (recording, programs) = spawn_recording(&["record", "--lock", "-a", "-o", path_str(&path)]);
+    // The shell moves itself into the first cgroup, then execs the storm: every storm
+    // thread starts there.
+    let script = format!(
+        "echo $$ > '{}/cgroup.procs' && exec '{}' --mode pipe --threads 2 --seconds 3",
+        first.display(),
+        workload("lock-storm").display()
+    );
+    let storm = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("start lock-storm");
+    let pid = storm.id();
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    std::fs::write(second.join("cgroup.procs"), pid.to_string()).expect("move the storm");
+    let now_in = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).expect("its cgroup");
+    let second_name = format!("{}/second", cgroup.name);
+    assert!(
+        now_in.trim_end().ends_with(&format!(":{second_name}")),
+        "the storm moved to {second_name}: /proc/{pid}/cgroup says {now_in:?}"
+    );
+    let status = storm
+        .wait_with_output()
+        .expect("wait for lock-storm")
+        .status;
+    assert!(status.success(), "lock-storm: {status}");
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &recording.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success());
+    recording.finish(&programs);
+
+    let profile = load_json(&path);
+    let process = items(&profile["processes"], "processes")
+        .find(|process| process["pid"].as_u64() == Some(u64::from(pid)))
+        .unwrap_or_else(|| panic!("no process {pid} in the profile"));
+    let contentions = contentions_of(&profile, u64::from(pid));
+    eprintln!(
+        "process {pid} in {}, {contentions} contentions",
+        process["cgroup"]
+    );
+    assert!(contentions > 100, "the storm contended: {contentions}");
+    assert_eq!(
+        process["cgroup"].as_str(),
+        Some(second_name.as_str()),
+        "the cgroup the storm was moved to, not {}/first where its threads were first named",
+        cgroup.name
     );
 }
