@@ -80,6 +80,35 @@ pub fn readv_share(split: &BTreeMap<&str, (u64, u64)>, wait: bool) -> f64 {
     100.0 * of("readv") / (of("read") + of("readv")).max(1.0)
 }
 
+/// How much longer, per wait, the recording `exact` timed the `read` path's waits than
+/// `cached` did (ns, negative when shorter). The two recordings see the same waits, but
+/// their programs run one after the other at each begin and end, so each one's wait is
+/// shifted by part of the other's program: a constant of a few hundred ns per wait,
+/// nothing next to a long wait and a sixth of a short `read` wait.
+pub fn read_wait_offset(
+    exact: &BTreeMap<&str, (u64, u64)>,
+    cached: &BTreeMap<&str, (u64, u64)>,
+) -> f64 {
+    let mean = |split: &BTreeMap<&str, (u64, u64)>| {
+        split
+            .get("read")
+            .map_or(0.0, |(count, ns)| *ns as f64 / (*count).max(1) as f64)
+    };
+    mean(exact) - mean(cached)
+}
+
+/// `readv`'s share of the wait time in `cached` once each of its waits is shifted by
+/// `offset_ns` (see [`read_wait_offset`]): what is left of a difference from `exact`'s
+/// share is waits charged to the other path.
+pub fn readv_wait_share_shifted(split: &BTreeMap<&str, (u64, u64)>, offset_ns: f64) -> f64 {
+    let shifted = |call: &str| {
+        split.get(call).map_or(0.0, |(count, ns)| {
+            (*ns as f64 + offset_ns * *count as f64).max(0.0)
+        })
+    };
+    100.0 * shifted("readv") / (shifted("read") + shifted("readv")).max(1.0)
+}
+
 /// The spare stacks' check of a lock-paths recording with a stack map of one bucket
 /// (`--stack-entries 1`: every call path but the first collides in it): both calls'
 /// waits are named by their stacks, no wait of process `pid` is without a stack but

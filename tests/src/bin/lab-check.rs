@@ -371,10 +371,13 @@ fn slab_names(reports: &[String]) {
 }
 
 /// Two call paths through one wrapper (lock-paths): `readv`'s share of the waits and of
-/// the wait time, with the caches, within 2 points of exact walks' (as the root test
+/// the wait time (each cached wait shifted by the two recordings' offset, see
+/// `read_wait_offset`), with the caches, within 2 points of exact walks' (as the root test
 /// `two_paths_through_one_wrapper_keep_their_waits` asks on the host).
 fn check_paths(exact_path: &str, cached_path: &str, pid: u64) {
-    use lockpath_tests::lock_paths::{readv_share, waits_by_call};
+    use lockpath_tests::lock_paths::{
+        read_wait_offset, readv_share, readv_wait_share_shifted, waits_by_call,
+    };
     let (exact, cached) = (read_json(exact_path), read_json(cached_path));
     let (by_exact, by_cached) = (waits_by_call(&exact, pid), waits_by_call(&cached, pid));
     println!(
@@ -388,10 +391,18 @@ fn check_paths(exact_path: &str, cached_path: &str, pid: u64) {
     if waits < 500 {
         fail(format!("{waits} waits of the two paths: too few to tell"));
     }
+    // The wait time without the shift each recording's programs add to the other's
+    // waits (see `read_wait_offset`).
+    let offset = read_wait_offset(&by_exact, &by_cached);
+    println!("the cached recording's waits shifted by {offset:.0} ns each");
     let mut why = Vec::new();
     for wait in [false, true] {
         let what = if wait { "wait time" } else { "waits" };
-        let (theirs, ours) = (readv_share(&by_exact, wait), readv_share(&by_cached, wait));
+        let theirs = readv_share(&by_exact, wait);
+        let ours = match wait {
+            true => readv_wait_share_shifted(&by_cached, offset),
+            false => readv_share(&by_cached, wait),
+        };
         println!("readv's share of the {what}: {theirs:.1}% exact, {ours:.1}% cached");
         why.push(format!("{what} {theirs:.1}% / {ours:.1}%"));
         if (ours - theirs).abs() > 2.0 {
