@@ -6,8 +6,6 @@
 #[macro_use]
 mod common;
 
-use std::process::{Command, Stdio};
-
 use common::*;
 use serde_json::Value;
 
@@ -18,36 +16,14 @@ fn report_by_cgroup_names_the_workloads_cgroup() {
     let profile_path = dir.join("p.json");
     let (recording, programs) =
         spawn_recording(&["record", "--lock", "-a", "-o", path_str(&profile_path)]);
-    // The shell moves itself (the pid that becomes lock-storm) into the cgroup, then
-    // execs the storm: every storm thread starts in the cgroup.
-    let script = format!(
-        "echo $$ > '{}/cgroup.procs' && exec '{}' --seconds 2 --threads 4",
-        cgroup.path.display(),
-        workload("lock-storm").display()
-    );
-    let storm = Command::new("sh")
-        .args(["-c", &script])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start lock-storm");
+    let storm = storm_in_cgroup(&cgroup.path, "--seconds 2 --threads 4");
     let storm_pid = u64::from(storm.id());
-    let storm_status = storm
-        .wait_with_output()
-        .expect("wait for lock-storm")
-        .status;
-    assert!(storm_status.success(), "lock-storm: {storm_status}");
-    let status = Command::new("kill")
-        .args(["-INT", &recording.id().to_string()])
-        .status()
-        .expect("run kill");
-    assert!(status.success());
-    recording.finish(&programs);
+    wait_success(storm, "lock-storm");
+    recording.stop(&programs);
 
     // The profile: the storm's process carries the cgroup's path.
     let profile = load_json(&profile_path);
-    let process = items(&profile["processes"], "processes")
-        .find(|process| process["pid"].as_u64() == Some(storm_pid))
-        .unwrap_or_else(|| panic!("no process {storm_pid} in the profile"));
+    let process = process_of(&profile, storm_pid);
     // Its threads' names (the main thread's may be the shell's, when the shell contended
     // before its exec: a known defect of names, not of cgroups).
     assert!(

@@ -178,18 +178,7 @@ fn a_process_moved_to_another_cgroup_while_recorded_takes_its_new_cgroup() {
     let second = cgroup.child("second");
     let path = dir.join("moved.json");
     let (recording, programs) = spawn_recording(&["record", "--lock", "-a", "-o", path_str(&path)]);
-    // The shell moves itself into the first cgroup, then execs the storm: every storm
-    // thread starts there.
-    let script = format!(
-        "echo $$ > '{}/cgroup.procs' && exec '{}' --mode pipe --threads 2 --seconds 3",
-        first.display(),
-        workload("lock-storm").display()
-    );
-    let storm = std::process::Command::new("sh")
-        .args(["-c", &script])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("start lock-storm");
+    let storm = storm_in_cgroup(&first, "--mode pipe --threads 2 --seconds 3");
     let pid = storm.id();
     std::thread::sleep(std::time::Duration::from_millis(1200));
     std::fs::write(second.join("cgroup.procs"), pid.to_string()).expect("move the storm");
@@ -199,22 +188,11 @@ fn a_process_moved_to_another_cgroup_while_recorded_takes_its_new_cgroup() {
         now_in.trim_end().ends_with(&format!(":{second_name}")),
         "the storm moved to {second_name}: /proc/{pid}/cgroup says {now_in:?}"
     );
-    let status = storm
-        .wait_with_output()
-        .expect("wait for lock-storm")
-        .status;
-    assert!(status.success(), "lock-storm: {status}");
-    let status = std::process::Command::new("kill")
-        .args(["-INT", &recording.id().to_string()])
-        .status()
-        .expect("run kill");
-    assert!(status.success());
-    recording.finish(&programs);
+    wait_success(storm, "lock-storm");
+    recording.stop(&programs);
 
     let profile = load_json(&path);
-    let process = items(&profile["processes"], "processes")
-        .find(|process| process["pid"].as_u64() == Some(u64::from(pid)))
-        .unwrap_or_else(|| panic!("no process {pid} in the profile"));
+    let process = process_of(&profile, u64::from(pid));
     let contentions = contentions_of(&profile, u64::from(pid));
     eprintln!(
         "process {pid} in {}, {contentions} contentions",

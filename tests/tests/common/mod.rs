@@ -409,6 +409,16 @@ impl Recording {
         output
     }
 
+    /// Ends a recording with Ctrl-C (SIGINT), then [`Recording::finish`]es it.
+    pub fn stop(self, programs: &[u64]) -> Output {
+        let status = Command::new("kill")
+            .args(["-INT", &self.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -INT {}: {status}", self.id());
+        self.finish(programs)
+    }
+
     pub fn wait_with_output(self) -> std::io::Result<Output> {
         let Recording {
             child,
@@ -988,6 +998,43 @@ impl TestCgroup {
         }
         path
     }
+}
+
+/// The entry of process `pid` in the profile's `processes`.
+pub fn process_of(profile: &serde_json::Value, pid: u64) -> &serde_json::Value {
+    profile["processes"]
+        .as_array()
+        .and_then(|processes| {
+            processes
+                .iter()
+                .find(|process| process["pid"].as_u64() == Some(pid))
+        })
+        .unwrap_or_else(|| panic!("no process {pid} in the profile"))
+}
+
+/// Waits for a workload that must succeed.
+pub fn wait_success(child: std::process::Child, what: &str) {
+    let status = child
+        .wait_with_output()
+        .expect("wait for a workload")
+        .status;
+    assert!(status.success(), "{what}: {status}");
+}
+
+/// Starts lock-storm with `args` in the cgroup `dir`: a shell moves itself (the process
+/// that becomes lock-storm) into the cgroup, then execs the storm, so every storm thread
+/// starts there.
+pub fn storm_in_cgroup(dir: &Path, args: &str) -> std::process::Child {
+    let script = format!(
+        "echo $$ > '{}/cgroup.procs' && exec '{}' {args}",
+        dir.display(),
+        workload("lock-storm").display()
+    );
+    Command::new("sh")
+        .args(["-c", &script])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("start lock-storm")
 }
 
 impl Drop for TestCgroup {
