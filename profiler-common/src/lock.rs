@@ -251,8 +251,9 @@ pub struct LockAcquirer {
     pub flags: u32,
     /// The first moment after the acquisition at which a waiter's begin found the lock
     /// free or owned by another thread (its `owner` word: a mutex, or an rwsem held for
-    /// writing): the acquirer had let it go by then, and another thread may have taken
-    /// it without contention. 0 until seen.
+    /// writing), or the acquirer woke a thread waiting for the lock (an unlock's wake-up):
+    /// the acquirer had let it go by then, and another thread may have taken it without
+    /// contention. 0 until seen.
     pub released_by_ns: u64,
     /// The acquisition `released_by_ns` belongs to (its `acquired_ns`): a sighting that
     /// raced with the next acquisition's rewrite of the slot is not taken for that one's.
@@ -318,6 +319,8 @@ pub struct LockLayout {
     pub task_stack: u32,
     /// The size of a task's kernel stack (`THREAD_SIZE`), 0 when unknown.
     pub thread_size: u32,
+    /// `rw_semaphore.count`: the writer bit and the readers' count.
+    pub rwsem_count: u32,
 }
 
 /// Aggregated wait times of one key, in nanoseconds.
@@ -569,6 +572,7 @@ pub mod names {
         LOCK_NAMED,
         LOCK_CONTENTION_BEGIN = lock_contention_begin,
         LOCK_CONTENTION_END = lock_contention_end,
+        LOCK_SCHED_WAKING = lock_sched_waking,
         LOCK_KPROBE_SPIN = lock_kprobe_spin,
         LOCK_KRETPROBE_SPIN = lock_kretprobe_spin,
         LOCK_KPROBE_MUTEX = lock_kprobe_mutex,

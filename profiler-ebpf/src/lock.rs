@@ -34,8 +34,10 @@
 //! remembered per lock in `LOCK_LAST_ACQUIRER`. When the next waiter that was already
 //! waiting at that acquisition gets the lock, the previous acquirer has let it go: its
 //! hold (acquisition to this handoff) is added to `LOCK_HOLDS` under its own acquisition
-//! stack. A sleeping wait's begin that finds the lock free or another thread's before
-//! then saw the release sooner: that moment ends the hold (`note_owner_seen`).
+//! stack. Two moments show the release sooner, and the first one ends the hold: a
+//! sleeping wait's begin that finds the lock free or another thread's (`note_owner_seen`),
+//! and the acquirer waking a thread that sleeps waiting for the lock, as a mutex or rwsem
+//! unlock does once it let the lock go (`on_waking`).
 
 use aya_ebpf::{
     EbpfContext,
@@ -233,6 +235,7 @@ static LOCK_LAYOUT: LockLayout = LockLayout {
     exact_stacks: 0,
     task_stack: 0,
     thread_size: 0,
+    rwsem_count: 0,
 };
 
 /// Kernel text and the lock functions' text, set at load time (see `LockText`).
@@ -299,6 +302,9 @@ fn lock_filter_set() -> bool {
 const OWNER_FLAG_BITS: u64 = 0x7;
 /// `RWSEM_READER_OWNED`: readers hold the rwsem; the pointer is only a hint.
 const RWSEM_READER_OWNED: u64 = 0x1;
+/// An rwsem's count when held: `RWSEM_WRITER_LOCKED` (bit 0) and the readers' count
+/// (bits 8-62); the other bits are flags.
+const RWSEM_LOCK_MASK: u64 = 0x1 | 0x7fff_ffff_ffff_ff00;
 
 /// Spinlocks and rwlocks spin with preemption off; a mutex that spins optimistically
 /// (MUTEX|SPIN) may still go to sleep, so it is tracked by thread.
@@ -1240,19 +1246,7 @@ const FREE: Owner = Owner {
 /// stack is where the owner is while it makes the waiters wait.
 #[inline(always)]
 fn read_owner(layout: &LockLayout, lock_addr: u64, flags: u32) -> Owner {
-    let owner_offset = if flags & LCB_F_MUTEX != 0 {
-        layout.mutex_owner
-    } else if flags & (LCB_F_READ | LCB_F_WRITE) != 0
-        && flags & (LCB_F_SPIN | LCB_F_PERCPU | LCB_F_RT) == 0
-    {
-        layout.rwsem_owner
-    } else {
-        return NO_OWNER;
-    };
-    // SAFETY: bpf_probe_read_kernel checks the address; a bad one yields an error.
-    let Ok(owner) =
-        (unsafe { bpf_probe_read_kernel((lock_addr + owner_offset as u64) as *const u64) })
-    else {
+    let Some(owner) = owner_word(layout, lock_addr, flags) else {
         return NO_OWNER;
     };
     if flags & LCB_F_MUTEX == 0 && owner & RWSEM_READER_OWNED != 0 {
@@ -1297,6 +1291,23 @@ fn read_owner(layout: &LockLayout, lock_addr: u64, flags: u32) -> Owner {
     }
 }
 
+/// The owner word of a mutex or an rwsem (a task pointer and flag bits); None for other
+/// locks, or when it cannot be read.
+#[inline(always)]
+fn owner_word(layout: &LockLayout, lock_addr: u64, flags: u32) -> Option<u64> {
+    let owner_offset = if flags & LCB_F_MUTEX != 0 {
+        layout.mutex_owner
+    } else if flags & (LCB_F_READ | LCB_F_WRITE) != 0
+        && flags & (LCB_F_SPIN | LCB_F_PERCPU | LCB_F_RT) == 0
+    {
+        layout.rwsem_owner
+    } else {
+        return None;
+    };
+    // SAFETY: bpf_probe_read_kernel checks the address; a bad one yields an error.
+    unsafe { bpf_probe_read_kernel((lock_addr + owner_offset as u64) as *const u64) }.ok()
+}
+
 /// A waiter's begin (at `begin_ns`) then found `owner` on the lock: when that is not the lock's
 /// last contended acquirer (another thread, or nobody), the acquirer had let the lock
 /// go by then. The first such moment bounds its hold under contention (see
@@ -1307,6 +1318,91 @@ fn note_owner_seen(lock_addr: u64, owner: &Owner, begin_ns: u64) {
     if !owner.known {
         return;
     }
+    // The owner word was read after `begin_ns`; when that is after the acquisition, the
+    // acquirer had set the owner word before it was read, so another owner (or none)
+    // means it had let the lock go by the read.
+    note_release_seen(lock_addr, |tid, acquired_ns| {
+        owner.tid != tid && begin_ns > acquired_ns
+    });
+}
+
+/// `sched:sched_waking(struct task_struct *p)`, in the waker's context. A mutex or rwsem
+/// unlock wakes the next sleeping waiter once it let the lock go: when the woken thread
+/// waits for a lock that is seen let go, the lock's last contended acquirer's hold under
+/// contention ends now, before the woken waiter's way back to a CPU (which its own
+/// acquisition, the hold's upper bound otherwise, includes). Let go means:
+/// - for a mutex waiter or an rwsem writer, the waker is the last acquirer, or the lock
+///   is free: a mutex's owner word names nobody, or the woken thread (a handoff); an
+///   rwsem's count shows neither a writer nor a reader;
+/// - for an rwsem reader (woken with the readers' count already raised for it), the
+///   waker is the last acquirer and the owner word does not name it: a writer that
+///   downgrades to a read hold wakes the waiting readers too, but stays the owner.
+///
+/// A wake-up that is not an unlock (a signal to a killable waiter) finds the lock held.
+pub fn on_waking(ctx: &RawTracePointContext) {
+    // SAFETY: reading a load-time global; volatile so the default is not folded in.
+    let layout = unsafe { core::ptr::read_volatile(&LOCK_LAYOUT) };
+    if layout.enabled == 0 {
+        return;
+    }
+    // Argument 0 of sched_waking is the woken task.
+    let woken_task: u64 = ctx.arg(0);
+    // SAFETY: bpf_probe_read_kernel checks the address; a bad one yields an error.
+    let Ok(woken) =
+        (unsafe { bpf_probe_read_kernel((woken_task + layout.task_pid as u64) as *const u32) })
+    else {
+        return;
+    };
+    // SAFETY: lookup in a map of plain data; the fields are copied out.
+    let Some((lock_addr, flags)) =
+        (unsafe { LOCK_SLEEP_WAIT.get(woken) }).map(|wait| (wait.lock_addr, wait.flags))
+    else {
+        return;
+    };
+    let waker = bpf_get_current_pid_tgid() as u32;
+    if flags & LCB_F_READ != 0 {
+        note_release_seen(lock_addr, |tid, _| {
+            // SAFETY: the helper only returns the current task's address.
+            let current = unsafe { bpf_get_current_task() };
+            tid == waker
+                && owner_word(&layout, lock_addr, flags)
+                    .is_some_and(|owner| owner & !OWNER_FLAG_BITS != current)
+        });
+        return;
+    }
+    // The waker is the last acquirer letting it go, or the lock is seen free after that
+    // acquisition (another thread may have taken it since the unlock). The lock is read
+    // only when the waker is not the acquirer.
+    note_release_seen(lock_addr, |tid, acquired_ns| {
+        if tid == waker {
+            return true;
+        }
+        // Taken before the lock is read: an acquisition before it was before the read.
+        let checked_ns = now_ns();
+        acquired_ns < checked_ns && lock_free(&layout, lock_addr, flags, woken_task)
+    });
+}
+
+/// A mutex whose owner word names nobody or `woken_task` (a handoff), or an rwsem whose
+/// count shows neither a writer nor a reader.
+#[inline(always)]
+fn lock_free(layout: &LockLayout, lock_addr: u64, flags: u32, woken_task: u64) -> bool {
+    let Some(owner) = owner_word(layout, lock_addr, flags) else {
+        return false;
+    };
+    if flags & LCB_F_MUTEX != 0 {
+        let owner = owner & !OWNER_FLAG_BITS;
+        return owner == 0 || owner == woken_task;
+    }
+    // SAFETY: bpf_probe_read_kernel checks the address; a bad one yields an error.
+    unsafe { bpf_probe_read_kernel((lock_addr + layout.rwsem_count as u64) as *const u64) }
+        .is_ok_and(|count| count & RWSEM_LOCK_MASK == 0)
+}
+
+/// The lock's last contended acquirer had let it go by now when `released(its thread, its
+/// acquisition time)` says so: the first such moment is kept for that acquisition.
+#[inline(always)]
+fn note_release_seen(lock_addr: u64, released: impl FnOnce(u32, u64) -> bool) {
     let Some(slot) = LOCK_LAST_ACQUIRER.get_ptr_mut(slot_of(lock_addr, LOCK_LAST_ACQUIRER_ENTRIES))
     else {
         return;
@@ -1324,12 +1420,8 @@ fn note_owner_seen(lock_addr: u64, owner: &Owner, begin_ns: u64) {
             core::ptr::read_volatile(&raw const (*slot).released_by_ns),
         )
     };
-    // The owner word was read after `begin_ns`; when that is after the acquisition, the
-    // acquirer had set the owner word before it was read, so another owner (or none)
-    // means it had let the lock go by the read.
-    if addr == lock_addr && released_by_ns == 0 && owner.tid != tid && begin_ns > acquired_ns {
-        // The moment of the sighting is now, after the owner word was read: the begin
-        // itself may precede the release.
+    if addr == lock_addr && released_by_ns == 0 && released(tid, acquired_ns) {
+        // The moment of the sighting is now, after what showed the release was read.
         let seen_ns = now_ns();
         // SAFETY: as above; the two stores may interleave with a rewrite, which leaves
         // either this sighting or a slot whose `released_of_ns` is not its own.

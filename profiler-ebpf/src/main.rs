@@ -54,6 +54,14 @@ pub fn lock_contention_end(ctx: RawTracePointContext) -> i32 {
     0
 }
 
+/// `sched:sched_waking(struct task_struct *p)` (`--lock`): an unlock waking the next
+/// waiter ends the waker's hold under contention.
+#[raw_tracepoint(tracepoint = "sched_waking")]
+pub fn lock_sched_waking(ctx: RawTracePointContext) -> i32 {
+    lock::on_waking(&ctx);
+    0
+}
+
 /// The kernel-memory reader: never attached, run by user space with
 /// `BPF_PROG_TEST_RUN` (raw tracepoint programs can be since Linux 5.10).
 #[raw_tracepoint]

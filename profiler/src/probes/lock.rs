@@ -134,6 +134,9 @@ impl Family for LockFamily {
                 used.method = format!("{}; {added}", used.method);
             }
         }
+        if let Some(releases) = attach_releases(ebpf, &self.layout, ctx) {
+            used.method = format!("{}; {releases}", used.method);
+        }
         Ok(vec![used])
     }
 
@@ -164,6 +167,34 @@ impl Family for LockFamily {
 
     fn progress(&self, live: &Profile) -> Option<String> {
         progress_of(&live.locks, |row| row.count, "lock contentions")
+    }
+}
+
+/// Attaches the program that ends a hold under contention at the unlock that wakes the
+/// next waiter (`sched:sched_waking`), and says so; without it (or without the task
+/// layout it reads the woken thread with), a sleeping lock's hold ends at the next
+/// waiter's acquisition, which adds that waiter's way back to a CPU.
+fn attach_releases(
+    ebpf: &mut Ebpf,
+    layout: &LockLayout,
+    ctx: &mut AttachContext,
+) -> Option<String> {
+    if layout.enabled == 0 {
+        return None;
+    }
+    match attach_raw_tracepoint(ebpf, names::LOCK_SCHED_WAKING, "sched_waking") {
+        Ok(()) => Some("raw_tracepoint sched:sched_waking (releases)".into()),
+        Err(err) => {
+            ctx.unavailable.push(Unavailable {
+                family: FAMILY.name.into(),
+                what: "sched:sched_waking".into(),
+                reason: format!(
+                    "{err:#}; holds under contention of mutexes and rwsems end at the next \
+                     waiter's acquisition (an upper bound)"
+                ),
+            });
+            None
+        }
     }
 }
 
@@ -534,6 +565,7 @@ pub fn layout() -> LockLayout {
             exact_stacks: 0,
             task_stack: btf.member_offset("task_struct", "stack")?,
             thread_size: thread_size(btf),
+            rwsem_count: btf.member_offset("rw_semaphore", "count")?,
         })
     };
     match read() {
