@@ -294,6 +294,39 @@ pub fn conflicts(holder_flags: u32, waiter_flags: u32) -> bool {
     !(holder_flags & LCB_F_READ != 0 && waiter_flags & LCB_F_READ != 0)
 }
 
+/// The low bits of a mutex's or an rwsem's owner word are flags; the rest is the task.
+pub const OWNER_FLAG_BITS: u64 = 0x7;
+
+/// An rwsem's count when held: `RWSEM_WRITER_LOCKED` (bit 0) and the readers' count
+/// (bits 8-62); the other bits are flags (waiters, handoff, a failed read).
+pub const RWSEM_LOCK_MASK: u64 = 0x1 | 0x7fff_ffff_ffff_ff00;
+
+/// Whether a lock a thread sleeps waiting for is let go, as its wake-up (`woken_task`)
+/// finds it: a mutex whose owner word names nobody or the woken thread (a handoff), or
+/// an rwsem whose count (`rwsem_count`, read only for an rwsem) shows neither a writer
+/// nor a reader.
+#[inline(always)]
+pub fn free_at_wake(
+    flags: u32,
+    owner: u64,
+    woken_task: u64,
+    rwsem_count: impl FnOnce() -> Option<u64>,
+) -> bool {
+    if flags & LCB_F_MUTEX != 0 {
+        let owner = owner & !OWNER_FLAG_BITS;
+        return owner == 0 || owner == woken_task;
+    }
+    rwsem_count().is_some_and(|count| count & RWSEM_LOCK_MASK == 0)
+}
+
+/// Whether waking a reader that waits for an rwsem shows that the waker let it go: an
+/// unlock wakes readers, and so does a writer that downgrades to a read hold, which stays
+/// the owner (`owner`, the owner word, names `waker_task`).
+#[inline(always)]
+pub fn reader_woken_by_unlock(owner: u64, waker_task: u64) -> bool {
+    owner & !OWNER_FLAG_BITS != waker_task
+}
+
 /// The lock is not recognized.
 pub const LOCK_CLASS_UNKNOWN: u32 = 0;
 /// The lock is the waiting task's own `mm->mmap_lock`.
@@ -632,6 +665,41 @@ mod tests {
         assert!(pending_are(ring_with(1, u32::MAX - 1), &[6, 7, 0]));
         // A ring read while torn (more than it can hold) reads as full, not beyond.
         assert_eq!(ring_with(100, 0).pending().count(), LOCK_PENDING_ENDS);
+    }
+
+    /// A wake-up shows a mutex let go when its owner is nobody or the woken thread, an
+    /// rwsem when its count has neither the writer bit nor a reader (flags aside), and a
+    /// woken reader's waker let go unless it still owns the rwsem (a downgrade).
+    #[test]
+    fn wake_ups_that_show_a_release() {
+        let (woken, waker) = (0xffff_8880_1234_5600u64, 0xffff_8880_abcd_ef00u64);
+        let no_count = || -> Option<u64> { panic!("a mutex's count is not read") };
+        assert!(free_at_wake(LCB_F_MUTEX, 0, woken, no_count));
+        assert!(
+            free_at_wake(LCB_F_MUTEX, 0x2, woken, no_count),
+            "flags only"
+        );
+        assert!(
+            free_at_wake(LCB_F_MUTEX, woken | 0x2, woken, no_count),
+            "handoff"
+        );
+        assert!(
+            !free_at_wake(LCB_F_MUTEX, waker, woken, no_count),
+            "still held"
+        );
+        let rwsem = |count: u64| free_at_wake(LCB_F_WRITE, waker, woken, || Some(count));
+        assert!(rwsem(0));
+        assert!(rwsem(0x2 | 0x4), "waiters and handoff flags");
+        assert!(rwsem(1 << 63), "a failed read's flag");
+        assert!(!rwsem(0x1), "a writer");
+        assert!(!rwsem(0x100 | 0x2), "a reader");
+        assert!(!free_at_wake(LCB_F_WRITE, 0, woken, || None), "unreadable");
+        assert!(
+            reader_woken_by_unlock(woken | 0x1, waker),
+            "the woken reader owns it"
+        );
+        assert!(reader_woken_by_unlock(0, waker));
+        assert!(!reader_woken_by_unlock(waker | 0x1, waker), "a downgrade");
     }
 
     #[test]

@@ -56,10 +56,13 @@ use profiler_common::{
         LOCK_SITE_CACHE_ENTRIES, LOCK_STACK_CACHE_ENTRIES, LOCK_TEXT_RANGES, LockAcquirer,
         LockFilter, LockKey, LockLayout, LockStat, LockText, LockWait, OpenSpin,
         SLEEP_FINGERPRINT_WORDS, SPIN_FINGERPRINT_WORDS, STACK_REFRESH_NS, SiteCacheEntry,
-        StackCacheEntry, StackCacheKey, conflicts, filter_keeps, open_spin_relation, outcome_of,
-        same_spin_context, slot_of, sticky_flags,
+        StackCacheEntry, StackCacheKey, conflicts, filter_keeps, free_at_wake, open_spin_relation,
+        outcome_of, reader_woken_by_unlock, same_spin_context, slot_of, sticky_flags,
     },
-    lock::{LOCK_NAMED_ENTRIES, LOCK_PENDING_ENDS, NO_HOLD, PendingEnd, PendingRing, named_slot},
+    lock::{
+        LOCK_NAMED_ENTRIES, LOCK_PENDING_ENDS, NO_HOLD, OWNER_FLAG_BITS, PendingEnd, PendingRing,
+        named_slot,
+    },
     lockname::StackCacheValue,
     loss::{
         LOCK_HOLD_MAP_FULL, LOCK_HOLD_OVERFLOW_FULL, LOCK_INTERRUPT_WAIT_LOST,
@@ -298,13 +301,8 @@ fn lock_filter_set() -> bool {
     unsafe { core::ptr::read_volatile(&LOCK_FILTER.enabled) != 0 }
 }
 
-/// Low bits of `mutex.owner` and `rw_semaphore.owner` that are flags, not pointer.
-const OWNER_FLAG_BITS: u64 = 0x7;
 /// `RWSEM_READER_OWNED`: readers hold the rwsem; the pointer is only a hint.
 const RWSEM_READER_OWNED: u64 = 0x1;
-/// An rwsem's count when held: `RWSEM_WRITER_LOCKED` (bit 0) and the readers' count
-/// (bits 8-62); the other bits are flags.
-const RWSEM_LOCK_MASK: u64 = 0x1 | 0x7fff_ffff_ffff_ff00;
 
 /// Spinlocks and rwlocks spin with preemption off; a mutex that spins optimistically
 /// (MUTEX|SPIN) may still go to sleep, so it is tracked by thread.
@@ -1366,7 +1364,7 @@ pub fn on_waking(ctx: &RawTracePointContext) {
             let current = unsafe { bpf_get_current_task() };
             tid == waker
                 && owner_word(&layout, lock_addr, flags)
-                    .is_some_and(|owner| owner & !OWNER_FLAG_BITS != current)
+                    .is_some_and(|owner| reader_woken_by_unlock(owner, current))
         });
         return;
     }
@@ -1383,20 +1381,16 @@ pub fn on_waking(ctx: &RawTracePointContext) {
     });
 }
 
-/// A mutex whose owner word names nobody or `woken_task` (a handoff), or an rwsem whose
-/// count shows neither a writer nor a reader.
+/// The lock as the wake-up of `woken_task` finds it: let go or not (see `free_at_wake`).
 #[inline(always)]
 fn lock_free(layout: &LockLayout, lock_addr: u64, flags: u32, woken_task: u64) -> bool {
     let Some(owner) = owner_word(layout, lock_addr, flags) else {
         return false;
     };
-    if flags & LCB_F_MUTEX != 0 {
-        let owner = owner & !OWNER_FLAG_BITS;
-        return owner == 0 || owner == woken_task;
-    }
-    // SAFETY: bpf_probe_read_kernel checks the address; a bad one yields an error.
-    unsafe { bpf_probe_read_kernel((lock_addr + layout.rwsem_count as u64) as *const u64) }
-        .is_ok_and(|count| count & RWSEM_LOCK_MASK == 0)
+    free_at_wake(flags, owner, woken_task, || {
+        // SAFETY: bpf_probe_read_kernel checks the address; a bad one yields an error.
+        unsafe { bpf_probe_read_kernel((lock_addr + layout.rwsem_count as u64) as *const u64) }.ok()
+    })
 }
 
 /// The lock's last contended acquirer had let it go by now when `released(its thread, its

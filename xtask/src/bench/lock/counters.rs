@@ -122,11 +122,14 @@ pub(super) fn attached_tracepoints(pid: u32) -> BTreeMap<u64, String> {
     attached
 }
 
-/// A tool's BPF time per contention: its `contention_begin` and `contention_end` programs.
+/// A tool's BPF time per contention: its `contention_begin` and `contention_end` programs;
+/// and apart, its program on `sched_waking` if it has one (lockpath's, which runs per
+/// wake-up, not per contention).
 #[derive(Clone, Copy, Default)]
 pub(super) struct ContentionCost {
     pub(super) begin: Counters,
     pub(super) end: Counters,
+    pub(super) waking: Counters,
 }
 
 impl ContentionCost {
@@ -141,6 +144,7 @@ impl ContentionCost {
             let slot = match tracepoint.as_str() {
                 "contention_begin" => &mut cost.begin,
                 "contention_end" => &mut cost.end,
+                "sched_waking" => &mut cost.waking,
                 _ => continue,
             };
             slot.run_time_ns += counters.run_time_ns;
@@ -156,6 +160,17 @@ impl ContentionCost {
 
     pub(super) fn per_contention(&self) -> Option<f64> {
         Some(self.begin.per_run()? + self.end.per_run()?)
+    }
+
+    /// The `sched_waking` program's runs and time per run, and its time per contention,
+    /// when it ran.
+    pub(super) fn show_waking(&self) -> Option<String> {
+        let per_run = self.waking.per_run()?;
+        Some(format!(
+            "{} runs of {per_run:.0} ns, {:.0} ns per contention",
+            self.waking.run_cnt,
+            self.waking.run_time_ns as f64 / self.begin.run_cnt.max(1) as f64
+        ))
     }
 
     pub(super) fn show(&self) -> String {

@@ -102,7 +102,7 @@ fn cost_row(
                 ))
             );
             notes.push(format!(
-                "{name}, side-by-side run: every window, lockpath / bpftrace ns per contention: {}; in the median window {} contention_begin / {} contention_end runs of lockpath's programs and {} / {} of bpftrace's{}; recursion misses lockpath {} / {}, bpftrace {} / {}{}.",
+                "{name}, side-by-side run: every window, lockpath / bpftrace ns per contention: {}; in the median window {} contention_begin / {} contention_end runs of lockpath's programs and {} / {} of bpftrace's{}{}; recursion misses lockpath {} / {}, bpftrace {} / {}{}.",
                 util::comma_list(
                     side.windows
                         .iter()
@@ -113,6 +113,9 @@ fn cost_row(
                 side.bpftrace.begin.run_cnt,
                 side.bpftrace.end.run_cnt,
                 workload_share(side),
+                side.lockpath.show_waking().map_or(String::new(), |waking| format!(
+                    "; lockpath's `sched_waking` program (a hold's end at the unlock's wake-up): {waking}"
+                )),
                 side.lockpath.begin.recursion_misses,
                 side.lockpath.end.recursion_misses,
                 side.bpftrace.begin.recursion_misses,
