@@ -1338,16 +1338,17 @@ fn note_owner_seen(lock_addr: u64, owner: &Owner, begin_ns: u64) {
 ///
 /// A wake-up that is not an unlock (a signal to a killable waiter) finds the lock held.
 pub fn on_waking(ctx: &RawTracePointContext) {
-    // SAFETY: reading a load-time global; volatile so the default is not folded in.
-    let layout = unsafe { core::ptr::read_volatile(&LOCK_LAYOUT) };
-    if layout.enabled == 0 {
-        return;
+    // Only the pid's offset first: most wake-ups are of threads that wait for no lock.
+    // SAFETY: reading a load-time global field; volatile so the default is not folded in.
+    let task_pid = unsafe { core::ptr::read_volatile(&raw const LOCK_LAYOUT.task_pid) };
+    if task_pid == 0 {
+        return; // no BTF layout
     }
     // Argument 0 of sched_waking is the woken task.
     let woken_task: u64 = ctx.arg(0);
     // SAFETY: bpf_probe_read_kernel checks the address; a bad one yields an error.
     let Ok(woken) =
-        (unsafe { bpf_probe_read_kernel((woken_task + layout.task_pid as u64) as *const u32) })
+        (unsafe { bpf_probe_read_kernel((woken_task + task_pid as u64) as *const u32) })
     else {
         return;
     };
@@ -1357,6 +1358,8 @@ pub fn on_waking(ctx: &RawTracePointContext) {
     else {
         return;
     };
+    // SAFETY: reading a load-time global; volatile so the default is not folded in.
+    let layout = unsafe { core::ptr::read_volatile(&LOCK_LAYOUT) };
     let waker = bpf_get_current_pid_tgid() as u32;
     if flags & LCB_F_READ != 0 {
         note_release_seen(lock_addr, |tid, _| {

@@ -524,12 +524,10 @@ fn mmap_lock_holds_under_contention_never_end_before_the_release() {
     let min = latency("min_ns").into_iter().min().unwrap_or(u64::MAX);
     let mut hist = Vec::new();
     for hold in &holds {
-        for (slot, count) in items(&hold["latency"]["hist"], "hist").enumerate() {
-            if hist.len() <= slot {
-                hist.resize(slot + 1, 0);
-            }
-            hist[slot] += count.as_u64().unwrap_or(0);
-        }
+        let row: Vec<u64> = items(&hold["latency"]["hist"], "hist")
+            .map(|count| count.as_u64().unwrap_or(0))
+            .collect();
+        lockpath_profile::histogram::add_into(&mut hist, &row);
     }
     // The kernel's 90th percentile, as the top of its log2 slot: lockpath's holds end at
     // the unlock's wake-up of the next waiter (or sooner), so most of them are shorter.
