@@ -238,6 +238,9 @@ pub struct StackCacheKey {
 
 /// The last contended acquisition of a lock (a `contention_end` with ret 0): who took
 /// it, with which stack, when, and since when it had waited.
+/// One cache line (`LOCK_ACQUIRER_SIZE`): every contended acquisition of a lock reads and
+/// writes its slot while it holds the lock, on whichever CPU it runs, so a slot that
+/// straddled two lines would cost two transfers between CPUs instead of one.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LockAcquirer {
@@ -258,7 +261,14 @@ pub struct LockAcquirer {
     /// The acquisition `released_by_ns` belongs to (its `acquired_ns`): a sighting that
     /// raced with the next acquisition's rewrite of the slot is not taken for that one's.
     pub released_of_ns: u64,
+    /// Read by nobody: a spinning waiter's begin adds 0 to it, which takes the slot's
+    /// cache line to the waiter's CPU before its end needs it (`warm_last_acquirer`).
+    pub warm: u64,
 }
+
+/// The size of a `LockAcquirer`: one cache line of the CPUs lockpath runs on.
+pub const LOCK_ACQUIRER_SIZE: usize = 64;
+const _: () = assert!(core::mem::size_of::<LockAcquirer>() == LOCK_ACQUIRER_SIZE);
 
 /// Key of a hold under contention: the lock and the holder (thread, process, the
 /// stack of its own contended acquisition, its mode).

@@ -142,10 +142,16 @@ static LOCK_SITE_CACHE: PerCpuArray<SiteCacheEntry> =
 #[map]
 static LOCK_STACK_WORDS: PerCpuArray<FingerprintScratch> = PerCpuArray::with_max_entries(1, 0);
 
-/// The last contended acquisition of each lock (holds under contention).
+/// The last contended acquisition of each lock (holds under contention). Mappable, for
+/// the layout alone: the kernel then starts the values on a page boundary, so each
+/// cache-line-sized slot is exactly one cache line (otherwise where the values start
+/// depends on the kernel's own structures).
 #[map]
 static LOCK_LAST_ACQUIRER: Array<LockAcquirer> =
-    Array::with_max_entries(LOCK_LAST_ACQUIRER_ENTRIES, 0);
+    Array::with_max_entries(LOCK_LAST_ACQUIRER_ENTRIES, BPF_F_MMAPABLE);
+
+/// `BPF_F_MMAPABLE` (uapi bpf.h): an array map whose values user space may map.
+const BPF_F_MMAPABLE: u32 = 1 << 10;
 
 /// Holds under contention, per lock and holder. Size set at load time (`--map-entries`).
 #[map]
@@ -1151,6 +1157,28 @@ fn open_spin_wait<C: LockContext>(
     wait.cached = u32::from(walked_ns.is_none());
     wait.sp = sp;
     wait.tid = tid;
+    warm_last_acquirer(lock_addr);
+}
+
+/// Brings the lock's `LOCK_LAST_ACQUIRER` slot into this CPU's cache, owned, while the
+/// waiter waits: its end reads and writes the slot with the lock held, and would
+/// otherwise fetch the line from the previous acquirer's CPU then, lengthening the
+/// critical section of every waiter queued behind it. The begin runs before the waiter
+/// queues on the lock, so the fetch is paid by this waiter's own wait alone. (A sleeping
+/// waiter's end comes after a wake-up, long after any such warm-up: not done there.)
+#[inline(always)]
+fn warm_last_acquirer(lock_addr: u64) {
+    if let Some(slot) =
+        LOCK_LAST_ACQUIRER.get_ptr_mut(slot_of(lock_addr, LOCK_LAST_ACQUIRER_ENTRIES))
+    {
+        // SAFETY: array element from a successful lookup; adding 0 changes nothing.
+        unsafe {
+            core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
+                &raw mut (*slot).warm,
+                0,
+            );
+        }
+    }
 }
 
 #[inline(always)]
@@ -1621,6 +1649,7 @@ fn note_acquisition(wait: &LockWait, end_ns: u64, pid_tgid: u64) -> (ContendedHo
         flags: wait.flags,
         released_by_ns: 0,
         released_of_ns: 0,
+        warm: 0,
     };
     let no_hold = (ContendedHoldKey::default(), NO_HOLD);
     let Some(slot) =
