@@ -178,7 +178,7 @@ fn wait_attached(
 }
 
 /// The attachments in `attached` whose program is held by process `pid`.
-fn held_by(pid: u32, attached: Attached) -> Attached {
+pub(super) fn held_by(pid: u32, attached: Attached) -> Attached {
     let (programs, _) = held_objects(pid);
     attached
         .into_iter()
@@ -261,7 +261,7 @@ fn median_window(mut windows: Vec<SideBySide>) -> SideBySide {
 }
 
 /// Starts a recorder of the workload: `cmd -o OUTPUT`, its stderr kept in `err`.
-fn spawn_recorder(cmd: &mut Command, output: &Path, err: &Path) -> Result<Reaper> {
+pub(super) fn spawn_recorder(cmd: &mut Command, output: &Path, err: &Path) -> Result<Reaper> {
     Reaper::spawn(
         cmd.arg("-o")
             .arg(output)

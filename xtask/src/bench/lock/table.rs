@@ -8,16 +8,17 @@ use crate::util;
 
 use super::{
     counters::ContentionCost,
+    floor::Floor,
     format_count,
     rounds::ToolRuns,
     side_by_side::{workload_share, SideBySide},
-    Tool, MIN_WAITS, TARGET_ACCURACY, TARGET_COST_NS, TARGET_SLOWDOWN,
+    Tool, MIN_WAITS, TARGET_ACCURACY, TARGET_COST_NS, TARGET_END_NS, TARGET_SLOWDOWN,
 };
 
 /// The table rows of one workload.
 pub(super) fn storm_rows(
     name: &str,
-    side: &Result<SideBySide>,
+    (side, floor): (&Result<SideBySide>, &Result<Floor>),
     rounds: &BTreeMap<Tool, ToolRuns>,
     runs: usize,
     notes: &mut Vec<String>,
@@ -28,6 +29,7 @@ pub(super) fn storm_rows(
     // The workload is named in its first row only.
     let mut workload = name.to_string();
     cost_row(&mut md, &mut workload, name, side, reference_mid, notes);
+    end_row(&mut md, &mut workload, side, floor);
     let (ours, reference) = wait_row(&mut md, &mut workload, rounds, runs, reference_cost);
     slowdown_row(&mut md, &mut workload, rounds, runs);
     wait_notes(name, rounds, ours, reference, reference_cost, notes);
@@ -136,6 +138,49 @@ fn cost_row(
             );
         }
     }
+}
+
+/// Row (a'), the end program alone, which runs with the lock held, from the same
+/// side-by-side run, against the floor of this machine (`floor`). `workload` is written
+/// into the row's first cell and left empty.
+fn end_row(
+    md: &mut String,
+    workload: &mut String,
+    side: &Result<SideBySide>,
+    floor: &Result<Floor>,
+) {
+    let end = |cost: &ContentionCost| {
+        cost.end
+            .per_run()
+            .map_or("-".into(), |ns| format!("{ns:.0} ns"))
+    };
+    let (ours, theirs) = match side {
+        Ok(side) => (end(&side.lockpath), end(&side.bpftrace)),
+        Err(_) => ("-".into(), "-".into()),
+    };
+    let floor_cell = match floor {
+        Ok(floor) => format!(
+            "; floor here: {:.0} ns for a program that does nothing, {:.0} ns for one that only reads the clock",
+            floor.empty_ns, floor.clock_ns
+        ),
+        Err(err) => format!("; floor not measured: {}", cell(&format!("{err:#}"), 60)),
+    };
+    let verdict_cell = match side
+        .as_ref()
+        .ok()
+        .and_then(|side| side.lockpath.end.per_run())
+    {
+        Some(ns) => format!(
+            "<= {TARGET_END_NS:.0} ns: {}{floor_cell}",
+            verdict(ns <= TARGET_END_NS)
+        ),
+        None => floor_cell.trim_start_matches("; ").to_string(),
+    };
+    let _ = writeln!(
+        md,
+        "| {} | BPF time per run of the `contention_end` program alone (it runs with the lock held; same run) | {ours} | {theirs} | | | {verdict_cell} |",
+        std::mem::take(workload),
+    );
 }
 
 /// Row (b), spin-wait accuracy: the median average spinlock wait under lockpath and
