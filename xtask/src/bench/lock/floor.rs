@@ -6,7 +6,7 @@
 
 use std::{
     collections::BTreeMap,
-    process::{Command, Stdio},
+    process::Command,
     time::{Duration, Instant},
 };
 
@@ -14,9 +14,9 @@ use anyhow::{bail, Result};
 
 use super::{
     counters::{attached_tracepoints, bpftool_counters, Counters},
-    reaper::{last_line, Reaper},
+    reaper::last_line,
     side_by_side::{held_by, spawn_recorder},
-    storm_command, Bench, BpfStats, Storm,
+    spawn_storm, Bench, BpfStats, Storm,
 };
 
 /// A program on `contention_end` that does nothing.
@@ -39,18 +39,10 @@ pub(super) struct Floor {
 pub(super) fn floor(bench: &Bench, storm: &Storm) -> Result<Floor> {
     let _stats = BpfStats::enable()?;
     let window = Duration::from_secs_f64(bench.seconds);
-    let command = storm_command(
+    let mut workload = spawn_storm(
         bench,
         storm,
         ATTACH_TIMEOUT.as_secs_f64() + window.as_secs_f64() + 10.0,
-    );
-    let mut workload = Reaper::spawn(
-        Command::new(&command[0])
-            .args(&command[1..])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-        Duration::from_secs(2),
     )?;
     let mut tools = Vec::new();
     for (name, script) in [("empty", EMPTY_SCRIPT), ("clock", CLOCK_SCRIPT)] {

@@ -23,7 +23,12 @@
 //! starve it) is repeated. Every tool is stopped and reaped on every path, so no program
 //! stays loaded.
 
-use std::{fmt::Write as _, fs, process::Command};
+use std::{
+    fmt::Write as _,
+    fs,
+    process::{Command, Stdio},
+    time::Duration,
+};
 
 use anyhow::{bail, Context as _, Result};
 
@@ -43,6 +48,7 @@ mod side_by_side;
 mod table;
 
 use floor::floor;
+use reaper::Reaper;
 use rounds::interleaved;
 use side_by_side::side_by_side;
 use table::storm_rows;
@@ -159,28 +165,16 @@ pub(super) fn section(bench: &Bench, runs: usize) -> String {
             ));
             continue;
         }
-        util::say(format!(
-            "lock part, {}: per-event cost, lockpath and bpftrace attached together",
-            storm.mode
-        ));
-        let side = side_by_side(bench, storm);
-        if let Err(err) = &side {
-            util::say(format!(
-                "lock part, {}: side-by-side run failed: {err:#}",
-                storm.mode
-            ));
-        }
-        util::say(format!(
-            "lock part, {}: the floor, programs on contention_end that do nothing or only read the clock",
-            storm.mode
-        ));
-        let floor = floor(bench, storm);
-        if let Err(err) = &floor {
-            util::say(format!(
-                "lock part, {}: floor run failed: {err:#}",
-                storm.mode
-            ));
-        }
+        let side = logged(
+            storm,
+            "per-event cost, lockpath and bpftrace attached together",
+            || side_by_side(bench, storm),
+        );
+        let floor = logged(
+            storm,
+            "the floor, programs on contention_end that do nothing or only read the clock",
+            || floor(bench, storm),
+        );
         let rounds = interleaved(bench, storm, runs);
         rows.push(storm_rows(
             &name,
@@ -247,6 +241,29 @@ fn ensure_tracefs() -> Result<()> {
         "bpftrace needs tracefs at /sys/kernel/tracing",
     )
     .map(|_| ())
+}
+
+/// Runs one measurement of `storm`, saying what it measures and, when it fails, why.
+fn logged<T>(storm: &Storm, what: &str, run: impl FnOnce() -> Result<T>) -> Result<T> {
+    util::say(format!("lock part, {}: {what}", storm.mode));
+    let result = run();
+    if let Err(err) = &result {
+        util::say(format!("lock part, {}: failed: {err:#}", storm.mode));
+    }
+    result
+}
+
+/// Starts the workload for `seconds`, its output discarded.
+fn spawn_storm(bench: &Bench, storm: &Storm, seconds: f64) -> Result<Reaper> {
+    let command = storm_command(bench, storm, seconds);
+    Reaper::spawn(
+        Command::new(&command[0])
+            .args(&command[1..])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+        Duration::from_secs(2),
+    )
 }
 
 fn storm_command(bench: &Bench, storm: &Storm, seconds: f64) -> Vec<String> {

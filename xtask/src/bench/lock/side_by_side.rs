@@ -16,7 +16,7 @@ use super::{
     counters::{attached_tracepoints, bpftool_counters, ContentionCost, Counters},
     held_objects,
     reaper::{last_line, output_file, Reaper},
-    storm_command, Bench, BpfStats, Storm, ATTEMPTS, MIN_WAITS, STACK_SCRIPT,
+    spawn_storm, Bench, BpfStats, Storm, ATTEMPTS, MIN_WAITS, STACK_SCRIPT,
 };
 
 pub(super) struct SideBySide {
@@ -79,18 +79,10 @@ type Attached = BTreeMap<u64, String>;
 pub(super) fn side_by_side_once(bench: &Bench, storm: &Storm) -> Result<SideBySide> {
     let window = Duration::from_secs_f64(bench.seconds);
     // Long enough for both tools to attach and the window; stopped when done.
-    let command = storm_command(
+    let mut workload = spawn_storm(
         bench,
         storm,
         ATTACH_TIMEOUT.as_secs_f64() + 2.0 * window.as_secs_f64() + 10.0,
-    );
-    let mut workload = Reaper::spawn(
-        Command::new(&command[0])
-            .args(&command[1..])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-        Duration::from_secs(2),
     )?;
     let pid = workload.pid();
     let lockpath_err = bench.scratch.join("side-lockpath.err");
