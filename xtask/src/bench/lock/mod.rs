@@ -8,9 +8,11 @@
 //!   that of its `contention_end` program (program names stop at 15 characters: programs
 //!   are told apart by the process that holds them and the tracepoint they are attached to).
 //!   The `contention_end` program apart too: it runs with the lock held.
-//! - **The floor.** Another run of the workload with two bpftrace programs on
-//!   `contention_end`, one that does nothing and one that only reads the clock: what any
-//!   end program costs here before it does any work.
+//! - **Alone, and the floor.** The same figures for lockpath alone in another run (the
+//!   targets are judged on these: beside bpftrace the workload contends far more), and,
+//!   in a third run, for two bpftrace programs on `contention_end`, one that does nothing
+//!   and one that only reads the clock: what any end program costs here before it does
+//!   any work.
 //! - **Spin-wait accuracy.** Interleaved runs: lockpath's average spinlock wait of the
 //!   workload (rows of its pid with `flags & 0x21 == 1`, outcome 0: sum total_ns / sum
 //!   count) against a stackless bpftrace reference that only timestamps begin and end;
@@ -41,16 +43,16 @@ use super::{
 use crate::util;
 
 mod counters;
-mod floor;
 mod reaper;
 mod rounds;
 mod side_by_side;
+mod solo;
 mod table;
 
-use floor::floor;
 use reaper::Reaper;
 use rounds::interleaved;
 use side_by_side::side_by_side;
+use solo::{floor, lockpath_alone};
 use table::storm_rows;
 
 pub(super) const README_START: &str =
@@ -170,6 +172,9 @@ pub(super) fn section(bench: &Bench, runs: usize) -> String {
             "per-event cost, lockpath and bpftrace attached together",
             || side_by_side(bench, storm),
         );
+        let alone = logged(storm, "per-event cost, lockpath alone", || {
+            lockpath_alone(bench, storm)
+        });
         let floor = logged(
             storm,
             "the floor, programs on contention_end that do nothing or only read the clock",
@@ -178,7 +183,7 @@ pub(super) fn section(bench: &Bench, runs: usize) -> String {
         let rounds = interleaved(bench, storm, runs);
         rows.push(storm_rows(
             &name,
-            (&side, &floor),
+            (&side, &alone, &floor),
             &rounds,
             runs,
             &mut notes,
@@ -197,12 +202,13 @@ pub(super) fn section(bench: &Bench, runs: usize) -> String {
     let _ = writeln!(
         md,
         "BPF time per contention: `run_time_ns / run_cnt` (`kernel.bpf_stats_enabled=1`) of \
-         the tool's `contention_begin` program plus that of its `contention_end` program, \
-         both tools attached to the same run (counts are of every contention on the \
-         machine: the programs run for all and filter inside). The end program is shown \
-         apart because it runs with the lock held, beside the floor: the same figure for a \
-         program on `contention_end` that does nothing and one that only reads the clock \
-         (bpftrace, another run of the workload). Spinlock wait: sum of \
+         the tool's `contention_begin` program plus that of its `contention_end` program \
+         (counts are of every contention on the machine: the programs run for all and \
+         filter inside), for lockpath alone in one run, and for lockpath and bpftrace \
+         attached to the same run in another. The end program is shown apart because it \
+         runs with the lock held, beside the floor: the same figure for a program on \
+         `contention_end` that does nothing and one that only reads the clock (bpftrace, a \
+         third run of the workload). Spinlock wait: sum of \
          waits / number of waits of the workload's spinning locks (lockpath: rows with \
          `flags & 0x21 == 1`, outcome 0). Slowdown: median ops/s alone / median ops/s \
          under the tool. The reference pays a hash update between its two timestamps, so \

@@ -8,17 +8,17 @@ use crate::util;
 
 use super::{
     counters::ContentionCost,
-    floor::Floor,
     format_count,
     rounds::ToolRuns,
     side_by_side::{workload_share, SideBySide},
+    solo::Floor,
     Tool, MIN_WAITS, TARGET_ACCURACY, TARGET_COST_NS, TARGET_END_NS, TARGET_SLOWDOWN,
 };
 
 /// The table rows of one workload.
 pub(super) fn storm_rows(
     name: &str,
-    (side, floor): (&Result<SideBySide>, &Result<Floor>),
+    (side, alone, floor): (&Result<SideBySide>, &Result<ContentionCost>, &Result<Floor>),
     rounds: &BTreeMap<Tool, ToolRuns>,
     runs: usize,
     notes: &mut Vec<String>,
@@ -28,8 +28,9 @@ pub(super) fn storm_rows(
     let reference_cost = reference_mid.and_then(|cost| cost.per_contention());
     // The workload is named in its first row only.
     let mut workload = name.to_string();
+    alone_row(&mut md, &mut workload, alone);
     cost_row(&mut md, &mut workload, name, side, reference_mid, notes);
-    end_row(&mut md, &mut workload, side, floor);
+    end_row(&mut md, &mut workload, (side, alone), floor);
     let (ours, reference) = wait_row(&mut md, &mut workload, rounds, runs, reference_cost);
     slowdown_row(&mut md, &mut workload, rounds, runs);
     wait_notes(name, rounds, ours, reference, reference_cost, notes);
@@ -88,7 +89,7 @@ fn cost_row(
             let ours = side.lockpath.per_contention();
             let _ = writeln!(
                 md,
-                "| {} | BPF time per contention, begin + end (one run, both attached, median of {} windows of {:.1} s) | {} | {} | {} | | {} |",
+                "| {} | BPF time per contention, begin + end, beside bpftrace (one run, both attached, median of {} windows of {:.1} s) | {} | {} | {} | | {} |",
                 std::mem::take(workload),
                 side.windows.len(),
                 side.window_s,
@@ -98,10 +99,7 @@ fn cost_row(
                     "{} (its own runs, median)",
                     cost.show().replace("**", "")
                 )),
-                ours.map_or("-".into(), |ns| format!(
-                    "<= {TARGET_COST_NS:.0} ns: {}",
-                    verdict(ns <= TARGET_COST_NS)
-                ))
+                ours.map_or(String::new(), |_| "(judged alone, above)".into())
             );
             notes.push(format!(
                 "{name}, side-by-side run: every window, lockpath / bpftrace ns per contention: {}; in the median window {} contention_begin / {} contention_end runs of lockpath's programs and {} / {} of bpftrace's{}{}; recursion misses lockpath {} / {}, bpftrace {} / {}{}.",
@@ -140,45 +138,77 @@ fn cost_row(
     }
 }
 
-/// Row (a'), the end program alone, which runs with the lock held, from the same
-/// side-by-side run, against the floor of this machine (`floor`). `workload` is written
-/// into the row's first cell and left empty.
+/// Row (a0), lockpath's BPF time per contention alone, judged against the target.
+/// `workload` is written into the row's first cell and left empty.
+fn alone_row(md: &mut String, workload: &mut String, alone: &Result<ContentionCost>) {
+    let (cell_text, target) = match alone {
+        Ok(cost) => (
+            cost.show(),
+            cost.per_contention().map_or(String::new(), |ns| {
+                format!(
+                    "<= {TARGET_COST_NS:.0} ns: {}",
+                    verdict(ns <= TARGET_COST_NS)
+                )
+            }),
+        ),
+        Err(err) => (
+            format!("failed: {}", cell(&format!("{err:#}"), 100)),
+            String::new(),
+        ),
+    };
+    let waking = alone
+        .as_ref()
+        .ok()
+        .and_then(ContentionCost::show_waking)
+        .map_or(String::new(), |waking| {
+            format!("; `sched_waking`: {waking}")
+        });
+    let _ = writeln!(
+        md,
+        "| {} | BPF time per contention, begin + end, lockpath alone (one run, one window){waking} | {cell_text} | | | | {target} |",
+        std::mem::take(workload),
+    );
+}
+
+/// Row (a'), the end program by itself, which runs with the lock held: lockpath's alone
+/// (judged against the target) and beside bpftrace, bpftrace's, and the floor of this
+/// machine (`floor`). `workload` is written into the row's first cell and left empty.
 fn end_row(
     md: &mut String,
     workload: &mut String,
-    side: &Result<SideBySide>,
+    (side, alone): (&Result<SideBySide>, &Result<ContentionCost>),
     floor: &Result<Floor>,
 ) {
-    let end = |cost: &ContentionCost| {
-        cost.end
-            .per_run()
-            .map_or("-".into(), |ns| format!("{ns:.0} ns"))
-    };
-    let (ours, theirs) = match side {
-        Ok(side) => (end(&side.lockpath), end(&side.bpftrace)),
-        Err(_) => ("-".into(), "-".into()),
-    };
-    let floor_cell = match floor {
-        Ok(floor) => format!(
-            "; floor here: {:.0} ns for a program that does nothing, {:.0} ns for one that only reads the clock",
-            floor.empty_ns, floor.clock_ns
-        ),
-        Err(err) => format!("; floor not measured: {}", cell(&format!("{err:#}"), 60)),
-    };
-    let verdict_cell = match side
+    let end_ns = |cost: &ContentionCost| cost.end.per_run();
+    let alone_ns = alone.as_ref().ok().and_then(end_ns);
+    let beside_ns = side.as_ref().ok().and_then(|side| end_ns(&side.lockpath));
+    let theirs = side
         .as_ref()
         .ok()
-        .and_then(|side| side.lockpath.end.per_run())
-    {
+        .and_then(|side| end_ns(&side.bpftrace))
+        .map_or("-".into(), |ns| format!("{ns:.0} ns"));
+    let ours = format!(
+        "{} alone, {} beside bpftrace",
+        alone_ns.map_or("-".into(), |ns| format!("**{ns:.0} ns**")),
+        beside_ns.map_or("-".into(), |ns| format!("{ns:.0} ns")),
+    );
+    let floor_text = match floor {
+        Ok(floor) => format!(
+            "floor here: {:.0} ns for a program that does nothing, {:.0} ns for one that only reads the clock",
+            floor.empty_ns, floor.clock_ns
+        ),
+        Err(err) => format!("floor not measured: {}", cell(&format!("{err:#}"), 60)),
+    };
+    let target = match alone_ns {
         Some(ns) => format!(
-            "<= {TARGET_END_NS:.0} ns: {}{floor_cell}",
+            "<= {TARGET_END_NS:.0} ns: {}; {floor_text}",
             verdict(ns <= TARGET_END_NS)
         ),
-        None => floor_cell.trim_start_matches("; ").to_string(),
+        None => floor_text,
     };
     let _ = writeln!(
         md,
-        "| {} | BPF time per run of the `contention_end` program alone (it runs with the lock held; same run) | {ours} | {theirs} | | | {verdict_cell} |",
+        "| {} | BPF time per run of the `contention_end` program by itself (it runs with the lock held) | {ours} | {theirs} | | | {target} |",
         std::mem::take(workload),
     );
 }
