@@ -163,10 +163,24 @@ fn alone_row(md: &mut String, workload: &mut String, alone: &Result<ContentionCo
         .map_or(String::new(), |waking| {
             format!("; `sched_waking`: {waking}")
         });
+    push_row(
+        md,
+        workload,
+        &format!(
+            "BPF time per contention, begin + end, lockpath alone (one run, one window){waking}"
+        ),
+        [&cell_text, "", "", "", &target],
+    );
+}
+
+/// One row of the table: the workload (written into the first cell and left empty), the
+/// measure, and the cells of the tools' columns and the target's.
+fn push_row(md: &mut String, workload: &mut String, measure: &str, cells: [&str; 5]) {
     let _ = writeln!(
         md,
-        "| {} | BPF time per contention, begin + end, lockpath alone (one run, one window){waking} | {cell_text} | | | | {target} |",
+        "| {} | {measure} | {} |",
         std::mem::take(workload),
+        cells.join(" | ")
     );
 }
 
@@ -206,10 +220,11 @@ fn end_row(
         ),
         None => floor_text,
     };
-    let _ = writeln!(
+    push_row(
         md,
-        "| {} | BPF time per run of the `contention_end` program by itself (it runs with the lock held) | {ours} | {theirs} | | | {target} |",
-        std::mem::take(workload),
+        workload,
+        "BPF time per run of the `contention_end` program by itself (it runs with the lock held)",
+        [&ours, &theirs, "", "", &target],
     );
 }
 
