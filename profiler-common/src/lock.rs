@@ -261,7 +261,7 @@ pub struct LockAcquirer {
     /// The acquisition `released_by_ns` belongs to (its `acquired_ns`): a sighting that
     /// raced with the next acquisition's rewrite of the slot is not taken for that one's.
     pub released_of_ns: u64,
-    /// Read by nobody: a spinning waiter's begin adds 0 to it, which takes the slot's
+    /// Read by nobody: a spinning waiter's begin adds 1 to it, which takes the slot's
     /// cache line to the waiter's CPU before its end needs it (`warm_last_acquirer`).
     pub warm: u64,
 }

@@ -1171,11 +1171,13 @@ fn warm_last_acquirer(lock_addr: u64) {
     if let Some(slot) =
         LOCK_LAST_ACQUIRER.get_ptr_mut(slot_of(lock_addr, LOCK_LAST_ACQUIRER_ENTRIES))
     {
-        // SAFETY: array element from a successful lookup; adding 0 changes nothing.
+        // SAFETY: array element from a successful lookup; `warm` is read by nobody.
+        // Adding 1, not 0: the compiler turns an atomic add of 0 into an atomic or, which
+        // kernels before 5.12 refuse (an add whose result is unused stays `BPF_XADD`).
         unsafe {
             core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
                 &raw mut (*slot).warm,
-                0,
+                1,
             );
         }
     }
