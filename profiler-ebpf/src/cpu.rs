@@ -4,10 +4,7 @@
 //! stack). Idle (pid 0, the per-CPU swapper tasks) is dropped: it is not a process, and
 //! the sampling frequency times the duration tells how much time was not sampled.
 
-use core::{
-    ffi::c_void,
-    intrinsics::{AtomicOrdering, atomic_xadd},
-};
+use core::ffi::c_void;
 
 use aya_ebpf::{
     helpers::{
@@ -27,7 +24,7 @@ use crate::{
     arch::{UserRegs, entry_user_regs, sample_user_regs},
     shared::{
         Aggregate, EBUSY, EEXIST, EFAULT, STACK_FLAGS_KERNEL, STACK_FLAGS_USER,
-        add_to_row_or_overflow, count_loss, load_u32, note_user_process, overflow_map,
+        add_to_row_or_overflow, atomic_add, count_loss, load_u32, note_user_process, overflow_map,
         remember_current_task, stack_id, stack_id_or_loss, stats_map,
     },
     target::is_target,
@@ -203,7 +200,7 @@ impl Aggregate<()> for u64 {
         // (the caller's contract); several CPUs may share a key (threads migrate), so the
         // add is atomic.
         unsafe {
-            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(count, 1);
+            atomic_add(count, 1);
         }
     }
 }

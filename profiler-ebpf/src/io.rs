@@ -24,8 +24,6 @@
 //! Raw tracepoints do not filter the event for perf and other tracers (a classic
 //! tracepoint program returning 0 would), and are cheaper.
 
-use core::intrinsics::{AtomicOrdering, atomic_xadd};
-
 use aya_ebpf::{
     helpers::{
         bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel,
@@ -51,8 +49,8 @@ use profiler_common::{
 
 use crate::{
     shared::{
-        count_loss, now_ns, overflow_map, remember_current_task, remember_leader, stats_map,
-        update_row_or_overflow,
+        atomic_add, count_loss, now_ns, overflow_map, remember_current_task, remember_leader,
+        stats_map, update_row_or_overflow,
     },
     target::{filter_is_all, is_target},
 };
@@ -352,7 +350,7 @@ pub fn on_dirty(mapping: u64) {
             // SAFETY: `row` points into a map value valid for this program run; several CPUs
             // may add to one row.
             unsafe {
-                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*row).folios, 1);
+                atomic_add(&raw mut (*row).folios, 1);
             }
         },
     );
@@ -580,28 +578,19 @@ fn add_request<K>(
             // atomic (completions of one key run on several CPUs), max is best effort; the
             // bucket index is checked.
             unsafe {
-                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).count, 1);
-                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).bytes, bytes);
-                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
-                    &raw mut (*stat).total_ns,
-                    latency_ns,
-                );
+                atomic_add(&raw mut (*stat).count, 1);
+                atomic_add(&raw mut (*stat).bytes, bytes);
+                atomic_add(&raw mut (*stat).total_ns, latency_ns);
                 if latency_ns > (*stat).max_ns {
                     (*stat).max_ns = latency_ns;
                 }
                 if let Some(queue_ns) = queue_ns {
-                    atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
-                        &raw mut (*stat).queued,
-                        1,
-                    );
-                    atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
-                        &raw mut (*stat).queue_ns,
-                        queue_ns,
-                    );
+                    atomic_add(&raw mut (*stat).queued, 1);
+                    atomic_add(&raw mut (*stat).queue_ns, queue_ns);
                 }
                 // Checked index without a panic path.
                 if let Some(bucket) = (*stat).hist.get_mut(slot) {
-                    atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(bucket, 1);
+                    atomic_add(bucket, 1);
                 }
             }
         },

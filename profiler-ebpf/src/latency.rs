@@ -1,11 +1,9 @@
 //! Adds one latency to an in-kernel `LatencyStat` aggregate (rpc and func families).
 
-use core::intrinsics::{AtomicOrdering, atomic_xadd};
-
 use aya_ebpf::maps::HashMap;
 use profiler_common::latency::{LatencyStat, log2_slot};
 
-use crate::shared::update_row_or_overflow;
+use crate::shared::{atomic_add, update_row_or_overflow};
 
 /// The value new keys start from; a global, so it is not copied onto the small BPF stack.
 static EMPTY_STAT: LatencyStat = LatencyStat::EMPTY;
@@ -37,13 +35,10 @@ pub fn add_latency<K>(
             // and the bucket are added atomically (several CPUs may share a key), max and min
             // are best effort. `slot` < HIST_SLOTS by construction of log2_slot.
             unsafe {
-                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).count, 1);
-                atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
-                    &raw mut (*stat).total_ns,
-                    latency_ns,
-                );
+                atomic_add(&raw mut (*stat).count, 1);
+                atomic_add(&raw mut (*stat).total_ns, latency_ns);
                 if let Some(bucket) = (*stat).hist.get_mut(slot) {
-                    atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(bucket, 1);
+                    atomic_add(bucket, 1);
                 }
                 if latency_ns > (*stat).max_ns {
                     (*stat).max_ns = latency_ns;

@@ -78,8 +78,8 @@ use crate::{
     offcpu::OFFCPU_START,
     shared::{
         Aggregate, STACK_FLAGS_KERNEL, TASKS, add_count_total_max, add_to_row_or_overflow,
-        count_loss, now_ns, overflow_map, remember_current_task, stack_id, stack_id_or_loss,
-        stats_map, tasks_moved,
+        atomic_add, count_loss, now_ns, overflow_map, remember_current_task, stack_id,
+        stack_id_or_loss, stats_map, tasks_moved,
     },
     target::is_target,
 };
@@ -1175,10 +1175,7 @@ fn warm_last_acquirer(lock_addr: u64) {
         // Adding 1, not 0: the compiler turns an atomic add of 0 into an atomic or, which
         // kernels before 5.12 refuse (an add whose result is unused stays `BPF_XADD`).
         unsafe {
-            core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
-                &raw mut (*slot).warm,
-                1,
-            );
+            atomic_add(&raw mut (*slot).warm, 1);
         }
     }
 }

@@ -201,17 +201,28 @@ const STACK_FLAG_USER: u64 = 1 << 8;
 /// `BPF_F_SKIP_FIELD_MASK`: the frames to skip, in a stack walk's flags.
 const STACK_SKIP_MASK: u64 = 0xff;
 
+/// Adds `value` to `*target` atomically without reading the result back: a plain
+/// `BPF_XADD`, which every kernel lockpath supports. An atomic whose result is read, or
+/// an atomic add of a constant 0 (the compiler turns it into an atomic or), needs Linux
+/// 5.12; the host test `atomics_load_on_every_kernel` finds them in the object.
+///
+/// # Safety
+/// `target` points into a map value that stays valid for this program run.
+#[inline(always)]
+pub unsafe fn atomic_add<T: Copy>(target: *mut T, value: T) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        atomic_xadd::<T, T, { AtomicOrdering::Relaxed }>(target, value);
+    }
+}
+
 #[inline(always)]
 pub fn count_loss(slot: u32) {
     if let Some(counter) = LOSSES.get_ptr_mut(slot) {
         // SAFETY: the pointer comes from a successful per-CPU array lookup; programs do
         // not migrate while they run, but one may interrupt another on the same CPU (a
         // tracepoint in an interrupt), so the add is atomic.
-        unsafe {
-            core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
-                counter, 1,
-            )
-        };
+        unsafe { atomic_add(counter, 1) };
     }
 }
 
@@ -487,8 +498,8 @@ pub trait Aggregate<S> {
 pub unsafe fn add_count_total_max(count: *mut u64, total_ns: *mut u64, max_ns: *mut u64, ns: u64) {
     // SAFETY: the caller's contract.
     unsafe {
-        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(count, 1);
-        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(total_ns, ns);
+        atomic_add(count, 1);
+        atomic_add(total_ns, ns);
         if ns > *max_ns {
             *max_ns = ns;
         }

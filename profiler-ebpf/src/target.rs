@@ -16,7 +16,7 @@ use profiler_common::{
     target::{FILTER_ALL, FILTER_CGROUP, FILTER_PIDS},
 };
 
-use crate::shared::count_loss;
+use crate::shared::{atomic_add, count_loss};
 
 /// Selects the filter (`profiler_common::target::FILTER_*`). Set at load time.
 #[unsafe(no_mangle)]
@@ -131,11 +131,7 @@ fn targets_changed() {
     if let Some(generation) = TARGET_GENERATION.get_ptr_mut(0) {
         // SAFETY: array element from a successful lookup; the add is atomic (several
         // CPUs fork and exit at once).
-        unsafe {
-            core::intrinsics::atomic_xadd::<u32, u32, { core::intrinsics::AtomicOrdering::Relaxed }>(
-                generation, 1,
-            )
-        };
+        unsafe { atomic_add(generation, 1) };
     }
 }
 

@@ -5,8 +5,6 @@
 //! time under (waiter, waker) to `WAKER_STATS`. Nothing travels to user space per
 //! event, and a wake-up of a thread that is not waiting costs one hash lookup.
 
-use core::intrinsics::{AtomicOrdering, atomic_xadd};
-
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid,
     macros::map,
@@ -28,8 +26,8 @@ use profiler_common::{
 use crate::{
     offcpu::OFFCPU_START,
     shared::{
-        Aggregate, STACK_FLAGS_KERNEL, STACK_FLAGS_USER, add_to_row_or_overflow, count_loss,
-        load_u32, note_user_process, overflow_map, remember_current_task, stack_id,
+        Aggregate, STACK_FLAGS_KERNEL, STACK_FLAGS_USER, add_to_row_or_overflow, atomic_add,
+        count_loss, load_u32, note_user_process, overflow_map, remember_current_task, stack_id,
         stack_id_or_loss, stats_map, user_stack_id_or_collision,
     },
 };
@@ -314,19 +312,10 @@ impl Aggregate<(u64, [u64; CHAIN_LINKS])> for ChainStat {
         // SAFETY: `stat` points into a map value valid for this program run (the
         // caller's contract); the adds are atomic (CPUs share keys).
         unsafe {
-            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(&raw mut (*stat).count, 1);
-            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
-                &raw mut (*stat).wait_ns,
-                *wait_ns,
-            );
-            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
-                &raw mut (*stat).link_ns[0],
-                times[0],
-            );
-            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(
-                &raw mut (*stat).link_ns[1],
-                times[1],
-            );
+            atomic_add(&raw mut (*stat).count, 1);
+            atomic_add(&raw mut (*stat).wait_ns, *wait_ns);
+            atomic_add(&raw mut (*stat).link_ns[0], times[0]);
+            atomic_add(&raw mut (*stat).link_ns[1], times[1]);
         }
     }
 }
