@@ -42,6 +42,7 @@ use super::{
 };
 use crate::util;
 
+mod attach;
 mod counters;
 mod reaper;
 mod rounds;

@@ -8,30 +8,17 @@
 //!   its own process). An end program that measures a wait reads the clock, so it cannot
 //!   cost less than the second figure.
 
-use std::{
-    collections::BTreeMap,
-    path::PathBuf,
-    process::Command,
-    time::{Duration, Instant},
-};
+use std::process::Command;
 
 use anyhow::{bail, Result};
 
-use super::{
-    counters::{attached_tracepoints, bpftool_counters, ContentionCost, Counters},
-    reaper::{last_line, Reaper},
-    side_by_side::{held_by, spawn_recorder},
-    spawn_storm, Bench, BpfStats, Storm, ATTEMPTS, MIN_WAITS,
-};
+use super::{attach::Run, counters::ContentionCost, Bench, BpfStats, Storm, ATTEMPTS, MIN_WAITS};
 use crate::util;
 
 /// A program on `contention_end` that does nothing.
 const EMPTY_SCRIPT: &str = "tracepoint:lock:contention_end { }";
 /// A program on `contention_end` that reads the clock and nothing else.
 const CLOCK_SCRIPT: &str = "tracepoint:lock:contention_end { $t = nsecs; }";
-
-/// How long the tools may take to attach.
-const ATTACH_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// BPF time per run of the two floor programs, in ns.
 #[derive(Clone, Copy)]
@@ -96,79 +83,6 @@ fn measure<const N: usize>(
     tools: impl FnOnce(u32) -> [(&'static str, Command); N],
 ) -> Result<[ContentionCost; N]> {
     let _stats = BpfStats::enable()?;
-    let window = Duration::from_secs_f64(bench.seconds);
-    let mut workload = spawn_storm(
-        bench,
-        storm,
-        ATTACH_TIMEOUT.as_secs_f64() + window.as_secs_f64() + 10.0,
-    )?;
-    let mut running: Vec<(&str, Reaper, PathBuf)> = Vec::new();
-    for (index, (name, mut cmd)) in tools(workload.pid()).into_iter().enumerate() {
-        let err = bench.scratch.join(format!("solo-{index}.err"));
-        let reaper = spawn_recorder(
-            &mut cmd,
-            &bench.scratch.join(format!("solo-{index}.out")),
-            &err,
-        )?;
-        running.push((name, reaper, err));
-    }
-    let deadline = Instant::now() + ATTACH_TIMEOUT;
-    let attached = loop {
-        let mut attached = Vec::new();
-        for (name, reaper, err) in &mut running {
-            if let Some(status) = reaper.exited()? {
-                bail!("{name} exited ({status}): {}", last_line(err));
-            }
-            attached.push(held_by(reaper.pid(), attached_tracepoints(reaper.pid())));
-        }
-        let complete = |programs: &BTreeMap<u64, String>| {
-            needed
-                .iter()
-                .all(|tracepoint| programs.values().any(|name| name == tracepoint))
-        };
-        if attached.iter().all(complete) {
-            break attached;
-        }
-        if let Some(status) = workload.exited()? {
-            bail!("the workload exited early ({status})");
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "not attached to {} within {} s",
-                needed.join(" and "),
-                ATTACH_TIMEOUT.as_secs()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    std::thread::sleep(Duration::from_millis(500));
-    let before = bpftool_counters()?;
-    std::thread::sleep(window);
-    let after = bpftool_counters()?;
-    if let Some(status) = workload.exited()? {
-        bail!("the workload exited during the window ({status})");
-    }
-    let costs: Vec<ContentionCost> = attached
-        .into_iter()
-        .map(|programs| {
-            let counters: BTreeMap<u64, Counters> = programs
-                .keys()
-                .filter_map(|id| {
-                    let after = after.get(id)?;
-                    Some((
-                        *id,
-                        after.since(before.get(id).copied().unwrap_or_default()),
-                    ))
-                })
-                .collect();
-            ContentionCost::of(&counters, &programs)
-        })
-        .collect();
-    // The tools first (they detach), then the workload.
-    drop(running);
-    drop(workload);
-    match <[ContentionCost; N]>::try_from(costs) {
-        Ok(costs) => Ok(costs),
-        Err(_) => bail!("not every tool was measured"),
-    }
+    let mut run = Run::start(bench, storm, ("solo", 1), needed, tools)?;
+    Ok(run.window(bench, false)?.costs)
 }
