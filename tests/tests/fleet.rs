@@ -19,14 +19,6 @@ use std::{
 use common::*;
 use serde_json::Value;
 
-fn signal(pid: u32, signal: &str) {
-    let status = Command::new("kill")
-        .args([&format!("-{signal}"), &pid.to_string()])
-        .status()
-        .expect("run kill");
-    assert!(status.success(), "kill -{signal} {pid} failed");
-}
-
 /// The period profiles in `dir`, oldest first.
 fn periods(dir: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -198,7 +190,7 @@ fn rotate_soak_matches_a_long_recording() {
         std::thread::sleep(Duration::from_millis(100));
     }
     let mut count = periods(&out).len();
-    signal(agent_pid, "HUP");
+    signal(agent_pid, libc::SIGHUP);
     let hup_sent = Instant::now();
     count = wait_for_period(&out, count, Duration::from_secs(3), &mut agent.0);
     assert!(
@@ -219,9 +211,9 @@ fn rotate_soak_matches_a_long_recording() {
     let _ = storm.0.kill();
     let _ = storm.0.wait();
     std::thread::sleep(Duration::from_millis(300));
-    signal(agent_pid, "TERM");
-    signal(long.0.id(), "INT");
-    signal(long_after.0.id(), "INT");
+    signal(agent_pid, libc::SIGTERM);
+    signal(long.0.id(), libc::SIGINT);
+    signal(long_after.0.id(), libc::SIGINT);
     let agent_status = agent.0.wait().expect("wait for the agent");
     let long_status = long.0.wait().expect("wait for the reference");
     let long_after_status = long_after.0.wait().expect("wait for the second reference");
@@ -1274,7 +1266,7 @@ fn rotate_forgets_processes_that_exited() {
         .map(u32_key)
         .collect();
     let names: BTreeSet<u32> = map_entries(&maps, "TASKS").iter().map(u32_key).collect();
-    signal(agent_pid, "TERM");
+    signal(agent_pid, libc::SIGTERM);
     assert!(agent.0.wait().expect("wait for the agent").success());
     // The processes were noted while they ran: their samples have user stacks.
     let sampled: BTreeSet<u32> = periods(&out)

@@ -329,9 +329,7 @@ fn a_wait_across_rotated_periods_is_counted_once() {
     assert!(status.success(), "fuse-workload failed");
     // The period in progress ends with the agent.
     std::thread::sleep(Duration::from_millis(1200));
-    let _ = Command::new("kill")
-        .args(["-TERM", &agent.0.id().to_string()])
-        .status();
+    signal(agent.0.id(), libc::SIGTERM);
     let _ = agent.0.wait();
     assert_programs_gone(&programs);
     let own = common::results(&results);

@@ -411,11 +411,7 @@ impl Recording {
 
     /// Ends a recording with Ctrl-C (SIGINT), then [`Recording::finish`]es it.
     pub fn stop(self, programs: &[u64]) -> Output {
-        let status = Command::new("kill")
-            .args(["-INT", &self.id().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -INT {}: {status}", self.id());
+        signal(self.id(), libc::SIGINT);
         self.finish(programs)
     }
 
@@ -591,79 +587,54 @@ pub fn free_port() -> u16 {
         .expect("a free loopback port")
 }
 
-/// One HTTP/1.1 request with `Connection: close`; returns status and body.
+/// One HTTP/1.1 request to `addr` (a JSON body when given); returns the status, whatever
+/// it is, and the body. A connection that fails is an error.
 pub fn http(
     addr: &str,
     method: &str,
     path: &str,
     body: Option<&str>,
 ) -> std::io::Result<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr)?;
-    stream.set_read_timeout(Some(std::time::Duration::from_secs(60)))?;
-    let body = body.unwrap_or("");
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )?;
-    let mut raw = Vec::new();
-    let mut buffer = [0u8; 8192];
-    let mut expected: Option<usize> = None;
-    loop {
-        if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
-            if expected.is_none() {
-                let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
-                expected = head
-                    .lines()
-                    .find_map(|line| line.strip_prefix("content-length:"))
-                    .and_then(|len| len.trim().parse::<usize>().ok())
-                    .map(|len| end + 4 + len);
-            }
-            if let Some(total) = expected {
-                if raw.len() >= total {
-                    break;
-                }
-            }
-        }
-        let read = stream.read(&mut buffer)?;
-        if read == 0 {
-            break;
-        }
-        raw.extend_from_slice(&buffer[..read]);
-    }
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let chunked = head
-        .to_ascii_lowercase()
-        .lines()
-        .any(|line| line.starts_with("transfer-encoding:") && line.contains("chunked"));
-    let body = if chunked {
-        dechunk(body)
-    } else {
-        body.to_string()
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(std::time::Duration::from_secs(60)))
+        .build()
+        .into();
+    let request = ureq::http::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"));
+    let sent = match body {
+        Some(body) => request
+            .header("Content-Type", "application/json")
+            .body(body.to_string())
+            .map(|request| agent.run(request)),
+        None => request.body(()).map(|request| agent.run(request)),
     };
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or(0);
-    Ok((status, body))
+    let mut response = sent
+        .map_err(std::io::Error::other)?
+        .map_err(std::io::Error::other)?;
+    let text = response
+        .body_mut()
+        .with_config()
+        .limit(u64::MAX)
+        .read_to_string()
+        .map_err(std::io::Error::other)?;
+    Ok((response.status().as_u16(), text))
 }
 
-/// Decodes a chunked transfer-encoded body.
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let size =
-            usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16).unwrap_or(0);
-        if size == 0 || rest.len() < size {
-            break;
-        }
-        out.push_str(&rest[..size]);
-        body = rest[size..].trim_start_matches("\r\n");
-    }
-    out
+/// Sends `signal` to process `pid`, which must exist.
+pub fn signal(pid: u32, signal: i32) {
+    let Ok(pid) = i32::try_from(pid) else {
+        panic!("pid {pid} out of range");
+    };
+    // SAFETY: kill(2) has no memory preconditions.
+    let sent = unsafe { libc::kill(pid, signal) };
+    assert_eq!(
+        sent,
+        0,
+        "kill({pid}, {signal}): {}",
+        std::io::Error::last_os_error()
+    );
 }
 
 /// A child process killed (by its pid) and reaped when the guard goes, even on panic.
