@@ -27,7 +27,7 @@ mod soak;
 
 use families::wanted;
 use hold_cost::hold_cost;
-use options::parse;
+pub use options::Options;
 use overhead::overhead_report;
 use readme::{header, update_readme, HOLD_README_END, HOLD_README_START, README_END, README_START};
 use soak::soak;
@@ -40,8 +40,8 @@ struct Bench {
     seconds: f64,
 }
 
-pub fn bench(args: Vec<std::ffi::OsString>) -> Result<()> {
-    let options = parse(&args)?;
+pub fn bench(options: Options) -> Result<()> {
+    options.check()?;
     if !util::is_root()? {
         bail!("bench: needs root (eBPF, perf, loop mounts): run `sudo cargo xtask bench`");
     }
