@@ -38,24 +38,10 @@ enum Task {
     /// into target/dist/
     Dist,
     /// Build, then run target/release/lockpath ARGS (needs root)
-    Run {
-        #[arg(
-            trailing_var_arg = true,
-            allow_hyphen_values = true,
-            value_name = "ARGS"
-        )]
-        args: Vec<OsString>,
-    },
+    Run(PassedOn),
     /// Install test tools (root), build, dist, then `cargo test --release --workspace
     /// ARGS`, then vm-test
-    Test {
-        #[arg(
-            trailing_var_arg = true,
-            allow_hyphen_values = true,
-            value_name = "ARGS"
-        )]
-        args: Vec<OsString>,
-    },
+    Test(PassedOn),
     /// Boot the lab kernels (6.12, 6.1, 5.10, 6.1-arm64, 7.3, 7.3-nomerge; all without
     /// KERNEL) in QEMU and run the guest checks of tests/vm/checks/ (root; kernels cached
     /// in target/vm/)
@@ -63,6 +49,17 @@ enum Task {
     /// Overhead against bpftrace and perf, per-event cost, memory, report speed (root);
     /// --soak: 10-min memory run
     Bench(bench::Options),
+}
+
+/// Arguments passed on as they are (`run -- a b` and `run a b` alike).
+#[derive(clap::Args)]
+struct PassedOn {
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
+    args: Vec<OsString>,
 }
 
 fn main() -> ExitCode {
@@ -89,8 +86,8 @@ fn run_task(task: Task) -> Result<()> {
             build::build(profile).map(|_| ())
         }
         Task::Dist => dist::dist().map(|_| ()),
-        Task::Run { args } => run::run(args),
-        Task::Test { args } => test::test(args),
+        Task::Run(passed) => run::run(passed.args),
+        Task::Test(passed) => test::test(passed.args),
         Task::VmTest { kernel } => test::vm_test(kernel.as_deref()),
         Task::Bench(options) => bench::bench(options),
     }
