@@ -1,5 +1,12 @@
 //! `cargo xtask build`: the eBPF object (nightly, bpfel-unknown-none), then
 //! the `lockpath` binary with that object embedded by profiler/build.rs.
+//!
+//! Not aya-build, which builds the eBPF crate from the user-space crate's build script:
+//! every `cargo check`, `clippy` or `test` of the workspace would then need the nightly
+//! toolchain and bpf-linker, and a machine without them could not even check the host
+//! code. Here the host crates build with stable alone (an empty object, which lockpath
+//! reports at run time), and the toolchain recipe (`setup`) runs once, here, before the
+//! object is built; `dist` builds the object again for each target architecture.
 
 use std::path::{Path, PathBuf};
 
