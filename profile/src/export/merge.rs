@@ -1,6 +1,6 @@
 //! `lockpath merge A B ... -o ALL`: one profile from the profiles of many hosts. Every
 //! process keeps its host (`Process::host`); frames and stacks are interned again, and
-//! each family's rows get their stack and process ids rewritten (`remap_rows`).
+//! each kind's rows get their stack and process ids rewritten (`Profile::visit_row_ids`).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -11,118 +11,6 @@ use crate::profile::{ProbeUse, Profile, StackInterner, FORMAT};
 /// Pids of the host's processes are kept when no other host used them; a clash gets
 /// `input_index << 22 | pid` (pids are below 2^22 on Linux), documented in the format.
 const PID_BITS: u32 = 22;
-
-/// Rewrites the process and stack ids of every family's rows. A family adds its block.
-fn remap_rows(profile: &mut Profile, pid: &dyn Fn(u32) -> u32, stack: &dyn Fn(u32) -> u32) {
-    // One row's process id and its stack ids.
-    let ids = |row_pid: &mut u32, stacks: &mut [&mut Option<u32>]| {
-        *row_pid = pid(*row_pid);
-        for id in stacks {
-            **id = id.map(stack);
-        }
-    };
-    for row in &mut profile.locks {
-        ids(&mut row.pid, &mut [&mut row.stack, &mut row.owner_stack]);
-        row.owner_pid = row.owner_pid.map(pid);
-    }
-    for row in profile.holds.iter_mut().chain(&mut profile.contended_holds) {
-        ids(&mut row.pid, &mut [&mut row.stack]);
-    }
-    // Thread ids stay: they are looked up inside their (remapped) process.
-    for row in &mut profile.offcpu {
-        ids(&mut row.pid, &mut [&mut row.stack, &mut row.ustack]);
-        row.held_by = row.held_by.map(pid);
-        for waker in &mut row.wakers {
-            ids(&mut waker.pid, &mut [&mut waker.stack, &mut waker.ustack]);
-        }
-    }
-    for chain in &mut profile.chains {
-        ids(&mut chain.pid, &mut [&mut chain.stack]);
-        chain.last_waker_pid = pid(chain.last_waker_pid);
-        for link in &mut chain.links {
-            ids(&mut link.pid, &mut [&mut link.stack]);
-        }
-    }
-    for row in &mut profile.io {
-        row.pid = pid(row.pid);
-    }
-    for row in &mut profile.io_dirtied {
-        row.pid = pid(row.pid);
-    }
-    for row in &mut profile.file_calls {
-        row.pid = pid(row.pid);
-    }
-    for row in &mut profile.cpu {
-        ids(
-            &mut row.pid,
-            &mut [&mut row.kernel_stack, &mut row.user_stack],
-        );
-    }
-    for row in &mut profile.rpcs {
-        ids(
-            &mut row.pid,
-            &mut [&mut row.start_stack, &mut row.end_stack],
-        );
-    }
-    for row in &mut profile.funcs {
-        ids(&mut row.pid, &mut [&mut row.stack]);
-    }
-    for row in &mut profile.waiting {
-        ids(&mut row.pid, &mut [&mut row.stack, &mut row.ustack]);
-        row.owner_pid = row.owner_pid.map(pid);
-    }
-}
-
-/// Appends `input`'s rows of every family to `merged`. Every field of the profile is
-/// named, so a new kind of rows does not compile until it is merged here.
-fn append_rows(merged: &mut Profile, input: Profile) {
-    let Profile {
-        // The header, processes, frames and stacks: merged by `merge` itself.
-        format: _,
-        host: _,
-        kernel: _,
-        start_unix_s: _,
-        duration_s: _,
-        command_line: _,
-        targets: _,
-        probes: _,
-        losses: _,
-        processes: _,
-        frames: _,
-        stacks: _,
-        // A timeline is one host's time line: a merged profile has none.
-        timeline: _,
-        locks,
-        offcpu,
-        io,
-        io_dirtied,
-        file_calls,
-        cpu_freq_hz,
-        cpu,
-        rpcs,
-        funcs,
-        holds,
-        contended_holds,
-        unavailable,
-        chains,
-        waiting,
-    } = input;
-    merged.locks.extend(locks);
-    merged.offcpu.extend(offcpu);
-    merged.chains.extend(chains);
-    merged.io.extend(io);
-    merged.io_dirtied.extend(io_dirtied);
-    merged.file_calls.extend(file_calls);
-    // Hosts sampled at different rates: the highest is kept (samples stay counts).
-    merged.cpu_freq_hz = merged.cpu_freq_hz.max(cpu_freq_hz);
-    merged.cpu.extend(cpu);
-    merged.rpcs.extend(rpcs);
-    merged.funcs.extend(funcs);
-    merged.holds.extend(holds);
-    merged.contended_holds.extend(contended_holds);
-    merged.unavailable.extend(unavailable);
-    merged.waiting.extend(waiting);
-}
 
 /// Off-CPU rows of one key from several periods of a host: one row (a wait that spans
 /// periods has its parts in each; together they are the whole wait).
@@ -246,7 +134,17 @@ pub fn merge(inputs: Vec<Profile>, command_line: Vec<String>) -> Result<Profile>
         // Rows of processes without an entry (should not happen) keep their pid.
         let pid = |old: u32| pid_map.get(&old).copied().unwrap_or(old);
         let stack = |old: u32| stack_ids.get(old as usize).copied().unwrap_or(old);
-        remap_rows(&mut input, &pid, &stack);
+        input.visit_row_ids(&mut |row| {
+            for id in row.pids.iter_mut() {
+                **id = pid(**id);
+            }
+            for id in row.maybe_pids.iter_mut() {
+                **id = id.map(pid);
+            }
+            for id in row.stacks.iter_mut() {
+                **id = id.map(stack);
+            }
+        });
         for probe in &input.probes {
             if !probes.contains(probe) {
                 probes.push(probe.clone());
@@ -274,7 +172,7 @@ pub fn merge(inputs: Vec<Profile>, command_line: Vec<String>) -> Result<Profile>
                 None => merged.processes.push(process),
             }
         }
-        append_rows(&mut merged, input);
+        merged.append_rows(input);
     }
     combine_offcpu_rows(&mut merged);
     interner.finish(&mut merged);

@@ -530,32 +530,150 @@ impl Profile {
     }
 
     /// Every process some row refers to, once, in order.
-    pub fn row_pids(&self) -> Vec<u32> {
-        let mut pids: Vec<u32> = self.locks.iter().map(|row| row.pid).collect();
-        pids.extend(self.offcpu.iter().map(|row| row.pid));
-        pids.extend(
-            self.offcpu
-                .iter()
-                .flat_map(|row| row.wakers.iter().map(|waker| waker.pid)),
-        );
-        pids.extend(
-            self.chains
-                .iter()
-                .flat_map(|chain| chain.links.iter().map(|link| link.pid)),
-        );
-        pids.extend(self.offcpu.iter().filter_map(|row| row.held_by));
-        pids.extend(self.io.iter().map(|row| row.pid));
-        pids.extend(self.io_dirtied.iter().map(|row| row.pid));
-        pids.extend(self.file_calls.iter().map(|row| row.pid));
-        pids.extend(self.rpcs.iter().map(|row| row.pid));
-        pids.extend(self.funcs.iter().map(|row| row.pid));
-        pids.extend(self.cpu.iter().map(|row| row.pid));
-        pids.extend(self.holds.iter().map(|row| row.pid));
-        pids.extend(self.waiting.iter().map(|row| row.pid));
-        pids.extend(self.waiting.iter().filter_map(|row| row.owner_pid));
+    pub fn row_pids(&mut self) -> Vec<u32> {
+        let mut pids = Vec::new();
+        self.visit_row_ids(&mut |row| {
+            pids.extend(row.pids.iter().map(|pid| **pid));
+            pids.extend(row.maybe_pids.iter().filter_map(|pid| **pid));
+        });
         pids.sort_unstable();
         pids.dedup();
         pids
+    }
+
+    /// Every row's process and stack ids, kind by kind: what `row_pids` collects, loading
+    /// checks and `merge` rewrites. A kind of rows adds its block here, and its field to
+    /// `append_rows`. Thread ids are not visited: they belong to their process.
+    pub fn visit_row_ids(&mut self, visit: &mut dyn FnMut(RowIds<'_, '_>)) {
+        for row in &mut self.locks {
+            let stacks = &mut [&mut row.stack, &mut row.owner_stack];
+            let pids = &mut [&mut row.pid];
+            visit(RowIds::of("a lock row", pids, stacks).naming(&mut [&mut row.owner_pid]));
+        }
+        for row in self.holds.iter_mut().chain(&mut self.contended_holds) {
+            visit(RowIds::of(
+                "a hold row",
+                &mut [&mut row.pid],
+                &mut [&mut row.stack],
+            ));
+        }
+        for row in &mut self.offcpu {
+            let stacks = &mut [&mut row.stack, &mut row.ustack];
+            let pids = &mut [&mut row.pid];
+            visit(RowIds::of("an offcpu row", pids, stacks).naming(&mut [&mut row.held_by]));
+            for waker in &mut row.wakers {
+                let stacks = &mut [&mut waker.stack, &mut waker.ustack];
+                visit(RowIds::of(
+                    "an offcpu row's waker",
+                    &mut [&mut waker.pid],
+                    stacks,
+                ));
+            }
+        }
+        for chain in &mut self.chains {
+            let pids = &mut [&mut chain.pid, &mut chain.last_waker_pid];
+            visit(RowIds::of("a chain", pids, &mut [&mut chain.stack]));
+            for link in &mut chain.links {
+                visit(RowIds::of(
+                    "a chain's link",
+                    &mut [&mut link.pid],
+                    &mut [&mut link.stack],
+                ));
+            }
+        }
+        let no_stacks = || -> [&mut Option<u32>; 0] { [] };
+        for row in &mut self.io {
+            visit(RowIds::of(
+                "an io row",
+                &mut [&mut row.pid],
+                &mut no_stacks(),
+            ));
+        }
+        for row in &mut self.io_dirtied {
+            visit(RowIds::of(
+                "a dirtied row",
+                &mut [&mut row.pid],
+                &mut no_stacks(),
+            ));
+        }
+        for row in &mut self.file_calls {
+            visit(RowIds::of(
+                "a file call row",
+                &mut [&mut row.pid],
+                &mut no_stacks(),
+            ));
+        }
+        for row in &mut self.cpu {
+            let stacks = &mut [&mut row.kernel_stack, &mut row.user_stack];
+            visit(RowIds::of("a cpu row", &mut [&mut row.pid], stacks));
+        }
+        for row in &mut self.rpcs {
+            let stacks = &mut [&mut row.start_stack, &mut row.end_stack];
+            visit(RowIds::of("an rpc row", &mut [&mut row.pid], stacks));
+        }
+        for row in &mut self.funcs {
+            visit(RowIds::of(
+                "a func row",
+                &mut [&mut row.pid],
+                &mut [&mut row.stack],
+            ));
+        }
+        for row in &mut self.waiting {
+            let stacks = &mut [&mut row.stack, &mut row.ustack];
+            let pids = &mut [&mut row.pid];
+            visit(RowIds::of("a waiting row", pids, stacks).naming(&mut [&mut row.owner_pid]));
+        }
+    }
+
+    /// Appends `input`'s rows of every kind (`lockpath merge`). Every field of the profile
+    /// is named, so a new kind of rows does not compile until it is appended here.
+    pub fn append_rows(&mut self, input: Profile) {
+        let Profile {
+            // The header, processes, frames and stacks: merged by `merge` itself.
+            format: _,
+            host: _,
+            kernel: _,
+            start_unix_s: _,
+            duration_s: _,
+            command_line: _,
+            targets: _,
+            probes: _,
+            losses: _,
+            processes: _,
+            frames: _,
+            stacks: _,
+            // A timeline is one host's time line: a merged profile has none.
+            timeline: _,
+            locks,
+            offcpu,
+            io,
+            io_dirtied,
+            file_calls,
+            cpu_freq_hz,
+            cpu,
+            rpcs,
+            funcs,
+            holds,
+            contended_holds,
+            unavailable,
+            chains,
+            waiting,
+        } = input;
+        self.locks.extend(locks);
+        self.offcpu.extend(offcpu);
+        self.chains.extend(chains);
+        self.io.extend(io);
+        self.io_dirtied.extend(io_dirtied);
+        self.file_calls.extend(file_calls);
+        // Hosts sampled at different rates: the highest is kept (samples stay counts).
+        self.cpu_freq_hz = self.cpu_freq_hz.max(cpu_freq_hz);
+        self.cpu.extend(cpu);
+        self.rpcs.extend(rpcs);
+        self.funcs.extend(funcs);
+        self.holds.extend(holds);
+        self.contended_holds.extend(contended_holds);
+        self.unavailable.extend(unavailable);
+        self.waiting.extend(waiting);
     }
 
     pub fn new() -> Self {
@@ -626,6 +744,39 @@ impl Profile {
     }
 }
 
+/// The process and stack ids one row names (`Profile::visit_row_ids`).
+pub struct RowIds<'r, 'a> {
+    /// What the row is, for messages: "a lock row".
+    pub what: &'static str,
+    /// Processes it names.
+    pub pids: &'r mut [&'a mut u32],
+    /// Processes it names when they are known (a lock's owner).
+    pub maybe_pids: &'r mut [&'a mut Option<u32>],
+    /// Stacks it names (`None`: not walked).
+    pub stacks: &'r mut [&'a mut Option<u32>],
+}
+
+impl<'r, 'a> RowIds<'r, 'a> {
+    /// A row that names its processes `pids` and `stacks`.
+    fn of(
+        what: &'static str,
+        pids: &'r mut [&'a mut u32],
+        stacks: &'r mut [&'a mut Option<u32>],
+    ) -> RowIds<'r, 'a> {
+        RowIds {
+            what,
+            pids,
+            maybe_pids: &mut [],
+            stacks,
+        }
+    }
+
+    /// The same row, which also names the processes `maybe_pids` when they are known.
+    fn naming(self, maybe_pids: &'r mut [&'a mut Option<u32>]) -> RowIds<'r, 'a> {
+        RowIds { maybe_pids, ..self }
+    }
+}
+
 /// The frames of `stack` among `stacks`, whose frame indices point into `frames`, leaf
 /// first: none for `None` or an unknown stack, and an unknown frame left out.
 pub(super) fn frames_in<'a>(
@@ -642,4 +793,30 @@ pub(super) fn frames_in<'a>(
                 .iter()
                 .filter_map(move |&frame| frames.get(frame as usize))
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `row_pids` names every process a row refers to: owners and wakers too.
+    #[test]
+    fn row_pids_include_owners_and_wakers() {
+        let mut profile = Profile::new();
+        profile.locks.push(LockRow {
+            pid: 7,
+            owner_pid: Some(9),
+            ..Default::default()
+        });
+        profile.offcpu.push(OffcpuRow {
+            pid: 3,
+            held_by: Some(4),
+            wakers: vec![WakerRow {
+                pid: 5,
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        assert_eq!(profile.row_pids(), [3, 4, 5, 7, 9]);
+    }
 }

@@ -45,7 +45,7 @@ impl Profile {
             bail!("the file is empty; record it again");
         }
         // The compact encoding (`*.lpb`, binary.rs) is told apart by its first bytes.
-        let profile = if crate::binary::is_compact(bytes) {
+        let mut profile = if crate::binary::is_compact(bytes) {
             crate::binary::decode(bytes, Self::parse_json)?
         } else {
             Self::parse_json(bytes)?
@@ -62,7 +62,7 @@ impl Profile {
     }
 
     /// Checks every index, so exporters can trust them.
-    fn validate(&self) -> Result<()> {
+    fn validate(&mut self) -> Result<()> {
         if !(self.duration_s.is_finite() && self.duration_s >= 0.0) {
             bail!("duration_s is {}, not a duration", self.duration_s);
         }
@@ -78,73 +78,19 @@ impl Profile {
                 );
             }
         }
-        for row in &self.locks {
-            if let Some(stack) = row.stack {
-                if stack as usize >= self.stacks.len() {
-                    bail!(
-                        "a lock row refers to stack {stack}, but there are {} stacks",
-                        self.stacks.len()
-                    );
-                }
+        let stacks = self.stacks.len();
+        let mut bad = None;
+        self.visit_row_ids(&mut |row| {
+            if bad.is_none() {
+                let beyond = row
+                    .stacks
+                    .iter()
+                    .find_map(|stack| stack.filter(|s| *s as usize >= stacks));
+                bad = beyond.map(|stack| (row.what, stack));
             }
-        }
-        for row in &self.offcpu {
-            let wakers = row
-                .wakers
-                .iter()
-                .flat_map(|waker| [waker.stack, waker.ustack]);
-            for stack in [row.stack, row.ustack].into_iter().chain(wakers).flatten() {
-                if stack as usize >= self.stacks.len() {
-                    bail!(
-                        "an offcpu row refers to stack {stack}, but there are {} stacks",
-                        self.stacks.len()
-                    );
-                }
-            }
-        }
-        let rpc_stacks = self
-            .rpcs
-            .iter()
-            .flat_map(|row| [("an rpc", row.start_stack), ("an rpc", row.end_stack)]);
-        let func_stacks = self.funcs.iter().map(|row| ("a func", row.stack));
-        let hold_stacks = self
-            .holds
-            .iter()
-            .chain(&self.contended_holds)
-            .map(|row| ("a hold", row.stack));
-        let owner_stacks = self
-            .locks
-            .iter()
-            .map(|row| ("a lock owner", row.owner_stack));
-        let waiting_stacks = self
-            .waiting
-            .iter()
-            .flat_map(|row| [("a waiting", row.stack), ("a waiting", row.ustack)]);
-        for (what, stack) in rpc_stacks
-            .chain(func_stacks)
-            .chain(hold_stacks)
-            .chain(owner_stacks)
-            .chain(waiting_stacks)
-        {
-            if let Some(stack) = stack {
-                if stack as usize >= self.stacks.len() {
-                    bail!(
-                        "{what} row refers to stack {stack}, but there are {} stacks",
-                        self.stacks.len()
-                    );
-                }
-            }
-        }
-        for chain in &self.chains {
-            let links = chain.links.iter().map(|link| link.stack);
-            for stack in std::iter::once(chain.stack).chain(links).flatten() {
-                if stack as usize >= self.stacks.len() {
-                    bail!(
-                        "a chain refers to stack {stack}, but there are {} stacks",
-                        self.stacks.len()
-                    );
-                }
-            }
+        });
+        if let Some((what, stack)) = bad {
+            bail!("{what} refers to stack {stack}, but there are {stacks} stacks");
         }
         if let Some(timeline) = &self.timeline {
             let intervals = timeline.ends_s.len();
@@ -158,16 +104,6 @@ impl Profile {
                     bad.name,
                     bad.wait_ns.len()
                 );
-            }
-        }
-        for row in &self.cpu {
-            for stack in [row.kernel_stack, row.user_stack].into_iter().flatten() {
-                if stack as usize >= self.stacks.len() {
-                    bail!(
-                        "a cpu row refers to stack {stack}, but there are {} stacks",
-                        self.stacks.len()
-                    );
-                }
             }
         }
         Ok(())
@@ -416,6 +352,57 @@ mod tests {
         profile.locks[0].stack = Some(99);
         let bytes = serde_json::to_vec(&profile).expect("serialize");
         assert!(Profile::from_bytes(&bytes).is_err());
+    }
+
+    /// Loading checks the stacks of every kind of rows (`Profile::visit_row_ids`), nested
+    /// rows included, and says which row is wrong.
+    #[test]
+    fn a_bad_stack_in_any_kind_of_row_is_named() {
+        use crate::profile::{ChainLinkRow, ChainRow, CpuRow, OffcpuRow, WaitingRow, WakerRow};
+        type Damage = fn(&mut Profile);
+        let cases: [(&str, Damage); 5] = [
+            ("a lock row", |p| p.locks[0].owner_stack = Some(99)),
+            ("a cpu row", |p| {
+                p.cpu.push(CpuRow {
+                    user_stack: Some(99),
+                    ..Default::default()
+                })
+            }),
+            ("an offcpu row's waker", |p| {
+                p.offcpu.push(OffcpuRow {
+                    wakers: vec![WakerRow {
+                        ustack: Some(99),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                })
+            }),
+            ("a chain's link", |p| {
+                p.chains.push(ChainRow {
+                    links: vec![ChainLinkRow {
+                        stack: Some(99),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                })
+            }),
+            ("a waiting row", |p| {
+                p.waiting.push(WaitingRow {
+                    ustack: Some(99),
+                    ..Default::default()
+                })
+            }),
+        ];
+        for (what, damage) in cases {
+            let mut profile = sample();
+            damage(&mut profile);
+            let bytes = serde_json::to_vec(&profile).expect("serialize");
+            let err = Profile::from_bytes(&bytes).expect_err(what).to_string();
+            assert_eq!(
+                err,
+                format!("{what} refers to stack 99, but there are 1 stacks")
+            );
+        }
     }
 
     #[test]
