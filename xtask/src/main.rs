@@ -31,6 +31,7 @@ enum Task {
     Setup,
     /// Build the eBPF object and lockpath (release unless --debug)
     Build {
+        /// A debug build of lockpath (the eBPF object is always built for release)
         #[arg(long)]
         debug: bool,
     },
@@ -45,7 +46,10 @@ enum Task {
     /// Boot the lab kernels (6.12, 6.1, 5.10, 6.1-arm64, 7.3, 7.3-nomerge; all without
     /// KERNEL) in QEMU and run the guest checks of tests/vm/checks/ (root; kernels cached
     /// in target/vm/)
-    VmTest { kernel: Option<String> },
+    VmTest {
+        /// One lab kernel, by name (default: every one)
+        kernel: Option<String>,
+    },
     /// Overhead against bpftrace and perf, per-event cost, memory, report speed (root);
     /// --soak: 10-min memory run
     Bench(bench::Options),
