@@ -1,19 +1,16 @@
-//! The text report (every family's tables, assembled here), the JSON report (for
-//! scripts) and the end-of-run summary of `record`. The tables are in lock.rs,
-//! latency.rs, cpu.rs, offcpu.rs and io.rs beside this file.
+//! The text report (every view's section, `View::text_section`, in the order of the
+//! views), the JSON report (for scripts) and the end-of-run summary of `record`.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
 use super::{
-    cpu::{cpu_functions, cpu_processes, cpu_tables, CpuFunction, CpuProcess},
-    latency::{
-        func_groups, hold_groups, hold_table, latency_table, rpc_groups, HoldGroup, LatencyGroup,
-    },
-    lock::{contended_holds_table, holders_table, lock_table, top_lock_groups, LockGroup},
+    cpu::{cpu_functions, cpu_processes, CpuFunction, CpuProcess},
+    latency::{func_groups, hold_groups, rpc_groups, HoldGroup, LatencyGroup},
+    lock::{top_lock_groups, LockGroup},
 };
-use crate::{kind::GroupBy, profile::Profile};
+use crate::{kind::GroupBy, profile::Profile, views::VIEWS};
 
 /// Probes asked for but not available on this kernel, one line each.
 pub fn unavailable(profile: &Profile) -> String {
@@ -60,12 +57,14 @@ pub fn summary_header(profile: &Profile) -> String {
 pub fn text(profile: &Profile, by: GroupBy, top: usize) -> String {
     let mut text = summary_header(profile);
     text.push_str(&crate::waiting::text(profile, top));
-    if shows(profile, "lock") {
-        text.push_str(&lock_section(profile, by, top));
-    }
-    for family in ["offcpu", "io", "cpu", "rpc", "func", "hold"] {
-        text.push_str(&section(profile, family, top, shows));
-    }
+    text.push_str(&sections(
+        profile,
+        &TextReport {
+            by,
+            top,
+            summary: false,
+        },
+    ));
     text.push_str(&unavailable(profile));
     text.push_str(&losses(profile));
     text
@@ -75,135 +74,60 @@ pub fn text(profile: &Profile, by: GroupBy, top: usize) -> String {
 pub fn summary(profile: &Profile, top: usize) -> String {
     let mut out = summary_header(profile);
     out.push_str(&crate::waiting::text(profile, top));
-    if summary_shows(profile, "lock") {
-        out.push_str("lock contention, by lock (total wait):\n");
-        out.push_str(&lock_table(profile, GroupBy::Lock, top));
-        out.push_str(&holders_table(profile, top.min(10)));
-        out.push_str(&contended_holds_table(profile, top.min(10)));
-    }
-    let mut sections = String::new();
-    for family in ["cpu", "offcpu", "io", "rpc", "func", "hold"] {
-        sections.push_str(&section(profile, family, top, summary_shows));
-    }
-    sections.push_str(&unavailable(profile));
-    // The header ends with a blank line already.
-    out.push_str(
-        if profile.locks.is_empty() && !out.contains("lock contention") {
-            sections.trim_start_matches('\n')
-        } else {
-            &sections
+    let mut sections = sections(
+        profile,
+        &TextReport {
+            by: GroupBy::Lock,
+            top,
+            summary: true,
         },
     );
+    sections.push_str(&unavailable(profile));
+    // The header ends with a blank line already.
+    out.push_str(if out.ends_with("\n\n") {
+        sections.trim_start_matches('\n')
+    } else {
+        &sections
+    });
     out.push_str(&losses(profile));
     out
 }
 
-/// Whether `lockpath report` has a section for `family`: the profile recorded it
-/// (`Profile::recorded`) or has rows of it (profiles of older versions do not list their
-/// families; one that names no family and has no rows of another family is read as a
-/// lock profile). The one test of every section of the report.
-pub fn shows(profile: &Profile, family: &str) -> bool {
-    recorded_or_has_rows(profile, family)
-        || (family == "lock"
-            && profile.probes.is_empty()
-            && ["cpu", "offcpu", "io", "rpc", "func", "hold"]
-                .iter()
-                .all(|other| !has_rows(profile, other)))
+/// Every view's section of the text report, in the order of the views.
+fn sections(profile: &Profile, text: &TextReport) -> String {
+    VIEWS
+        .iter()
+        .map(|view| view.text_section(profile, text))
+        .collect()
 }
 
-/// Whether the end-of-run summary has a section for `family`: the run recorded it
-/// (the summary reads what `record` made, which lists every family it recorded).
-fn summary_shows(profile: &Profile, family: &str) -> bool {
-    profile.recorded(family) || (family == "func" && profile.recorded("ufunc"))
+/// Which text report a view writes its section for (`View::text_section`): that of
+/// `lockpath report` (lock tables grouped `by`) or the end-of-record summary, each table
+/// at most `top` rows (0: all).
+#[derive(Debug, Clone, Copy)]
+pub struct TextReport {
+    pub by: GroupBy,
+    pub top: usize,
+    /// The end-of-record summary, rather than `lockpath report`.
+    pub summary: bool,
 }
 
-fn recorded_or_has_rows(profile: &Profile, family: &str) -> bool {
-    // `--ufunc` is the function family's user-space face.
-    profile.recorded(family)
-        || has_rows(profile, family)
-        || (family == "func" && profile.recorded("ufunc"))
-}
-
-/// Whether the profile has rows of `family`.
-fn has_rows(profile: &Profile, family: &str) -> bool {
-    match family {
-        "lock" => !profile.locks.is_empty(),
-        "cpu" => !profile.cpu.is_empty(),
-        "offcpu" => !profile.offcpu.is_empty(),
-        "io" => !profile.io.is_empty() || !profile.file_calls.is_empty(),
-        "rpc" => !profile.rpcs.is_empty(),
-        "func" => !profile.funcs.is_empty(),
-        "hold" => !profile.holds.is_empty(),
-        _ => false,
+impl TextReport {
+    /// Whether the report has a section for data of `families` (`has_rows`: the profile
+    /// has rows of it). The summary reads what `record` made, which lists every family it
+    /// recorded; `lockpath report` also shows rows of families a profile does not list
+    /// (profiles of older versions list none).
+    pub fn shows(&self, profile: &Profile, families: &[&str], has_rows: bool) -> bool {
+        families.iter().any(|family| profile.recorded(family)) || (!self.summary && has_rows)
     }
-}
 
-/// The lock family's section of `lockpath report`: the lock table grouped `by`, the
-/// holders, the holds under contention and, for merged profiles, the table by host.
-fn lock_section(profile: &Profile, by: GroupBy, top: usize) -> String {
-    let mut out = lock_table(profile, by, top);
-    out.push_str(&holders_table(profile, 10));
-    out.push_str(&contended_holds_table(profile, 10));
-    if profile.is_merged() && by != GroupBy::Host {
-        out.push_str("\nby host:\n");
-        out.push_str(&lock_table(profile, GroupBy::Host, top));
+    /// A section: a blank line, its heading and its table, when `shown`; empty otherwise.
+    pub fn section(&self, shown: bool, heading: &str, table: impl FnOnce() -> String) -> String {
+        if !shown {
+            return String::new();
+        }
+        format!("\n{heading}{}", table())
     }
-    out
-}
-
-/// The section of every family but the lock family (the same in the report and the
-/// summary); empty when `shown` says the profile does not show the family. The off-CPU
-/// section ends with the wait chains (`--wakers`), which say themselves whether there
-/// are any.
-fn section(
-    profile: &Profile,
-    family: &str,
-    top: usize,
-    shown: fn(&Profile, &str) -> bool,
-) -> String {
-    let mut out = String::new();
-    if shown(profile, family) {
-        let (heading, table) = match family {
-            "cpu" => (String::new(), cpu_tables(profile, top)),
-            "offcpu" => (
-                "off-CPU time by process and wait class:\n".to_string(),
-                super::offcpu::table(profile, top),
-            ),
-            "io" => (
-                "block IO by device and operation (issue to completion):\n".to_string(),
-                super::io::table(profile, top),
-            ),
-            "rpc" => (
-                "request latency, by operation and process (total time):\n".to_string(),
-                latency_table(&rpc_groups(profile), "request", top),
-            ),
-            "func" => (
-                "function latency, by function and process (total time):\n".to_string(),
-                latency_table(&func_groups(profile), "function", top),
-            ),
-            "hold" => {
-                let lock = profile
-                    .holds
-                    .first()
-                    .map(|row| row.lock_name.as_str())
-                    .unwrap_or("the --hold lock");
-                (
-                    format!(
-                        "hold times of {lock}, by holder (acquisition to release, total time):\n"
-                    ),
-                    hold_table(profile, top),
-                )
-            }
-            _ => (String::new(), String::new()),
-        };
-        out.push('\n');
-        out.push_str(&heading);
-        out.push_str(&table);
-    }
-    if family == "offcpu" {
-        out.push_str(&super::chains::text(profile, top.min(10)));
-    }
-    out
 }
 
 #[derive(Serialize)]
@@ -285,6 +209,10 @@ fn json_cpu(profile: &Profile, top: usize) -> Option<JsonCpu> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::export::{
+        cpu::cpu_tables,
+        lock::{holders_table, lock_table},
+    };
     use crate::{
         export::lock::lock_groups,
         profile::{LockRow, Process},
@@ -484,7 +412,7 @@ pub(crate) mod tests {
             rpcs[0].completed_in.as_deref(),
             Some("rwsem_down_write_slowpath")
         );
-        let text = section(&profile, "rpc", 20, shows) + &section(&profile, "func", 20, shows);
+        let text = text(&profile, GroupBy::Lock, 20);
         crate::export::table::assert_table_shows(&text, &["fuse CREATE", "binary:a_rather_long"]);
     }
 

@@ -5,6 +5,7 @@ use inferno::flamegraph::color::{MultiPalette, Palette};
 use super::{AddCause, AddSample, CausePart, ReportHeadings, View, ViewInfo};
 use crate::{
     export::{
+        report::TextReport,
         cpu::{cpu_functions, cpu_processes},
         diff::{summed, Breakdown},
         exposition::{labels, metric},
@@ -118,6 +119,14 @@ impl View for CpuView {
                 )
             }),
         );
+    }
+
+    fn text_section(&self, profile: &Profile, text: &TextReport) -> String {
+        text.section(
+            text.shows(profile, self.families(), self.has_rows(profile)),
+            "",
+            || crate::export::cpu::cpu_tables(profile, text.top),
+        )
     }
 
     /// The tables of on-CPU samples by process and by function.

@@ -7,8 +7,9 @@ use crate::{
         diff::Breakdown,
         folded::{clean, push_stack},
         html::latency_table,
-        latency::{func_groups, latency_breakdowns},
+        latency::{self, func_groups, latency_breakdowns},
         prometheus::latency_series,
+        report::TextReport,
     },
     profile::Profile,
 };
@@ -59,6 +60,14 @@ impl View for FuncView {
 
     fn metrics(&self, profile: &Profile, out: &mut String) {
         latency_series(out, "func", "function", &func_groups(profile));
+    }
+
+    fn text_section(&self, profile: &Profile, text: &TextReport) -> String {
+        text.section(
+            text.shows(profile, self.families(), self.has_rows(profile)),
+            "function latency, by function and process (total time):\n",
+            || latency::latency_table(&func_groups(profile), "function", text.top),
+        )
     }
 
     fn html_tables(&self, profile: &Profile, out: &mut String) {

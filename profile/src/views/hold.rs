@@ -1,12 +1,14 @@
 //! `hold`: the holds under contention the lock family records by itself (how long each
 //! contended acquirer held the lock while the next waiter waited). The timings of
-//! `--hold` (every hold of one lock) are in the text, JSON and HTML reports.
+//! `--hold` (every hold of one lock) are this view's section of the text report, and in
+//! the JSON report.
 
 use std::collections::BTreeMap;
 
 use super::{lock::lock_stack_frames, AddSample, ReportHeadings, View, ViewInfo};
 use crate::{
     export::{
+        report::TextReport,
         diff::{add, Breakdown, Measure},
         folded::clean,
         html::table,
@@ -69,6 +71,21 @@ impl View for HoldView {
         }
         out.push(Breakdown::new("holder", by_holder));
         out.push(Breakdown::new("lock", by_lock));
+    }
+
+    /// The hold times of `--hold`'s lock, by holder (the holds under contention are in
+    /// the lock section, beside the lock they were taken on).
+    fn text_section(&self, profile: &Profile, text: &TextReport) -> String {
+        let lock = profile
+            .holds
+            .first()
+            .map(|row| row.lock_name.as_str())
+            .unwrap_or("the --hold lock");
+        text.section(
+            text.shows(profile, &["hold"], !profile.holds.is_empty()),
+            &format!("hold times of {lock}, by holder (acquisition to release, total time):\n"),
+            || crate::export::latency::hold_table(profile, text.top),
+        )
     }
 
     /// The table of holds under contention, by holder.

@@ -9,6 +9,7 @@ use super::{
 };
 use crate::{
     export::{
+        report::TextReport,
         diff::{keyed_breakdowns, Breakdown, RowKey},
         escape::html as esc,
         exposition::{header, histogram_lines, labels, metric},
@@ -117,6 +118,18 @@ impl View for IoView {
                 .iter()
                 .map(|group| (device_labels(group), group.bytes)),
         );
+    }
+
+    /// Block IO by device and operation, then file calls: shown for block-IO rows or
+    /// timed file calls (not for off-CPU waits in IO classes, which the off-CPU section
+    /// lists).
+    fn text_section(&self, profile: &Profile, text: &TextReport) -> String {
+        let has_rows = !profile.io.is_empty() || !profile.file_calls.is_empty();
+        text.section(
+            text.shows(profile, self.families(), has_rows),
+            "block IO by device and operation (issue to completion):\n",
+            || io_tables::table(profile, text.top),
+        )
     }
 
     /// The table of block IO per device and operation, and the latency histograms.

@@ -7,12 +7,16 @@ use rustc_hash::FxBuildHasher;
 use super::{AddCause, AddSample, CausePart, ReportHeadings, View, ViewInfo};
 use crate::{
     export::{
+        report::TextReport,
         diff::{add, Breakdown, Measure},
         escape::html as esc,
         exposition::{labels, metric, seconds},
         folded::clean,
         html::table_named_by,
-        lock::{lock_groups, Classes, STACK_LOST, UNKNOWN},
+        lock::{
+            contended_holds_table, holders_table, lock_groups, lock_table, Classes, STACK_LOST,
+            UNKNOWN,
+        },
         lock_lines,
     },
     kind::GroupBy,
@@ -172,6 +176,32 @@ impl View for LockView {
         );
     }
 
+    /// The lock table grouped as asked (by lock in the summary), the holders of the top
+    /// sleeping locks, the holds under contention and, for merged profiles, the table by
+    /// host (not in the summary).
+    fn text_section(&self, profile: &Profile, text: &TextReport) -> String {
+        let shown = text.shows(profile, self.families(), self.has_rows(profile))
+            || (!text.summary && reads_as_lock_profile(profile));
+        if !shown {
+            return String::new();
+        }
+        let holders = if text.summary { text.top.min(10) } else { 10 };
+        let mut out = if text.summary {
+            text.section(true, "lock contention, by lock (total wait):\n", || {
+                lock_table(profile, GroupBy::Lock, text.top)
+            })
+        } else {
+            lock_table(profile, text.by, text.top)
+        };
+        out.push_str(&holders_table(profile, holders));
+        out.push_str(&contended_holds_table(profile, holders));
+        if !text.summary && profile.is_merged() && text.by != GroupBy::Host {
+            out.push_str("\nby host:\n");
+            out.push_str(&lock_table(profile, GroupBy::Host, text.top));
+        }
+        out
+    }
+
     /// The lock tables: by lock, caller, process (host, cgroup when known).
     fn html_tables(&self, profile: &Profile, out: &mut String) {
         let numeric = [true, true, true, true, false, false, false, false];
@@ -315,4 +345,18 @@ fn lock_rows(profile: &Profile, by: GroupBy, top: usize, named: bool) -> Vec<Vec
             row
         })
         .collect()
+}
+
+/// Whether a profile reads as a lock profile though it names no family: profiles of
+/// older versions list no families, and one without rows of another family was made by
+/// the lock family.
+fn reads_as_lock_profile(profile: &Profile) -> bool {
+    profile.probes.is_empty()
+        && profile.cpu.is_empty()
+        && profile.offcpu.is_empty()
+        && profile.io.is_empty()
+        && profile.file_calls.is_empty()
+        && profile.rpcs.is_empty()
+        && profile.funcs.is_empty()
+        && profile.holds.is_empty()
 }

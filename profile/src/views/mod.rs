@@ -15,13 +15,13 @@ use anyhow::Result;
 use inferno::flamegraph::color::Palette;
 
 use crate::{
-    export::{diff::Breakdown, html::kind_section},
+    export::{diff::Breakdown, html::kind_section, report::TextReport},
     profile::{Latency, Profile},
 };
 
 /// Each line, `module: Variant => View`, declares the view's module (whose name is the
 /// kind's), the variant of `Kind` and the view's place in `VIEWS`, in one order: that of
-/// the HTML report's sections; and gives the view its [`Info`].
+/// the sections of the text and HTML reports; and gives the view its [`Info`].
 macro_rules! kinds {
     ($($module:ident: $variant:ident => $view:ident,)+) => {
         $(pub mod $module;)+
@@ -287,6 +287,14 @@ pub trait View: Info + Sync {
     /// Appends the kind's Prometheus series (text exposition format) to `out`. Kinds
     /// whose rows are only in the reports, JSON and flamegraphs give none.
     fn metrics(&self, _profile: &Profile, _out: &mut String) {}
+
+    /// The kind's section of the text report (`lockpath report`) or of the end-of-record
+    /// summary, as `text` says: a blank line, a heading and its tables
+    /// (`TextReport::section`); empty when the profile has nothing of it to show
+    /// (`TextReport::shows`). The report is every view's section, in the order of [`VIEWS`].
+    fn text_section(&self, _profile: &Profile, _text: &TextReport) -> String {
+        String::new()
+    }
 
     /// The kind's tables in its section of the HTML report.
     fn html_tables(&self, profile: &Profile, out: &mut String);

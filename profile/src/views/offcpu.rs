@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use super::{AddCause, AddSample, CausePart, ReportHeadings, View, ViewInfo};
 use crate::{
     export::{
+        report::TextReport,
         diff::{keyed_breakdowns, Breakdown, RowKey},
         exposition::{labels, metric, seconds},
         folded::{clean, clean_frames, push_stack},
@@ -113,6 +114,14 @@ impl View for OffcpuView {
                 .iter()
                 .map(|(key, (_, count))| (class_labels(key), count)),
         );
+    }
+
+    fn text_section(&self, profile: &Profile, text: &TextReport) -> String {
+        text.section(
+            text.shows(profile, self.families(), self.has_rows(profile)),
+            "off-CPU time by process and wait class:\n",
+            || offcpu_tables::table(profile, text.top),
+        )
     }
 
     /// The table of off-CPU waits per process and class.

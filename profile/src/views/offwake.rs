@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use super::{offcpu::waiter_frames, AddSample, ReportHeadings, View, ViewInfo};
 use crate::{
     export::{
+        report::TextReport,
         diff::{add, Breakdown, Measure},
         folded::{clean, clean_frames},
         html::table,
@@ -63,6 +64,11 @@ impl View for OffwakeView {
             }
         }
         out.push(Breakdown::new("class and waker", wakers));
+    }
+
+    /// The wait chains (`--wakers`), which say themselves whether there are any.
+    fn text_section(&self, profile: &Profile, text: &TextReport) -> String {
+        crate::export::chains::text(profile, text.top.min(10))
     }
 
     /// The table of the top wakers per waiting process and class.

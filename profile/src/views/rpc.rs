@@ -6,8 +6,9 @@ use crate::{
         diff::Breakdown,
         folded::{clean, push_stack},
         html::latency_table,
-        latency::{latency_breakdowns, rpc_groups},
+        latency::{self, latency_breakdowns, rpc_groups},
         prometheus::latency_series,
+        report::TextReport,
     },
     profile::Profile,
 };
@@ -62,6 +63,14 @@ impl View for RpcView {
 
     fn metrics(&self, profile: &Profile, out: &mut String) {
         latency_series(out, "rpc", "request", &rpc_groups(profile));
+    }
+
+    fn text_section(&self, profile: &Profile, text: &TextReport) -> String {
+        text.section(
+            text.shows(profile, self.families(), self.has_rows(profile)),
+            "request latency, by operation and process (total time):\n",
+            || latency::latency_table(&rpc_groups(profile), "request", text.top),
+        )
     }
 
     fn html_tables(&self, profile: &Profile, out: &mut String) {
