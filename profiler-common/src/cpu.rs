@@ -70,6 +70,20 @@ pub struct StackSample {
     pub stack: [u8; USER_STACK_MAX],
 }
 
+/// What the family's programs could not record: each loss's slot in `LOSSES`, its name
+/// in a profile and what it means (`ALL`, which the report prints).
+pub mod losses {
+    crate::loss::losses! {
+        CPU_MAP_FULL = 16, "cpu_map_full",
+            "on-CPU sample map full: sample counted in its thread's row without stacks (raise \
+             --map-entries for its own row)";
+        USER_STACK_FAILED = 17, "user_stack_failed",
+            "user stack of a sample could not be taken (shown without user frames)";
+        CPU_OVERFLOW_FULL = 43, "cpu_overflow_full",
+            "on-CPU sample map and its overflow map full: sample dropped";
+    }
+}
+
 pub mod names {
     crate::define_names! {
         CPU_SAMPLES,

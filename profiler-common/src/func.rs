@@ -51,6 +51,22 @@ impl FuncKey {
 /// Entries of the calls in progress (`FUNC_CALLS`).
 pub const FUNC_CALLS_ENTRIES: u32 = 65536;
 
+/// What the family's programs could not record: each loss's slot in `LOSSES`, its name
+/// in a profile and what it means (`ALL`, which the report prints).
+pub mod losses {
+    crate::loss::losses! {
+        FUNC_ENTRY_FULL = 23, "func_entry_full",
+            "in-flight call map full: function call not timed";
+        FUNC_MAP_FULL = 24, "func_map_full",
+            "function aggregation map full: call counted in its (function, process) row without stack \
+             (raise --map-entries for its own row)";
+        FUNC_NEGATIVE_DELTA = 25, "func_negative_delta",
+            "function return before its entry: call dropped";
+        FUNC_OVERFLOW_FULL = 48, "func_overflow_full",
+            "function aggregation map and its overflow map full: call dropped";
+    }
+}
+
 pub mod names {
     crate::define_names! {
         FUNC_STATS,

@@ -93,6 +93,22 @@ impl HoldKey {
 pub const HOLD_OPEN_ENTRIES: u32 = 16384;
 pub const HOLD_PENDING_ENTRIES: u32 = 16384;
 
+/// What the family's programs could not record: each loss's slot in `LOSSES`, its name
+/// in a profile and what it means (`ALL`, which the report prints).
+pub mod losses {
+    crate::loss::losses! {
+        HOLD_MAP_FULL = 27, "hold_map_full",
+            "hold aggregation map full: hold counted in its (process, mode) row without stack (raise \
+             --map-entries for its own row)";
+        HOLD_OPEN_FULL = 28, "hold_open_full",
+            "in-flight hold map full: hold dropped";
+        HOLD_NEGATIVE_DELTA = 29, "hold_negative_delta",
+            "hold with release before acquisition";
+        HOLD_OVERFLOW_FULL = 49, "hold_overflow_full",
+            "hold aggregation map and its overflow map full: hold dropped";
+    }
+}
+
 pub mod names {
     crate::define_names! {
         HOLD_STATS,

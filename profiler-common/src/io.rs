@@ -410,6 +410,41 @@ pub fn completes(nr_bytes: u32, remaining: u32) -> bool {
 /// Entries of the requests in flight (`IO_INFLIGHT`).
 pub const IO_INFLIGHT_ENTRIES: u32 = 16384;
 
+/// What the family's programs could not record: each loss's slot in `LOSSES`, its name
+/// in a profile and what it means (`ALL`, which the report prints).
+pub mod losses {
+    crate::loss::losses! {
+        IO_MAP_FULL = 13, "io_map_full",
+            "block-IO aggregation map full: request counted in its (device, op, process) row without \
+             file (raise --map-entries for its own row)";
+        IO_INFLIGHT_MAP_FULL = 14, "io_inflight_map_full",
+            "map of requests in flight full: a request dropped";
+        IO_UNMATCHED_COMPLETE = 15, "io_unmatched_complete",
+            "request with data completed without a seen issue (in flight at start)";
+        IO_STALE_REPLACED = 33, "io_stale_replaced",
+            "a request address reused while an older request there was open (its completion was \
+             missed): the older one dropped";
+        IO_DIRTIED_MAP_FULL = 35, "io_dirtied_map_full",
+            "map of who dirtied which file full: dirtied pages counted in their process's row \
+             without file (raise --map-entries for its own row; that file's writeback is charged to \
+             its other dirtiers, or to the issuer)";
+        IO_FILES_MAP_FULL = 36, "io_files_map_full",
+            "map of files seen full: a request or dirtied page without its file";
+        IO_CALLS_MAP_FULL = 37, "io_calls_map_full",
+            "map of timed file calls full: call counted in its (process, call) row without file \
+             (raise --map-entries for its own row)";
+        IO_CALL_START_FULL = 38, "io_call_start_full",
+            "map of file calls in progress full: a call not timed";
+        IO_OVERFLOW_FULL = 45, "io_overflow_full",
+            "block-IO aggregation map and its overflow map full: a request dropped";
+        IO_CALLS_OVERFLOW_FULL = 46, "io_calls_overflow_full",
+            "map of timed file calls and its overflow map full: a call dropped";
+        IO_DIRTIED_OVERFLOW_FULL = 53, "io_dirtied_overflow_full",
+            "map of who dirtied which file and its overflow map full: a process's dirtied pages not \
+             counted (its writeback is charged to the issuer only)";
+    }
+}
+
 pub mod names {
     crate::define_names! {
         IO_STATS,

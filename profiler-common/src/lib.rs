@@ -35,20 +35,35 @@ macro_rules! define_names {
 }
 pub(crate) use define_names;
 
-pub mod cpu;
-pub mod func;
-pub mod hold;
-pub mod io;
+/// Declares the probe families' modules, one per family, each with its `losses`, and
+/// `FAMILY_LOSSES`, every family's list of them.
+macro_rules! families {
+    ($($family:ident,)*) => {
+        $(pub mod $family;)*
+
+        /// Every family's losses (`<family>::losses::ALL`).
+        pub(crate) const FAMILY_LOSSES: &[&[(u32, &str, &str)]] =
+            &[$($family::losses::ALL,)*];
+    };
+}
+
+families! {
+    cpu,
+    func,
+    hold,
+    io,
+    lock,
+    offcpu,
+    rpc,
+    wakers,
+}
+
 pub mod kread;
 pub mod latency;
-pub mod lock;
 pub mod lockname;
 pub mod loss;
-pub mod offcpu;
-pub mod rpc;
 pub mod shared;
 pub mod target;
-pub mod wakers;
 
 /// Entries of every aggregation map (`*_STATS`, `CPU_SAMPLES`) unless `--map-entries`
 /// says otherwise; the eBPF statics are declared with it.

@@ -594,6 +594,45 @@ pub const fn named_tid(slot: u64) -> u32 {
 /// Threads whose sleeping wait the full wait map dropped (`LOCK_SLEEP_DROPPED`).
 pub const LOCK_SLEEP_DROPPED_ENTRIES: u32 = 1024;
 
+/// What the family's programs could not record: each loss's slot in `LOSSES`, its name
+/// in a profile and what it means (`ALL`, which the report prints).
+pub mod losses {
+    crate::loss::losses! {
+        LOCK_MAP_FULL = 2, "lock_map_full",
+            "lock aggregation map full: contention counted in its process's \"[stats map full]\" row \
+             (raise --map-entries for its own row)";
+        LOCK_UNMATCHED_END = 3, "lock_unmatched_end",
+            "contention_end without a matching begin";
+        LOCK_NEGATIVE_DELTA = 4, "lock_negative_delta",
+            "contention with end before begin";
+        LOCK_NESTED = 5, "lock_nested",
+            "nested contention ignored (a begin while another is open)";
+        LOCK_WAIT_MAP_FULL = 6, "lock_wait_map_full",
+            "in-flight sleeping-lock map full: contention dropped";
+        LOCK_INTERRUPT_WAIT_LOST = 9, "lock_interrupt_wait_lost",
+            "a spin wait of an interrupt that came while the end program ran: the kernel skipped its \
+             end (one run of a program per CPU), so it was dropped once the CPU was seen past it";
+        LOCK_KPROBE_RETURN_LOST = 26, "lock_kprobe_return_lost",
+            "kprobe fallback: a slow path's return was missed (kretprobe instances exhausted); wait \
+             dropped";
+        LOCK_STALE_WAIT = 30, "lock_stale_wait",
+            "a wait whose end never came (lost before the recording or the end probe) was replaced by \
+             a new one";
+        LOCK_HOLD_MAP_FULL = 31, "lock_hold_map_full",
+            "map of holds under contention full: hold counted in its (process, mode) row without lock \
+             or stack (raise --map-entries for its own row)";
+        LOCK_STACK_CACHE_FAILED = 32, "lock_stack_cache_failed",
+            "the kernel stack above a lock tracepoint could not be read: stack walked instead";
+        LOCK_STACK_FINGERPRINT_SHORT = 34, "lock_stack_fingerprint_short",
+            "the kernel stack above a lock tracepoint showed too few call-path frames to tell its \
+             call path from others: stack walked instead, and not cached";
+        LOCK_OVERFLOW_FULL = 39, "lock_overflow_full",
+            "lock aggregation map and its overflow map full: contention dropped";
+        LOCK_HOLD_OVERFLOW_FULL = 51, "lock_hold_overflow_full",
+            "map of holds under contention and its overflow map full: a hold dropped";
+    }
+}
+
 pub mod names {
     crate::define_names! {
         LOCK_STATS,

@@ -113,6 +113,22 @@ pub const FILELOCK_WAITERS_ENTRIES: u32 = 16384;
 /// Entries of the sleeps in progress (`OFFCPU_START`), by thread.
 pub const OFFCPU_START_ENTRIES: u32 = 65536;
 
+/// What the family's programs could not record: each loss's slot in `LOSSES`, its name
+/// in a profile and what it means (`ALL`, which the report prints).
+pub mod losses {
+    crate::loss::losses! {
+        OFFCPU_MAP_FULL = 10, "offcpu_map_full",
+            "off-CPU aggregation map full: wait counted in its thread's row without stacks (raise \
+             --map-entries for its own row)";
+        OFFCPU_START_MAP_FULL = 11, "offcpu_start_map_full",
+            "map of threads off the CPU full: a wait dropped";
+        OFFCPU_NEGATIVE_DELTA = 12, "offcpu_negative_delta",
+            "switch-in before switch-out: a wait dropped";
+        OFFCPU_OVERFLOW_FULL = 44, "offcpu_overflow_full",
+            "off-CPU aggregation map and its overflow map full: a wait dropped";
+    }
+}
+
 pub mod names {
     crate::define_names! {
         OFFCPU_STATS,

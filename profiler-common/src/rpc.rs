@@ -88,6 +88,22 @@ pub fn fuse_requester(
 /// Entries of the requests in flight (`RPC_INFLIGHT`).
 pub const RPC_INFLIGHT_ENTRIES: u32 = 65536;
 
+/// What the family's programs could not record: each loss's slot in `LOSSES`, its name
+/// in a profile and what it means (`ALL`, which the report prints).
+pub mod losses {
+    crate::loss::losses! {
+        RPC_INFLIGHT_FULL = 20, "rpc_inflight_full",
+            "in-flight request map full: request not timed";
+        RPC_MAP_FULL = 21, "rpc_map_full",
+            "request aggregation map full: request counted in its (provider, op, process) row without \
+             stacks (raise --map-entries for its own row)";
+        RPC_KEY_REUSED = 22, "rpc_key_reused",
+            "a request started under a key still in flight: the older start was replaced";
+        RPC_OVERFLOW_FULL = 47, "rpc_overflow_full",
+            "request aggregation map and its overflow map full: completed request dropped";
+    }
+}
+
 pub mod names {
     crate::define_names! {
         RPC_STATS,

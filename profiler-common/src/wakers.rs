@@ -145,6 +145,28 @@ pub const LAST_WAIT_ENTRIES: u32 = 16384;
 /// Entries of the wake-ups waiting for their thread to run (`WAKER_PENDING`).
 pub const WAKER_PENDING_ENTRIES: u32 = crate::offcpu::OFFCPU_START_ENTRIES;
 
+/// What the family's programs could not record: each loss's slot in `LOSSES`, its name
+/// in a profile and what it means (`ALL`, which the report prints).
+pub mod losses {
+    crate::loss::losses! {
+        WAKER_MAP_FULL = 40, "waker_map_full",
+            "waker aggregation map full: wait counted in its (waiter, waker thread) row without \
+             stacks (raise --map-entries for its own row)";
+        WAKER_PENDING_FULL = 41, "waker_pending_full",
+            "map of wake-ups awaiting their thread full: a wait's waker dropped (the wait itself is \
+             kept)";
+        CHAIN_MAP_FULL = 42, "chain_map_full",
+            "wait-chain aggregation map full: chain counted in its row of the same threads without \
+             the waits' stacks (raise --map-entries for its own row)";
+        WAKER_OVERFLOW_FULL = 50, "waker_overflow_full",
+            "waker aggregation map and its overflow map full: a wait's waker dropped (the wait itself \
+             is kept)";
+        CHAIN_OVERFLOW_FULL = 54, "chain_overflow_full",
+            "wait-chain aggregation map and its overflow map full: a chain dropped (the wait and its \
+             waker are kept)";
+    }
+}
+
 pub mod names {
     crate::define_names! {
         WAKER_STATS,

@@ -16,8 +16,8 @@ use aya_ebpf::{
     programs::PerfEventContext,
 };
 use profiler_common::{
+    cpu::losses::{CPU_MAP_FULL, CPU_OVERFLOW_FULL, USER_STACK_FAILED},
     cpu::{CpuKey, STACK_RING_MIN_BYTES, StackSample, StackSampleHeader, USER_STACK_MAX},
-    loss::{CPU_MAP_FULL, CPU_OVERFLOW_FULL, USER_STACK_FAILED},
 };
 
 use crate::{

@@ -10,9 +10,9 @@ use aya_ebpf::{
     programs::tracing::StackIdContext,
 };
 use profiler_common::{
+    func::losses::{FUNC_ENTRY_FULL, FUNC_MAP_FULL, FUNC_NEGATIVE_DELTA, FUNC_OVERFLOW_FULL},
     func::{FuncCall, FuncEntry, FuncKey},
     latency::LatencyStat,
-    loss::{FUNC_ENTRY_FULL, FUNC_MAP_FULL, FUNC_NEGATIVE_DELTA, FUNC_OVERFLOW_FULL},
 };
 
 use crate::{

@@ -12,9 +12,9 @@ use aya_ebpf::{
     programs::tracing::StackIdContext,
 };
 use profiler_common::{
+    hold::losses::{HOLD_MAP_FULL, HOLD_NEGATIVE_DELTA, HOLD_OPEN_FULL, HOLD_OVERFLOW_FULL},
     hold::{HOLD_RET_ONE, HOLD_RET_ZERO, HoldConfig, HoldKey, HoldOpen, HoldPending, HoldSlot},
     latency::LatencyStat,
-    loss::{HOLD_MAP_FULL, HOLD_NEGATIVE_DELTA, HOLD_OPEN_FULL, HOLD_OVERFLOW_FULL},
 };
 
 use crate::{

@@ -33,6 +33,11 @@ use aya_ebpf::{
     maps::HashMap,
 };
 use profiler_common::{
+    io::losses::{
+        IO_CALL_START_FULL, IO_CALLS_MAP_FULL, IO_CALLS_OVERFLOW_FULL, IO_DIRTIED_MAP_FULL,
+        IO_DIRTIED_OVERFLOW_FULL, IO_FILES_MAP_FULL, IO_INFLIGHT_MAP_FULL, IO_MAP_FULL,
+        IO_OVERFLOW_FULL, IO_STALE_REPLACED, IO_UNMATCHED_COMPLETE,
+    },
     io::{
         CALL_OPEN, CALL_READ, CALL_WRITE, CallKey, CallStart, DirtyKey, DirtyStat,
         IO_CALL_START_ENTRIES, IO_FILE_CAUSED, IO_FILE_NO_DENTRY, IO_FILE_ROOT, IO_FILES_ENTRIES,
@@ -40,11 +45,6 @@ use profiler_common::{
         IoStat, Seen, completes, seen_again,
     },
     latency::log2_slot_of,
-    loss::{
-        IO_CALL_START_FULL, IO_CALLS_MAP_FULL, IO_CALLS_OVERFLOW_FULL, IO_DIRTIED_MAP_FULL,
-        IO_DIRTIED_OVERFLOW_FULL, IO_FILES_MAP_FULL, IO_INFLIGHT_MAP_FULL, IO_MAP_FULL,
-        IO_OVERFLOW_FULL, IO_STALE_REPLACED, IO_UNMATCHED_COMPLETE,
-    },
 };
 
 use crate::{

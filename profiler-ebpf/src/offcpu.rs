@@ -11,7 +11,9 @@ use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid, macros::map, maps::HashMap, programs::TracePointContext,
 };
 use profiler_common::{
-    loss::{OFFCPU_MAP_FULL, OFFCPU_NEGATIVE_DELTA, OFFCPU_OVERFLOW_FULL, OFFCPU_START_MAP_FULL},
+    offcpu::losses::{
+        OFFCPU_MAP_FULL, OFFCPU_NEGATIVE_DELTA, OFFCPU_OVERFLOW_FULL, OFFCPU_START_MAP_FULL,
+    },
     offcpu::{OffcpuKey, OffcpuStart, OffcpuStat, STATE_UNINTERRUPTIBLE, WaitPart},
 };
 

@@ -16,7 +16,7 @@ use aya_ebpf::{
 };
 use profiler_common::{
     latency::LatencyStat,
-    loss::{RPC_INFLIGHT_FULL, RPC_KEY_REUSED, RPC_MAP_FULL, RPC_OVERFLOW_FULL},
+    rpc::losses::{RPC_INFLIGHT_FULL, RPC_KEY_REUSED, RPC_MAP_FULL, RPC_OVERFLOW_FULL},
     rpc::{PROVIDER_FUSE, RpcId, RpcKey, RpcStart, fuse_requester},
 };
 

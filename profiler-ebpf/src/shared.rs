@@ -164,7 +164,8 @@ fn spare_stack_in<C: StackIdContext>(
     }
 }
 
-/// Loss counters, per CPU, indexed by `profiler_common::loss::*`.
+/// Loss counters, per CPU, indexed by the slots of `profiler_common::loss` and of each
+/// family's `losses`.
 #[map]
 pub static LOSSES: PerCpuArray<u64> = PerCpuArray::with_max_entries(LOSS_SLOTS, 0);
 

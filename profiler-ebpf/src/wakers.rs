@@ -12,11 +12,11 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 use profiler_common::{
-    loss::{
+    offcpu::{OffcpuKey, OffcpuStat},
+    wakers::losses::{
         CHAIN_MAP_FULL, CHAIN_OVERFLOW_FULL, WAKER_MAP_FULL, WAKER_OVERFLOW_FULL,
         WAKER_PENDING_FULL,
     },
-    offcpu::{OffcpuKey, OffcpuStat},
     wakers::{
         CHAIN_LINKS, ChainKey, ChainLink, ChainStat, LastWait, RECENT_WAITS, RecentWaits, WakeInfo,
         WakerKey,

@@ -14,7 +14,6 @@ use profiler_common::{
         LOCK_LAST_ACQUIRER_ENTRIES, LOCK_SLEEP_DROPPED_ENTRIES, LOCK_SLEEP_WAIT_ENTRIES,
         LOCK_STACK_CACHE_ENTRIES, LOCK_TEXT_RANGES, NO_HOLD, OUTCOME_SHIFT,
     },
-    loss,
 };
 
 use super::virtspin::{self, SpinPath};
@@ -600,10 +599,10 @@ pub fn add_pending_ends(maps: &mut MapSet) -> Result<()> {
                 )?;
             // Counted as the programs count them when both maps are full.
             if !added {
-                maps.count_loss(loss::LOCK_OVERFLOW_FULL)?;
+                maps.count_loss(profiler_common::lock::losses::LOCK_OVERFLOW_FULL)?;
             }
             if !hold_added {
-                maps.count_loss(loss::LOCK_HOLD_OVERFLOW_FULL)?;
+                maps.count_loss(profiler_common::lock::losses::LOCK_HOLD_OVERFLOW_FULL)?;
             }
         }
     }

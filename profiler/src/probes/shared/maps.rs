@@ -10,7 +10,7 @@ use aya::{
 };
 use profiler_common::{
     latency::LatencyStat,
-    loss::{LOSS_NAMES, LOSS_SLOTS},
+    loss::{every_loss, LOSS_SLOTS},
     shared::names,
     target::TaskInfo,
 };
@@ -183,8 +183,7 @@ pub fn drain_losses(maps: &MapSet) -> Result<BTreeMap<String, u64>> {
         if total == 0 {
             continue;
         }
-        let name = LOSS_NAMES
-            .iter()
+        let name = every_loss()
             .find(|(index, _, _)| *index == slot)
             .map(|(_, name, _)| name.to_string())
             .unwrap_or_else(|| format!("loss_{slot}"));
