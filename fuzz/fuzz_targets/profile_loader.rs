@@ -9,21 +9,21 @@ fuzz_target!(|data: &[u8]| {
     let Ok(profile) = Profile::from_bytes(data) else {
         return;
     };
-    let _ = export::report::summary(&profile, 5);
-    let _ = export::report::text(&profile, GroupBy::Lock, 5);
+    let _ = export::formats::report::summary(&profile, 5);
+    let _ = export::formats::report::text(&profile, GroupBy::Lock, 5);
     for by in GroupBy::ALL {
-        let _ = export::report::json(&profile, by, 0);
+        let _ = export::formats::report::json(&profile, by, 0);
     }
     for kind in Kind::ALL {
-        let _ = export::folded::render(&profile, kind);
-        let _ = export::flamegraph::render_svg(&profile, kind);
-        let _ = export::pprof::render(&profile, kind);
-        let _ = export::json::render(&profile, kind);
-        let _ = export::diff::text(&profile, &profile, kind, 5);
-        let _ = export::diff::json(&profile, &profile, kind);
-        let _ = export::flamegraph::render_diff_svg(&profile, &profile, kind);
+        let _ = export::formats::folded::render(&profile, kind);
+        let _ = export::formats::flamegraph::render_svg(&profile, kind);
+        let _ = export::formats::pprof::render(&profile, kind);
+        let _ = export::formats::json::render(&profile, kind);
+        let _ = export::operations::diff::text(&profile, &profile, kind, 5);
+        let _ = export::operations::diff::json(&profile, &profile, kind);
+        let _ = export::formats::flamegraph::render_diff_svg(&profile, &profile, kind);
     }
-    let _ = export::html::render(&profile);
-    let _ = export::prometheus::render(&profile);
-    let _ = export::merge::merge(vec![profile.clone(), profile], vec!["fuzz".into()]);
+    let _ = export::formats::html::render(&profile);
+    let _ = export::formats::prometheus::render(&profile);
+    let _ = export::operations::merge::merge(vec![profile.clone(), profile], vec!["fuzz".into()]);
 });

@@ -38,10 +38,10 @@ fn main() -> anyhow::Result<()> {
     let profile = Profile::load(&compact)?;
     let load_compact = start.elapsed().as_secs_f64();
     let start = Instant::now();
-    let text = export::report::text(&profile, GroupBy::Lock, 20);
+    let text = export::formats::report::text(&profile, GroupBy::Lock, 20);
     let report = start.elapsed().as_secs_f64();
     let start = Instant::now();
-    let svg = export::flamegraph::render_svg(&profile, Kind::Lock)?;
+    let svg = export::formats::flamegraph::render_svg(&profile, Kind::Lock)?;
     let flamegraph = start.elapsed().as_secs_f64();
     println!(
         "load: JSON {load_json:.3} s, compact {load_compact:.3} s; report {report:.3} s ({} bytes), flamegraph {flamegraph:.3} s ({} bytes)",

@@ -39,7 +39,7 @@ pub struct Series {
     /// (block-IO writes, in `bytes`).
     pub family: String,
     /// "lock" (one lock: type and name), "class" (a wait class), "process", or "cause"
-    /// (io: the process that caused the writes, see `export::io::Causes`).
+    /// (io: the process that caused the writes, see `export::tables::io::Causes`).
     pub by: String,
     /// Lock (`mutex 0xffff...`), class, or process name.
     pub name: String,
@@ -96,7 +96,7 @@ pub fn totals(profile: &Profile) -> Totals {
         entry.1 = entry.1.saturating_add(count);
         entry.2 = entry.2.saturating_add(bytes);
     };
-    let causes = crate::export::io::Causes::new(profile);
+    let causes = crate::export::tables::io::Causes::new(profile);
     for row in profile.io.iter().filter(|row| row.op == "write") {
         for (pid, share) in causes.of(row) {
             let part = |value: u64| (value as f64 * share).round() as u64;
@@ -329,10 +329,13 @@ pub fn text(profile: &Profile, top: usize) -> String {
             .collect();
         out.push_str(&format!("{:<28} {:>10}", by, total));
         for end in &ends {
-            out.push_str(&format!(" {:>6}", crate::export::table::fit(end, 6)));
+            out.push_str(&format!(
+                " {:>6}",
+                crate::export::tables::table::fit(end, 6)
+            ));
         }
         out.push('\n');
-        let shown = crate::export::table::shown_rows(top, series.len());
+        let shown = crate::export::tables::table::shown_rows(top, series.len());
         for one in &series[..shown] {
             let total = one
                 .values()
@@ -340,7 +343,7 @@ pub fn text(profile: &Profile, top: usize) -> String {
                 .fold(0u64, |sum, &v| sum.saturating_add(v));
             out.push_str(&format!(
                 "{:<28} {:>10.1}",
-                crate::export::table::fit(&one.name, 28),
+                crate::export::tables::table::fit(&one.name, 28),
                 total as f64 / unit
             ));
             for value in buckets(one.values(), COLUMNS) {
@@ -349,7 +352,11 @@ pub fn text(profile: &Profile, top: usize) -> String {
             out.push('\n');
             out.push_str(&format!("{:>40}{}\n", "", sparkline(one.values(), 56)));
         }
-        out.push_str(&crate::export::table::more_of(shown, series.len(), ""));
+        out.push_str(&crate::export::tables::table::more_of(
+            shown,
+            series.len(),
+            "",
+        ));
     }
     out
 }
@@ -378,7 +385,7 @@ fn series_groups(timeline: &Timeline) -> Vec<(&str, &str, Vec<&Series>)> {
 /// The HTML section: per grouping, the top series as bar charts (inline SVG, one bar
 /// per interval, height: wait time).
 pub fn html_section(profile: &Profile) -> String {
-    use crate::export::escape::html as esc;
+    use crate::export::formats::escape::html as esc;
     let Some(timeline) = &profile.timeline else {
         return String::new();
     };
@@ -398,7 +405,7 @@ pub fn html_section(profile: &Profile) -> String {
         ));
         for series in series.into_iter().take(10) {
             let total = if io {
-                crate::export::io::format_bytes(series.total_bytes())
+                crate::export::tables::io::format_bytes(series.total_bytes())
             } else {
                 crate::units::format_ns(series.total_ns())
             };
@@ -438,10 +445,10 @@ fn chart(values: &[u64], ends_s: &[f64], bytes: bool) -> String {
             index as f64 * bar,
             HEIGHT - height,
             (bar - 0.5).max(0.5),
-            crate::export::escape::html(&format!(
+            crate::export::formats::escape::html(&format!(
                 "until {end:.1} s: {}",
                 if bytes {
-                    crate::export::io::format_bytes(value)
+                    crate::export::tables::io::format_bytes(value)
                 } else {
                     crate::units::format_ns(value)
                 }
@@ -455,7 +462,7 @@ fn chart(values: &[u64], ends_s: &[f64], bytes: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{export::report::tests::profile_with_two_locks, profile::LockRow};
+    use crate::{export::formats::report::tests::profile_with_two_locks, profile::LockRow};
 
     /// The timeline of `profile` read every second: the read at `n + 1` s is `profile`
     /// with `earlier[n]` made to each lock row, the last read `profile` itself.
@@ -504,7 +511,7 @@ mod tests {
         assert_eq!(process.total_ns(), 11_000_000);
         let mut with = profile.clone();
         with.timeline = Some(timeline);
-        crate::export::table::assert_table_shows(&text(&with, 10), &["lock wait by lock"]);
+        crate::export::tables::table::assert_table_shows(&text(&with, 10), &["lock wait by lock"]);
     }
 
     #[test]
@@ -576,7 +583,7 @@ mod tests {
         assert_eq!(written.bytes, vec![1 << 20, 3 << 20]);
         let mut with = profile.clone();
         with.timeline = Some(timeline);
-        crate::export::table::assert_table_shows(
+        crate::export::tables::table::assert_table_shows(
             &text(&with, 10),
             &["block IO written by cause (MiB in each interval)"],
         );

@@ -8,7 +8,7 @@
 use std::{collections::BTreeMap, fmt::Write as _};
 
 use crate::{
-    export::{offcpu::is_scheduler_frame, wakers::thread_name},
+    export::{tables::offcpu::is_scheduler_frame, tables::wakers::thread_name},
     lock::is_lock_internal,
     profile::{Profile, WaitingRow},
     units::format_ns,
@@ -321,7 +321,7 @@ pub fn html_section(profile: &Profile) -> String {
         return String::new();
     }
     let mut out = String::from("<section id=\"waiting\">\n<h2>Still waiting at the end</h2>\n");
-    out.push_str(&crate::export::html::table(
+    out.push_str(&crate::export::formats::html::table(
         &[
             "waiting",
             "thread",
@@ -445,7 +445,7 @@ mod tests {
         assert_eq!(waits.len(), 2);
         assert_eq!(waits[1].chain.len(), 1);
         assert_eq!(waits[1].chain[0].on, "FUSE CREATE");
-        let metrics = crate::export::prometheus::render(&profile);
+        let metrics = crate::export::formats::prometheus::render(&profile);
         assert!(
             metrics.contains(r#"lockpath_waits_in_progress{kind="rpc",class="FUSE CREATE"} 1"#),
             "{metrics}"

@@ -22,20 +22,23 @@ fn every_corpus_file_is_refused_with_one_clear_line() {
                         .is_some_and(|n| n.to_string_lossy().starts_with("ok_")),
                     "{name} loaded but should have been refused"
                 );
-                let _ = export::report::summary(&profile, 5);
+                let _ = export::formats::report::summary(&profile, 5);
                 for by in GroupBy::ALL {
-                    export::report::json(&profile, by, 0).expect("json report");
+                    export::formats::report::json(&profile, by, 0).expect("json report");
                 }
                 for kind in Kind::ALL {
-                    let _ = export::folded::render(&profile, kind);
-                    export::flamegraph::render_svg(&profile, kind).expect("svg");
-                    export::pprof::render(&profile, kind).expect("pprof");
-                    export::json::render(&profile, kind).expect("json tree");
-                    let _ = export::diff::text(&profile, &profile, kind, 5);
+                    let _ = export::formats::folded::render(&profile, kind);
+                    export::formats::flamegraph::render_svg(&profile, kind).expect("svg");
+                    export::formats::pprof::render(&profile, kind).expect("pprof");
+                    export::formats::json::render(&profile, kind).expect("json tree");
+                    let _ = export::operations::diff::text(&profile, &profile, kind, 5);
                 }
-                export::html::render(&profile).expect("html");
-                export::merge::merge(vec![profile.clone(), profile], vec!["test".into()])
-                    .expect("merge of a profile with itself");
+                export::formats::html::render(&profile).expect("html");
+                export::operations::merge::merge(
+                    vec![profile.clone(), profile],
+                    vec!["test".into()],
+                )
+                .expect("merge of a profile with itself");
             }
             Err(err) => {
                 let text = format!("{err:#}");
@@ -80,6 +83,7 @@ fn merged_counters_saturate_instead_of_wrapping() {
         .join("tests/corpus/ok_fuzz_crash_merge_losses_overflow.json");
     let profile = Profile::from_bytes(&std::fs::read(path).expect("read")).expect("loads");
     let merged =
-        export::merge::merge(vec![profile.clone(), profile], vec!["test".into()]).expect("merge");
+        export::operations::merge::merge(vec![profile.clone(), profile], vec!["test".into()])
+            .expect("merge");
     assert_eq!(merged.losses.get("x"), Some(&u64::MAX));
 }

@@ -22,10 +22,10 @@ fn outputs(profile: &Profile) -> Vec<(&'static str, String)> {
     let mut report = String::new();
     for by in GroupBy::ALL {
         report.push_str(&format!("==== report --by {}\n", by.name()));
-        report.push_str(&export::report::text(profile, by, 20));
+        report.push_str(&export::formats::report::text(profile, by, 20));
     }
     report.push_str("==== record summary\n");
-    report.push_str(&export::report::summary(profile, 20));
+    report.push_str(&export::formats::report::summary(profile, 20));
     let mut folded = String::new();
     let mut json = String::new();
     for kind in Kind::ALL {
@@ -33,21 +33,21 @@ fn outputs(profile: &Profile) -> Vec<(&'static str, String)> {
             "==== export --format folded --kind {}\n",
             kind.name()
         ));
-        folded.push_str(&export::folded::render(profile, kind));
+        folded.push_str(&export::formats::folded::render(profile, kind));
         json.push_str(&format!(
             "==== export --format json --kind {}\n",
             kind.name()
         ));
-        json.push_str(&export::json::render(profile, kind).expect("JSON export"));
+        json.push_str(&export::formats::json::render(profile, kind).expect("JSON export"));
         json.push('\n');
     }
     json.push_str("==== report --format json\n");
-    json.push_str(&export::report::json(profile, GroupBy::Lock, 20).expect("JSON report"));
+    json.push_str(&export::formats::report::json(profile, GroupBy::Lock, 20).expect("JSON report"));
     json.push('\n');
     let mut csv = String::new();
     for by in GroupBy::ALL {
         csv.push_str(&format!("==== report --format csv --by {}\n", by.name()));
-        csv.push_str(&export::csv::render(profile, by, 20).expect("CSV report"));
+        csv.push_str(&export::formats::csv::render(profile, by, 20).expect("CSV report"));
     }
     let mut pprof = String::new();
     for kind in Kind::ALL {
@@ -55,9 +55,12 @@ fn outputs(profile: &Profile) -> Vec<(&'static str, String)> {
             "==== export --format pprof --kind {} (the message)\n",
             kind.name()
         ));
-        pprof.push_str(&format!("{:#?}\n", export::pprof::message(profile, kind)));
+        pprof.push_str(&format!(
+            "{:#?}\n",
+            export::formats::pprof::message(profile, kind)
+        ));
     }
-    let html = constant_parts_out(&export::html::render(profile).expect("HTML report"));
+    let html = constant_parts_out(&export::formats::html::render(profile).expect("HTML report"));
     vec![
         ("report.txt", report),
         ("folded.txt", folded),
@@ -113,13 +116,13 @@ fn diff_outputs(base: &Profile, profile: &Profile) -> Vec<(&'static str, String)
     let mut text = String::new();
     for kind in Kind::ALL {
         text.push_str(&format!("==== diff --kind {}\n", kind.name()));
-        text.push_str(&export::diff::text(base, profile, kind, 20));
+        text.push_str(&export::operations::diff::text(base, profile, kind, 20));
         text.push_str(&format!("==== diff --format json --kind {}\n", kind.name()));
-        text.push_str(&export::diff::json(base, profile, kind).expect("diff JSON"));
+        text.push_str(&export::operations::diff::json(base, profile, kind).expect("diff JSON"));
         text.push('\n');
     }
     let html = constant_parts_out(
-        &export::html::render_diff(base, profile, Kind::Lock).expect("diff HTML"),
+        &export::formats::html::render_diff(base, profile, Kind::Lock).expect("diff HTML"),
     );
     vec![("diff.txt", text), ("diff.html.txt", html)]
 }

@@ -4,7 +4,7 @@
 //! SIGTERM or Ctrl-C (the period in progress is written, then everything detaches), the
 //! duration, or the command's exit. SIGHUP ends the period in progress early and goes
 //! on. Signals and the period timer run on a tokio runtime; `--metrics` serves counters
-//! that only grow (export/fleet.rs): the finished periods, plus a reading of the period
+//! that only grow (export/operations/fleet.rs): the finished periods, plus a reading of the period
 //! in progress every few seconds.
 
 use std::{
@@ -21,7 +21,7 @@ use tokio::{
 
 use crate::{
     cli::RecordArgs,
-    export::fleet::FleetCounters,
+    export::operations::fleet::FleetCounters,
     metrics::MetricsServer,
     probes::target::{Child, Target},
     probes::{self, shared::MapSet, Recorded},

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use lockpath_profile::{
     export::{
-        blockers::{self, Group},
-        outliers::{self, By, Options},
+        operations::outliers::{self, By, Options},
+        tables::blockers::{self, Group},
     },
     jobs::Jobs,
     kind::Kind,

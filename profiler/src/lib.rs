@@ -81,20 +81,20 @@ fn report(args: cli::ReportArgs) -> Result<i32> {
         cli::ReportBy::Job => return groups::report_by_job(&args, &profile),
     };
     let text = match args.format {
-        cli::ReportFormat::Csv => export::csv::render(&profile, by, args.top)?,
+        cli::ReportFormat::Csv => export::formats::csv::render(&profile, by, args.top)?,
         cli::ReportFormat::Text if args.timeline => {
-            export::report::text(&profile, by, args.top)
+            export::formats::report::text(&profile, by, args.top)
                 + &lockpath_profile::timeline::text(&profile, args.top)
         }
-        cli::ReportFormat::Text => export::report::text(&profile, by, args.top),
+        cli::ReportFormat::Text => export::formats::report::text(&profile, by, args.top),
         cli::ReportFormat::Json => {
-            let mut json = export::report::json(&profile, by, args.top)
+            let mut json = export::formats::report::json(&profile, by, args.top)
                 .context("cannot render the JSON report")?;
             json.push('\n');
             json
         }
         cli::ReportFormat::Html => {
-            let page = export::html::render(&profile)?;
+            let page = export::formats::html::render(&profile)?;
             let output = args
                 .output
                 .clone()
@@ -118,9 +118,9 @@ fn report_by_file(args: &cli::ReportArgs, profile: &Profile) -> Result<i32> {
         );
     }
     let text = match args.format {
-        cli::ReportFormat::Text => export::io::files_table(profile, args.top),
+        cli::ReportFormat::Text => export::tables::io::files_table(profile, args.top),
         cli::ReportFormat::Json => {
-            serde_json::to_string_pretty(&export::io::file_groups(profile))
+            serde_json::to_string_pretty(&export::tables::io::file_groups(profile))
                 .context("cannot render the JSON report")?
                 + "\n"
         }
@@ -139,7 +139,7 @@ fn flamegraph(args: cli::FlamegraphArgs) -> Result<i32> {
     let output = args
         .output
         .unwrap_or_else(|| args.file.with_extension("svg"));
-    export::flamegraph::write_svg(&profile, args.kind, &output)?;
+    export::formats::flamegraph::write_svg(&profile, args.kind, &output)?;
     eprintln!("lockpath: flamegraph written to {}", output.display());
     Ok(0)
 }
@@ -148,8 +148,10 @@ fn flamegraph(args: cli::FlamegraphArgs) -> Result<i32> {
 fn export(args: cli::ExportArgs) -> Result<i32> {
     let profile = Profile::load(&args.file)?;
     let bytes = match args.format {
-        cli::ExportFormat::Folded => export::folded::render(&profile, args.kind).into_bytes(),
-        cli::ExportFormat::Json => export::json::render(&profile, args.kind)
+        cli::ExportFormat::Folded => {
+            export::formats::folded::render(&profile, args.kind).into_bytes()
+        }
+        cli::ExportFormat::Json => export::formats::json::render(&profile, args.kind)
             .context("cannot render the JSON export")?
             .into_bytes(),
         cli::ExportFormat::Pprof => {
@@ -159,7 +161,7 @@ fn export(args: cli::ExportArgs) -> Result<i32> {
                     "pprof is binary: write it to a file with -o FILE.pb.gz, or redirect the output"
                 );
             }
-            export::pprof::render(&profile, args.kind)?
+            export::formats::pprof::render(&profile, args.kind)?
         }
     };
     write_output(args.output.as_deref(), &bytes)?;
@@ -173,7 +175,7 @@ fn diff(args: cli::DiffArgs) -> Result<i32> {
     let new = Profile::load(&args.new)?;
     let text = match args.format {
         cli::DiffFormat::Html => {
-            let page = export::html::render_diff(&base, &new, args.kind)?;
+            let page = export::formats::html::render_diff(&base, &new, args.kind)?;
             let output = args
                 .output
                 .clone()
@@ -182,16 +184,16 @@ fn diff(args: cli::DiffArgs) -> Result<i32> {
             eprintln!("lockpath: diff page written to {}", output.display());
             return Ok(0);
         }
-        cli::DiffFormat::Text => export::diff::text(&base, &new, args.kind, args.top),
+        cli::DiffFormat::Text => export::operations::diff::text(&base, &new, args.kind, args.top),
         cli::DiffFormat::Json => {
-            let mut json = export::diff::json(&base, &new, args.kind)
+            let mut json = export::operations::diff::json(&base, &new, args.kind)
                 .context("cannot render the JSON diff")?;
             json.push('\n');
             json
         }
     };
     if let Some(output) = &args.output {
-        let svg = export::flamegraph::render_diff_svg(&base, &new, args.kind)?;
+        let svg = export::formats::flamegraph::render_diff_svg(&base, &new, args.kind)?;
         profile::write_atomically(output, &svg)?;
     }
     print_stdout(&text)?;
@@ -229,7 +231,7 @@ fn merge(args: cli::MergeArgs) -> Result<i32> {
         .iter()
         .map(|path| Profile::load(path))
         .collect::<Result<Vec<_>>>()?;
-    let merged = export::merge::merge(inputs, std::env::args().collect())?;
+    let merged = export::operations::merge::merge(inputs, std::env::args().collect())?;
     merged.save(&args.output).with_context(|| {
         format!(
             "cannot write the merged profile to {}",

@@ -1,6 +1,6 @@
 //! `record --metrics ADDR`: an HTTP server (hyper on a tokio runtime of its own thread)
 //! that serves the latest Prometheus text on `GET /metrics`. The recording refreshes
-//! the text (rendered by export/prometheus.rs, or by `agent` in always-on mode); this
+//! the text (rendered by export/formats/prometheus.rs, or by `agent` in always-on mode); this
 //! thread only serves it.
 
 use std::{

@@ -100,7 +100,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     let target = target_of(&args);
     let asked = check_arguments(&args, &target)?;
     check_output(&args.output)?;
-    let first_page = || export::prometheus::render(&Profile::new());
+    let first_page = || export::formats::prometheus::render(&Profile::new());
     let Started {
         mut families,
         unavailable,
@@ -301,7 +301,7 @@ fn record(
             match snapshot(families, session, start.elapsed().as_secs_f64()) {
                 Ok(live) => {
                     if let Some(metrics) = metrics {
-                        metrics.update(export::prometheus::render(&live));
+                        metrics.update(export::formats::prometheus::render(&live));
                     }
                     if progress {
                         eprint!("\r\x1b[K{}", progress_line(families, &live));
@@ -340,14 +340,14 @@ fn record(
 /// Writes the profile, prints the summary and draws the flamegraph when asked.
 fn write_outputs(args: &RecordArgs, families: &[Recorded], profile: &Profile) -> Result<()> {
     save_or_fall_back(profile, &args.output)?;
-    print!("{}", export::report::summary(profile, args.top));
+    print!("{}", export::formats::report::summary(profile, args.top));
     eprintln!("lockpath: profile written to {}", args.output.display());
     if let Some(svg) = &args.flamegraph {
         let kind = FLAMEGRAPH_PREFERENCE
             .into_iter()
             .find(|(family, _)| families.iter().any(|recorded| recorded.name == *family))
             .map_or(Kind::Cpu, |(_, kind)| kind);
-        export::flamegraph::write_svg(profile, kind, svg)?;
+        export::formats::flamegraph::write_svg(profile, kind, svg)?;
         eprintln!("lockpath: flamegraph written to {}", svg.display());
     }
     Ok(())

@@ -1,31 +1,15 @@
 //! Exporters: everything here works from a saved `Profile`, never from the kernel.
+//!
+//! - `formats/`: how a profile is written out: the text and JSON reports, HTML, folded
+//!   stacks, flamegraphs, pprof, CSV, Prometheus.
+//! - `tables/`: the tables and groupings of each kind's rows (by lock, process, device,
+//!   ...) that the views and the formats share, and the text table helpers.
+//! - `operations/`: what works on several profiles: `diff`, `merge`, `outliers`, the
+//!   fleet's aggregation.
 
-pub mod blockers;
-pub mod chains;
-pub mod cpu;
-pub mod csv;
-pub mod diff;
-pub mod escape;
-pub(crate) mod exposition;
-pub(crate) mod flame_prune;
-pub mod flamegraph;
-pub mod fleet;
-pub mod folded;
-pub mod html;
-pub mod io;
-pub mod json;
-pub mod latency;
-pub mod lock;
-pub(crate) mod lock_lines;
-pub mod merge;
-pub mod offcpu;
-pub mod outliers;
-pub mod pprof;
-pub mod pprof_proto;
-pub mod prometheus;
-pub mod report;
-pub mod table;
-pub mod wakers;
+pub mod formats;
+pub mod operations;
+pub mod tables;
 
 use crate::{kind::Kind, profile::Profile, views::VIEWS};
 

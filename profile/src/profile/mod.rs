@@ -53,7 +53,7 @@ pub struct Profile {
     #[serde(default)]
     pub io: Vec<IoRow>,
     /// Who dirtied which file's pages (`record --io`): a file's writeback is charged to
-    /// these processes by their share (see `export::io::charges`).
+    /// these processes by their share (see `export::tables::io::charges`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub io_dirtied: Vec<DirtiedRow>,
     /// Read, write, fsync and open calls timed per file and process

@@ -5,12 +5,12 @@ use inferno::flamegraph::color::{MultiPalette, Palette};
 use super::{AddCause, AddSample, CausePart, ReportHeadings, View, ViewInfo};
 use crate::{
     export::{
-        report::TextReport,
-        cpu::{cpu_functions, cpu_processes},
-        diff::{summed, Breakdown},
-        exposition::{labels, metric},
-        folded::clean,
-        html::table,
+        formats::report::TextReport,
+        tables::cpu::{cpu_functions, cpu_processes},
+        operations::diff::{summed, Breakdown},
+        formats::exposition::{labels, metric},
+        formats::folded::clean,
+        formats::html::table,
     },
     profile::{CpuRow, Profile},
 };
@@ -125,7 +125,7 @@ impl View for CpuView {
         text.section(
             text.shows(profile, self.families(), self.has_rows(profile)),
             "",
-            || crate::export::cpu::cpu_tables(profile, text.top),
+            || crate::export::tables::cpu::cpu_tables(profile, text.top),
         )
     }
 

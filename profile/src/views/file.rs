@@ -8,11 +8,11 @@
 use super::{AddSample, ReportHeadings, View, ViewInfo};
 use crate::{
     export::{
-        diff::{keyed_breakdowns, Breakdown, RowKey},
-        exposition::{labels, metric},
-        folded::clean,
-        html::table,
-        io::{self as io_tables, file_groups, Causes},
+        operations::diff::{keyed_breakdowns, Breakdown, RowKey},
+        formats::exposition::{labels, metric},
+        formats::folded::clean,
+        formats::html::table,
+        tables::io::{self as io_tables, file_groups, Causes},
     },
     profile::{FileCallRow, IoRow, Profile},
     units::format_ns,

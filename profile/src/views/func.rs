@@ -4,12 +4,12 @@
 use super::{AddCause, AddSample, CausePart, ReportHeadings, View, ViewInfo};
 use crate::{
     export::{
-        diff::Breakdown,
-        folded::{clean, push_stack},
-        html::latency_table,
-        latency::{self, func_groups, latency_breakdowns},
-        prometheus::latency_series,
-        report::TextReport,
+        operations::diff::Breakdown,
+        formats::folded::{clean, push_stack},
+        formats::html::latency_table,
+        tables::latency::{self, func_groups, latency_breakdowns},
+        formats::prometheus::latency_series,
+        formats::report::TextReport,
     },
     profile::Profile,
 };

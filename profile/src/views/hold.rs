@@ -8,10 +8,10 @@ use std::collections::BTreeMap;
 use super::{lock::lock_stack_frames, AddSample, ReportHeadings, View, ViewInfo};
 use crate::{
     export::{
-        report::TextReport,
-        diff::{add, Breakdown, Measure},
-        folded::clean,
-        html::table,
+        formats::report::TextReport,
+        operations::diff::{add, Breakdown, Measure},
+        formats::folded::clean,
+        formats::html::table,
     },
     lock::lock_type_name,
     profile::Profile,
@@ -58,7 +58,7 @@ impl View for HoldView {
     fn breakdowns(&self, profile: &Profile, out: &mut Vec<Breakdown>) {
         let mut by_holder: BTreeMap<String, Measure> = BTreeMap::new();
         let mut by_lock: BTreeMap<String, Measure> = BTreeMap::new();
-        for group in crate::export::lock::contended_hold_groups(profile) {
+        for group in crate::export::tables::lock::contended_hold_groups(profile) {
             for (entries, key) in [
                 (
                     &mut by_holder,
@@ -84,13 +84,13 @@ impl View for HoldView {
         text.section(
             text.shows(profile, &["hold"], !profile.holds.is_empty()),
             &format!("hold times of {lock}, by holder (acquisition to release, total time):\n"),
-            || crate::export::latency::hold_table(profile, text.top),
+            || crate::export::tables::latency::hold_table(profile, text.top),
         )
     }
 
     /// The table of holds under contention, by holder.
     fn html_tables(&self, profile: &Profile, out: &mut String) {
-        let rows: Vec<Vec<String>> = crate::export::lock::contended_hold_groups(profile)
+        let rows: Vec<Vec<String>> = crate::export::tables::lock::contended_hold_groups(profile)
             .into_iter()
             .take(50)
             .map(|group| {

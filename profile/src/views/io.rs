@@ -9,12 +9,12 @@ use super::{
 };
 use crate::{
     export::{
-        report::TextReport,
-        diff::{keyed_breakdowns, Breakdown, RowKey},
-        escape::html as esc,
-        exposition::{header, histogram_lines, labels, metric},
-        html::table,
-        io::{self as io_tables, groups as io_groups, IoGroup},
+        formats::report::TextReport,
+        operations::diff::{keyed_breakdowns, Breakdown, RowKey},
+        formats::escape::html as esc,
+        formats::exposition::{header, histogram_lines, labels, metric},
+        formats::html::table,
+        tables::io::{self as io_tables, groups as io_groups, IoGroup},
     },
     profile::{IoRow, Profile},
     units::format_ns,

@@ -7,17 +7,17 @@ use rustc_hash::FxBuildHasher;
 use super::{AddCause, AddSample, CausePart, ReportHeadings, View, ViewInfo};
 use crate::{
     export::{
-        report::TextReport,
-        diff::{add, Breakdown, Measure},
-        escape::html as esc,
-        exposition::{labels, metric, seconds},
-        folded::clean,
-        html::table_named_by,
-        lock::{
+        formats::report::TextReport,
+        operations::diff::{add, Breakdown, Measure},
+        formats::escape::html as esc,
+        formats::exposition::{labels, metric, seconds},
+        formats::folded::clean,
+        formats::html::table_named_by,
+        tables::lock::{
             contended_holds_table, holders_table, lock_groups, lock_table, Classes, STACK_LOST,
             UNKNOWN,
         },
-        lock_lines,
+        tables::lock_lines,
     },
     kind::GroupBy,
     lock::{caller, is_lock_internal, lock_type_name, lock_type_name_both_sides},
@@ -76,7 +76,7 @@ impl View for LockView {
     }
 
     /// The same lines as from `samples`, without a frame list per path (a million rows,
-    /// export/lock_lines.rs).
+    /// export/tables/lock_lines.rs).
     fn folded_lines(&self, profile: &Profile) -> Option<Vec<(String, u64)>> {
         Some(lock_lines::lock_lines(profile))
     }

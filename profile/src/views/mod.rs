@@ -15,7 +15,9 @@ use anyhow::Result;
 use inferno::flamegraph::color::Palette;
 
 use crate::{
-    export::{diff::Breakdown, html::kind_section, report::TextReport},
+    export::{
+        formats::html::kind_section, formats::report::TextReport, operations::diff::Breakdown,
+    },
     profile::{Latency, Profile},
 };
 

@@ -5,12 +5,12 @@ use std::collections::BTreeMap;
 use super::{AddCause, AddSample, CausePart, ReportHeadings, View, ViewInfo};
 use crate::{
     export::{
-        report::TextReport,
-        diff::{keyed_breakdowns, Breakdown, RowKey},
-        exposition::{labels, metric, seconds},
-        folded::{clean, clean_frames, push_stack},
-        html::table,
-        offcpu::{self as offcpu_tables, is_scheduler_frame},
+        formats::report::TextReport,
+        operations::diff::{keyed_breakdowns, Breakdown, RowKey},
+        formats::exposition::{labels, metric, seconds},
+        formats::folded::{clean, clean_frames, push_stack},
+        formats::html::table,
+        tables::offcpu::{self as offcpu_tables, is_scheduler_frame},
     },
     profile::{OffcpuRow, Profile},
     units::format_ns,

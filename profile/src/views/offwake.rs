@@ -7,12 +7,12 @@ use std::collections::BTreeMap;
 use super::{offcpu::waiter_frames, AddSample, ReportHeadings, View, ViewInfo};
 use crate::{
     export::{
-        report::TextReport,
-        diff::{add, Breakdown, Measure},
-        folded::{clean, clean_frames},
-        html::table,
-        offcpu::short_stack,
-        wakers::{shares, wake_site, waker_name, INTERRUPT},
+        formats::report::TextReport,
+        operations::diff::{add, Breakdown, Measure},
+        formats::folded::{clean, clean_frames},
+        formats::html::table,
+        tables::offcpu::short_stack,
+        tables::wakers::{shares, wake_site, waker_name, INTERRUPT},
     },
     profile::{OffcpuRow, Profile},
     units::format_ns,
@@ -52,8 +52,8 @@ impl View for OffwakeView {
     fn breakdowns(&self, profile: &Profile, out: &mut Vec<Breakdown>) {
         let mut wakers: BTreeMap<String, Measure> = BTreeMap::new();
         for row in &profile.offcpu {
-            for share in crate::export::wakers::shares(profile, [row]) {
-                let site = crate::export::wakers::wake_site(&share.frames);
+            for share in crate::export::tables::wakers::shares(profile, [row]) {
+                let site = crate::export::tables::wakers::wake_site(&share.frames);
                 let key = format!(
                     "{} {} < {}",
                     row.class,
@@ -68,7 +68,7 @@ impl View for OffwakeView {
 
     /// The wait chains (`--wakers`), which say themselves whether there are any.
     fn text_section(&self, profile: &Profile, text: &TextReport) -> String {
-        crate::export::chains::text(profile, text.top.min(10))
+        crate::export::tables::chains::text(profile, text.top.min(10))
     }
 
     /// The table of the top wakers per waiting process and class.

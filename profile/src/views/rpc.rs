@@ -3,12 +3,12 @@
 use super::{AddCause, AddSample, CausePart, ReportHeadings, View, ViewInfo};
 use crate::{
     export::{
-        diff::Breakdown,
-        folded::{clean, push_stack},
-        html::latency_table,
-        latency::{self, latency_breakdowns, rpc_groups},
-        prometheus::latency_series,
-        report::TextReport,
+        operations::diff::Breakdown,
+        formats::folded::{clean, push_stack},
+        formats::html::latency_table,
+        tables::latency::{self, latency_breakdowns, rpc_groups},
+        formats::prometheus::latency_series,
+        formats::report::TextReport,
     },
     profile::Profile,
 };

@@ -166,7 +166,7 @@ pub fn text(profile: &Profile, group: &Group, top: usize) -> String {
 /// One self-contained page: the table of [`blockers`], sortable.
 pub fn html(profile: &Profile, group: &Group) -> String {
     let by = group.name();
-    let mut out = crate::export::html::page_head(&format!(
+    let mut out = crate::export::formats::html::page_head(&format!(
         "lockpath — who waited on whom, by {by} — {}",
         profile.host
     ));
@@ -193,12 +193,12 @@ pub fn html(profile: &Profile, group: &Group) -> String {
             ]
         })
         .collect();
-    out.push_str(&crate::export::html::table(
+    out.push_str(&crate::export::formats::html::table(
         &["waiter", "holder", "wait", "waits", "on"],
         &[false, false, true, true, false],
         &rows,
     ));
-    out.push_str(&crate::export::html::page_end());
+    out.push_str(&crate::export::formats::html::page_end());
     out
 }
 

@@ -31,7 +31,9 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 
 use crate::{
-    export::{escape::html as esc, folded, html, table::most_first_f64},
+    export::{
+        formats::escape::html as esc, formats::folded, formats::html, tables::table::most_first_f64,
+    },
     jobs::Jobs,
     kind::Kind,
     profile::Profile,
@@ -860,7 +862,7 @@ pub fn html(
                 first.name,
                 kind.name()
             );
-            let svg = crate::export::flamegraph::render_lines(
+            let svg = crate::export::formats::flamegraph::render_lines(
                 lines,
                 view,
                 title,

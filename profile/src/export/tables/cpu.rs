@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use super::table::{fit, most_first};
+use crate::export::tables::table::{fit, most_first};
 use crate::profile::Profile;
 
 /// On-CPU samples of one process.
@@ -98,7 +98,7 @@ pub fn cpu_tables(profile: &Profile, top: usize) -> String {
         out.push_str("no on-CPU samples recorded (idle is not counted)\n");
         return out;
     }
-    let limit = |len: usize| super::table::shown_rows(top, len);
+    let limit = |len: usize| crate::export::tables::table::shown_rows(top, len);
     out.push_str(&format!(
         "on-CPU samples, by process ({} samples at {} Hz per CPU, idle not counted):\n",
         total, profile.cpu_freq_hz

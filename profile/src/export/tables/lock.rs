@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::Serialize;
 
-use super::table::{fit, more_rows, most_first};
+use crate::export::tables::table::{fit, more_rows, most_first};
 use crate::{
     kind::GroupBy,
     lock::{caller, lock_row_type_name, lock_side, lock_type_name, lock_type_name_both_sides},
@@ -738,7 +738,7 @@ fn sleeping_frames(profile: &Profile, stack: Option<u32>) -> Vec<String> {
     profile
         .stack_frames(stack)
         .into_iter()
-        .filter(|frame| !super::offcpu::is_scheduler_frame(&frame.name))
+        .filter(|frame| !crate::export::tables::offcpu::is_scheduler_frame(&frame.name))
         .map(|frame| frame.display())
         .collect()
 }
@@ -957,7 +957,7 @@ mod tests {
     #[test]
     fn readers_and_writers_of_a_lock_share_its_row_by_lock() {
         use profiler_common::lock::{LCB_F_MUTEX, LCB_F_READ, LCB_F_SPIN, LCB_F_WRITE};
-        let mut profile = crate::export::report::tests::profile_with_two_locks();
+        let mut profile = crate::export::formats::report::tests::profile_with_two_locks();
         let writer = profile
             .locks
             .iter()
@@ -1008,7 +1008,7 @@ mod tests {
 
     #[test]
     fn groups_by_cgroup_path_and_lock_type() {
-        let mut profile = crate::export::report::tests::profile_with_two_locks();
+        let mut profile = crate::export::formats::report::tests::profile_with_two_locks();
         // pids 10 and 11 in one cgroup; pid 12 has no process entry: unknown.
         for process in &mut profile.processes {
             process.cgroup = Some("/slurm/uid_1000/job_4242/step_0/user/task_0".into());
@@ -1039,7 +1039,7 @@ mod tests {
             ]
         );
         let table = lock_table(&profile, GroupBy::Cgroup, 20);
-        crate::export::table::assert_fits_100_columns(&table);
+        crate::export::tables::table::assert_fits_100_columns(&table);
         // Long paths keep their leaf.
         assert!(table.contains(" …/step_0/user/task_0 "), "{table}");
         assert!(table
@@ -1050,7 +1050,7 @@ mod tests {
         let by_lock = lock_groups(&profile, GroupBy::Lock);
         assert_eq!(by_lock[0].cgroup, job);
         // ... and leave it out of profiles that know none.
-        let old = crate::export::report::tests::profile_with_two_locks();
+        let old = crate::export::formats::report::tests::profile_with_two_locks();
         assert!(lock_groups(&old, GroupBy::Lock)
             .iter()
             .all(|group| group.cgroup.is_empty()));

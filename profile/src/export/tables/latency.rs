@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::{
-    diff::{add, Breakdown, Measure},
-    lock::{STACK_LOST, UNKNOWN},
-    table::{fit, more_rows, most_first, shown_rows},
+use crate::export::{
+    operations::diff::{add, Breakdown, Measure},
+    tables::lock::{STACK_LOST, UNKNOWN},
+    tables::table::{fit, more_rows, most_first, shown_rows},
 };
 use crate::{
     lock::{caller, lock_type_name},

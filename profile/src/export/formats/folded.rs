@@ -91,7 +91,7 @@ pub fn render(profile: &Profile, kind: Kind) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::report::tests::profile_with_two_locks;
+    use crate::export::formats::report::tests::profile_with_two_locks;
 
     #[test]
     fn lock_lines_have_process_type_and_caller_on_top() {
@@ -121,7 +121,7 @@ mod tests {
 
     #[test]
     fn offcpu_lines_have_process_class_and_stack_root_first() {
-        let profile = crate::export::offcpu::tests::profile_with_waits();
+        let profile = crate::export::tables::offcpu::tests::profile_with_waits();
         let text = render(&profile, Kind::Offcpu);
         assert!(
             text.contains(
@@ -139,7 +139,7 @@ mod tests {
 
     #[test]
     fn offcpu_lines_sum_nanoseconds_and_round_once() {
-        let mut profile = crate::export::offcpu::tests::profile_with_waits();
+        let mut profile = crate::export::tables::offcpu::tests::profile_with_waits();
         // Two threads on the same path, 1.5 us each: one line of 3 us, not 2.
         for row in &mut profile.offcpu {
             if row.class == "buffer" {

@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use super::{offcpu::short_stack, table::fit, wakers::thread_name};
+use crate::export::{tables::offcpu::short_stack, tables::table::fit, tables::wakers::thread_name};
 use crate::{
     profile::{ChainRow, Profile},
     units::format_ns,
@@ -121,7 +121,7 @@ pub fn text(profile: &Profile, top: usize) -> String {
     if all.is_empty() {
         return String::new();
     }
-    let shown = super::table::shown_rows(top, all.len());
+    let shown = crate::export::tables::table::shown_rows(top, all.len());
     let mut out = String::from(
         "\nwait chains (the waker was itself off the CPU during the wait; times summed):\n",
     );
@@ -152,13 +152,17 @@ pub fn text(profile: &Profile, top: usize) -> String {
             fit(&chain.last_woken_by, 80)
         ));
     }
-    out.push_str(&super::table::more_of(shown, all.len(), "chains"));
+    out.push_str(&crate::export::tables::table::more_of(
+        shown,
+        all.len(),
+        "chains",
+    ));
     out
 }
 
 /// The HTML section: a table of the top chains.
 pub fn html_section(profile: &Profile) -> String {
-    use super::{escape::html as esc, html};
+    use crate::export::{formats::escape::html as esc, formats::html};
     if profile.chains.is_empty() {
         return String::new();
     }
@@ -212,7 +216,7 @@ mod tests {
 
     #[test]
     fn a_chain_reads_waiter_first_then_each_waker() {
-        let mut profile = crate::export::wakers::tests::profile_with_wakers();
+        let mut profile = crate::export::tables::wakers::tests::profile_with_wakers();
         let [rwsem, fuse] = set_stacks(
             &mut profile,
             [
@@ -240,7 +244,7 @@ mod tests {
             last_waker_pid: 0,
             last_waker_tid: 0,
         }];
-        crate::export::table::assert_table_shows(
+        crate::export::tables::table::assert_table_shows(
             &text(&profile, 10),
             &[
                 "reader[21]",

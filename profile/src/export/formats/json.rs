@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::{export::folded, kind::Kind, profile::Profile};
+use crate::{export::formats::folded, kind::Kind, profile::Profile};
 
 #[derive(Debug, Default, Serialize)]
 pub struct Node {
@@ -106,7 +106,7 @@ pub fn render(profile: &Profile, kind: Kind) -> serde_json::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::report::tests::profile_with_two_locks;
+    use crate::export::formats::report::tests::profile_with_two_locks;
 
     #[test]
     fn tree_sums_children() {

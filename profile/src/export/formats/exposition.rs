@@ -8,7 +8,7 @@ use std::{
     fmt::{Display, Write},
 };
 
-use crate::{export::escape::prometheus_label, histogram::bucket_us};
+use crate::{export::formats::escape::prometheus_label, histogram::bucket_us};
 
 /// Highest log2 microsecond bucket given its own `le`: 2^25 us (33.6 s); slower ones
 /// count in `+Inf` only. Fixed, so every scrape has the same buckets.

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::{
-    export::table::{fit, most_first_f64},
+    export::tables::table::{fit, most_first_f64},
     kind::Kind,
     profile::Profile,
     units::format_ns,
@@ -287,7 +287,7 @@ pub fn text(base: &Profile, new: &Profile, kind: Kind, top: usize) -> String {
             format!("n {events_name}"),
             table.by
         ));
-        let shown = super::table::shown_rows(top, table.rows.len());
+        let shown = crate::export::tables::table::shown_rows(top, table.rows.len());
         for row in &table.rows[..shown] {
             let sign = if row.change_per_s < 0.0 { "-" } else { "+" };
             out.push_str(&format!(
@@ -301,7 +301,10 @@ pub fn text(base: &Profile, new: &Profile, kind: Kind, top: usize) -> String {
                 key_with_source(row),
             ));
         }
-        out.push_str(&super::table::more_rows(shown, table.rows.len()));
+        out.push_str(&crate::export::tables::table::more_rows(
+            shown,
+            table.rows.len(),
+        ));
     }
     out
 }
@@ -344,7 +347,7 @@ pub fn json(base: &Profile, new: &Profile, kind: Kind) -> serde_json::Result<Str
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::report::tests::{
+    use crate::export::formats::report::tests::{
         profile_with_named_locks, profile_with_two_locks, spinlock_renamed, two_runs,
     };
 
@@ -429,7 +432,7 @@ mod tests {
             .all(|row| row.base_name_source.is_empty() && row.new_name_source.is_empty()));
 
         let text = text(&base, &new, Kind::Lock, 0);
-        crate::export::table::assert_fits_100_columns(&text);
+        crate::export::tables::table::assert_fits_100_columns(&text);
         assert!(text.contains("  rwsem:W mmap_lock (task)\n"), "{text}");
         assert!(
             text.contains("  spinlock 0xffff1 (address→kallsyms)\n"),
@@ -457,7 +460,7 @@ mod tests {
             }
         }
         let text = super::text(&base, &long, Kind::Lock, 0);
-        crate::export::table::assert_fits_100_columns(&text);
+        crate::export::tables::table::assert_fits_100_columns(&text);
         assert!(text.contains("… (task_struct)\n"), "{text}");
     }
 
@@ -477,7 +480,7 @@ mod tests {
 
     #[test]
     fn offcpu_tables_per_class_process_and_function() {
-        use crate::export::offcpu::tests::profile_with_waits_and_io;
+        use crate::export::tables::offcpu::tests::profile_with_waits_and_io;
         let base = profile_with_waits_and_io();
         let mut new = profile_with_waits_and_io();
         // NEW: buffer waits tripled over a run twice as long (x1.5 per second).
@@ -508,7 +511,7 @@ mod tests {
             tables[2].rows[0].key,
             "buffer __wait_on_buffer < ext4_read_bh"
         );
-        crate::export::table::assert_table_shows(
+        crate::export::tables::table::assert_table_shows(
             &text(&base, &new, Kind::Offcpu, 0),
             &["offcpu by class"],
         );
@@ -516,7 +519,7 @@ mod tests {
 
     #[test]
     fn io_tables_per_device_and_op() {
-        use crate::export::offcpu::tests::profile_with_waits_and_io;
+        use crate::export::tables::offcpu::tests::profile_with_waits_and_io;
         let base = profile_with_waits_and_io();
         let mut new = profile_with_waits_and_io();
         for row in &mut new.io {

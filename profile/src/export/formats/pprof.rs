@@ -8,8 +8,8 @@ use std::{collections::HashMap, io::Write};
 use anyhow::{Context, Result};
 use prost::Message as _;
 
-use super::pprof_proto as proto;
-use crate::{export::folded, kind::Kind, profile::Profile};
+use crate::export::formats::pprof_proto as proto;
+use crate::{export::formats::folded, kind::Kind, profile::Profile};
 
 /// The string table: index 0 is always "".
 struct Strings {
@@ -132,7 +132,7 @@ pub fn render(profile: &Profile, kind: Kind) -> Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::report::tests::profile_with_two_locks;
+    use crate::export::formats::report::tests::profile_with_two_locks;
 
     // Field numbers of profile.proto that the tests decode by hand.
     const PROFILE_SAMPLE: u32 = 2;
@@ -260,7 +260,7 @@ mod tests {
 
     #[test]
     fn offcpu_and_io_sample_types() {
-        let profile = crate::export::offcpu::tests::profile_with_waits_and_io();
+        let profile = crate::export::tables::offcpu::tests::profile_with_waits_and_io();
         for (kind, expected, samples) in [
             (Kind::Offcpu, ["waits", "off_cpu", "__wait_on_buffer"], 2),
             (Kind::Io, ["waits", "io_wait", "ext4_bread"], 1),

@@ -4,7 +4,7 @@
 
 use anyhow::{Context, Result};
 
-use crate::{export::lock::top_lock_groups, kind::GroupBy, profile::Profile};
+use crate::{export::tables::lock::top_lock_groups, kind::GroupBy, profile::Profile};
 
 /// The columns, in order.
 pub const HEADER: [&str; 11] = [
@@ -52,7 +52,7 @@ mod tests {
 
     #[test]
     fn quotes_what_needs_quoting_and_keeps_the_numbers() {
-        let mut profile = crate::export::report::tests::profile_with_two_locks();
+        let mut profile = crate::export::formats::report::tests::profile_with_two_locks();
         // A hostile process name: a comma, a quote, a newline.
         if let Some(process) = profile.processes.first_mut() {
             process.comm = "a,\"b\"\nc".into();

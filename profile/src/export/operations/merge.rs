@@ -187,7 +187,9 @@ pub fn merge(inputs: Vec<Profile>, command_line: Vec<String>) -> Result<Profile>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{export::folded, export::report::tests::profile_with_two_locks, kind::Kind};
+    use crate::{
+        export::formats::folded, export::formats::report::tests::profile_with_two_locks, kind::Kind,
+    };
 
     /// Merges `a` as node-a and `b` as node-b, whose stacks are stored in the other
     /// order (`flip_rows` rewrites its rows' stack ids to match, so the merge must
@@ -249,7 +251,7 @@ mod tests {
 
     #[test]
     fn merge_remaps_offcpu_and_io_rows() {
-        use crate::export::offcpu::tests::profile_with_waits_and_io;
+        use crate::export::tables::offcpu::tests::profile_with_waits_and_io;
         let merged = merged_as_two_hosts(
             profile_with_waits_and_io(),
             profile_with_waits_and_io(),

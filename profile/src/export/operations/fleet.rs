@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::{
-    export::exposition::{header, histogram_lines, labels, lost_events, metric, seconds},
+    export::formats::exposition::{header, histogram_lines, labels, lost_events, metric, seconds},
     lock::{caller, lock_type_name},
     profile::{Latency, Profile},
 };
@@ -218,7 +218,7 @@ impl FleetCounters {
         let mut out = view.render();
         // Waits in progress are a reading of now, not a sum over periods.
         if let Some(live) = live {
-            super::prometheus::waiting_series(live, &mut out);
+            crate::export::formats::prometheus::waiting_series(live, &mut out);
         }
         out
     }

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use crate::{
-    export::exposition::{labels, lost_events, metric, seconds},
+    export::formats::exposition::{labels, lost_events, metric, seconds},
     profile::Profile,
     views::VIEWS,
 };
@@ -60,9 +60,9 @@ pub(crate) fn latency_series(
     out: &mut String,
     family: &str,
     what: &str,
-    groups: &[crate::export::latency::LatencyGroup],
+    groups: &[crate::export::tables::latency::LatencyGroup],
 ) {
-    let name_labels = |group: &crate::export::latency::LatencyGroup| {
+    let name_labels = |group: &crate::export::tables::latency::LatencyGroup| {
         labels(&[what, "process"], &[&group.name, &group.process])
     };
     metric(
@@ -97,7 +97,7 @@ pub fn render(profile: &Profile) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::report::tests::profile_with_two_locks;
+    use crate::export::formats::report::tests::profile_with_two_locks;
 
     #[test]
     fn cpu_series_per_process() {
@@ -170,7 +170,7 @@ mod tests {
 
     #[test]
     fn offcpu_seconds_per_class_and_io_histogram_per_device() {
-        let mut profile = crate::export::offcpu::tests::profile_with_waits_and_io();
+        let mut profile = crate::export::tables::offcpu::tests::profile_with_waits_and_io();
         profile.losses.insert("io_unmatched_complete".into(), 2);
         let text = render(&profile);
         assert!(

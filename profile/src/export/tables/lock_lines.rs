@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use rustc_hash::FxBuildHasher;
 
 use crate::{
-    export::folded,
+    export::formats::folded,
     kind::Kind,
     lock::{is_lock_internal, lock_type_name},
     profile::Profile,
@@ -125,7 +125,7 @@ fn stack_frames_text(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::report::tests::profile_with_two_locks;
+    use crate::export::formats::report::tests::profile_with_two_locks;
 
     /// The plain path: `folded::samples`, joined.
     fn plain(profile: &Profile) -> Vec<(String, u64)> {

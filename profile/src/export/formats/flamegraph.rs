@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 use crate::{
-    export::folded,
+    export::formats::folded,
     kind::Kind,
     profile::{write_atomically, Profile},
     views::{FlameLabels, View},
@@ -63,7 +63,7 @@ pub fn render_svg(profile: &Profile, kind: Kind) -> Result<Vec<u8>> {
         .collect();
     // The same drawing from fewer frames (export/flame_prune.rs).
     let min_width = inferno::flamegraph::Options::default().min_width;
-    let lines = crate::export::flame_prune::prune(&lines, min_width).unwrap_or(lines);
+    let lines = crate::export::formats::flame_prune::prune(&lines, min_width).unwrap_or(lines);
     let view = kind.view();
     let labels = view.flame_labels();
     let title = format!(
@@ -123,7 +123,7 @@ pub fn render_diff_svg(base: &Profile, new: &Profile, kind: Kind) -> Result<Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::report::tests::profile_with_two_locks;
+    use crate::export::formats::report::tests::profile_with_two_locks;
 
     #[test]
     fn svg_names_the_callers() {
@@ -143,7 +143,7 @@ mod tests {
             .map(|(stack, value)| format!("{stack} {value}"))
             .collect();
         let min_width = inferno::flamegraph::Options::default().min_width;
-        let pruned = match crate::export::flame_prune::prune(&lines, min_width) {
+        let pruned = match crate::export::formats::flame_prune::prune(&lines, min_width) {
             Some(pruned) => pruned,
             None if !cuts => lines.clone(),
             None => panic!("not prunable"),
@@ -180,7 +180,7 @@ mod tests {
         let (plain, pruned) = both_ways(&profile, Kind::Lock, true);
         assert!(plain == pruned, "the pruned lines draw another SVG");
         let (plain, pruned) = both_ways(
-            &crate::export::offcpu::tests::profile_with_waits(),
+            &crate::export::tables::offcpu::tests::profile_with_waits(),
             Kind::Offcpu,
             false,
         );
@@ -211,7 +211,7 @@ mod tests {
 
     #[test]
     fn diff_lines_are_per_second() {
-        let (base, mut new) = crate::export::report::tests::two_runs(2.0, 1.0);
+        let (base, mut new) = crate::export::formats::report::tests::two_runs(2.0, 1.0);
         new.locks[2].total_ns *= 4;
         let lines = diff_lines(&base, &new, Kind::Lock);
         assert!(

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::table::fit;
+use crate::export::tables::table::fit;
 use crate::{
     profile::{OffcpuRow, Profile},
     units::format_ns,
@@ -33,7 +33,7 @@ pub struct OffcpuClass {
     pub stacks: Vec<OffcpuStack>,
     /// Who woke this class's waits (`record --wakers`), most time first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub wakers: Vec<super::wakers::WakerShare>,
+    pub wakers: Vec<crate::export::tables::wakers::WakerShare>,
     /// Owners of the file locks waited for (`file-lock` waits), most wait first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub held_by: Vec<OffcpuHolder>,
@@ -61,7 +61,7 @@ pub struct OffcpuStack {
     pub max_ns: u64,
     /// Who woke these waits (`record --wakers`), most time first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub wakers: Vec<super::wakers::WakerShare>,
+    pub wakers: Vec<crate::export::tables::wakers::WakerShare>,
 }
 
 /// Frames that only say "the task slept": left out of the short top-stack line.
@@ -237,8 +237,8 @@ fn class_summary(
         .into_iter()
         .map(|((kernel, user), mut stack)| {
             if let Some(rows) = rows_of.get(&(pid, class.clone(), kernel, user)) {
-                stack.wakers = super::wakers::shares(profile, rows.iter().copied());
-                super::wakers::rescale(&mut stack.wakers, stack.total_ns);
+                stack.wakers = crate::export::tables::wakers::shares(profile, rows.iter().copied());
+                crate::export::tables::wakers::rescale(&mut stack.wakers, stack.total_ns);
                 rows_of_class.extend(rows.iter().copied());
             }
             stack
@@ -261,9 +261,9 @@ fn class_summary(
         .collect();
     held_by.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.pid.cmp(&b.pid)));
     let class_total: u64 = stacks.iter().map(|s| s.total_ns).sum();
-    let mut wakers = super::wakers::shares(profile, rows_of_class);
+    let mut wakers = crate::export::tables::wakers::shares(profile, rows_of_class);
     // Shares of the class's time (not only of its rows with wakers).
-    super::wakers::rescale(&mut wakers, class_total);
+    crate::export::tables::wakers::rescale(&mut wakers, class_total);
     OffcpuClass {
         wakers,
         held_by,
@@ -327,7 +327,7 @@ pub fn table(profile: &Profile, top: usize) -> String {
         "{:<20} {:>8} {:>10}  {:<10} {:>12} {:>6}  {}\n",
         "process", "pid", "off-CPU", "class", "ms", "%", "waits"
     );
-    let shown = super::table::shown_rows(top, processes.len());
+    let shown = crate::export::tables::table::shown_rows(top, processes.len());
     for process in &processes[..shown] {
         for (index, class) in process.classes.iter().enumerate() {
             let (name, pid, total) = if index == 0 {
@@ -356,7 +356,11 @@ pub fn table(profile: &Profile, top: usize) -> String {
                     short_stack(&stack.kernel, 64)
                 ));
             }
-            out.push_str(&super::wakers::woken_by_lines(&class.wakers, 3, 24));
+            out.push_str(&crate::export::tables::wakers::woken_by_lines(
+                &class.wakers,
+                3,
+                24,
+            ));
             if !class.held_by.is_empty() {
                 out.push_str(&format!(
                     "{:>24}held by: {}\n",
@@ -366,7 +370,11 @@ pub fn table(profile: &Profile, top: usize) -> String {
             }
         }
     }
-    out.push_str(&super::table::more_of(shown, processes.len(), "processes"));
+    out.push_str(&crate::export::tables::table::more_of(
+        shown,
+        processes.len(),
+        "processes",
+    ));
     out
 }
 
@@ -416,7 +424,7 @@ pub(crate) mod tests {
     /// [64, 128) us and 10 in [2048, 4096) us.
     pub(crate) fn profile_with_waits_and_io() -> Profile {
         let mut profile = profile_with_waits();
-        profile.io = crate::export::io::tests::loop0_reads([10, 10]);
+        profile.io = crate::export::tables::io::tests::loop0_reads([10, 10]);
         profile.duration_s = 2.0;
         profile
     }
@@ -479,7 +487,7 @@ pub(crate) mod tests {
             processes[0].classes[0].held_by.is_empty(),
             "buffer waits have none"
         );
-        crate::export::table::assert_table_shows(
+        crate::export::tables::table::assert_table_shows(
             &table(&profile, 20),
             &["held by: ", "held by: pid 21 7.00 ms, holder[20] 6.00 ms"],
         );
@@ -487,7 +495,7 @@ pub(crate) mod tests {
 
     #[test]
     fn table_shows_ms_percent_and_top_stack() {
-        crate::export::table::assert_table_shows(
+        crate::export::tables::table::assert_table_shows(
             &table(&profile_with_waits(), 20),
             &[
                 "mdtest",

@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::{
-    cpu::{cpu_functions, cpu_processes, CpuFunction, CpuProcess},
-    latency::{func_groups, hold_groups, rpc_groups, HoldGroup, LatencyGroup},
-    lock::{top_lock_groups, LockGroup},
+use crate::export::{
+    tables::cpu::{cpu_functions, cpu_processes, CpuFunction, CpuProcess},
+    tables::latency::{func_groups, hold_groups, rpc_groups, HoldGroup, LatencyGroup},
+    tables::lock::{top_lock_groups, LockGroup},
 };
 use crate::{kind::GroupBy, profile::Profile, views::VIEWS};
 
@@ -139,11 +139,11 @@ struct JsonReport<'a> {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     waiting: Vec<crate::waiting::JsonWait>,
     locks: Vec<LockGroup>,
-    offcpu: Vec<super::offcpu::OffcpuProcess>,
-    io: Vec<super::io::IoGroup>,
+    offcpu: Vec<crate::export::tables::offcpu::OffcpuProcess>,
+    io: Vec<crate::export::tables::io::IoGroup>,
     /// Block IO by file, with who issued and who caused it (`record --io`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    io_files: Vec<super::io::FileGroup>,
+    io_files: Vec<crate::export::tables::io::FileGroup>,
     rpcs: Vec<LatencyGroup>,
     funcs: Vec<LatencyGroup>,
     holds: Vec<HoldGroup>,
@@ -153,7 +153,7 @@ struct JsonReport<'a> {
     lost: &'a BTreeMap<String, u64>,
     /// Wait chains (`record --wakers`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    chains: Vec<super::chains::Chain>,
+    chains: Vec<crate::export::tables::chains::Chain>,
     /// Wait time per interval (`record --interval`).
     #[serde(skip_serializing_if = "Option::is_none")]
     timeline: Option<&'a crate::timeline::Timeline>,
@@ -175,16 +175,16 @@ pub fn json(profile: &Profile, by: GroupBy, top: usize) -> serde_json::Result<St
         duration_s: profile.duration_s,
         waiting: crate::waiting::json(profile, top),
         locks,
-        offcpu: super::offcpu::processes(profile),
-        io: super::io::groups(profile),
-        io_files: super::io::file_groups(profile),
+        offcpu: crate::export::tables::offcpu::processes(profile),
+        io: crate::export::tables::io::groups(profile),
+        io_files: crate::export::tables::io::file_groups(profile),
         rpcs: rpc_groups(profile),
         funcs: func_groups(profile),
         holds: hold_groups(profile),
         unavailable: &profile.unavailable,
         cpu: json_cpu(profile, top),
         lost: &profile.losses,
-        chains: super::chains::chains(profile),
+        chains: crate::export::tables::chains::chains(profile),
         timeline: profile.timeline.as_ref(),
     })
 }
@@ -210,11 +210,11 @@ fn json_cpu(profile: &Profile, top: usize) -> Option<JsonCpu> {
 pub(crate) mod tests {
     use super::*;
     use crate::export::{
-        cpu::cpu_tables,
-        lock::{holders_table, lock_table},
+        tables::cpu::cpu_tables,
+        tables::lock::{holders_table, lock_table},
     };
     use crate::{
-        export::lock::lock_groups,
+        export::tables::lock::lock_groups,
         profile::{LockRow, Process},
     };
 
@@ -360,7 +360,7 @@ pub(crate) mod tests {
     #[test]
     fn table_fits_100_columns() {
         let table = lock_table(&profile_with_two_locks(), GroupBy::Lock, 20);
-        crate::export::table::assert_fits_100_columns(&table);
+        crate::export::tables::table::assert_fits_100_columns(&table);
         assert!(table.contains("7.00 ms"), "{table}");
     }
 
@@ -413,7 +413,10 @@ pub(crate) mod tests {
             Some("rwsem_down_write_slowpath")
         );
         let text = text(&profile, GroupBy::Lock, 20);
-        crate::export::table::assert_table_shows(&text, &["fuse CREATE", "binary:a_rather_long"]);
+        crate::export::tables::table::assert_table_shows(
+            &text,
+            &["fuse CREATE", "binary:a_rather_long"],
+        );
     }
 
     #[test]
@@ -490,7 +493,7 @@ pub(crate) mod tests {
         assert_eq!(functions[0].function, "hot");
         let processes = cpu_processes(&profile);
         assert_eq!((processes[0].pid, processes[0].samples), (1, 7));
-        crate::export::table::assert_table_shows(&cpu_tables(&profile, 20), &["70.0%"]);
+        crate::export::tables::table::assert_table_shows(&cpu_tables(&profile, 20), &["70.0%"]);
         let json: serde_json::Value =
             serde_json::from_str(&json(&profile, GroupBy::Lock, 0).expect("json")).expect("parse");
         assert_eq!(json["cpu"]["samples"], 10);

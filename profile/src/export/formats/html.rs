@@ -6,7 +6,7 @@
 use anyhow::Result;
 
 use crate::{
-    export::{self, escape::html as esc, flamegraph, latency},
+    export::{self, formats::escape::html as esc, formats::flamegraph, tables::latency},
     kind::Kind,
     profile::Profile,
     units::format_ns,
@@ -280,7 +280,7 @@ pub fn render(profile: &Profile) -> Result<String> {
     for kind in kinds {
         out.push_str(&kind.view().html_section(profile)?);
     }
-    out.push_str(&export::chains::html_section(profile));
+    out.push_str(&export::tables::chains::html_section(profile));
     out.push_str(&crate::timeline::html_section(profile));
     out.push_str(&losses(profile));
     out.push_str(&page_end());
@@ -326,7 +326,7 @@ pub fn render_diff(base: &Profile, new: &Profile, kind: Kind) -> Result<String> 
         false => format!("{value:.1}"),
         true => format!("{}/s", format_ns(value.abs() as u64)),
     };
-    for table_data in export::diff::diff(base, new, kind) {
+    for table_data in export::operations::diff::diff(base, new, kind) {
         out.push_str(&format!(
             "<h2>By {} ({}, per second of run)</h2>\n",
             esc(&table_data.by),
@@ -389,7 +389,7 @@ pub fn render_diff(base: &Profile, new: &Profile, kind: Kind) -> Result<String> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::report::tests::profile_with_two_locks;
+    use crate::export::formats::report::tests::profile_with_two_locks;
 
     fn hostile_profile() -> Profile {
         let mut profile = profile_with_two_locks();
@@ -418,7 +418,7 @@ mod tests {
         // Profiles of older versions do not say: no column, no legend.
         let page = render(&profile_with_two_locks()).expect("html");
         assert!(!page.contains("<th>named by</th>"), "{page}");
-        let profile = crate::export::report::tests::profile_with_named_locks();
+        let profile = crate::export::formats::report::tests::profile_with_named_locks();
         let page = render(&profile).expect("html");
         // By lock only (callers and processes group several locks).
         assert_eq!(page.matches("<th>named by</th>").count(), 1, "{page}");
@@ -429,7 +429,7 @@ mod tests {
             "{page}"
         );
         // The diff page: each run's method, a change shown as BASE→NEW.
-        let new = crate::export::report::tests::spinlock_renamed(&profile);
+        let new = crate::export::formats::report::tests::spinlock_renamed(&profile);
         let page = render_diff(&profile, &new, Kind::Lock).expect("page");
         assert_eq!(page.matches("<th>named by</th>").count(), 1, "{page}");
         assert!(
@@ -444,8 +444,8 @@ mod tests {
 
     #[test]
     fn offcpu_and_io_sections_with_breakdown_histograms_and_flamegraphs() {
-        let page =
-            render(&crate::export::offcpu::tests::profile_with_waits_and_io()).expect("html");
+        let page = render(&crate::export::tables::offcpu::tests::profile_with_waits_and_io())
+            .expect("html");
         assert!(page.contains("<section id=\"offcpu\">"), "{page}");
         assert!(page.contains("<section id=\"io\">"), "{page}");
         // mdtest: 100 ms off CPU, 60% buffer with its top stack.
@@ -464,7 +464,7 @@ mod tests {
 
     #[test]
     fn every_section_ends_once() {
-        let mut profile = crate::export::offcpu::tests::profile_with_waits_and_io();
+        let mut profile = crate::export::tables::offcpu::tests::profile_with_waits_and_io();
         profile.file_calls.push(crate::profile::FileCallRow {
             pid: profile.processes[0].pid,
             call: "read".into(),
@@ -485,8 +485,8 @@ mod tests {
 
     #[test]
     fn diff_page_has_tables_dates_and_the_differential_flamegraph() {
-        let base = crate::export::report::tests::profile_with_two_locks();
-        let mut new = crate::export::report::tests::profile_with_two_locks();
+        let base = crate::export::formats::report::tests::profile_with_two_locks();
+        let mut new = crate::export::formats::report::tests::profile_with_two_locks();
         new.locks[0].total_ns *= 10;
         let page = render_diff(&base, &new, Kind::Lock).expect("page");
         assert!(page.contains("<h2>By lock"), "{page}");

@@ -134,7 +134,7 @@ pub fn table(profile: &Profile, top: usize) -> String {
     if groups.is_empty() {
         return format!("no block IO recorded\n{}", calls_table(profile, top));
     }
-    let shown = super::table::shown_rows(top, groups.len());
+    let shown = crate::export::tables::table::shown_rows(top, groups.len());
     let mut out = format!(
         "{:<16} {:<8} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10}\n",
         "device", "op", "requests", "bytes", "avg", "p50", "p99", "max"
@@ -169,7 +169,11 @@ pub fn table(profile: &Profile, top: usize) -> String {
         ));
         out.push_str(&histogram(&group.histogram));
     }
-    out.push_str(&super::table::more_of(shown, groups.len(), ""));
+    out.push_str(&crate::export::tables::table::more_of(
+        shown,
+        groups.len(),
+        "",
+    ));
     out.push_str(&files_table(profile, top));
     out
 }
@@ -407,7 +411,7 @@ pub fn calls_table(profile: &Profile, top: usize) -> String {
         return String::new();
     }
     rows.sort_by_key(|row| std::cmp::Reverse(row.1.total_ns));
-    let shown = super::table::shown_rows(top, rows.len());
+    let shown = crate::export::tables::table::shown_rows(top, rows.len());
     let mut out = format!(
         "\nfile calls (system call entry to return, per file and process):\n\
          {:<6} {:<24} {:>8} {:>10} {:>10} {:>10} {:>10}  {}\n",
@@ -417,7 +421,7 @@ pub fn calls_table(profile: &Profile, top: usize) -> String {
         out.push_str(&format!(
             "{:<6} {:<24} {:>8} {:>10} {:>10} {:>10} {:>10}  {}\n",
             calls.call,
-            super::table::fit(&format!("{} ({})", calls.process, calls.pid), 24),
+            crate::export::tables::table::fit(&format!("{} ({})", calls.process, calls.pid), 24),
             calls.count,
             format_bytes(calls.bytes),
             format_ns(calls.avg_ns),
@@ -426,7 +430,11 @@ pub fn calls_table(profile: &Profile, top: usize) -> String {
             file,
         ));
     }
-    out.push_str(&super::table::more_of(shown, rows.len(), ""));
+    out.push_str(&crate::export::tables::table::more_of(
+        shown,
+        rows.len(),
+        "",
+    ));
     out
 }
 
@@ -437,7 +445,7 @@ pub fn files_table(profile: &Profile, top: usize) -> String {
     if groups.is_empty() {
         return calls_table(profile, top);
     }
-    let shown = super::table::shown_rows(top, groups.len());
+    let shown = crate::export::tables::table::shown_rows(top, groups.len());
     let people = |shares: &[ByteShare], total: u64| {
         shares
             .iter()
@@ -468,7 +476,11 @@ pub fn files_table(profile: &Profile, top: usize) -> String {
             group.file.label(),
         ));
     }
-    out.push_str(&super::table::more_of(shown, groups.len(), ""));
+    out.push_str(&crate::export::tables::table::more_of(
+        shown,
+        groups.len(),
+        "",
+    ));
     out.push_str(&calls_table(profile, top));
     out
 }
@@ -627,7 +639,7 @@ pub(crate) mod tests {
     #[test]
     fn files_in_metrics_html_and_diff() {
         let profile = profile_with_writeback();
-        let metrics = crate::export::prometheus::render(&profile);
+        let metrics = crate::export::formats::prometheus::render(&profile);
         assert!(
             metrics.contains("lockpath_io_file_bytes_total{file=\"/mnt/data\",op=\"write\"} 4000"),
             "{metrics}"
@@ -638,10 +650,11 @@ pub(crate) mod tests {
             ),
             "{metrics}"
         );
-        let page = crate::export::html::render(&profile).expect("HTML");
+        let page = crate::export::formats::html::render(&profile).expect("HTML");
         assert!(page.contains("<h3>By file</h3>"), "no file table");
         assert!(page.contains("/mnt/other"), "no row of the read file");
-        let breakdowns = crate::export::diff::breakdowns(&profile, crate::kind::Kind::File);
+        let breakdowns =
+            crate::export::operations::diff::breakdowns(&profile, crate::kind::Kind::File);
         let by_file = breakdowns
             .iter()
             .find(|breakdown| breakdown.by == "file")
@@ -652,7 +665,7 @@ pub(crate) mod tests {
             by_file.entries.keys()
         );
         // The file flamegraph: rooted at the file, the writeback under its writers.
-        let lines = crate::export::folded::lines(&profile, crate::kind::Kind::File);
+        let lines = crate::export::formats::folded::lines(&profile, crate::kind::Kind::File);
         let stacks: Vec<&str> = lines.iter().map(|(stack, _)| stack.as_str()).collect();
         assert!(
             stacks.contains(&"/mnt/data;block write;pid 10"),
@@ -662,7 +675,7 @@ pub(crate) mod tests {
 
     #[test]
     fn table_prints_biolatency_histogram_in_100_columns() {
-        crate::export::table::assert_table_shows(
+        crate::export::tables::table::assert_table_shows(
             &table(&profile_with_io(), 20),
             &[
                 "loop0 (7:0)",

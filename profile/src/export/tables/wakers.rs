@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::{offcpu::short_stack, table::fit};
+use crate::export::{tables::offcpu::short_stack, tables::table::fit};
 use crate::profile::{OffcpuRow, Profile, WakerRow};
 
 /// The waits of some off-CPU rows that one waker (thread and stacks) woke.
@@ -259,7 +259,7 @@ pub(crate) mod tests {
             wake_site(&shares[0].frames),
             vec!["pipe_write".to_string(), "ksys_write".to_string()]
         );
-        crate::export::table::assert_table_shows(
+        crate::export::tables::table::assert_table_shows(
             &woken_by_lines(&shares, 3, 24),
             &["woken by writer[22]", "90.0%: pipe_write < ksys_write"],
         );
