@@ -589,85 +589,13 @@ fn start(
     kernel_symbols: KernelSymbols,
     unavailable: &mut Vec<Unavailable>,
 ) -> Result<Session> {
-    let rename_fields = tracefs::event_fields("task", "task_rename").unwrap_or_default();
-    let rename_field = |name: &str| {
-        rename_fields
-            .iter()
-            .find(|field| field.name == name)
-            .map_or(0, |field| field.offset)
-    };
-    let globals = TargetGlobals {
-        filter_mode: target.filter_mode(),
-        fork_child_pid: tracefs::field_offset("sched", "sched_process_fork", "child_pid")?,
-        exit_group_dead: tracefs::field_offset("sched", "sched_process_exit", "group_dead")
-            .unwrap_or(0),
-        spare_ids_per_slot: aya::util::nr_cpus().map_or(SPARE_IDS_PER_SLOT_DEFAULT, |cpus| {
-            profiler_common::shared::spare_ids_per_slot(cpus as u32)
-        }),
-        rename_pid: rename_field("pid"),
-        rename_newcomm: rename_field("newcomm"),
-    };
+    let globals = target_globals(target)?;
     let mut loader = EbpfLoader::new();
     configure(&mut loader, args, families, &globals);
     let mut ebpf = probes::shared::load_object(&mut loader)?;
     drop(loader);
 
-    if globals.filter_mode == FILTER_PIDS {
-        attach_tracepoint(
-            &mut ebpf,
-            target_names::TARGET_FORK,
-            "sched",
-            "sched_process_fork",
-        )?;
-        attach_tracepoint(
-            &mut ebpf,
-            target_names::TARGET_EXIT,
-            "sched",
-            "sched_process_exit",
-        )?;
-    }
-    target.install(&mut ebpf, child)?;
-
-    // The watcher first: a process must be noted before its first sample is counted.
-    let watcher = match families.iter().any(|family| family.user_stacks()) {
-        true => Some(ProcessWatcher::start(&mut ebpf)?),
-        false => {
-            // The exec hook also renames a thread first seen before its exec (the
-            // command lockpath starts is first seen under lockpath's own name); without
-            // it a process can keep its launcher's name. Only names depend on it.
-            if let Err(err) = attach_tracepoint(
-                &mut ebpf,
-                profiler_common::shared::names::PROCESSES_EXEC,
-                "sched",
-                "sched_process_exec",
-            ) {
-                log::warn!("processes that exec while recorded may keep their old name: {err:#}");
-            }
-            None
-        }
-    };
-    // A thread renamed while recorded takes its new name (the lock programs name a
-    // thread once). Only names depend on it.
-    let lost_renames = "threads renamed while recorded may keep their old name";
-    if globals.rename_newcomm == 0 {
-        log::warn!("{lost_renames}: this kernel has no task:task_rename with a newcomm field");
-    } else if let Err(err) =
-        attach_tracepoint(&mut ebpf, shared_names::TASKS_RENAME, "task", "task_rename")
-    {
-        log::warn!("{lost_renames}: {err:#}");
-    }
-    // A thread moved to another cgroup while recorded is named again (the lock programs
-    // name a thread once), so `--by cgroup` charges it to the cgroup it is in.
-    if let Err(err) = attach_tracepoint(
-        &mut ebpf,
-        shared_names::TASKS_CGROUP_MOVE,
-        "cgroup",
-        "cgroup_attach_task",
-    ) {
-        log::warn!(
-            "threads moved to another cgroup while recorded may keep their old cgroup: {err:#}"
-        );
-    }
+    let watcher = attach_shared(&mut ebpf, families, target, &globals, child)?;
     // Kernel memory is read by a program of the object run on demand (it takes its
     // buffer map out first): what threads blocked before the recording wait on, and
     // whether a virtual machine's spinlocks bypass the lock tracepoints.
@@ -721,6 +649,98 @@ fn start(
         watcher,
         reader,
     })
+}
+
+/// The target filter's load-time globals: how processes are chosen, and the offsets of
+/// the tracepoint fields its programs read.
+fn target_globals(target: &Target) -> Result<TargetGlobals> {
+    let rename_fields = tracefs::event_fields("task", "task_rename").unwrap_or_default();
+    let rename_field = |name: &str| {
+        rename_fields
+            .iter()
+            .find(|field| field.name == name)
+            .map_or(0, |field| field.offset)
+    };
+    Ok(TargetGlobals {
+        filter_mode: target.filter_mode(),
+        fork_child_pid: tracefs::field_offset("sched", "sched_process_fork", "child_pid")?,
+        exit_group_dead: tracefs::field_offset("sched", "sched_process_exit", "group_dead")
+            .unwrap_or(0),
+        spare_ids_per_slot: aya::util::nr_cpus().map_or(SPARE_IDS_PER_SLOT_DEFAULT, |cpus| {
+            profiler_common::shared::spare_ids_per_slot(cpus as u32)
+        }),
+        rename_pid: rename_field("pid"),
+        rename_newcomm: rename_field("newcomm"),
+    })
+}
+
+/// Attaches the programs every recording shares: the target filter's fork and exit
+/// hooks, the process watcher (or the exec hook), the rename and cgroup-move hooks.
+/// Returns the watcher, when a family records user stacks.
+fn attach_shared(
+    ebpf: &mut Ebpf,
+    families: &[Recorded],
+    target: &Target,
+    globals: &TargetGlobals,
+    child: Option<u32>,
+) -> Result<Option<ProcessWatcher>> {
+    if globals.filter_mode == FILTER_PIDS {
+        attach_tracepoint(
+            ebpf,
+            target_names::TARGET_FORK,
+            "sched",
+            "sched_process_fork",
+        )?;
+        attach_tracepoint(
+            ebpf,
+            target_names::TARGET_EXIT,
+            "sched",
+            "sched_process_exit",
+        )?;
+    }
+    target.install(ebpf, child)?;
+
+    // The watcher first: a process must be noted before its first sample is counted.
+    let watcher = match families.iter().any(|family| family.user_stacks()) {
+        true => Some(ProcessWatcher::start(ebpf)?),
+        false => {
+            // The exec hook also renames a thread first seen before its exec (the
+            // command lockpath starts is first seen under lockpath's own name); without
+            // it a process can keep its launcher's name. Only names depend on it.
+            if let Err(err) = attach_tracepoint(
+                ebpf,
+                profiler_common::shared::names::PROCESSES_EXEC,
+                "sched",
+                "sched_process_exec",
+            ) {
+                log::warn!("processes that exec while recorded may keep their old name: {err:#}");
+            }
+            None
+        }
+    };
+    // A thread renamed while recorded takes its new name (the lock programs name a
+    // thread once). Only names depend on it.
+    let lost_renames = "threads renamed while recorded may keep their old name";
+    if globals.rename_newcomm == 0 {
+        log::warn!("{lost_renames}: this kernel has no task:task_rename with a newcomm field");
+    } else if let Err(err) =
+        attach_tracepoint(ebpf, shared_names::TASKS_RENAME, "task", "task_rename")
+    {
+        log::warn!("{lost_renames}: {err:#}");
+    }
+    // A thread moved to another cgroup while recorded is named again (the lock programs
+    // name a thread once), so `--by cgroup` charges it to the cgroup it is in.
+    if let Err(err) = attach_tracepoint(
+        ebpf,
+        shared_names::TASKS_CGROUP_MOVE,
+        "cgroup",
+        "cgroup_attach_task",
+    ) {
+        log::warn!(
+            "threads moved to another cgroup while recorded may keep their old cgroup: {err:#}"
+        );
+    }
+    Ok(watcher)
 }
 
 /// Fails before recording when the profile could not be written at the end.

@@ -104,47 +104,7 @@ pub fn merge(inputs: Vec<Profile>, command_line: Vec<String>) -> Result<Profile>
         if !kernels.contains(&input.kernel) {
             kernels.push(input.kernel.clone());
         }
-        // Stacks: intern the input's again; old id -> new id.
-        let stack_ids: Vec<u32> = input
-            .stacks
-            .iter()
-            .map(|stack| {
-                let frames = stack
-                    .frames
-                    .iter()
-                    .map(|&frame| input.frames[frame as usize].clone())
-                    .collect();
-                interner.stack(frames, stack.truncated)
-            })
-            .collect();
-        // Processes: keep their pid unless another input already has it.
-        let mut pid_map: HashMap<u32, u32> = HashMap::new();
-        for process in &mut input.processes {
-            let original = process.pid;
-            let mut pid = original;
-            let host = process.host.clone().unwrap_or_else(|| input.host.clone());
-            if used_pids.get(&pid).is_some_and(|other| *other != host) {
-                pid = ((index as u32 + 1) << PID_BITS) | (original & ((1 << PID_BITS) - 1));
-            }
-            used_pids.insert(pid, host.clone());
-            pid_map.insert(original, pid);
-            process.pid = pid;
-            process.host = Some(host);
-        }
-        // Rows of processes without an entry (should not happen) keep their pid.
-        let pid = |old: u32| pid_map.get(&old).copied().unwrap_or(old);
-        let stack = |old: u32| stack_ids.get(old as usize).copied().unwrap_or(old);
-        input.visit_row_ids(&mut |row| {
-            for id in row.pids.iter_mut() {
-                **id = pid(**id);
-            }
-            for id in row.maybe_pids.iter_mut() {
-                **id = id.map(pid);
-            }
-            for id in row.stacks.iter_mut() {
-                **id = id.map(stack);
-            }
-        });
+        renumber(&mut input, index, &mut interner, &mut used_pids);
         for probe in &input.probes {
             if !probes.contains(probe) {
                 probes.push(probe.clone());
@@ -182,6 +142,58 @@ pub fn merge(inputs: Vec<Profile>, command_line: Vec<String>) -> Result<Profile>
     merged.losses = losses;
     merged.targets.command = Vec::new();
     Ok(merged)
+}
+
+/// Gives the rows of the `index`th input the ids of the merged profile: its stacks
+/// interned again, and its processes' pids kept unless a process of another host has
+/// taken them (`used_pids`: pid -> its host).
+fn renumber(
+    input: &mut Profile,
+    index: usize,
+    interner: &mut StackInterner,
+    used_pids: &mut HashMap<u32, String>,
+) {
+    // Stacks: intern the input's again; old id -> new id.
+    let stack_ids: Vec<u32> = input
+        .stacks
+        .iter()
+        .map(|stack| {
+            let frames = stack
+                .frames
+                .iter()
+                .map(|&frame| input.frames[frame as usize].clone())
+                .collect();
+            interner.stack(frames, stack.truncated)
+        })
+        .collect();
+    // Processes: keep their pid unless another input already has it.
+    let mut pid_map: HashMap<u32, u32> = HashMap::new();
+    for process in &mut input.processes {
+        let original = process.pid;
+        let mut pid = original;
+        let host = process.host.clone().unwrap_or_else(|| input.host.clone());
+        if used_pids.get(&pid).is_some_and(|other| *other != host) {
+            pid = ((index as u32 + 1) << PID_BITS) | (original & ((1 << PID_BITS) - 1));
+        }
+        used_pids.insert(pid, host.clone());
+        pid_map.insert(original, pid);
+        process.pid = pid;
+        process.host = Some(host);
+    }
+    // Rows of processes without an entry (should not happen) keep their pid.
+    let pid = |old: u32| pid_map.get(&old).copied().unwrap_or(old);
+    let stack = |old: u32| stack_ids.get(old as usize).copied().unwrap_or(old);
+    input.visit_row_ids(&mut |row| {
+        for id in row.pids.iter_mut() {
+            **id = pid(**id);
+        }
+        for id in row.maybe_pids.iter_mut() {
+            **id = id.map(pid);
+        }
+        for id in row.stacks.iter_mut() {
+            **id = id.map(stack);
+        }
+    });
 }
 
 #[cfg(test)]
