@@ -35,8 +35,27 @@ macro_rules! define_names {
 }
 pub(crate) use define_names;
 
-/// Declares the probe families' modules, one per family, each with its `losses`, and
-/// `FAMILY_LOSSES`, every family's list of them.
+/// Calls `$declare! { cpu, func, ... }` with every probe family: the one list of them.
+/// Each family has a module of its name here and in profiler-ebpf, whose main.rs
+/// declares its family modules with it; here it declares the modules and
+/// `FAMILY_LOSSES`.
+#[macro_export]
+macro_rules! for_each_family {
+    ($declare:ident) => {
+        $declare! {
+            cpu,
+            func,
+            hold,
+            io,
+            lock,
+            offcpu,
+            rpc,
+            wakers,
+        }
+    };
+}
+
+/// Declares the families' modules, each with its `losses`, and `FAMILY_LOSSES`.
 macro_rules! families {
     ($($family:ident,)*) => {
         $(pub mod $family;)*
@@ -47,16 +66,7 @@ macro_rules! families {
     };
 }
 
-families! {
-    cpu,
-    func,
-    hold,
-    io,
-    lock,
-    offcpu,
-    rpc,
-    wakers,
-}
+for_each_family!(families);
 
 pub mod kread;
 pub mod latency;

@@ -251,3 +251,8 @@ fn read_stack(sample: &mut StackSample, sp: u64, len: usize) -> bool {
     };
     ret == 0
 }
+
+crate::programs! {
+    /// On-CPU sample: a software CPU-clock perf event, one per online CPU.
+    perf_event cpu_sample(PerfEventContext) => on_sample;
+}

@@ -136,3 +136,18 @@ pub fn take_holder(tid: u32, now: u64) -> u32 {
         0
     }
 }
+
+crate::classic_tracepoint!(
+    /// `filelock:posix_lock_inode` and `filelock:flock_lock_inode` (one record format):
+    /// the holder of the file lock a thread is about to wait for (off-CPU family).
+    offcpu_filelock,
+    "tracepoint/filelock/posix_lock_inode",
+    on_lock_inode
+);
+
+crate::classic_tracepoint!(
+    /// `filelock:break_lease_block`: the owner of the lease an open waits for.
+    offcpu_filelock_lease,
+    "tracepoint/filelock/break_lease_block",
+    on_lease_block
+);

@@ -8,8 +8,11 @@
 //! a target wait is often another process or a kernel thread.
 
 use aya_ebpf::{
-    bindings::BPF_NOEXIST, helpers::bpf_get_current_pid_tgid, macros::map, maps::HashMap,
-    programs::tracing::StackIdContext,
+    bindings::BPF_NOEXIST,
+    helpers::bpf_get_current_pid_tgid,
+    macros::{fentry, fexit, kprobe, kretprobe, map},
+    maps::HashMap,
+    programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext, tracing::StackIdContext},
 };
 use profiler_common::{
     hold::losses::{HOLD_MAP_FULL, HOLD_NEGATIVE_DELTA, HOLD_OPEN_FULL, HOLD_OVERFLOW_FULL},
@@ -159,4 +162,90 @@ pub fn on_release() {
         (HOLD_MAP_FULL, HOLD_OVERFLOW_FULL),
         true,
     );
+}
+
+/// Hold times (`--hold`): one program set per acquire slot (an entry point such as
+/// `mutex_lock` or `down_write_killable`): fexit where the kernel allows, else a
+/// kprobe/kretprobe pair. Every acquire function takes the lock as its only argument,
+/// so an fexit program finds the return value right after it; functions that return
+/// nothing get the `_void` fexit, which does not read it (the verifier refuses that).
+macro_rules! hold_acquire_slots {
+    ($($slot:literal => $fexit:ident, $fexit_void:ident, $kprobe:ident, $kretprobe:ident;)*) => {
+        $(
+            #[fexit]
+            pub fn $fexit(ctx: FExitContext) -> i32 {
+                if is_held_lock(ctx.arg::<u64>(0)) {
+                    on_acquire_return(&ctx, $slot, ctx.arg::<i64>(1));
+                }
+                0
+            }
+
+            #[fexit]
+            pub fn $fexit_void(ctx: FExitContext) -> i32 {
+                if is_held_lock(ctx.arg::<u64>(0)) {
+                    on_acquire_return(&ctx, $slot, 0);
+                }
+                0
+            }
+
+            #[kprobe]
+            pub fn $kprobe(ctx: ProbeContext) -> u32 {
+                if is_held_lock(ctx.arg::<u64>(0).unwrap_or(0)) {
+                    on_acquire_entry(&ctx);
+                }
+                0
+            }
+
+            #[kretprobe]
+            pub fn $kretprobe(ctx: RetProbeContext) -> u32 {
+                on_acquire_kretprobe($slot, ctx.ret::<i64>());
+                0
+            }
+        )*
+    };
+}
+
+hold_acquire_slots! {
+    0 => hold_fexit_0, hold_fexit_void_0, hold_kprobe_0, hold_kretprobe_0;
+    1 => hold_fexit_1, hold_fexit_void_1, hold_kprobe_1, hold_kretprobe_1;
+    2 => hold_fexit_2, hold_fexit_void_2, hold_kprobe_2, hold_kretprobe_2;
+    3 => hold_fexit_3, hold_fexit_void_3, hold_kprobe_3, hold_kretprobe_3;
+    4 => hold_fexit_4, hold_fexit_void_4, hold_kprobe_4, hold_kretprobe_4;
+    5 => hold_fexit_5, hold_fexit_void_5, hold_kprobe_5, hold_kretprobe_5;
+    6 => hold_fexit_6, hold_fexit_void_6, hold_kprobe_6, hold_kretprobe_6;
+    7 => hold_fexit_7, hold_fexit_void_7, hold_kprobe_7, hold_kretprobe_7;
+    8 => hold_fexit_8, hold_fexit_void_8, hold_kprobe_8, hold_kretprobe_8;
+    9 => hold_fexit_9, hold_fexit_void_9, hold_kprobe_9, hold_kretprobe_9;
+    10 => hold_fexit_10, hold_fexit_void_10, hold_kprobe_10, hold_kretprobe_10;
+    11 => hold_fexit_11, hold_fexit_void_11, hold_kprobe_11, hold_kretprobe_11;
+    12 => hold_fexit_12, hold_fexit_void_12, hold_kprobe_12, hold_kretprobe_12;
+    13 => hold_fexit_13, hold_fexit_void_13, hold_kprobe_13, hold_kretprobe_13;
+    14 => hold_fexit_14, hold_fexit_void_14, hold_kprobe_14, hold_kretprobe_14;
+    15 => hold_fexit_15, hold_fexit_void_15, hold_kprobe_15, hold_kretprobe_15;
+}
+
+/// Release: one fentry program per unlock entry point (an fentry program is bound to
+/// its function at load time), or this one kprobe attached to all of them.
+macro_rules! hold_release_slots {
+    ($($fentry:ident),*) => {
+        $(
+            #[fentry]
+            pub fn $fentry(ctx: FEntryContext) -> i32 {
+                if is_held_lock(ctx.arg::<u64>(0)) {
+                    on_release();
+                }
+                0
+            }
+        )*
+    };
+}
+
+hold_release_slots!(hold_fentry_0, hold_fentry_1, hold_fentry_2, hold_fentry_3);
+
+#[kprobe]
+pub fn hold_release_kprobe(ctx: ProbeContext) -> u32 {
+    if is_held_lock(ctx.arg::<u64>(0).unwrap_or(0)) {
+        on_release();
+    }
+    0
 }

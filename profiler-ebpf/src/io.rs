@@ -29,8 +29,9 @@ use aya_ebpf::{
         bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel,
         bpf_probe_read_kernel_str_bytes,
     },
-    macros::map,
+    macros::{map, raw_tracepoint},
     maps::HashMap,
+    programs::{RawTracePointContext, TracePointContext},
 };
 use profiler_common::{
     io::losses::{
@@ -39,10 +40,10 @@ use profiler_common::{
         IO_OVERFLOW_FULL, IO_STALE_REPLACED, IO_UNMATCHED_COMPLETE,
     },
     io::{
-        CALL_OPEN, CALL_READ, CALL_WRITE, CallKey, CallStart, DirtyKey, DirtyStat,
+        CALL_FSYNC, CALL_OPEN, CALL_READ, CALL_WRITE, CallKey, CallStart, DirtyKey, DirtyStat,
         IO_CALL_START_ENTRIES, IO_FILE_CAUSED, IO_FILE_NO_DENTRY, IO_FILE_ROOT, IO_FILES_ENTRIES,
         IO_FLIGHT_REQUEUED, IO_HIST_SLOTS, IO_NO_OFFSET, IoFile, IoInFlight, IoKey, IoLayout,
-        IoStat, Seen, completes, seen_again,
+        IoStat, SYSCALL_ARG0_OFFSET, Seen, completes, seen_again,
     },
     latency::log2_slot_of,
 };
@@ -694,4 +695,93 @@ fn fd_inode(fd: i64) -> u64 {
         return 0;
     }
     inode
+}
+
+// Timed file calls (`--file-calls`): `syscalls:sys_enter_*` of reads, writes, fsyncs and
+// opens, one program per kind of call attached to each such syscall this kernel has, and
+// one program on all their `sys_exit_*`.
+crate::classic_tracepoint!(
+    /// `sys_enter_read`, `pread64`, `readv`, `preadv`, `preadv2`.
+    io_call_read,
+    "tracepoint/syscalls/sys_enter_read",
+    |ctx: &TracePointContext| on_call_enter(CALL_READ, syscall_arg0(ctx))
+);
+crate::classic_tracepoint!(
+    /// `sys_enter_write`, `pwrite64`, `writev`, `pwritev`, `pwritev2`.
+    io_call_write,
+    "tracepoint/syscalls/sys_enter_write",
+    |ctx: &TracePointContext| on_call_enter(CALL_WRITE, syscall_arg0(ctx))
+);
+crate::classic_tracepoint!(
+    /// `sys_enter_fsync`, `fdatasync`.
+    io_call_fsync,
+    "tracepoint/syscalls/sys_enter_fsync",
+    |ctx: &TracePointContext| on_call_enter(CALL_FSYNC, syscall_arg0(ctx))
+);
+crate::classic_tracepoint!(
+    /// `sys_enter_openat`, `open`, `openat2`, `creat`.
+    io_call_open,
+    "tracepoint/syscalls/sys_enter_openat",
+    |_: &TracePointContext| on_call_enter(CALL_OPEN, -1)
+);
+crate::classic_tracepoint!(
+    /// `sys_exit_*` of all of them: the return value.
+    io_call_exit,
+    "tracepoint/syscalls/sys_exit_read",
+    |ctx: &TracePointContext| on_call_exit(syscall_arg0(ctx))
+);
+
+/// A syscall tracepoint's first argument (`sys_enter_*`) or return value (`sys_exit_*`).
+#[inline(always)]
+fn syscall_arg0(ctx: &TracePointContext) -> i64 {
+    // SAFETY: the offset is that of every syscall tracepoint's record (user space checks
+    // it against the format files); the read is checked.
+    unsafe { ctx.read_at::<i64>(SYSCALL_ARG0_OFFSET as usize) }.unwrap_or(-1)
+}
+
+// Block IO: raw tracepoints, so the request pointer is the key and perf still sees
+// the events. A raw tracepoint program may only read as many arguments as the
+// tracepoint has (checked at attach), so each event that took `(q, rq)` before 5.11
+// has a second program reading `rq` from argument 1 (`_q`); user space attaches the
+// one this kernel's BTF calls for, and insert, requeue and merge only where they exist.
+macro_rules! io_request_event {
+    ($($program:ident, $program_q:ident, $event:literal, $handler:path;)*) => {
+        $(
+            #[raw_tracepoint(tracepoint = $event)]
+            pub fn $program(ctx: RawTracePointContext) -> i32 {
+                $handler(ctx.arg::<u64>(0));
+                0
+            }
+
+            #[raw_tracepoint(tracepoint = $event)]
+            pub fn $program_q(ctx: RawTracePointContext) -> i32 {
+                $handler(ctx.arg::<u64>(1));
+                0
+            }
+        )*
+    };
+}
+
+io_request_event! {
+    io_rq_insert, io_rq_insert_q, "block_rq_insert", on_rq_insert;
+    io_rq_issue, io_rq_issue_q, "block_rq_issue", on_rq_issue;
+    io_rq_requeue, io_rq_requeue_q, "block_rq_requeue", on_rq_requeue;
+    io_rq_merge, io_rq_merge_q, "block_rq_merge", on_rq_merge;
+}
+
+/// `block_rq_complete(struct request *rq, error, unsigned int nr_bytes)` on every kernel
+/// lockpath supports (interrupt context).
+#[raw_tracepoint(tracepoint = "block_rq_complete")]
+pub fn io_rq_complete(ctx: RawTracePointContext) -> i32 {
+    on_rq_complete(ctx.arg::<u64>(0), ctx.arg::<u64>(2) as u32);
+    0
+}
+
+/// `writeback_dirty_folio(struct folio *folio, struct address_space *mapping)`, or
+/// `writeback_dirty_page(struct page *page, ...)` before 5.17 (user space attaches the
+/// one this kernel has): a task dirtied a page of a file.
+#[raw_tracepoint(tracepoint = "writeback_dirty_folio")]
+pub fn io_dirty(ctx: RawTracePointContext) -> i32 {
+    on_dirty(ctx.arg::<u64>(1));
+    0
 }

@@ -3,7 +3,7 @@
 
 use aya_ebpf::{
     helpers::generated::{bpf_get_current_task, bpf_probe_read_kernel},
-    macros::map,
+    macros::{map, raw_tracepoint},
     maps::Array,
     programs::RawTracePointContext,
 };
@@ -54,4 +54,12 @@ pub fn run(ctx: &RawTracePointContext) {
         (*buf).status = status;
         (*buf).sequence = sequence;
     }
+}
+
+/// The kernel-memory reader: never attached, run by user space with
+/// `BPF_PROG_TEST_RUN` (raw tracepoint programs can be since Linux 5.10).
+#[raw_tracepoint]
+pub fn kread_run(ctx: RawTracePointContext) -> i32 {
+    run(&ctx);
+    0
 }

@@ -43,7 +43,7 @@ use aya_ebpf::{
     EbpfContext,
     bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel, generated::bpf_get_current_task},
-    macros::map,
+    macros::{map, raw_tracepoint},
     maps::{Array, HashMap, PerCpuArray},
     programs::{ProbeContext, RawTracePointContext, RetProbeContext, tracing::StackIdContext},
 };
@@ -1722,4 +1722,50 @@ impl Aggregate<u64> for LockStat {
             }
         }
     }
+}
+
+/// `lock:contention_begin(void *lock, unsigned int flags)`.
+///
+/// Raw tracepoints, not classic ones: a classic tracepoint program that returns 0
+/// (as aya's `#[tracepoint]` macro does) drops the event for perf and every other
+/// tracer of that tracepoint; raw tracepoints do not filter, and are cheaper.
+#[raw_tracepoint(tracepoint = "contention_begin")]
+pub fn lock_contention_begin(ctx: RawTracePointContext) -> i32 {
+    on_contention_begin(ctx);
+    0
+}
+
+/// `lock:contention_end(void *lock, int ret)`.
+#[raw_tracepoint(tracepoint = "contention_end")]
+pub fn lock_contention_end(ctx: RawTracePointContext) -> i32 {
+    on_contention_end(&ctx);
+    0
+}
+
+/// `sched:sched_waking(struct task_struct *p)` (`--lock`): an unlock waking the next
+/// waiter ends the waker's hold under contention.
+#[raw_tracepoint(tracepoint = "sched_waking")]
+pub fn lock_sched_waking(ctx: RawTracePointContext) -> i32 {
+    on_waking(&ctx);
+    0
+}
+
+crate::programs! {
+    // Kprobe fallback for kernels without the lock tracepoints. User space attaches each
+    // program to the slow-path symbols this kernel has (see profiler/src/probes/lock.rs).
+
+    /// `[native_|__pv_]queued_spin_lock_slowpath(struct qspinlock *lock, u32 val)`.
+    kprobe lock_kprobe_spin(ProbeContext) => on_spin_slowpath_entry;
+    kretprobe lock_kretprobe_spin(RetProbeContext) => on_spin_slowpath_return;
+    /// `__mutex_lock_slowpath(struct mutex *lock)` and its killable/interruptible siblings.
+    kprobe lock_kprobe_mutex(ProbeContext) =>
+        |ctx: &ProbeContext| on_sleep_slowpath_entry(ctx, LCB_F_MUTEX);
+    /// `rwsem_down_read_slowpath(struct rw_semaphore *sem, ...)`.
+    kprobe lock_kprobe_rwsem_read(ProbeContext) =>
+        |ctx: &ProbeContext| on_sleep_slowpath_entry(ctx, LCB_F_READ);
+    /// `rwsem_down_write_slowpath(struct rw_semaphore *sem, int state)`.
+    kprobe lock_kprobe_rwsem_write(ProbeContext) =>
+        |ctx: &ProbeContext| on_sleep_slowpath_entry(ctx, LCB_F_WRITE);
+    /// Return of any sleeping-lock slow path above.
+    kretprobe lock_kretprobe_sleep(RetProbeContext) => on_sleep_slowpath_return;
 }

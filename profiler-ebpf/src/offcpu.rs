@@ -220,3 +220,16 @@ impl Aggregate<u64> for OffcpuStat {
         }
     }
 }
+
+crate::classic_tracepoint!(
+    /// `sched:sched_switch`.
+    offcpu_sched_switch,
+    "tracepoint/sched/sched_switch",
+    on_sched_switch::<false>
+);
+crate::classic_tracepoint!(
+    /// The same with `--wakers`: closes each wait with its waker and follows wait chains.
+    offcpu_sched_switch_wakers,
+    "tracepoint/sched/sched_switch",
+    on_sched_switch::<true>
+);

@@ -292,3 +292,10 @@ pub fn on_span_end_kprobe(ctx: &ProbeContext) {
     };
     end(ctx, id);
 }
+
+crate::programs! {
+    /// Span start / completion on kprobes (Lustre's `ptl_send_rpc` / `after_reply`, or a
+    /// user's `--span kprobe:...`). The fuse and tracepoint span programs are above.
+    kprobe rpc_span_begin_kp(ProbeContext) => on_span_begin_kprobe;
+    kprobe rpc_span_end_kp(ProbeContext) => on_span_end_kprobe;
+}

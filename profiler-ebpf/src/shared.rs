@@ -175,6 +175,22 @@ pub static LOSSES: PerCpuArray<u64> = PerCpuArray::with_max_entries(LOSS_SLOTS, 
 pub static TASKS: HashMap<u32, TaskInfo> =
     HashMap::with_max_entries(profiler_common::shared::TASKS_ENTRIES, 0);
 
+/// Programs that hand their context to a family's handler and return 0:
+/// `KIND NAME(CONTEXT) => HANDLER;`, KIND being aya's program macro.
+#[macro_export]
+macro_rules! programs {
+    ($($(#[$doc:meta])* $kind:ident $program:ident($context:ty) => $handler:expr;)*) => {
+        $(
+            $(#[$doc])*
+            #[aya_ebpf::macros::$kind]
+            pub fn $program(ctx: $context) -> u32 {
+                ($handler)(&ctx);
+                0
+            }
+        )*
+    };
+}
+
 /// Declares the program `NAME` on a classic tracepoint (ELF section `"tracepoint/CAT/EVENT"`;
 /// the record's fields at offsets from the format file) that hands its context to
 /// `HANDLER` and returns 1. aya's `#[tracepoint]` returns 0, and a classic tracepoint

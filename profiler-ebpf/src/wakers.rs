@@ -319,3 +319,10 @@ impl Aggregate<(u64, [u64; CHAIN_LINKS])> for ChainStat {
         }
     }
 }
+
+crate::classic_tracepoint!(
+    /// `sched:sched_waking` (`--wakers`): the woken pid from the format file.
+    wakers_sched_waking,
+    "tracepoint/sched/sched_waking",
+    on_sched_waking
+);

@@ -51,7 +51,7 @@ fn function_fields(source: &str, opening: &str) -> Vec<String> {
         .collect()
 }
 
-/// The modules of the kernel side, by file stem (main.rs only wires entry points).
+/// The modules of the kernel side, by file stem (main.rs only declares them).
 fn ebpf_modules() -> Vec<String> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../profiler-ebpf/src");
     let mut modules: Vec<String> = fs::read_dir(&dir)
