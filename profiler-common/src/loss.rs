@@ -6,7 +6,7 @@
 //! process watcher) and finds any loss by its slot or name ([`every_loss`]).
 
 /// Number of slots in `LOSSES`: a loss's slot is below it, and no two losses share one
-/// (the test `every_slot_is_named_once` names a clash). Free slots: 55 to 63.
+/// (the test `every_slot_is_named_once` names a clash and the free slots).
 pub const LOSS_SLOTS: u32 = 64;
 
 /// Declares losses once: each one's slot in `LOSSES` (a constant the programs count
@@ -66,12 +66,32 @@ pub fn loss_meaning(name: &str) -> &'static str {
 mod tests {
     use super::*;
 
+    /// The slots below `LOSS_SLOTS` that no loss has.
+    fn free_slots() -> impl core::fmt::Debug {
+        struct Free;
+        impl core::fmt::Debug for Free {
+            fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                f.debug_list()
+                    .entries(
+                        (0..LOSS_SLOTS).filter(|slot| every_loss().all(|loss| loss.0 != *slot)),
+                    )
+                    .finish()
+            }
+        }
+        Free
+    }
+
     #[test]
     fn every_slot_is_named_once() {
         for (index, (slot, name, _)) in every_loss().enumerate() {
             assert!(*slot < LOSS_SLOTS, "{name}: slot {slot} out of range");
             for (other_slot, other_name, _) in every_loss().skip(index + 1) {
-                assert_ne!(slot, other_slot, "{name} and {other_name} share a slot");
+                assert_ne!(
+                    slot,
+                    other_slot,
+                    "{name} and {other_name} share a slot; free slots: {:?}",
+                    free_slots()
+                );
                 assert_ne!(name, other_name);
             }
         }

@@ -5,12 +5,14 @@ use inferno::flamegraph::color::{MultiPalette, Palette};
 use super::{AddCause, AddSample, CausePart, ReportHeadings, View, ViewInfo};
 use crate::{
     export::{
-        formats::report::TextReport,
-        tables::cpu::{cpu_functions, cpu_processes},
+        formats::{
+            exposition::{labels, metric},
+            folded::clean,
+            html::table,
+            report::TextReport,
+        },
         operations::diff::{summed, Breakdown},
-        formats::exposition::{labels, metric},
-        formats::folded::clean,
-        formats::html::table,
+        tables::cpu::{cpu_functions, cpu_processes},
     },
     profile::{CpuRow, Profile},
 };
@@ -194,4 +196,3 @@ pub fn cpu_frames(profile: &Profile, row: &CpuRow) -> Vec<String> {
     }
     frames
 }
-

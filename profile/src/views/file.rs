@@ -8,10 +8,12 @@
 use super::{AddSample, ReportHeadings, View, ViewInfo};
 use crate::{
     export::{
+        formats::{
+            exposition::{labels, metric},
+            folded::clean,
+            html::table,
+        },
         operations::diff::{keyed_breakdowns, Breakdown, RowKey},
-        formats::exposition::{labels, metric},
-        formats::folded::clean,
-        formats::html::table,
         tables::io::{self as io_tables, file_groups, Causes},
     },
     profile::{FileCallRow, IoRow, Profile},
@@ -27,7 +29,8 @@ pub(super) const INFO: ViewInfo = ViewInfo {
     families: &[],
     sample_types: &[("events", "count"), ("time", "nanoseconds")],
     flame_title: "Time by file: block-IO device time by cause, and file call time (width: ms)",
-    diff_flame_title: "Time by file, NEW against BASE (width: NEW ms per second of run; red grew, blue shrank)",
+    diff_flame_title:
+        "Time by file, NEW against BASE (width: NEW ms per second of run; red grew, blue shrank)",
     diff_columns: ("time/s", "events/s"),
     report: ReportHeadings {
         title: "By file",

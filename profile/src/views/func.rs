@@ -4,12 +4,14 @@
 use super::{AddCause, AddSample, CausePart, ReportHeadings, View, ViewInfo};
 use crate::{
     export::{
+        formats::{
+            folded::{clean, push_stack},
+            html::latency_table,
+            prometheus::latency_series,
+            report::TextReport,
+        },
         operations::diff::Breakdown,
-        formats::folded::{clean, push_stack},
-        formats::html::latency_table,
         tables::latency::{self, func_groups, latency_breakdowns},
-        formats::prometheus::latency_series,
-        formats::report::TextReport,
     },
     profile::Profile,
 };

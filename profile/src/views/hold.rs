@@ -8,10 +8,8 @@ use std::collections::BTreeMap;
 use super::{lock::lock_stack_frames, AddSample, ReportHeadings, View, ViewInfo};
 use crate::{
     export::{
-        formats::report::TextReport,
+        formats::{folded::clean, html::table, report::TextReport},
         operations::diff::{add, Breakdown, Measure},
-        formats::folded::clean,
-        formats::html::table,
     },
     lock::lock_type_name,
     profile::Profile,
@@ -111,4 +109,3 @@ impl View for HoldView {
         ));
     }
 }
-

@@ -4,16 +4,17 @@
 //! process.
 
 use super::{
-    offcpu::waiter_samples, AddCause, AddSample, CausePart, ReportHeadings, View,
-    ViewInfo,
+    offcpu::waiter_samples, AddCause, AddSample, CausePart, ReportHeadings, View, ViewInfo,
 };
 use crate::{
     export::{
-        formats::report::TextReport,
+        formats::{
+            escape::html as esc,
+            exposition::{header, histogram_lines, labels, metric},
+            html::table,
+            report::TextReport,
+        },
         operations::diff::{keyed_breakdowns, Breakdown, RowKey},
-        formats::escape::html as esc,
-        formats::exposition::{header, histogram_lines, labels, metric},
-        formats::html::table,
         tables::io::{self as io_tables, groups as io_groups, IoGroup},
     },
     profile::{IoRow, Profile},
@@ -83,7 +84,14 @@ impl View for IoView {
     fn causes(&self, profile: &Profile, add: &mut AddCause) {
         for row in &profile.io {
             let key = format!("{} {}", row.device, row.op);
-            add(CausePart::timed(key, row.pid, None, row.count, row.total_ns, row.max_ns));
+            add(CausePart::timed(
+                key,
+                row.pid,
+                None,
+                row.count,
+                row.total_ns,
+                row.max_ns,
+            ));
         }
     }
 
@@ -172,4 +180,3 @@ impl View for IoView {
         }
     }
 }
-

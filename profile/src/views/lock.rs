@@ -7,17 +7,21 @@ use rustc_hash::FxBuildHasher;
 use super::{AddCause, AddSample, CausePart, ReportHeadings, View, ViewInfo};
 use crate::{
     export::{
-        formats::report::TextReport,
-        operations::diff::{add, Breakdown, Measure},
-        formats::escape::html as esc,
-        formats::exposition::{labels, metric, seconds},
-        formats::folded::clean,
-        formats::html::table_named_by,
-        tables::lock::{
-            contended_holds_table, holders_table, lock_groups, lock_table, Classes, STACK_LOST,
-            UNKNOWN,
+        formats::{
+            escape::html as esc,
+            exposition::{labels, metric, seconds},
+            folded::clean,
+            html::table_named_by,
+            report::TextReport,
         },
-        tables::lock_lines,
+        operations::diff::{add, Breakdown, Measure},
+        tables::{
+            lock::{
+                contended_holds_table, holders_table, lock_groups, lock_table, Classes, STACK_LOST,
+                UNKNOWN,
+            },
+            lock_lines,
+        },
     },
     kind::GroupBy,
     lock::{caller, is_lock_internal, lock_type_name, lock_type_name_both_sides},
@@ -145,7 +149,14 @@ impl View for LockView {
             };
             // Both sides of a lock are one cause: their split is noise between runs.
             let key = format!("{} {lock}", lock_type_name_both_sides(row.flags));
-            add(CausePart::timed(key, row.pid, row.stack, row.count, row.total_ns, row.max_ns));
+            add(CausePart::timed(
+                key,
+                row.pid,
+                row.stack,
+                row.count,
+                row.total_ns,
+                row.max_ns,
+            ));
         }
     }
 
@@ -303,7 +314,6 @@ fn series_sums(profile: &Profile) -> Vec<(LockSeries<'_>, (u64, u64))> {
     sums.sort_by(|a, b| (b.1).0.cmp(&(a.1).0).then_with(|| a.0.cmp(&b.0)));
     sums
 }
-
 
 /// Rows of a lock table; with `named`, a column after the lock says how it was named.
 fn lock_rows(profile: &Profile, by: GroupBy, top: usize, named: bool) -> Vec<Vec<String>> {

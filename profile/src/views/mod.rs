@@ -16,7 +16,8 @@ use inferno::flamegraph::color::Palette;
 
 use crate::{
     export::{
-        formats::html::kind_section, formats::report::TextReport, operations::diff::Breakdown,
+        formats::{html::kind_section, report::TextReport},
+        operations::diff::Breakdown,
     },
     profile::{Latency, Profile},
 };

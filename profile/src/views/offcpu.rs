@@ -5,11 +5,13 @@ use std::collections::BTreeMap;
 use super::{AddCause, AddSample, CausePart, ReportHeadings, View, ViewInfo};
 use crate::{
     export::{
-        formats::report::TextReport,
+        formats::{
+            exposition::{labels, metric, seconds},
+            folded::{clean, clean_frames, push_stack},
+            html::table,
+            report::TextReport,
+        },
         operations::diff::{keyed_breakdowns, Breakdown, RowKey},
-        formats::exposition::{labels, metric, seconds},
-        formats::folded::{clean, clean_frames, push_stack},
-        formats::html::table,
         tables::offcpu::{self as offcpu_tables, is_scheduler_frame},
     },
     profile::{OffcpuRow, Profile},
@@ -79,7 +81,14 @@ impl View for OffcpuView {
                 continue;
             }
             let key = row.class.clone();
-            add(CausePart::timed(key, row.pid, row.stack, row.count, row.total_ns, row.max_ns));
+            add(CausePart::timed(
+                key,
+                row.pid,
+                row.stack,
+                row.count,
+                row.total_ns,
+                row.max_ns,
+            ));
         }
     }
 
@@ -202,7 +211,6 @@ fn wait_site(profile: &Profile, stack: Option<u32>) -> String {
         site.join(" < ")
     }
 }
-
 
 /// One row per (process, class), most off-CPU time first; the process columns on its
 /// first row only.

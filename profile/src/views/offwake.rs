@@ -7,12 +7,16 @@ use std::collections::BTreeMap;
 use super::{offcpu::waiter_frames, AddSample, ReportHeadings, View, ViewInfo};
 use crate::{
     export::{
-        formats::report::TextReport,
+        formats::{
+            folded::{clean, clean_frames},
+            html::table,
+            report::TextReport,
+        },
         operations::diff::{add, Breakdown, Measure},
-        formats::folded::{clean, clean_frames},
-        formats::html::table,
-        tables::offcpu::short_stack,
-        tables::wakers::{shares, wake_site, waker_name, INTERRUPT},
+        tables::{
+            offcpu::short_stack,
+            wakers::{shares, wake_site, waker_name, INTERRUPT},
+        },
     },
     profile::{OffcpuRow, Profile},
     units::format_ns,
@@ -168,4 +172,3 @@ fn offwake_samples(profile: &Profile, add: &mut AddSample) {
         }
     }
 }
-

@@ -3,12 +3,14 @@
 use super::{AddCause, AddSample, CausePart, ReportHeadings, View, ViewInfo};
 use crate::{
     export::{
+        formats::{
+            folded::{clean, push_stack},
+            html::latency_table,
+            prometheus::latency_series,
+            report::TextReport,
+        },
         operations::diff::Breakdown,
-        formats::folded::{clean, push_stack},
-        formats::html::latency_table,
         tables::latency::{self, latency_breakdowns, rpc_groups},
-        formats::prometheus::latency_series,
-        formats::report::TextReport,
     },
     profile::Profile,
 };
@@ -57,7 +59,12 @@ impl View for RpcView {
     fn causes(&self, profile: &Profile, add: &mut AddCause) {
         for row in &profile.rpcs {
             let key = format!("{} {}", row.provider, row.op_name);
-            add(CausePart::of_latency(key, row.pid, row.start_stack, &row.latency));
+            add(CausePart::of_latency(
+                key,
+                row.pid,
+                row.start_stack,
+                &row.latency,
+            ));
         }
     }
 

@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::export::{
-    tables::cpu::{cpu_functions, cpu_processes, CpuFunction, CpuProcess},
-    tables::latency::{func_groups, hold_groups, rpc_groups, HoldGroup, LatencyGroup},
-    tables::lock::{top_lock_groups, LockGroup},
+use crate::export::tables::{
+    cpu::{cpu_functions, cpu_processes, CpuFunction, CpuProcess},
+    latency::{func_groups, hold_groups, rpc_groups, HoldGroup, LatencyGroup},
+    lock::{top_lock_groups, LockGroup},
 };
 use crate::{kind::GroupBy, profile::Profile, views::VIEWS};
 
@@ -209,9 +209,9 @@ fn json_cpu(profile: &Profile, top: usize) -> Option<JsonCpu> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::export::{
-        tables::cpu::cpu_tables,
-        tables::lock::{holders_table, lock_table},
+    use crate::export::tables::{
+        cpu::cpu_tables,
+        lock::{holders_table, lock_table},
     };
     use crate::{
         export::tables::lock::lock_groups,

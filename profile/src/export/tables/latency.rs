@@ -7,8 +7,10 @@ use serde::Serialize;
 
 use crate::export::{
     operations::diff::{add, Breakdown, Measure},
-    tables::lock::{STACK_LOST, UNKNOWN},
-    tables::table::{fit, more_rows, most_first, shown_rows},
+    tables::{
+        lock::{STACK_LOST, UNKNOWN},
+        table::{fit, more_rows, most_first, shown_rows},
+    },
 };
 use crate::{
     lock::{caller, lock_type_name},
