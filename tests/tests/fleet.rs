@@ -745,7 +745,11 @@ fn dashboard_exprs(dashboard: &Value) -> Vec<(String, String)> {
 /// (a histogram's with its `_bucket`, `_sum` and `_count` series).
 fn agent_metrics() -> BTreeSet<String> {
     let mut names = BTreeSet::new();
-    for file in ["fleet.rs", "exposition.rs", "prometheus.rs"] {
+    for file in [
+        "operations/fleet.rs",
+        "formats/exposition.rs",
+        "formats/prometheus.rs",
+    ] {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../profile/src/export")
             .join(file);
