@@ -56,7 +56,7 @@ impl View for HoldView {
     fn breakdowns(&self, profile: &Profile, out: &mut Vec<Breakdown>) {
         let mut by_holder: BTreeMap<String, Measure> = BTreeMap::new();
         let mut by_lock: BTreeMap<String, Measure> = BTreeMap::new();
-        for group in crate::export::tables::lock::contended_hold_groups(profile) {
+        for group in crate::export::tables::lock::contended_holders(profile) {
             for (entries, key) in [
                 (
                     &mut by_holder,
@@ -88,7 +88,7 @@ impl View for HoldView {
 
     /// The table of holds under contention, by holder.
     fn html_tables(&self, profile: &Profile, out: &mut String) {
-        let rows: Vec<Vec<String>> = crate::export::tables::lock::contended_hold_groups(profile)
+        let rows: Vec<Vec<String>> = crate::export::tables::lock::contended_holders(profile)
             .into_iter()
             .take(50)
             .map(|group| {

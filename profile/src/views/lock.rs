@@ -357,16 +357,14 @@ fn lock_rows(profile: &Profile, by: GroupBy, top: usize, named: bool) -> Vec<Vec
         .collect()
 }
 
-/// Whether a profile reads as a lock profile though it names no family: profiles of
-/// older versions list no families, and one without rows of another family was made by
-/// the lock family.
+/// Whether a profile reads as a lock profile though it names no family (`record` names
+/// every family it ran; a profile made otherwise may name none): one without `--hold`
+/// rows and without rows of any view but those of the lock family.
 fn reads_as_lock_profile(profile: &Profile) -> bool {
     profile.probes.is_empty()
-        && profile.cpu.is_empty()
-        && profile.offcpu.is_empty()
-        && profile.io.is_empty()
-        && profile.file_calls.is_empty()
-        && profile.rpcs.is_empty()
-        && profile.funcs.is_empty()
         && profile.holds.is_empty()
+        && super::VIEWS
+            .iter()
+            .filter(|view| !view.families().contains(&"lock"))
+            .all(|view| !view.has_rows(profile))
 }

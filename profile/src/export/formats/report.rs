@@ -55,33 +55,34 @@ pub fn summary_header(profile: &Profile) -> String {
 
 /// What `lockpath report` prints (format text).
 pub fn text(profile: &Profile, by: GroupBy, top: usize) -> String {
-    let mut text = summary_header(profile);
-    text.push_str(&crate::waiting::text(profile, top));
-    text.push_str(&sections(
+    text_of(
         profile,
         &TextReport {
             by,
             top,
             summary: false,
         },
-    ));
-    text.push_str(&unavailable(profile));
-    text.push_str(&losses(profile));
-    text
+    )
 }
 
 /// What `record` prints at the end.
 pub fn summary(profile: &Profile, top: usize) -> String {
-    let mut out = summary_header(profile);
-    out.push_str(&crate::waiting::text(profile, top));
-    let mut sections = sections(
+    text_of(
         profile,
         &TextReport {
             by: GroupBy::Lock,
             top,
             summary: true,
         },
-    );
+    )
+}
+
+/// The header, what is still waiting, every view's section, what could not be recorded
+/// and the losses.
+fn text_of(profile: &Profile, text: &TextReport) -> String {
+    let mut out = summary_header(profile);
+    out.push_str(&crate::waiting::text(profile, text.top));
+    let mut sections = sections(profile, text);
     sections.push_str(&unavailable(profile));
     // The header ends with a blank line already.
     out.push_str(if out.ends_with("\n\n") {
@@ -432,15 +433,23 @@ pub(crate) mod tests {
         assert!(report.contains("function latency"), "{report}");
         assert!(!report.contains("lock contention"), "{report}");
         assert!(!report.contains("off-CPU time"), "{report}");
-        // A recorded run: the same sections (the summary has no second blank line after
-        // its header).
-        assert_eq!(summary(&profile, 20), report.replacen("\n\n\n", "\n\n", 1));
-        // An old profile names no family: read as a lock profile by the report; the
-        // summary (of a run, which names its families) shows no section.
+        // A recorded run: the same sections, one blank line after the header.
+        assert!(!report.contains("\n\n\n"), "{report}");
+        assert_eq!(summary(&profile, 20), report);
+        // A profile that names no family reads as a lock profile in the report (the
+        // summary, of a run, which names its families, shows no section)...
         profile.probes.clear();
         let report = text(&profile, GroupBy::Lock, 20);
         assert!(report.contains("no lock contention recorded"), "{report}");
         assert!(!summary(&profile, 20).contains("lock contention"));
+        // ...unless it has rows of another view's family.
+        profile.funcs.push(crate::profile::FuncRow {
+            function: "vfs_read".into(),
+            ..Default::default()
+        });
+        let report = text(&profile, GroupBy::Lock, 20);
+        assert!(report.contains("function latency"), "{report}");
+        assert!(!report.contains("lock contention"), "{report}");
     }
 
     #[test]

@@ -64,12 +64,12 @@ pub struct ContendedHolds {
     pub count: u64,
     pub total_ns: u64,
     pub max_ns: u64,
-    pub holders: Vec<HoldGroup>,
+    pub holders: Vec<ContendedHolder>,
 }
 
 /// The holds under contention of one holder (thread and acquisition stack) of a lock.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct HoldGroup {
+pub struct ContendedHolder {
     #[serde(rename = "type")]
     pub lock_type: String,
     pub lock: String,
@@ -87,7 +87,7 @@ pub struct HoldGroup {
 
 /// Holds under contention by (lock, type, holder thread, acquisition stack), most hold
 /// time first.
-pub fn contended_hold_groups(profile: &Profile) -> Vec<HoldGroup> {
+pub fn contended_holders(profile: &Profile) -> Vec<ContendedHolder> {
     // (lock, flags, pid, tid, stack) -> (count, total, max).
     type Holder<'a> = (&'a str, u32, u32, u32, Option<u32>);
     let mut sums: BTreeMap<Holder, (u64, u64, u64)> = BTreeMap::new();
@@ -104,7 +104,7 @@ pub fn contended_hold_groups(profile: &Profile) -> Vec<HoldGroup> {
         sum.1 = sum.1.saturating_add(row.latency.total_ns);
         sum.2 = sum.2.max(row.latency.max_ns);
     }
-    let mut groups: Vec<HoldGroup> = sums
+    let mut groups: Vec<ContendedHolder> = sums
         .into_iter()
         .map(
             |((lock, flags, pid, tid, stack), (count, total_ns, max_ns))| {
@@ -114,7 +114,7 @@ pub fn contended_hold_groups(profile: &Profile) -> Vec<HoldGroup> {
                     .skip_while(|frame| crate::lock::is_lock_internal(&frame.name))
                     .map(|frame| frame.display())
                     .collect();
-                HoldGroup {
+                ContendedHolder {
                     lock_type: lock_type_name(flags).to_string(),
                     lock: lock.to_string(),
                     pid,
@@ -140,8 +140,8 @@ pub fn contended_hold_groups(profile: &Profile) -> Vec<HoldGroup> {
 }
 
 /// The holds under contention of the lock named `lock`, with its top holders.
-fn contended_holds_of(groups: &[HoldGroup], lock: &str) -> Option<ContendedHolds> {
-    let of_lock: Vec<&HoldGroup> = groups.iter().filter(|group| group.lock == lock).collect();
+fn contended_holds_of(groups: &[ContendedHolder], lock: &str) -> Option<ContendedHolds> {
+    let of_lock: Vec<&ContendedHolder> = groups.iter().filter(|group| group.lock == lock).collect();
     if of_lock.is_empty() {
         return None;
     }
@@ -156,7 +156,7 @@ fn contended_holds_of(groups: &[HoldGroup], lock: &str) -> Option<ContendedHolds
 /// "Held while others waited": for the locks with the most hold time under contention,
 /// who held them, where they took them, and for how long. Empty when none was seen.
 pub fn contended_holds_table(profile: &Profile, top: usize) -> String {
-    let groups = contended_hold_groups(profile);
+    let groups = contended_holders(profile);
     if groups.is_empty() {
         return String::new();
     }
@@ -668,7 +668,7 @@ pub fn top_lock_groups(
     let knows_cgroups = by == GroupBy::Cgroup || profile.knows_cgroups();
     let by_lock = matches!(by, GroupBy::Lock | GroupBy::Instance);
     let hold_groups = if by_lock && !profile.contended_holds.is_empty() {
-        contended_hold_groups(profile)
+        contended_holders(profile)
     } else {
         Vec::new()
     };
