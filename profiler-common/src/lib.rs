@@ -61,7 +61,7 @@ macro_rules! families {
         $(pub mod $family;)*
 
         /// Every family's losses (`<family>::losses::ALL`).
-        pub(crate) const FAMILY_LOSSES: &[&[(u32, &str, &str)]] =
+        pub(crate) const FAMILY_LOSSES: &[&[loss::Loss]] =
             &[$($family::losses::ALL,)*];
     };
 }

@@ -622,10 +622,11 @@ pub mod losses {
             "map of holds under contention full: hold counted in its (process, mode) row without lock \
              or stack (raise --map-entries for its own row)";
         LOCK_STACK_CACHE_FAILED = 32, "lock_stack_cache_failed",
-            "the kernel stack above a lock tracepoint could not be read: stack walked instead";
+            "the kernel stack above a lock tracepoint could not be read: stack walked instead",
+            nothing_lost;
         LOCK_STACK_FINGERPRINT_SHORT = 34, "lock_stack_fingerprint_short",
             "the kernel stack above a lock tracepoint showed too few call-path frames to tell its \
-             call path from others: stack walked instead, and not cached";
+             call path from others: stack walked instead, and not cached", nothing_lost;
         LOCK_OVERFLOW_FULL = 39, "lock_overflow_full",
             "lock aggregation map and its overflow map full: contention dropped";
         LOCK_HOLD_OVERFLOW_FULL = 51, "lock_hold_overflow_full",

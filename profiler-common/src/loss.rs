@@ -9,15 +9,39 @@
 /// (the test `every_slot_is_named_once` names a clash and the free slots).
 pub const LOSS_SLOTS: u32 = 64;
 
+/// One loss counter: its slot in `LOSSES`, its name in a profile and what it means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Loss {
+    pub slot: u32,
+    pub name: &'static str,
+    pub meaning: &'static str,
+    /// Whether what it counts is missing from the rows (or from their detail). A few
+    /// counters lose nothing: they count a slower path the programs took instead
+    /// (a stack walked where a cache could not serve), declared `nothing_lost`.
+    pub loses_events: bool,
+}
+
 /// Declares losses once: each one's slot in `LOSSES` (a constant the programs count
-/// with), its name in a profile and what it means; `ALL` lists them (slot, name,
-/// meaning). A family's module declares its own with it, in `pub mod losses`.
+/// with), its name in a profile and what it means, and `ALL`, every [`Loss`] declared.
+/// A counter that loses nothing ends with `, nothing_lost`. A family's module declares
+/// its own with it, in `pub mod losses`.
 macro_rules! losses {
-    ($($name:ident = $slot:literal, $label:literal, $why:literal;)*) => {
+    (@loses_events) => {
+        true
+    };
+    (@loses_events nothing_lost) => {
+        false
+    };
+    ($($name:ident = $slot:literal, $label:literal, $why:literal $(, $kept:ident)?;)*) => {
         $(pub const $name: u32 = $slot;)*
 
-        /// Every loss declared here: slot, name and meaning.
-        pub const ALL: &[(u32, &str, &str)] = &[$(($slot, $label, $why),)*];
+        /// Every loss declared here.
+        pub const ALL: &[$crate::loss::Loss] = &[$($crate::loss::Loss {
+            slot: $slot,
+            name: $label,
+            meaning: $why,
+            loses_events: $crate::loss::losses!(@loses_events $($kept)?),
+        },)*];
     };
 }
 pub(crate) use losses;
@@ -46,7 +70,7 @@ losses! {
 pub const PROGRAM_MISS_PREFIX: &str = "prog_recursion_miss:";
 
 /// Every loss: those declared here, then each family's (slot, name, meaning).
-pub fn every_loss() -> impl Iterator<Item = &'static (u32, &'static str, &'static str)> {
+pub fn every_loss() -> impl Iterator<Item = &'static Loss> {
     ALL.iter()
         .chain(crate::FAMILY_LOSSES.iter().flat_map(|losses| losses.iter()))
 }
@@ -58,8 +82,17 @@ pub fn loss_meaning(name: &str) -> &'static str {
                 event lost";
     }
     every_loss()
-        .find(|(_, known, _)| *known == name)
-        .map_or("", |(_, _, why)| why)
+        .find(|loss| loss.name == name)
+        .map_or("", |loss| loss.meaning)
+}
+
+/// Whether the counter of this name counts events missing from the rows (every one but
+/// those declared `nothing_lost`; a name no loss has, from another version, counts as
+/// lost).
+pub fn loses_events(name: &str) -> bool {
+    every_loss()
+        .find(|loss| loss.name == name)
+        .is_none_or(|loss| loss.loses_events)
 }
 
 #[cfg(test)]
@@ -73,7 +106,7 @@ mod tests {
             fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
                 f.debug_list()
                     .entries(
-                        (0..LOSS_SLOTS).filter(|slot| every_loss().all(|loss| loss.0 != *slot)),
+                        (0..LOSS_SLOTS).filter(|slot| every_loss().all(|loss| loss.slot != *slot)),
                     )
                     .finish()
             }
@@ -82,10 +115,33 @@ mod tests {
     }
 
     #[test]
+    fn only_slower_paths_lose_nothing() {
+        let mut kept = every_loss().filter(|loss| !loss.loses_events);
+        assert_eq!(
+            kept.next().map(|loss| loss.name),
+            Some("lock_stack_cache_failed")
+        );
+        assert_eq!(
+            kept.next().map(|loss| loss.name),
+            Some("lock_stack_fingerprint_short")
+        );
+        assert_eq!(kept.next(), None);
+        assert!(!loses_events("lock_stack_fingerprint_short"));
+        assert!(loses_events("lock_map_full"));
+        assert!(loses_events("prog_recursion_miss:lock_contention_end"));
+        assert!(loses_events("a_counter_of_another_version"));
+    }
+
+    #[test]
     fn every_slot_is_named_once() {
-        for (index, (slot, name, _)) in every_loss().enumerate() {
+        for (index, Loss { slot, name, .. }) in every_loss().enumerate() {
             assert!(*slot < LOSS_SLOTS, "{name}: slot {slot} out of range");
-            for (other_slot, other_name, _) in every_loss().skip(index + 1) {
+            for Loss {
+                slot: other_slot,
+                name: other_name,
+                ..
+            } in every_loss().skip(index + 1)
+            {
                 assert_ne!(
                     slot,
                     other_slot,

@@ -413,7 +413,12 @@ fn snapshot(families: &[Recorded], session: &mut Session, elapsed_s: f64) -> Res
 fn progress_line(families: &[Recorded], live: &Profile) -> String {
     let mut parts = vec![format!("lockpath: {:.0} s", live.duration_s)];
     parts.extend(families.iter().filter_map(|family| family.progress(live)));
-    let lost: u64 = live.losses.values().sum();
+    let lost: u64 = live
+        .losses
+        .iter()
+        .filter(|(name, _)| profiler_common::loss::loses_events(name))
+        .map(|(_, count)| count)
+        .sum();
     if lost > 0 {
         parts.push(format!("{lost} lost"));
     }

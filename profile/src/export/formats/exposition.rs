@@ -81,16 +81,34 @@ pub(crate) fn histogram_lines(
     let _ = writeln!(out, "{name}_count{{{labels}}} {count}");
 }
 
-/// `lockpath_lost_events_total`: events the kernel side could not record, by cause.
+/// `lockpath_lost_events_total`: events the kernel side could not record, by cause;
+/// `lockpath_slow_path_events_total`: the counters that lose nothing (a slower path the
+/// programs took instead), by cause.
 pub(crate) fn lost_events(out: &mut String, losses: &BTreeMap<String, u64>) {
+    let (lost, kept): (Vec<_>, Vec<_>) = losses
+        .iter()
+        .partition(|(cause, _)| profiler_common::loss::loses_events(cause));
     metric(
         out,
         "lockpath_lost_events_total",
         "counter",
         "Events the kernel side could not record in full, by cause (the other series miss those \
          dropped).",
-        losses
-            .iter()
-            .map(|(cause, count)| (labels(&["cause"], &[cause]), count)),
+        cause_series(lost),
     );
+    metric(
+        out,
+        "lockpath_slow_path_events_total",
+        "counter",
+        "Events the kernel side recorded in full by a slower path, by cause (nothing lost).",
+        cause_series(kept),
+    );
+}
+
+fn cause_series<'a>(
+    counters: Vec<(&'a String, &'a u64)>,
+) -> impl Iterator<Item = (String, &'a u64)> {
+    counters
+        .into_iter()
+        .map(|(cause, count)| (labels(&["cause"], &[cause]), count))
 }

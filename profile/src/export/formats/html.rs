@@ -244,21 +244,27 @@ fn overview(profile: &Profile) -> String {
 
 fn losses(profile: &Profile) -> String {
     let mut out = String::from("<section id=\"losses\">\n<h2>Lost events</h2>\n");
-    if profile.losses.is_empty() {
+    let row = |(name, count): (&String, &u64)| {
+        let why = profiler_common::loss::loss_meaning(name).to_string();
+        vec![count.to_string(), name.clone(), why]
+    };
+    let (lost, kept): (Vec<_>, Vec<_>) = profile
+        .losses
+        .iter()
+        .partition(|(name, _)| profiler_common::loss::loses_events(name));
+    if lost.is_empty() {
         out.push_str("<p>None: every event was recorded.</p>\n");
     } else {
         out.push_str(
             "<p>The numbers above miss the events dropped; those a full map counted in a row \
              without its detail are in them.</p>\n",
         );
-        let rows: Vec<Vec<String>> = profile
-            .losses
-            .iter()
-            .map(|(name, count)| {
-                let why = profiler_common::loss::loss_meaning(name).to_string();
-                vec![count.to_string(), name.clone(), why]
-            })
-            .collect();
+        let rows: Vec<Vec<String>> = lost.into_iter().map(row).collect();
+        out.push_str(&table(&["count", "cause", "meaning"], &[true], &rows));
+    }
+    if !kept.is_empty() {
+        out.push_str("<p>Nothing lost (a slower path the programs took; these events are in the numbers above):</p>\n");
+        let rows: Vec<Vec<String>> = kept.into_iter().map(row).collect();
         out.push_str(&table(&["count", "cause", "meaning"], &[true], &rows));
     }
     out.push_str("</section>\n");

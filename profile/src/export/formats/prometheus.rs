@@ -164,6 +164,23 @@ mod tests {
         assert!(waits[0].ends_with("} 0.007"), "{waits:?}");
         assert!(waits[2].ends_with("} 0.003"), "{waits:?}");
         assert!(text.contains("lockpath_lost_events_total{cause=\"stack_lost\"} 3\n"));
+        // A counter of a slower path is not a lost event.
+        let mut profile = profile.clone();
+        profile
+            .losses
+            .insert("lock_stack_fingerprint_short".into(), 5);
+        let with_slow_path = render(&profile);
+        assert!(
+            with_slow_path.contains(
+                "lockpath_slow_path_events_total{cause=\"lock_stack_fingerprint_short\"} 5\n"
+            ),
+            "{with_slow_path}"
+        );
+        assert!(
+            !with_slow_path
+                .contains("lockpath_lost_events_total{cause=\"lock_stack_fingerprint_short\""),
+            "{with_slow_path}"
+        );
         assert!(text.contains("# TYPE lockpath_lock_wait_seconds_total counter\n"));
         assert!(text.contains("lockpath_recording_seconds 1.5\n"));
     }

@@ -30,18 +30,28 @@ pub fn unavailable(profile: &Profile) -> String {
     out
 }
 
-/// Losses, explained; empty when nothing was lost.
+/// Losses, explained; empty when no counter counted. The counters that lose nothing
+/// (a slower path taken) follow, under a heading of their own.
 pub fn losses(profile: &Profile) -> String {
-    if profile.losses.is_empty() {
-        return String::new();
-    }
-    let mut out = String::from(
-        "\nlost events (the numbers above miss those dropped; those a full map counted in a row \
-         without its detail are in them):\n",
-    );
-    for (name, count) in &profile.losses {
+    let line = |(name, count): (&String, &u64)| {
         let why = profiler_common::loss::loss_meaning(name);
-        out.push_str(&format!("  {count:>10}  {name}: {why}\n"));
+        format!("  {count:>10}  {name}: {why}\n")
+    };
+    let (lost, kept): (Vec<_>, Vec<_>) = profile
+        .losses
+        .iter()
+        .partition(|(name, _)| profiler_common::loss::loses_events(name));
+    let mut out = String::new();
+    if !lost.is_empty() {
+        out.push_str(
+            "\nlost events (the numbers above miss those dropped; those a full map counted in a \
+             row without its detail are in them):\n",
+        );
+        out.extend(lost.into_iter().map(line));
+    }
+    if !kept.is_empty() {
+        out.push_str("\nnothing lost (a slower path the programs took; these events are in the numbers above):\n");
+        out.extend(kept.into_iter().map(line));
     }
     out
 }
@@ -418,6 +428,37 @@ pub(crate) mod tests {
             &text,
             &["fuse CREATE", "binary:a_rather_long"],
         );
+    }
+
+    /// A counter of a slower path is not listed among the lost events, whose heading
+    /// says the numbers miss them.
+    #[test]
+    fn counters_that_lose_nothing_are_apart_from_the_losses() {
+        let mut profile = Profile::new();
+        profile.losses = [
+            ("lock_map_full", 3),
+            ("lock_stack_fingerprint_short", 7),
+            ("prog_recursion_miss:lock_contention_end", 2),
+        ]
+        .into_iter()
+        .map(|(name, count)| (name.to_string(), count))
+        .collect();
+        let text = losses(&profile);
+        let (lost, kept) = text
+            .split_once("nothing lost (a slower path")
+            .expect("a section of counters that lose nothing");
+        assert!(lost.contains("lost events"), "{text}");
+        assert!(lost.contains("3  lock_map_full"), "{text}");
+        assert!(lost.contains("2  prog_recursion_miss:"), "{text}");
+        assert!(kept.contains("7  lock_stack_fingerprint_short"), "{text}");
+        assert!(!kept.contains("lock_map_full"), "{text}");
+        // Only such counters: no "lost events" heading at all.
+        profile
+            .losses
+            .retain(|name, _| name == "lock_stack_fingerprint_short");
+        let text = losses(&profile);
+        assert!(!text.contains("lost events"), "{text}");
+        assert!(text.contains("7  lock_stack_fingerprint_short"), "{text}");
     }
 
     #[test]

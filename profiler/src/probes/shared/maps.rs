@@ -184,8 +184,8 @@ pub fn drain_losses(maps: &MapSet) -> Result<BTreeMap<String, u64>> {
             continue;
         }
         let name = every_loss()
-            .find(|(index, _, _)| *index == slot)
-            .map(|(_, name, _)| name.to_string())
+            .find(|loss| loss.slot == slot)
+            .map(|loss| loss.name.to_string())
             .unwrap_or_else(|| format!("loss_{slot}"));
         out.insert(name, total);
     }
