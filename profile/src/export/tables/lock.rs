@@ -871,7 +871,8 @@ pub fn name_sources(groups: &[LockGroup]) -> String {
         })
         .collect();
     if addresses > 0 {
-        parts.push(format!("not named: {addresses} addresses"));
+        let plural = if addresses == 1 { "" } else { "es" };
+        parts.push(format!("not named: {addresses} address{plural}"));
     }
     format!("{}\n", fit(&format!("named by {}", parts.join("; ")), 100))
 }
