@@ -75,13 +75,21 @@ pub fn groups(profile: &Profile) -> Vec<IoGroup> {
         group.max_ns = group.max_ns.max(row.max_ns);
         group.queued += row.queued;
         group.queue_ns += row.queue_ns;
-        group.processes.push(IoProcess {
-            pid: row.pid,
-            process: profile.process_name(row.pid),
-            count: row.count,
-            bytes: row.bytes,
-            total_ns: row.total_ns,
-        });
+        // One entry per process: its rows (one per file, stack, ...) add up.
+        match group.processes.iter_mut().find(|p| p.pid == row.pid) {
+            Some(issuer) => {
+                issuer.count += row.count;
+                issuer.bytes += row.bytes;
+                issuer.total_ns += row.total_ns;
+            }
+            None => group.processes.push(IoProcess {
+                pid: row.pid,
+                process: profile.process_name(row.pid),
+                count: row.count,
+                bytes: row.bytes,
+                total_ns: row.total_ns,
+            }),
+        }
         add_into(hists.entry(key).or_default(), &row.hist);
     }
     let mut out: Vec<IoGroup> = by_key
@@ -564,6 +572,20 @@ pub(crate) mod tests {
         assert_eq!(group.histogram[6].count, 90);
         assert_eq!(group.histogram[11].count, 10);
         assert_eq!(group.processes[0].pid, 10);
+    }
+
+    /// Rows of one process (other files, stacks) make one issuer.
+    #[test]
+    fn an_issuer_is_listed_once() {
+        let mut profile = profile_with_io();
+        profile.io.extend(loop0_reads([11, 11]));
+        let groups = groups(&profile);
+        let issuers: Vec<(u32, u64)> = groups[0]
+            .processes
+            .iter()
+            .map(|issuer| (issuer.pid, issuer.count))
+            .collect();
+        assert_eq!(issuers, [(11, 110), (10, 90)]);
     }
 
     fn file(ino: u64, path: &str) -> FileRef {
