@@ -90,7 +90,7 @@ impl Family for IoFamily {
     }
 
     fn drain(&self, out: &mut Drain) -> Result<()> {
-        let files = Files::read(out.maps)?;
+        let files = Files::read(out.maps, &self.devices)?;
         out.profile.io = drain(out.maps, &self.devices, &files)?;
         out.profile.io_dirtied = drain_dirtied(out.maps, &files)?;
         if self.file_calls.is_some() {
@@ -531,6 +531,11 @@ impl DeviceNames {
         }
     }
 
+    /// The name of a device this scan found.
+    pub fn known(&self, major: u32, minor: u32) -> Option<&str> {
+        self.names.get(&(major, minor)).map(String::as_str)
+    }
+
     pub fn name(&self, major: u32, minor: u32) -> String {
         self.names
             .get(&(major, minor))
@@ -596,11 +601,11 @@ pub struct Files {
 }
 
 impl Files {
-    pub fn read(maps: &MapSet) -> Result<Self> {
+    pub fn read(maps: &MapSet, devices: &DeviceNames) -> Result<Self> {
         let mounts = Mounts::read();
         let mut by_number = StdHashMap::new();
         for (_, file) in maps.entries::<u64, IoFile>(names::IO_FILES)? {
-            let path = path_of(&file, &mounts);
+            let path = path_of(&file, &mounts, devices);
             let known: &mut String = by_number.entry((file.dev, file.ino)).or_default();
             if known.is_empty() {
                 *known = path;
@@ -690,9 +695,11 @@ fn unescape_octal(text: &str) -> String {
 /// A file's path from the names its programs read (its own first): absolute under its
 /// file system's mount point when they reached the root, else led by `.../`. A file of
 /// a pseudo file system without names says so: the block devices' own page cache, where
-/// file systems keep metadata and the journal, and raw reads and writes of a device go
-/// (an inode without a dentry on a file system without a device).
-pub fn path_of(file: &IoFile, mounts: &Mounts) -> String {
+/// file systems keep metadata and the journal, and raw reads and writes of a device go:
+/// an inode without a dentry on a file system without a device, or (kernels that open
+/// block devices as files, with a dentry named "") one whose inode number is a block
+/// device's number, as the kernel numbers a block device's inode.
+pub fn path_of(file: &IoFile, mounts: &Mounts, devices: &DeviceNames) -> String {
     let mut parts: Vec<String> = file
         .names
         .iter()
@@ -704,10 +711,17 @@ pub fn path_of(file: &IoFile, mounts: &Mounts) -> String {
         .collect();
     let (major, minor) = split_dev(file.dev);
     if parts.is_empty() {
-        return if major == 0 && file.flags & IO_FILE_NO_DENTRY != 0 {
-            "[block device page cache]".into()
-        } else {
-            String::new()
+        if major != 0 {
+            return String::new();
+        }
+        let device = u32::try_from(file.ino)
+            .ok()
+            .map(split_dev)
+            .and_then(|(major, minor)| devices.known(major, minor));
+        return match device {
+            Some(device) => format!("[block device page cache: {device}]"),
+            None if file.flags & IO_FILE_NO_DENTRY != 0 => "[block device page cache]".into(),
+            None => String::new(),
         };
     }
     let reached_root = file.flags & IO_FILE_ROOT != 0;
@@ -864,6 +878,9 @@ mod tests {
              37 25 7:3 /sub /bind rw - ext4 /dev/loop3 rw\n",
         );
         let dev = (7 << 20) | 3;
+        let mut devices = DeviceNames::default();
+        devices.names.insert((254, 1), "vda1".into());
+        let path_of = |file: &IoFile, mounts: &Mounts| path_of(file, mounts, &devices);
         assert_eq!(
             path_of(&named(&["f", "dir", "/"], dev, IO_FILE_ROOT), &mounts),
             "/tmp/a b/dir/f"
@@ -880,9 +897,23 @@ mod tests {
             path_of(&named(&[], 5, IO_FILE_NO_DENTRY), &mounts),
             "[block device page cache]"
         );
-        // Names not read (no layout for them): a number, not a guess.
+        // A block device opened as a file: a root dentry named "", the inode numbered
+        // like its device (254:1).
+        let bdev = IoFile {
+            ino: (254 << 20) | 1,
+            ..named(&[], 5, IO_FILE_ROOT)
+        };
+        assert_eq!(path_of(&bdev, &mounts), "[block device page cache: vda1]");
+        // Names not read (no layout for them): a number, not a guess; so is a nameless
+        // inode whose number is no device's.
         assert_eq!(path_of(&named(&[], 5, 0), &mounts), "");
+        assert_eq!(path_of(&named(&[], 5, IO_FILE_ROOT), &mounts), "");
         assert_eq!(path_of(&named(&[], dev, 0), &mounts), "");
+        let on_a_device = IoFile {
+            ino: (254 << 20) | 1,
+            ..named(&[], dev, IO_FILE_ROOT)
+        };
+        assert_eq!(path_of(&on_a_device, &mounts), "");
     }
 
     #[test]
