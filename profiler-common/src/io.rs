@@ -170,6 +170,11 @@ pub struct IoLayout {
     pub fdt_fd: u32,
     pub file_inode: u32,
     pub inode_mode: u32,
+    /// `file.f_flags` and this architecture's `O_DIRECT` (0: direct IO is not charged
+    /// to files): a direct read or write of a timed call carries no page of its file,
+    /// so its requests are charged to the file of the call.
+    pub file_f_flags: u32,
+    pub o_direct: u32,
 }
 
 /// Bytes of one path component in `IoFile` (longer names are cut, NUL included).
@@ -343,6 +348,8 @@ impl IoLayout {
         fdt_fd: 0,
         file_inode: 0,
         inode_mode: 0,
+        file_f_flags: 0,
+        o_direct: 0,
     };
 
     /// `OP_*` of a request's `cmd_flags`.

@@ -176,10 +176,44 @@ fn describe(rq: u64, open: &mut IoInFlight) {
     open.op = layout.op_of(read_u32(rq + layout.cmd_flags as u64));
     open.bytes = read_u32(rq + layout.data_len as u64);
     if open.bytes != 0 {
-        let file = file_of(request_inode(rq));
+        let inode = request_inode(rq);
+        let file = if inode != 0 {
+            file_of(inode)
+        } else {
+            // No page of a file: direct IO (charged to the file of the submitter's
+            // call, when known here), a swap page, ... What an earlier look found stays.
+            direct_io_file(open.tgid).unwrap_or((open.file_dev, open.ino))
+        };
         open.file_dev = file.0;
         open.ino = file.1;
     }
+}
+
+/// The file of a direct read or write that the current thread is timing (`--file-calls`)
+/// when it submits the request itself (a thread of `tgid`, the request's submitter, in
+/// the read or write call of an `O_DIRECT` descriptor); `None` otherwise, as when the
+/// request is issued later from another context.
+#[inline(always)]
+fn direct_io_file(tgid: u32) -> Option<(u32, u64)> {
+    let o_direct = layout!(o_direct);
+    if o_direct == 0 {
+        return None;
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if (pid_tgid >> 32) as u32 != tgid {
+        return None;
+    }
+    let call = IO_CALL_START.get_ptr(pid_tgid as u32)?;
+    // SAFETY: element of a hash map from a successful lookup; copied at once.
+    let call = unsafe { *call };
+    if call.call != CALL_READ && call.call != CALL_WRITE {
+        return None;
+    }
+    let (file, inode) = fd_file(call.fd);
+    if inode == 0 || read_u32(file + layout!(file_f_flags) as u64) & o_direct == 0 {
+        return None;
+    }
+    Some(file_of(inode))
 }
 
 /// The inode whose page cache holds the request's first page, or 0 (no data, or a
@@ -667,34 +701,41 @@ pub fn on_call_exit(ret: i64) {
 /// The inode of the current thread's descriptor `fd` when it is a regular file's, or 0.
 #[inline(always)]
 fn fd_inode(fd: i64) -> u64 {
+    fd_file(fd).1
+}
+
+/// The file and inode of the current thread's descriptor `fd` when it is a regular
+/// file's, or (0, 0).
+#[inline(always)]
+fn fd_file(fd: i64) -> (u64, u64) {
     let task_files = layout!(task_files);
     if !(0..=i32::MAX as i64).contains(&fd) || task_files == IO_NO_OFFSET {
-        return 0;
+        return (0, 0);
     }
     // SAFETY: helper without arguments; the task is only read through probe reads.
     let task = unsafe { bpf_get_current_task() };
     let files = read_u64(task + task_files as u64);
     if files == 0 {
-        return 0;
+        return (0, 0);
     }
     let table = read_u64(files + layout!(files_fdt) as u64);
     if table == 0 || fd as u64 >= read_u32(table + layout!(fdt_max_fds) as u64) as u64 {
-        return 0;
+        return (0, 0);
     }
     let array = read_u64(table + layout!(fdt_fd) as u64);
     if array == 0 {
-        return 0;
+        return (0, 0);
     }
     let file = read_u64(array + 8 * fd as u64);
     if file == 0 {
-        return 0;
+        return (0, 0);
     }
     let inode = read_u64(file + layout!(file_inode) as u64);
     // S_IFMT, S_IFREG.
     if inode == 0 || read_u32(inode + layout!(inode_mode) as u64) & 0o170000 != 0o100000 {
-        return 0;
+        return (0, 0);
     }
-    inode
+    (file, inode)
 }
 
 // Timed file calls (`--file-calls`): `syscalls:sys_enter_*` of reads, writes, fsyncs and

@@ -1246,6 +1246,82 @@ fn fio_io_uring_jobs_are_charged_their_own_files() {
     assert_ne!(causes[0], causes[1], "both jobs charged to one process");
 }
 
+/// Direct IO carries no page of its file, so its requests are charged to the file of
+/// the read or write call that submits them (`--file-calls`): fio writes 48 MiB to one
+/// file with `direct=1` (psync: one pwrite per 1 MiB block), then reads it back the
+/// same way. The file's bytes written and read at the block layer are fio's own
+/// `io_bytes` of each job, issued and caused by fio.
+#[test]
+#[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
+fn direct_io_is_charged_to_the_file_of_its_call() {
+    let test = test_name!();
+    let _alone = alone();
+    let Some((fs, out)) = ext4_test(test, &["fio"], 256) else {
+        return;
+    };
+    let profile_path = out.join("direct.json");
+    let fio_json = out.join("fio-output.json");
+    let directory = format!("--directory={}", path_str(&fs.mount));
+    let fio_output = format!("--output={}", path_str(&fio_json));
+    let command = [
+        "fio",
+        "--output-format=json",
+        &fio_output,
+        &directory,
+        "--filename=direct.dat",
+        "--size=48M",
+        "--bs=1M",
+        "--direct=1",
+        "--ioengine=psync",
+        "--name=w",
+        "--rw=write",
+        "--name=r",
+        "--stonewall",
+        "--rw=read",
+    ];
+    let stdout = record_profile(&["--io", "--file-calls"], &profile_path, &command).stdout;
+    eprintln!("{stdout}");
+    let fio: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&fio_json).expect("fio's output"))
+            .expect("fio's JSON");
+    let io_bytes = |job: &str, op: &str| {
+        items(&fio["jobs"], "fio jobs")
+            .find(|entry| entry["jobname"] == job)
+            .and_then(|entry| entry[op]["io_bytes"].as_u64())
+            .unwrap_or_else(|| panic!("no {op} io_bytes of job {job} in fio's output"))
+    };
+    let (written_by_fio, read_by_fio) = (io_bytes("w", "write"), io_bytes("r", "read"));
+    assert_eq!(written_by_fio, 48 << 20, "fio wrote less than asked");
+    let report = report_json(&profile_path, &[]);
+    let file = fs.mount.join("direct.dat");
+    let group = file_group(&report, &file).unwrap_or_else(|| {
+        panic!(
+            "no io_files group of {}: {}",
+            file.display(),
+            report["io_files"]
+        )
+    });
+    let (written, read) = (
+        group["write_bytes"].as_u64().unwrap_or(0),
+        group["read_bytes"].as_u64().unwrap_or(0),
+    );
+    eprintln!(
+        "fio wrote {written_by_fio} and read {read_by_fio} bytes; the file's block IO: \
+         {written} written, {read} read"
+    );
+    assert_eq!(written, written_by_fio, "direct writes charged to the file");
+    assert_eq!(read, read_by_fio, "direct reads charged to the file");
+    for list in ["issued_by", "caused_by"] {
+        let charged = shares(group, list);
+        assert!(
+            charged
+                .iter()
+                .all(|(_, process, _)| process.starts_with("fio")),
+            "{list}: {charged:?}"
+        );
+    }
+}
+
 /// `call` rows of a file group: (count, total_ns) summed over processes.
 fn call_totals(group: &serde_json::Value, call: &str) -> (u64, u64) {
     group["calls"]

@@ -468,8 +468,9 @@ pub struct IoRow {
     /// log2 histogram of issue-to-completion latency in microseconds: `hist[i]` counts
     /// requests in [2^i, 2^(i+1)) us (`hist[0]`: under 2 us).
     pub hist: Vec<u64>,
-    /// The file whose pages the requests carried (none: direct IO into user memory,
-    /// flushes, passthrough).
+    /// The file whose pages the requests carried, or for direct IO the file of the read
+    /// or write call that submitted them (`--file-calls`); none: flushes, passthrough,
+    /// direct IO otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<FileRef>,
 }

@@ -439,6 +439,10 @@ fn file_layout(btf: &Btf, layout: &mut IoLayout) -> Result<()> {
         file.fdt_fd = fdt_fd;
         file.file_inode = file_inode;
         file.inode_mode = inode_mode;
+        if let Ok(f_flags) = btf.member_offset("file", "f_flags") {
+            file.file_f_flags = f_flags;
+            file.o_direct = libc::O_DIRECT as u32;
+        }
     }
     *layout = file;
     Ok(())
@@ -814,7 +818,8 @@ pub struct IoArgs {
     pub io: bool,
     /// With --io: also time the read, write, fsync and open calls of the targets per
     /// file and process (system-call tracepoints; on any file system, FUSE and network
-    /// file systems included). Costs a hash lookup on those calls of every process.
+    /// file systems included), and charge their direct (O_DIRECT) requests to their
+    /// files. Costs a hash lookup on those calls of every process.
     #[arg(long, requires = "io")]
     pub file_calls: bool,
 }
