@@ -1185,9 +1185,6 @@ fn fio_io_uring_jobs_are_charged_their_own_files() {
         return;
     };
     let profile_path = out.join("fio.json");
-    let fio_json = out.join("fio-output.json");
-    let directory = format!("--directory={}", path_str(&fs.mount));
-    let fio_output = format!("--output={}", path_str(&fio_json));
     let jobs = [("a", 96), ("b", 48)];
     let mut job_args = Vec::new();
     for (name, mib) in jobs {
@@ -1197,30 +1194,19 @@ fn fio_io_uring_jobs_are_charged_their_own_files() {
             format!("--size={mib}M"),
         ]);
     }
-    let mut command = vec![
-        "fio",
-        "--output-format=json",
-        &fio_output,
-        &directory,
+    let mut fio_args = vec![
         "--ioengine=io_uring",
         "--rw=write",
         "--bs=64k",
         "--end_fsync=1",
     ];
-    command.extend(job_args.iter().map(String::as_str));
-    let stdout = record_profile(&["--io"], &profile_path, &command).stdout;
-    eprintln!("{stdout}");
-    let fio: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&fio_json).expect("fio's output"))
-            .expect("fio's JSON");
+    fio_args.extend(job_args.iter().map(String::as_str));
+    let fio = record_fio(&fs, &out, &["--io"], &profile_path, &fio_args);
     let report = lockpath_ok(&["report", path_str(&profile_path), "--format", "json"]);
     let report: serde_json::Value = serde_json::from_slice(&report.stdout).expect("JSON report");
     let mut causes = Vec::new();
     for (name, _) in jobs {
-        let job = items(&fio["jobs"], "fio jobs")
-            .find(|job| job["jobname"] == name)
-            .unwrap_or_else(|| panic!("no job {name} in fio's output"));
-        let io_bytes = job["write"]["io_bytes"].as_u64().expect("io_bytes");
+        let io_bytes = fio_io_bytes(&fio, name, "write");
         let file = fs.mount.join(format!("{name}.dat"));
         let group = file_group(&report, &file)
             .unwrap_or_else(|| panic!("no io_files group of {}", file.display()));
@@ -1260,14 +1246,7 @@ fn direct_io_is_charged_to_the_file_of_its_call() {
         return;
     };
     let profile_path = out.join("direct.json");
-    let fio_json = out.join("fio-output.json");
-    let directory = format!("--directory={}", path_str(&fs.mount));
-    let fio_output = format!("--output={}", path_str(&fio_json));
-    let command = [
-        "fio",
-        "--output-format=json",
-        &fio_output,
-        &directory,
+    let fio_args = [
         "--filename=direct.dat",
         "--size=48M",
         "--bs=1M",
@@ -1279,18 +1258,12 @@ fn direct_io_is_charged_to_the_file_of_its_call() {
         "--stonewall",
         "--rw=read",
     ];
-    let stdout = record_profile(&["--io", "--file-calls"], &profile_path, &command).stdout;
-    eprintln!("{stdout}");
-    let fio: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&fio_json).expect("fio's output"))
-            .expect("fio's JSON");
-    let io_bytes = |job: &str, op: &str| {
-        items(&fio["jobs"], "fio jobs")
-            .find(|entry| entry["jobname"] == job)
-            .and_then(|entry| entry[op]["io_bytes"].as_u64())
-            .unwrap_or_else(|| panic!("no {op} io_bytes of job {job} in fio's output"))
-    };
-    let (written_by_fio, read_by_fio) = (io_bytes("w", "write"), io_bytes("r", "read"));
+    let options = ["--io", "--file-calls"];
+    let fio = record_fio(&fs, &out, &options, &profile_path, &fio_args);
+    let (written_by_fio, read_by_fio) = (
+        fio_io_bytes(&fio, "w", "write"),
+        fio_io_bytes(&fio, "r", "read"),
+    );
     assert_eq!(written_by_fio, 48 << 20, "fio wrote less than asked");
     let report = report_json(&profile_path, &[]);
     let file = fs.mount.join("direct.dat");
@@ -1320,6 +1293,34 @@ fn direct_io_is_charged_to_the_file_of_its_call() {
             "{list}: {charged:?}"
         );
     }
+}
+
+/// Records fio in the loop file system (`fio_args` after its JSON output options) with
+/// `record OPTIONS`, the profile at `profile`; fio's own JSON output.
+fn record_fio(
+    fs: &Ext4Loop,
+    out: &Path,
+    options: &[&str],
+    profile: &Path,
+    fio_args: &[&str],
+) -> serde_json::Value {
+    let fio_json = out.join("fio-output.json");
+    let directory = format!("--directory={}", path_str(&fs.mount));
+    let fio_output = format!("--output={}", path_str(&fio_json));
+    let mut command = vec!["fio", "--output-format=json", &fio_output, &directory];
+    command.extend(fio_args);
+    let stdout = record_profile(options, profile, &command).stdout;
+    eprintln!("{stdout}");
+    serde_json::from_str(&std::fs::read_to_string(&fio_json).expect("fio's output"))
+        .expect("fio's JSON")
+}
+
+/// fio's `io_bytes` of job `job` for `op` (`read`, `write`).
+fn fio_io_bytes(fio: &serde_json::Value, job: &str, op: &str) -> u64 {
+    items(&fio["jobs"], "fio jobs")
+        .find(|entry| entry["jobname"] == job)
+        .and_then(|entry| entry[op]["io_bytes"].as_u64())
+        .unwrap_or_else(|| panic!("no {op} io_bytes of job {job} in fio's output"))
 }
 
 /// `call` rows of a file group: (count, total_ns) summed over processes.
