@@ -248,10 +248,7 @@ fn losses(profile: &Profile) -> String {
         let why = profiler_common::loss::loss_meaning(name).to_string();
         vec![count.to_string(), name.clone(), why]
     };
-    let (lost, kept): (Vec<_>, Vec<_>) = profile
-        .losses
-        .iter()
-        .partition(|(name, _)| profiler_common::loss::loses_events(name));
+    let (lost, kept) = crate::export::formats::report::lost_and_kept(&profile.losses);
     if lost.is_empty() {
         out.push_str("<p>None: every event was recorded.</p>\n");
     } else {
@@ -263,7 +260,10 @@ fn losses(profile: &Profile) -> String {
         out.push_str(&table(&["count", "cause", "meaning"], &[true], &rows));
     }
     if !kept.is_empty() {
-        out.push_str("<p>Nothing lost (a slower path the programs took; these events are in the numbers above):</p>\n");
+        out.push_str(
+            "<p>Nothing lost (a slower path the programs took; these events are in the \
+             numbers above):</p>\n",
+        );
         let rows: Vec<Vec<String>> = kept.into_iter().map(row).collect();
         out.push_str(&table(&["count", "cause", "meaning"], &[true], &rows));
     }
