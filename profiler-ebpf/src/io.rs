@@ -177,15 +177,20 @@ fn describe(rq: u64, open: &mut IoInFlight) {
     open.bytes = read_u32(rq + layout.data_len as u64);
     if open.bytes != 0 {
         let inode = request_inode(rq);
+        // No page of a file: direct IO (charged to the file of the submitter's call,
+        // when known here), a swap page, ... What an earlier look found stays, and is
+        // not looked for again.
         let file = if inode != 0 {
-            file_of(inode)
+            Some(file_of(inode))
+        } else if open.ino == 0 {
+            direct_io_file(open.tgid)
         } else {
-            // No page of a file: direct IO (charged to the file of the submitter's
-            // call, when known here), a swap page, ... What an earlier look found stays.
-            direct_io_file(open.tgid).unwrap_or((open.file_dev, open.ino))
+            None
         };
-        open.file_dev = file.0;
-        open.ino = file.1;
+        if let Some((file_dev, ino)) = file {
+            open.file_dev = file_dev;
+            open.ino = ino;
+        }
     }
 }
 

@@ -524,7 +524,24 @@ pub struct DirtiedRow {
     pub folios: u64,
 }
 
+/// Loss counters by name, as a profile keeps them.
+pub type Counters<'a> = Vec<(&'a String, &'a u64)>;
+
+/// Loss counters (a profile's `losses`, or several profiles' summed) in two: those that
+/// lose events, and those of a slower path the programs took that loses nothing (the
+/// events are in the rows).
+pub fn lost_and_kept(losses: &BTreeMap<String, u64>) -> (Counters<'_>, Counters<'_>) {
+    losses
+        .iter()
+        .partition(|(name, _)| profiler_common::loss::loses_events(name))
+}
+
 impl Profile {
+    /// This profile's loss counters, split as `lost_and_kept` does.
+    pub fn lost_and_kept(&self) -> (Counters<'_>, Counters<'_>) {
+        lost_and_kept(&self.losses)
+    }
+
     /// Whether `family` was recorded (attached) in this profile's run.
     pub fn recorded(&self, family: &str) -> bool {
         self.probes.iter().any(|probe| probe.family == family)

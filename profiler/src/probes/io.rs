@@ -540,11 +540,10 @@ impl DeviceNames {
         self.names.get(&(major, minor)).map(String::as_str)
     }
 
+    /// The name of a device, or its number when this scan did not find it.
     pub fn name(&self, major: u32, minor: u32) -> String {
-        self.names
-            .get(&(major, minor))
-            .cloned()
-            .unwrap_or_else(|| format!("{major}:{minor}"))
+        self.known(major, minor)
+            .map_or_else(|| format!("{major}:{minor}"), str::to_owned)
     }
 }
 

@@ -85,7 +85,7 @@ pub(crate) fn histogram_lines(
 /// `lockpath_slow_path_events_total`: the counters that lose nothing (a slower path the
 /// programs took instead), by cause.
 pub(crate) fn lost_events(out: &mut String, losses: &BTreeMap<String, u64>) {
-    let (lost, kept) = crate::export::formats::report::lost_and_kept(losses);
+    let (lost, kept) = crate::profile::lost_and_kept(losses);
     metric(
         out,
         "lockpath_lost_events_total",
@@ -103,9 +103,7 @@ pub(crate) fn lost_events(out: &mut String, losses: &BTreeMap<String, u64>) {
     );
 }
 
-fn cause_series(
-    counters: crate::export::formats::report::Counters<'_>,
-) -> impl Iterator<Item = (String, &u64)> {
+fn cause_series(counters: crate::profile::Counters<'_>) -> impl Iterator<Item = (String, &u64)> {
     counters
         .into_iter()
         .map(|(cause, count)| (labels(&["cause"], &[cause]), count))

@@ -37,7 +37,7 @@ pub fn losses(profile: &Profile) -> String {
         let why = profiler_common::loss::loss_meaning(name);
         format!("  {count:>10}  {name}: {why}\n")
     };
-    let (lost, kept) = lost_and_kept(&profile.losses);
+    let (lost, kept) = profile.lost_and_kept();
     let mut out = String::new();
     if !lost.is_empty() {
         out.push_str(
@@ -54,16 +54,6 @@ pub fn losses(profile: &Profile) -> String {
         out.extend(kept.into_iter().map(line));
     }
     out
-}
-
-/// A profile's loss counters: those that lose events, and those of a slower path that
-/// lose nothing.
-pub(crate) type Counters<'a> = Vec<(&'a String, &'a u64)>;
-
-pub(crate) fn lost_and_kept(losses: &BTreeMap<String, u64>) -> (Counters<'_>, Counters<'_>) {
-    losses
-        .iter()
-        .partition(|(name, _)| profiler_common::loss::loses_events(name))
 }
 
 pub fn summary_header(profile: &Profile) -> String {
