@@ -273,11 +273,14 @@ fn spinlock_holders_are_the_open_and_close_paths() {
             "holds under contention add up to {total_hold_ns} ns in a {duration_ns} ns run on {cpus} CPUs"
         );
         // The callers of the waits on the fd table's lock: alloc_fd (open) and
-        // file_close_fd (close), whatever the stack cache did.
+        // file_close_fd (close), whatever the stack cache did. The waiter's own caller,
+        // the first frame past the spinlock functions: an interrupt that contends on
+        // another lock while alloc_fd spins has alloc_fd further down its stack.
         let callers_of = |stack: u64| -> Option<String> {
             stack_names(&profile, stack)
                 .into_iter()
-                .find(|name| name == "alloc_fd" || name == "file_close_fd")
+                .find(|name| !name.contains("spin_lock"))
+                .filter(|name| name == "alloc_fd" || name == "file_close_fd")
         };
         let mut wait_callers: Vec<String> = items(&profile["locks"], "locks")
             .filter_map(|row| row["stack"].as_u64().and_then(callers_of))
