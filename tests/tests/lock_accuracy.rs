@@ -274,12 +274,12 @@ fn spinlock_holders_are_the_open_and_close_paths() {
         );
         // The callers of the waits on the fd table's lock: alloc_fd (open) and
         // file_close_fd (close), whatever the stack cache did. The waiter's own caller,
-        // the first frame past the spinlock functions: an interrupt that contends on
-        // another lock while alloc_fd spins has alloc_fd further down its stack.
+        // the first frame that is not locking code (as reports find it): an interrupt
+        // that contends on another lock while alloc_fd spins has alloc_fd further down.
         let callers_of = |stack: u64| -> Option<String> {
             stack_names(&profile, stack)
                 .into_iter()
-                .find(|name| !name.contains("spin_lock"))
+                .find(|name| !lockpath_profile::lock::is_lock_internal(name))
                 .filter(|name| name == "alloc_fd" || name == "file_close_fd")
         };
         let mut wait_callers: Vec<String> = items(&profile["locks"], "locks")
