@@ -247,7 +247,11 @@ pub struct LockAcquirer {
     /// The lock this slot describes (slots are shared by locks whose addresses collide).
     pub lock_addr: u64,
     pub acquired_ns: u64,
-    pub wait_start_ns: u64,
+    /// `check_of` the fields above and below it, written with them: a slot read while
+    /// another CPU rewrites it (two readers of a group acquire at once, or a waiter's
+    /// begin reads it as the next acquirer writes it) mixes two acquisitions, which
+    /// this tells (`is_whole`).
+    pub check: u64,
     pub tid: u32,
     pub tgid: u32,
     pub kstack_id: i32,
@@ -264,6 +268,26 @@ pub struct LockAcquirer {
     /// Read by nobody: a spinning waiter's begin adds 1 to it, which takes the slot's
     /// cache line to the waiter's CPU before its end needs it (`warm_last_acquirer`).
     pub warm: u64,
+}
+
+impl LockAcquirer {
+    /// A mix of the acquisition's identity (lock, time, thread, process, stack, mode) in
+    /// which a field of another acquisition shows.
+    #[inline(always)]
+    pub fn check_of(&self) -> u64 {
+        const MIX: u64 = 0x9e37_79b9_7f4a_7c15;
+        let who = (u64::from(self.tid) << 32) | u64::from(self.tgid);
+        let how = (u64::from(self.kstack_id as u32) << 32) | u64::from(self.flags);
+        ((self.lock_addr ^ self.acquired_ns.wrapping_mul(MIX)) ^ who.wrapping_mul(MIX ^ 0xff))
+            .wrapping_mul(MIX)
+            ^ how
+    }
+
+    /// Whether the slot's fields all belong to one acquisition.
+    #[inline(always)]
+    pub fn is_whole(&self) -> bool {
+        self.check == self.check_of()
+    }
 }
 
 /// The size of a `LockAcquirer`: one cache line of the CPUs lockpath runs on.
@@ -631,6 +655,9 @@ pub mod losses {
             "lock aggregation map and its overflow map full: contention dropped";
         LOCK_HOLD_OVERFLOW_FULL = 51, "lock_hold_overflow_full",
             "map of holds under contention and its overflow map full: a hold dropped";
+        LOCK_HOLD_MIXED = 55, "lock_hold_mixed",
+            "a hold under contention not measured: its acquirer's record was read while another \
+             CPU rewrote it (two acquisitions at once)";
     }
 }
 
@@ -683,6 +710,50 @@ crate::impl_pod!(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn acquirer(acquired_ns: u64, tid: u32, kstack_id: i32, flags: u32) -> LockAcquirer {
+        let mut slot = LockAcquirer {
+            lock_addr: 0xffff_8880_1234_5640,
+            acquired_ns,
+            tid,
+            tgid: tid,
+            kstack_id,
+            flags,
+            ..LockAcquirer::default()
+        };
+        slot.check = slot.check_of();
+        slot
+    }
+
+    /// A slot holds one acquisition's fields or shows that it does not: a reader's that
+    /// a writer's rewrite caught halfway (acquisition time of the new one, thread, stack
+    /// and mode of the old one) is not whole, whichever fields came from which; the
+    /// sightings of its release (`released_*`) and `warm` are not part of it.
+    #[test]
+    fn a_slot_mixed_from_two_acquisitions_is_not_whole() {
+        let writer = acquirer(1_000_000, 41, 7, LCB_F_WRITE);
+        let reader = acquirer(1_000_075, 42, 9, LCB_F_READ);
+        assert!(writer.is_whole() && reader.is_whole());
+        assert!(LockAcquirer::default().is_whole());
+        let fields: [fn(&mut LockAcquirer, &LockAcquirer); 6] = [
+            |slot, other| slot.acquired_ns = other.acquired_ns,
+            |slot, other| slot.check = other.check,
+            |slot, other| slot.tid = other.tid,
+            |slot, other| slot.tgid = other.tgid,
+            |slot, other| slot.kstack_id = other.kstack_id,
+            |slot, other| slot.flags = other.flags,
+        ];
+        for (i, take) in fields.iter().enumerate() {
+            let mut mixed = writer;
+            take(&mut mixed, &reader);
+            assert!(!mixed.is_whole(), "field {i} of the other acquisition");
+        }
+        let mut seen = writer;
+        seen.released_by_ns = 1_000_500;
+        seen.released_of_ns = writer.acquired_ns;
+        seen.warm = 3;
+        assert!(seen.is_whole());
+    }
 
     fn ring_with(head: u32, tail: u32) -> PendingRing {
         let mut ring = PendingRing {

@@ -50,7 +50,7 @@ use aya_ebpf::{
 use profiler_common::{
     latency::LatencyStat,
     lock::losses::{
-        LOCK_HOLD_MAP_FULL, LOCK_HOLD_OVERFLOW_FULL, LOCK_INTERRUPT_WAIT_LOST,
+        LOCK_HOLD_MAP_FULL, LOCK_HOLD_MIXED, LOCK_HOLD_OVERFLOW_FULL, LOCK_INTERRUPT_WAIT_LOST,
         LOCK_KPROBE_RETURN_LOST, LOCK_MAP_FULL, LOCK_NEGATIVE_DELTA, LOCK_NESTED,
         LOCK_OVERFLOW_FULL, LOCK_STACK_CACHE_FAILED, LOCK_STACK_FINGERPRINT_SHORT, LOCK_STALE_WAIT,
         LOCK_UNMATCHED_END, LOCK_WAIT_MAP_FULL,
@@ -367,9 +367,10 @@ pub fn on_contention_begin(ctx: RawTracePointContext) {
         // SAFETY: element of a hash map owned by this thread id; only this thread
         // writes it.
         let open = unsafe { &mut *open };
-        if open.lock_addr == lock_addr {
+        if open.lock_addr == lock_addr && open.flags & flags & LCB_F_MUTEX != 0 {
             // The same wait goes on (a mutex that stopped spinning and now sleeps, or
-            // spins again after a wake-up): one wait, one row.
+            // spins again after a wake-up): one wait, one row. Only a mutex begins one
+            // wait more than once; another lock's second begin is a new wait.
             open.flags = sticky_flags(open.flags, flags);
             return;
         }
@@ -1432,19 +1433,19 @@ fn note_release_seen(lock_addr: u64, released: impl FnOnce(u32, u64) -> bool) {
         return;
     };
     // SAFETY: array element from a successful lookup, valid for this program run. An
-    // end on another CPU may rewrite the whole slot at any moment, so each field is read
-    // once (volatile: not read again after the checks) and the sighting names the
+    // end on another CPU may rewrite the whole slot at any moment, so it is read once
+    // into a copy (volatile: not read again after the checks) and the sighting names the
     // acquisition it was checked against (`released_of_ns`); `note_acquisition` takes it
     // only for that acquisition.
-    let (addr, acquired_ns, tid, released_by_ns) = unsafe {
-        (
-            core::ptr::read_volatile(&raw const (*slot).lock_addr),
-            core::ptr::read_volatile(&raw const (*slot).acquired_ns),
-            core::ptr::read_volatile(&raw const (*slot).tid),
-            core::ptr::read_volatile(&raw const (*slot).released_by_ns),
-        )
-    };
-    if addr == lock_addr && released_by_ns == 0 && released(tid, acquired_ns) {
+    let seen = unsafe { core::ptr::read_volatile(slot) };
+    // A copy that mixes two acquisitions (read while an end rewrote the slot) would
+    // give one acquisition's time the other's thread: no sighting then.
+    if seen.lock_addr == lock_addr
+        && seen.released_by_ns == 0
+        && seen.is_whole()
+        && released(seen.tid, seen.acquired_ns)
+    {
+        let acquired_ns = seen.acquired_ns;
         // The moment of the sighting is now, after what showed the release was read.
         let seen_ns = now_ns();
         // SAFETY: as above; the two stores may interleave with a rewrite, which leaves
@@ -1638,10 +1639,10 @@ fn name_once(tid: u32) {
 #[inline(always)]
 fn note_acquisition(wait: &LockWait, end_ns: u64, pid_tgid: u64) -> (ContendedHoldKey, u64) {
     let tid = pid_tgid as u32;
-    let current = LockAcquirer {
+    let mut current = LockAcquirer {
         lock_addr: wait.lock_addr,
         acquired_ns: end_ns,
-        wait_start_ns: wait.start_ns,
+        check: 0,
         tid,
         tgid: (pid_tgid >> 32) as u32,
         kstack_id: wait.kstack_id,
@@ -1650,20 +1651,28 @@ fn note_acquisition(wait: &LockWait, end_ns: u64, pid_tgid: u64) -> (ContendedHo
         released_of_ns: 0,
         warm: 0,
     };
+    current.check = current.check_of();
     let no_hold = (ContendedHoldKey::default(), NO_HOLD);
     let Some(slot) =
         LOCK_LAST_ACQUIRER.get_ptr_mut(slot_of(wait.lock_addr, LOCK_LAST_ACQUIRER_ENTRIES))
     else {
         return no_hold;
     };
-    // SAFETY: array element from a successful lookup, valid for this program run.
-    // Exclusive acquisitions of one lock are serialized by the lock itself; concurrent
-    // readers (or another lock sharing the slot) may race here, which at worst
-    // attributes one hold to the other reader of the group or misses one hold.
-    let previous = unsafe { &mut *slot };
+    // SAFETY: array element from a successful lookup, valid for this program run; read
+    // once into a copy. Exclusive acquisitions of one lock are serialized by the lock
+    // itself; concurrent readers (or another lock sharing the slot) may race here: a copy
+    // that mixes two acquisitions is not whole, and measures no hold.
+    let previous = unsafe { core::ptr::read_volatile(slot) };
     if previous.lock_addr != wait.lock_addr {
         // Empty, or another lock's: this lock's previous acquirer is not known.
-        *previous = current;
+        // SAFETY: as above.
+        unsafe { *slot = current };
+        return no_hold;
+    }
+    if !previous.is_whole() {
+        count_loss(LOCK_HOLD_MIXED);
+        // SAFETY: as above.
+        unsafe { *slot = current };
         return no_hold;
     }
     let waited_for_previous = conflicts(previous.flags, wait.flags);
@@ -1694,7 +1703,8 @@ fn note_acquisition(wait: &LockWait, end_ns: u64, pid_tgid: u64) -> (ContendedHo
         no_hold
     };
     if waited_for_previous || wait.start_ns > previous.acquired_ns {
-        *previous = current;
+        // SAFETY: as above.
+        unsafe { *slot = current };
     }
     hold
 }
