@@ -553,12 +553,14 @@ fn mmap_lock_holds_under_contention_never_end_before_the_release() {
     eprintln!(
         "mmap_lock write holds after a wait: the kernel saw {kernel_count}, shortest {kernel_min} ns, \
          {:.1} ms in all ({:.0} ns each); lockpath {count} under contention, shortest {min} ns, \
-         {:.1} ms in all ({:.0} ns each), in a run of {:.1} s",
+         {:.1} ms in all ({:.0} ns each), in a run of {:.1} s; not measured (a record read \
+         while rewritten): {}",
         kernel_total as f64 / 1e6,
         kernel_total as f64 / kernel_count.max(1) as f64,
         total as f64 / 1e6,
         total as f64 / count.max(1) as f64,
-        elapsed_ns as f64 / 1e9
+        elapsed_ns as f64 / 1e9,
+        profile["losses"]["lock_hold_mixed"].as_u64().unwrap_or(0)
     );
     assert!(
         kernel_count >= 100 && count >= 100,
@@ -913,6 +915,10 @@ fn cached_stacks_attribute_like_exact_walks() {
     }
 }
 
+/// Rounds of `two_paths_through_one_wrapper_keep_their_waits` that may be recorded until
+/// its workload's premise holds.
+const PREMISE_ROUNDS: u32 = 3;
+
 /// The adversarial case of the stack caches: one lock (a file's `f_pos_lock`) reached
 /// by `read` and by `readv` through one non-inlined wrapper (`fdget_pos`), the lock
 /// functions between it and the tracepoint the same for both. The `readv` calls (96 KiB)
@@ -924,24 +930,45 @@ fn cached_stacks_attribute_like_exact_walks() {
 /// path's waits the other's stack would move the rare path's share of the waits towards
 /// its share of the time (half), and its share of the wait time with it. Both
 /// recordings see the same storm, as in `cached_stacks_attribute_like_exact_walks`. The
-/// workload proves the premises: its own hold times differ at least fivefold, and no
-/// path waited longer than its calls took.
+/// workload proves the premises: its own hold times differ at least fivefold (a round
+/// where a busy machine blurred them is recorded again), and no path waited longer than
+/// its calls took.
 #[test]
 #[cfg_attr(lockpath_not_root, ignore = "needs root: loads eBPF programs")]
 fn two_paths_through_one_wrapper_keep_their_waits() {
     let dir = or_skip!(root_test("lock-paths"));
     let _alone = alone();
     let results_path = dir.join("results.txt");
-    let (profiles, pid, status) = record_exact_and_cached(
-        &dir,
-        "paths",
-        &format!(
-            "{} --seconds 5 --threads 4 --short 4096 --long 98304 --long-percent 20 \
-             --results '{}'",
-            path_str(&workload("lock-paths")),
-            path_str(&results_path)
-        ),
-    );
+    // The premise is the workload's own: a busy machine that preempts the read calls'
+    // holders can stretch them towards readv's. Such a round proves nothing either way,
+    // so it is recorded again (at most `PREMISE_ROUNDS` times).
+    let mut round = 0;
+    let (profiles, pid, results) = loop {
+        round += 1;
+        let (profiles, pid, status) = record_exact_and_cached(
+            &dir,
+            "paths",
+            &format!(
+                "{} --seconds 5 --threads 4 --short 4096 --long 98304 --long-percent 20 \
+                 --results '{}'",
+                path_str(&workload("lock-paths")),
+                path_str(&results_path)
+            ),
+        );
+        assert!(status.success(), "lock-paths failed: {status}");
+        let results = results(&results_path);
+        let (hold_read, hold_readv) = (
+            result(&results, "hold_read_ns"),
+            result(&results, "hold_readv_ns"),
+        );
+        if hold_readv >= 5 * hold_read || round == PREMISE_ROUNDS {
+            break (profiles, pid, results);
+        }
+        eprintln!(
+            "round {round}: readv's calls held the lock {hold_readv} ns, read's {hold_read} ns: \
+             not the storm this test needs; recorded again"
+        );
+    };
     let splits: Vec<_> = profiles
         .iter()
         .map(|profile| lock_paths::waits_by_call(profile, pid as u64))
@@ -954,8 +981,6 @@ fn two_paths_through_one_wrapper_keep_their_waits() {
                 .unwrap_or(0)
         })
         .collect();
-    assert!(status.success(), "lock-paths failed: {status}");
-    let results = results(&results_path);
     let value = |name: &str| result(&results, name);
     let (hold_read, hold_readv) = (value("hold_read_ns"), value("hold_readv_ns"));
     let report = format!(
@@ -968,7 +993,7 @@ fn two_paths_through_one_wrapper_keep_their_waits() {
     assert!(
         hold_readv >= 5 * hold_read,
         "readv's calls ({hold_readv} ns) do not hold the lock much longer than read's \
-         ({hold_read} ns)\n{report}"
+         ({hold_read} ns) in {PREMISE_ROUNDS} rounds\n{report}"
     );
     for (how, split) in ["exact", "cached"].iter().zip(&splits) {
         for call in ["read", "readv"] {
