@@ -537,11 +537,6 @@ pub fn lost_and_kept(losses: &BTreeMap<String, u64>) -> (Counters<'_>, Counters<
 }
 
 impl Profile {
-    /// This profile's loss counters, split as `lost_and_kept` does.
-    pub fn lost_and_kept(&self) -> (Counters<'_>, Counters<'_>) {
-        lost_and_kept(&self.losses)
-    }
-
     /// Whether `family` was recorded (attached) in this profile's run.
     pub fn recorded(&self, family: &str) -> bool {
         self.probes.iter().any(|probe| probe.family == family)

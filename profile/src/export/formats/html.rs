@@ -248,7 +248,7 @@ fn losses(profile: &Profile) -> String {
         let why = profiler_common::loss::loss_meaning(name).to_string();
         vec![count.to_string(), name.clone(), why]
     };
-    let (lost, kept) = profile.lost_and_kept();
+    let (lost, kept) = crate::profile::lost_and_kept(&profile.losses);
     if lost.is_empty() {
         out.push_str("<p>None: every event was recorded.</p>\n");
     } else {

@@ -37,7 +37,7 @@ pub fn losses(profile: &Profile) -> String {
         let why = profiler_common::loss::loss_meaning(name);
         format!("  {count:>10}  {name}: {why}\n")
     };
-    let (lost, kept) = profile.lost_and_kept();
+    let (lost, kept) = crate::profile::lost_and_kept(&profile.losses);
     let mut out = String::new();
     if !lost.is_empty() {
         out.push_str(
