@@ -275,12 +275,11 @@ impl LockAcquirer {
     /// which a field of another acquisition shows.
     #[inline(always)]
     pub fn check_of(&self) -> u64 {
-        const MIX: u64 = 0x9e37_79b9_7f4a_7c15;
         let who = (u64::from(self.tid) << 32) | u64::from(self.tgid);
         let how = (u64::from(self.kstack_id as u32) << 32) | u64::from(self.flags);
-        ((self.lock_addr ^ self.acquired_ns.wrapping_mul(MIX)) ^ who.wrapping_mul(MIX ^ 0xff))
-            .wrapping_mul(MIX)
-            ^ how
+        let when = self.acquired_ns.wrapping_mul(FIBONACCI_MIX);
+        let who = who.wrapping_mul(FIBONACCI_MIX ^ 0xff);
+        (self.lock_addr ^ when ^ who).wrapping_mul(FIBONACCI_MIX) ^ how
     }
 
     /// Whether the slot's fields all belong to one acquisition.
@@ -516,11 +515,15 @@ pub const LOCK_LAST_ACQUIRER_ENTRIES: u32 = 4096;
 /// program's path. A call path whose slot another one took is walked again.
 pub const LOCK_STACK_CACHE_ENTRIES: u32 = 1024;
 
+/// 2^64 divided by the golden ratio: a multiplication by it spreads neighbouring values
+/// over the high bits (Fibonacci hashing).
+pub const FIBONACCI_MIX: u64 = 0x9e37_79b9_7f4a_7c15;
+
 /// The slot of `value` in a direct-mapped table of `entries` (a power of two) slots: the
 /// high bits of a Fibonacci hash, so neighbouring addresses spread.
 #[inline(always)]
 pub fn slot_of(value: u64, entries: u32) -> u32 {
-    (value.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as u32 & (entries - 1)
+    (value.wrapping_mul(FIBONACCI_MIX) >> 32) as u32 & (entries - 1)
 }
 
 /// Slots of the site cache (`LOCK_SITE_CACHE`), per CPU: two ways per lock, at

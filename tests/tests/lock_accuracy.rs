@@ -943,7 +943,7 @@ fn two_paths_through_one_wrapper_keep_their_waits() {
     // holders can stretch them towards readv's. Such a round proves nothing either way,
     // so it is recorded again (at most `PREMISE_ROUNDS` times).
     let mut round = 0;
-    let (profiles, pid, results) = loop {
+    let (profiles, pid, results, hold_read, hold_readv) = loop {
         round += 1;
         let (profiles, pid, status) = record_exact_and_cached(
             &dir,
@@ -962,7 +962,7 @@ fn two_paths_through_one_wrapper_keep_their_waits() {
             result(&results, "hold_readv_ns"),
         );
         if hold_readv >= 5 * hold_read || round == PREMISE_ROUNDS {
-            break (profiles, pid, results);
+            break (profiles, pid, results, hold_read, hold_readv);
         }
         eprintln!(
             "round {round}: readv's calls held the lock {hold_readv} ns, read's {hold_read} ns: \
@@ -982,7 +982,6 @@ fn two_paths_through_one_wrapper_keep_their_waits() {
         })
         .collect();
     let value = |name: &str| result(&results, name);
-    let (hold_read, hold_readv) = (value("hold_read_ns"), value("hold_readv_ns"));
     let report = format!(
         "workload: {results:?}\nexact walks: {:?}\ncached: {:?} ({} fingerprints too short)",
         splits[0], splits[1], short[1]
